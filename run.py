@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Cascade's two commands, with nothing but Python 3.11+ on the machine.
+
+    python3 run.py demo     set up, then run Cascade on embedded defaults
+    python3 run.py test     set up, then run the whole test suite (pytest arguments may follow)
+
+Setup is a virtualenv in .venv with requirements.txt installed; it is redone only when
+requirements.txt changes.
+"""
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = Path(os.environ.get("CASCADE_VENV", ROOT / ".venv"))
+REQUIREMENTS = ROOT / "requirements.txt"
+MIN_PYTHON = (3, 11)
+
+
+def venv_python() -> Path:
+    return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def setup() -> Path:
+    """Create .venv and install requirements.txt unless it is already installed as is."""
+    if sys.version_info < MIN_PYTHON:
+        sys.exit(f"Cascade needs Python {'.'.join(map(str, MIN_PYTHON))}+, this is {sys.version.split()[0]}")
+    python = venv_python()
+    if not python.exists():
+        print(f"run.py: creating a virtualenv in {VENV}", flush=True)
+        venv.create(VENV, with_pip=True)
+    stamp = VENV / ".requirements.sha256"
+    wanted = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
+    if not stamp.exists() or stamp.read_text() != wanted:
+        print("run.py: installing requirements.txt", flush=True)
+        pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--quiet"]
+        subprocess.run([*pip, "-r", str(REQUIREMENTS)], check=True)
+        stamp.write_text(wanted)
+    return python
+
+
+def main(argv: list[str]) -> int:
+    commands = {"demo": ["-m", "cascade_demo"], "test": ["-m", "pytest"]}
+    if not argv or argv[0] not in commands:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    python = setup()
+    os.chdir(ROOT)
+    return subprocess.call([str(python), *commands[argv[0]], *argv[1:]])
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except KeyboardInterrupt:
+        sys.exit(130)

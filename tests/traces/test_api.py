@@ -1,0 +1,359 @@
+"""The Traces API against the published reference: keys, order, codes and bodies."""
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.core.management import call_command
+from django.http import StreamingHttpResponse
+
+from traces.models import Kernel, Trace, TraceState
+from traces.views import STREAM_KERNELS_ABOVE
+
+SUMMARY_KEYS = [
+    "id",
+    "state",
+    "error",
+    "created_at",
+    "updated_at",
+    "model",
+    "layers",
+    "source_gpu",
+    "trace_gpu_arch",
+    "suggested_sim_config",
+    "kernel_count",
+    "bytes",
+    "has_real_timing",
+    "has_step_timeline",
+    "sample",
+]
+DETAIL_KEYS = [*SUMMARY_KEYS, "metadata", "kernels"]
+KERNEL_KEYS = [
+    "ctx",
+    "kernel_id",
+    "name",
+    "trace_file",
+    "grid_dim",
+    "block_dim",
+    "blocks",
+    "threads",
+    "total_insts",
+    "total_reported_insts",
+    "traced",
+]
+
+
+def body(response):
+    content = b"".join(response.streaming_content) if response.streaming else response.content
+    return json.loads(content)
+
+
+def add_kernels(trace: Trace, count: int, ctx: str | None = "0x6165bdd7ec90") -> None:
+    Kernel.objects.bulk_create(
+        Kernel(
+            trace=trace,
+            ctx=ctx,
+            kernel_id=n,
+            name="_Z6vecAddPdS_S_i",
+            trace_file=f"kernel-{n}-ctx_{ctx}.trace.xz",
+            grid_x=98,
+            grid_y=1,
+            grid_z=1,
+            block_x=1024,
+            block_y=1,
+            block_z=1,
+            blocks=98,
+            threads=1024,
+            total_insts=50066,
+            total_reported_insts=50066,
+            traced=n % 2 == 1,
+        )
+        for n in range(1, count + 1)
+    )
+    Trace.objects.filter(pk=trace.pk).update(kernel_count=count)
+
+
+# --- Authentication -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/api/traces", "/api/traces/demo"])
+@pytest.mark.parametrize(
+    "header",
+    [None, "Token abc", "Bearer", "Bearer ", "Bearer wrong-token", "Basic dXNlcjpwYXNz", "Bearer a b"],
+    ids=["missing", "token-scheme", "bare-bearer", "bearer-space", "wrong-token", "basic", "two-words"],
+)
+def test_unauthenticated_requests_get_401_with_bearer_challenge(client_anon, api_token, path, header):
+    if header is not None:
+        client_anon.credentials(HTTP_AUTHORIZATION=header)
+    response = client_anon.get(path)
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == "Bearer"
+    assert response["Content-Type"] == "application/json"
+    assert list(response.json()) == ["detail"]
+    assert isinstance(response.json()["detail"], str)
+
+
+@pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER"])
+def test_bearer_scheme_is_case_insensitive(client_anon, api_token, scheme):
+    client_anon.credentials(HTTP_AUTHORIZATION=f"{scheme} {api_token}")
+    assert client_anon.get("/api/traces").status_code == 200
+
+
+def test_token_of_inactive_user_is_refused(api, api_token, django_user_model):
+    django_user_model.objects.filter(username="api-user").update(is_active=False)
+    assert api.get("/api/traces").status_code == 401
+
+
+def test_create_token_prints_a_working_token_last(client_anon, db, capsys):
+    call_command("create_token", "ci")
+    first = capsys.readouterr().out.strip().splitlines()[-1]
+    call_command("create_token", "ci")
+    second = capsys.readouterr().out.strip().splitlines()[-1]
+    assert first != second
+    for token in (first, second):
+        client_anon.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+        assert client_anon.get("/api/traces").status_code == 200
+
+
+def test_staff_session_gets_the_browsable_api(client, admin_user, make_trace):
+    make_trace("demo", state=TraceState.READY)
+    client.force_login(admin_user)
+    response = client.get("/api/traces/demo", HTTP_ACCEPT="text/html")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/html")
+    assert b"demo" in response.content
+
+
+def test_session_user_gets_json_too(client, admin_user, make_trace):
+    make_trace("demo")
+    client.force_login(admin_user)
+    response = client.get("/api/traces", HTTP_ACCEPT="application/json")
+    assert response.status_code == 200
+    assert [t["id"] for t in response.json()] == ["demo"]
+
+
+# --- List -----------------------------------------------------------------------------
+
+
+def test_empty_list(api):
+    response = api.get("/api/traces")
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == []
+
+
+def test_summary_keys_in_documented_order(api, make_trace):
+    make_trace("demo", state=TraceState.READY, trace_gpu_arch="sm_86", suggested_sim_config="SM86_RTX3070")
+    (summary,) = api.get("/api/traces").json()
+    assert list(summary) == SUMMARY_KEYS
+
+
+def test_summary_values(api, make_trace):
+    make_trace(
+        "sample__facebook_opt-125m__h100-e2e",
+        state=TraceState.READY,
+        model="facebook/opt-125m",
+        layers=["step 0 (prefill)", "step 2 (decode)"],
+        source_gpu="NVIDIA H100 80GB HBM3",
+        trace_gpu_arch="sm_90",
+        suggested_sim_config="SM90_H100",
+        kernel_count=712,
+        bytes=13065268,
+        has_real_timing=True,
+        has_step_timeline=True,
+        sample=True,
+    )
+    created = datetime(2026, 11, 8, 6, 19, 57, 515017, tzinfo=UTC)
+    Trace.objects.update(created_at=created, updated_at=created)
+    (summary,) = api.get("/api/traces").json()
+    assert summary == {
+        "id": "sample__facebook_opt-125m__h100-e2e",
+        "state": "ready",
+        "error": None,
+        "created_at": "2026-11-08T06:19:57.515017Z",
+        "updated_at": "2026-11-08T06:19:57.515017Z",
+        "model": "facebook/opt-125m",
+        "layers": ["step 0 (prefill)", "step 2 (decode)"],
+        "source_gpu": "NVIDIA H100 80GB HBM3",
+        "trace_gpu_arch": "sm_90",
+        "suggested_sim_config": "SM90_H100",
+        "kernel_count": 712,
+        "bytes": 13065268,
+        "has_real_timing": True,
+        "has_step_timeline": True,
+        "sample": True,
+    }
+
+
+def test_timestamps_keep_microseconds_even_when_zero(api, make_trace):
+    make_trace("demo")
+    Trace.objects.update(created_at=datetime(2026, 11, 8, 8, 59, 2, tzinfo=UTC))
+    (summary,) = api.get("/api/traces").json()
+    assert summary["created_at"] == "2026-11-08T08:59:02.000000Z"
+
+
+def test_failed_trace_summary(api, make_trace):
+    make_trace(
+        "demo-failed",
+        state=TraceState.FAILED,
+        error="profiler reported status 'failed' in metadata.json",
+        trace_gpu_arch="sm_86",
+    )
+    (summary,) = api.get("/api/traces").json()
+    assert summary["state"] == "failed"
+    assert summary["error"] == "profiler reported status 'failed' in metadata.json"
+    assert summary["layers"] == []
+    assert summary["kernel_count"] == 0
+
+
+def test_list_is_newest_first_ties_by_id(api, make_trace):
+    base = datetime(2026, 11, 8, 8, 0, tzinfo=UTC)
+    for trace_id, minutes in [("old", 0), ("newest", 10), ("tie-b", 5), ("tie-a", 5)]:
+        make_trace(trace_id, created_at=base + timedelta(minutes=minutes))
+    ids = [t["id"] for t in api.get("/api/traces").json()]
+    assert ids == ["newest", "tie-a", "tie-b", "old"]
+
+
+def test_list_shows_every_state(api, make_trace):
+    for state in TraceState.values:
+        make_trace(f"t-{state}", state=state)
+    assert {t["state"] for t in api.get("/api/traces").json()} == set(TraceState.values)
+
+
+@pytest.mark.parametrize("path", ["/api/traces", "/api/traces/"])
+def test_list_with_and_without_trailing_slash(api, make_trace, path):
+    make_trace("demo")
+    response = api.get(path)
+    assert response.status_code == 200
+    assert [t["id"] for t in response.json()] == ["demo"]
+
+
+def test_list_query_count_is_fixed(api, make_trace, django_assert_num_queries):
+    for n in range(30):
+        make_trace(f"trace-{n}")
+    # One query authenticates the token, one reads the traces.
+    with django_assert_num_queries(2):
+        assert len(api.get("/api/traces").json()) == 30
+
+
+# --- Detail ---------------------------------------------------------------------------
+
+
+def test_unknown_trace_is_404_with_exact_body(api):
+    response = api.get("/api/traces/nope")
+    assert response.status_code == 404
+    assert response.json() == {"detail": "trace nope not found"}
+
+
+@pytest.mark.parametrize(
+    "trace_id",
+    ["facebook_opt-1.3b__h100", "run.v2.final", "a+b@c=d", "sample__facebook_opt-125m__h100-e2e", "x.json"],
+)
+@pytest.mark.parametrize("slash", ["", "/"])
+def test_detail_accepts_ids_with_dots_and_symbols(api, make_trace, trace_id, slash):
+    make_trace(trace_id)
+    response = api.get(f"/api/traces/{trace_id}{slash}")
+    assert response.status_code == 200
+    assert response.json()["id"] == trace_id
+
+
+def test_unknown_dotted_id_is_404_with_exact_body(api):
+    response = api.get("/api/traces/facebook_opt-1.3b__h100/")
+    assert response.status_code == 404
+    assert response.json() == {"detail": "trace facebook_opt-1.3b__h100 not found"}
+
+
+def test_detail_keys_in_documented_order(api, make_trace):
+    metadata = {"status": "ok", "files": [], "trace_gpu_arch": "sm_86", "suggested_sim_config": "SM86_RTX3070"}
+    make_trace("demo", state=TraceState.READY, metadata=metadata)
+    detail = api.get("/api/traces/demo").json()
+    assert list(detail) == DETAIL_KEYS
+    assert detail["metadata"] == metadata
+    assert list(detail["metadata"]) == list(metadata)
+
+
+def test_kernel_shape(api, make_trace):
+    trace = make_trace("demo", state=TraceState.READY)
+    add_kernels(trace, 1)
+    (kernel,) = api.get("/api/traces/demo").json()["kernels"]
+    assert list(kernel) == KERNEL_KEYS
+    assert kernel == {
+        "ctx": "0x6165bdd7ec90",
+        "kernel_id": 1,
+        "name": "_Z6vecAddPdS_S_i",
+        "trace_file": "kernel-1-ctx_0x6165bdd7ec90.trace.xz",
+        "grid_dim": [98, 1, 1],
+        "block_dim": [1024, 1, 1],
+        "blocks": 98,
+        "threads": 1024,
+        "total_insts": 50066,
+        "total_reported_insts": 50066,
+        "traced": True,
+    }
+
+
+def test_kernels_ordered_by_ctx_then_kernel_id(api, make_trace):
+    trace = make_trace("demo", state=TraceState.READY)
+    add_kernels(trace, 12, ctx="0xbbbb")
+    add_kernels(trace, 3, ctx="0xaaaa")
+    kernels = api.get("/api/traces/demo").json()["kernels"]
+    assert [(k["ctx"], k["kernel_id"]) for k in kernels] == [("0xaaaa", n) for n in (1, 2, 3)] + [
+        ("0xbbbb", n) for n in range(1, 13)
+    ]
+
+
+def test_legacy_kernels_have_null_ctx(api, make_trace):
+    trace = make_trace("legacy", state=TraceState.READY)
+    add_kernels(trace, 2, ctx=None)
+    kernels = api.get("/api/traces/legacy").json()["kernels"]
+    assert [(k["ctx"], k["kernel_id"]) for k in kernels] == [(None, 1), (None, 2)]
+
+
+def test_null_totals_and_64_bit_totals(api, make_trace):
+    trace = make_trace("demo", state=TraceState.READY)
+    add_kernels(trace, 2)
+    Kernel.objects.filter(kernel_id=1).update(total_insts=2**32 + 5, total_reported_insts=2**40)
+    Kernel.objects.filter(kernel_id=2).update(total_insts=None, total_reported_insts=None)
+    kernels = api.get("/api/traces/demo").json()["kernels"]
+    assert [(k["total_insts"], k["total_reported_insts"]) for k in kernels] == [
+        (2**32 + 5, 2**40),
+        (None, None),
+    ]
+
+
+@pytest.mark.parametrize("state", [TraceState.UPLOADING, TraceState.PARSING, TraceState.FAILED])
+def test_kernels_stay_empty_until_ready(api, make_trace, state):
+    trace = make_trace("demo", state=state)
+    add_kernels(trace, 3)
+    assert api.get("/api/traces/demo").json()["kernels"] == []
+
+
+def test_detail_query_count_does_not_grow_with_kernels(api, make_trace, django_assert_num_queries):
+    small = make_trace("small", state=TraceState.READY)
+    add_kernels(small, 3)
+    large = make_trace("large", state=TraceState.READY)
+    add_kernels(large, STREAM_KERNELS_ABOVE + 1500)
+    # Token, trace, kernels: the same three queries whatever the size.
+    for trace_id, count in [("small", 3), ("large", STREAM_KERNELS_ABOVE + 1500)]:
+        with django_assert_num_queries(3):
+            assert len(body(api.get(f"/api/traces/{trace_id}"))["kernels"]) == count
+
+
+def test_large_trace_is_streamed_and_complete(api, make_trace):
+    trace = make_trace("large", state=TraceState.READY)
+    count = STREAM_KERNELS_ABOVE + 4321
+    add_kernels(trace, count)
+    response = api.get("/api/traces/large")
+    assert isinstance(response, StreamingHttpResponse)
+    assert response["Content-Type"] == "application/json"
+    detail = body(response)
+    assert list(detail) == DETAIL_KEYS
+    assert [k["kernel_id"] for k in detail["kernels"]] == list(range(1, count + 1))
+
+
+def test_small_trace_has_content_length(api, make_trace):
+    trace = make_trace("demo", state=TraceState.READY)
+    add_kernels(trace, 2)
+    response = api.get("/api/traces/demo")
+    assert not response.streaming
+    assert int(response["Content-Length"]) == len(response.content)

@@ -1,0 +1,139 @@
+"""The registry's data: one Trace per profiler run, one Kernel per kernel launch."""
+
+import hashlib
+import secrets
+
+import orjson
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class TraceState(models.TextChoices):
+    UPLOADING = "uploading", "uploading"
+    PARSING = "parsing", "parsing"
+    READY = "ready", "ready"
+    FAILED = "failed", "failed"
+
+
+class Trace(models.Model):
+    """A profiler run: the folder `<prefix><id>/` in the bucket.
+
+    The public fields are the API's TraceSummary. The `files*` and `parsed_fingerprint`
+    fields are ingestion's bookkeeping: what the bucket held when Cascade last looked, so
+    that a poll pass can tell "nothing new" without downloading anything.
+    """
+
+    id = models.CharField(primary_key=True, max_length=512)
+    state = models.CharField(max_length=16, choices=TraceState.choices, default=TraceState.UPLOADING)
+    error = models.TextField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    model = models.CharField(max_length=512, null=True, blank=True)
+    layers = models.JSONField(default=list, blank=True)
+    source_gpu = models.CharField(max_length=512, null=True, blank=True)
+    trace_gpu_arch = models.CharField(max_length=64, null=True, blank=True)
+    suggested_sim_config = models.CharField(max_length=128, null=True, blank=True)
+    kernel_count = models.BigIntegerField(default=0)
+    bytes = models.BigIntegerField(default=0)
+    has_real_timing = models.BooleanField(default=False)
+    has_step_timeline = models.BooleanField(default=False)
+    sample = models.BooleanField(default=False)
+    # Kept as text, not jsonb, so that the API returns metadata.json's keys in their order.
+    metadata_json = models.TextField(null=True, blank=True, help_text="metadata.json, parsed and re-encoded.")
+
+    files = models.JSONField(
+        default=list, blank=True, help_text="The run's objects as last listed: key, bytes, etag."
+    )
+    files_changed_at = models.DateTimeField(
+        null=True, blank=True, help_text="When a new or changed object was last seen."
+    )
+    parsed_fingerprint = models.CharField(
+        max_length=64, blank=True, default="", help_text="The objects the last decision was made on."
+    )
+
+    class Meta:
+        ordering = ["-created_at", "id"]
+        indexes = [
+            models.Index(fields=["-created_at", "id"], name="trace_newest_first"),
+            models.Index(fields=["state"], name="trace_state"),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+    @property
+    def metadata(self) -> dict | None:
+        return None if self.metadata_json is None else orjson.loads(self.metadata_json)
+
+    @metadata.setter
+    def metadata(self, value: dict | None) -> None:
+        self.metadata_json = None if value is None else orjson.dumps(value).decode()
+
+    def save(self, *args, **kwargs):
+        update_fields = kwargs.get("update_fields")
+        self.updated_at = timezone.now()
+        if update_fields is not None:
+            kwargs["update_fields"] = {*update_fields, "updated_at"}
+        super().save(*args, **kwargs)
+
+
+class Kernel(models.Model):
+    """One kernel launch, as one row of a tracer `stats_ctx_*` (or legacy `stats.csv`) file."""
+
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="kernels")
+    ctx = models.CharField(max_length=32, null=True, blank=True)
+    kernel_id = models.BigIntegerField()
+    name = models.TextField()
+    trace_file = models.CharField(max_length=512)
+    grid_x = models.BigIntegerField()
+    grid_y = models.BigIntegerField()
+    grid_z = models.BigIntegerField()
+    block_x = models.BigIntegerField()
+    block_y = models.BigIntegerField()
+    block_z = models.BigIntegerField()
+    blocks = models.BigIntegerField()
+    threads = models.BigIntegerField()
+    total_insts = models.BigIntegerField(null=True, blank=True)
+    total_reported_insts = models.BigIntegerField(null=True, blank=True)
+    traced = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["trace", "ctx", "kernel_id"]
+        constraints = [
+            # Legacy single-context files have no ctx: NULL must still be unique.
+            models.UniqueConstraint(
+                fields=["trace", "ctx", "kernel_id"],
+                name="kernel_unique_launch",
+                nulls_distinct=False,
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.ctx or '-'}/{self.kernel_id} {self.name}"
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class ApiToken(models.Model):
+    """A Bearer token. Only its SHA-256 is stored: a leaked database leaks no token."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    prefix = models.CharField(max_length=8, editable=False, help_text="The token's first characters.")
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+
+    class Meta:
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"
+
+    @classmethod
+    def issue(cls, user) -> tuple["ApiToken", str]:
+        """Create a token for `user`; the plain token is returned once and never stored."""
+        token = secrets.token_urlsafe(32)
+        return cls.objects.create(user=user, digest=token_digest(token), prefix=token[:8]), token

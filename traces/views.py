@@ -1,0 +1,48 @@
+"""The Traces API: `GET /api/traces` and `GET /api/traces/{trace_id}`."""
+
+from django.http import HttpResponse, StreamingHttpResponse
+from rest_framework import viewsets
+from rest_framework.exceptions import NotFound
+from rest_framework.renderers import JSONRenderer
+from rest_framework.response import Response
+
+from traces import encoders
+from traces.models import TraceState
+
+# Below this many kernels a detail is sent in one piece, with a Content-Length.
+STREAM_KERNELS_ABOVE = 5000
+
+
+class TraceViewSet(viewsets.ViewSet):
+    """Traces as the API reference documents them.
+
+    JSON clients get bytes encoded by `traces.encoders` (no serializer per row); the
+    browsable API gets the same dicts through DRF's renderer.
+    """
+
+    # Trace ids are S3 folder names: dots, `+`, `@` and `=` included.
+    lookup_value_regex = "[^/]+"
+    lookup_url_kwarg = "trace_id"
+
+    def wants_json(self, request) -> bool:
+        return isinstance(request.accepted_renderer, JSONRenderer)
+
+    def list(self, request):
+        summaries = encoders.trace_summaries()
+        if self.wants_json(request):
+            return HttpResponse(encoders.encode_summaries(summaries), content_type="application/json")
+        return Response(summaries)
+
+    def retrieve(self, request, trace_id=None):
+        wants_json = self.wants_json(request)
+        head = encoders.trace_detail_head(trace_id, raw_metadata=wants_json)
+        if head is None:
+            raise NotFound(f"trace {trace_id} not found")
+        ready = head["state"] == TraceState.READY
+        if not wants_json:
+            return Response({**head, "kernels": encoders.kernels(trace_id) if ready else []})
+        rows = encoders.kernel_rows(trace_id) if ready else ()
+        body = encoders.encode_trace_detail(head, rows)
+        if ready and head["kernel_count"] > STREAM_KERNELS_ABOVE:
+            return StreamingHttpResponse(body, content_type="application/json")
+        return HttpResponse(b"".join(body), content_type="application/json")
