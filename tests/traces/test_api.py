@@ -264,7 +264,12 @@ def test_unknown_dotted_id_is_404_with_exact_body(api):
 
 
 def test_detail_keys_in_documented_order(api, make_trace):
-    metadata = {"status": "ok", "files": [], "trace_gpu_arch": "sm_86", "suggested_sim_config": "SM86_RTX3070"}
+    metadata = {
+        "status": "ok",
+        "files": [],
+        "trace_gpu_arch": "sm_86",
+        "suggested_sim_config": "SM86_RTX3070",
+    }
     make_trace("demo", state=TraceState.READY, metadata=metadata)
     detail = api.get("/api/traces/demo").json()
     assert list(detail) == DETAIL_KEYS

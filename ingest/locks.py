@@ -1,0 +1,56 @@
+"""One ingestion at a time per trace, across processes and machines.
+
+On PostgreSQL a session-level advisory lock: it is released when the holder's connection
+ends, so a killed pass frees its traces at once and the next pass picks them up. For the
+embedded SQLite mode (one machine) an flock on a file under VAR_DIR does the same job.
+"""
+
+import contextlib
+import hashlib
+from collections.abc import Iterator
+
+from django.conf import settings
+from django.db import connection
+
+# First key of the two-key advisory lock: Cascade's own namespace ("CA").
+ADVISORY_NAMESPACE = 0x4341
+
+
+@contextlib.contextmanager
+def trace_lock(trace_id: str) -> Iterator[bool]:
+    """Yields True with the trace's lock held, or False at once if another process holds it."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", [ADVISORY_NAMESPACE, trace_id])
+            acquired = cursor.fetchone()[0]
+        try:
+            yield acquired
+        finally:
+            if acquired:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", [ADVISORY_NAMESPACE, trace_id])
+        return
+    with _file_lock(trace_id) as acquired:
+        yield acquired
+
+
+@contextlib.contextmanager
+def _file_lock(trace_id: str) -> Iterator[bool]:
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): the embedded mode runs one poller
+        yield True
+        return
+    lock_dir = settings.VAR_DIR / "locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    path = lock_dir / hashlib.sha256(trace_id.encode()).hexdigest()[:32]
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

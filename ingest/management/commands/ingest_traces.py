@@ -1,0 +1,56 @@
+"""Poll the bucket: one pass, or `--watch` to keep polling (the embedded mode's poller)."""
+
+import time
+
+from django.core.management.base import BaseCommand, CommandError
+
+from ingest import bucket, passes
+
+
+class Command(BaseCommand):
+    help = "Register new uploads in the S3 bucket and parse every trace that is ready."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--trace", metavar="ID", help="only this trace (listed whatever its state)")
+        parser.add_argument("--reparse", action="store_true", help="read the files again even if unchanged")
+        parser.add_argument("--watch", action="store_true", help="keep polling until interrupted")
+        parser.add_argument(
+            "--interval", type=float, default=None, metavar="N", help="seconds between passes with --watch (5)"
+        )
+
+    def handle(self, *args, trace, reparse, watch, interval, **options):
+        if interval is not None and not watch:
+            raise CommandError("--interval goes with --watch")
+        if interval is not None and interval <= 0:
+            raise CommandError("--interval must be a positive number of seconds")
+        if not watch:
+            self.run_pass(trace, reparse)
+            return
+        try:
+            while True:
+                try:
+                    self.run_pass(trace, reparse)
+                    reparse = False  # re-read once, not on every pass
+                except (CommandError, KeyboardInterrupt):
+                    raise
+                except Exception as error:  # S3 or the database away: keep watching
+                    self.stderr.write(f"pass failed, retrying: {type(error).__name__}: {error}")
+                time.sleep(interval or 5)
+        except KeyboardInterrupt:
+            self.stdout.write("stopped")
+
+    def run_pass(self, trace_id, reparse):
+        started = time.monotonic()
+        result = passes.poll_bucket(trace_id=trace_id, reparse=reparse, progress=self.progress)
+        for change in result.changes:
+            self.stdout.write(str(change))
+        if trace_id is not None and not result.listed:
+            raise CommandError(f"no objects under {bucket.run_prefix(trace_id)} in bucket {bucket.bucket_name()}")
+        if trace_id is not None and not result.changes:
+            self.stdout.write(f"{trace_id}: nothing new")
+        self.stdout.write(f"pass: {result.summary()} in {time.monotonic() - started:.1f} s")
+        self.stdout.flush()
+
+    def progress(self, message):
+        self.stderr.write(message)
+        self.stderr.flush()

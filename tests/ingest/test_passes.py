@@ -1,0 +1,483 @@
+"""Poll passes against moto's S3 server and the database: the upload contract, end to end."""
+
+import io
+import os
+import signal
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+from ingest import bucket, passes
+from tests.ingest.conftest import PREFIX, STATS_HEADER, VECADD_CTX, stats_row
+from traces.models import Kernel, Trace, TraceState
+
+ROOT = Path(__file__).resolve().parents[2]
+OK = {"status": "ok", "trace_gpu_arch": "sm_86"}
+
+
+def kernels_of(trace_id: str) -> list[tuple]:
+    return list(
+        Kernel.objects.filter(trace_id=trace_id)
+        .order_by("ctx", "kernel_id")
+        .values_list("ctx", "kernel_id", "name", "total_insts", "traced")
+    )
+
+
+def run_command(*args) -> str:
+    out = io.StringIO()
+    call_command("ingest_traces", *args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Counts calls to the bucket's listing and reading functions."""
+    calls = {"list_run_objects": 0, "read_object": 0, "iter_object_lines": 0, "read_head": 0}
+
+    def counting(name):
+        real = getattr(bucket, name)
+
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        return wrapper
+
+    for name in calls:
+        monkeypatch.setattr(bucket, name, counting(name))
+    return calls
+
+
+# --- Registration and states --------------------------------------------------------------
+
+
+def test_trace_appears_uploading_with_its_first_file(db, upload):
+    upload("run1", {"configs/gpgpusim.config": "x" * 100})
+    output = run_command()
+    trace = Trace.objects.get(pk="run1")
+    assert trace.state == TraceState.UPLOADING
+    assert trace.bytes == 100
+    assert trace.kernel_count == 0
+    assert "run1: new -> uploading, 0 kernels, 100 bytes" in output
+    assert output.strip().splitlines()[-1].startswith("pass: 1 traces looked at, 1 changed")
+
+
+def test_bytes_and_updated_at_follow_new_files(db, upload):
+    upload("run1", {"configs/a": "x" * 100})
+    passes.poll_bucket()
+    first = Trace.objects.get(pk="run1")
+    upload("run1", {"configs/b": "y" * 50})
+    passes.poll_bucket()
+    second = Trace.objects.get(pk="run1")
+    assert second.bytes == 150
+    assert second.state == TraceState.UPLOADING
+    assert second.updated_at > first.updated_at
+    assert second.created_at == first.created_at
+
+
+def test_real_vecadd_fixture_becomes_ready(db, upload, vecadd_files):
+    upload("vecadd", vecadd_files, metadata=OK)
+    output = run_command()
+    trace = Trace.objects.get(pk="vecadd")
+    assert trace.state == TraceState.READY, trace.error
+    assert "vecadd: new -> ready, 1 kernels" in output
+    assert trace.kernel_count == 1
+    assert trace.trace_gpu_arch == "sm_86"
+    assert trace.suggested_sim_config == "SM86_RTX3070"
+    assert trace.metadata == OK
+    assert trace.bytes == sum(len(b) for b in vecadd_files.values()) + len(b'{"status":"ok","trace_gpu_arch":"sm_86"}')
+    kernel = Kernel.objects.get(trace=trace)
+    assert (kernel.ctx, kernel.kernel_id, kernel.name) == (VECADD_CTX, 1, "_Z6vecAddPdS_S_i")
+    assert kernel.trace_file == f"kernel-1-ctx_{VECADD_CTX}.trace.xz"
+    assert (kernel.grid_x, kernel.grid_y, kernel.grid_z, kernel.blocks) == (98, 1, 1, 98)
+    assert (kernel.block_x, kernel.block_y, kernel.block_z, kernel.threads) == (1024, 1, 1, 1024)
+    assert (kernel.total_insts, kernel.total_reported_insts, kernel.traced) == (50066, 50066, True)
+
+
+def test_ready_trace_through_the_api(db, api, upload, vecadd_files):
+    upload("vecadd", vecadd_files, metadata=OK)
+    passes.poll_bucket()
+    detail = api.get("/api/traces/vecadd").json()
+    assert detail["state"] == "ready"
+    assert detail["metadata"] == OK
+    assert [k["kernel_id"] for k in detail["kernels"]] == [1]
+
+
+def test_never_downloads_instruction_traces(db, upload, vecadd_files, monkeypatch):
+    read_keys = []
+    real = bucket.iter_object_lines
+    monkeypatch.setattr(bucket, "iter_object_lines", lambda key: read_keys.append(key) or real(key))
+    upload("vecadd", vecadd_files, metadata=OK)
+    passes.poll_bucket()
+    assert read_keys and not [key for key in read_keys if ".trace" in key]
+
+
+def test_metadata_fields_are_copied(db, upload, vecadd_files):
+    metadata = {
+        "status": "ok",
+        "model": "facebook/opt-125m",
+        "source_gpu": "NVIDIA H100 80GB HBM3",
+        "trace_gpu_arch": "sm_90",
+        "suggested_sim_config": "SM90_H200",
+        "layers": ["step 0 (prefill)", "step 2 (decode)"],
+        "custom": {"kept": [1, 2]},
+    }
+    upload("sample__opt", {**vecadd_files, "timeline.json": "[]", "timing.csv": "k,us\n"}, metadata=metadata)
+    passes.poll_bucket()
+    trace = Trace.objects.get(pk="sample__opt")
+    assert trace.state == TraceState.READY
+    assert (trace.model, trace.source_gpu, trace.trace_gpu_arch) == metadata_values(metadata)
+    assert trace.suggested_sim_config == "SM90_H200"
+    assert trace.layers == ["step 0 (prefill)", "step 2 (decode)"]
+    assert trace.metadata == metadata
+    assert (trace.has_step_timeline, trace.has_real_timing, trace.sample) == (True, True, True)
+
+
+def metadata_values(metadata):
+    return metadata["model"], metadata["source_gpu"], metadata["trace_gpu_arch"]
+
+
+def test_flags_are_false_without_timeline_timing_or_sample_prefix(db, upload, vecadd_files):
+    upload("plain", vecadd_files, metadata=OK)
+    passes.poll_bucket()
+    trace = Trace.objects.get(pk="plain")
+    assert (trace.has_step_timeline, trace.has_real_timing, trace.sample) == (False, False, False)
+    assert (trace.model, trace.source_gpu, trace.layers) == (None, None, [])
+
+
+@pytest.mark.parametrize(
+    ("arch", "config"),
+    [("sm_70", "SM7_QV100"), ("sm_75", "SM75_RTX2060"), ("sm_80", "SM80_A100"), ("sm_86", "SM86_RTX3070"),
+     ("sm_90", "SM90_H100"), ("sm_89", None)],
+)
+def test_config_derived_from_architecture(db, upload, vecadd_files, arch, config):
+    upload("run", vecadd_files, metadata={"status": "ok", "trace_gpu_arch": arch})
+    passes.poll_bucket()
+    assert Trace.objects.values_list("trace_gpu_arch", "suggested_sim_config").get() == (arch, config)
+
+
+@pytest.mark.parametrize(("config", "arch"), [("SM90_H100", "sm_90"), ("SM7_TITANV", "sm_70"), ("SM86_RTX3070", "sm_86")])
+def test_architecture_derived_from_config(db, upload, vecadd_files, config, arch):
+    upload("run", vecadd_files, metadata={"status": "ok", "suggested_sim_config": config})
+    passes.poll_bucket()
+    assert Trace.objects.values_list("trace_gpu_arch", "suggested_sim_config").get() == (arch, config)
+
+
+def test_profiler_failure(db, upload, vecadd_files):
+    upload("demo-failed", vecadd_files, metadata={"status": "failed", "trace_gpu_arch": "sm_86"})
+    output = run_command()
+    trace = Trace.objects.get(pk="demo-failed")
+    assert trace.state == TraceState.FAILED
+    assert trace.error == "profiler reported status 'failed' in metadata.json"
+    assert trace.kernel_count == 0
+    assert not Kernel.objects.exists()
+    assert trace.trace_gpu_arch == "sm_86"
+    assert trace.suggested_sim_config is None
+    assert "demo-failed: new -> failed, 0 kernels (profiler reported status 'failed' in metadata.json)" in output
+
+
+def test_waits_for_every_listed_file(db, upload, vecadd_files, s3):
+    from tests.conftest import TEST_BUCKET
+
+    stats_key = f"traces/stats_ctx_{VECADD_CTX}"
+    listed = [{"key": f"{PREFIX}run/{name}", "bytes": len(body)} for name, body in vecadd_files.items()]
+    partial = {name: body for name, body in vecadd_files.items() if name != stats_key}
+    upload("run", partial, metadata={**OK, "files": listed})
+    passes.poll_bucket()
+    assert Trace.objects.get(pk="run").state == TraceState.UPLOADING
+    # A file of the wrong size does not count either.
+    s3.put_object(Bucket=TEST_BUCKET, Key=f"{PREFIX}run/{stats_key}", Body=b"partial")
+    passes.poll_bucket()
+    assert Trace.objects.get(pk="run").state == TraceState.UPLOADING
+    s3.put_object(Bucket=TEST_BUCKET, Key=f"{PREFIX}run/{stats_key}", Body=vecadd_files[stats_key])
+    passes.poll_bucket()
+    trace = Trace.objects.get(pk="run")
+    assert (trace.state, trace.kernel_count) == (TraceState.READY, 1)
+
+
+def test_listed_files_that_never_arrive_fail_after_the_timeout(db, upload, vecadd_files, settings):
+    listed = [{"key": f"{PREFIX}run/traces/missing-{n}", "bytes": 10} for n in range(12)]
+    upload("run", vecadd_files, metadata={**OK, "files": listed})
+    passes.poll_bucket()
+    assert Trace.objects.get(pk="run").state == TraceState.UPLOADING
+    Trace.objects.update(files_changed_at=timezone.now() - timedelta(seconds=settings.CASCADE_UPLOAD_TIMEOUT - 60))
+    passes.poll_bucket()
+    assert Trace.objects.get(pk="run").state == TraceState.UPLOADING
+    Trace.objects.update(files_changed_at=timezone.now() - timedelta(seconds=settings.CASCADE_UPLOAD_TIMEOUT + 1))
+    passes.poll_bucket()
+    trace = Trace.objects.get(pk="run")
+    assert trace.state == TraceState.FAILED
+    assert trace.error.startswith("upload incomplete: 12 file(s) listed in metadata.json did not arrive")
+    assert f"{PREFIX}run/traces/missing-0" in trace.error and "and 2 more" in trace.error
+
+
+def test_upload_without_metadata_stays_uploading(db, upload, vecadd_files):
+    upload("run", vecadd_files)
+    passes.poll_bucket()
+    passes.poll_bucket()
+    assert Trace.objects.get(pk="run").state == TraceState.UPLOADING
+
+
+# --- Tracer formats -----------------------------------------------------------------------
+
+
+def test_several_contexts_later_ones_without_header(db, upload):
+    files = {
+        "traces/stats_ctx_0xaaaa": STATS_HEADER + stats_row(1, "0xaaaa") + stats_row(2, "0xaaaa"),
+        "traces/stats_ctx_0xbbbb": stats_row(1, "0xbbbb", insts=7) + stats_row(2, "0xbbbb") + stats_row(3, "0xbbbb"),
+        "traces/kernelslist_ctx_0xaaaa": "MemcpyHtoD,0x1,8\nkernel-2-ctx_0xaaaa.trace.xz\n",
+        "traces/kernelslist_ctx_0xbbbb": "kernel-1-ctx_0xbbbb.trace.xz\nkernel-3-ctx_0xbbbb.trace.xz\n",
+    }
+    upload("multi", files, metadata=OK)
+    passes.poll_bucket()
+    assert Trace.objects.get(pk="multi").kernel_count == 5
+    assert [(ctx, kid, traced) for ctx, kid, _, _, traced in kernels_of("multi")] == [
+        ("0xaaaa", 1, False),
+        ("0xaaaa", 2, True),
+        ("0xbbbb", 1, True),
+        ("0xbbbb", 2, False),
+        ("0xbbbb", 3, True),
+    ]
+
+
+def test_header_extra_columns_apply_to_every_context(db, upload):
+    header = STATS_HEADER.rstrip("\n") + ", latency\n"
+    row = "kernel-1-ctx_{c}.trace.xz, void f<1, 2>(), 1, 1, 1, 1, 32, 1, 1, 32, 5,6, 777\n"
+    files = {"traces/stats_ctx_0xbbbb": row.format(c="0xbbbb"), "traces/stats_ctx_0xaaaa": header + row.format(c="0xaaaa")}
+    upload("fork", files, metadata=OK)
+    passes.poll_bucket()
+    assert Trace.objects.get(pk="fork").state == TraceState.READY
+    assert [(ctx, name, insts) for ctx, _, name, insts, _ in kernels_of("fork")] == [
+        ("0xaaaa", "void f<1, 2>()", 5),
+        ("0xbbbb", "void f<1, 2>()", 5),
+    ]
+
+
+def test_legacy_stats_csv(db, upload):
+    files = {
+        "traces/stats.csv": STATS_HEADER + stats_row(1, None) + stats_row(2, None),
+        "traces/kernelslist": "MemcpyHtoD,0x1,8\nkernel-1.trace\n",
+    }
+    upload("legacy", files, metadata=OK)
+    passes.poll_bucket()
+    assert [(ctx, kid, traced) for ctx, kid, _, _, traced in kernels_of("legacy")] == [(None, 1, True), (None, 2, False)]
+
+
+def test_demangled_names_negative_values_crlf_and_unfinished_last_row(db, upload):
+    stats = (
+        STATS_HEADER
+        + "kernel-1-ctx_0xaaaa.trace.xz, void at::native::f<float, 4>(int, float*), 98, 1, 1, 98, 1024, 1, 1, 1024, -2,-2\n"
+        + "kernel-2-ctx_0xaaaa.trace.xz, _Z1gv, 4, 1, 1, 4, 64, 1, 1, 64"
+    ).replace("\n", "\r\n")
+    upload("tricky", {"traces/stats_ctx_0xaaaa": stats}, metadata=OK)
+    passes.poll_bucket()
+    trace = Trace.objects.get(pk="tricky")
+    assert (trace.state, trace.kernel_count) == (TraceState.READY, 2)
+    assert [(name, insts) for _, _, name, insts, _ in kernels_of("tricky")] == [
+        ("void at::native::f<float, 4>(int, float*)", 2**32 - 2),
+        ("_Z1gv", None),
+    ]
+
+
+def test_more_than_a_thousand_objects(db, upload):
+    files = {f"traces/kernel-{n}-ctx_0xaaaa.trace.xz": b"x" for n in range(1, 1101)}
+    files["traces/stats_ctx_0xaaaa"] = STATS_HEADER + "".join(stats_row(n, "0xaaaa") for n in range(1, 1101))
+    upload("big", files, metadata=OK)
+    passes.poll_bucket()
+    trace = Trace.objects.get(pk="big")
+    assert (trace.state, trace.kernel_count) == (TraceState.READY, 1100)
+    assert len(trace.files) == 1102
+    assert trace.bytes == sum(len(b) if isinstance(b, bytes) else len(b.encode()) for b in files.values()) + len(
+        b'{"status":"ok","trace_gpu_arch":"sm_86"}'
+    )
+
+
+# --- Bad input ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("files", "metadata", "error"),
+    [
+        ({}, b"{not json", "metadata.json is not valid JSON"),
+        ({}, b'["status", "ok"]', "metadata.json must be a JSON object, not list"),
+        ({}, b'{"status": "ok", "layers": "step 0"}', "metadata.json: 'layers' must be a list of strings"),
+        ({}, b'{"status": "ok", "files": "all"}', 'metadata.json: "files" must be a list'),
+        ({}, b'{"trace_gpu_arch": "sm_90"}', 'metadata.json has no "status"'),
+        ({"traces/stats_ctx_0xaaaa": STATS_HEADER + "kernel-1-ctx_0xaaaa.trace.xz, _Z1f, 1, 1\n"}, None,
+         "traces/stats_ctx_0xaaaa: line 2: expected 12 comma-separated fields"),
+        ({"traces/stats_ctx_0xaaaa": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"}, None,
+         "traces/stats_ctx_0xaaaa: line 1: binary data"),
+        ({"traces/stats_ctx_0xaaaa": STATS_HEADER, "traces/kernelslist_ctx_0xaaaa": b"\xff\xfe\x00"}, None,
+         "traces/kernelslist_ctx_0xaaaa: line 1: binary data"),
+        ({"configs/gpgpusim.config": "x"}, None, "no stats file in the upload"),
+    ],
+    ids=["invalid-json", "not-an-object", "bad-layers", "bad-files", "no-status", "malformed-line", "binary-stats",
+         "binary-kernelslist", "no-stats"],
+)
+def test_bad_input_fails_that_trace_only(db, upload, vecadd_files, files, metadata, error):
+    upload("good", vecadd_files, metadata=OK)
+    upload("bad", files or vecadd_files, metadata=metadata if metadata is not None else OK)
+    passes.poll_bucket()
+    bad = Trace.objects.get(pk="bad")
+    assert bad.state == TraceState.FAILED
+    assert bad.error.startswith(error), bad.error
+    assert bad.kernel_count == 0
+    assert not Kernel.objects.filter(trace=bad).exists()
+    assert Trace.objects.get(pk="good").state == TraceState.READY
+
+
+def test_file_far_too_large_for_a_stats_file(db, upload, vecadd_files, settings, spy):
+    settings.CASCADE_MAX_STATS_BYTES = 100
+    upload("huge", vecadd_files, metadata=OK)
+    passes.poll_bucket()
+    trace = Trace.objects.get(pk="huge")
+    assert trace.state == TraceState.FAILED
+    assert trace.error == (
+        f"traces/stats_ctx_{VECADD_CTX}: 254 bytes is far too large for a tracer stats file (CASCADE_MAX_STATS_BYTES is 100)"
+    )
+    assert spy["iter_object_lines"] == 0
+
+
+def test_failed_trace_is_retried_only_when_its_files_change(db, upload, vecadd_files, spy):
+    broken = {**vecadd_files, f"traces/stats_ctx_{VECADD_CTX}": STATS_HEADER + "garbage\n"}
+    upload("run", broken, metadata=OK)
+    passes.poll_bucket()
+    assert Trace.objects.get(pk="run").state == TraceState.FAILED
+    reads = spy["iter_object_lines"] + spy["read_object"]
+    assert passes.poll_bucket().changes == []
+    assert spy["iter_object_lines"] + spy["read_object"] == reads
+    upload("run", vecadd_files, metadata=OK)
+    result = passes.poll_bucket()
+    trace = Trace.objects.get(pk="run")
+    assert (trace.state, trace.error, trace.kernel_count) == (TraceState.READY, None, 1)
+    assert [str(change) for change in result.changes] == ["run: failed -> ready, 1 kernels"]
+
+
+def test_a_ready_trace_that_fails_on_reparse_loses_its_kernels(db, upload, vecadd_files):
+    upload("run", vecadd_files, metadata=OK)
+    passes.poll_bucket()
+    upload("run", {}, metadata={"status": "crashed"})
+    passes.poll_bucket(trace_id="run")
+    trace = Trace.objects.get(pk="run")
+    assert (trace.state, trace.kernel_count) == (TraceState.FAILED, 0)
+    assert not Kernel.objects.exists()
+
+
+# --- Idempotency and cost -----------------------------------------------------------------
+
+
+def test_a_pass_with_nothing_new_writes_and_downloads_nothing(db, upload, vecadd_files, spy, django_assert_max_num_queries):
+    upload("ready", vecadd_files, metadata=OK)
+    upload("waiting", {"configs/a": "x"})
+    upload("failed", vecadd_files, metadata={"status": "failed"})
+    passes.poll_bucket()
+    before = dict(Trace.objects.values_list("id", "updated_at"))
+    downloads = spy["read_object"] + spy["iter_object_lines"] + spy["read_head"]
+    listings = spy["list_run_objects"]
+    result = passes.poll_bucket()
+    assert result.changes == []
+    assert dict(Trace.objects.values_list("id", "updated_at")) == before
+    assert spy["read_object"] + spy["iter_object_lines"] + spy["read_head"] == downloads
+    # The ready trace is not listed again; the unfinished ones are.
+    assert spy["list_run_objects"] - listings == 2
+
+
+def test_reparse_replaces_kernels_never_appends(db, upload, vecadd_files):
+    upload("run", vecadd_files, metadata=OK)
+    passes.poll_bucket()
+    first_ids = list(Kernel.objects.values_list("pk", flat=True))
+    output = run_command("--reparse")
+    assert "run: ready -> ready, 1 kernels" in output
+    assert Kernel.objects.count() == 1
+    assert list(Kernel.objects.values_list("pk", flat=True)) != first_ids
+
+
+def test_trace_option_limits_the_pass_to_one_trace(db, upload, vecadd_files):
+    upload("one", vecadd_files, metadata=OK)
+    upload("two", vecadd_files, metadata=OK)
+    output = run_command("--trace", "one")
+    assert "one: new -> ready, 1 kernels" in output
+    assert list(Trace.objects.values_list("id", flat=True)) == ["one"]
+    assert "one: nothing new" in run_command("--trace", "one")
+
+
+def test_trace_option_with_unknown_trace_is_an_error(db, s3):
+    with pytest.raises(CommandError, match=f"no objects under {PREFIX}nope/ in bucket"):
+        run_command("--trace", "nope")
+
+
+def test_interval_without_watch_is_an_error(db, s3):
+    with pytest.raises(CommandError, match="--interval goes with --watch"):
+        run_command("--interval", "3")
+
+
+def test_missing_bucket_setting_is_explained(db, settings):
+    settings.STORAGES = {**settings.STORAGES, "traces": {**settings.STORAGES["traces"], "OPTIONS": {"bucket_name": ""}}}
+    with pytest.raises(Exception, match="CASCADE_S3_BUCKET is not set"):
+        run_command()
+
+
+# --- Concurrency and crashes (separate processes, PostgreSQL) --------------------------------
+
+
+def big_stats(count: int, ctx: str = "0xaaaa") -> str:
+    return STATS_HEADER + "".join(
+        f"kernel-{n}-ctx_{ctx}.trace.xz, _ZN2at6native29vectorized_elementwise_kernelILi4EEEvi, "
+        f"{n % 100 + 1}, 1, 1, {n % 100 + 1}, 256, 1, 1, 256, {n * 7},{n * 7}\n"
+        for n in range(1, count + 1)
+    )
+
+
+def start_pass(child_env, *args) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "manage.py", "ingest_traces", *args],
+        cwd=ROOT,
+        env=child_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.slow
+def test_two_concurrent_passes_parse_each_trace_once(on_postgres, transactional_db, upload, child_env):
+    for n in range(4):
+        upload(f"run{n}", {"traces/stats_ctx_0xaaaa": big_stats(20_000)}, metadata=OK)
+    first, second = start_pass(child_env), start_pass(child_env)
+    outputs = [process.communicate(timeout=240) for process in (first, second)]
+    assert [first.returncode, second.returncode] == [0, 0], outputs
+    readied = [line for out, _ in outputs for line in out.splitlines() if "-> ready" in line]
+    assert sorted(line.split(":")[0] for line in readied) == ["run0", "run1", "run2", "run3"]
+    for n in range(4):
+        trace = Trace.objects.get(pk=f"run{n}")
+        assert (trace.state, trace.kernel_count) == (TraceState.READY, 20_000)
+        assert Kernel.objects.filter(trace=trace).count() == 20_000
+
+
+@pytest.mark.slow
+def test_a_pass_killed_mid_parse_is_finished_by_the_next(on_postgres, transactional_db, upload, child_env):
+    count = 250_000
+    upload("killed", {"traces/stats_ctx_0xaaaa": big_stats(count)}, metadata=OK)
+    process = start_pass(child_env)
+    # The pass reports progress every 100,000 kernels: kill it then, mid-transaction.
+    for line in process.stderr:
+        if "100000 kernels read" in line:
+            os.kill(process.pid, signal.SIGKILL)
+            break
+    process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL
+    trace = Trace.objects.get(pk="killed")
+    assert trace.state == TraceState.PARSING
+    assert not Kernel.objects.filter(trace=trace).exists()
+    rerun = start_pass(child_env)
+    out, err = rerun.communicate(timeout=240)
+    assert rerun.returncode == 0, err
+    assert "killed: parsing -> ready, 250000 kernels" in out
+    trace.refresh_from_db()
+    assert (trace.state, trace.kernel_count) == (TraceState.READY, count)
+    assert Kernel.objects.filter(trace=trace).count() == count

@@ -1,0 +1,77 @@
+"""Writes to the registry that more than one caller needs (ingestion, the admin)."""
+
+from collections.abc import Iterable
+from itertools import islice
+
+from django.db import connection, transaction
+
+from traces.models import Kernel, Trace, TraceState
+
+# Columns in the order rows are handed to `kernels_replace`.
+KERNEL_LOAD_COLUMNS = (
+    "ctx",
+    "kernel_id",
+    "name",
+    "trace_file",
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "block_x",
+    "block_y",
+    "block_z",
+    "blocks",
+    "threads",
+    "total_insts",
+    "total_reported_insts",
+    "traced",
+)
+BULK_CREATE_BATCH = 5000
+
+
+def kernels_replace(trace_id: str, rows: Iterable[tuple]) -> int:
+    """Replace a trace's kernels with `rows` (KERNEL_LOAD_COLUMNS order); returns the count.
+
+    Must run inside the caller's transaction, so that readers see the old kernels or the new
+    ones, never a mix. On PostgreSQL rows stream through COPY (several times faster than
+    INSERTs, memory flat); elsewhere they are bulk-inserted in batches.
+    """
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("kernels_replace must run inside transaction.atomic()")
+    Kernel.objects.filter(trace_id=trace_id)._raw_delete(using=Kernel.objects.db)
+    if connection.vendor == "postgresql":
+        return _copy_kernels(trace_id, rows)
+    return _bulk_create_kernels(trace_id, rows)
+
+
+def _copy_kernels(trace_id: str, rows: Iterable[tuple]) -> int:
+    table = connection.ops.quote_name(Kernel._meta.db_table)
+    columns = ", ".join(connection.ops.quote_name(c) for c in ("trace_id", *KERNEL_LOAD_COLUMNS))
+    count = 0
+    with connection.cursor() as cursor:
+        with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row((trace_id, *row))
+                count += 1
+    return count
+
+
+def _bulk_create_kernels(trace_id: str, rows: Iterable[tuple]) -> int:
+    count = 0
+    iterator = iter(rows)
+    while batch := list(islice(iterator, BULK_CREATE_BATCH)):
+        Kernel.objects.bulk_create(
+            Kernel(trace_id=trace_id, **dict(zip(KERNEL_LOAD_COLUMNS, row, strict=True))) for row in batch
+        )
+        count += len(batch)
+    return count
+
+
+def trace_mark_failed(trace_id: str, error: str) -> None:
+    """Mark a trace failed with `error` and drop its kernels (an operator's decision, or ingestion's)."""
+    with transaction.atomic():
+        trace = Trace.objects.select_for_update().get(pk=trace_id)
+        Kernel.objects.filter(trace_id=trace_id)._raw_delete(using=Kernel.objects.db)
+        trace.state = TraceState.FAILED
+        trace.error = error
+        trace.kernel_count = 0
+        trace.save(update_fields=["state", "error", "kernel_count"])
