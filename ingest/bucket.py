@@ -48,7 +48,9 @@ def run_prefix(run_id: str) -> str:
 def traces_storage():
     storage = storages["traces"]
     if not storage.bucket_name:
-        raise ImproperlyConfigured("CASCADE_S3_BUCKET is not set: Cascade needs the bucket the profiler uploads to.")
+        raise ImproperlyConfigured(
+            "CASCADE_S3_BUCKET is not set: Cascade needs the bucket the profiler uploads to."
+        )
     return storage
 
 
@@ -75,7 +77,9 @@ def list_run_objects(run_id: str) -> list[S3Object]:
     """Every object of one run, sorted by key."""
     paginator = client().get_paginator("list_objects_v2")
     objects = [
-        S3Object(key=item["Key"], size=item["Size"], etag=item["ETag"], last_modified=item.get("LastModified"))
+        S3Object(
+            key=item["Key"], size=item["Size"], etag=item["ETag"], last_modified=item.get("LastModified")
+        )
         for page in paginator.paginate(Bucket=bucket_name(), Prefix=run_prefix(run_id))
         for item in page.get("Contents", ())
     ]

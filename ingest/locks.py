@@ -28,7 +28,9 @@ def trace_lock(trace_id: str) -> Iterator[bool]:
         finally:
             if acquired:
                 with connection.cursor() as cursor:
-                    cursor.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", [ADVISORY_NAMESPACE, trace_id])
+                    cursor.execute(
+                        "SELECT pg_advisory_unlock(%s, hashtext(%s))", [ADVISORY_NAMESPACE, trace_id]
+                    )
         return
     with _file_lock(trace_id) as acquired:
         yield acquired

@@ -108,7 +108,9 @@ class PassResult:
 # --- The pass -----------------------------------------------------------------------------
 
 
-def poll_bucket(*, trace_id: str | None = None, reparse: bool = False, progress: Progress | None = None) -> PassResult:
+def poll_bucket(
+    *, trace_id: str | None = None, reparse: bool = False, progress: Progress | None = None
+) -> PassResult:
     """One whole pass: register what landed, then parse every trace that is ready, inline."""
     scan = scan_bucket(trace_id=trace_id, reparse=reparse)
     changes = {change.trace_id: change for change in scan.changes}
@@ -151,7 +153,9 @@ def scan_bucket(*, trace_id: str | None = None, reparse: bool = False) -> Scan:
     return scan
 
 
-def ingest_trace(trace_id: str, *, reparse: bool = False, progress: Progress | None = None) -> TraceChange | None:
+def ingest_trace(
+    trace_id: str, *, reparse: bool = False, progress: Progress | None = None
+) -> TraceChange | None:
     """Bring one trace up to date with its objects; None if there was nothing to do.
 
     Returns None at once when another process holds the trace. Raises botocore errors
@@ -249,7 +253,9 @@ def decide(trace: Trace, objects: list[S3Object], *, progress: Progress | None) 
     if missing:
         if upload_timed_out(trace):
             shown = ", ".join(missing[:MISSING_KEYS_SHOWN])
-            more = f" and {len(missing) - MISSING_KEYS_SHOWN} more" if len(missing) > MISSING_KEYS_SHOWN else ""
+            more = (
+                f" and {len(missing) - MISSING_KEYS_SHOWN} more" if len(missing) > MISSING_KEYS_SHOWN else ""
+            )
             raise TraceInputError(
                 f"upload incomplete: {len(missing)} file(s) listed in metadata.json did not arrive within "
                 f"CASCADE_UPLOAD_TIMEOUT ({settings.CASCADE_UPLOAD_TIMEOUT} s) of the last new file: {shown}{more}"
@@ -282,7 +288,9 @@ def read_metadata(obj: S3Object) -> dict:
         raise TraceInputError(f"metadata.json must be a JSON object, not {type(metadata).__name__}")
     for key in METADATA_STRINGS:
         if metadata.get(key) is not None and not isinstance(metadata[key], str):
-            raise TraceInputError(f"metadata.json: {key!r} must be a string, not {type(metadata[key]).__name__}")
+            raise TraceInputError(
+                f"metadata.json: {key!r} must be a string, not {type(metadata[key]).__name__}"
+            )
     layers = metadata.get("layers")
     if layers is not None and not (isinstance(layers, list) and all(isinstance(x, str) for x in layers)):
         raise TraceInputError("metadata.json: 'layers' must be a list of strings")
@@ -383,7 +391,9 @@ def stats_sources(objects: list[S3Object]) -> list[StatsSource]:
 def parse_into(trace: Trace, objects: list[S3Object], current: str, *, progress: Progress | None) -> None:
     sources = stats_sources(objects)
     if not sources:
-        raise TraceInputError("no stats file in the upload: expected traces/stats_ctx_0x<ctx> or traces/stats.csv")
+        raise TraceInputError(
+            "no stats file in the upload: expected traces/stats_ctx_0x<ctx> or traces/stats.csv"
+        )
     for source in sources:
         for obj in (source.stats, source.kernelslist):
             if obj is not None and obj.size > settings.CASCADE_MAX_STATS_BYTES:
@@ -422,7 +432,9 @@ def header_extra_columns(sources: list[StatsSource]) -> int:
     return 0
 
 
-def kernel_rows(trace_id: str, sources: list[StatsSource], extra_columns: int, progress: Progress | None) -> Iterator[tuple]:
+def kernel_rows(
+    trace_id: str, sources: list[StatsSource], extra_columns: int, progress: Progress | None
+) -> Iterator[tuple]:
     """Rows for `kernels_replace`, streamed file after file; bad input raises TraceInputError."""
     count = 0
     for source in sources:

@@ -127,7 +127,9 @@ def parse_stats_lines(lines: Iterable[bytes], *, extra_columns: int = 0) -> Iter
             continue
         row = parse_stats_row(line, number, is_last=is_last, extra_columns=extra_columns)
         if row.kernel_id <= previous_id:
-            raise StatsError(number, f"kernel id {row.kernel_id} after kernel id {previous_id}: ids must increase")
+            raise StatsError(
+                number, f"kernel id {row.kernel_id} after kernel id {previous_id}: ids must increase"
+            )
         previous_id = row.kernel_id
         yield row
 
@@ -173,7 +175,8 @@ def parse_stats_row(line: str, number: int, *, is_last: bool, extra_columns: int
     gx, gy, gz, blocks, bx, by, bz, threads, insts, reported = numbers
     columns = ("grid_dimX", "grid_dimY", "grid_dimZ", "#blocks", "block_dimX", "block_dimY", "block_dimZ")
     gx, gy, gz, blocks, bx, by, bz = (
-        as_unsigned(value, number, column) for value, column in zip((gx, gy, gz, blocks, bx, by, bz), columns)
+        as_unsigned(value, number, column)
+        for value, column in zip((gx, gy, gz, blocks, bx, by, bz), columns, strict=True)
     )
     threads = as_unsigned(threads, number, "#threads")
     if insts is not None:

@@ -13,7 +13,9 @@ from traces.models import ApiToken, Trace
 @pytest.fixture
 def on_postgres():
     if connection.vendor != "postgresql":
-        pytest.skip("needs PostgreSQL (set DATABASE_URL=postgres://...): the test checks PostgreSQL behaviour")
+        pytest.skip(
+            "needs PostgreSQL (set DATABASE_URL=postgres://...): the test checks PostgreSQL behaviour"
+        )
 
 
 @pytest.fixture
@@ -74,8 +76,9 @@ def s3(s3_server, settings):
     Returns a boto3 client for the test to upload with; the code under test goes through
     the `traces` storage configured by the settings, exactly as in production.
     """
-    import boto3
     import urllib.request
+
+    import boto3
 
     urllib.request.urlopen(urllib.request.Request(f"{s3_server}/moto-api/reset", method="POST")).close()
     settings.CASCADE_S3_BUCKET = TEST_BUCKET

@@ -4,7 +4,6 @@ import hashlib
 import secrets
 
 import orjson
-
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
@@ -63,6 +62,13 @@ class Trace(models.Model):
     def __str__(self) -> str:
         return self.id
 
+    def save(self, *args, **kwargs):
+        update_fields = kwargs.get("update_fields")
+        self.updated_at = timezone.now()
+        if update_fields is not None:
+            kwargs["update_fields"] = {*update_fields, "updated_at"}
+        super().save(*args, **kwargs)
+
     @property
     def metadata(self) -> dict | None:
         return None if self.metadata_json is None else orjson.loads(self.metadata_json)
@@ -70,13 +76,6 @@ class Trace(models.Model):
     @metadata.setter
     def metadata(self, value: dict | None) -> None:
         self.metadata_json = None if value is None else orjson.dumps(value).decode()
-
-    def save(self, *args, **kwargs):
-        update_fields = kwargs.get("update_fields")
-        self.updated_at = timezone.now()
-        if update_fields is not None:
-            kwargs["update_fields"] = {*update_fields, "updated_at"}
-        super().save(*args, **kwargs)
 
 
 class Kernel(models.Model):

@@ -10,7 +10,9 @@ PREFIX = "accelsim-traces/"
 VECADD_CTX = "0x6165bdd7ec90"
 
 
-def stats_row(kernel_id: int, ctx: str | None = VECADD_CTX, name: str = "_Z6vecAddPdS_S_i", insts: int = 50066) -> str:
+def stats_row(
+    kernel_id: int, ctx: str | None = VECADD_CTX, name: str = "_Z6vecAddPdS_S_i", insts: int = 50066
+) -> str:
     trace_file = f"kernel-{kernel_id}-ctx_{ctx}.trace.xz" if ctx else f"kernel-{kernel_id}.trace"
     return f"{trace_file}, {name}, 98, 1, 1, 98, 1024, 1, 1, 1024, {insts},{insts}\n"
 

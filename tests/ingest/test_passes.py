@@ -90,7 +90,9 @@ def test_real_vecadd_fixture_becomes_ready(db, upload, vecadd_files):
     assert trace.trace_gpu_arch == "sm_86"
     assert trace.suggested_sim_config == "SM86_RTX3070"
     assert trace.metadata == OK
-    assert trace.bytes == sum(len(b) for b in vecadd_files.values()) + len(b'{"status":"ok","trace_gpu_arch":"sm_86"}')
+    assert trace.bytes == sum(len(b) for b in vecadd_files.values()) + len(
+        b'{"status":"ok","trace_gpu_arch":"sm_86"}'
+    )
     kernel = Kernel.objects.get(trace=trace)
     assert (kernel.ctx, kernel.kernel_id, kernel.name) == (VECADD_CTX, 1, "_Z6vecAddPdS_S_i")
     assert kernel.trace_file == f"kernel-1-ctx_{VECADD_CTX}.trace.xz"
@@ -152,8 +154,14 @@ def test_flags_are_false_without_timeline_timing_or_sample_prefix(db, upload, ve
 
 @pytest.mark.parametrize(
     ("arch", "config"),
-    [("sm_70", "SM7_QV100"), ("sm_75", "SM75_RTX2060"), ("sm_80", "SM80_A100"), ("sm_86", "SM86_RTX3070"),
-     ("sm_90", "SM90_H100"), ("sm_89", None)],
+    [
+        ("sm_70", "SM7_QV100"),
+        ("sm_75", "SM75_RTX2060"),
+        ("sm_80", "SM80_A100"),
+        ("sm_86", "SM86_RTX3070"),
+        ("sm_90", "SM90_H100"),
+        ("sm_89", None),
+    ],
 )
 def test_config_derived_from_architecture(db, upload, vecadd_files, arch, config):
     upload("run", vecadd_files, metadata={"status": "ok", "trace_gpu_arch": arch})
@@ -161,7 +169,9 @@ def test_config_derived_from_architecture(db, upload, vecadd_files, arch, config
     assert Trace.objects.values_list("trace_gpu_arch", "suggested_sim_config").get() == (arch, config)
 
 
-@pytest.mark.parametrize(("config", "arch"), [("SM90_H100", "sm_90"), ("SM7_TITANV", "sm_70"), ("SM86_RTX3070", "sm_86")])
+@pytest.mark.parametrize(
+    ("config", "arch"), [("SM90_H100", "sm_90"), ("SM7_TITANV", "sm_70"), ("SM86_RTX3070", "sm_86")]
+)
 def test_architecture_derived_from_config(db, upload, vecadd_files, config, arch):
     upload("run", vecadd_files, metadata={"status": "ok", "suggested_sim_config": config})
     passes.poll_bucket()
@@ -178,7 +188,9 @@ def test_profiler_failure(db, upload, vecadd_files):
     assert not Kernel.objects.exists()
     assert trace.trace_gpu_arch == "sm_86"
     assert trace.suggested_sim_config is None
-    assert "demo-failed: new -> failed, 0 kernels (profiler reported status 'failed' in metadata.json)" in output
+    assert (
+        "demo-failed: new -> failed, 0 kernels (profiler reported status 'failed' in metadata.json)" in output
+    )
 
 
 def test_waits_for_every_listed_file(db, upload, vecadd_files, s3):
@@ -205,10 +217,14 @@ def test_listed_files_that_never_arrive_fail_after_the_timeout(db, upload, vecad
     upload("run", vecadd_files, metadata={**OK, "files": listed})
     passes.poll_bucket()
     assert Trace.objects.get(pk="run").state == TraceState.UPLOADING
-    Trace.objects.update(files_changed_at=timezone.now() - timedelta(seconds=settings.CASCADE_UPLOAD_TIMEOUT - 60))
+    Trace.objects.update(
+        files_changed_at=timezone.now() - timedelta(seconds=settings.CASCADE_UPLOAD_TIMEOUT - 60)
+    )
     passes.poll_bucket()
     assert Trace.objects.get(pk="run").state == TraceState.UPLOADING
-    Trace.objects.update(files_changed_at=timezone.now() - timedelta(seconds=settings.CASCADE_UPLOAD_TIMEOUT + 1))
+    Trace.objects.update(
+        files_changed_at=timezone.now() - timedelta(seconds=settings.CASCADE_UPLOAD_TIMEOUT + 1)
+    )
     passes.poll_bucket()
     trace = Trace.objects.get(pk="run")
     assert trace.state == TraceState.FAILED
@@ -229,7 +245,9 @@ def test_upload_without_metadata_stays_uploading(db, upload, vecadd_files):
 def test_several_contexts_later_ones_without_header(db, upload):
     files = {
         "traces/stats_ctx_0xaaaa": STATS_HEADER + stats_row(1, "0xaaaa") + stats_row(2, "0xaaaa"),
-        "traces/stats_ctx_0xbbbb": stats_row(1, "0xbbbb", insts=7) + stats_row(2, "0xbbbb") + stats_row(3, "0xbbbb"),
+        "traces/stats_ctx_0xbbbb": stats_row(1, "0xbbbb", insts=7)
+        + stats_row(2, "0xbbbb")
+        + stats_row(3, "0xbbbb"),
         "traces/kernelslist_ctx_0xaaaa": "MemcpyHtoD,0x1,8\nkernel-2-ctx_0xaaaa.trace.xz\n",
         "traces/kernelslist_ctx_0xbbbb": "kernel-1-ctx_0xbbbb.trace.xz\nkernel-3-ctx_0xbbbb.trace.xz\n",
     }
@@ -248,7 +266,10 @@ def test_several_contexts_later_ones_without_header(db, upload):
 def test_header_extra_columns_apply_to_every_context(db, upload):
     header = STATS_HEADER.rstrip("\n") + ", latency\n"
     row = "kernel-1-ctx_{c}.trace.xz, void f<1, 2>(), 1, 1, 1, 1, 32, 1, 1, 32, 5,6, 777\n"
-    files = {"traces/stats_ctx_0xbbbb": row.format(c="0xbbbb"), "traces/stats_ctx_0xaaaa": header + row.format(c="0xaaaa")}
+    files = {
+        "traces/stats_ctx_0xbbbb": row.format(c="0xbbbb"),
+        "traces/stats_ctx_0xaaaa": header + row.format(c="0xaaaa"),
+    }
     upload("fork", files, metadata=OK)
     passes.poll_bucket()
     assert Trace.objects.get(pk="fork").state == TraceState.READY
@@ -265,7 +286,10 @@ def test_legacy_stats_csv(db, upload):
     }
     upload("legacy", files, metadata=OK)
     passes.poll_bucket()
-    assert [(ctx, kid, traced) for ctx, kid, _, _, traced in kernels_of("legacy")] == [(None, 1, True), (None, 2, False)]
+    assert [(ctx, kid, traced) for ctx, kid, _, _, traced in kernels_of("legacy")] == [
+        (None, 1, True),
+        (None, 2, False),
+    ]
 
 
 def test_demangled_names_negative_values_crlf_and_unfinished_last_row(db, upload):
@@ -292,9 +316,9 @@ def test_more_than_a_thousand_objects(db, upload):
     trace = Trace.objects.get(pk="big")
     assert (trace.state, trace.kernel_count) == (TraceState.READY, 1100)
     assert len(trace.files) == 1102
-    assert trace.bytes == sum(len(b) if isinstance(b, bytes) else len(b.encode()) for b in files.values()) + len(
-        b'{"status":"ok","trace_gpu_arch":"sm_86"}'
-    )
+    assert trace.bytes == sum(
+        len(b) if isinstance(b, bytes) else len(b.encode()) for b in files.values()
+    ) + len(b'{"status":"ok","trace_gpu_arch":"sm_86"}')
 
 
 # --- Bad input ----------------------------------------------------------------------------
@@ -308,16 +332,34 @@ def test_more_than_a_thousand_objects(db, upload):
         ({}, b'{"status": "ok", "layers": "step 0"}', "metadata.json: 'layers' must be a list of strings"),
         ({}, b'{"status": "ok", "files": "all"}', 'metadata.json: "files" must be a list'),
         ({}, b'{"trace_gpu_arch": "sm_90"}', 'metadata.json has no "status"'),
-        ({"traces/stats_ctx_0xaaaa": STATS_HEADER + "kernel-1-ctx_0xaaaa.trace.xz, _Z1f, 1, 1\n"}, None,
-         "traces/stats_ctx_0xaaaa: line 2: expected 12 comma-separated fields"),
-        ({"traces/stats_ctx_0xaaaa": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"}, None,
-         "traces/stats_ctx_0xaaaa: line 1: binary data"),
-        ({"traces/stats_ctx_0xaaaa": STATS_HEADER, "traces/kernelslist_ctx_0xaaaa": b"\xff\xfe\x00"}, None,
-         "traces/kernelslist_ctx_0xaaaa: line 1: binary data"),
+        (
+            {"traces/stats_ctx_0xaaaa": STATS_HEADER + "kernel-1-ctx_0xaaaa.trace.xz, _Z1f, 1, 1\n"},
+            None,
+            "traces/stats_ctx_0xaaaa: line 2: expected 12 comma-separated fields",
+        ),
+        (
+            {"traces/stats_ctx_0xaaaa": b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"},
+            None,
+            "traces/stats_ctx_0xaaaa: line 1: binary data",
+        ),
+        (
+            {"traces/stats_ctx_0xaaaa": STATS_HEADER, "traces/kernelslist_ctx_0xaaaa": b"\xff\xfe\x00"},
+            None,
+            "traces/kernelslist_ctx_0xaaaa: line 1: binary data",
+        ),
         ({"configs/gpgpusim.config": "x"}, None, "no stats file in the upload"),
     ],
-    ids=["invalid-json", "not-an-object", "bad-layers", "bad-files", "no-status", "malformed-line", "binary-stats",
-         "binary-kernelslist", "no-stats"],
+    ids=[
+        "invalid-json",
+        "not-an-object",
+        "bad-layers",
+        "bad-files",
+        "no-status",
+        "malformed-line",
+        "binary-stats",
+        "binary-kernelslist",
+        "no-stats",
+    ],
 )
 def test_bad_input_fails_that_trace_only(db, upload, vecadd_files, files, metadata, error):
     upload("good", vecadd_files, metadata=OK)
@@ -371,7 +413,9 @@ def test_a_ready_trace_that_fails_on_reparse_loses_its_kernels(db, upload, vecad
 # --- Idempotency and cost -----------------------------------------------------------------
 
 
-def test_a_pass_with_nothing_new_writes_and_downloads_nothing(db, upload, vecadd_files, spy, django_assert_max_num_queries):
+def test_a_pass_with_nothing_new_writes_and_downloads_nothing(
+    db, upload, vecadd_files, spy, django_assert_max_num_queries
+):
     upload("ready", vecadd_files, metadata=OK)
     upload("waiting", {"configs/a": "x"})
     upload("failed", vecadd_files, metadata={"status": "failed"})
@@ -417,7 +461,10 @@ def test_interval_without_watch_is_an_error(db, s3):
 
 
 def test_missing_bucket_setting_is_explained(db, settings):
-    settings.STORAGES = {**settings.STORAGES, "traces": {**settings.STORAGES["traces"], "OPTIONS": {"bucket_name": ""}}}
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "traces": {**settings.STORAGES["traces"], "OPTIONS": {"bucket_name": ""}},
+    }
     with pytest.raises(Exception, match="CASCADE_S3_BUCKET is not set"):
         run_command()
 

@@ -18,7 +18,21 @@ def rows(text: bytes, **options) -> list[KernelRow]:
 def test_real_vecadd_stats_file():
     data = (DATA / "accelsim-vecadd-v5" / "stats_ctx_0x6165bdd7ec90").read_bytes()
     assert rows(data) == [
-        KernelRow(1, "_Z6vecAddPdS_S_i", "kernel-1-ctx_0x6165bdd7ec90.trace.xz", 98, 1, 1, 1024, 1, 1, 98, 1024, 50066, 50066)
+        KernelRow(
+            1,
+            "_Z6vecAddPdS_S_i",
+            "kernel-1-ctx_0x6165bdd7ec90.trace.xz",
+            98,
+            1,
+            1,
+            1024,
+            1,
+            1,
+            98,
+            1024,
+            50066,
+            50066,
+        )
     ]
 
 
@@ -45,7 +59,10 @@ def test_demangled_names_keep_their_commas():
 
 
 def test_last_row_without_totals_has_null_totals():
-    data = HEADER + b"kernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\nkernel-2.trace, _Z1bv, 2, 1, 1, 2, 64, 1, 1, 64"
+    data = (
+        HEADER
+        + b"kernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\nkernel-2.trace, _Z1bv, 2, 1, 1, 2, 64, 1, 1, 64"
+    )
     first, last = rows(data)
     assert (first.total_insts, first.total_reported_insts) == (5, 5)
     assert (last.kernel_id, last.grid_x, last.threads) == (2, 2, 64)
@@ -100,19 +117,36 @@ def test_blank_lines_are_skipped():
     ("data", "message"),
     [
         (HEADER + b"kernel-1.trace, _Z1av, 1, 1\n", "line 2: expected 12 comma-separated fields"),
-        (HEADER + b"kernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32\nkernel-2.trace, _Z1bv, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n",
-         "line 2: expected 12"),
+        (
+            HEADER
+            + b"kernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32\nkernel-2.trace, _Z1bv, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n",
+            "line 2: expected 12",
+        ),
         (HEADER + b"kernel-1.trace, _Z1av, 1, x, 1, 1, 32, 1, 1, 32, 5,5\n", "line 2: expected 12"),
-        (b"foo, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n", "line 1: first field 'foo' is not a kernel trace file name"),
+        (
+            b"foo, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n",
+            "line 1: first field 'foo' is not a kernel trace file name",
+        ),
         (b"kernel-1.trace, , 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n", "line 1: the kernel name is empty"),
         (b"kernel-1.trace, _Z1av, 1, 1, 1, -4294967296, 32, 1, 1, 32, 5,5\n", "line 1: #blocks -4294967296"),
-        (b"kernel-2.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\nkernel-2.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n",
-         "line 2: kernel id 2 after kernel id 2"),
+        (
+            b"kernel-2.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\nkernel-2.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n",
+            "line 2: kernel id 2 after kernel id 2",
+        ),
         (b"\x00\x01\x02binary", "line 1: binary data (NUL byte)"),
         (b"\xff\xfe\xfa bad", "line 1: binary data (not UTF-8 text)"),
     ],
-    ids=["short-row", "middle-row-without-totals", "non-number", "bad-first-field", "empty-name", "out-of-range",
-         "repeated-id", "nul-bytes", "not-utf8"],
+    ids=[
+        "short-row",
+        "middle-row-without-totals",
+        "non-number",
+        "bad-first-field",
+        "empty-name",
+        "out-of-range",
+        "repeated-id",
+        "nul-bytes",
+        "not-utf8",
+    ],
 )
 def test_malformed_input_names_the_line_and_problem(data, message):
     with pytest.raises(StatsError) as problem:

@@ -15,7 +15,11 @@ class Command(BaseCommand):
         parser.add_argument("--reparse", action="store_true", help="read the files again even if unchanged")
         parser.add_argument("--watch", action="store_true", help="keep polling until interrupted")
         parser.add_argument(
-            "--interval", type=float, default=None, metavar="N", help="seconds between passes with --watch (5)"
+            "--interval",
+            type=float,
+            default=None,
+            metavar="N",
+            help="seconds between passes with --watch (5)",
         )
 
     def handle(self, *args, trace, reparse, watch, interval, **options):
@@ -45,7 +49,9 @@ class Command(BaseCommand):
         for change in result.changes:
             self.stdout.write(str(change))
         if trace_id is not None and not result.listed:
-            raise CommandError(f"no objects under {bucket.run_prefix(trace_id)} in bucket {bucket.bucket_name()}")
+            raise CommandError(
+                f"no objects under {bucket.run_prefix(trace_id)} in bucket {bucket.bucket_name()}"
+            )
         if trace_id is not None and not result.changes:
             self.stdout.write(f"{trace_id}: nothing new")
         self.stdout.write(f"pass: {result.summary()} in {time.monotonic() - started:.1f} s")
