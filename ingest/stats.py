@@ -146,43 +146,68 @@ def launch_numbers_consistent(fields: list[str]) -> bool:
 def parse_stats_row(line: str, number: int, *, is_last: bool, extra_columns: int) -> KernelRow:
     fields = line.split(",")
     complete = COMPLETE_NUMBERS + extra_columns
+    if len(fields) == complete + 2:
+        # The common case, a mangled name without commas: one split, ten int() calls.
+        try:
+            numbers = list(map(int, fields[2 : 2 + COMPLETE_NUMBERS]))
+            name_fields = fields[1:2]
+        except ValueError:
+            numbers, name_fields = split_name_and_numbers(fields, line, number, is_last, complete)
+    else:
+        numbers, name_fields = split_name_and_numbers(fields, line, number, is_last, complete)
+    trace_file = fields[0].strip()
+    kernel_id = kernel_id_from_trace_file(trace_file)
+    if kernel_id is None:
+        raise StatsError(number, f"first field {trace_file[:80]!r} is not a kernel trace file name")
+    name = name_fields[0].strip() if len(name_fields) == 1 else ",".join(name_fields).strip()
+    if not name:
+        raise StatsError(number, "the kernel name is empty")
+    if None in numbers or min(numbers) < 0 or max(numbers) > INT64_MAX:
+        numbers = unsigned_numbers(numbers, number)
+    return KernelRow(kernel_id, name, trace_file, *numbers[0:3], *numbers[4:7], numbers[3], *numbers[7:])
+
+
+def split_name_and_numbers(
+    fields: list[str], line: str, number: int, is_last: bool, complete: int
+) -> tuple[list[int | None], list[str]]:
+    """The slow path: a name with commas, a fork's extra columns, an unfinished last row."""
     trailing = 0
     for field in reversed(fields[1:]):
         if trailing == complete or parse_int(field) is None:
             break
         trailing += 1
     if len(fields) >= complete + 2 and trailing >= complete:
-        numbers = [int(field) for field in fields[-complete:]][:COMPLETE_NUMBERS]
-        name_fields = fields[1:-complete]
-    elif is_last and trailing == LAUNCH_NUMBERS and launch_numbers_consistent(fields[-LAUNCH_NUMBERS:]):
+        return [int(field) for field in fields[-complete:]][:COMPLETE_NUMBERS], fields[1:-complete]
+    if is_last and trailing == LAUNCH_NUMBERS and launch_numbers_consistent(fields[-LAUNCH_NUMBERS:]):
         # The run ended before this kernel finished: its totals were never written.
-        numbers = [int(field) for field in fields[-LAUNCH_NUMBERS:]] + [None, None]
-        name_fields = fields[1:-LAUNCH_NUMBERS]
-    else:
-        raise StatsError(
-            number,
-            f"expected {STANDARD_COLUMNS + extra_columns} comma-separated fields "
-            f"(trace file, name, {complete} numbers), got {len(fields)} "
-            f"ending in {trailing} numbers: {line[:120]!r}",
-        )
-    trace_file = fields[0].strip()
-    kernel_id = kernel_id_from_trace_file(trace_file)
-    if kernel_id is None:
-        raise StatsError(number, f"first field {trace_file[:80]!r} is not a kernel trace file name")
-    name = ",".join(name_fields).strip()
-    if not name:
-        raise StatsError(number, "the kernel name is empty")
-    gx, gy, gz, blocks, bx, by, bz, threads, insts, reported = numbers
-    columns = ("grid_dimX", "grid_dimY", "grid_dimZ", "#blocks", "block_dimX", "block_dimY", "block_dimZ")
-    gx, gy, gz, blocks, bx, by, bz = (
-        as_unsigned(value, number, column)
-        for value, column in zip((gx, gy, gz, blocks, bx, by, bz), columns, strict=True)
+        return [int(field) for field in fields[-LAUNCH_NUMBERS:]] + [None, None], fields[1:-LAUNCH_NUMBERS]
+    raise StatsError(
+        number,
+        f"expected {STANDARD_COLUMNS + complete - COMPLETE_NUMBERS} comma-separated fields "
+        f"(trace file, name, {complete} numbers), got {len(fields)} "
+        f"ending in {trailing} numbers: {line[:120]!r}",
     )
-    threads = as_unsigned(threads, number, "#threads")
-    if insts is not None:
-        insts = as_unsigned(insts, number, "total_insts")
-        reported = as_unsigned(reported, number, "total_reported_insts")
-    return KernelRow(kernel_id, name, trace_file, gx, gy, gz, bx, by, bz, blocks, threads, insts, reported)
+
+
+NUMBER_COLUMNS = (
+    "grid_dimX",
+    "grid_dimY",
+    "grid_dimZ",
+    "#blocks",
+    "block_dimX",
+    "block_dimY",
+    "block_dimZ",
+    "#threads",
+    "total_insts",
+    "total_reported_insts",
+)
+
+
+def unsigned_numbers(numbers: list[int | None], line_number: int) -> list[int | None]:
+    return [
+        value if value is None or 0 <= value <= INT64_MAX else as_unsigned(value, line_number, column)
+        for value, column in zip(numbers, NUMBER_COLUMNS, strict=True)
+    ]
 
 
 def parse_kernelslist_lines(lines: Iterable[bytes]) -> set[int]:
