@@ -11,7 +11,7 @@ from datetime import datetime
 
 import orjson
 
-from traces.models import Kernel, Trace
+from traces.models import KERNEL_COLUMNS, Kernel, Trace
 
 SUMMARY_FIELDS = (
     "id",
@@ -33,23 +33,6 @@ SUMMARY_FIELDS = (
 DETAIL_FIELDS = (*SUMMARY_FIELDS, "metadata_json")
 _TIMESTAMPS = frozenset({SUMMARY_FIELDS.index("created_at"), SUMMARY_FIELDS.index("updated_at")})
 
-KERNEL_COLUMNS = (
-    "ctx",
-    "kernel_id",
-    "name",
-    "trace_file",
-    "grid_x",
-    "grid_y",
-    "grid_z",
-    "block_x",
-    "block_y",
-    "block_z",
-    "blocks",
-    "threads",
-    "total_insts",
-    "total_reported_insts",
-    "traced",
-)
 KERNEL_CHUNK = 2000
 
 

@@ -113,6 +113,27 @@ class Kernel(models.Model):
         return f"{self.ctx or '-'}/{self.kernel_id} {self.name}"
 
 
+# A kernel's columns in API order (grid and block unfolded): what the API reads and
+# what ingestion loads, in one order.
+KERNEL_COLUMNS = (
+    "ctx",
+    "kernel_id",
+    "name",
+    "trace_file",
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "block_x",
+    "block_y",
+    "block_z",
+    "blocks",
+    "threads",
+    "total_insts",
+    "total_reported_insts",
+    "traced",
+)
+
+
 def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 

@@ -5,31 +5,13 @@ from itertools import islice
 
 from django.db import connection, transaction
 
-from traces.models import Kernel, Trace, TraceState
+from traces.models import KERNEL_COLUMNS, Kernel, Trace, TraceState
 
-# Columns in the order rows are handed to `kernels_replace`.
-KERNEL_LOAD_COLUMNS = (
-    "ctx",
-    "kernel_id",
-    "name",
-    "trace_file",
-    "grid_x",
-    "grid_y",
-    "grid_z",
-    "block_x",
-    "block_y",
-    "block_z",
-    "blocks",
-    "threads",
-    "total_insts",
-    "total_reported_insts",
-    "traced",
-)
 BULK_CREATE_BATCH = 5000
 
 
 def kernels_replace(trace_id: str, rows: Iterable[tuple]) -> int:
-    """Replace a trace's kernels with `rows` (KERNEL_LOAD_COLUMNS order); returns the count.
+    """Replace a trace's kernels with `rows` (KERNEL_COLUMNS order); returns the count.
 
     Must run inside the caller's transaction, so that readers see the old kernels or the new
     ones, never a mix. On PostgreSQL rows stream through COPY (several times faster than
@@ -45,7 +27,7 @@ def kernels_replace(trace_id: str, rows: Iterable[tuple]) -> int:
 
 def _copy_kernels(trace_id: str, rows: Iterable[tuple]) -> int:
     table = connection.ops.quote_name(Kernel._meta.db_table)
-    columns = ", ".join(connection.ops.quote_name(c) for c in ("trace_id", *KERNEL_LOAD_COLUMNS))
+    columns = ", ".join(connection.ops.quote_name(c) for c in ("trace_id", *KERNEL_COLUMNS))
     count = 0
     with connection.cursor() as cursor:
         with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
@@ -60,7 +42,7 @@ def _bulk_create_kernels(trace_id: str, rows: Iterable[tuple]) -> int:
     iterator = iter(rows)
     while batch := list(islice(iterator, BULK_CREATE_BATCH)):
         Kernel.objects.bulk_create(
-            Kernel(trace_id=trace_id, **dict(zip(KERNEL_LOAD_COLUMNS, row, strict=True))) for row in batch
+            Kernel(trace_id=trace_id, **dict(zip(KERNEL_COLUMNS, row, strict=True))) for row in batch
         )
         count += len(batch)
     return count
