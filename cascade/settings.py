@@ -105,6 +105,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The embedded mode runs a poller and a web server on one file: wait for the
     # writer instead of failing with "database is locked".
     DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 30
+    # A file, not memory, so that the tests' child processes (workers, a second pass) share it.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -169,6 +171,52 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
-        "ingest": {"handlers": ["console"], "level": os.environ.get("CASCADE_LOG_LEVEL", "INFO")},
+        "ingest": {
+            "handlers": ["console"],
+            "level": os.environ.get("CASCADE_LOG_LEVEL", "INFO"),
+            # Celery adds a root handler in workers: without this every line shows twice.
+            "propagate": False,
+        },
+    },
+}
+
+# --- Celery ---------------------------------------------------------------------------------------
+# `celery -A cascade beat` sends a poll every CASCADE_POLL_SECONDS; `celery -A cascade worker` runs
+# polls and parses, one trace per task. docs/production.md explains how to run and scale them.
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Nobody waits on a task: its outcome is the trace's state in the database.
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+# Two deployments (or two test runs) sharing one broker keep apart by queue name.
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CASCADE_CELERY_QUEUE", "cascade")
+CELERY_TIMEZONE = TIME_ZONE
+# A message is acknowledged when its parse ends, not when it starts: a worker killed mid-parse
+# leaves it to the broker, which hands it to another worker. One message at a time per process,
+# so that a long parse does not sit on messages other workers could take.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+# A parse gets CASCADE_PARSE_SECONDS (soft: the trace is marked failed), then a minute's grace
+# before it is killed. Redis redelivers an unacknowledged message after the visibility timeout,
+# so the timeout must outlast the longest task, or a live parse would be handed out twice.
+CASCADE_PARSE_SECONDS = env_int("CASCADE_PARSE_SECONDS", 3600)
+CELERY_TASK_SOFT_TIME_LIMIT = CASCADE_PARSE_SECONDS
+CELERY_TASK_TIME_LIMIT = CASCADE_PARSE_SECONDS + 60
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env_int("CASCADE_VISIBILITY_TIMEOUT", CELERY_TASK_TIME_LIMIT + 600),
+}
+if CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] <= CELERY_TASK_TIME_LIMIT:
+    raise ImproperlyConfigured(
+        "CASCADE_VISIBILITY_TIMEOUT must be longer than CASCADE_PARSE_SECONDS + 60, or Redis would "
+        "hand a parse that is still running to a second worker"
+    )
+CELERY_BEAT_SCHEDULE = {
+    "poll-bucket": {
+        "task": "ingest.tasks.poll_bucket_task",
+        "schedule": CASCADE_POLL_SECONDS,
+        # After an outage the backlog holds one poll, not one per missed interval.
+        "options": {"expires": CASCADE_POLL_SECONDS},
     },
 }

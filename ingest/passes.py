@@ -19,7 +19,6 @@ again unless asked (`--trace`, `--reparse`). Objects are downloaded only when a 
 listing (keys, sizes, ETags) differs from the one its last decision was made on.
 """
 
-import hashlib
 import logging
 import re
 from collections.abc import Callable, Iterator
@@ -34,7 +33,7 @@ from django.utils import timezone
 from ingest import bucket, stats
 from ingest.bucket import S3Object
 from ingest.locks import trace_lock
-from traces.models import Kernel, Trace, TraceState
+from traces.models import Kernel, Trace, TraceState, files_fingerprint
 from traces.services import kernels_replace
 
 logger = logging.getLogger(__name__)
@@ -186,10 +185,7 @@ def ingest_trace(
 
 
 def fingerprint(objects: list[S3Object]) -> str:
-    digest = hashlib.sha256()
-    for obj in objects:
-        digest.update(f"{obj.key}\0{obj.size}\0{obj.etag}\n".encode())
-    return digest.hexdigest()
+    return files_fingerprint(inventory(objects))
 
 
 def inventory(objects: list[S3Object]) -> list[dict]:
@@ -228,13 +224,9 @@ def needs_decision(trace: Trace) -> bool:
         return False
     if trace.state == TraceState.PARSING:
         return True  # its pass died mid-way: nobody holds it any more once we get the lock
-    if trace.parsed_fingerprint != fingerprint_of_files(trace.files):
+    if trace.parsed_fingerprint != trace.files_fingerprint():
         return True
     return trace.state == TraceState.UPLOADING and upload_timed_out(trace)
-
-
-def fingerprint_of_files(files: list[dict]) -> str:
-    return fingerprint([S3Object(item["key"], item["bytes"], item["etag"]) for item in files])
 
 
 def upload_timed_out(trace: Trace) -> bool:

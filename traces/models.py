@@ -77,6 +77,17 @@ class Trace(models.Model):
     def metadata(self, value: dict | None) -> None:
         self.metadata_json = None if value is None else orjson.dumps(value).decode()
 
+    def files_fingerprint(self) -> str:
+        """A digest of `files` (keys, sizes, ETags): equal digests, nothing changed in S3."""
+        return files_fingerprint(self.files)
+
+
+def files_fingerprint(files: list[dict]) -> str:
+    digest = hashlib.sha256()
+    for item in files:
+        digest.update(f"{item['key']}\0{item['bytes']}\0{item['etag']}\n".encode())
+    return digest.hexdigest()
+
 
 class Kernel(models.Model):
     """One kernel launch, as one row of a tracer `stats_ctx_*` (or legacy `stats.csv`) file."""

@@ -48,12 +48,17 @@ def _bulk_create_kernels(trace_id: str, rows: Iterable[tuple]) -> int:
     return count
 
 
-def trace_mark_failed(trace_id: str, error: str) -> None:
-    """Mark a trace failed with `error` and drop its kernels (an operator's decision, or ingestion's)."""
+def trace_mark_failed(trace_id: str, error: str, *, retry: bool = False) -> None:
+    """Mark a trace failed with `error` and drop its kernels.
+
+    The decision holds until the trace's files change in S3 (the next poll leaves it
+    alone), unless `retry`: then the next poll looks at it again, as after an S3 outage.
+    """
     with transaction.atomic():
         trace = Trace.objects.select_for_update().get(pk=trace_id)
         Kernel.objects.filter(trace_id=trace_id)._raw_delete(using=Kernel.objects.db)
         trace.state = TraceState.FAILED
         trace.error = error
         trace.kernel_count = 0
-        trace.save(update_fields=["state", "error", "kernel_count"])
+        trace.parsed_fingerprint = "" if retry else trace.files_fingerprint()
+        trace.save(update_fields=["state", "error", "kernel_count", "parsed_fingerprint"])

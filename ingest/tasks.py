@@ -1,0 +1,143 @@
+"""Ingestion on a schedule, fanned out across Celery workers.
+
+Beat sends `poll_bucket_task` every CASCADE_POLL_SECONDS. It registers and updates traces
+(`passes.scan_bucket`) and enqueues one `parse_trace_task` per trace ready to parse, which
+runs `passes.ingest_trace`: the same functions as `manage.py ingest_traces`, split so that
+N workers parse N traces at once. One trace is never parsed twice at once, whoever asks:
+`ingest_trace` holds the trace's lock. This module adds what a queue needs on top: polls
+that do not overlap, no second message for a trace already queued, retries on S3 trouble,
+and a trace that ends failed, never stuck in `parsing`, when its parse is given up.
+"""
+
+import logging
+from functools import cache
+from urllib.parse import urlsplit
+
+import redis
+from billiard.exceptions import WorkerLostError
+from botocore.exceptions import BotoCoreError, ClientError
+from celery import shared_task, signals
+from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
+from django.conf import settings
+
+from ingest import passes
+from ingest.locks import trace_lock
+from traces.models import Trace
+from traces.services import trace_mark_failed
+
+logger = logging.getLogger(__name__)
+
+# S3 or the network: worth another try. A trace's own faults do not raise: they fail it.
+RETRY_ON = (BotoCoreError, ClientError, ConnectionError)
+# Tries after the first, whether S3 or a killed worker ended the try (10 s, 20 s, ... apart).
+MAX_RETRIES = 5
+# The poll's lock, taken like a trace's: no run folder's name contains "/".
+POLL_LOCK = "/poll_bucket"
+POLL_TIME_LIMIT = 600
+
+
+@shared_task(acks_late=False, soft_time_limit=POLL_TIME_LIMIT, time_limit=POLL_TIME_LIMIT + 60)
+def poll_bucket_task() -> int:
+    """Register what landed and queue a parse for each trace ready for one.
+
+    A poll that finds the previous one still running returns at once, and beat's expiry
+    drops polls nobody took in time: slow polls do not pile up. Not acknowledged late:
+    a poll lost with its worker is replaced by the next one.
+    """
+    with trace_lock(POLL_LOCK) as acquired:
+        if not acquired:
+            logger.info("poll skipped: the previous poll is still running")
+            return 0
+        scan = passes.scan_bucket()
+    for change in scan.changes:
+        logger.info("%s", change)
+    queued = [trace_id for trace_id in scan.to_parse if mark_queued(trace_id)]
+    for trace_id in queued:
+        parse_trace_task.delay(trace_id)
+    return len(queued)
+
+
+@shared_task(
+    bind=True,
+    autoretry_for=RETRY_ON,
+    retry_backoff=10,
+    retry_backoff_max=300,
+    max_retries=MAX_RETRIES,
+    # A worker killed mid-parse (out of memory, a deploy) counts as a try too: a trace that
+    # kills every worker it meets is failed after MAX_RETRIES, not handed out forever.
+    retry_on_worker_lost=True,
+    default_retry_delay=10,
+)
+def parse_trace_task(self, trace_id: str, reparse: bool = False) -> str | None:
+    """Bring one trace up to date with its objects, on whichever worker takes it.
+
+    Retried with backoff on S3 and network errors; a trace given up on is failed by
+    `parse_given_up`.
+    """
+    change = passes.ingest_trace(trace_id, reparse=reparse)
+    clear_queued(trace_id)
+    if change is None:
+        return None
+    logger.info("%s", change)
+    return str(change)
+
+
+@signals.task_failure.connect
+def parse_given_up(sender=None, args=(), kwargs=None, exception=None, **_) -> None:
+    """Fail the trace of a parse that will not be tried again, with the reason.
+
+    Celery sends this once retries are spent, on a time limit and on an unexpected error,
+    in whichever process saw the end (the worker's own when its child was killed).
+    """
+    if sender is None or sender.name != parse_trace_task.name:
+        return
+    trace_id = (kwargs or {}).get("trace_id") or args[0]
+    clear_queued(trace_id)
+    try:
+        # Given up for S3 trouble: the next poll tries again. For a time limit or a worker
+        # killed again and again: not until the trace's files change.
+        trace_mark_failed(trace_id, given_up_reason(exception), retry=isinstance(exception, RETRY_ON))
+    except Trace.DoesNotExist:
+        logger.warning("%s: parse given up for a trace that does not exist", trace_id)
+
+
+def given_up_reason(exception: BaseException) -> str:
+    if isinstance(exception, SoftTimeLimitExceeded | TimeLimitExceeded):
+        return f"parsing took longer than CASCADE_PARSE_SECONDS ({settings.CASCADE_PARSE_SECONDS} s)"
+    if isinstance(exception, WorkerLostError):
+        return f"parsing was cut short {MAX_RETRIES + 1} times (worker killed, out of memory?): {exception}"
+    if isinstance(exception, RETRY_ON):
+        return f"S3 unreachable after {MAX_RETRIES + 1} tries: {exception}"
+    return f"ingestion error: {type(exception).__name__}: {exception}"
+
+
+# --- Queue bookkeeping in the broker's Redis --------------------------------------------------
+# A trace stays ready-to-parse until its parse ends, so every poll in between would queue it
+# again: after a burst of uploads the queue would hold (traces x polls) messages. A marker per
+# queued trace stops that. It only saves messages; the trace's lock is what prevents double
+# parses, so on a broker other than Redis the markers are simply skipped.
+
+
+@cache
+def redis_for(url: str) -> redis.Redis | None:
+    return redis.Redis.from_url(url) if urlsplit(url).scheme in ("redis", "rediss") else None
+
+
+def queued_key(trace_id: str) -> str:
+    return f"{settings.CELERY_TASK_DEFAULT_QUEUE}:queued:{trace_id}"
+
+
+def mark_queued(trace_id: str) -> bool:
+    """True if the caller should queue a parse: none is waiting or running for this trace."""
+    client = redis_for(settings.CELERY_BROKER_URL)
+    if client is None:
+        return True
+    # Expires with the broker's redelivery: a message lost for good does not block the trace.
+    ttl = settings.CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"]
+    return bool(client.set(queued_key(trace_id), 1, nx=True, ex=ttl))
+
+
+def clear_queued(trace_id: str) -> None:
+    client = redis_for(settings.CELERY_BROKER_URL)
+    if client is not None:
+        client.delete(queued_key(trace_id))
