@@ -15,6 +15,7 @@ from django.utils import timezone
 from ingest import bucket, passes
 from tests.ingest.conftest import PREFIX, STATS_HEADER, VECADD_CTX, stats_row
 from traces.models import Kernel, Trace, TraceState
+from traces.services import trace_mark_failed
 
 ROOT = Path(__file__).resolve().parents[2]
 OK = {"status": "ok", "trace_gpu_arch": "sm_86"}
@@ -528,3 +529,23 @@ def test_a_pass_killed_mid_parse_is_finished_by_the_next(on_postgres, transactio
     trace.refresh_from_db()
     assert (trace.state, trace.kernel_count) == (TraceState.READY, count)
     assert Kernel.objects.filter(trace=trace).count() == count
+
+
+def test_a_trace_marked_failed_stays_failed_until_its_files_change(db, upload, vecadd_files):
+    upload("run", vecadd_files, metadata=OK)
+    passes.poll_bucket()
+    trace_mark_failed("run", "marked failed by an operator")
+    assert passes.poll_bucket().changes == []
+    assert Trace.objects.get(pk="run").state == TraceState.FAILED
+    upload("run", {"timing.csv": "kernel,us\n"})
+    passes.poll_bucket()
+    assert Trace.objects.get(pk="run").state == TraceState.READY
+
+
+def test_a_trace_failed_for_retry_is_looked_at_by_the_next_poll(db, upload, vecadd_files):
+    upload("run", vecadd_files, metadata=OK)
+    passes.poll_bucket()
+    trace_mark_failed("run", "S3 unreachable after 6 tries", retry=True)
+    passes.poll_bucket()
+    trace = Trace.objects.get(pk="run")
+    assert (trace.state, trace.error, trace.kernel_count) == (TraceState.READY, None, 1)
