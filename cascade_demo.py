@@ -1,0 +1,365 @@
+"""Cascade on embedded defaults, in one command: `python3 run.py demo` (or `python -m cascade_demo`).
+
+Starts what a deployment runs, as child processes of this one: an S3 endpoint (moto's server
+on 127.0.0.1, unless CASCADE_S3_BUCKET or CASCADE_S3_ENDPOINT_URL point elsewhere), the poller
+(`manage.py ingest_traces --watch`) and the web server, on SQLite in var/demo unless
+DATABASE_URL is set. It uploads the sample traces, waits until the poller has made them
+ready *through the API*, and prints how to use it. Ctrl-C stops everything it started.
+
+`--check` does the same without a human: start, wait for the samples, query the API, stop
+everything, and exit 0 only if the samples came out as expected. Its last line on stdout is
+a JSON report (the API's answers and the pids it started), for the test that runs it.
+"""
+
+import argparse
+import json
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from io import StringIO
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+SAMPLES = ROOT / "samples"
+SHOWCASE = "sample__facebook_opt-125m__h100-e2e"
+DEMO_MARKER = ".cascade-demo"
+FINAL_STATES = ("ready", "failed")
+LOG_INFO = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+ INFO ")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def expected_states() -> dict[str, str]:
+    """Each shipped sample and the state its metadata.json should lead to."""
+    states = {}
+    for folder in sorted(p for p in SAMPLES.iterdir() if p.is_dir()):
+        status = json.loads((folder / "metadata.json").read_text()).get("status")
+        states[folder.name] = "ready" if status == "ok" else "failed"
+    return states
+
+
+class Demo:
+    def __init__(self, *, check: bool, web_port: int | None, timeout: float):
+        self.check = check
+        self.timeout = timeout
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.threads: list[threading.Thread] = []
+        self.env = dict(os.environ)
+        self.var_dir = Path(self.env.get("CASCADE_VAR_DIR") or ROOT / "var" / "demo")
+        self.log_dir = self.var_dir / "logs"
+        self.embedded_s3 = not (self.env.get("CASCADE_S3_BUCKET") or self.env.get("CASCADE_S3_ENDPOINT_URL"))
+        self.embedded_db = not self.env.get("DATABASE_URL")
+        self.s3_port = int(self.env.get("CASCADE_DEMO_S3_PORT") or free_port()) if self.embedded_s3 else None
+        self.web_port = web_port or int(self.env.get("CASCADE_DEMO_PORT") or free_port())
+        self.url = f"http://127.0.0.1:{self.web_port}"
+        self.token = ""
+
+    # --- output ---------------------------------------------------------------------------
+
+    def say(self, message: str) -> None:
+        print(f"demo: {message}", file=sys.stderr if self.check else sys.stdout, flush=True)
+
+    # --- setup ----------------------------------------------------------------------------
+
+    def configure(self) -> None:
+        """The environment this process and its children share; then Django, in-process."""
+        env = self.env
+        env["CASCADE_VAR_DIR"] = str(self.var_dir)
+        env["DJANGO_SETTINGS_MODULE"] = "cascade.settings"
+        env["PYTHONUNBUFFERED"] = "1"
+        if self.embedded_s3:
+            env["CASCADE_S3_ENDPOINT_URL"] = f"http://127.0.0.1:{self.s3_port}"
+            env["CASCADE_S3_BUCKET"] = "cascade-demo"
+            # moto accepts any credentials; boto3 refuses to sign without some.
+            env.setdefault("AWS_ACCESS_KEY_ID", "demo")
+            env.setdefault("AWS_SECRET_ACCESS_KEY", "demo")
+            env.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+        env.setdefault("CASCADE_S3_BUCKET", "cascade-demo")
+        if self.embedded_s3 and self.embedded_db:
+            self.fresh_database()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        os.environ.update(env)
+        import django
+
+        django.setup()
+
+    def fresh_database(self) -> None:
+        """The embedded S3 lives in memory, so its database must start empty too.
+
+        Only a folder this demo created (it holds the marker) is cleared: a CASCADE_VAR_DIR
+        that points at someone's data is never touched.
+        """
+        marker = self.var_dir / DEMO_MARKER
+        if self.var_dir.exists() and not marker.exists() and any(self.var_dir.iterdir()):
+            self.say(f"{self.var_dir} is not a demo folder: keeping its database as it is")
+            return
+        self.var_dir.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+        for name in (
+            "cascade.sqlite3",
+            "cascade.sqlite3-journal",
+            "cascade.sqlite3-wal",
+            "cascade.sqlite3-shm",
+        ):
+            (self.var_dir / name).unlink(missing_ok=True)
+
+    def start(self, name: str, argv: list[str], *, echo: bool = False) -> subprocess.Popen:
+        """A child in its own process group: the terminal's Ctrl-C reaches only this process,
+        which then stops the children in order instead of leaving half of them behind."""
+        log = open(self.log_dir / f"{name}.log", "w", encoding="utf-8")  # noqa: SIM115
+        options = (
+            {"start_new_session": True}
+            if os.name == "posix"
+            else {
+                "creationflags": subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined]
+            }
+        )
+        process = subprocess.Popen(
+            [sys.executable, *argv],
+            cwd=ROOT,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            **options,
+        )
+        self.processes[name] = process
+        thread = threading.Thread(target=self.copy_output, args=(name, process, log, echo), daemon=True)
+        thread.start()
+        self.threads.append(thread)
+        return process
+
+    def copy_output(self, name: str, process: subprocess.Popen, log, echo: bool) -> None:
+        with log:
+            for line in process.stdout:
+                log.write(line)
+                log.flush()
+                # The poller's per-pass summary and INFO log lines would drown its news.
+                if echo and not self.check and not line.startswith("pass: ") and not LOG_INFO.match(line):
+                    print(f"{name}: {line}", end="", flush=True)
+
+    def wait_for_port(self, name: str, port: int) -> None:
+        deadline = time.monotonic() + 60
+        while not port_open(port):
+            self.ensure_running()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name} did not listen on 127.0.0.1:{port} within 60 s")
+            time.sleep(0.1)
+
+    def ensure_running(self) -> None:
+        for name, process in self.processes.items():
+            if process.poll() is not None:
+                raise RuntimeError(
+                    f"{name} exited with code {process.returncode}; see {self.log_dir / (name + '.log')}"
+                )
+
+    def setup(self) -> tuple[str, str]:
+        from django.contrib.auth import get_user_model
+        from django.core.management import call_command
+        from django.db import connections
+
+        from ingest import bucket
+
+        if self.embedded_s3:
+            self.start("s3", ["-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.s3_port)])
+            self.wait_for_port("s3", self.s3_port)
+            self.say(f"embedded S3 (moto) on http://127.0.0.1:{self.s3_port}, bucket {bucket.bucket_name()}")
+        else:
+            self.say(
+                f"S3 bucket {bucket.bucket_name()} at {self.env.get('CASCADE_S3_ENDPOINT_URL') or 'AWS'}"
+            )
+        call_command("migrate", verbosity=0, interactive=False)
+        call_command("collectstatic", verbosity=0, interactive=False)
+        if self.embedded_s3 or self.env.get("CASCADE_S3_ENDPOINT_URL"):
+            bucket.ensure_bucket()
+        out = StringIO()
+        call_command("load_samples", stdout=out)
+        for line in out.getvalue().splitlines():
+            self.say(f"samples: {line}")
+
+        password = self.env.get("CASCADE_DEMO_ADMIN_PASSWORD") or ""
+        admin, created = get_user_model().objects.get_or_create(
+            username="admin", defaults={"is_staff": True, "is_superuser": True}
+        )
+        if created or password:
+            password = password or secrets.token_urlsafe(12)
+            admin.set_password(password)
+            admin.is_staff = admin.is_superuser = admin.is_active = True
+            admin.save()
+        else:
+            password = (
+                "(unchanged: the existing admin's password; set CASCADE_DEMO_ADMIN_PASSWORD to reset it)"
+            )
+        out = StringIO()
+        call_command("create_token", "demo", stdout=out, stderr=StringIO())
+        self.token = out.getvalue().strip().splitlines()[-1]
+        connections.close_all()  # the children use the database from here on
+
+        manage = str(ROOT / "manage.py")
+        self.start("poller", [manage, "ingest_traces", "--watch", "--interval", "2"], echo=True)
+        self.start("web", [manage, "runserver", f"127.0.0.1:{self.web_port}", "--noreload"])
+        self.wait_for_port("web", self.web_port)
+        self.say("processes: " + " ".join(f"{name}={p.pid}" for name, p in self.processes.items()))
+        return "admin", password
+
+    # --- the API ----------------------------------------------------------------------------
+
+    def api(self, path: str):
+        request = urllib.request.Request(
+            f"{self.url}{path}", headers={"Authorization": f"Bearer {self.token}"}
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read())
+
+    def wait_for_samples(self) -> list[dict]:
+        expected = expected_states()
+        deadline = time.monotonic() + self.timeout
+        while True:
+            self.ensure_running()
+            states = {trace["id"]: trace["state"] for trace in self.api("/api/traces")}
+            if all(states.get(run_id) in FINAL_STATES for run_id in expected):
+                break
+            if time.monotonic() > deadline:
+                waiting = {run_id: states.get(run_id, "not seen") for run_id in expected}
+                raise RuntimeError(f"samples not ingested within {self.timeout:.0f} s: {waiting}")
+            time.sleep(0.5)
+        traces = [trace for trace in self.api("/api/traces") if trace["id"] in expected]
+        wrong = {t["id"]: (t["state"], t["error"]) for t in traces if t["state"] != expected[t["id"]]}
+        if wrong:
+            raise RuntimeError(f"samples ingested, but not as expected: {wrong}")
+        return traces
+
+    # --- stopping ----------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop the children, newest first: the web server, the poller, then S3."""
+        for name, process in reversed(list(self.processes.items())):
+            if process.poll() is None:
+                self.signal(process, signal.SIGTERM)
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self.say(f"{name} ignored SIGTERM: killing it")
+                    self.signal(process, signal.SIGKILL if os.name == "posix" else signal.SIGTERM)
+                    process.wait()
+        for thread in self.threads:
+            thread.join(timeout=5)
+        if self.processes:
+            self.say("stopped " + ", ".join(self.processes))
+
+    @staticmethod
+    def signal(process: subprocess.Popen, signum: int) -> None:
+        try:
+            if os.name == "posix":
+                os.killpg(process.pid, signum)  # the whole group: no grandchild outlives the demo
+            else:
+                process.terminate()
+        except ProcessLookupError:
+            pass
+
+    # --- the two modes --------------------------------------------------------------------------
+
+    def run(self) -> int:
+        self.configure()
+        username, password = self.setup()
+        self.say(f"waiting for the poller to ingest the samples (up to {self.timeout:.0f} s)...")
+        traces = self.wait_for_samples()
+        curl = f'curl -H "Authorization: Bearer {self.token}" {self.url}/api/traces/{SHOWCASE}'
+        if self.check:
+            return self.report(traces, curl)
+        ready = ", ".join(f"{t['id']} ({t['state']}, {t['kernel_count']} kernels)" for t in traces)
+        print(
+            f"\nCascade is running.\n\n"
+            f"  URL          {self.url}/\n"
+            f"  API token    {self.token}\n"
+            f"  admin login  {self.url}/admin/  user {username}  password {password}\n"
+            f"  S3           {self.env.get('CASCADE_S3_ENDPOINT_URL') or 'AWS'}  bucket {self.env['CASCADE_S3_BUCKET']}"
+            f"{'  (any credentials)' if self.embedded_s3 else ''}\n"
+            f"  samples      {ready}\n"
+            f"  logs         {self.log_dir}\n\n"
+            f"Try:\n  {curl}\n\n"
+            f"Upload your own runs to s3://{self.env['CASCADE_S3_BUCKET']}/"
+            f"{self.env.get('CASCADE_S3_PREFIX', 'accelsim-traces/')}<run>/ "
+            f"(docs/trace-a-workload.md). Ctrl-C stops everything.\n",
+            flush=True,
+        )
+        while True:
+            self.ensure_running()
+            time.sleep(0.5)
+
+    def report(self, traces: list[dict], curl: str) -> int:
+        detail = self.api(f"/api/traces/{SHOWCASE}")
+        kernels = detail.pop("kernels")
+        problems = []
+        if detail["state"] != "ready" or len(kernels) != detail["kernel_count"] or not kernels:
+            problems.append(
+                f"{SHOWCASE}: {detail['state']}, {len(kernels)} kernels of {detail['kernel_count']}"
+            )
+        detail["kernels_received"] = len(kernels)
+        detail["first_kernel"] = kernels[0] if kernels else None
+        report = {
+            "url": self.url,
+            "token": self.token,
+            "curl": curl,
+            "pids": {name: p.pid for name, p in self.processes.items()},
+            "traces": traces,
+            "detail": detail,
+            "problems": problems,
+        }
+        self.say("check: " + ("passed" if not problems else "; ".join(problems)))
+        print(json.dumps(report), flush=True)
+        return 1 if problems else 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cascade_demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--check", action="store_true", help="start, wait for the samples, query the API, stop"
+    )
+    parser.add_argument(
+        "--port", type=int, help="the web server's port (default: CASCADE_DEMO_PORT or a free one)"
+    )
+    parser.add_argument("--timeout", type=float, default=180, help="seconds to wait for the samples (180)")
+    args = parser.parse_args(argv)
+    if not SAMPLES.is_dir():
+        print(f"demo: no samples in {SAMPLES}", file=sys.stderr)
+        return 2
+    demo = Demo(check=args.check, web_port=args.port, timeout=args.timeout)
+
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupted)
+    try:
+        return demo.run()
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 0 if not demo.check else 130
+    except (RuntimeError, urllib.error.URLError, OSError) as problem:
+        demo.say(f"error: {problem}")
+        return 1
+    finally:
+        demo.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

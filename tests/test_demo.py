@@ -1,0 +1,152 @@
+"""The README's first command: the demo starts everything, ingests the samples, and stops it all.
+
+The demo runs as a real subprocess, with its own S3 (moto), SQLite, poller and web server,
+in a temporary folder; what it reports comes from its API, through the poller.
+"""
+
+import json
+import os
+import queue
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHOWCASE = "sample__facebook_opt-125m__h100-e2e"
+TIMEOUT = 240
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def demo_env(tmp_path) -> dict:
+    """A fresh machine's environment: no database, bucket or endpoint configured."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("CASCADE_", "DATABASE_URL", "DJANGO_", "AWS_"))
+    }
+    env["CASCADE_VAR_DIR"] = str(tmp_path / "demo")
+    return env
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def listening(url: str) -> bool:
+    host, port = url.removeprefix("http://").split(":")
+    with socket.socket() as sock:
+        return sock.connect_ex((host, int(port.split("/")[0]))) == 0
+
+
+def assert_samples(traces: list[dict]) -> None:
+    by_id = {trace["id"]: trace for trace in traces}
+    showcase = by_id[SHOWCASE]
+    assert showcase["state"] == "ready", showcase["error"]
+    assert showcase["model"] == "facebook/opt-125m"
+    assert showcase["source_gpu"] == "NVIDIA H100 80GB HBM3"
+    assert showcase["trace_gpu_arch"] == "sm_90"
+    assert showcase["suggested_sim_config"] == "SM90_H100"
+    assert showcase["layers"] == [
+        "step 0 (prefill)",
+        "step 2 (decode)",
+        "step 10 (decode)",
+        "step 26 (decode)",
+    ]
+    assert 300 <= showcase["kernel_count"] <= 1000
+    assert showcase["has_real_timing"] and showcase["has_step_timeline"] and showcase["sample"]
+    assert 0 < showcase["bytes"] < 5 * 1024**2
+    failed = by_id["sample__failed-run"]
+    assert failed["state"] == "failed"
+    assert "failed" in failed["error"]
+
+
+def test_check_mode_ingests_the_samples_through_the_api_and_stops_everything(demo_env):
+    result = subprocess.run(
+        [sys.executable, "-m", "cascade_demo", "--check"],
+        cwd=ROOT,
+        env=demo_env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["problems"] == []
+    assert_samples(report["traces"])
+    detail = report["detail"]
+    assert detail["state"] == "ready"
+    assert detail["kernels_received"] == detail["kernel_count"]
+    assert detail["metadata"]["status"] == "ok"
+    assert detail["first_kernel"]["ctx"].startswith("0x")
+    assert set(report["pids"]) == {"s3", "poller", "web"}
+    assert all(gone(pid) for pid in report["pids"].values()), report["pids"]
+    assert not listening(report["url"])
+
+
+def read_lines(stream, lines: queue.Queue) -> None:
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+def test_interactive_demo_prints_a_working_curl_command_and_ctrl_c_stops_everything(demo_env):
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "cascade_demo"],
+        cwd=ROOT,
+        env=demo_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=read_lines, args=(demo.stdout, lines), daemon=True).start()
+    output = []
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not any("Ctrl-C stops everything" in line for line in output):
+            line = lines.get(timeout=max(1, deadline - time.monotonic()))
+            assert line is not None, "".join(output)
+            output.append(line)
+        text = "".join(output)
+        pids = dict(item.split("=") for item in text.split("demo: processes: ")[1].split("\n")[0].split())
+        curl = next(line.strip() for line in output if line.strip().startswith("curl "))
+        token = next(line.split()[-1] for line in output if "API token" in line)
+
+        args = shlex.split(curl)
+        assert args[:2] == ["curl", "-H"] and args[2] == f"Authorization: Bearer {token}"
+        if shutil.which("curl"):
+            body = subprocess.run(
+                [*args, "--silent", "--fail"], capture_output=True, timeout=60, check=True
+            ).stdout
+        else:
+            request = urllib.request.Request(args[3], headers={"Authorization": f"Bearer {token}"})
+            body = urllib.request.urlopen(request, timeout=60).read()
+        detail = json.loads(body)
+        assert detail["id"] == SHOWCASE and detail["state"] == "ready"
+        assert len(detail["kernels"]) == detail["kernel_count"]
+
+        url = args[3].split("/api/")[0]
+        request = urllib.request.Request(f"{url}/api/traces", headers={"Authorization": f"Bearer {token}"})
+        assert_samples(json.loads(urllib.request.urlopen(request, timeout=60).read()))
+        assert "admin login" in text and "user admin" in text
+    finally:
+        demo.send_signal(signal.SIGINT)
+        returncode = demo.wait(timeout=60)
+    assert returncode == 0
+    assert all(gone(int(pid)) for pid in pids.values()), pids
+    assert not listening(url)
