@@ -1,0 +1,64 @@
+"""Fixtures for the admin's tests: kernels in bulk, users of each kind."""
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from traces.models import Kernel, Trace
+
+
+@pytest.fixture
+def make_kernels(db):
+    """`make_kernels(trace, [insts, ...], ctx=...)`: one kernel per value, ids from `first`."""
+
+    def make(trace: Trace, insts: list[int | None], *, ctx: str | None = "0x6165bdd7ec90", first: int = 1):
+        Kernel.objects.bulk_create(
+            Kernel(
+                trace=trace,
+                ctx=ctx,
+                kernel_id=first + n,
+                name=f"_Z6kernel{first + n}Pdi",
+                trace_file=f"kernel-{first + n}-ctx_{ctx}.trace.xz",
+                grid_x=98,
+                grid_y=1,
+                grid_z=1,
+                block_x=1024,
+                block_y=1,
+                block_z=1,
+                blocks=98,
+                threads=1024,
+                total_insts=value,
+                total_reported_insts=value,
+                traced=(first + n) % 2 == 1,
+            )
+            for n, value in enumerate(insts)
+        )
+        count = Kernel.objects.filter(trace=trace).count()
+        Trace.objects.filter(pk=trace.pk).update(kernel_count=count)
+        trace.kernel_count = count
+
+    return make
+
+
+@pytest.fixture
+def staff_client(admin_user) -> Client:
+    """A superuser's session: staff with every permission."""
+    client = Client()
+    client.force_login(admin_user)
+    return client
+
+
+@pytest.fixture
+def viewer_client(db) -> Client:
+    """Staff who may only look at traces and kernels."""
+    from django.contrib.auth.models import Permission
+
+    user = get_user_model().objects.create_user("viewer", password="viewer-pass-123", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(
+            content_type__app_label="traces", codename__in=["view_trace", "view_kernel"]
+        )
+    )
+    client = Client()
+    client.force_login(user)
+    return client

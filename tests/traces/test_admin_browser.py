@@ -1,0 +1,146 @@
+"""The admin in a real browser: log in, find the failed trace, read why it failed.
+
+Debian's chromium and chromium-driver, headless; `.ci/install-browser` installs them.
+"""
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from traces.models import Kernel, Trace, TraceState
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+# Without the background-networking flags Chromium keeps calling Google's hosts, which
+# this machine's closed network refuses.
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1400,2800",
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def browser():
+    missing = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.exists()]
+    if missing:
+        pytest.skip(
+            f"needs Debian's chromium and chromium-driver ({', '.join(missing)} missing): run .ci/install-browser"
+        )
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="cascade-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
+    driver.implicitly_wait(5)
+    yield driver
+    driver.quit()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture
+def operator(transactional_db):
+    return get_user_model().objects.create_superuser("operator", password="operator-pass-123")
+
+
+def test_operator_finds_a_failed_trace_and_sees_why(live_server, browser, operator, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    Trace.objects.create(id="vecadd-ok", state=TraceState.READY, model="vecadd", kernel_count=3)
+    failed = Trace.objects.create(
+        id="llama.7b+run@2026=11",
+        state=TraceState.FAILED,
+        model="llama-7b",
+        source_gpu="NVIDIA H100 80GB HBM3",
+        trace_gpu_arch="sm_90",
+        suggested_sim_config="SM90_H100",
+        error="traces/stats_ctx_0x7f3a: line 4812: expected 12 columns, got 9",
+        metadata_json='{"status": "ok", "model": "llama-7b", "layers": ["attn", "mlp"]}',
+        files=[
+            {"key": "accelsim-traces/llama.7b+run@2026=11/metadata.json", "bytes": 412, "etag": '"e1"'},
+            {
+                "key": "accelsim-traces/llama.7b+run@2026=11/traces/stats_ctx_0x7f3a",
+                "bytes": 981234,
+                "etag": '"e2"',
+            },
+        ],
+        bytes=981646,
+    )
+    Kernel.objects.bulk_create(
+        Kernel(
+            trace=failed,
+            ctx="0x7f3a",
+            kernel_id=n,
+            name=f"_Z9attentionILi{n % 4}EEvPf",
+            trace_file=f"kernel-{n}-ctx_0x7f3a.trace.xz",
+            grid_x=128,
+            grid_y=1,
+            grid_z=1,
+            block_x=256,
+            block_y=1,
+            block_z=1,
+            blocks=128,
+            threads=256,
+            total_insts=1000 * (n % 17 + 1),
+            total_reported_insts=1000 * (n % 17 + 1),
+            traced=n % 3 == 0,
+        )
+        for n in range(1, 41)
+    )
+    Trace.objects.filter(pk=failed.pk).update(kernel_count=40)
+
+    browser.get(f"{live_server.url}/admin/")
+    browser.find_element(By.NAME, "username").send_keys("operator")
+    browser.find_element(By.NAME, "password").send_keys("operator-pass-123")
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    assert "Cascade" in browser.title
+    assert (
+        browser.find_element(By.LINK_TEXT, "Browsable Traces API")
+        .get_attribute("href")
+        .endswith("/api/traces")
+    )
+
+    browser.find_element(By.LINK_TEXT, "Traces").click()
+    browser.find_element(By.CSS_SELECTOR, "#changelist-filter a[href*='state__exact=failed']").click()
+    browser.save_screenshot(str(tmp_path / "failed-traces.png"))
+    rows = browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")
+    assert [row.find_element(By.CSS_SELECTOR, "th a").text for row in rows] == ["llama.7b+run@2026=11"]
+    badge = rows[0].find_element(By.CSS_SELECTOR, ".state-badge")
+    assert badge.text == "failed"
+
+    rows[0].find_element(By.CSS_SELECTOR, "th a").click()
+    error = browser.find_element(By.ID, "trace-error")
+    assert error.is_displayed()
+    assert "expected 12 columns, got 9" in error.text
+    assert '"layers": [' in browser.find_element(By.CSS_SELECTOR, "pre.trace-metadata").text
+    assert "traces/stats_ctx_0x7f3a" in browser.find_element(By.CSS_SELECTOR, "table.trace-files").text
+    contexts = browser.find_element(By.ID, "trace-contexts").text
+    assert "0x7f3a" in contexts and "40" in contexts
+    bars = browser.find_elements(By.CSS_SELECTOR, "#trace-chart svg g.bar")
+    assert len(bars) == 40
+    assert (
+        browser.find_element(By.ID, "trace-kernels-link")
+        .get_attribute("href")
+        .endswith("/admin/traces/kernel/?trace=llama.7b%2Brun%402026%3D11")
+    )
+
+    page, chart = tmp_path / "failed-trace.png", tmp_path / "failed-trace-chart.png"
+    browser.save_screenshot(str(page))
+    browser.find_element(By.ID, "trace-chart").screenshot(str(chart))
+    assert page.stat().st_size > 0 and chart.stat().st_size > 0
+    print(f"screenshots in {tmp_path}")

@@ -1,0 +1,424 @@
+"""The operators' admin: find a trace, see why it failed, look at its kernels, act.
+
+Traces and kernels come from S3, so both are read-only here; what an operator can do is
+re-ingest a trace (the poller's own code path), mark it failed, or delete it. A trace can
+hold a million kernels: nothing here loads them all, counts them all on every page, or
+lets Django's delete confirmation collect them one by one.
+"""
+
+import orjson
+from django.contrib import admin, messages
+from django.contrib.admin.utils import quote, unquote
+from django.contrib.admin.views.main import ChangeList
+from django.core.paginator import Paginator
+from django.db import connection, transaction
+from django.template.defaultfilters import filesizeformat
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils.functional import cached_property
+from django.utils.html import format_html, format_html_join
+from django.utils.http import urlencode
+from django.utils.text import Truncator
+
+from traces import admin_summary
+from traces.models import Kernel, Trace, TraceState
+
+# The API's browsable pages, linked from the admin's header and index.
+admin.site.site_url = "/api/traces"
+
+STATE_COLOURS = {
+    TraceState.UPLOADING: "#5b6b7a",
+    TraceState.PARSING: "#b7791f",
+    TraceState.READY: "#2f855a",
+    TraceState.FAILED: "#c53030",
+}
+# Below this many rows an exact COUNT(*) is cheap, and the estimate may be stale.
+ESTIMATE_COUNTS_ABOVE = 100_000
+
+
+def state_badge(state: str):
+    return format_html(
+        '<span class="state-badge state-{}" style="display:inline-block;padding:1px 8px;'
+        'border-radius:9px;color:#fff;background:{};font-weight:600;">{}</span>',
+        state,
+        STATE_COLOURS.get(state, "#5b6b7a"),
+        state,
+    )
+
+
+def kernel_changelist_url(trace_id: str, **filters) -> str:
+    return f"{reverse('admin:traces_kernel_changelist')}?{urlencode({'trace': trace_id, **filters})}"
+
+
+def delete_traces(trace_ids: list[str]) -> None:
+    """Delete traces and their kernels with two statements.
+
+    `_raw_delete` sends one DELETE for the kernels instead of letting the collector load a
+    million of them (it would, the day a Kernel signal receiver appears).
+    """
+    with transaction.atomic():
+        kernels = Kernel.objects.filter(trace_id__in=trace_ids)
+        kernels._raw_delete(kernels.db)
+        Trace.objects.filter(pk__in=trace_ids).delete()
+
+
+class EstimatedCountPaginator(Paginator):
+    """On PostgreSQL, an unfiltered list is counted from the planner's statistics.
+
+    `COUNT(*)` over a million kernels reads the whole table on every page load; the
+    estimate is what `pg_class.reltuples` says since the last ANALYZE (autovacuum keeps it
+    close). Filtered lists are counted exactly: the filter's index makes that cheap.
+    """
+
+    @cached_property
+    def count(self) -> int:
+        queryset = self.object_list
+        if connection.vendor == "postgresql" and not queryset.query.where:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
+                    [queryset.model._meta.db_table],
+                )
+                row = cursor.fetchone()
+            if row and row[0] > ESTIMATE_COUNTS_ABOVE:
+                return row[0]
+        return super().count
+
+
+@admin.register(Trace)
+class TraceAdmin(admin.ModelAdmin):
+    list_display = (
+        "id",
+        "state_display",
+        "model",
+        "source_gpu_column",
+        "arch_column",
+        "config_column",
+        "kernels_column",
+        "size",
+        "created_at",
+        "updated_at",
+    )
+    list_filter = ("state", "sample", "trace_gpu_arch", "has_real_timing", "has_step_timeline")
+    search_fields = ("id", "model", "source_gpu")
+    ordering = ("-created_at", "id")
+    actions = ("reingest", "mark_failed")
+    fieldsets = (
+        (None, {"fields": ("id", "state_display", "error", "created_at", "updated_at")}),
+        (
+            "Run",
+            {
+                "fields": (
+                    "model",
+                    "layers",
+                    "source_gpu",
+                    "trace_gpu_arch",
+                    "suggested_sim_config",
+                    "sample",
+                    "has_real_timing",
+                    "has_step_timeline",
+                )
+            },
+        ),
+        ("Contents", {"fields": ("kernel_count", "size", "kernels_link")}),
+        ("metadata.json", {"fields": ("metadata_pretty",)}),
+        ("Files", {"fields": ("files_table",)}),
+        (
+            "Ingestion bookkeeping",
+            {"classes": ("collapse",), "fields": ("files_changed_at", "parsed_fingerprint")},
+        ),
+    )
+    readonly_fields = (
+        "state_display",
+        "size",
+        "kernels_link",
+        "metadata_pretty",
+        "files_table",
+    )
+
+    # --- read-only: the bucket is the source of truth --------------------------------
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_operate_permission(self, request) -> bool:
+        """Who may run the actions: whoever holds "change trace", though nothing is edited here."""
+        return request.user.has_perm("traces.change_trace")
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        match = request.resolver_match
+        if match is not None and match.url_name == "traces_trace_changelist":
+            # The list shows none of these, and a run's file list can be long.
+            queryset = queryset.defer("metadata_json", "files", "layers")
+        return queryset
+
+    # --- columns and fields -----------------------------------------------------------
+
+    @admin.display(description="state", ordering="state")
+    def state_display(self, obj: Trace):
+        return state_badge(obj.state)
+
+    # Short headers: the list has ten columns.
+    @admin.display(description="source GPU", ordering="source_gpu", empty_value="-")
+    def source_gpu_column(self, obj: Trace):
+        return obj.source_gpu
+
+    @admin.display(description="arch", ordering="trace_gpu_arch", empty_value="-")
+    def arch_column(self, obj: Trace):
+        return obj.trace_gpu_arch
+
+    @admin.display(description="sim config", ordering="suggested_sim_config", empty_value="-")
+    def config_column(self, obj: Trace):
+        return obj.suggested_sim_config
+
+    @admin.display(description="kernels", ordering="kernel_count")
+    def kernels_column(self, obj: Trace):
+        return obj.kernel_count
+
+    @admin.display(description="size", ordering="bytes")
+    def size(self, obj: Trace) -> str:
+        return filesizeformat(obj.bytes)
+
+    @admin.display(description="kernels")
+    def kernels_link(self, obj: Trace):
+        return format_html(
+            '<a href="{}">{} kernel{} in the kernel list</a>',
+            kernel_changelist_url(obj.id),
+            obj.kernel_count,
+            "" if obj.kernel_count == 1 else "s",
+        )
+
+    @admin.display(description="metadata.json")
+    def metadata_pretty(self, obj: Trace):
+        if obj.metadata_json is None:
+            return "-"
+        # Re-indented with orjson, which keeps the keys in metadata.json's order.
+        pretty = orjson.dumps(orjson.loads(obj.metadata_json), option=orjson.OPT_INDENT_2).decode()
+        return format_html(
+            '<pre class="trace-metadata" style="margin:0;white-space:pre-wrap;">{}</pre>', pretty
+        )
+
+    @admin.display(description="files")
+    def files_table(self, obj: Trace):
+        if not obj.files:
+            return "-"
+        rows = format_html_join(
+            "",
+            '<tr><td><code>{}</code></td><td style="text-align:right" title="{} bytes">{}</td>'
+            "<td><code>{}</code></td></tr>",
+            (
+                (
+                    entry.get("key", ""),
+                    entry.get("bytes", 0),
+                    filesizeformat(entry.get("bytes", 0)),
+                    entry.get("etag", ""),
+                )
+                for entry in obj.files
+            ),
+        )
+        return format_html(
+            '<table class="trace-files"><thead><tr><th>key</th><th>size</th><th>ETag</th></tr></thead>'
+            "<tbody>{}</tbody></table>",
+            rows,
+        )
+
+    # --- the change page: error first, the kernels summarised -------------------------
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra_context = extra_context or {}
+        trace = self.get_object(request, unquote(object_id))
+        if trace is not None:
+            summary, chart = admin_summary.kernel_summary(trace.id, kernel_count=trace.kernel_count)
+            extra_context.update(
+                trace=trace,
+                state_badge=state_badge(trace.state),
+                kernel_summary=summary,
+                kernel_chart_svg=render_to_string("admin/traces/trace/kernel_chart.svg", {"chart": chart}),
+                kernel_chart=chart,
+                kernels_url=kernel_changelist_url(trace.id),
+                context_rows=[
+                    (
+                        context,
+                        kernel_changelist_url(trace.id, **({"ctx": context.ctx} if context.ctx else {})),
+                    )
+                    for context in summary.contexts
+                ],
+                can_operate=self.has_operate_permission(request),
+                changelist_action_url=(
+                    f"{reverse('admin:traces_trace_changelist')}?{urlencode({'id__exact': trace.id})}"
+                ),
+            )
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    # --- actions ----------------------------------------------------------------------
+
+    @admin.action(description="Re-ingest selected traces", permissions=("operate",))
+    def reingest(self, request, queryset):
+        from ingest import passes
+
+        for trace_id in queryset.values_list("pk", flat=True):
+            try:
+                change = passes.ingest_trace(trace_id, reparse=True)
+            except Exception as exc:  # S3 and network errors: report them, the next poll retries
+                self.message_user(request, f"{trace_id}: not re-ingested: {exc}", messages.ERROR)
+                continue
+            if change is None:
+                self.message_user(
+                    request,
+                    f"{trace_id}: not re-ingested: another process holds it, "
+                    "or its folder is gone from the bucket",
+                    messages.WARNING,
+                )
+            else:
+                level = messages.ERROR if change.new_state == TraceState.FAILED else messages.SUCCESS
+                self.message_user(request, str(change), level)
+
+    @admin.action(description="Mark failed", permissions=("operate",))
+    def mark_failed(self, request, queryset):
+        from traces.services import trace_mark_failed
+
+        error = f"marked failed by {request.user.get_username()} in the admin"
+        trace_ids = list(queryset.values_list("pk", flat=True))
+        for trace_id in trace_ids:
+            trace_mark_failed(trace_id, error)
+        self.message_user(request, f"Marked {len(trace_ids)} trace(s) failed.", messages.SUCCESS)
+
+    # --- deleting: count the kernels, never collect them -------------------------------
+
+    def get_deleted_objects(self, objs, request):
+        traces = list(objs)
+        ids = [trace.pk for trace in traces]
+        kernel_count = Kernel.objects.filter(trace_id__in=ids).count()
+        to_delete = [
+            format_html(
+                'Trace: <a href="{}">{}</a> and its kernels',
+                reverse("admin:traces_trace_change", args=[quote(trace.pk)]),
+                trace.pk,
+            )
+            for trace in traces
+        ]
+        model_count = {
+            Trace._meta.verbose_name_plural: len(traces),
+            Kernel._meta.verbose_name_plural: kernel_count,
+        }
+        perms_needed = set() if self.has_delete_permission(request) else {Trace._meta.verbose_name}
+        return to_delete, model_count, perms_needed, []
+
+    def delete_model(self, request, obj):
+        delete_traces([obj.pk])
+
+    def delete_queryset(self, request, queryset):
+        delete_traces(list(queryset.values_list("pk", flat=True)))
+
+
+class TraceIdFilter(admin.SimpleListFilter):
+    """Kernels of one trace: offered from the trace's page, not as a list of every trace."""
+
+    title = "trace"
+    parameter_name = "trace"
+
+    def lookups(self, request, model_admin):
+        value = self.value()
+        return [(value, value)] if value else []
+
+    def has_output(self) -> bool:
+        return self.value() is not None
+
+    def queryset(self, request, queryset):
+        return queryset.filter(trace_id=self.value()) if self.value() else queryset
+
+
+class ContextFilter(admin.SimpleListFilter):
+    """The contexts of the selected trace; with no trace selected, a list of every context
+    would cost a scan of every kernel."""
+
+    title = "context"
+    parameter_name = "ctx"
+
+    def lookups(self, request, model_admin):
+        trace_id = request.GET.get(TraceIdFilter.parameter_name)
+        if not trace_id:
+            return []
+        return [(ctx, ctx) for ctx in admin_summary.trace_contexts(trace_id)]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(ctx=self.value()) if self.value() else queryset
+
+
+class KernelChangeList(ChangeList):
+    LAUNCH = {"trace_id", "ctx", "kernel_id"}
+
+    def _get_deterministic_ordering(self, ordering):
+        # (trace, ctx, kernel_id) is unique, a NULL ctx included (nulls_distinct=False), which
+        # Django's check cannot see: it would append "-pk" and every page would need a sort.
+        names = {part.lstrip("-") for part in ordering if isinstance(part, str)}
+        if self.LAUNCH <= {"trace_id" if name == "trace" else name for name in names}:
+            return list(ordering)
+        return super()._get_deterministic_ordering(ordering)
+
+
+@admin.register(Kernel)
+class KernelAdmin(admin.ModelAdmin):
+    list_display = (
+        "trace_display",
+        "ctx",
+        "kernel_id",
+        "short_name",
+        "grid",
+        "block",
+        "blocks",
+        "threads",
+        "total_insts",
+        "total_reported_insts",
+        "traced",
+    )
+    list_display_links = ("kernel_id",)
+    list_filter = (TraceIdFilter, ContextFilter, "traced")
+    search_fields = ("name",)
+    raw_id_fields = ("trace",)
+    # Matches the (trace, ctx, kernel_id) unique index; the trace's id is shown without a join.
+    ordering = ("trace_id", "ctx", "kernel_id")
+    list_select_related = False
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    sortable_by = ("trace_display", "ctx", "kernel_id", "total_insts", "traced")
+    list_per_page = 100
+    list_max_show_all = 1000
+
+    def get_changelist(self, request, **kwargs):
+        return KernelChangeList
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        # Kernels go with their trace: deleting some would make the trace lie.
+        return False
+
+    @admin.display(description="trace", ordering="trace_id")
+    def trace_display(self, obj: Kernel):
+        return format_html(
+            '<a href="{}">{}</a>',
+            reverse("admin:traces_trace_change", args=[quote(obj.trace_id)]),
+            obj.trace_id,
+        )
+
+    @admin.display(description="name", ordering="name")
+    def short_name(self, obj: Kernel):
+        return format_html('<span title="{}">{}</span>', obj.name, Truncator(obj.name).chars(70))
+
+    @admin.display(description="grid")
+    def grid(self, obj: Kernel) -> str:
+        return f"{obj.grid_x}×{obj.grid_y}×{obj.grid_z}"
+
+    @admin.display(description="block")
+    def block(self, obj: Kernel) -> str:
+        return f"{obj.block_x}×{obj.block_y}×{obj.block_z}"
