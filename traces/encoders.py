@@ -89,18 +89,14 @@ def trace_detail_head(trace_id: str, *, raw_metadata: bool = True) -> dict | Non
     return head
 
 
-def kernel_rows(trace_id: str) -> Iterator[tuple]:
+def kernel_rows(trace_id: str, limit: int | None = None) -> Iterator[tuple]:
     """The trace's kernels in (ctx, kernel_id) order, through a server-side cursor."""
-    return (
-        Kernel.objects.filter(trace_id=trace_id)
-        .order_by("ctx", "kernel_id")
-        .values_list(*KERNEL_COLUMNS)
-        .iterator(chunk_size=KERNEL_CHUNK)
-    )
+    rows = Kernel.objects.filter(trace_id=trace_id).order_by("ctx", "kernel_id").values_list(*KERNEL_COLUMNS)
+    return rows[:limit].iterator(chunk_size=KERNEL_CHUNK)
 
 
-def kernels(trace_id: str) -> list[dict]:
-    return [kernel_row_to_dict(row) for row in kernel_rows(trace_id)]
+def kernels(trace_id: str, limit: int | None = None) -> list[dict]:
+    return [kernel_row_to_dict(row) for row in kernel_rows(trace_id, limit)]
 
 
 def encode_summaries(summaries: list[dict]) -> bytes:

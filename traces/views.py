@@ -11,6 +11,8 @@ from traces.models import TraceState
 
 # Below this many kernels a detail is sent in one piece, with a Content-Length.
 STREAM_KERNELS_ABOVE = 5000
+# The browsable API renders HTML per kernel: a million would hang the browser.
+BROWSABLE_KERNELS_MAX = 1000
 
 
 class TraceViewSet(viewsets.ViewSet):
@@ -40,9 +42,19 @@ class TraceViewSet(viewsets.ViewSet):
             raise NotFound(f"trace {trace_id} not found")
         ready = head["state"] == TraceState.READY
         if not wants_json:
-            return Response({**head, "kernels": encoders.kernels(trace_id) if ready else []})
+            return Response(self.browsable_detail(head, ready))
         rows = encoders.kernel_rows(trace_id) if ready else ()
         body = encoders.encode_trace_detail(head, rows)
         if ready and head["kernel_count"] > STREAM_KERNELS_ABOVE:
             return StreamingHttpResponse(body, content_type="application/json")
         return HttpResponse(b"".join(body), content_type="application/json")
+
+    def browsable_detail(self, head: dict, ready: bool) -> dict:
+        """The detail for a person in a browser: the first kernels, and how to get them all."""
+        detail = {**head, "kernels": encoders.kernels(head["id"], BROWSABLE_KERNELS_MAX) if ready else []}
+        if head["kernel_count"] > BROWSABLE_KERNELS_MAX and ready:
+            detail["kernels_shown"] = (
+                f"the first {BROWSABLE_KERNELS_MAX} of {head['kernel_count']} kernels; "
+                "?format=json (or an Accept: application/json client) returns them all"
+            )
+        return detail

@@ -8,7 +8,7 @@ from django.core.management import call_command
 from django.http import StreamingHttpResponse
 
 from traces.models import Kernel, Trace, TraceState
-from traces.views import STREAM_KERNELS_ABOVE
+from traces.views import BROWSABLE_KERNELS_MAX, STREAM_KERNELS_ABOVE
 
 SUMMARY_KEYS = [
     "id",
@@ -362,3 +362,15 @@ def test_small_trace_has_content_length(api, make_trace):
     response = api.get("/api/traces/demo")
     assert not response.streaming
     assert int(response["Content-Length"]) == len(response.content)
+
+
+def test_browsable_api_shows_the_first_kernels_of_a_large_trace(client, admin_user, make_trace):
+    trace = make_trace("large", state=TraceState.READY)
+    add_kernels(trace, BROWSABLE_KERNELS_MAX + 10)
+    client.force_login(admin_user)
+    response = client.get("/api/traces/large", HTTP_ACCEPT="text/html")
+    assert response.status_code == 200
+    assert len(response.data["kernels"]) == BROWSABLE_KERNELS_MAX
+    assert response.data["kernels_shown"].startswith(f"the first {BROWSABLE_KERNELS_MAX} of 1010 kernels")
+    full = client.get("/api/traces/large?format=json")
+    assert len(body(full)["kernels"]) == BROWSABLE_KERNELS_MAX + 10
