@@ -147,7 +147,7 @@ def scan_bucket(*, trace_id: str | None = None, reparse: bool = False) -> Scan:
         trace, change = register_objects(run_id, objects)
         if change is not None:
             scan.changes.append(change)
-        if reparse or needs_decision(trace):
+        if needs_decision(trace, reparse=reparse):
             scan.to_parse.append(run_id)
     return scan
 
@@ -170,7 +170,7 @@ def ingest_trace(
             return None
         trace, registered = register_objects(trace_id, objects)
         old_state = registered.old_state if registered else trace.state
-        if not (reparse or needs_decision(trace)):
+        if not needs_decision(trace, reparse=reparse):
             return registered
         try:
             decide(trace, objects, progress=progress)
@@ -217,11 +217,16 @@ def register_objects(run_id: str, objects: list[S3Object]) -> tuple[Trace, Trace
     return trace, TraceChange(run_id, trace.state, trace.state, trace.kernel_count, size, trace.error)
 
 
-def needs_decision(trace: Trace) -> bool:
-    """Whether the trace's objects must be looked at (downloaded) again."""
+def needs_decision(trace: Trace, *, reparse: bool = False) -> bool:
+    """Whether the trace's objects must be looked at (downloaded) again.
+
+    Nothing is decided before metadata.json lands, even when asked to reparse.
+    """
     metadata_key = bucket.run_prefix(trace.id) + METADATA_NAME
     if not any(item["key"] == metadata_key for item in trace.files):
         return False
+    if reparse:
+        return True
     if trace.state == TraceState.PARSING:
         return True  # its pass died mid-way: nobody holds it any more once we get the lock
     if trace.parsed_fingerprint != trace.files_fingerprint():

@@ -549,3 +549,13 @@ def test_a_trace_failed_for_retry_is_looked_at_by_the_next_poll(db, upload, veca
     passes.poll_bucket()
     trace = Trace.objects.get(pk="run")
     assert (trace.state, trace.error, trace.kernel_count) == (TraceState.READY, None, 1)
+
+
+def test_reparse_leaves_uploads_without_metadata_uploading(db, upload, vecadd_files):
+    upload("ready", vecadd_files, metadata=OK)
+    upload("waiting", vecadd_files)
+    passes.poll_bucket()
+    output = run_command("--reparse")
+    assert "ready: ready -> ready, 1 kernels" in output
+    assert Trace.objects.get(pk="waiting").state == TraceState.UPLOADING
+    assert "waiting: nothing new" in run_command("--trace", "waiting", "--reparse")
