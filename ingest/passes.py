@@ -318,9 +318,10 @@ def missing_listed_files(run_id: str, metadata: dict, objects: list[S3Object]) -
 def wait_for_files(trace: Trace, metadata: dict, current: str) -> None:
     """Metadata is there but listed files are not: stay uploading until they land or time out."""
     trace.state = TraceState.UPLOADING
+    trace.error = None
     trace.metadata = metadata
     trace.parsed_fingerprint = current
-    trace.save(update_fields=["state", "metadata_json", "parsed_fingerprint"])
+    trace.save(update_fields=["state", "error", "metadata_json", "parsed_fingerprint"])
 
 
 def apply_metadata(trace: Trace, metadata: dict, objects: list[S3Object]) -> None:
