@@ -8,7 +8,7 @@
 
 Two callers, one implementation: `manage.py ingest_traces` runs `poll_bucket` (scan, then
 parse inline); the Celery poll task runs `scan_bucket` and fans `ingest_trace` out to
-workers. `ingest_trace` holds the trace's lock (ingest.locks) for the whole decision, so
+workers. `ingest_trace` holds the trace's lock (traces.locks) for the whole decision, so
 concurrent passes never parse one trace twice, and stores kernels in one transaction, so a
 killed pass leaves either the old kernels or the new ones; a trace it left in `parsing` is
 picked up by the next pass.
@@ -19,20 +19,20 @@ again unless asked (`--trace`, `--reparse`). Objects are downloaded only when a 
 listing (keys, sizes, ETags) differs from the one its last decision was made on.
 """
 
+import json
 import logging
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-import orjson
 from django.conf import settings
-from django.db import transaction
+from django.db import DataError, IntegrityError, transaction
 from django.utils import timezone
 
 from ingest import bucket, stats
 from ingest.bucket import S3Object
-from ingest.locks import trace_lock
+from traces.locks import trace_lock
 from traces.models import Kernel, Trace, TraceState, files_fingerprint
 from traces.services import kernels_replace
 
@@ -59,6 +59,25 @@ SIM_CONFIG_FOR_ARCH = {
 }
 SIM_CONFIG_ARCH = re.compile(r"^SM(\d)(\d?)_", re.IGNORECASE)
 METADATA_STRINGS = ("model", "source_gpu", "trace_gpu_arch", "suggested_sim_config")
+
+
+# What a decision writes; `files`, `bytes` and `files_changed_at` belong to registration,
+# which a concurrent scan may update meanwhile.
+DECISION_FIELDS = [
+    "state",
+    "error",
+    "kernel_count",
+    "parsed_fingerprint",
+    "metadata_json",
+    "model",
+    "layers",
+    "source_gpu",
+    "trace_gpu_arch",
+    "suggested_sim_config",
+    "has_step_timeline",
+    "has_real_timing",
+    "sample",
+]
 
 
 class TraceInputError(Exception):
@@ -94,14 +113,18 @@ class Scan:
 class PassResult:
     listed: int = 0
     changes: list[TraceChange] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         states = [change.new_state for change in self.changes]
-        return (
+        summary = (
             f"{self.listed} traces looked at, {len(self.changes)} changed: "
             f"{states.count(TraceState.READY)} ready, {states.count(TraceState.FAILED)} failed, "
             f"{states.count(TraceState.UPLOADING)} uploading"
         )
+        if self.errors:
+            summary += f"; {len(self.errors)} could not be ingested (retried next pass)"
+        return summary
 
 
 # --- The pass -----------------------------------------------------------------------------
@@ -113,14 +136,20 @@ def poll_bucket(
     """One whole pass: register what landed, then parse every trace that is ready, inline."""
     scan = scan_bucket(trace_id=trace_id, reparse=reparse)
     changes = {change.trace_id: change for change in scan.changes}
+    errors = []
     for ready_id in scan.to_parse:
-        change = ingest_trace(ready_id, reparse=reparse, progress=progress)
+        try:
+            change = ingest_trace(ready_id, reparse=reparse, progress=progress)
+        except Exception as error:  # S3 trouble, or a bug: the other traces still get their turn
+            logger.exception("%s: ingestion error, the next pass tries again", ready_id)
+            errors.append(f"{ready_id}: {type(error).__name__}: {error}")
+            continue
         if change is not None:
             first = changes.get(ready_id, change)
             changes[ready_id] = TraceChange(
                 ready_id, first.old_state, change.new_state, change.kernel_count, change.bytes, change.error
             )
-    return PassResult(listed=scan.listed, changes=list(changes.values()))
+    return PassResult(listed=scan.listed, changes=list(changes.values()), errors=errors)
 
 
 def scan_bucket(*, trace_id: str | None = None, reparse: bool = False) -> Scan:
@@ -176,6 +205,10 @@ def ingest_trace(
             decide(trace, objects, progress=progress)
         except TraceInputError as problem:
             fail(trace, str(problem), fingerprint(objects))
+        except (DataError, IntegrityError) as problem:
+            # Input the parser let through but the database refuses: still the upload's fault.
+            logger.exception("%s: the database refused the trace's data", trace_id)
+            fail(trace, f"the database refused this trace's data: {problem}".strip(), fingerprint(objects))
         if registered is None and trace.state == old_state and not reparse:
             return None
         return TraceChange(trace_id, old_state, trace.state, trace.kernel_count, trace.bytes, trace.error)
@@ -278,8 +311,9 @@ def read_metadata(obj: S3Object) -> dict:
     except ValueError as too_large:
         raise TraceInputError(f"metadata.json: {too_large}") from None
     try:
-        metadata = orjson.loads(raw)
-    except orjson.JSONDecodeError as invalid:
+        # The standard library keeps integers of any size, as written; NaN is not JSON.
+        metadata = json.loads(raw, parse_constant=reject_constant)
+    except ValueError as invalid:
         raise TraceInputError(f"metadata.json is not valid JSON: {invalid}") from None
     if not isinstance(metadata, dict):
         raise TraceInputError(f"metadata.json must be a JSON object, not {type(metadata).__name__}")
@@ -292,6 +326,10 @@ def read_metadata(obj: S3Object) -> dict:
     if layers is not None and not (isinstance(layers, list) and all(isinstance(x, str) for x in layers)):
         raise TraceInputError("metadata.json: 'layers' must be a list of strings")
     return metadata
+
+
+def reject_constant(name: str):
+    raise ValueError(f"{name} is not a JSON value")
 
 
 def missing_listed_files(run_id: str, metadata: dict, objects: list[S3Object]) -> list[str]:
@@ -354,7 +392,7 @@ def fail(trace: Trace, error: str, current: str) -> None:
         trace.error = error
         trace.kernel_count = 0
         trace.parsed_fingerprint = current
-        trace.save()
+        trace.save(update_fields=DECISION_FIELDS)
     logger.info("%s: failed: %s", trace.id, error)
 
 
@@ -379,6 +417,10 @@ def stats_sources(objects: list[S3Object]) -> list[StatsSource]:
         match = stats.STATS_CTX_NAME.match(filename)
         if match:
             ctx = match.group(1)
+            if not stats.CTX.match(ctx):
+                raise TraceInputError(
+                    f"{obj.name}: {ctx[:80]!r} is not a CUDA context (0x and at most 62 hex digits)"
+                )
             sources.append(StatsSource(obj, by_name.get(f"traces/kernelslist_ctx_{ctx}"), ctx))
         elif filename == "stats.csv":
             kernelslist = by_name.get("traces/kernelslist") or by_name.get("traces/kernelslist.g")
@@ -410,7 +452,7 @@ def parse_into(trace: Trace, objects: list[S3Object], current: str, *, progress:
         trace.kernel_count = count
         trace.parsed_fingerprint = current
         derive_arch_and_config(trace)
-        trace.save()
+        trace.save(update_fields=DECISION_FIELDS)
     logger.info("%s: ready, %d kernels", trace.id, count)
 
 
@@ -423,6 +465,8 @@ def header_extra_columns(sources: list[StatsSource]) -> int:
     if len(sources) == 1:
         return 0  # the file's own header, if any, is read while parsing
     for source in sources:
+        if source.stats.size == 0:
+            continue  # a context without launches; and S3 refuses a ranged GET of 0 bytes
         first_line = bucket.read_head(source.stats.key, HEADER_PEEK_BYTES).split(b"\n", 1)[0]
         extra = stats.first_line_extra_columns(first_line)
         if extra is not None:

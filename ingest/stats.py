@@ -25,9 +25,10 @@ COMPLETE_NUMBERS = 10
 UINT32 = 2**32
 INT64_MAX = 2**63 - 1
 
-TRACE_FILE_ID = re.compile(r"^kernel-(\d+)(?:-ctx_0x[0-9a-fA-F]+)?\.trace")
-STATS_CTX_NAME = re.compile(r"^stats_ctx_(0x[0-9a-fA-F]+)$")
-KERNELSLIST_CTX_NAME = re.compile(r"^kernelslist_ctx_(0x[0-9a-fA-F]+)$")
+TRACE_FILE_ID = re.compile(r"^kernel-([0-9]+)(?:-ctx_0x[0-9a-fA-F]+)?\.trace")
+STATS_CTX_NAME = re.compile(r"^stats_ctx_(.+)$")
+# A CUDA context is a pointer: `0x` and hex digits (the column holds 64 characters).
+CTX = re.compile(r"^0x[0-9a-fA-F]{1,62}$")
 
 
 class StatsError(ValueError):
@@ -88,7 +89,7 @@ def first_line_extra_columns(first_line: bytes) -> int | None:
 
 def parse_int(text: str) -> int | None:
     text = text.strip()
-    if not text or not (text.isdigit() or (text[0] == "-" and text[1:].isdigit())):
+    if not text.isascii() or not (text.isdigit() or (text[:1] == "-" and text[1:].isdigit())):
         return None
     return int(text)
 
@@ -107,8 +108,12 @@ def as_unsigned(value: int, line_number: int, column: str) -> int:
 def kernel_id_from_trace_file(trace_file: str) -> int | None:
     match = TRACE_FILE_ID.match(trace_file)
     if match:
-        return int(match.group(1))
-    return int(trace_file) if trace_file.isdigit() else None
+        kernel_id = int(match.group(1))
+    elif trace_file.isascii() and trace_file.isdigit():
+        kernel_id = int(trace_file)
+    else:
+        return None
+    return kernel_id if kernel_id <= INT64_MAX else None
 
 
 def parse_stats_lines(lines: Iterable[bytes], *, extra_columns: int = 0) -> Iterator[KernelRow]:

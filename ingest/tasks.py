@@ -21,9 +21,9 @@ from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
 from django.conf import settings
 
 from ingest import passes
-from ingest.locks import trace_lock
+from traces.locks import trace_lock
 from traces.models import Trace
-from traces.services import trace_mark_failed
+from traces.services import TraceBusy, trace_mark_failed
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +99,8 @@ def parse_given_up(sender=None, args=(), kwargs=None, exception=None, **_) -> No
         trace_mark_failed(trace_id, given_up_reason(exception), retry=isinstance(exception, RETRY_ON))
     except Trace.DoesNotExist:
         logger.warning("%s: parse given up for a trace that does not exist", trace_id)
+    except TraceBusy:
+        logger.info("%s: parse given up here, but another pass is ingesting it: left to that one", trace_id)
 
 
 def given_up_reason(exception: BaseException) -> str:

@@ -268,24 +268,35 @@ class TraceAdmin(admin.ModelAdmin):
                 continue
             if change is None:
                 self.message_user(
-                    request,
-                    f"{trace_id}: not re-ingested: another process holds it, "
-                    "or its folder is gone from the bucket",
-                    messages.WARNING,
+                    request, f"{trace_id}: not re-ingested: {self.why_not(trace_id)}", messages.WARNING
                 )
             else:
                 level = messages.ERROR if change.new_state == TraceState.FAILED else messages.SUCCESS
                 self.message_user(request, str(change), level)
 
+    @staticmethod
+    def why_not(trace_id: str) -> str:
+        trace = Trace.objects.filter(pk=trace_id).only("state", "metadata_json").first()
+        if trace is not None and trace.state == TraceState.UPLOADING:
+            if trace.metadata_json is None:
+                return "still uploading, metadata.json has not landed: nothing to parse yet"
+            return "still uploading, files listed in metadata.json are missing: nothing to parse yet"
+        return "another process is ingesting it, or its folder is gone from the bucket"
+
     @admin.action(description="Mark failed", permissions=("operate",))
     def mark_failed(self, request, queryset):
-        from traces.services import trace_mark_failed
+        from traces.services import TraceBusy, trace_mark_failed
 
         error = f"marked failed by {request.user.get_username()} in the admin"
-        trace_ids = list(queryset.values_list("pk", flat=True))
-        for trace_id in trace_ids:
-            trace_mark_failed(trace_id, error)
-        self.message_user(request, f"Marked {len(trace_ids)} trace(s) failed.", messages.SUCCESS)
+        marked = 0
+        for trace_id in queryset.values_list("pk", flat=True):
+            try:
+                trace_mark_failed(trace_id, error)
+                marked += 1
+            except TraceBusy as busy:
+                self.message_user(request, f"{trace_id}: not marked failed: {busy}", messages.WARNING)
+        if marked:
+            self.message_user(request, f"Marked {marked} trace(s) failed.", messages.SUCCESS)
 
     # --- deleting: count the kernels, never collect them -------------------------------
 

@@ -6,6 +6,7 @@ So rows are read in a fixed order, turned into the documented shapes here, and k
 encoded in chunks as they arrive from a server-side cursor.
 """
 
+import json
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 
@@ -85,7 +86,7 @@ def trace_detail_head(trace_id: str, *, raw_metadata: bool = True) -> dict | Non
     if metadata_json is None:
         head["metadata"] = None
     else:
-        head["metadata"] = orjson.Fragment(metadata_json) if raw_metadata else orjson.loads(metadata_json)
+        head["metadata"] = orjson.Fragment(metadata_json) if raw_metadata else json.loads(metadata_json)
     return head
 
 

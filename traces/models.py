@@ -1,9 +1,9 @@
 """The registry's data: one Trace per profiler run, one Kernel per kernel launch."""
 
 import hashlib
+import json
 import secrets
 
-import orjson
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
@@ -24,16 +24,17 @@ class Trace(models.Model):
     that a poll pass can tell "nothing new" without downloading anything.
     """
 
-    id = models.CharField(primary_key=True, max_length=512)
+    # S3 keys are at most 1,024 bytes, so no run folder name is longer.
+    id = models.CharField(primary_key=True, max_length=1024)
     state = models.CharField(max_length=16, choices=TraceState.choices, default=TraceState.UPLOADING)
     error = models.TextField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
-    model = models.CharField(max_length=512, null=True, blank=True)
+    model = models.TextField(null=True, blank=True)
     layers = models.JSONField(default=list, blank=True)
-    source_gpu = models.CharField(max_length=512, null=True, blank=True)
-    trace_gpu_arch = models.CharField(max_length=64, null=True, blank=True)
-    suggested_sim_config = models.CharField(max_length=128, null=True, blank=True)
+    source_gpu = models.TextField(null=True, blank=True)
+    trace_gpu_arch = models.TextField(null=True, blank=True)
+    suggested_sim_config = models.TextField(null=True, blank=True)
     kernel_count = models.BigIntegerField(default=0)
     bytes = models.BigIntegerField(default=0)
     has_real_timing = models.BooleanField(default=False)
@@ -71,11 +72,13 @@ class Trace(models.Model):
 
     @property
     def metadata(self) -> dict | None:
-        return None if self.metadata_json is None else orjson.loads(self.metadata_json)
+        return None if self.metadata_json is None else json.loads(self.metadata_json)
 
     @metadata.setter
     def metadata(self, value: dict | None) -> None:
-        self.metadata_json = None if value is None else orjson.dumps(value).decode()
+        self.metadata_json = (
+            None if value is None else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        )
 
     def files_fingerprint(self) -> str:
         """A digest of `files` (keys, sizes, ETags): equal digests, nothing changed in S3."""
@@ -92,11 +95,12 @@ def files_fingerprint(files: list[dict]) -> str:
 class Kernel(models.Model):
     """One kernel launch, as one row of a tracer `stats_ctx_*` (or legacy `stats.csv`) file."""
 
-    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="kernels")
-    ctx = models.CharField(max_length=32, null=True, blank=True)
+    # No index of its own: kernel_unique_launch starts with trace_id and serves its lookups.
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="kernels", db_index=False)
+    ctx = models.CharField(max_length=64, null=True, blank=True)
     kernel_id = models.BigIntegerField()
     name = models.TextField()
-    trace_file = models.CharField(max_length=512)
+    trace_file = models.TextField()
     grid_x = models.BigIntegerField()
     grid_y = models.BigIntegerField()
     grid_z = models.BigIntegerField()
@@ -112,11 +116,14 @@ class Kernel(models.Model):
     class Meta:
         ordering = ["trace", "ctx", "kernel_id"]
         constraints = [
-            # Legacy single-context files have no ctx: NULL must still be unique.
+            # Also the index that serves the API's (ctx, kernel_id) order.
+            models.UniqueConstraint(fields=["trace", "ctx", "kernel_id"], name="kernel_unique_launch"),
+            # Legacy single-context files have no ctx, and NULLs are distinct in a unique
+            # index: one more, partial, for them (portable, unlike nulls_distinct=False).
             models.UniqueConstraint(
-                fields=["trace", "ctx", "kernel_id"],
-                name="kernel_unique_launch",
-                nulls_distinct=False,
+                fields=["trace", "kernel_id"],
+                condition=models.Q(ctx__isnull=True),
+                name="kernel_unique_legacy_launch",
             ),
         ]
 

@@ -5,6 +5,7 @@ from itertools import islice
 
 from django.db import connection, transaction
 
+from traces.locks import trace_lock
 from traces.models import KERNEL_COLUMNS, Kernel, Trace, TraceState
 
 BULK_CREATE_BATCH = 5000
@@ -48,12 +49,24 @@ def _bulk_create_kernels(trace_id: str, rows: Iterable[tuple]) -> int:
     return count
 
 
+class TraceBusy(Exception):
+    """Another process is ingesting the trace right now."""
+
+
 def trace_mark_failed(trace_id: str, error: str, *, retry: bool = False) -> None:
     """Mark a trace failed with `error` and drop its kernels.
 
     The decision holds until the trace's files change in S3 (the next poll leaves it
     alone), unless `retry`: then the next poll looks at it again, as after an S3 outage.
+    Raises TraceBusy while a pass is parsing the trace: its result would overwrite this.
     """
+    with trace_lock(trace_id) as acquired:
+        if not acquired:
+            raise TraceBusy(f"trace {trace_id} is being ingested right now; try again when it is done")
+        _mark_failed(trace_id, error, retry=retry)
+
+
+def _mark_failed(trace_id: str, error: str, *, retry: bool) -> None:
     with transaction.atomic():
         trace = Trace.objects.select_for_update().get(pk=trace_id)
         Kernel.objects.filter(trace_id=trace_id)._raw_delete(using=Kernel.objects.db)

@@ -5,17 +5,20 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 from django.utils import timezone
 
 from ingest import bucket, passes
 from tests.ingest.conftest import PREFIX, STATS_HEADER, VECADD_CTX, stats_row
+from traces.locks import trace_lock
 from traces.models import Kernel, Trace, TraceState
-from traces.services import trace_mark_failed
+from traces.services import TraceBusy, trace_mark_failed
 
 ROOT = Path(__file__).resolve().parents[2]
 OK = {"status": "ok", "trace_gpu_arch": "sm_86"}
@@ -349,6 +352,18 @@ def test_more_than_a_thousand_objects(db, upload):
             "traces/kernelslist_ctx_0xaaaa: line 1: binary data",
         ),
         ({"configs/gpgpusim.config": "x"}, None, "no stats file in the upload"),
+        ({"traces/stats_ctx_0x" + "a" * 70: STATS_HEADER}, None, "traces/stats_ctx_0xaaaa"),
+        (
+            {"traces/stats_ctx_0xaaaa": STATS_HEADER + stats_row(10**20, "0xaaaa")},
+            None,
+            "traces/stats_ctx_0xaaaa: line 2: first field 'kernel-100000000000000000000-ctx_0xaaaa.trace.xz'",
+        ),
+        (
+            {"traces/stats_ctx_0xaaaa": STATS_HEADER + stats_row(1, "0xaaaa").replace(" 98,", " 9²,", 1)},
+            None,
+            "traces/stats_ctx_0xaaaa: line 2: expected 12 comma-separated fields",
+        ),
+        ({}, b'{"status": "ok", "x": NaN}', "metadata.json is not valid JSON: NaN is not a JSON value"),
     ],
     ids=[
         "invalid-json",
@@ -360,6 +375,10 @@ def test_more_than_a_thousand_objects(db, upload):
         "binary-stats",
         "binary-kernelslist",
         "no-stats",
+        "long-ctx",
+        "huge-kernel-id",
+        "unicode-digit",
+        "nan",
     ],
 )
 def test_bad_input_fails_that_trace_only(db, upload, vecadd_files, files, metadata, error):
@@ -493,7 +512,7 @@ def start_pass(child_env, *args) -> subprocess.Popen:
 
 
 @pytest.mark.slow
-def test_two_concurrent_passes_parse_each_trace_once(on_postgres, transactional_db, upload, child_env):
+def test_two_concurrent_passes_parse_each_trace_once(transactional_db, upload, child_env):
     for n in range(4):
         upload(f"run{n}", {"traces/stats_ctx_0xaaaa": big_stats(20_000)}, metadata=OK)
     first, second = start_pass(child_env), start_pass(child_env)
@@ -508,7 +527,7 @@ def test_two_concurrent_passes_parse_each_trace_once(on_postgres, transactional_
 
 
 @pytest.mark.slow
-def test_a_pass_killed_mid_parse_is_finished_by_the_next(on_postgres, transactional_db, upload, child_env):
+def test_a_pass_killed_mid_parse_is_finished_by_the_next(transactional_db, upload, child_env):
     count = 250_000
     upload("killed", {"traces/stats_ctx_0xaaaa": big_stats(count)}, metadata=OK)
     process = start_pass(child_env)
@@ -559,3 +578,69 @@ def test_reparse_leaves_uploads_without_metadata_uploading(db, upload, vecadd_fi
     assert "ready: ready -> ready, 1 kernels" in output
     assert Trace.objects.get(pk="waiting").state == TraceState.UPLOADING
     assert "waiting: nothing new" in run_command("--trace", "waiting", "--reparse")
+
+
+def test_an_empty_stats_file_of_a_context_without_launches(db, upload):
+    files = {
+        "traces/stats_ctx_0x1111": "",
+        "traces/stats_ctx_0x2222": STATS_HEADER + stats_row(1, "0x2222"),
+    }
+    upload("empty-ctx", files, metadata=OK)
+    passes.poll_bucket()
+    trace = Trace.objects.get(pk="empty-ctx")
+    assert (trace.state, trace.kernel_count) == (TraceState.READY, 1)
+
+
+def test_metadata_is_kept_as_written(db, upload, vecadd_files, api):
+    raw = b'{"status":"ok","zeta":1,"big":18446744073709551616,"alpha":[1.5,"\xc3\xa9"]}'
+    upload("run", vecadd_files, metadata=raw)
+    passes.poll_bucket()
+    assert api.get("/api/traces/run").content.count(b'"metadata":' + raw) == 1
+
+
+def test_one_trace_that_cannot_be_ingested_does_not_stop_the_others(db, upload, vecadd_files, monkeypatch):
+    real = passes.ingest_trace
+
+    def flaky(trace_id, **kwargs):
+        if trace_id == "a-broken":
+            raise ConnectionError("S3 went away")
+        return real(trace_id, **kwargs)
+
+    monkeypatch.setattr(passes, "ingest_trace", flaky)
+    for run_id in ("a-broken", "b-good", "c-good"):
+        upload(run_id, vecadd_files, metadata=OK)
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(CommandError, match="some traces could not be ingested"):
+        call_command("ingest_traces", stdout=out, stderr=err)
+    assert "error: a-broken: ConnectionError: S3 went away" in err.getvalue()
+    assert "1 could not be ingested (retried next pass)" in out.getvalue()
+    states = dict(Trace.objects.values_list("id", "state"))
+    assert states == {"a-broken": "uploading", "b-good": "ready", "c-good": "ready"}
+
+
+def test_mark_failed_is_refused_while_a_pass_holds_the_trace(db, upload, vecadd_files):
+    upload("run", vecadd_files, metadata=OK)
+    passes.poll_bucket()
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        try:
+            with trace_lock("run") as acquired:
+                assert acquired
+                held.set()
+                release.wait(10)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10)
+        with pytest.raises(TraceBusy, match="trace run is being ingested right now"):
+            trace_mark_failed("run", "marked failed by an operator")
+    finally:
+        release.set()
+        holder.join()
+    assert Trace.objects.get(pk="run").state == TraceState.READY
+    trace_mark_failed("run", "marked failed by an operator")
+    assert Trace.objects.get(pk="run").state == TraceState.FAILED

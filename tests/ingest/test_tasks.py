@@ -13,8 +13,8 @@ from django.db import connection
 
 from cascade import celery_app
 from ingest import passes, tasks
-from ingest.locks import trace_lock
 from ingest.tasks import MAX_RETRIES, parse_trace_task, poll_bucket_task
+from traces.locks import trace_lock
 from traces.models import Kernel, Trace, TraceState
 
 pytestmark = pytest.mark.django_db

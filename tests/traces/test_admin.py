@@ -346,7 +346,23 @@ def test_reingest_action_says_when_there_was_nothing_it_could_do(staff_client, t
     )
     shown = [str(message) for message in response.context["messages"]]
     assert shown == [
-        "bert-h100: not re-ingested: another process holds it, or its folder is gone from the bucket"
+        "bert-h100: not re-ingested: another process is ingesting it, or its folder is gone from the bucket"
+    ]
+
+
+def test_reingest_action_says_an_upload_without_metadata_has_nothing_to_parse(
+    staff_client, make_trace, monkeypatch
+):
+    from ingest import passes
+
+    make_trace("half-uploaded", state=TraceState.UPLOADING)
+    monkeypatch.setattr(passes, "ingest_trace", lambda trace_id, **kwargs: None)
+    response = staff_client.post(
+        CHANGELIST, {"action": "reingest", "_selected_action": ["half-uploaded"]}, follow=True
+    )
+    shown = [str(message) for message in response.context["messages"]]
+    assert shown == [
+        "half-uploaded: not re-ingested: still uploading, metadata.json has not landed: nothing to parse yet"
     ]
 
 

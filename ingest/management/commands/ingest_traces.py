@@ -28,7 +28,8 @@ class Command(BaseCommand):
         if interval is not None and interval <= 0:
             raise CommandError("--interval must be a positive number of seconds")
         if not watch:
-            self.run_pass(trace, reparse)
+            if self.run_pass(trace, reparse).errors:
+                raise CommandError("some traces could not be ingested (see above); a new pass retries them")
             return
         try:
             while True:
@@ -48,6 +49,8 @@ class Command(BaseCommand):
         result = passes.poll_bucket(trace_id=trace_id, reparse=reparse, progress=self.progress)
         for change in result.changes:
             self.stdout.write(str(change))
+        for error in result.errors:
+            self.stderr.write(f"error: {error}")
         if trace_id is not None and not result.listed:
             raise CommandError(
                 f"no objects under {bucket.run_prefix(trace_id)} in bucket {bucket.bucket_name()}"
@@ -56,6 +59,7 @@ class Command(BaseCommand):
             self.stdout.write(f"{trace_id}: nothing new")
         self.stdout.write(f"pass: {result.summary()} in {time.monotonic() - started:.1f} s")
         self.stdout.flush()
+        return result
 
     def progress(self, message):
         self.stderr.write(message)
