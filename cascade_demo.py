@@ -16,6 +16,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import signal
 import socket
 import subprocess
@@ -297,6 +298,9 @@ class Demo:
             f"  samples      {ready}\n"
             f"  logs         {self.log_dir}\n\n"
             f"Try:\n  {curl}\n\n"
+            f"manage.py against this demo, from another terminal in {ROOT}:\n"
+            f"  {self.manage_env()}\n"
+            f"  .venv/bin/python manage.py create_token me | tail -1\n\n"
             f"Upload your own runs to s3://{self.env['CASCADE_S3_BUCKET']}/"
             f"{self.env.get('CASCADE_S3_PREFIX', 'accelsim-traces/')}<run>/ "
             f"(docs/trace-a-workload.md). Ctrl-C stops everything.\n",
@@ -305,6 +309,14 @@ class Demo:
         while True:
             self.ensure_running()
             time.sleep(0.5)
+
+    def manage_env(self) -> str:
+        """The `export` line that points manage.py at this demo's database and bucket."""
+        names = ["CASCADE_VAR_DIR", "DATABASE_URL", "CASCADE_S3_BUCKET", "CASCADE_S3_ENDPOINT_URL"]
+        if self.embedded_s3:
+            names += ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"]
+        values = {name: self.env[name] for name in names if self.env.get(name)}
+        return "export " + " ".join(f"{name}={shlex.quote(value)}" for name, value in values.items())
 
     def report(self, traces: list[dict], curl: str) -> int:
         detail = self.api(f"/api/traces/{SHOWCASE}")

@@ -50,11 +50,18 @@ def main(argv: list[str]) -> int:
         return 2
     python = setup()
     os.chdir(ROOT)
-    return subprocess.call([str(python), *commands[argv[0]], *argv[1:]])
+    process = subprocess.Popen([str(python), *commands[argv[0]], *argv[1:]])
+    while True:
+        try:
+            code = process.wait()
+            return 128 - code if code < 0 else code  # killed by a signal: the shell's convention
+        except KeyboardInterrupt:
+            # Ctrl-C reached the child too: let it stop what it started, however long that takes.
+            continue
 
 
 if __name__ == "__main__":
     try:
         sys.exit(main(sys.argv[1:]))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # during setup
         sys.exit(130)

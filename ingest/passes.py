@@ -291,6 +291,12 @@ def decide(trace: Trace, objects: list[S3Object], *, progress: Progress | None) 
                 f"CASCADE_UPLOAD_TIMEOUT ({settings.CASCADE_UPLOAD_TIMEOUT} s) of the last new file: {shown}{more}"
             )
         wait_for_files(trace, metadata, current)
+        logger.info(
+            "%s: waiting for %d file(s) listed in metadata.json: %s",
+            trace.id,
+            len(missing),
+            ", ".join(missing[:MISSING_KEYS_SHOWN]),
+        )
         return
     apply_metadata(trace, metadata, objects)
     status = metadata.get("status")

@@ -189,8 +189,8 @@ def split_name_and_numbers(
     raise StatsError(
         number,
         f"expected {STANDARD_COLUMNS + complete - COMPLETE_NUMBERS} comma-separated fields "
-        f"(trace file, name, {complete} numbers), got {len(fields)} "
-        f"ending in {trailing} numbers: {line[:120]!r}",
+        f"(trace file, name, {complete} numbers), got {len(fields)} fields "
+        f"of which the last {trailing} are numbers: {line[:120]!r}",
     )
 
 

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from ingest import bucket, generator, passes
 from ingest.generator import RunSpec
@@ -155,6 +155,13 @@ def test_generate_trace_command_writes_a_folder(tmp_path, capsys):
     call_command("generate_trace", "--out", str(tmp_path / "cli-run"), "--kernels", "25", "--contexts", "2")
     assert len(stats_files(tmp_path / "cli-run")) == 2
     assert "cli-run" in capsys.readouterr().out
+
+
+def test_generate_trace_command_refuses_a_folder_with_files(tmp_path):
+    (tmp_path / "old-run").mkdir()
+    (tmp_path / "old-run" / "stats_ctx_0x1").write_text("left over\n")
+    with pytest.raises(CommandError, match="old-run is not empty: give a new folder"):
+        call_command("generate_trace", "--out", str(tmp_path / "old-run"), "--kernels", "5")
 
 
 # --- The bucket and Cascade's ingestion ---------------------------------------------------------

@@ -58,6 +58,9 @@ class Command(BaseCommand):
         except ValueError as problem:
             raise CommandError(str(problem)) from None
         if out is not None:
+            if out.exists() and any(out.iterdir()):
+                # Old files would be uploaded with the new run and parsed as part of it.
+                raise CommandError(f"{out} is not empty: give a new folder, or empty this one first")
             files = generator.write_run(out, spec)
             self.stdout.write(f"{out}: {len(files)} files, {sum(f.bytes for f in files)} bytes")
         else:

@@ -2,8 +2,11 @@
 
 import time
 
+from botocore.exceptions import BotoCoreError, ClientError
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
+from cascade.commands import require_migrated_database
 from ingest import bucket, passes
 
 
@@ -27,6 +30,11 @@ class Command(BaseCommand):
             raise CommandError("--interval goes with --watch")
         if interval is not None and interval <= 0:
             raise CommandError("--interval must be a positive number of seconds")
+        require_migrated_database()
+        try:
+            bucket.traces_storage()
+        except ImproperlyConfigured as problem:
+            raise CommandError(str(problem)) from None
         if not watch:
             if self.run_pass(trace, reparse).errors:
                 raise CommandError("some traces could not be ingested (see above); a new pass retries them")
@@ -36,7 +44,7 @@ class Command(BaseCommand):
                 try:
                     self.run_pass(trace, reparse)
                     reparse = False  # re-read once, not on every pass
-                except (CommandError, KeyboardInterrupt):
+                except KeyboardInterrupt:
                     raise
                 except Exception as error:  # S3 or the database away: keep watching
                     self.stderr.write(f"pass failed, retrying: {type(error).__name__}: {error}")
@@ -46,7 +54,10 @@ class Command(BaseCommand):
 
     def run_pass(self, trace_id, reparse):
         started = time.monotonic()
-        result = passes.poll_bucket(trace_id=trace_id, reparse=reparse, progress=self.progress)
+        try:
+            result = passes.poll_bucket(trace_id=trace_id, reparse=reparse, progress=self.progress)
+        except (BotoCoreError, ClientError) as problem:
+            raise CommandError(f"cannot list the bucket {bucket.bucket_name()}: {problem}") from None
         for change in result.changes:
             self.stdout.write(str(change))
         for error in result.errors:

@@ -3,6 +3,7 @@
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
+from cascade.commands import require_migrated_database
 from traces.models import ApiToken
 
 
@@ -13,6 +14,7 @@ class Command(BaseCommand):
         parser.add_argument("name", help="the API user the token belongs to")
 
     def handle(self, *args, name, **options):
+        require_migrated_database()
         user, created = get_user_model().objects.get_or_create(username=name)
         if created:
             user.set_unusable_password()

@@ -1,0 +1,55 @@
+"""Commands as a new user meets them: a wrong setup gets one clear line, not a traceback."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def manage(tmp_path, *args, **env) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("CASCADE_", "DATABASE_URL", "DJANGO_"))}
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={**clean, "CASCADE_VAR_DIR": str(tmp_path / "var"), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("args", [["create_token", "me"], ["ingest_traces"]])
+def test_an_unmigrated_database_says_to_migrate(tmp_path, args):
+    result = manage(tmp_path, *args, CASCADE_S3_BUCKET="some-bucket")
+    assert result.returncode == 1
+    assert "has no tables yet: run `python manage.py migrate` first" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_ingest_without_a_bucket_says_which_variable(tmp_path):
+    assert manage(tmp_path, "migrate", "-v", "0").returncode == 0
+    result = manage(tmp_path, "ingest_traces")
+    assert result.returncode == 1
+    assert "CASCADE_S3_BUCKET is not set" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_ingest_with_an_unreachable_endpoint_says_so(tmp_path):
+    assert manage(tmp_path, "migrate", "-v", "0").returncode == 0
+    result = manage(
+        tmp_path,
+        "ingest_traces",
+        CASCADE_S3_BUCKET="b",
+        CASCADE_S3_ENDPOINT_URL="http://127.0.0.1:9",
+        AWS_ACCESS_KEY_ID="x",
+        AWS_SECRET_ACCESS_KEY="x",
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_MAX_ATTEMPTS="1",
+    )
+    assert result.returncode == 1
+    assert "cannot list the bucket b: Could not connect to the endpoint URL" in result.stderr
+    assert "Traceback" not in result.stderr
