@@ -33,7 +33,7 @@ from django.utils import timezone
 from ingest import bucket, stats
 from ingest.bucket import S3Object
 from traces.locks import trace_lock
-from traces.models import Kernel, Trace, TraceState, files_fingerprint
+from traces.models import Kernel, Trace, TraceState, files_fingerprint, missing_listed_files
 from traces.services import kernels_replace
 
 logger = logging.getLogger(__name__)
@@ -279,7 +279,7 @@ def decide(trace: Trace, objects: list[S3Object], *, progress: Progress | None) 
     by_name = {obj.name: obj for obj in objects}
     current = fingerprint(objects)
     metadata = read_metadata(by_name[METADATA_NAME])
-    missing = missing_listed_files(trace.id, metadata, objects)
+    missing = missing_listed_files(listed_files(metadata), inventory(objects), bucket.run_prefix(trace.id))
     if missing:
         if upload_timed_out(trace):
             shown = ", ".join(missing[:MISSING_KEYS_SHOWN])
@@ -338,25 +338,23 @@ def reject_constant(name: str):
     raise ValueError(f"{name} is not a JSON value")
 
 
-def missing_listed_files(run_id: str, metadata: dict, objects: list[S3Object]) -> list[str]:
-    """Keys that metadata.json's `files` lists but the bucket does not hold at that size."""
+def listed_files(metadata: dict) -> list[dict]:
+    """metadata.json's `files`, checked: the keys the upload is complete with ([] if none)."""
     listed = metadata.get("files")
     if listed is None:
         return []
-    if not isinstance(listed, list) or not all(
-        isinstance(item, dict) and isinstance(item.get("key"), str) and isinstance(item.get("bytes"), int)
-        for item in listed
-    ):
+    if not isinstance(listed, list) or not all(well_formed_listing(item) for item in listed):
         raise TraceInputError('metadata.json: "files" must be a list of {"key": string, "bytes": integer}')
-    sizes = {obj.key: obj.size for obj in objects}
-    run_prefix = bucket.run_prefix(run_id)
-    missing = []
-    for item in listed:
-        # Keys are full bucket keys; a key relative to the run folder is accepted too.
-        key = item["key"] if item["key"] in sizes else run_prefix + item["key"].lstrip("/")
-        if sizes.get(key) != item["bytes"]:
-            missing.append(item["key"])
-    return missing
+    return listed
+
+
+def well_formed_listing(item) -> bool:
+    return (
+        isinstance(item, dict)
+        and isinstance(item.get("key"), str)
+        and isinstance(item.get("bytes"), int)
+        and not isinstance(item.get("bytes"), bool)
+    )
 
 
 def wait_for_files(trace: Trace, metadata: dict, current: str) -> None:

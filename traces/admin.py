@@ -6,7 +6,8 @@ hold a million kernels: nothing here loads them all, counts them all on every pa
 lets Django's delete confirmation collect them one by one.
 """
 
-import orjson
+import json
+
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.views.main import ChangeList
@@ -15,6 +16,7 @@ from django.db import connection, transaction
 from django.template.defaultfilters import filesizeformat
 from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
@@ -25,6 +27,9 @@ from traces.models import Kernel, Trace, TraceState
 
 # The API's browsable pages, linked from the admin's header and index.
 admin.site.site_url = "/api/traces"
+# The trace and kernel lists need the width (ten columns and more, beside the filters): the
+# sidebar only repeats the index's four links, which the breadcrumbs reach.
+admin.site.enable_nav_sidebar = False
 
 STATE_COLOURS = {
     TraceState.UPLOADING: "#5b6b7a",
@@ -34,6 +39,8 @@ STATE_COLOURS = {
 }
 # Below this many rows an exact COUNT(*) is cheap, and the estimate may be stale.
 ESTIMATE_COUNTS_ABOVE = 100_000
+# An uploading trace's notice names at most this many of the files it waits for.
+WAITING_KEYS_SHOWN = 10
 
 
 def state_badge(state: str):
@@ -43,6 +50,46 @@ def state_badge(state: str):
         state,
         STATE_COLOURS.get(state, "#5b6b7a"),
         state,
+    )
+
+
+def truncated(value: str | None, length: int):
+    """`value` cut to `length` characters, the whole of it in a tooltip."""
+    if value is None:
+        return None
+    return format_html('<span title="{}">{}</span>', value, Truncator(value).chars(length))
+
+
+def compact_datetime(value):
+    """Like "2026-11-29 17:26", for the list's date columns: they wrap between date and time only."""
+    if value is None:
+        return None
+    local = timezone.localtime(value)
+    return format_html(
+        '<span class="nowrap" title="{}">{}</span> <span class="nowrap">{}</span>',
+        local.isoformat(timespec="seconds"),
+        local.strftime("%Y-%m-%d"),
+        local.strftime("%H:%M"),
+    )
+
+
+def upload_notice(trace: Trace) -> str | None:
+    """What an uploading trace waits for, for its page; None when it waits for nothing known."""
+    if trace.state != TraceState.UPLOADING:
+        return None
+    if trace.metadata_json is None:
+        return "No metadata.json yet: the upload is still in progress."
+    from ingest.bucket import run_prefix
+
+    missing = admin_summary.waiting_for_files(trace.metadata, trace.files, run_prefix(trace.id))
+    if not missing:
+        return None
+    shown = ", ".join(missing[:WAITING_KEYS_SHOWN])
+    if len(missing) > WAITING_KEYS_SHOWN:
+        shown += f" and {len(missing) - WAITING_KEYS_SHOWN} more"
+    return (
+        f"Waiting for {len(missing)} file(s) listed in metadata.json: {shown} "
+        "(fails CASCADE_UPLOAD_TIMEOUT after the last new file)"
     )
 
 
@@ -90,14 +137,14 @@ class TraceAdmin(admin.ModelAdmin):
     list_display = (
         "id",
         "state_display",
-        "model",
+        "model_column",
         "source_gpu_column",
         "arch_column",
         "config_column",
         "kernels_column",
         "size",
-        "created_at",
-        "updated_at",
+        "created_column",
+        "updated_column",
     )
     list_filter = ("state", "sample", "trace_gpu_arch", "has_real_timing", "has_step_timeline")
     search_fields = ("id", "model", "source_gpu")
@@ -162,10 +209,14 @@ class TraceAdmin(admin.ModelAdmin):
     def state_display(self, obj: Trace):
         return state_badge(obj.state)
 
-    # Short headers: the list has ten columns.
+    # Short headers and cut values: the list has ten columns and must fit a laptop's screen.
+    @admin.display(description="model", ordering="model", empty_value="-")
+    def model_column(self, obj: Trace):
+        return truncated(obj.model, 24)
+
     @admin.display(description="source GPU", ordering="source_gpu", empty_value="-")
     def source_gpu_column(self, obj: Trace):
-        return obj.source_gpu
+        return truncated(obj.source_gpu, 16)
 
     @admin.display(description="arch", ordering="trace_gpu_arch", empty_value="-")
     def arch_column(self, obj: Trace):
@@ -179,9 +230,19 @@ class TraceAdmin(admin.ModelAdmin):
     def kernels_column(self, obj: Trace):
         return obj.kernel_count
 
+    @admin.display(description="created", ordering="created_at")
+    def created_column(self, obj: Trace):
+        return compact_datetime(obj.created_at)
+
+    @admin.display(description="updated", ordering="updated_at")
+    def updated_column(self, obj: Trace):
+        return compact_datetime(obj.updated_at)
+
     @admin.display(description="size", ordering="bytes")
-    def size(self, obj: Trace) -> str:
-        return filesizeformat(obj.bytes)
+    def size(self, obj: Trace):
+        return format_html(
+            '<span class="nowrap" title="{} bytes">{}</span>', obj.bytes, filesizeformat(obj.bytes)
+        )
 
     @admin.display(description="kernels")
     def kernels_link(self, obj: Trace):
@@ -196,11 +257,10 @@ class TraceAdmin(admin.ModelAdmin):
     def metadata_pretty(self, obj: Trace):
         if obj.metadata_json is None:
             return "-"
-        # Re-indented with orjson, which keeps the keys in metadata.json's order.
-        pretty = orjson.dumps(orjson.loads(obj.metadata_json), option=orjson.OPT_INDENT_2).decode()
-        return format_html(
-            '<pre class="trace-metadata" style="margin:0;white-space:pre-wrap;">{}</pre>', pretty
-        )
+        # Re-indented as written: keys in metadata.json's order, integers of any size.
+        pretty = json.dumps(obj.metadata, indent=2, ensure_ascii=False)
+        # A box of its own with scrollbars (the page's stylesheet): metadata.json can be long.
+        return format_html('<div class="trace-scroll"><pre class="trace-metadata">{}</pre></div>', pretty)
 
     @admin.display(description="files")
     def files_table(self, obj: Trace):
@@ -221,8 +281,8 @@ class TraceAdmin(admin.ModelAdmin):
             ),
         )
         return format_html(
-            '<table class="trace-files"><thead><tr><th>key</th><th>size</th><th>ETag</th></tr></thead>'
-            "<tbody>{}</tbody></table>",
+            '<div class="trace-scroll"><table class="trace-files">'
+            "<thead><tr><th>key</th><th>size</th><th>ETag</th></tr></thead><tbody>{}</tbody></table></div>",
             rows,
         )
 
@@ -236,6 +296,9 @@ class TraceAdmin(admin.ModelAdmin):
             extra_context.update(
                 trace=trace,
                 state_badge=state_badge(trace.state),
+                upload_notice=upload_notice(trace),
+                # The summary goes above metadata.json and the file list, which can be long.
+                kernels_before_fieldset="metadata.json",
                 kernel_summary=summary,
                 kernel_chart_svg=render_to_string("admin/traces/trace/kernel_chart.svg", {"chart": chart}),
                 kernel_chart=chart,
@@ -264,15 +327,16 @@ class TraceAdmin(admin.ModelAdmin):
             try:
                 change = passes.ingest_trace(trace_id, reparse=True)
             except Exception as exc:  # S3 and network errors: report them, the next poll retries
-                self.message_user(request, f"{trace_id}: not re-ingested: {exc}", messages.ERROR)
+                self.message_user(request, f"Trace {trace_id}: not re-ingested: {exc}", messages.ERROR)
                 continue
             if change is None:
                 self.message_user(
-                    request, f"{trace_id}: not re-ingested: {self.why_not(trace_id)}", messages.WARNING
+                    request, f"Trace {trace_id}: not re-ingested: {self.why_not(trace_id)}", messages.WARNING
                 )
             else:
                 level = messages.ERROR if change.new_state == TraceState.FAILED else messages.SUCCESS
-                self.message_user(request, str(change), level)
+                # "Trace <id>: ...": Django capitalises a message's first letter, not an id's.
+                self.message_user(request, f"Trace {change}", level)
 
     @staticmethod
     def why_not(trace_id: str) -> str:
@@ -294,7 +358,7 @@ class TraceAdmin(admin.ModelAdmin):
                 trace_mark_failed(trace_id, error)
                 marked += 1
             except TraceBusy as busy:
-                self.message_user(request, f"{trace_id}: not marked failed: {busy}", messages.WARNING)
+                self.message_user(request, f"Trace {trace_id}: not marked failed: {busy}", messages.WARNING)
         if marked:
             self.message_user(request, f"Marked {marked} trace(s) failed.", messages.SUCCESS)
 
@@ -383,8 +447,8 @@ class KernelAdmin(admin.ModelAdmin):
         "block",
         "blocks",
         "threads",
-        "total_insts",
-        "total_reported_insts",
+        "insts_column",
+        "reported_insts_column",
         "traced",
     )
     list_display_links = ("kernel_id",)
@@ -397,12 +461,19 @@ class KernelAdmin(admin.ModelAdmin):
     paginator = EstimatedCountPaginator
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
-    sortable_by = ("trace_display", "ctx", "kernel_id", "total_insts", "traced")
+    sortable_by = ("trace_display", "ctx", "kernel_id", "insts_column", "traced")
     list_per_page = 100
     list_max_show_all = 1000
 
     def get_changelist(self, request, **kwargs):
         return KernelChangeList
+
+    def get_list_display(self, request):
+        # One trace's kernels (the trace page links here): its id on every row would only take
+        # the room the names need; the filter shows it.
+        if request.GET.get(TraceIdFilter.parameter_name):
+            return tuple(name for name in self.list_display if name != "trace_display")
+        return self.list_display
 
     def has_add_permission(self, request) -> bool:
         return False
@@ -414,17 +485,27 @@ class KernelAdmin(admin.ModelAdmin):
         # Kernels go with their trace: deleting some would make the trace lie.
         return False
 
+    # Cut values and short headers: grid, block, totals and traced must fit beside the names.
     @admin.display(description="trace", ordering="trace_id")
     def trace_display(self, obj: Kernel):
         return format_html(
-            '<a href="{}">{}</a>',
+            '<a href="{}" title="{}">{}</a>',
             reverse("admin:traces_trace_change", args=[quote(obj.trace_id)]),
             obj.trace_id,
+            Truncator(obj.trace_id).chars(14),
         )
 
     @admin.display(description="name", ordering="name")
     def short_name(self, obj: Kernel):
-        return format_html('<span title="{}">{}</span>', obj.name, Truncator(obj.name).chars(70))
+        return truncated(obj.name, 26)
+
+    @admin.display(description="insts", ordering="total_insts", empty_value="-")
+    def insts_column(self, obj: Kernel):
+        return None if obj.total_insts is None else f"{obj.total_insts:,}"
+
+    @admin.display(description="reported", ordering="total_reported_insts", empty_value="-")
+    def reported_insts_column(self, obj: Kernel):
+        return None if obj.total_reported_insts is None else f"{obj.total_reported_insts:,}"
 
     @admin.display(description="grid")
     def grid(self, obj: Kernel) -> str:

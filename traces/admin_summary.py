@@ -4,6 +4,9 @@ A trace can hold a million kernels, so the page never loads them: one aggregate 
 the per-context counts and a chart of about `MAX_BARS` bars, one more the heaviest kernels.
 Kernel ids restart at 1 in each CUDA context, so "launch order" is (ctx, kernel_id): the
 chart shows the contexts one after the other, each in its own launch order.
+
+For a trace still uploading, it also tells which files metadata.json lists that have not
+arrived (from the stored file list, no S3 call).
 """
 
 import math
@@ -12,7 +15,7 @@ from dataclasses import dataclass, field
 from django.db import connection
 from django.db.models import BigIntegerField, Count, ExpressionWrapper, F, Max, Min, Q, Sum, Value
 
-from traces.models import Kernel
+from traces.models import Kernel, missing_listed_files
 
 MAX_BARS = 300
 TOP_KERNELS = 10
@@ -264,3 +267,20 @@ def instruction_chart(runs: list[dict]) -> Chart:
             )
             start = index
     return chart
+
+
+def waiting_for_files(metadata: dict | None, files: list[dict], run_prefix: str) -> list[str]:
+    """What an uploading trace waits for: the keys metadata.json lists that are not in `files`.
+
+    Read leniently (the poller is the one that reports a malformed list): entries that are
+    not `{"key": string, "bytes": integer}` are skipped.
+    """
+    listed = metadata.get("files") if isinstance(metadata, dict) else None
+    if not isinstance(listed, list):
+        return []
+    well_formed = [
+        item
+        for item in listed
+        if isinstance(item, dict) and isinstance(item.get("key"), str) and isinstance(item.get("bytes"), int)
+    ]
+    return missing_listed_files(well_formed, files, run_prefix)

@@ -92,6 +92,20 @@ def files_fingerprint(files: list[dict]) -> str:
     return digest.hexdigest()
 
 
+def missing_listed_files(listed: list[dict], files: list[dict], run_prefix: str) -> list[str]:
+    """Keys that metadata.json lists (`{"key", "bytes"}`) but `files` does not hold at that size.
+
+    A listed key is a full bucket key, or one relative to the run folder (`run_prefix`).
+    """
+    sizes = {item["key"]: item["bytes"] for item in files}
+    missing = []
+    for item in listed:
+        key = item["key"] if item["key"] in sizes else run_prefix + item["key"].lstrip("/")
+        if sizes.get(key) != item["bytes"]:
+            missing.append(item["key"])
+    return missing
+
+
 class Kernel(models.Model):
     """One kernel launch, as one row of a tracer `stats_ctx_*` (or legacy `stats.csv`) file."""
 

@@ -1,6 +1,7 @@
 """The Traces API: `GET /api/traces` and `GET /api/traces/{trace_id}`."""
 
 from django.http import HttpResponse, StreamingHttpResponse
+from django.utils.html import format_html
 from rest_framework import viewsets
 from rest_framework.exceptions import NotFound
 from rest_framework.renderers import JSONRenderer
@@ -22,9 +23,21 @@ class TraceViewSet(viewsets.ViewSet):
     browsable API gets the same dicts through DRF's renderer.
     """
 
+    # What operators read on the browsable API's pages (and OPTIONS): the docstring above is
+    # for developers.
+    operator_description = (
+        "Traces registered from the S3 bucket. JSON clients: Authorization: Bearer <token>; "
+        "?format=json for the raw JSON."
+    )
+
     # Trace ids are S3 folder names: dots, `+`, `@` and `=` included.
     lookup_value_regex = "[^/]+"
     lookup_url_kwarg = "trace_id"
+
+    def get_view_description(self, html=False):
+        if not html:
+            return self.operator_description
+        return format_html("<p>{}</p>", self.operator_description)
 
     def wants_json(self, request) -> bool:
         return isinstance(request.accepted_renderer, JSONRenderer)

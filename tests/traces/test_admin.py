@@ -106,7 +106,16 @@ def test_browsable_api_works_for_a_logged_in_staff_user(staff_client, traces):
     listing = staff_client.get("/api/traces", HTTP_ACCEPT="text/html")
     assert listing.status_code == 200
     assert listing["Content-Type"].startswith("text/html")
-    assert "bert-h100" in listing.content.decode()
+    html = listing.content.decode()
+    assert "bert-h100" in html
+    # Operators read what the API is for and how scripts call it, not the developers' docstring.
+    assert (
+        "Traces registered from the S3 bucket. JSON clients: Authorization: Bearer &lt;token&gt;; "
+        "?format=json for the raw JSON." in html
+    )
+    assert "traces.encoders" not in html
+    assert '<a class="navbar-brand" href="/admin/"' in html and ">Cascade</a>" in html
+    assert "Django REST framework" not in html
     detail = staff_client.get("/api/traces/bert-h100", HTTP_ACCEPT="text/html")
     assert detail.status_code == 200
     assert "SM90_H100" in detail.content.decode()
@@ -125,6 +134,20 @@ def test_changelist_shows_newest_first_with_badge_and_human_size(staff_client, t
     assert "1.5\xa0GB" in html
     for column in ("SM80_A100", "sm_80", "NVIDIA A100-SXM4-80GB", "resnet50"):
         assert column in html
+
+
+def test_changelist_columns_are_compact(staff_client, traces):
+    html = staff_client.get(CHANGELIST).content.decode()
+    # Dates as "2026-11-01 12:00", wrapping between the date and the time only.
+    assert (
+        '<span class="nowrap" title="2026-11-01T12:00:00+00:00">2026-11-01</span> <span class="nowrap">12:00</span>'
+        in html
+    )
+    assert "Nov. 1, 2026" not in html
+    # Long GPU names are cut, the whole name in a tooltip.
+    assert '<span title="NVIDIA A100-SXM4-80GB">NVIDIA A100-SXM…</span>' in html
+    for header in ("created", "updated", "source GPU", "size", "kernels"):
+        assert re.search(rf">{header}</a>", html, re.I), header
 
 
 @pytest.mark.parametrize(
@@ -193,6 +216,27 @@ def test_change_page_shows_every_field_the_error_metadata_and_files(staff_client
         assert label in html.lower().replace("_", " ")
     assert "f" * 64 in html
     assert 'id="trace-kernels"' in html
+
+
+def test_change_page_shows_the_kernels_before_metadata_and_files_in_scrolling_boxes(staff_client, traces):
+    trace = traces[1]
+    trace.metadata = {
+        "status": "ok",
+        "files": [{"key": f"traces/kernel-{n}.trace.xz", "bytes": n} for n in range(50)],
+    }
+    trace.files = [
+        {"key": f"accelsim-traces/bert-h100/traces/kernel-{n}.trace.xz", "bytes": n, "etag": '"e"'}
+        for n in range(50)
+    ]
+    trace.save()
+
+    html = staff_client.get(change_url(trace.pk)).content.decode()
+    kernels = html.index('id="trace-kernels"')
+    assert kernels < html.index('<pre class="trace-metadata">') < html.index('<table class="trace-files">')
+    assert '<div class="trace-scroll"><pre class="trace-metadata">' in html
+    assert '<div class="trace-scroll"><table class="trace-files">' in html
+    assert re.search(r"\.trace-scroll \{[^}]*max-height:[^}]*overflow: auto", html)
+    assert re.search(r"pre\.trace-metadata \{[^}]*white-space: pre;", html)
 
 
 def test_change_page_summarises_kernels_per_context_top_and_traced(staff_client, traces, make_kernels):
@@ -287,6 +331,113 @@ def test_change_page_of_a_trace_without_kernels(staff_client, traces):
     assert "No kernels (the trace is failed)." in html
 
 
+def test_change_page_shows_instruction_totals_with_thousands_separators(staff_client, traces, make_kernels):
+    make_kernels(traces[1], [6180720, 1234567, None])
+
+    html = staff_client.get(change_url("bert-h100")).content.decode()
+    assert "7,415,287 instructions in all" in html
+    assert '<td class="num">7,415,287</td>' in html  # the context's total
+    assert '<td class="num">6,180,720</td>' in html and '<td class="num">1,234,567</td>' in html
+
+
+# --- an upload in progress: what it waits for ------------------------------------------
+
+
+def waiting_notice(html: str) -> str | None:
+    box = re.search(r'<div class="trace-waiting" role="status" id="trace-waiting">(.*?)</div>', html, re.S)
+    return box and box.group(1)
+
+
+def test_uploading_trace_says_which_listed_files_it_waits_for(staff_client, make_trace):
+    prefix = "accelsim-traces/llama/"
+    trace = make_trace(
+        "llama",
+        state=TraceState.UPLOADING,
+        files=[
+            {"key": prefix + "metadata.json", "bytes": 90, "etag": '"m"'},
+            {"key": prefix + "traces/stats_ctx_0x1", "bytes": 700, "etag": '"s"'},
+            {"key": prefix + "traces/kernel-1-ctx_0x1.trace.xz", "bytes": 10, "etag": '"k"'},
+        ],
+    )
+    trace.metadata = {
+        "status": "ok",
+        "files": [
+            {"key": "traces/stats_ctx_0x1", "bytes": 700},
+            {"key": prefix + "traces/kernel-1-ctx_0x1.trace.xz", "bytes": 10},
+            {"key": "traces/kernel-2-ctx_0x1.trace.xz", "bytes": 12},
+            {"key": "traces/stats_ctx_0x2", "bytes": 800},
+        ],
+    }
+    trace.save()
+
+    html = staff_client.get(change_url("llama")).content.decode()
+    assert waiting_notice(html) == (
+        "Waiting for 2 file(s) listed in metadata.json: traces/kernel-2-ctx_0x1.trace.xz, "
+        "traces/stats_ctx_0x2 (fails CASCADE_UPLOAD_TIMEOUT after the last new file)"
+    )
+    assert 'id="trace-error"' not in html  # waiting is not failing
+
+
+def test_uploading_trace_without_metadata_says_the_upload_is_in_progress(staff_client, make_trace):
+    make_trace("half", state=TraceState.UPLOADING)
+    html = staff_client.get(change_url("half")).content.decode()
+    assert waiting_notice(html) == "No metadata.json yet: the upload is still in progress."
+
+
+def test_no_waiting_notice_once_every_listed_file_arrived_or_the_trace_is_not_uploading(
+    staff_client, make_trace
+):
+    listed = {"status": "ok", "files": [{"key": "traces/stats_ctx_0x1", "bytes": 700}]}
+    arrived = make_trace(
+        "arrived",
+        state=TraceState.UPLOADING,
+        files=[{"key": "accelsim-traces/arrived/traces/stats_ctx_0x1", "bytes": 700, "etag": '"s"'}],
+    )
+    arrived.metadata = listed
+    arrived.save()
+    parsing = make_trace("parsing", state=TraceState.PARSING)
+    parsing.metadata = listed
+    parsing.save()
+
+    for trace_id in ("arrived", "parsing"):
+        assert waiting_notice(staff_client.get(change_url(trace_id)).content.decode()) is None
+
+
+RUN_PREFIX = "accelsim-traces/run/"
+STORED = [
+    {"key": "accelsim-traces/run/metadata.json", "bytes": 90, "etag": '"m"'},
+    {"key": "accelsim-traces/run/traces/stats_ctx_0x1", "bytes": 700, "etag": '"s"'},
+]
+
+
+@pytest.mark.parametrize(
+    ("listed", "missing"),
+    [
+        ([{"key": "accelsim-traces/run/traces/stats_ctx_0x1", "bytes": 700}], []),  # full key
+        ([{"key": "traces/stats_ctx_0x1", "bytes": 700}], []),  # relative to the run folder
+        ([{"key": "/traces/stats_ctx_0x1", "bytes": 700}], []),
+        ([{"key": "traces/stats_ctx_0x1", "bytes": 699}], ["traces/stats_ctx_0x1"]),  # still growing
+        ([{"key": "s_ctx_0x1", "bytes": 700}], ["s_ctx_0x1"]),  # a suffix, not a path
+        (
+            [{"key": "metadata.json", "bytes": 90}, {"key": "traces/stats_ctx_0x2", "bytes": 5}],
+            ["traces/stats_ctx_0x2"],
+        ),
+    ],
+)
+def test_waiting_for_files(listed, missing):
+    assert admin_summary.waiting_for_files({"status": "ok", "files": listed}, STORED, RUN_PREFIX) == missing
+
+
+@pytest.mark.parametrize("metadata", [None, {}, [], {"files": None}, {"files": "all of them"}])
+def test_waiting_for_files_without_a_list_waits_for_nothing_known(metadata):
+    assert admin_summary.waiting_for_files(metadata, STORED, RUN_PREFIX) == []
+
+
+def test_waiting_for_files_skips_malformed_entries():
+    listed = ["traces/a", {"bytes": 3}, {"key": "traces/b", "bytes": 1}]
+    assert admin_summary.waiting_for_files({"files": listed}, STORED, RUN_PREFIX) == ["traces/b"]
+
+
 # --- actions --------------------------------------------------------------------------
 
 
@@ -319,7 +470,9 @@ def test_reingest_action_parses_the_trace_again_through_the_poller_code(staff_cl
         ("0x1", 1, 50066)
     ]
     shown = [str(message) for message in response.context["messages"]]
-    assert any("vecadd" in message for message in shown), shown
+    assert shown == ["Trace vecadd: failed -> ready, 1 kernels"]
+    # Django capitalises a message's first letter: the id, which comes after "Trace", is intact.
+    assert "Trace vecadd: failed -&gt; ready, 1 kernels" in response.content.decode()
 
 
 def test_reingest_action_reports_an_unreachable_bucket_instead_of_failing(staff_client, traces, monkeypatch):
@@ -334,7 +487,7 @@ def test_reingest_action_reports_an_unreachable_bucket_instead_of_failing(staff_
     )
     assert response.status_code == 200
     shown = [str(message) for message in response.context["messages"]]
-    assert shown == ["bert-h100: not re-ingested: could not connect to the endpoint"]
+    assert shown == ["Trace bert-h100: not re-ingested: could not connect to the endpoint"]
 
 
 def test_reingest_action_says_when_there_was_nothing_it_could_do(staff_client, traces, monkeypatch):
@@ -346,7 +499,7 @@ def test_reingest_action_says_when_there_was_nothing_it_could_do(staff_client, t
     )
     shown = [str(message) for message in response.context["messages"]]
     assert shown == [
-        "bert-h100: not re-ingested: another process is ingesting it, or its folder is gone from the bucket"
+        "Trace bert-h100: not re-ingested: another process is ingesting it, or its folder is gone from the bucket"
     ]
 
 
@@ -362,7 +515,7 @@ def test_reingest_action_says_an_upload_without_metadata_has_nothing_to_parse(
     )
     shown = [str(message) for message in response.context["messages"]]
     assert shown == [
-        "half-uploaded: not re-ingested: still uploading, metadata.json has not landed: nothing to parse yet"
+        "Trace half-uploaded: not re-ingested: still uploading, metadata.json has not landed: nothing to parse yet"
     ]
 
 
@@ -456,6 +609,24 @@ def test_kernel_changelist_filters_by_trace_and_context(staff_client, traces, ma
     assert kernel_rows(response) == [("bert-h100", "0xb", 1)]
     response = staff_client.get(KERNELS, {"traced__exact": "1", "trace": "bert-h100"})
     assert kernel_rows(response) == [("bert-h100", "0xa", 1), ("bert-h100", "0xb", 1)]
+
+
+def test_kernel_changelist_fits_grid_block_totals_and_traced_beside_the_names(
+    staff_client, traces, make_kernels
+):
+    make_kernels(traces[1], [1234567])
+    Kernel.objects.update(name="_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEE")
+
+    html = staff_client.get(KERNELS).content.decode()
+    full = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEE"
+    assert f'<span title="{full}">_ZN2at6native29vectorized…</span>' in html
+    assert "1,234,567" in html  # totals with thousands separators
+    assert 'title="bert-h100">bert-h100</a>' in html
+
+    # One trace's kernels: the trace is the filter's, not a column repeated on every row.
+    filtered = staff_client.get(KERNELS, {"trace": "bert-h100"})
+    assert "trace_display" not in filtered.context["cl"].list_display
+    assert "trace_display" in staff_client.get(KERNELS).context["cl"].list_display
 
 
 def test_kernel_changelist_search_by_name(staff_client, traces, make_kernels):

@@ -109,15 +109,17 @@ def test_operator_finds_a_failed_trace_and_sees_why(live_server, browser, operat
     browser.find_element(By.NAME, "password").send_keys("operator-pass-123")
     browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
     assert "Cascade" in browser.title
-    assert (
-        browser.find_element(By.LINK_TEXT, "Browsable Traces API")
-        .get_attribute("href")
-        .endswith("/api/traces")
-    )
+    api_link = browser.find_element(By.LINK_TEXT, "Browsable Traces API")
+    assert api_link.get_attribute("href").endswith("/api/traces")
+    assert browser.execute_script("return arguments[0].getClientRects().length", api_link) == 1, "it wraps"
 
     browser.find_element(By.LINK_TEXT, "Traces").click()
     browser.find_element(By.CSS_SELECTOR, "#changelist-filter a[href*='state__exact=failed']").click()
     browser.save_screenshot(str(tmp_path / "failed-traces.png"))
+    # Every column fits a 1400 px window: the list does not scroll sideways.
+    assert browser.execute_script(
+        "const r = document.querySelector('#changelist .results'); return r.scrollWidth <= r.clientWidth"
+    )
     rows = browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")
     assert [row.find_element(By.CSS_SELECTOR, "th a").text for row in rows] == ["llama.7b+run@2026=11"]
     badge = rows[0].find_element(By.CSS_SELECTOR, ".state-badge")
@@ -127,7 +129,15 @@ def test_operator_finds_a_failed_trace_and_sees_why(live_server, browser, operat
     error = browser.find_element(By.ID, "trace-error")
     assert error.is_displayed()
     assert "expected 12 columns, got 9" in error.text
-    assert '"layers": [' in browser.find_element(By.CSS_SELECTOR, "pre.trace-metadata").text
+    metadata = browser.find_element(By.CSS_SELECTOR, "pre.trace-metadata")
+    assert '"layers": [' in metadata.text
+    # The kernels come first; metadata.json and the files scroll in boxes of their own.
+    kernels = browser.find_element(By.ID, "trace-kernels")
+    assert kernels.location["y"] < metadata.location["y"]
+    for box in browser.find_elements(By.CSS_SELECTOR, ".trace-scroll"):
+        assert box.value_of_css_property("overflow") == "auto"
+        assert box.value_of_css_property("max-height") != "none"
+    assert metadata.value_of_css_property("white-space") == "pre"
     assert "traces/stats_ctx_0x7f3a" in browser.find_element(By.CSS_SELECTOR, "table.trace-files").text
     contexts = browser.find_element(By.ID, "trace-contexts").text
     assert "0x7f3a" in contexts and "40" in contexts
