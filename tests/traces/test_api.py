@@ -48,29 +48,14 @@ def body(response):
     return json.loads(content)
 
 
-def add_kernels(trace: Trace, count: int, ctx: str | None = "0x6165bdd7ec90") -> None:
-    Kernel.objects.bulk_create(
-        Kernel(
-            trace=trace,
-            ctx=ctx,
-            kernel_id=n,
-            name="_Z6vecAddPdS_S_i",
-            trace_file=f"kernel-{n}-ctx_{ctx}.trace.xz",
-            grid_x=98,
-            grid_y=1,
-            grid_z=1,
-            block_x=1024,
-            block_y=1,
-            block_z=1,
-            blocks=98,
-            threads=1024,
-            total_insts=50066,
-            total_reported_insts=50066,
-            traced=n % 2 == 1,
-        )
-        for n in range(1, count + 1)
-    )
-    Trace.objects.filter(pk=trace.pk).update(kernel_count=count)
+@pytest.fixture
+def add_kernels(make_kernels):
+    """`add_kernels(trace, count, ctx=...)`: kernels 1..count of 50,066 instructions each."""
+
+    def add(trace: Trace, count: int, ctx: str | None = "0x6165bdd7ec90") -> None:
+        make_kernels(trace, [50066] * count, ctx=ctx)
+
+    return add
 
 
 # --- Authentication -------------------------------------------------------------------
@@ -277,7 +262,7 @@ def test_detail_keys_in_documented_order(api, make_trace):
     assert list(detail["metadata"]) == list(metadata)
 
 
-def test_kernel_shape(api, make_trace):
+def test_kernel_shape(api, make_trace, add_kernels):
     trace = make_trace("demo", state=TraceState.READY)
     add_kernels(trace, 1)
     (kernel,) = api.get("/api/traces/demo").json()["kernels"]
@@ -285,7 +270,7 @@ def test_kernel_shape(api, make_trace):
     assert kernel == {
         "ctx": "0x6165bdd7ec90",
         "kernel_id": 1,
-        "name": "_Z6vecAddPdS_S_i",
+        "name": "_Z6kernel1Pdi",
         "trace_file": "kernel-1-ctx_0x6165bdd7ec90.trace.xz",
         "grid_dim": [98, 1, 1],
         "block_dim": [1024, 1, 1],
@@ -297,7 +282,7 @@ def test_kernel_shape(api, make_trace):
     }
 
 
-def test_kernels_ordered_by_ctx_then_kernel_id(api, make_trace):
+def test_kernels_ordered_by_ctx_then_kernel_id(api, make_trace, add_kernels):
     trace = make_trace("demo", state=TraceState.READY)
     add_kernels(trace, 12, ctx="0xbbbb")
     add_kernels(trace, 3, ctx="0xaaaa")
@@ -307,14 +292,14 @@ def test_kernels_ordered_by_ctx_then_kernel_id(api, make_trace):
     ]
 
 
-def test_legacy_kernels_have_null_ctx(api, make_trace):
+def test_legacy_kernels_have_null_ctx(api, make_trace, add_kernels):
     trace = make_trace("legacy", state=TraceState.READY)
     add_kernels(trace, 2, ctx=None)
     kernels = api.get("/api/traces/legacy").json()["kernels"]
     assert [(k["ctx"], k["kernel_id"]) for k in kernels] == [(None, 1), (None, 2)]
 
 
-def test_null_totals_and_64_bit_totals(api, make_trace):
+def test_null_totals_and_64_bit_totals(api, make_trace, add_kernels):
     trace = make_trace("demo", state=TraceState.READY)
     add_kernels(trace, 2)
     Kernel.objects.filter(kernel_id=1).update(total_insts=2**32 + 5, total_reported_insts=2**40)
@@ -327,13 +312,15 @@ def test_null_totals_and_64_bit_totals(api, make_trace):
 
 
 @pytest.mark.parametrize("state", [TraceState.UPLOADING, TraceState.PARSING, TraceState.FAILED])
-def test_kernels_stay_empty_until_ready(api, make_trace, state):
+def test_kernels_stay_empty_until_ready(api, make_trace, state, add_kernels):
     trace = make_trace("demo", state=state)
     add_kernels(trace, 3)
     assert api.get("/api/traces/demo").json()["kernels"] == []
 
 
-def test_detail_query_count_does_not_grow_with_kernels(api, make_trace, django_assert_num_queries):
+def test_detail_query_count_does_not_grow_with_kernels(
+    api, make_trace, django_assert_num_queries, add_kernels
+):
     small = make_trace("small", state=TraceState.READY)
     add_kernels(small, 3)
     large = make_trace("large", state=TraceState.READY)
@@ -344,7 +331,7 @@ def test_detail_query_count_does_not_grow_with_kernels(api, make_trace, django_a
             assert len(body(api.get(f"/api/traces/{trace_id}"))["kernels"]) == count
 
 
-def test_large_trace_is_streamed_and_complete(api, make_trace):
+def test_large_trace_is_streamed_and_complete(api, make_trace, add_kernels):
     trace = make_trace("large", state=TraceState.READY)
     count = STREAM_KERNELS_ABOVE + 4321
     add_kernels(trace, count)
@@ -356,7 +343,7 @@ def test_large_trace_is_streamed_and_complete(api, make_trace):
     assert [k["kernel_id"] for k in detail["kernels"]] == list(range(1, count + 1))
 
 
-def test_small_trace_has_content_length(api, make_trace):
+def test_small_trace_has_content_length(api, make_trace, add_kernels):
     trace = make_trace("demo", state=TraceState.READY)
     add_kernels(trace, 2)
     response = api.get("/api/traces/demo")
@@ -364,7 +351,7 @@ def test_small_trace_has_content_length(api, make_trace):
     assert int(response["Content-Length"]) == len(response.content)
 
 
-def test_browsable_api_shows_the_first_kernels_of_a_large_trace(client, admin_user, make_trace):
+def test_browsable_api_shows_the_first_kernels_of_a_large_trace(client, admin_user, make_trace, add_kernels):
     trace = make_trace("large", state=TraceState.READY)
     add_kernels(trace, BROWSABLE_KERNELS_MAX + 10)
     client.force_login(admin_user)
