@@ -1,6 +1,8 @@
 """Fixtures shared by every test: API clients with tokens, traces, the database vendor."""
 
+import contextlib
 import os
+import threading
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -16,6 +18,33 @@ def on_postgres():
         pytest.skip(
             "needs PostgreSQL (set DATABASE_URL=postgres://...): the test checks PostgreSQL behaviour"
         )
+
+
+@contextlib.contextmanager
+def lock_held_elsewhere(name: str):
+    """`traces.locks.trace_lock(name)` held meanwhile by another thread, on its own connection,
+    as another pass or worker would hold it."""
+    from traces.locks import trace_lock
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        try:
+            with trace_lock(name) as acquired:
+                assert acquired
+                held.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(30), f"the other thread could not take the lock {name}"
+        yield
+    finally:
+        release.set()
+        holder.join()
 
 
 @pytest.fixture

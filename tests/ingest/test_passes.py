@@ -5,18 +5,16 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
 from django.utils import timezone
 
 from ingest import bucket, passes
+from tests.conftest import lock_held_elsewhere
 from tests.ingest.conftest import PREFIX, STATS_HEADER, VECADD_CTX, stats_row
-from traces.locks import trace_lock
 from traces.models import Kernel, Trace, TraceState
 from traces.services import TraceBusy, trace_mark_failed
 
@@ -621,26 +619,9 @@ def test_one_trace_that_cannot_be_ingested_does_not_stop_the_others(db, upload, 
 def test_mark_failed_is_refused_while_a_pass_holds_the_trace(db, upload, vecadd_files):
     upload("run", vecadd_files, metadata=OK)
     passes.poll_bucket()
-    held, release = threading.Event(), threading.Event()
-
-    def hold():
-        try:
-            with trace_lock("run") as acquired:
-                assert acquired
-                held.set()
-                release.wait(10)
-        finally:
-            connection.close()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert held.wait(10)
+    with lock_held_elsewhere("run"):
         with pytest.raises(TraceBusy, match="trace run is being ingested right now"):
             trace_mark_failed("run", "marked failed by an operator")
-    finally:
-        release.set()
-        holder.join()
     assert Trace.objects.get(pk="run").state == TraceState.READY
     trace_mark_failed("run", "marked failed by an operator")
     assert Trace.objects.get(pk="run").state == TraceState.FAILED

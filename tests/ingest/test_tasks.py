@@ -1,7 +1,6 @@
 """The Celery tasks, run in this process: eagerly, or called directly with a real Redis for the
 queue markers. tests/ingest/test_celery_worker.py runs them in real workers."""
 
-import threading
 import uuid
 
 import pytest
@@ -9,12 +8,11 @@ from billiard.exceptions import WorkerLostError
 from botocore.exceptions import ClientError, EndpointConnectionError
 from celery import signals
 from celery.exceptions import SoftTimeLimitExceeded
-from django.db import connection
 
 from cascade import celery_app
 from ingest import passes, tasks
 from ingest.tasks import MAX_RETRIES, parse_trace_task, poll_bucket_task
-from traces.locks import trace_lock
+from tests.conftest import lock_held_elsewhere
 from traces.models import Kernel, Trace, TraceState
 
 pytestmark = pytest.mark.django_db
@@ -94,25 +92,9 @@ def test_poll_queues_one_parse_per_finished_upload_and_each_becomes_ready(eager,
 
 def test_a_poll_finding_another_poll_running_does_nothing(eager, upload, vecadd_files):
     upload("run-a", vecadd_files, METADATA)
-    holding, release = threading.Event(), threading.Event()
-
-    def other_poll():
-        try:
-            with trace_lock(tasks.POLL_LOCK):
-                holding.set()
-                release.wait(30)
-        finally:
-            connection.close()
-
-    other = threading.Thread(target=other_poll)
-    other.start()
-    try:
-        assert holding.wait(30)
+    with lock_held_elsewhere(tasks.POLL_LOCK):
         assert poll_bucket_task.delay().get() == 0
         assert not Trace.objects.exists()
-    finally:
-        release.set()
-        other.join()
     assert poll_bucket_task.delay().get() == 1
     assert Trace.objects.get(pk="run-a").state == TraceState.READY
 
