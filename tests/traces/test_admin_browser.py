@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth import get_user_model
 
-from traces.models import Kernel, Trace, TraceState
+from traces.models import Trace, TraceState
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -58,7 +58,7 @@ def operator(transactional_db):
     return get_user_model().objects.create_superuser("operator", password="operator-pass-123")
 
 
-def test_operator_finds_a_failed_trace_and_sees_why(live_server, browser, operator, tmp_path):
+def test_operator_finds_a_failed_trace_and_sees_why(live_server, browser, operator, make_kernels, tmp_path):
     from selenium.webdriver.common.by import By
 
     Trace.objects.create(id="vecadd-ok", state=TraceState.READY, model="vecadd", kernel_count=3)
@@ -81,28 +81,7 @@ def test_operator_finds_a_failed_trace_and_sees_why(live_server, browser, operat
         ],
         bytes=981646,
     )
-    Kernel.objects.bulk_create(
-        Kernel(
-            trace=failed,
-            ctx="0x7f3a",
-            kernel_id=n,
-            name=f"_Z9attentionILi{n % 4}EEvPf",
-            trace_file=f"kernel-{n}-ctx_0x7f3a.trace.xz",
-            grid_x=128,
-            grid_y=1,
-            grid_z=1,
-            block_x=256,
-            block_y=1,
-            block_z=1,
-            blocks=128,
-            threads=256,
-            total_insts=1000 * (n % 17 + 1),
-            total_reported_insts=1000 * (n % 17 + 1),
-            traced=n % 3 == 0,
-        )
-        for n in range(1, 41)
-    )
-    Trace.objects.filter(pk=failed.pk).update(kernel_count=40)
+    make_kernels(failed, [1000 * (n % 17 + 1) for n in range(1, 41)], ctx="0x7f3a")
 
     browser.get(f"{live_server.url}/admin/")
     browser.find_element(By.NAME, "username").send_keys("operator")
