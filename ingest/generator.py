@@ -87,11 +87,44 @@ class Launch:
         return f"kernel-{self.kernel_id}-ctx_{self.ctx}.trace.xz"
 
     def stats_row(self, *, with_totals: bool = True) -> str:
-        # ", " between fields but none before the last one: the tracer's own quirk.
-        gx, gy, gz = self.grid
-        bx, by, bz = self.block
-        head = f"{self.trace_file}, {self.name}, {gx}, {gy}, {gz}, {gx * gy * gz}, {bx}, {by}, {bz}, {bx * by * bz}"
-        return f"{head}, {self.total_insts},{self.total_insts}\n" if with_totals else head
+        half = stats_launch_half(self.trace_file, self.name, self.grid, self.block)
+        return half + stats_totals(self.total_insts, self.total_insts) if with_totals else half
+
+
+# --- The stats row, as the tracer's fprintf calls write it ------------------------------------------
+
+
+def printed_d(value: int) -> int:
+    """What C's `%d` prints for an unsigned 32-bit value: 2^31 and above come out negative."""
+    value %= 2**32
+    return value - 2**32 if value >= 2**31 else value
+
+
+def stats_launch_half(
+    trace_file: str,
+    name: str,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    *,
+    device_id: int | None = None,
+    stream_id: int | None = None,
+) -> str:
+    """What the tracer appends at launch: `"%s, %s, %d, %d, %d, %d, %d, %d, %d, %d, "`.
+
+    Trailing comma and space, no newline: the totals follow when the kernel exits, or never
+    (a killed run, a launch captured into a CUDA graph). The device-id fork prints
+    `"%d, %d, "` (device, stream) first. `#blocks` and `#threads` are unsigned products.
+    """
+    gx, gy, gz = grid
+    bx, by, bz = block
+    numbers = (gx, gy, gz, gx * gy * gz, bx, by, bz, bx * by * bz)
+    prefix = "" if device_id is None else f"{printed_d(device_id)}, {printed_d(stream_id or 0)}, "
+    return prefix + f"{trace_file}, {name}, " + "".join(f"{printed_d(n)}, " for n in numbers)
+
+
+def stats_totals(total_insts: int, total_reported_insts: int, *extra: str) -> str:
+    """What the tracer appends when the kernel exits: `"%d,%d\n"` (a fork adds `",%.6f"` latency)."""
+    return ",".join((str(printed_d(total_insts)), str(printed_d(total_reported_insts)), *extra)) + "\n"
 
 
 # --- The workload: an OPT-style decoder forward pass per step ----------------------------------
