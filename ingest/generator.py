@@ -6,6 +6,14 @@ inference workload (by default `facebook/opt-125m` on an H100): per-context `sta
 small but genuine xz instruction traces for the traced kernels, simulator configs, an optional
 `timeline.json` and `timing.csv`, and `metadata.json` written last, listing every other file.
 
+The stats files hold the tracer's bytes, not a tidy CSV: each launch is the tracer's launch half
+(`"%s, %s, %d, ... %d, "`), followed by `"%d,%d\n"` only when the kernel ran to its exit. Decode
+steps run as CUDA graphs, as vLLM runs them: their model forward is captured, so those launches
+get the launch half only and run together on one line until the next ordinary launch (the logits
+and the sampler, which vLLM runs eagerly) ends it. A killed run ends in a launch half. (vLLM
+captures its graphs once, at start-up, and a replay writes no row; here each decode step is
+written as its own capture, so its launches keep their ids, timings and instruction counts.)
+
 Everything is drawn from `random.Random(seed)`: the same spec gives the same bytes, so the
 shipped samples can be regenerated and a benchmark's input is reproducible. Rows are streamed
 to disk, so a million kernels cost a few hundred megabytes of file, not of memory.
@@ -17,7 +25,7 @@ import lzma
 import math
 import random
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,7 +56,10 @@ class RunSpec:
     status: str = "ok"  # metadata.json's "status"; anything but "ok" is a failed profiler run
     error: str | None = None  # the profiler's message for a failed run
     unfinished: bool = False  # stop before metadata.json: an upload still in progress (or abandoned)
-    crashed: bool = False  # the last stats row without totals, as a killed tracer leaves it
+    crashed: bool = False  # killed during the last launch: the file ends in its launch half, in ", "
+    # Decode steps captured into CUDA graphs (None: the default, on, as vLLM serves decode steps);
+    # prefill steps are always ordinary launches.
+    cuda_graphs: bool | None = None
     max_traced: int = 64  # kernels with an instruction trace (the tracer's kernel window)
     model: str | None = "facebook/opt-125m"
     source_gpu: str | None = "NVIDIA H100 80GB HBM3"
@@ -66,10 +77,19 @@ class RunSpec:
         if self.format == "legacy" and self.contexts != 1:
             raise ValueError("the legacy format has exactly one context")
 
+    @property
+    def decode_graphs(self) -> bool:
+        """Whether decode steps run as CUDA graphs (the default, for the LLM workload generated here)."""
+        return self.cuda_graphs is not False
+
 
 @dataclass(frozen=True)
 class Launch:
-    """One stats row: a kernel launch as the tracer records it."""
+    """One kernel launch as the tracer records it: its launch half, and its totals if it exits.
+
+    `total_insts` is what the kernel executes (the harness's timing uses it); a launch
+    `captured` into a CUDA graph never reports it in the stats file.
+    """
 
     ctx: str | None
     kernel_id: int
@@ -79,6 +99,7 @@ class Launch:
     total_insts: int
     traced: bool
     step: int
+    captured: bool = False
 
     @property
     def trace_file(self) -> str:
@@ -86,7 +107,10 @@ class Launch:
             return f"kernel-{self.kernel_id}.trace"
         return f"kernel-{self.kernel_id}-ctx_{self.ctx}.trace.xz"
 
-    def stats_row(self, *, with_totals: bool = True) -> str:
+    def stats_row(self, *, with_totals: bool | None = None) -> str:
+        """What the tracer writes for this launch; by default totals unless it was captured."""
+        if with_totals is None:
+            with_totals = not self.captured
         half = stats_launch_half(self.trace_file, self.name, self.grid, self.block)
         return half + stats_totals(self.total_insts, self.total_insts) if with_totals else half
 
@@ -125,6 +149,21 @@ def stats_launch_half(
 def stats_totals(total_insts: int, total_reported_insts: int, *extra: str) -> str:
     """What the tracer appends when the kernel exits: `"%d,%d\n"` (a fork adds `",%.6f"` latency)."""
     return ",".join((str(printed_d(total_insts)), str(printed_d(total_reported_insts)), *extra)) + "\n"
+
+
+def stats_rows(launches: Iterable[Launch], *, killed: bool = False) -> Iterator[tuple[Launch, str]]:
+    """Each launch with the text the tracer appends for it, in launch order.
+
+    A captured launch gets its launch half only, so it runs together with whatever follows;
+    with `killed`, the process died during the last launch, which gets its launch half only.
+    """
+    previous: Launch | None = None
+    for launch in launches:
+        if previous is not None:
+            yield previous, previous.stats_row()
+        previous = launch
+    if previous is not None:
+        yield previous, previous.stats_row(with_totals=False if killed else None)
 
 
 # --- The workload: an OPT-style decoder forward pass per step ----------------------------------
@@ -232,20 +271,25 @@ def _block_kernels(tokens: int, prefill: bool, batch: int) -> list[Shape]:
     ]
 
 
-def _step_kernels(prefill: bool, tokens: int, batch: int) -> Iterator[tuple[int, Shape]]:
-    """One forward pass as (decoder block, or -1 outside the blocks, shape)."""
-    yield -1, (K_EMBED, (math.ceil(tokens * HIDDEN / 256), 1, 1), (128, 1, 1), 4 * 11)
-    yield -1, (K_EMBED, (math.ceil(tokens * HIDDEN / 256), 1, 1), (128, 1, 1), 4 * 11)
-    yield -1, _elementwise(K_ADD, tokens * HIDDEN, 4 * 14)
+def _step_kernels(prefill: bool, tokens: int, batch: int) -> Iterator[tuple[int, Shape, bool]]:
+    """One step as (decoder block, or -1 outside the blocks, shape, part of the model's forward).
+
+    The model's forward (embeddings, the decoder blocks, the final norm) is what vLLM captures
+    into a CUDA graph; selecting the last tokens' hidden states, the LM head and the sampler run
+    eagerly after it, so the sampler's launch always ends the step as an ordinary launch.
+    """
+    yield -1, (K_EMBED, (math.ceil(tokens * HIDDEN / 256), 1, 1), (128, 1, 1), 4 * 11), True
+    yield -1, (K_EMBED, (math.ceil(tokens * HIDDEN / 256), 1, 1), (128, 1, 1), 4 * 11), True
+    yield -1, _elementwise(K_ADD, tokens * HIDDEN, 4 * 14), True
     for block in range(BLOCKS):
         for shape in _block_kernels(tokens, prefill, batch):
-            yield block, shape
-    yield -1, (K_LAYER_NORM, (tokens, 1, 1), (32, 4, 1), 4 * 180)
-    yield -1, _elementwise(K_COPY, batch * HIDDEN, 4 * 9)
+            yield block, shape, True
+    yield -1, (K_LAYER_NORM, (tokens, 1, 1), (32, 4, 1), 4 * 180), True
+    yield -1, _elementwise(K_COPY, batch * HIDDEN, 4 * 9), False
     for shape in _gemm(batch, VOCAB, HIDDEN):
-        yield -1, shape
-    yield -1, (K_SOFTMAX, (batch, 1, 1), (1024, 1, 1), 32 * 1500)
-    yield -1, (K_ARGMAX, (1, batch, 1), (32, 16, 1), 16 * 1800)
+        yield -1, shape, False
+    yield -1, (K_SOFTMAX, (batch, 1, 1), (1024, 1, 1), 32 * 1500), False
+    yield -1, (K_ARGMAX, (1, batch, 1), (32, 16, 1), 16 * 1800), False
 
 
 def step_number(layer: str, index: int) -> int:
@@ -301,8 +345,10 @@ def launches(spec: RunSpec) -> Iterator[Launch]:
     """Every launch of the run in launch order, kernel ids restarting at 1 in each context.
 
     Each step is a whole forward pass: the steps listed in `layers` first, then as many decode
-    steps as `kernels` needs (the last one cut short). The first decoder block of each listed
-    step is traced, up to `max_traced` kernels, as the tracer's kernel window would do.
+    steps as `kernels` needs (the last one cut short). With CUDA graphs, a decode step's model
+    forward is `captured`. The first decoder block of each listed step is traced, up to
+    `max_traced` kernels, as the tracer's kernel window would do; a captured kernel never ran
+    instrumented, so in a graph step the eager launches after the forward are traced instead.
     """
     rng = random.Random(spec.seed)
     ctxs = context_pointers(rng, spec.contexts) if spec.format == "v5" else [None]
@@ -313,14 +359,17 @@ def launches(spec: RunSpec) -> Iterator[Launch]:
     ctx_index = kernel_id = 0
     for step, prefill, listed in _steps(spec.layers):
         tokens = batch * prompt if prefill else batch
-        for block, (name, grid, block_dim, per_block) in _step_kernels(prefill, tokens, batch):
+        graph_step = spec.decode_graphs and not prefill
+        for block, (name, grid, block_dim, per_block), forward in _step_kernels(prefill, tokens, batch):
             if emitted == spec.kernels:
                 return
             while kernel_id == per_ctx[ctx_index]:
                 ctx_index, kernel_id = ctx_index + 1, 0
             kernel_id += 1
             emitted += 1
-            is_traced = listed and block == 0 and traced < spec.max_traced
+            captured = graph_step and forward
+            window = not forward if graph_step else block == 0
+            is_traced = listed and window and traced < spec.max_traced
             traced += is_traced
             blocks = grid[0] * grid[1] * grid[2]
             insts = max(1, int(blocks * per_block * rng.uniform(0.93, 1.07)))
@@ -333,6 +382,7 @@ def launches(spec: RunSpec) -> Iterator[Launch]:
                 total_insts=insts % 2**32,
                 traced=is_traced,
                 step=step,
+                captured=captured,
             )
         if spec.kernels == 0:
             return
@@ -396,18 +446,29 @@ def gpgpusim_config(spec: RunSpec, sass: int) -> str:
     )
 
 
-def timeline_json(spec: RunSpec, rows: list[tuple[int, str | None, int, int, int]]) -> bytes:
-    """Per step: which launches belong to it and when it ran (from the harness's clock)."""
+# One launch as the harness's clock saw it: (step, ctx, kernel id, start ns, end ns, captured).
+TimingRow = tuple[int, str | None, int, int, int, bool]
+
+
+def timeline_json(spec: RunSpec, rows: list[TimingRow]) -> bytes:
+    """Per step: which launches belong to it, when it ran (from the harness's clock), and how
+    many of its launches were captured into a CUDA graph (the stats file has no totals for those)."""
     steps: dict[int, dict] = {}
-    for step, ctx, kernel_id, start, end in rows:
+    for step, ctx, kernel_id, start, end, captured in rows:
         entry = steps.setdefault(
             step, {"step": step, "ctx": ctx, "first_kernel_id": kernel_id, "start_ns": start}
         )
-        entry.update(last_kernel_id=kernel_id, end_ns=end, kernels=entry.get("kernels", 0) + 1)
+        entry.update(
+            last_kernel_id=kernel_id,
+            end_ns=end,
+            kernels=entry.get("kernels", 0) + 1,
+            captured_kernels=entry.get("captured_kernels", 0) + captured,
+        )
     labels = {step_number(layer, i): layer for i, layer in enumerate(spec.layers)}
     for entry in steps.values():
         entry["name"] = labels.get(entry["step"], f"step {entry['step']}")
         entry["phase"] = "prefill" if "prefill" in entry["name"] else "decode"
+        entry["cuda_graph"] = entry["captured_kernels"] > 0
     return (
         json.dumps({"model": spec.model, "clock": "ns", "steps": list(steps.values())}, indent=2) + "\n"
     ).encode()
@@ -453,14 +514,13 @@ def write_run(
             b"k = 212;\nn = 1;\nrouting_function = dest_tag;\nvc_allocator = islip;\n",
         )
 
-    timing_rows: list[tuple[int, str | None, int, int, int]] = []
+    timing_rows: list[TimingRow] = []
     clock = 1_000_000 + rng.randrange(1_000_000)
     stats_files: dict[str | None, object] = {}
     lists: dict[str | None, object] = {}
     (directory / "traces").mkdir(parents=True, exist_ok=True)
-    last: Launch | None = None
     try:
-        for launch in launches(spec):
+        for launch, row in stats_rows(launches(spec), killed=spec.crashed):
             if launch.ctx not in stats_files:
                 suffix = f"_ctx_{launch.ctx}" if launch.ctx is not None else ""
                 stats_name = f"traces/stats{suffix}" if launch.ctx is not None else "traces/stats.csv"
@@ -475,18 +535,17 @@ def write_run(
                     lists[launch.ctx].write(
                         f"MemcpyHtoD,0x{0x502000000 + n * 0xC3600:016x},{HIDDEN * 1024}\n"
                     )
-            if last is not None:
-                stats_files[last.ctx].write(last.stats_row())
-            last = launch
+            stats_files[launch.ctx].write(row)
             if launch.traced:
                 lists[launch.ctx].write(launch.trace_file + "\n")
                 write(f"traces/{launch.trace_file}", instruction_trace(launch, sass, rng))
             duration = max(1500, launch.total_insts // 40)
-            clock += rng.randrange(2000, 9000)
-            timing_rows.append((launch.step, launch.ctx, launch.kernel_id, clock, clock + duration))
+            # A graph replay launches its kernels back to back, without the CPU's launch overhead.
+            clock += rng.randrange(600, 1800) if launch.captured else rng.randrange(2000, 9000)
+            timing_rows.append(
+                (launch.step, launch.ctx, launch.kernel_id, clock, clock + duration, launch.captured)
+            )
             clock += duration
-        if last is not None:
-            stats_files[last.ctx].write(last.stats_row(with_totals=not spec.crashed))
     finally:
         for handle in (*stats_files.values(), *lists.values()):
             handle.close()
@@ -494,7 +553,7 @@ def write_run(
     if spec.timing:
         lines = ["ctx,kernel_id,start_ns,end_ns,duration_ns\n"]
         lines += [
-            f"{ctx or ''},{kid},{start},{end},{end - start}\n" for _, ctx, kid, start, end in timing_rows
+            f"{ctx or ''},{kid},{start},{end},{end - start}\n" for _, ctx, kid, start, end, _ in timing_rows
         ]
         write("timing.csv", "".join(lines).encode())
     if spec.timeline:
@@ -614,7 +673,7 @@ SAMPLES: dict[str, RunSpec] = {
         contexts=1,
         seed=7,
         status="failed",
-        error="CUDA error: an illegal memory access was encountered (tracer killed after kernel 40)",
+        error="CUDA error: an illegal memory access was encountered (tracer killed during kernel 40)",
         crashed=True,
         timeline=False,
         timing=False,

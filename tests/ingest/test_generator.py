@@ -5,6 +5,7 @@ import json
 import lzma
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -15,9 +16,69 @@ from tests.conftest import TEST_BUCKET
 from traces.models import Kernel, Trace, TraceState
 
 REPO = Path(__file__).resolve().parents[2]
-# A row exactly as the tracer writes it: ", " between fields, none before the last total.
-V5_ROW = re.compile(r"^kernel-(\d+)-ctx_(0x[0-9a-f]+)\.trace\.xz, [A-Za-z_]\w*(, \d+){9},\d+$")
-LEGACY_ROW = re.compile(r"^kernel-(\d+)\.trace, [A-Za-z_]\w*(, \d+){9},\d+$")
+OPT_SAMPLE = "sample__facebook_opt-125m__h100-e2e"
+
+# The tracer's two fprintf formats (tracer_tool.cu), applied here with Python's `%`, as C's printf
+# would: the launch half when a kernel is launched (trailing ", ", no newline), the totals and the
+# newline when it exits. A launch captured into a CUDA graph, or one the run was killed during,
+# never gets the second.
+LAUNCH_FORMAT = "%s, %s, %d, %d, %d, %d, %d, %d, %d, %d, "
+EXIT_FORMAT = "%d,%d\n"
+# A launch that exited, alone on its line: ", " between fields, none before the last total.
+V5_ROW = re.compile(r"kernel-(\d+)-ctx_(0x[0-9a-f]+)\.trace\.xz, [A-Za-z_]\w*(, \d+){9},\d+")
+# One launch as the tracer wrote it: its launch half, then its totals if it exited.
+LAUNCH = re.compile(
+    r"(kernel-\d+(?:-ctx_0x[0-9a-f]+)?\.trace(?:\.xz)?), ([A-Za-z_]\w*), ((?:-?\d+, ){8})(?:(-?\d+),(-?\d+)\n)?"
+)
+
+
+class Written(NamedTuple):
+    trace_file: str
+    name: str
+    numbers: list[int]  # grid x/y/z, #blocks, block x/y/z, #threads
+    totals: tuple[int, int] | None
+
+    @property
+    def kernel_id(self) -> int:
+        return int(self.trace_file.split("-")[1].split(".")[0])
+
+
+def written_launches(stats: Path) -> list[Written]:
+    """Every launch in a stats file, read with the tracer's formats (not Cascade's parser).
+
+    Fails unless the launches cover the whole file after the header, byte for byte.
+    """
+    body = stats.read_text().removeprefix(generator.STATS_HEADER)
+    launches, position = [], 0
+    while position < len(body):
+        match = LAUNCH.match(body, position)
+        assert match, (
+            f"{stats.name}: not the tracer's format at byte {position}: {body[position : position + 80]!r}"
+        )
+        trace_file, name, numbers, insts, reported = match.groups()
+        totals = (int(insts), int(reported)) if insts is not None else None
+        launches.append(Written(trace_file, name, [int(n) for n in numbers.split(", ")[:-1]], totals))
+        position = match.end()
+    return launches
+
+
+def tracer_bytes(launch: generator.Launch, *, exits: bool) -> str:
+    """What the tracer writes for `launch`, from its printf formats."""
+    gx, gy, gz = launch.grid
+    bx, by, bz = launch.block
+    half = LAUNCH_FORMAT % (
+        launch.trace_file,
+        launch.name,
+        gx,
+        gy,
+        gz,
+        gx * gy * gz,
+        bx,
+        by,
+        bz,
+        bx * by * bz,
+    )
+    return half + EXIT_FORMAT % (launch.total_insts, launch.total_insts) if exits else half
 
 
 def tree(folder: Path) -> dict[str, bytes]:
@@ -28,6 +89,154 @@ def tree(folder: Path) -> dict[str, bytes]:
 
 def stats_files(folder: Path) -> list[Path]:
     return sorted((folder / "traces").glob("stats_ctx_*"))
+
+
+# --- The stats files: the tracer's bytes --------------------------------------------------------
+
+
+def test_one_launch_as_the_tracer_writes_it_and_graph_halves_running_together():
+    def launch(kernel_id, name, grid, block, insts, *, captured=False):
+        return generator.Launch("0x1", kernel_id, name, grid, block, insts, False, 0, captured=captured)
+
+    ordinary = [launch(1, "_Z6vecAddPdS_S_i", (98, 1, 1), (1024, 1, 1), 50066)]
+    assert "".join(row for _, row in generator.stats_rows(ordinary)) == (
+        "kernel-1-ctx_0x1.trace.xz, _Z6vecAddPdS_S_i, 98, 1, 1, 98, 1024, 1, 1, 1024, 50066,50066\n"
+    )
+    step = [
+        launch(1, "_Z4gemmv", (8, 4, 1), (128, 1, 1), 700, captured=True),
+        launch(2, "_Z7softmaxv", (16, 1, 1), (256, 1, 1), 800, captured=True),
+        launch(3, "_Z4copyv", (2, 1, 1), (64, 1, 1), 900),
+        launch(4, "_Z6argmaxv", (1, 1, 1), (32, 1, 1), 2**31 + 5),
+    ]
+    assert "".join(row for _, row in generator.stats_rows(step)) == (
+        "kernel-1-ctx_0x1.trace.xz, _Z4gemmv, 8, 4, 1, 32, 128, 1, 1, 128, "
+        "kernel-2-ctx_0x1.trace.xz, _Z7softmaxv, 16, 1, 1, 16, 256, 1, 1, 256, "
+        "kernel-3-ctx_0x1.trace.xz, _Z4copyv, 2, 1, 1, 2, 64, 1, 1, 64, 900,900\n"
+        "kernel-4-ctx_0x1.trace.xz, _Z6argmaxv, 1, 1, 1, 1, 32, 1, 1, 32, -2147483643,-2147483643\n"
+    )
+    # Killed during kernel 4: its launch half ends the file. Or the file ends in captured halves.
+    assert "".join(row for _, row in generator.stats_rows(step, killed=True)).endswith(
+        "900,900\nkernel-4-ctx_0x1.trace.xz, _Z6argmaxv, 1, 1, 1, 1, 32, 1, 1, 32, "
+    )
+    assert "".join(row for _, row in generator.stats_rows(step[:2])) == (
+        "kernel-1-ctx_0x1.trace.xz, _Z4gemmv, 8, 4, 1, 32, 128, 1, 1, 128, "
+        "kernel-2-ctx_0x1.trace.xz, _Z7softmaxv, 16, 1, 1, 16, 256, 1, 1, 256, "
+    )
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        RunSpec(kernels=744, contexts=2, seed=11),
+        RunSpec(kernels=500, contexts=3, seed=12, crashed=True),
+        RunSpec(kernels=300, seed=13, cuda_graphs=False, crashed=True),
+        RunSpec(kernels=400, format="legacy", seed=14),
+    ],
+    ids=["graphs-two-contexts", "killed-in-a-graph-step", "no-graphs-killed", "legacy"],
+)
+def test_stats_files_are_the_tracers_printf_output_byte_for_byte(tmp_path, spec):
+    run = tmp_path / "run"
+    generator.write_run(run, spec)
+    all_launches = list(generator.launches(spec))
+    expected: dict[str | None, str] = {}
+    for index, launch in enumerate(all_launches):
+        killed = spec.crashed and index == len(all_launches) - 1
+        header = generator.STATS_HEADER if not expected and launch.ctx not in expected else ""
+        expected[launch.ctx] = expected.get(launch.ctx, header) + tracer_bytes(
+            launch, exits=not launch.captured and not killed
+        )
+    for ctx, text in expected.items():
+        name = "stats.csv" if ctx is None else f"stats_ctx_{ctx}"
+        assert (run / "traces" / name).read_bytes() == text.encode()
+
+
+def test_a_killed_run_ends_in_the_launch_half_of_its_last_launch(tmp_path):
+    generator.write_run(tmp_path / "crashed", RunSpec(kernels=5, crashed=True))
+    (stats,) = stats_files(tmp_path / "crashed")
+    data = stats.read_bytes()
+    assert data.endswith(b", ") and not data.endswith(b"\n")
+    *finished, last = written_launches(stats)
+    assert last.totals is None and last.kernel_id == 5
+    assert len(finished) == 4 and all(launch.totals for launch in finished)
+    assert data.count(b"\n") == 1 + 4  # the header and the launches that exited
+
+
+def test_prefill_launches_are_one_row_per_line_and_a_decode_step_runs_together_on_one_line(tmp_path):
+    run = tmp_path / "run"
+    generator.write_run(run, RunSpec(kernels=342, seed=8))  # the prefill step and one decode step
+    (stats,) = stats_files(run)
+    lines = stats.read_text().split("\n")
+    assert lines[0] + "\n" == generator.STATS_HEADER and lines[-1] == ""
+    prefill, graph_line, eager = lines[1:142], lines[142], lines[143:-1]
+    assert all(V5_ROW.fullmatch(row) for row in prefill), [r for r in prefill if not V5_ROW.fullmatch(r)][:1]
+    halves = re.findall(r"kernel-(\d+)-ctx_0x[0-9a-f]+\.trace\.xz, ", graph_line)
+    # The model's forward, 196 captured launches, then the first eager launch ends the line.
+    assert [int(kid) for kid in halves] == list(range(142, 142 + 197))
+    assert re.search(r"_ZN2at6native27unrolled_elementwise_kernel\w+, (\d+, ){8}\d+,\d+$", graph_line)
+    assert len(eager) == 4 and all(re.search(r", \d+,\d+$", row) for row in eager)
+    assert "ArgMaxOps" in eager[-1]  # the sampler, outside the graph
+    launches = written_launches(stats)
+    assert [launch.totals is None for launch in launches] == [False] * 141 + [True] * 196 + [False] * 5
+
+
+def test_which_launches_a_decode_step_captures():
+    spec = RunSpec(kernels=744, seed=9)
+    by_step: dict[int, list[generator.Launch]] = {}
+    for launch in generator.launches(spec):
+        by_step.setdefault(launch.step, []).append(launch)
+    assert sorted(by_step) == [0, 2, 10, 26]
+    assert not any(launch.captured for launch in by_step[0])  # prefill: ordinary launches
+    for step in (2, 10, 26):
+        launches = by_step[step]
+        captured = [launch.captured for launch in launches]
+        assert captured == [True] * 196 + [False] * 5
+        eager = [launch.name for launch in launches if not launch.captured]
+        assert eager[0] == generator.K_COPY and eager[-2:] == [generator.K_SOFTMAX, generator.K_ARGMAX]
+        assert all(launch.name != generator.K_EMBED for launch in launches[-5:])
+    # A captured kernel never ran instrumented: it has no instruction trace.
+    assert not any(launch.traced and launch.captured for launch in generator.launches(spec))
+    assert any(launch.traced for launch in by_step[2])
+
+
+def test_a_run_may_end_in_captured_halves(tmp_path):
+    generator.write_run(tmp_path / "run", RunSpec(kernels=200, seed=10))
+    (stats,) = stats_files(tmp_path / "run")
+    assert stats.read_bytes().endswith(b", ")
+    launches = written_launches(stats)
+    assert len(launches) == 200 and launches[-1].totals is None
+
+
+def test_without_cuda_graphs_every_launch_is_a_row_of_its_own(tmp_path):
+    for name, graphs in (("eager", False), ("graphs", True), ("default", None)):
+        generator.write_run(tmp_path / name / "run", RunSpec(kernels=744, seed=3, cuda_graphs=graphs))
+    (eager,) = stats_files(tmp_path / "eager" / "run")
+    assert eager.read_text().count("\n") == 745
+    assert all(launch.totals for launch in written_launches(eager))
+    runs = {name: tree(tmp_path / name / "run") for name in ("eager", "graphs", "default")}
+    assert runs["graphs"] == runs["default"] != runs["eager"]
+    (graphs,) = stats_files(tmp_path / "graphs" / "run")
+    assert sum(launch.totals is None for launch in written_launches(graphs)) == 3 * 196
+
+
+def test_timing_and_timeline_list_every_launch_the_stats_files_hold(tmp_path):
+    run = tmp_path / "run"
+    generator.write_run(run, RunSpec(kernels=744, contexts=2, seed=6))
+    in_stats = {
+        (f.name.removeprefix("stats_ctx_"), launch.kernel_id, launch.totals is None)
+        for f in stats_files(run)
+        for launch in written_launches(f)
+    }
+    timing = (run / "timing.csv").read_text().splitlines()[1:]
+    assert {(line.split(",")[0], int(line.split(",")[1])) for line in timing} == {
+        (ctx, kid) for ctx, kid, _ in in_stats
+    }
+    steps = json.loads((run / "timeline.json").read_text())["steps"]
+    assert sum(step["kernels"] for step in steps) == len(in_stats) == 744
+    assert sum(step["captured_kernels"] for step in steps) == sum(c for _, _, c in in_stats) == 3 * 196
+    assert [step["cuda_graph"] for step in steps] == [False, True, True, True]
+    for step in steps:
+        ids = {kid for ctx, kid, _ in in_stats if ctx == step["ctx"]}
+        assert set(range(step["first_kernel_id"], step["last_kernel_id"] + 1)) <= ids
 
 
 # --- Local folders -----------------------------------------------------------------------------
@@ -42,22 +251,27 @@ def test_v5_run_has_one_stats_and_kernelslist_per_context_and_the_header_only_in
     starts_with_header = [f.read_text().startswith("kernel id, kernel mangled name,") for f in files]
     first = [f for f in files if f.read_text().startswith(generator.STATS_HEADER)]
     assert starts_with_header.count(True) == 1 and len(first) == 1
-    rows = [line for f in files for line in f.read_text().splitlines() if not line.startswith("kernel id")]
-    assert len(rows) == 300
-    assert all(V5_ROW.match(row) for row in rows), [row for row in rows if not V5_ROW.match(row)][:1]
-    for f in files:  # kernel ids restart at 1 in each context
-        ids = [int(V5_ROW.match(line)[1]) for line in f.read_text().splitlines() if V5_ROW.match(line)]
-        assert ids == list(range(1, len(ids) + 1))
+    per_file = [written_launches(f) for f in files]
+    assert sum(map(len, per_file)) == 300
+    for f, launches in zip(files, per_file, strict=True):  # kernel ids restart at 1 in each context
+        assert all(
+            launch.trace_file.endswith(f"-ctx_{f.name.removeprefix('stats_ctx_')}.trace.xz")
+            for launch in launches
+        )
+        assert [launch.kernel_id for launch in launches] == list(range(1, len(launches) + 1))
 
 
 def test_stats_columns_are_consistent(tmp_path):
-    generator.write_run(tmp_path / "run", RunSpec(kernels=200, seed=2))
+    generator.write_run(tmp_path / "run", RunSpec(kernels=400, seed=2))
     (stats,) = stats_files(tmp_path / "run")
-    for line in stats.read_text().splitlines()[1:]:
-        fields = line.replace(",", ", ").split(", ")
-        gx, gy, gz, blocks, bx, by, bz, threads, insts, reported = map(int, [f for f in fields[2:] if f])
+    launches = written_launches(stats)
+    assert len(launches) == 400
+    for launch in launches:
+        gx, gy, gz, blocks, bx, by, bz, threads = launch.numbers
         assert blocks == gx * gy * gz and threads == bx * by * bz
-        assert 0 < insts < 2**32 and reported == insts
+        if launch.totals is not None:
+            insts, reported = launch.totals
+            assert 0 < insts < 2**31 and reported == insts
 
 
 def test_names_are_real_pytorch_cublas_and_flash_attention_kernels(tmp_path):
@@ -119,19 +333,16 @@ def test_legacy_run_has_stats_csv_and_kernelslist(tmp_path):
     assert not any("ctx_" in name for name in names)
     lines = (run / "traces" / "stats.csv").read_text().splitlines()
     assert lines[0] + "\n" == generator.STATS_HEADER
-    assert len(lines) == 31 and all(LEGACY_ROW.match(line) for line in lines[1:])
+    launches = written_launches(run / "traces" / "stats.csv")
+    assert len(lines) == 31 and len(launches) == 30
+    assert all(re.fullmatch(r"kernel-\d+\.trace", launch.trace_file) and launch.totals for launch in launches)
 
 
-def test_failed_unfinished_and_crashed_runs(tmp_path):
+def test_failed_and_unfinished_runs(tmp_path):
     generator.write_run(tmp_path / "failed", RunSpec(kernels=5, status="failed"))
     assert json.loads((tmp_path / "failed" / "metadata.json").read_text())["status"] == "failed"
     generator.write_run(tmp_path / "unfinished", RunSpec(kernels=5, unfinished=True))
     assert "metadata.json" not in tree(tmp_path / "unfinished")
-    generator.write_run(tmp_path / "crashed", RunSpec(kernels=5, crashed=True))
-    (stats,) = stats_files(tmp_path / "crashed")
-    text = stats.read_text()
-    assert not text.endswith("\n")
-    assert len(text.splitlines()[-1].split(", ")) == 10  # launched, never finished: no totals
 
 
 def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
@@ -151,10 +362,41 @@ def test_shipped_samples_are_what_the_generator_makes_and_small(tmp_path):
     assert total < 2 * 1024**2
 
 
+def test_the_shipped_opt_sample_has_graph_captured_decode_steps_and_the_failed_one_a_killed_launch():
+    opt = [launch for f in stats_files(REPO / "samples" / OPT_SAMPLE) for launch in written_launches(f)]
+    assert len(opt) == 744 and sum(launch.totals is None for launch in opt) == 3 * 196
+    timeline = json.loads((REPO / "samples" / OPT_SAMPLE / "timeline.json").read_text())
+    assert [(step["phase"], step["captured_kernels"]) for step in timeline["steps"]] == [
+        ("prefill", 0),
+        ("decode", 196),
+        ("decode", 196),
+        ("decode", 196),
+    ]
+    (failed,) = stats_files(REPO / "samples" / "sample__failed-run")
+    assert failed.read_bytes().endswith(b", ")
+    launches = written_launches(failed)
+    assert len(launches) == 40 and [launch.totals is None for launch in launches] == [False] * 39 + [True]
+
+
 def test_generate_trace_command_writes_a_folder(tmp_path, capsys):
     call_command("generate_trace", "--out", str(tmp_path / "cli-run"), "--kernels", "25", "--contexts", "2")
     assert len(stats_files(tmp_path / "cli-run")) == 2
     assert "cli-run" in capsys.readouterr().out
+
+
+def test_generate_trace_command_cuda_graphs_flags(tmp_path):
+    for flag in ("--cuda-graphs", "--no-cuda-graphs"):
+        call_command("generate_trace", "--out", str(tmp_path / flag), "--kernels", "400", flag)
+    (graphs,) = stats_files(tmp_path / "--cuda-graphs")
+    (eager,) = stats_files(tmp_path / "--no-cuda-graphs")
+    assert sum(launch.totals is None for launch in written_launches(graphs)) == 196 + 58
+    assert eager.read_text().count("\n") == 401 and all(launch.totals for launch in written_launches(eager))
+
+
+def test_generate_trace_command_crashed_leaves_the_last_launch_half(tmp_path):
+    call_command("generate_trace", "--out", str(tmp_path / "run"), "--kernels", "7", "--crashed")
+    (stats,) = stats_files(tmp_path / "run")
+    assert stats.read_bytes().endswith(b", 128, ") and written_launches(stats)[-1].totals is None
 
 
 def test_generate_trace_command_refuses_a_folder_with_files(tmp_path):
@@ -182,16 +424,26 @@ def test_upload_puts_metadata_last(s3, db, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "spec, state, kernels",
+    "spec, state, kernels, without_totals",
     [
-        (RunSpec(kernels=744, contexts=2, seed=1), TraceState.READY, 744),
-        (RunSpec(kernels=120, format="legacy", seed=2), TraceState.READY, 120),
-        (RunSpec(kernels=10, status="failed"), TraceState.FAILED, 0),
-        (RunSpec(kernels=10, unfinished=True), TraceState.UPLOADING, 0),
+        (RunSpec(kernels=744, contexts=2, seed=1), TraceState.READY, 744, 3 * 196),
+        (RunSpec(kernels=744, contexts=2, seed=1, cuda_graphs=False), TraceState.READY, 744, 0),
+        (RunSpec(kernels=400, seed=3), TraceState.READY, 400, 196 + 58),
+        (RunSpec(kernels=120, format="legacy", seed=2), TraceState.READY, 120, 0),
+        (RunSpec(kernels=10, status="failed"), TraceState.FAILED, 0, 0),
+        (RunSpec(kernels=10, unfinished=True), TraceState.UPLOADING, 0, 0),
     ],
-    ids=["v5-two-contexts", "legacy", "failed", "unfinished"],
+    ids=[
+        "v5-two-contexts-graphs",
+        "v5-two-contexts-no-graphs",
+        "ends-in-graph-halves",
+        "legacy",
+        "failed",
+        "unfinished",
+    ],
 )
-def test_cascade_ingests_generated_runs(s3, db, spec, state, kernels):
+def test_cascade_ingests_generated_runs(s3, db, spec, state, kernels, without_totals):
+    """Every launch becomes a kernel; one captured into a CUDA graph has unknown totals (null)."""
     generator.upload_run("generated", spec)
     passes.poll_bucket()
     trace = Trace.objects.get(pk="generated")
@@ -199,11 +451,17 @@ def test_cascade_ingests_generated_runs(s3, db, spec, state, kernels):
         state,
         kernels,
         kernels,
-    )
+    ), trace.error
     if state == TraceState.READY:
         traced = Kernel.objects.filter(trace=trace, traced=True).count()
         assert 0 < traced <= spec.max_traced
         assert trace.has_step_timeline and trace.has_real_timing
+        unknown = Kernel.objects.filter(trace=trace, total_insts__isnull=True)
+        assert set(unknown.values_list("ctx", "kernel_id")) == {
+            (launch.ctx, launch.kernel_id) for launch in generator.launches(spec) if launch.captured
+        }
+        assert unknown.count() == without_totals
+        assert not unknown.filter(total_reported_insts__isnull=False).exists()
 
 
 def test_load_samples_uploads_the_samples_once(s3, db, capsys):
@@ -242,6 +500,8 @@ def test_samples_become_ready_and_failed_with_their_metadata(s3, db, settings):
     assert opt.layers == ["step 0 (prefill)", "step 2 (decode)", "step 10 (decode)", "step 26 (decode)"]
     assert opt.kernel_count == 744 and opt.sample and opt.has_real_timing and opt.has_step_timeline
     assert Kernel.objects.filter(trace=opt).values("ctx").distinct().count() == 2
+    # The three decode steps ran as CUDA graphs: their model forward left launch halves only.
+    assert Kernel.objects.filter(trace=opt, total_insts__isnull=True).count() == 3 * 196
     failed = Trace.objects.get(pk="sample__failed-run")
     assert failed.state == TraceState.FAILED and "failed" in failed.error
 
@@ -256,7 +516,8 @@ def test_load_samples_follows_the_configured_prefix(s3, db, settings):
     )
     assert all(f["key"].startswith("elsewhere/traces/sample__failed-run/") for f in metadata["files"])
     passes.poll_bucket()
-    assert Trace.objects.get(pk="sample__facebook_opt-125m__h100-e2e").state == TraceState.READY
+    opt = Trace.objects.get(pk="sample__facebook_opt-125m__h100-e2e")
+    assert (opt.state, opt.kernel_count) == (TraceState.READY, 744), opt.error
 
 
 def test_local_etag_matches_s3_for_small_and_multipart_files(s3, db, tmp_path):

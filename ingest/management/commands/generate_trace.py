@@ -1,5 +1,6 @@
 """Write a realistic trace folder of any size: for tests, demos and benchmarks (ingest.generator)."""
 
+import argparse
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
@@ -24,7 +25,18 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=0)
         parser.add_argument("--status", default="ok", help='metadata.json status; not "ok" = a failed run')
         parser.add_argument("--unfinished", action="store_true", help="leave out metadata.json")
-        parser.add_argument("--crashed", action="store_true", help="last stats row without totals")
+        parser.add_argument(
+            "--crashed",
+            action="store_true",
+            help='killed during the last launch: the stats file ends in its launch half (", ", no newline)',
+        )
+        parser.add_argument(
+            "--cuda-graphs",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="decode steps captured into CUDA graphs: launch halves without totals, run together on "
+            "one line until the eager logits and sampler launches end it (default: on, as in vLLM)",
+        )
         parser.add_argument("--no-timeline", dest="timeline", action="store_false")
         parser.add_argument("--no-timing", dest="timing", action="store_false")
         parser.add_argument("--max-traced", type=int, default=generator.RunSpec.max_traced)
@@ -46,6 +58,7 @@ class Command(BaseCommand):
                 status=options["status"],
                 unfinished=options["unfinished"],
                 crashed=options["crashed"],
+                cuda_graphs=options["cuda_graphs"],
                 timeline=options["timeline"],
                 timing=options["timing"],
                 max_traced=options["max_traced"],
