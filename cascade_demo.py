@@ -7,7 +7,8 @@ DATABASE_URL is set. It uploads the sample traces, waits until the poller has ma
 ready *through the API*, and prints how to use it. Ctrl-C stops everything it started.
 
 `--check` does the same without a human: start, wait for the samples, query the API, stop
-everything, and exit 0 only if the samples came out as expected. Its last line on stdout is
+everything, and exit 0 only if the samples came out as expected (the showcase with every launch
+its timeline.json lists, those captured into CUDA graphs without totals). Its last line on stdout is
 a JSON report (the API's answers and the pids it started), for the test that runs it.
 """
 
@@ -55,6 +56,20 @@ def expected_states() -> dict[str, str]:
         status = json.loads((folder / "metadata.json").read_text()).get("status")
         states[folder.name] = "ready" if status == "ok" else "failed"
     return states
+
+
+def expected_launches(run_id: str) -> tuple[int, int] | None:
+    """(launches, launches captured into CUDA graphs) the harness recorded in a sample's timeline.json.
+
+    Every launch leaves a stats row, so each is a kernel; a captured one left its launch half
+    only, so its totals are null. A parser that glued a graph line into one kernel, or dropped
+    it, is caught here; a trace that is merely ready is not enough.
+    """
+    path = SAMPLES / run_id / "timeline.json"
+    if not path.is_file():
+        return None
+    steps = json.loads(path.read_text())["steps"]
+    return sum(step["kernels"] for step in steps), sum(step.get("captured_kernels", 0) for step in steps)
 
 
 class Demo:
@@ -326,7 +341,15 @@ class Demo:
             problems.append(
                 f"{SHOWCASE}: {detail['state']}, {len(kernels)} kernels of {detail['kernel_count']}"
             )
+        without_totals = sum(1 for kernel in kernels if kernel["total_insts"] is None)
+        expected = expected_launches(SHOWCASE)
+        if expected is not None and (detail["kernel_count"], without_totals) != expected:
+            problems.append(
+                f"{SHOWCASE}: {detail['kernel_count']} kernels, {without_totals} without totals; "
+                f"its timeline.json says {expected[0]} launches, {expected[1]} captured into CUDA graphs"
+            )
         detail["kernels_received"] = len(kernels)
+        detail["kernels_without_totals"] = without_totals
         detail["first_kernel"] = kernels[0] if kernels else None
         report = {
             "url": self.url,
