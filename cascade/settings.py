@@ -155,6 +155,10 @@ STORAGES = {
 CASCADE_UPLOAD_TIMEOUT = env_int("CASCADE_UPLOAD_TIMEOUT", 24 * 3600)
 CASCADE_MAX_STATS_BYTES = env_int("CASCADE_MAX_STATS_BYTES", 2 * 1024**3)
 CASCADE_POLL_SECONDS = env_int("CASCADE_POLL_SECONDS", 30)
+# Each scheduled poll (beat, `ingest_traces --watch`) also re-reads this many traces that an
+# older version of the stats parser read; `ingest_traces --reparse-outdated` does all at once.
+CASCADE_REPARSE_OUTDATED = env_bool("CASCADE_REPARSE_OUTDATED", False)
+CASCADE_REPARSE_OUTDATED_BATCH = env_int("CASCADE_REPARSE_OUTDATED_BATCH", 10)
 
 REST_FRAMEWORK = {
     # The first class answers 401s: its WWW-Authenticate header is "Bearer".

@@ -33,7 +33,7 @@ from django.utils import timezone
 from ingest import bucket, stats
 from ingest.bucket import S3Object
 from traces.locks import trace_lock
-from traces.models import Kernel, Trace, TraceState, files_fingerprint, missing_listed_files
+from traces.models import NO_DEVICE, Kernel, Trace, TraceState, files_fingerprint, missing_listed_files
 from traces.services import kernels_replace
 
 logger = logging.getLogger(__name__)
@@ -77,6 +77,8 @@ DECISION_FIELDS = [
     "has_step_timeline",
     "has_real_timing",
     "sample",
+    "parser_version",
+    "kernels_without_totals",
 ]
 
 
@@ -107,6 +109,8 @@ class Scan:
     listed: int = 0
     changes: list[TraceChange] = field(default_factory=list)
     to_parse: list[str] = field(default_factory=list)
+    # Of to_parse, the traces to read again although their files did not change.
+    to_reparse: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -131,15 +135,22 @@ class PassResult:
 
 
 def poll_bucket(
-    *, trace_id: str | None = None, reparse: bool = False, progress: Progress | None = None
+    *,
+    trace_id: str | None = None,
+    reparse: bool = False,
+    reparse_outdated: bool = False,
+    outdated_batch: int | None = None,
+    progress: Progress | None = None,
 ) -> PassResult:
     """One whole pass: register what landed, then parse every trace that is ready, inline."""
-    scan = scan_bucket(trace_id=trace_id, reparse=reparse)
+    scan = scan_bucket(
+        trace_id=trace_id, reparse=reparse, reparse_outdated=reparse_outdated, outdated_batch=outdated_batch
+    )
     changes = {change.trace_id: change for change in scan.changes}
     errors = []
     for ready_id in scan.to_parse:
         try:
-            change = ingest_trace(ready_id, reparse=reparse, progress=progress)
+            change = ingest_trace(ready_id, reparse=reparse or ready_id in scan.to_reparse, progress=progress)
         except Exception as error:  # S3 trouble, or a bug: the other traces still get their turn
             logger.exception("%s: ingestion error, the next pass tries again", ready_id)
             errors.append(f"{ready_id}: {type(error).__name__}: {error}")
@@ -152,11 +163,19 @@ def poll_bucket(
     return PassResult(listed=scan.listed, changes=list(changes.values()), errors=errors)
 
 
-def scan_bucket(*, trace_id: str | None = None, reparse: bool = False) -> Scan:
+def scan_bucket(
+    *,
+    trace_id: str | None = None,
+    reparse: bool = False,
+    reparse_outdated: bool = False,
+    outdated_batch: int | None = None,
+) -> Scan:
     """Register new runs, follow the ones in progress, and say which are ready to parse.
 
     Downloads nothing: it lists. `trace_id` limits the scan to that run (in any state);
-    `reparse` also lists ready traces and asks for every one to be parsed again.
+    `reparse` also lists ready traces and asks for every one to be parsed again;
+    `reparse_outdated` asks for the traces an older parser read (`outdated_batch` of them
+    at most, the least recently updated first) to be parsed again.
     """
     scan = Scan()
     if trace_id is not None:
@@ -178,7 +197,18 @@ def scan_bucket(*, trace_id: str | None = None, reparse: bool = False) -> Scan:
             scan.changes.append(change)
         if needs_decision(trace, reparse=reparse):
             scan.to_parse.append(run_id)
+    if reparse_outdated and trace_id is None:
+        for run_id in outdated_trace_ids(outdated_batch):
+            if run_id not in scan.to_parse:
+                scan.to_parse.append(run_id)
+                scan.to_reparse.add(run_id)
     return scan
+
+
+def outdated_trace_ids(limit: int | None = None) -> list[str]:
+    """Traces whose files an older version of the stats parser read, least recently updated first."""
+    outdated = Trace.objects.filter(parser_version__lt=stats.PARSER_VERSION).order_by("updated_at", "id")
+    return list(outdated.values_list("id", flat=True)[:limit])
 
 
 def ingest_trace(
@@ -299,6 +329,7 @@ def decide(trace: Trace, objects: list[S3Object], *, progress: Progress | None) 
         )
         return
     apply_metadata(trace, metadata, objects)
+    trace.parser_version = None  # until the stats files are read again
     status = metadata.get("status")
     if status != "ok":
         error = (
@@ -395,6 +426,7 @@ def fail(trace: Trace, error: str, current: str) -> None:
         trace.state = TraceState.FAILED
         trace.error = error
         trace.kernel_count = 0
+        trace.kernels_without_totals = 0
         trace.parsed_fingerprint = current
         trace.save(update_fields=DECISION_FIELDS)
     logger.info("%s: failed: %s", trace.id, error)
@@ -445,15 +477,19 @@ def parse_into(trace: Trace, objects: list[S3Object], current: str, *, progress:
                     f"{obj.name}: {obj.size} bytes is far too large for a tracer stats file "
                     f"(CASCADE_MAX_STATS_BYTES is {settings.CASCADE_MAX_STATS_BYTES})"
                 )
-    # Committed on its own, so that the API shows the parse under way.
+    # Committed on its own, so that the API shows the parse under way. A failure from here on
+    # is this parser's reading of the files: --reparse-outdated retries it after an upgrade.
     trace.state = TraceState.PARSING
     trace.error = None
-    trace.save(update_fields=["state", "error"])
+    trace.parser_version = stats.PARSER_VERSION
+    trace.save(update_fields=["state", "error", "parser_version"])
     extra_columns = header_extra_columns(sources)
+    tally = Tally()
     with transaction.atomic():
-        count = kernels_replace(trace.id, kernel_rows(trace.id, sources, extra_columns, progress))
+        count = kernels_replace(trace.id, kernel_rows(trace.id, sources, extra_columns, progress, tally))
         trace.state = TraceState.READY
         trace.kernel_count = count
+        trace.kernels_without_totals = tally.without_totals
         trace.parsed_fingerprint = current
         derive_arch_and_config(trace)
         trace.save(update_fields=DECISION_FIELDS)
@@ -478,10 +514,18 @@ def header_extra_columns(sources: list[StatsSource]) -> int:
     return 0
 
 
+@dataclass
+class Tally:
+    without_totals: int = 0
+
+
 def kernel_rows(
-    trace_id: str, sources: list[StatsSource], extra_columns: int, progress: Progress | None
+    trace_id: str, sources: list[StatsSource], extra_columns: int, progress: Progress | None, tally: Tally
 ) -> Iterator[tuple]:
-    """Rows for `kernels_replace`, streamed file after file; bad input raises TraceInputError."""
+    """Rows for `kernels_replace` (KERNEL_COLUMNS order), streamed file after file.
+
+    Bad input raises TraceInputError; `tally` counts the launches without totals.
+    """
     count = 0
     for source in sources:
         traced = set()
@@ -493,7 +537,15 @@ def kernel_rows(
         lines = bucket.iter_object_lines(source.stats.key)
         try:
             for row in stats.parse_stats_lines(lines, extra_columns=extra_columns):
-                yield (source.ctx, *row, row.kernel_id in traced)
+                *launch, device, stream = row
+                yield (
+                    source.ctx,
+                    *launch,
+                    row.kernel_id in traced,
+                    NO_DEVICE if device is None else device,
+                    stream,
+                )
+                tally.without_totals += row.total_insts is None
                 count += 1
                 if progress is not None and count % PROGRESS_EVERY == 0:
                     progress(f"{trace_id}: {count} kernels read ({source.stats.name})")

@@ -1,34 +1,56 @@
 """Parse the Accel-Sim NVBit tracer's `stats_ctx_*` / `stats.csv` and kernelslist files.
 
-Pure functions from lines (bytes, as read from S3) to rows: no Django, no I/O. The traps,
-from docs/accel-sim-tracer-output (the tracer's own source and a real run):
+Pure functions from lines (bytes, as read from S3) to rows: no Django, no I/O. How the
+tracer writes a launch (tracer_tool.cu; docs/trace-a-workload.md, "What the tracer writes"):
 
-- `", "` between fields but no space before the last one; CRLF when copied through Windows.
-- The header is written once per process, into the first context's file only; forks append
-  columns after `total_reported_insts`, so the header's width applies to every context.
-- Demangled names contain commas: the name is everything between the first field and the
-  numeric fields at the end.
-- The totals are appended when a kernel finishes: a killed run leaves a last row without
-  them (and often without a newline). Its totals are unknown, not zero.
+- At launch it appends the launch half, `"%s, %s, %d, %d, %d, %d, %d, %d, %d, %d, "`
+  (trace file, name, grid x/y/z, #blocks, block x/y/z, #threads: comma and space after
+  each); when the kernel exits, the totals `"%d,%d\\n"`. A launch that never exits in the
+  tracer's view has a half only: the last launch of a killed run (the file ends in `", "`),
+  and every launch captured into a CUDA graph, whose halves run together on one line until
+  an ordinary launch's totals end it. So one line holds one or more launches; every half is
+  a launch, with null totals unless totals follow it.
+- The header is written once per process, into the first context's file only; a fork
+  appends columns after the totals (`latency`, `%.6f`), so the header's width applies to
+  every context of the run. Another fork prints `device_id, stream_id` before each half,
+  with kernel ids restarting per device; a third names trace files `kernel-<id>_<gpu>.trace`.
+- Demangled names contain commas: a name is everything between the trace file and eight
+  numbers that are followed by what may follow a half (totals, the next half, the line's end).
 - Unsigned 32-bit values are printed with `%d`: a negative number is read as unsigned.
+- The 2019 tracer wrote `kernel name,total_insts,total_reported_insts` with no launch
+  dimensions: refused with a message that says so.
 """
 
 import re
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
-HEADER_START = "kernel id"
+# Bumped whenever the parser reads some input differently: traces parsed by an older version
+# are re-read by `ingest_traces --reparse-outdated`.
+PARSER_VERSION = 2
+
 STANDARD_COLUMNS = 12
-# After the trace file and the name: grid x/y/z, #blocks, block x/y/z, #threads, totals.
+DEVICE_COLUMNS = 2  # the device-id fork's `device_id, stream_id` in front
+# After the trace file and the name: grid x/y/z, #blocks, block x/y/z, #threads.
 LAUNCH_NUMBERS = 8
-COMPLETE_NUMBERS = 10
+TOTALS = 2
 UINT32 = 2**32
 INT64_MAX = 2**63 - 1
 
-TRACE_FILE_ID = re.compile(r"^kernel-([0-9]+)(?:-ctx_0x[0-9a-fA-F]+)?\.trace")
+# kernel-<n>.trace (v4), kernel-<n>-ctx_0x<ctx>.trace (v5), kernel-<id>_<gpu>.trace (the
+# distributed fork), each maybe .xz, .traceg after post-processing.
+TRACE_FILE = re.compile(r"kernel-([0-9]+)(?:-ctx_0x[0-9a-fA-F]+|_([0-9]+))?\.trace[A-Za-z0-9.]*", re.ASCII)
+TRACE_FILE_ID = re.compile(r"^kernel-([0-9]+)(?:-ctx_0x[0-9a-fA-F]+|_[0-9]+)?\.trace", re.ASCII)
+TRACER_2019_ROW = re.compile(r"[0-9]+-[^,]+\.trace[A-Za-z0-9.]*,\s*-?[0-9]+,\s*-?[0-9]+", re.ASCII)
+INTEGER = re.compile(r"\s*-?[0-9]+\s*", re.ASCII)
 STATS_CTX_NAME = re.compile(r"^stats_ctx_(.+)$")
 # A CUDA context is a pointer: `0x` and hex digits (the column holds 64 characters).
 CTX = re.compile(r"^0x[0-9a-fA-F]{1,62}$")
+
+TRACER_2019_MESSAGE = (
+    "this is the 2019 tracer's stats format (`kernel name,total_insts,total_reported_insts`), "
+    "which records no launch dimensions; re-trace the workload with the Accel-Sim tracer v4 or later"
+)
 
 
 class StatsError(ValueError):
@@ -53,6 +75,8 @@ class KernelRow(NamedTuple):
     threads: int
     total_insts: int | None
     total_reported_insts: int | None
+    device_id: int | None = None
+    stream_id: int | None = None
 
 
 def decode_lines(lines: Iterable[bytes]) -> Iterator[tuple[int, str, bool]]:
@@ -75,23 +99,27 @@ def decode_lines(lines: Iterable[bytes]) -> Iterator[tuple[int, str, bool]]:
         yield (*previous, True)
 
 
-def header_extra_columns(line: str) -> int | None:
-    """Columns after the standard twelve if `line` is the header, else None."""
-    if not line.lstrip().lower().startswith(HEADER_START):
-        return None
-    return max(len(line.split(",")) - STANDARD_COLUMNS, 0)
+def header_extra_columns(line: str, number: int = 1) -> int | None:
+    """Columns after the totals if `line` is a header, else None.
+
+    Raises StatsError for the 2019 tracer's header, whose rows Cascade cannot read.
+    """
+    start = line.lstrip().lower()
+    if start.startswith("kernel id"):
+        return max(len(line.split(",")) - STANDARD_COLUMNS, 0)
+    if start.startswith("device_id"):
+        return max(len(line.split(",")) - STANDARD_COLUMNS - DEVICE_COLUMNS, 0)
+    if start.startswith("kernel name") and "total_insts" in start:
+        raise StatsError(number, TRACER_2019_MESSAGE)
+    return None
 
 
 def first_line_extra_columns(first_line: bytes) -> int | None:
     """The header's extra columns from a file's first line (None: the file has no header)."""
-    return header_extra_columns(first_line.decode("utf-8", errors="replace").rstrip("\r\n"))
-
-
-def parse_int(text: str) -> int | None:
-    text = text.strip()
-    if not text.isascii() or not (text.isdigit() or (text[:1] == "-" and text[1:].isdigit())):
-        return None
-    return int(text)
+    try:
+        return header_extra_columns(first_line.decode("utf-8", errors="replace").rstrip("\r\n"))
+    except StatsError:
+        return None  # reported with its line when the file itself is parsed
 
 
 def as_unsigned(value: int, line_number: int, column: str) -> int:
@@ -107,12 +135,9 @@ def as_unsigned(value: int, line_number: int, column: str) -> int:
 
 def kernel_id_from_trace_file(trace_file: str) -> int | None:
     match = TRACE_FILE_ID.match(trace_file)
-    if match:
-        kernel_id = int(match.group(1))
-    elif trace_file.isascii() and trace_file.isdigit():
-        kernel_id = int(trace_file)
-    else:
+    if match is None:
         return None
+    kernel_id = int(match.group(1))
     return kernel_id if kernel_id <= INT64_MAX else None
 
 
@@ -122,75 +147,77 @@ def parse_stats_lines(lines: Iterable[bytes], *, extra_columns: int = 0) -> Iter
     `extra_columns` is the header's width beyond the standard twelve, for files that have
     no header of their own (every context but the first); a header in the file wins.
     """
-    previous_id = 0
+    fast_row = standard_row_pattern(extra_columns)
+    previous_ids: dict[int | None, tuple[int, int]] = {}  # device -> (kernel id, line)
     for number, line, is_last in decode_lines(lines):
         if not line.strip():
             continue
-        header = header_extra_columns(line)
+        header = header_extra_columns(line, number)
         if header is not None:
             extra_columns = header
+            fast_row = standard_row_pattern(extra_columns)
             continue
-        row = parse_stats_row(line, number, is_last=is_last, extra_columns=extra_columns)
-        if row.kernel_id <= previous_id:
+        match = fast_row.fullmatch(line)
+        if match is not None and (row := standard_row(match, number)) is not None:
+            line_rows: Iterable[KernelRow] = (row,)
+        else:
+            line_rows = parse_launches(line, number, is_last=is_last, extra_columns=extra_columns)
+        for row in line_rows:
+            check_order(row, number, previous_ids)
+            yield row
+
+
+def check_order(row: KernelRow, number: int, previous_ids: dict) -> None:
+    """Kernel ids increase within a file (per device for the device-id fork)."""
+    previous = previous_ids.get(row.device_id)
+    if previous is not None and row.kernel_id <= previous[0]:
+        previous_id, previous_line = previous
+        device = "" if row.device_id is None else f" on device {row.device_id}"
+        if row.kernel_id == 1:
             raise StatsError(
-                number, f"kernel id {row.kernel_id} after kernel id {previous_id}: ids must increase"
+                number,
+                f"kernel ids start again at 1{device} after kernel id {previous_id} (line {previous_line}): "
+                "the file holds a second run (a CUDA context re-created at the same address, or a "
+                "traces/ folder reused by another run); upload each run from a traces/ folder of its own",
             )
-        previous_id = row.kernel_id
-        yield row
+        raise StatsError(
+            number,
+            f"kernel id {row.kernel_id}{device} after kernel id {previous_id} (line {previous_line}): "
+            "ids must increase",
+        )
+    previous_ids[row.device_id] = (row.kernel_id, number)
 
 
-def launch_numbers_consistent(fields: list[str]) -> bool:
-    """Whether 8 numbers read as grid, #blocks, block, #threads (the products agree, mod 2^32).
+def standard_row_pattern(extra_columns: int) -> re.Pattern:
+    """One launch with its totals, spaced exactly as the tracer writes it: the common line."""
+    number = r"(-?[0-9]+)"
+    return re.compile(
+        r"(kernel-[^,]*), ([^,]+), "
+        + ", ".join([number] * LAUNCH_NUMBERS)
+        + f", {number},{number}"
+        + r"(?:,[^,]*)" * extra_columns,
+        re.ASCII,
+    )
 
-    Tells a row the tracer left unfinished from a broken row that happens to end in 8 numbers.
-    """
-    gx, gy, gz, blocks, bx, by, bz, threads = (int(field) % UINT32 for field in fields)
-    return (gx * gy * gz) % UINT32 == blocks and (bx * by * bz) % UINT32 == threads
 
-
-def parse_stats_row(line: str, number: int, *, is_last: bool, extra_columns: int) -> KernelRow:
-    fields = line.split(",")
-    complete = COMPLETE_NUMBERS + extra_columns
-    if len(fields) == complete + 2:
-        # The common case, a mangled name without commas: one split, ten int() calls.
-        try:
-            numbers = list(map(int, fields[2 : 2 + COMPLETE_NUMBERS]))
-            name_fields = fields[1:2]
-        except ValueError:
-            numbers, name_fields = split_name_and_numbers(fields, line, number, is_last, complete)
-    else:
-        numbers, name_fields = split_name_and_numbers(fields, line, number, is_last, complete)
-    trace_file = fields[0].strip()
-    kernel_id = kernel_id_from_trace_file(trace_file)
-    if kernel_id is None:
-        raise StatsError(number, f"first field {trace_file[:80]!r} is not a kernel trace file name")
-    name = name_fields[0].strip() if len(name_fields) == 1 else ",".join(name_fields).strip()
-    if not name:
-        raise StatsError(number, "the kernel name is empty")
-    if None in numbers or min(numbers) < 0 or max(numbers) > INT64_MAX:
+def standard_row(match: re.Match, number: int) -> KernelRow | None:
+    """The row of a line that matched the standard pattern; None sends it to the full parser."""
+    trace_file = match.group(1)
+    file_match = TRACE_FILE.fullmatch(trace_file)
+    if file_match is None or int(file_match.group(1)) > INT64_MAX:
+        return None
+    gx, gy, gz, blocks, bx, by, bz, threads, insts, reported = map(int, match.groups()[2:])
+    numbers = [gx, gy, gz, bx, by, bz, blocks, threads, insts, reported]
+    if min(numbers) < 0 or max(numbers) > INT64_MAX:
         numbers = unsigned_numbers(numbers, number)
-    return KernelRow(kernel_id, name, trace_file, *numbers[0:3], *numbers[4:7], numbers[3], *numbers[7:])
-
-
-def split_name_and_numbers(
-    fields: list[str], line: str, number: int, is_last: bool, complete: int
-) -> tuple[list[int | None], list[str]]:
-    """The slow path: a name with commas, a fork's extra columns, an unfinished last row."""
-    trailing = 0
-    for field in reversed(fields[1:]):
-        if trailing == complete or parse_int(field) is None:
-            break
-        trailing += 1
-    if len(fields) >= complete + 2 and trailing >= complete:
-        return [int(field) for field in fields[-complete:]][:COMPLETE_NUMBERS], fields[1:-complete]
-    if is_last and trailing == LAUNCH_NUMBERS and launch_numbers_consistent(fields[-LAUNCH_NUMBERS:]):
-        # The run ended before this kernel finished: its totals were never written.
-        return [int(field) for field in fields[-LAUNCH_NUMBERS:]] + [None, None], fields[1:-LAUNCH_NUMBERS]
-    raise StatsError(
-        number,
-        f"expected {STANDARD_COLUMNS + complete - COMPLETE_NUMBERS} comma-separated fields "
-        f"(trace file, name, {complete} numbers), got {len(fields)} fields "
-        f"of which the last {trailing} are numbers: {line[:120]!r}",
+    gpu = file_match.group(2)
+    return KernelRow(
+        int(file_match.group(1)),
+        match.group(2).strip(),
+        trace_file,
+        *numbers,
+        None if gpu is None else int(gpu),
+        None,
     )
 
 
@@ -198,10 +225,10 @@ NUMBER_COLUMNS = (
     "grid_dimX",
     "grid_dimY",
     "grid_dimZ",
-    "#blocks",
     "block_dimX",
     "block_dimY",
     "block_dimZ",
+    "#blocks",
     "#threads",
     "total_insts",
     "total_reported_insts",
@@ -213,6 +240,127 @@ def unsigned_numbers(numbers: list[int | None], line_number: int) -> list[int | 
         value if value is None or 0 <= value <= INT64_MAX else as_unsigned(value, line_number, column)
         for value, column in zip(numbers, NUMBER_COLUMNS, strict=True)
     ]
+
+
+def is_integer(field: str) -> bool:
+    return INTEGER.fullmatch(field) is not None
+
+
+def launch_numbers_consistent(fields: list[str]) -> bool:
+    """Whether 8 numbers read as grid, #blocks, block, #threads (the products agree, mod 2^32)."""
+    gx, gy, gz, blocks, bx, by, bz, threads = (int(field) % UINT32 for field in fields)
+    return (gx * gy * gz) % UINT32 == blocks and (bx * by * bz) % UINT32 == threads
+
+
+def half_start(fields: list[str], position: int) -> tuple[int, int | None, int | None, re.Match] | None:
+    """Where a launch half starts at `position`: (trace file's index, device, stream, its match)."""
+    if position < len(fields):
+        match = TRACE_FILE.fullmatch(fields[position].strip())
+        if match is not None:
+            return position, None, None, match
+    if position + 2 < len(fields) and is_integer(fields[position]) and is_integer(fields[position + 1]):
+        match = TRACE_FILE.fullmatch(fields[position + 2].strip())
+        if match is not None:
+            return position + 2, int(fields[position]), int(fields[position + 1]), match
+    return None
+
+
+def what_follows(fields: list[str], position: int, extra_columns: int, is_last: bool) -> str | None:
+    """What comes after a half's eight numbers: "totals", the "next" half, the line's "end",
+    the file's end without the half's trailing `", "` ("cut"), or None: not a half's end."""
+    remaining = len(fields) - position
+    if remaining == 1 and not fields[position].strip():
+        return "end"  # the half's own trailing ", " ends the line: no totals were written
+    if (
+        remaining == TOTALS + extra_columns
+        and is_integer(fields[position])
+        and is_integer(fields[position + 1])
+    ):
+        return "totals"
+    if remaining == 0 and is_last:
+        return "cut"  # the file ends right after the numbers: a half cut short in a copy?
+    if half_start(fields, position) is not None:
+        return "next"
+    return None
+
+
+def parse_launches(line: str, number: int, *, is_last: bool, extra_columns: int) -> list[KernelRow]:
+    """Every launch on one line: graph-captured halves run together, then maybe totals."""
+    fields = line.split(",")
+    rows = []
+    position = 0
+    while position < len(fields):
+        start = half_start(fields, position)
+        if start is None:
+            raise StatsError(number, not_a_launch(fields, position, line))
+        file_index, device, stream, file_match = start
+        name_start = file_index + 1
+        chosen = fallback = None
+        for end in range(name_start + 1, len(fields) - LAUNCH_NUMBERS + 1):
+            numbers = fields[end : end + LAUNCH_NUMBERS]
+            if not all(map(is_integer, numbers)):
+                continue
+            follows = what_follows(fields, end + LAUNCH_NUMBERS, extra_columns, is_last)
+            if follows is None:
+                continue
+            consistent = launch_numbers_consistent(numbers)
+            if follows == "cut" and not consistent:
+                continue  # not even a launch cut short: a broken row
+            if end == name_start + 1 or consistent:
+                # A name without commas (every mangled name), or the numbers agree with
+                # each other: this is where the name ends.
+                chosen = (end, follows)
+                break
+            fallback = fallback or (end, follows)
+        chosen = chosen or fallback
+        if chosen is None:
+            raise StatsError(
+                number, f"{unfinished_message(fields, file_index, extra_columns)}: {line[:120]!r}"
+            )
+        end, follows = chosen
+        after = end + LAUNCH_NUMBERS
+        name = ",".join(fields[name_start:end]).strip()
+        if not name:
+            raise StatsError(number, "the kernel name is empty")
+        numbers = [int(field) for field in fields[end:after]]
+        totals = [int(fields[after]), int(fields[after + 1])] if follows == "totals" else [None, None]
+        gx, gy, gz, blocks, bx, by, bz, threads = numbers
+        values = unsigned_numbers([gx, gy, gz, bx, by, bz, blocks, threads, *totals], number)
+        gpu = file_match.group(2)
+        kernel_id = int(file_match.group(1))
+        if kernel_id > INT64_MAX:
+            raise StatsError(
+                number, f"kernel id {kernel_id} in {fields[file_index].strip()[:80]!r} is too large"
+            )
+        rows.append(
+            KernelRow(
+                kernel_id,
+                name,
+                fields[file_index].strip(),
+                *values,
+                device if device is not None else (None if gpu is None else int(gpu)),
+                stream,
+            )
+        )
+        position = after if follows == "next" else len(fields)
+    return rows
+
+
+def not_a_launch(fields: list[str], position: int, line: str) -> str:
+    if position == 0 and TRACER_2019_ROW.fullmatch(line.strip()):
+        return TRACER_2019_MESSAGE
+    where = "first field" if position == 0 else f"field {position + 1}"
+    return f"{where} {fields[position].strip()[:80]!r} is not a kernel trace file name: {line[:120]!r}"
+
+
+def unfinished_message(fields: list[str], file_index: int, extra_columns: int) -> str:
+    expected = STANDARD_COLUMNS + extra_columns
+    return (
+        f"expected {expected} comma-separated fields (trace file, name, {LAUNCH_NUMBERS} launch numbers, "
+        f"{expected - STANDARD_COLUMNS + TOTALS} totals), or a launch without totals (trace file, name, "
+        f"{LAUNCH_NUMBERS} numbers and `, ` before the next launch or the line's end); "
+        f"got {len(fields) - file_index} fields"
+    )
 
 
 def parse_kernelslist_lines(lines: Iterable[bytes]) -> set[int]:

@@ -48,12 +48,15 @@ def poll_bucket_task() -> int:
         if not acquired:
             logger.info("poll skipped: the previous poll is still running")
             return 0
-        scan = passes.scan_bucket()
+        scan = passes.scan_bucket(
+            reparse_outdated=settings.CASCADE_REPARSE_OUTDATED,
+            outdated_batch=settings.CASCADE_REPARSE_OUTDATED_BATCH,
+        )
     for change in scan.changes:
         logger.info("%s", change)
     queued = [trace_id for trace_id in scan.to_parse if mark_queued(trace_id)]
     for trace_id in queued:
-        parse_trace_task.delay(trace_id)
+        parse_trace_task.delay(trace_id, reparse=trace_id in scan.to_reparse)
     return len(queued)
 
 

@@ -425,10 +425,10 @@ class ContextFilter(admin.SimpleListFilter):
 
 
 class KernelChangeList(ChangeList):
-    LAUNCH = {"trace_id", "ctx", "kernel_id"}
+    LAUNCH = {"trace_id", "ctx", "device", "kernel_id"}
 
     def _get_deterministic_ordering(self, ordering):
-        # (trace, ctx, kernel_id) is unique, a NULL ctx included (nulls_distinct=False), which
+        # (trace, ctx, device, kernel_id) is unique, a NULL ctx included (a partial index), which
         # Django's check cannot see: it would append "-pk" and every page would need a sort.
         names = {part.lstrip("-") for part in ordering if isinstance(part, str)}
         if self.LAUNCH <= {"trace_id" if name == "trace" else name for name in names}:
@@ -455,8 +455,8 @@ class KernelAdmin(admin.ModelAdmin):
     list_filter = (TraceIdFilter, ContextFilter, "traced")
     search_fields = ("name",)
     raw_id_fields = ("trace",)
-    # Matches the (trace, ctx, kernel_id) unique index; the trace's id is shown without a join.
-    ordering = ("trace_id", "ctx", "kernel_id")
+    # Matches the (trace, ctx, device, kernel_id) unique index; the trace's id is shown without a join.
+    ordering = ("trace_id", "ctx", "device", "kernel_id")
     list_select_related = False
     paginator = EstimatedCountPaginator
     show_full_result_count = False

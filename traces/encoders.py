@@ -12,7 +12,7 @@ from datetime import datetime
 
 import orjson
 
-from traces.models import KERNEL_COLUMNS, Kernel, Trace
+from traces.models import KERNEL_COLUMNS, KERNEL_ORDER, NO_DEVICE, Kernel, Trace
 
 SUMMARY_FIELDS = (
     "id",
@@ -50,8 +50,27 @@ def trace_row_to_dict(fields: tuple[str, ...], row: tuple) -> dict:
 
 
 def kernel_row_to_dict(row: tuple) -> dict:
-    ctx, kernel_id, name, trace_file, gx, gy, gz, bx, by, bz, blocks, threads, insts, reported, traced = row
-    return {
+    """A kernel object of the reference; a fork's device and stream ids follow as extra keys."""
+    (
+        ctx,
+        kernel_id,
+        name,
+        trace_file,
+        gx,
+        gy,
+        gz,
+        bx,
+        by,
+        bz,
+        blocks,
+        threads,
+        insts,
+        reported,
+        traced,
+        device,
+        stream,
+    ) = row
+    kernel = {
         "ctx": ctx,
         "kernel_id": kernel_id,
         "name": name,
@@ -64,6 +83,10 @@ def kernel_row_to_dict(row: tuple) -> dict:
         "total_reported_insts": reported,
         "traced": traced,
     }
+    if device != NO_DEVICE:
+        kernel["device_id"] = device
+        kernel["stream_id"] = stream
+    return kernel
 
 
 def trace_summaries() -> list[dict]:
@@ -91,8 +114,11 @@ def trace_detail_head(trace_id: str, *, raw_metadata: bool = True) -> dict | Non
 
 
 def kernel_rows(trace_id: str, limit: int | None = None) -> Iterator[tuple]:
-    """The trace's kernels in (ctx, kernel_id) order, through a server-side cursor."""
-    rows = Kernel.objects.filter(trace_id=trace_id).order_by("ctx", "kernel_id").values_list(*KERNEL_COLUMNS)
+    """The trace's kernels in (ctx, kernel_id) order, through a server-side cursor.
+
+    A fork's devices each number their kernels from 1: (ctx, device, kernel_id), the unique index.
+    """
+    rows = Kernel.objects.filter(trace_id=trace_id).order_by(*KERNEL_ORDER).values_list(*KERNEL_COLUMNS)
     return rows[:limit].iterator(chunk_size=KERNEL_CHUNK)
 
 

@@ -40,6 +40,15 @@ class Trace(models.Model):
     has_real_timing = models.BooleanField(default=False)
     has_step_timeline = models.BooleanField(default=False)
     sample = models.BooleanField(default=False)
+    parser_version = models.PositiveSmallIntegerField(
+        null=True,
+        blank=True,
+        help_text="The version of the stats parser that read this trace's files (None: never parsed).",
+    )
+    kernels_without_totals = models.BigIntegerField(
+        default=0,
+        help_text="Launches whose totals the tracer never wrote: captured into a CUDA graph, or a killed run's last.",
+    )
     # Kept as text, not jsonb, so that the API returns metadata.json's keys in their order.
     metadata_json = models.TextField(null=True, blank=True, help_text="metadata.json, parsed and re-encoded.")
 
@@ -126,16 +135,23 @@ class Kernel(models.Model):
     total_insts = models.BigIntegerField(null=True, blank=True)
     total_reported_insts = models.BigIntegerField(null=True, blank=True)
     traced = models.BooleanField(default=False)
+    # The device-id fork of the tracer writes every device into one file, kernel ids
+    # restarting per device; the distributed fork names the GPU in the trace file. NO_DEVICE
+    # (not NULL) for every other tracer, so that the unique index below holds for all.
+    device = models.IntegerField(default=-1, help_text="The fork's device id; -1: the tracer wrote none.")
+    stream = models.BigIntegerField(null=True, blank=True, help_text="The device-id fork's stream id.")
 
     class Meta:
-        ordering = ["trace", "ctx", "kernel_id"]
+        ordering = ["trace", "ctx", "device", "kernel_id"]
         constraints = [
             # Also the index that serves the API's (ctx, kernel_id) order.
-            models.UniqueConstraint(fields=["trace", "ctx", "kernel_id"], name="kernel_unique_launch"),
+            models.UniqueConstraint(
+                fields=["trace", "ctx", "device", "kernel_id"], name="kernel_unique_launch"
+            ),
             # Legacy single-context files have no ctx, and NULLs are distinct in a unique
             # index: one more, partial, for them (portable, unlike nulls_distinct=False).
             models.UniqueConstraint(
-                fields=["trace", "kernel_id"],
+                fields=["trace", "device", "kernel_id"],
                 condition=models.Q(ctx__isnull=True),
                 name="kernel_unique_legacy_launch",
             ),
@@ -163,7 +179,12 @@ KERNEL_COLUMNS = (
     "total_insts",
     "total_reported_insts",
     "traced",
+    "device",
+    "stream",
 )
+# The API's order of a trace's launches: the unique index's.
+KERNEL_ORDER = ("ctx", "device", "kernel_id")
+NO_DEVICE = -1
 
 
 def token_digest(token: str) -> str:

@@ -354,7 +354,8 @@ def test_more_than_a_thousand_objects(db, upload):
         (
             {"traces/stats_ctx_0xaaaa": STATS_HEADER + stats_row(10**20, "0xaaaa")},
             None,
-            "traces/stats_ctx_0xaaaa: line 2: first field 'kernel-100000000000000000000-ctx_0xaaaa.trace.xz'",
+            "traces/stats_ctx_0xaaaa: line 2: kernel id 100000000000000000000 in "
+            "'kernel-100000000000000000000-ctx_0xaaaa.trace.xz' is too large",
         ),
         (
             {"traces/stats_ctx_0xaaaa": STATS_HEADER + stats_row(1, "0xaaaa").replace(" 98,", " 9²,", 1)},

@@ -123,6 +123,11 @@ def test_blank_lines_are_skipped():
             "line 2: expected 12",
         ),
         (HEADER + b"kernel-1.trace, _Z1av, 1, x, 1, 1, 32, 1, 1, 32, 5,5\n", "line 2: expected 12"),
+        (HEADER + b"kernel-1.trace, _Z1av, 1, 1_0, 1, 1, 32, 1, 1, 32, 5,5\n", "line 2: expected 12"),
+        (
+            HEADER + "kernel-1.trace, _Z1av, 1, \u0661, 1, 1, 32, 1, 1, 32, 5,5\n".encode(),
+            "line 2: expected 12",
+        ),
         (
             b"foo, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n",
             "line 1: first field 'foo' is not a kernel trace file name",
@@ -140,6 +145,8 @@ def test_blank_lines_are_skipped():
         "short-row",
         "middle-row-without-totals",
         "non-number",
+        "underscore-digits",
+        "non-ascii-digits",
         "bad-first-field",
         "empty-name",
         "out-of-range",
@@ -152,3 +159,127 @@ def test_malformed_input_names_the_line_and_problem(data, message):
     with pytest.raises(StatsError) as problem:
         rows(data)
     assert str(problem.value).startswith(message)
+
+
+# --- What the tracer really writes (tracer_tool.cu): launch halves, graphs, forks -----------------
+
+
+def test_killed_run_leaves_a_launch_half_with_its_trailing_comma_and_space():
+    data = (
+        HEADER
+        + b"kernel-1.trace.xz, _Z1av, 1, 1, 1, 1, 256, 1, 1, 256, 2531,2531\n"
+        + b"kernel-2.trace.xz, _Z1bv, 4, 1, 1, 4, 128, 1, 1, 128, "
+    )
+    first, killed = rows(data)
+    assert (first.kernel_id, first.total_insts) == (1, 2531)
+    assert killed == KernelRow(2, "_Z1bv", "kernel-2.trace.xz", 4, 1, 1, 128, 1, 1, 4, 128, None, None)
+
+
+@pytest.mark.parametrize("ending", [b"\n", b"\r\n"])
+def test_killed_run_copied_with_a_final_line_ending(ending):
+    data = HEADER + b"kernel-1.trace, _Z1bv, 4, 1, 1, 4, 128, 1, 1, 128, " + ending
+    (row,) = rows(data)
+    assert (row.kernel_id, row.blocks, row.total_insts) == (1, 4, None)
+
+
+def test_cuda_graph_captured_launches_run_together_until_an_ordinary_launch_ends_the_line():
+    # The example of issue 9: three launches on one line, the first two captured into a graph.
+    data = (
+        b"kernel-1-ctx_0x1.trace.xz, _Z4gemmv, 8, 4, 1, 32, 128, 1, 1, 128, "
+        b"kernel-2-ctx_0x1.trace.xz, _Z7softmaxv, 16, 1, 1, 16, 256, 1, 1, 256, "
+        b"kernel-3-ctx_0x1.trace.xz, _Z4copyv, 2, 1, 1, 2, 64, 1, 1, 64, 900,900\n"
+    )
+    assert rows(data) == [
+        KernelRow(1, "_Z4gemmv", "kernel-1-ctx_0x1.trace.xz", 8, 4, 1, 128, 1, 1, 32, 128, None, None),
+        KernelRow(2, "_Z7softmaxv", "kernel-2-ctx_0x1.trace.xz", 16, 1, 1, 256, 1, 1, 16, 256, None, None),
+        KernelRow(3, "_Z4copyv", "kernel-3-ctx_0x1.trace.xz", 2, 1, 1, 64, 1, 1, 2, 64, 900, 900),
+    ]
+
+
+def test_graph_halves_with_demangled_names_and_a_file_ending_in_captured_halves():
+    data = (
+        b"kernel-1.trace, void f<int, 2>(float*, int), 2, 2, 1, 4, 32, 1, 1, 32, "
+        b"kernel-2.trace, void g<1, 1, 1, 1, 1, 1, 1, 1>(int), 1, 1, 1, 1, 32, 1, 1, 32, 7,7\n"
+        b"kernel-3.trace, _Z1cv, 1, 1, 1, 1, 32, 1, 1, 32, "
+        b"kernel-4.trace, _Z1dv, 3, 1, 1, 3, 32, 1, 1, 32, "
+    )
+    parsed = rows(data)
+    assert [(r.kernel_id, r.name, r.blocks, r.total_insts) for r in parsed] == [
+        (1, "void f<int, 2>(float*, int)", 4, None),
+        (2, "void g<1, 1, 1, 1, 1, 1, 1, 1>(int)", 1, 7),
+        (3, "_Z1cv", 1, None),
+        (4, "_Z1dv", 3, None),
+    ]
+
+
+def test_device_id_fork_keeps_device_and_stream_and_restarts_ids_per_device():
+    data = (
+        b"device_id, stream_id, kernel id, kernel mangled name, grid_dimX, grid_dimY, grid_dimZ, "
+        b"#blocks, block_dimX, block_dimY, block_dimZ, #threads, total_insts, total_reported_insts\n"
+        b"0, 7, kernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 10,10\n"
+        b"1, 9, kernel-1.trace, _Z1av, 2, 1, 1, 2, 32, 1, 1, 32, 20,20\n"
+        b"0, 7, kernel-2.trace, _Z1bv, 1, 1, 1, 1, 32, 1, 1, 32, "
+        b"0, 7, kernel-3.trace, _Z1cv, 1, 1, 1, 1, 32, 1, 1, 32, 30,30\n"
+    )
+    assert [(r.device_id, r.stream_id, r.kernel_id, r.name, r.total_insts) for r in rows(data)] == [
+        (0, 7, 1, "_Z1av", 10),
+        (1, 9, 1, "_Z1av", 20),
+        (0, 7, 2, "_Z1bv", None),
+        (0, 7, 3, "_Z1cv", 30),
+    ]
+
+
+def test_device_id_fork_without_header_is_not_read_as_kernel_ids():
+    data = b"0, 0, kernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 10,10\n"
+    (row,) = rows(data)
+    assert (row.device_id, row.stream_id, row.kernel_id, row.trace_file) == (0, 0, 1, "kernel-1.trace")
+
+
+def test_latency_fork_extra_column_is_a_float_and_graph_halves_have_none():
+    header = HEADER.rstrip(b"\n") + b", latency\n"
+    data = (
+        header
+        + b"kernel-1-ctx_0x5.trace.xz, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 0,0,-1.000000\n"
+        + b"kernel-2-ctx_0x5.trace.xz, void f<int, 2>(), 1, 1, 1, 1, 32, 1, 1, 32, "
+        + b"kernel-3-ctx_0x5.trace.xz, _Z1cv, 1, 1, 1, 1, 32, 1, 1, 32, 5,6,0.123456\n"
+    )
+    assert [(r.kernel_id, r.name, r.total_insts, r.total_reported_insts) for r in rows(data)] == [
+        (1, "_Z1av", 0, 0),
+        (2, "void f<int, 2>()", None, None),
+        (3, "_Z1cv", 5, 6),
+    ]
+
+
+def test_distributed_fork_names_the_gpu_in_the_trace_file():
+    data = (
+        b"kernel-1_0.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 10,10\n"
+        b"kernel-1_1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 10,10\n"
+        b"kernel-2_0.trace, _Z1bv, 1, 1, 1, 1, 32, 1, 1, 32, 10,10\n"
+    )
+    assert [(r.kernel_id, r.device_id, r.stream_id, r.trace_file) for r in rows(data)] == [
+        (1, 0, None, "kernel-1_0.trace"),
+        (1, 1, None, "kernel-1_1.trace"),
+        (2, 0, None, "kernel-2_0.trace"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"kernel name,total_insts,total_reported_insts\n1-_Z6vecAddPdS_S_i.trace,50066,50066\n",
+        b"1-_Z6vecAddPdS_S_i.trace,50066,50066\n",
+    ],
+    ids=["with-header", "without-header"],
+)
+def test_2019_tracer_format_is_refused_saying_what_it_is(data):
+    with pytest.raises(StatsError, match=r"line 1: this is the 2019 tracer's stats format .* v4 or later"):
+        rows(data)
+
+
+def test_a_second_run_appended_to_the_file_is_named_as_such():
+    row = b"kernel-%d-ctx_0x1.trace.xz, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n"
+    data = HEADER + row % 1 + row % 2 + row % 1 + row % 2
+    with pytest.raises(StatsError) as problem:
+        rows(data)
+    assert str(problem.value).startswith("line 4: kernel ids start again at 1 after kernel id 2 (line 3)")
+    assert "second run" in str(problem.value)

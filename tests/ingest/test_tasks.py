@@ -186,7 +186,7 @@ def test_beat_polls_every_poll_interval_and_drops_polls_it_could_not_deliver_in_
 
 def test_a_queued_trace_is_not_queued_again_by_later_polls(broker_redis, upload, vecadd_files, monkeypatch):
     queued = []
-    monkeypatch.setattr(parse_trace_task, "delay", queued.append)
+    monkeypatch.setattr(parse_trace_task, "delay", lambda trace_id, reparse=False: queued.append(trace_id))
     upload("run-a", vecadd_files, METADATA)
     upload("run-b", vecadd_files, METADATA)
 
@@ -200,7 +200,7 @@ def test_a_queued_trace_is_not_queued_again_by_later_polls(broker_redis, upload,
 
 
 def test_a_given_up_parse_lets_the_trace_be_queued_again(broker_redis, make_trace, ingest_calls, monkeypatch):
-    monkeypatch.setattr(parse_trace_task, "delay", lambda trace_id: None)
+    monkeypatch.setattr(parse_trace_task, "delay", lambda trace_id, reparse=False: None)
     make_trace("run-a", state=TraceState.PARSING)
     assert tasks.mark_queued("run-a")
     ingest_calls.fail_with([SoftTimeLimitExceeded()])

@@ -3,6 +3,7 @@
 import time
 
 from botocore.exceptions import BotoCoreError, ClientError
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
@@ -16,6 +17,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--trace", metavar="ID", help="only this trace (listed whatever its state)")
         parser.add_argument("--reparse", action="store_true", help="read the files again even if unchanged")
+        parser.add_argument(
+            "--reparse-outdated",
+            action="store_true",
+            help="also read again every trace an older version of the stats parser read",
+        )
         parser.add_argument("--watch", action="store_true", help="keep polling until interrupted")
         parser.add_argument(
             "--interval",
@@ -25,7 +31,7 @@ class Command(BaseCommand):
             help="seconds between passes with --watch (5)",
         )
 
-    def handle(self, *args, trace, reparse, watch, interval, **options):
+    def handle(self, *args, trace, reparse, reparse_outdated, watch, interval, **options):
         if interval is not None and not watch:
             raise CommandError("--interval goes with --watch")
         if interval is not None and interval <= 0:
@@ -35,15 +41,24 @@ class Command(BaseCommand):
             bucket.traces_storage()
         except ImproperlyConfigured as problem:
             raise CommandError(str(problem)) from None
+        if reparse_outdated and trace is not None:
+            raise CommandError("--reparse-outdated goes over every trace; without --trace")
         if not watch:
-            if self.run_pass(trace, reparse).errors:
+            if self.run_pass(trace, reparse, outdated=reparse_outdated).errors:
                 raise CommandError("some traces could not be ingested (see above); a new pass retries them")
             return
         try:
             while True:
                 try:
-                    self.run_pass(trace, reparse)
-                    reparse = False  # re-read once, not on every pass
+                    # The scheduled poll's setting: a few outdated traces a pass.
+                    scheduled = settings.CASCADE_REPARSE_OUTDATED and trace is None
+                    self.run_pass(
+                        trace,
+                        reparse,
+                        outdated=reparse_outdated or scheduled,
+                        outdated_batch=None if reparse_outdated else settings.CASCADE_REPARSE_OUTDATED_BATCH,
+                    )
+                    reparse = reparse_outdated = False  # re-read once, not on every pass
                 except KeyboardInterrupt:
                     raise
                 except Exception as error:  # S3 or the database away: keep watching
@@ -52,10 +67,16 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             self.stdout.write("stopped")
 
-    def run_pass(self, trace_id, reparse):
+    def run_pass(self, trace_id, reparse, *, outdated=False, outdated_batch=None):
         started = time.monotonic()
         try:
-            result = passes.poll_bucket(trace_id=trace_id, reparse=reparse, progress=self.progress)
+            result = passes.poll_bucket(
+                trace_id=trace_id,
+                reparse=reparse,
+                reparse_outdated=outdated,
+                outdated_batch=outdated_batch,
+                progress=self.progress,
+            )
         except (BotoCoreError, ClientError) as problem:
             raise CommandError(f"cannot list the bucket {bucket.bucket_name()}: {problem}") from None
         for change in result.changes:
