@@ -33,7 +33,15 @@ from django.utils import timezone
 from ingest import bucket, stats
 from ingest.bucket import S3Object
 from traces.locks import trace_lock
-from traces.models import NO_DEVICE, Kernel, Trace, TraceState, files_fingerprint, missing_listed_files
+from traces.models import (
+    CURRENT_PARSER_VERSION,
+    NO_DEVICE,
+    Kernel,
+    Trace,
+    TraceState,
+    files_fingerprint,
+    missing_listed_files,
+)
 from traces.services import kernels_replace
 
 logger = logging.getLogger(__name__)
@@ -207,7 +215,7 @@ def scan_bucket(
 
 def outdated_trace_ids(limit: int | None = None) -> list[str]:
     """Traces whose files an older version of the stats parser read, least recently updated first."""
-    outdated = Trace.objects.filter(parser_version__lt=stats.PARSER_VERSION).order_by("updated_at", "id")
+    outdated = Trace.objects.filter(parser_version__lt=CURRENT_PARSER_VERSION).order_by("updated_at", "id")
     return list(outdated.values_list("id", flat=True)[:limit])
 
 
@@ -481,7 +489,7 @@ def parse_into(trace: Trace, objects: list[S3Object], current: str, *, progress:
     # is this parser's reading of the files: --reparse-outdated retries it after an upgrade.
     trace.state = TraceState.PARSING
     trace.error = None
-    trace.parser_version = stats.PARSER_VERSION
+    trace.parser_version = CURRENT_PARSER_VERSION
     trace.save(update_fields=["state", "error", "parser_version"])
     extra_columns = header_extra_columns(sources)
     tally = Tally()

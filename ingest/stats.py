@@ -19,15 +19,14 @@ tracer writes a launch (tracer_tool.cu; docs/trace-a-workload.md, "What the trac
 - Unsigned 32-bit values are printed with `%d`: a negative number is read as unsigned.
 - The 2019 tracer wrote `kernel name,total_insts,total_reported_insts` with no launch
   dimensions: refused with a message that says so.
+
+Whenever this module reads some input differently, bump `traces.models.CURRENT_PARSER_VERSION`:
+traces read by an older version are then re-read by `ingest_traces --reparse-outdated`.
 """
 
 import re
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
-
-# Bumped whenever the parser reads some input differently: traces parsed by an older version
-# are re-read by `ingest_traces --reparse-outdated`.
-PARSER_VERSION = 2
 
 STANDARD_COLUMNS = 12
 DEVICE_COLUMNS = 2  # the device-id fork's `device_id, stream_id` in front

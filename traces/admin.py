@@ -23,7 +23,7 @@ from django.utils.http import urlencode
 from django.utils.text import Truncator
 
 from traces import admin_summary
-from traces.models import Kernel, Trace, TraceState
+from traces.models import CURRENT_PARSER_VERSION, Kernel, Trace, TraceState
 
 # The API's browsable pages, linked from the admin's header and index.
 admin.site.site_url = "/api/traces"
@@ -132,6 +132,23 @@ class EstimatedCountPaginator(Paginator):
         return super().count
 
 
+class ParserVersionFilter(admin.SimpleListFilter):
+    """Traces an older version of the stats parser read: what `--reparse-outdated` would re-read."""
+
+    title = "parser"
+    parameter_name = "parser"
+
+    def lookups(self, request, model_admin):
+        return [("outdated", "outdated"), ("current", "current")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "outdated":
+            return queryset.filter(parser_version__lt=CURRENT_PARSER_VERSION)
+        if self.value() == "current":
+            return queryset.filter(parser_version=CURRENT_PARSER_VERSION)
+        return queryset
+
+
 @admin.register(Trace)
 class TraceAdmin(admin.ModelAdmin):
     list_display = (
@@ -146,7 +163,14 @@ class TraceAdmin(admin.ModelAdmin):
         "created_column",
         "updated_column",
     )
-    list_filter = ("state", "sample", "trace_gpu_arch", "has_real_timing", "has_step_timeline")
+    list_filter = (
+        "state",
+        "sample",
+        "trace_gpu_arch",
+        "has_real_timing",
+        "has_step_timeline",
+        ParserVersionFilter,
+    )
     search_fields = ("id", "model", "source_gpu")
     ordering = ("-created_at", "id")
     actions = ("reingest", "mark_failed")
@@ -167,7 +191,10 @@ class TraceAdmin(admin.ModelAdmin):
                 )
             },
         ),
-        ("Contents", {"fields": ("kernel_count", "size", "kernels_link")}),
+        (
+            "Contents",
+            {"fields": ("kernel_count", "without_totals", "parser_version_display", "size", "kernels_link")},
+        ),
         ("metadata.json", {"fields": ("metadata_pretty",)}),
         ("Files", {"fields": ("files_table",)}),
         (
@@ -177,6 +204,8 @@ class TraceAdmin(admin.ModelAdmin):
     )
     readonly_fields = (
         "state_display",
+        "without_totals",
+        "parser_version_display",
         "size",
         "kernels_link",
         "metadata_pretty",
@@ -243,6 +272,32 @@ class TraceAdmin(admin.ModelAdmin):
         return format_html(
             '<span class="nowrap" title="{} bytes">{}</span>', obj.bytes, filesizeformat(obj.bytes)
         )
+
+    @admin.display(description="launches without totals")
+    def without_totals(self, obj: Trace):
+        if not obj.kernels_without_totals:
+            return "0"
+        return format_html(
+            "{} of {}: the tracer writes a launch's totals when the kernel exits, and these never "
+            "exited in its view. Launches captured into a CUDA graph (stream capture, as vLLM and "
+            "PyTorch run decode steps; cuGraphAddKernelNode) get no totals, and a killed run's last "
+            "launch has none. Their total_insts and total_reported_insts are null.",
+            obj.kernels_without_totals,
+            obj.kernel_count,
+        )
+
+    @admin.display(description="parser version")
+    def parser_version_display(self, obj: Trace):
+        if obj.parser_version is None:
+            return "-"
+        if obj.parser_version < CURRENT_PARSER_VERSION:
+            return format_html(
+                "{} (outdated: this Cascade reads stats files with version {}; "
+                "<code>manage.py ingest_traces --reparse-outdated</code> or Re-ingest reads it again)",
+                obj.parser_version,
+                CURRENT_PARSER_VERSION,
+            )
+        return f"{obj.parser_version} (current)"
 
     @admin.display(description="kernels")
     def kernels_link(self, obj: Trace):

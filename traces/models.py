@@ -16,6 +16,13 @@ class TraceState(models.TextChoices):
     FAILED = "failed", "failed"
 
 
+# The version of ingest/stats.py's reading of the tracer's files, recorded on each trace it
+# reads: bumped whenever the parser reads some input differently, so that the traces an older
+# version read can be found (admin filter) and read again (`ingest_traces --reparse-outdated`).
+# 1: until 2026-11 (graph-captured launches merged, killed runs refused); 2: every launch.
+CURRENT_PARSER_VERSION = 2
+
+
 class Trace(models.Model):
     """A profiler run: the folder `<prefix><id>/` in the bucket.
 

@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from traces import admin as traces_admin
 from traces import admin_summary
-from traces.models import Kernel, Trace, TraceState
+from traces.models import CURRENT_PARSER_VERSION, Kernel, Trace, TraceState
 
 CHANGELIST = "/admin/traces/trace/"
 KERNELS = "/admin/traces/kernel/"
@@ -691,3 +691,29 @@ def explain(queryset) -> str:
         cursor.execute("SET LOCAL enable_incremental_sort = off")
         cursor.execute(f"EXPLAIN {sql}", params)
         return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def test_change_page_says_how_many_launches_have_no_totals_and_why(staff_client, make_trace):
+    make_trace("vllm-decode", state=TraceState.READY, kernel_count=744, kernels_without_totals=520)
+    page = staff_client.get(change_url("vllm-decode")).content.decode()
+    assert "520 of 744" in page
+    assert "CUDA graph" in page
+    assert "killed run" in page
+
+
+def test_change_page_shows_the_parser_version_and_whether_it_is_outdated(staff_client, make_trace):
+    make_trace("old", state=TraceState.READY, parser_version=1)
+    make_trace("current", state=TraceState.READY, parser_version=CURRENT_PARSER_VERSION)
+    old = staff_client.get(change_url("old")).content.decode()
+    assert "1 (outdated" in old and "--reparse-outdated" in old
+    assert f"{CURRENT_PARSER_VERSION} (current)" in staff_client.get(change_url("current")).content.decode()
+
+
+def test_changelist_filters_traces_an_older_parser_read(staff_client, make_trace):
+    make_trace("old", state=TraceState.READY, parser_version=1)
+    make_trace("failed-old", state=TraceState.FAILED, parser_version=1)
+    make_trace("current", state=TraceState.READY, parser_version=CURRENT_PARSER_VERSION)
+    make_trace("never-parsed", state=TraceState.UPLOADING)
+    outdated = staff_client.get(CHANGELIST, {"parser": "outdated"})
+    assert sorted(listed_trace_ids(outdated)) == ["failed-old", "old"]
+    assert listed_trace_ids(staff_client.get(CHANGELIST, {"parser": "current"})) == ["current"]
