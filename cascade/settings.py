@@ -38,12 +38,24 @@ def env_list(name: str, default: str) -> list[str]:
 
 
 def embedded_secret_key() -> str:
-    """A per-installation key kept in VAR_DIR, so that no secret lives in the code."""
+    """A per-installation key kept in VAR_DIR, so that no secret lives in the code.
+
+    Written to a file created 0600 (never readable by others, not even for a moment) and
+    linked into place only when complete, so that two processes starting at once agree.
+    """
     path = VAR_DIR / "secret_key"
     if not path.exists():
         VAR_DIR.mkdir(parents=True, exist_ok=True)
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
+        partial = VAR_DIR / f".secret_key.{os.getpid()}.{secrets.token_hex(4)}"
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(descriptor, "w") as handle:
+                handle.write(secrets.token_urlsafe(50))
+            os.link(partial, path)
+        except FileExistsError:
+            pass  # another process got there first: its key is the key
+        finally:
+            partial.unlink(missing_ok=True)
     return path.read_text().strip()
 
 

@@ -54,10 +54,18 @@ def poll_bucket_task() -> int:
         )
     for change in scan.changes:
         logger.info("%s", change)
-    queued = [trace_id for trace_id in scan.to_parse if mark_queued(trace_id)]
-    for trace_id in queued:
-        parse_trace_task.delay(trace_id, reparse=trace_id in scan.to_reparse)
-    return len(queued)
+    queued = 0
+    for trace_id in scan.to_parse:
+        if not mark_queued(trace_id):
+            continue
+        try:
+            parse_trace_task.delay(trace_id, reparse=trace_id in scan.to_reparse)
+        except Exception:
+            # Not queued after all (the broker refused): the next poll must be free to try.
+            clear_queued(trace_id)
+            raise
+        queued += 1
+    return queued
 
 
 @shared_task(

@@ -208,3 +208,20 @@ def test_a_given_up_parse_lets_the_trace_be_queued_again(broker_redis, make_trac
     parse_trace_task.apply(["run-a"])
 
     assert tasks.mark_queued("run-a")
+
+
+def test_a_trace_whose_message_the_broker_refused_is_queued_by_the_next_poll(
+    broker_redis, upload, vecadd_files, monkeypatch
+):
+    def refuse(trace_id, reparse=False):
+        raise ConnectionError("broker away")
+
+    monkeypatch.setattr(parse_trace_task, "delay", refuse)
+    upload("run-a", vecadd_files, METADATA)
+    with pytest.raises(ConnectionError):
+        poll_bucket_task()
+
+    queued = []
+    monkeypatch.setattr(parse_trace_task, "delay", lambda trace_id, reparse=False: queued.append(trace_id))
+    assert poll_bucket_task() == 1
+    assert queued == ["run-a"]

@@ -1,0 +1,37 @@
+"""Settings that protect an installation: the embedded secret key."""
+
+import os
+import stat
+import threading
+from pathlib import Path
+
+from cascade import settings as cascade_settings
+
+
+def test_the_embedded_secret_key_is_never_readable_by_others(tmp_path, monkeypatch):
+    monkeypatch.setattr(cascade_settings, "VAR_DIR", tmp_path)
+    modes_before_chmod = []
+    monkeypatch.setattr(Path, "chmod", lambda path, mode: modes_before_chmod.append(path.stat().st_mode))
+    old_umask = os.umask(0o022)
+    try:
+        key = cascade_settings.embedded_secret_key()
+    finally:
+        os.umask(old_umask)
+    assert stat.S_IMODE((tmp_path / "secret_key").stat().st_mode) == 0o600
+    assert all(stat.S_IMODE(mode) & 0o077 == 0 for mode in modes_before_chmod)
+    assert len(key) >= 50
+    assert cascade_settings.embedded_secret_key() == key, "made once, then read"
+
+
+def test_processes_starting_at_once_agree_on_one_key(tmp_path, monkeypatch):
+    monkeypatch.setattr(cascade_settings, "VAR_DIR", tmp_path)
+    keys = []
+    threads = [
+        threading.Thread(target=lambda: keys.append(cascade_settings.embedded_secret_key())) for _ in range(8)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(set(keys)) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["secret_key"]
