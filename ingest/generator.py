@@ -10,9 +10,10 @@ The stats files hold the tracer's bytes, not a tidy CSV: each launch is the trac
 (`"%s, %s, %d, ... %d, "`), followed by `"%d,%d\n"` only when the kernel ran to its exit. Decode
 steps run as CUDA graphs, as vLLM runs them: their model forward is captured, so those launches
 get the launch half only and run together on one line until the next ordinary launch (the logits
-and the sampler, which vLLM runs eagerly) ends it. A killed run ends in a launch half. (vLLM
-captures its graphs once, at start-up, and a replay writes no row; here each decode step is
-written as its own capture, so its launches keep their ids, timings and instruction counts.)
+and the sampler, which vLLM runs eagerly) ends it. A replay writes no row, but the tracer's
+global counters add what it executed to the next ordinary launch's totals. A killed run ends in a
+launch half. (vLLM captures its graphs once, at start-up; here each decode step is written as its
+own capture and one replay, so its launches keep their ids and timings.)
 
 Everything is drawn from `random.Random(seed)`: the same spec gives the same bytes, so the
 shipped samples can be regenerated and a benchmark's input is reproducible. Rows are streamed
@@ -57,8 +58,8 @@ class RunSpec:
     error: str | None = None  # the profiler's message for a failed run
     unfinished: bool = False  # stop before metadata.json: an upload still in progress (or abandoned)
     crashed: bool = False  # killed during the last launch: the file ends in its launch half, in ", "
-    # Decode steps captured into CUDA graphs (None: the default, on, as vLLM serves decode steps);
-    # prefill steps are always ordinary launches.
+    # Decode steps captured into CUDA graphs (None: the default, on for v5, as vLLM serves decode
+    # steps; off for legacy, whose tracers predate graph support). Prefill steps are ordinary launches.
     cuda_graphs: bool | None = None
     max_traced: int = 64  # kernels with an instruction trace (the tracer's kernel window)
     model: str | None = "facebook/opt-125m"
@@ -76,11 +77,14 @@ class RunSpec:
             raise ValueError("kernels must be >= 0 and contexts >= 1")
         if self.format == "legacy" and self.contexts != 1:
             raise ValueError("the legacy format has exactly one context")
+        if self.format == "legacy" and self.cuda_graphs:
+            # Tracers that write stats.csv (before 2025-03-16) hook no CUDA graph API.
+            raise ValueError("the legacy format's tracers predate CUDA graph support: no cuda_graphs")
 
     @property
     def decode_graphs(self) -> bool:
-        """Whether decode steps run as CUDA graphs (the default, for the LLM workload generated here)."""
-        return self.cuda_graphs is not False
+        """Whether decode steps run as CUDA graphs: by default in v5, as LLM serving runs them."""
+        return self.cuda_graphs if self.cuda_graphs is not None else self.format == "v5"
 
 
 @dataclass(frozen=True)
@@ -88,7 +92,9 @@ class Launch:
     """One kernel launch as the tracer records it: its launch half, and its totals if it exits.
 
     `total_insts` is what the kernel executes (the harness's timing uses it); a launch
-    `captured` into a CUDA graph never reports it in the stats file.
+    `captured` into a CUDA graph never reports it in the stats file. `replayed_insts` is what
+    graph replays executed since the previous ordinary launch finished: the tracer's counters are
+    global and read only at an ordinary launch's exit, so they land in this launch's totals.
     """
 
     ctx: str | None
@@ -100,6 +106,7 @@ class Launch:
     traced: bool
     step: int
     captured: bool = False
+    replayed_insts: int = 0
 
     @property
     def trace_file(self) -> str:
@@ -112,7 +119,8 @@ class Launch:
         if with_totals is None:
             with_totals = not self.captured
         half = stats_launch_half(self.trace_file, self.name, self.grid, self.block)
-        return half + stats_totals(self.total_insts, self.total_insts) if with_totals else half
+        counted = self.total_insts + self.replayed_insts
+        return half + stats_totals(counted, counted) if with_totals else half
 
 
 # --- The stats row, as the tracer's fprintf calls write it ------------------------------------------
@@ -346,9 +354,10 @@ def launches(spec: RunSpec) -> Iterator[Launch]:
 
     Each step is a whole forward pass: the steps listed in `layers` first, then as many decode
     steps as `kernels` needs (the last one cut short). With CUDA graphs, a decode step's model
-    forward is `captured`. The first decoder block of each listed step is traced, up to
-    `max_traced` kernels, as the tracer's kernel window would do; a captured kernel never ran
-    instrumented, so in a graph step the eager launches after the forward are traced instead.
+    forward is `captured`, then replayed: what the replay executes is counted into the totals of
+    the step's first eager launch. The first decoder block of each listed step is traced, up to
+    `max_traced` kernels, as the tracer's kernel window would do; nothing runs while a stream
+    captures, so in a graph step the window covers the eager launches after the forward instead.
     """
     rng = random.Random(spec.seed)
     ctxs = context_pointers(rng, spec.contexts) if spec.format == "v5" else [None]
@@ -357,6 +366,7 @@ def launches(spec: RunSpec) -> Iterator[Launch]:
     prompt = rng.choice((96, 128, 160, 192))
     traced = emitted = 0
     ctx_index = kernel_id = 0
+    replayed = 0  # instructions of the captured forward, counted when the graph replays
     for step, prefill, listed in _steps(spec.layers):
         tokens = batch * prompt if prefill else batch
         graph_step = spec.decode_graphs and not prefill
@@ -373,6 +383,8 @@ def launches(spec: RunSpec) -> Iterator[Launch]:
             traced += is_traced
             blocks = grid[0] * grid[1] * grid[2]
             insts = max(1, int(blocks * per_block * rng.uniform(0.93, 1.07)))
+            counted_before = 0 if captured else replayed
+            replayed = replayed + insts if captured else 0
             yield Launch(
                 ctx=ctxs[ctx_index],
                 kernel_id=kernel_id,
@@ -383,6 +395,7 @@ def launches(spec: RunSpec) -> Iterator[Launch]:
                 traced=is_traced,
                 step=step,
                 captured=captured,
+                replayed_insts=counted_before,
             )
         if spec.kernels == 0:
             return

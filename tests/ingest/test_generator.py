@@ -4,6 +4,7 @@ import hashlib
 import json
 import lzma
 import re
+from ctypes import c_int32
 from pathlib import Path
 from typing import NamedTuple
 
@@ -62,23 +63,18 @@ def written_launches(stats: Path) -> list[Written]:
     return launches
 
 
-def tracer_bytes(launch: generator.Launch, *, exits: bool) -> str:
-    """What the tracer writes for `launch`, from its printf formats."""
+def tracer_bytes(launch: generator.Launch, *, counted: int | None) -> str:
+    """What the tracer writes for `launch`: its launch half, then `counted` if it exited.
+
+    C's `%d` of an unsigned 32-bit value, emulated with ctypes (2^31 and above print negative).
+    """
     gx, gy, gz = launch.grid
     bx, by, bz = launch.block
-    half = LAUNCH_FORMAT % (
-        launch.trace_file,
-        launch.name,
-        gx,
-        gy,
-        gz,
-        gx * gy * gz,
-        bx,
-        by,
-        bz,
-        bx * by * bz,
-    )
-    return half + EXIT_FORMAT % (launch.total_insts, launch.total_insts) if exits else half
+    numbers = (gx, gy, gz, gx * gy * gz, bx, by, bz, bx * by * bz)
+    half = LAUNCH_FORMAT % (launch.trace_file, launch.name, *(c_int32(n).value for n in numbers))
+    if counted is None:
+        return half
+    return half + EXIT_FORMAT % (c_int32(counted).value, c_int32(counted).value)
 
 
 def tree(folder: Path) -> dict[str, bytes]:
@@ -95,8 +91,10 @@ def stats_files(folder: Path) -> list[Path]:
 
 
 def test_one_launch_as_the_tracer_writes_it_and_graph_halves_running_together():
-    def launch(kernel_id, name, grid, block, insts, *, captured=False):
-        return generator.Launch("0x1", kernel_id, name, grid, block, insts, False, 0, captured=captured)
+    def launch(kernel_id, name, grid, block, insts, *, captured=False, replayed=0):
+        return generator.Launch(
+            "0x1", kernel_id, name, grid, block, insts, False, 0, captured=captured, replayed_insts=replayed
+        )
 
     ordinary = [launch(1, "_Z6vecAddPdS_S_i", (98, 1, 1), (1024, 1, 1), 50066)]
     assert "".join(row for _, row in generator.stats_rows(ordinary)) == (
@@ -122,6 +120,11 @@ def test_one_launch_as_the_tracer_writes_it_and_graph_halves_running_together():
         "kernel-1-ctx_0x1.trace.xz, _Z4gemmv, 8, 4, 1, 32, 128, 1, 1, 128, "
         "kernel-2-ctx_0x1.trace.xz, _Z7softmaxv, 16, 1, 1, 16, 256, 1, 1, 256, "
     )
+    # The graph replayed before kernel 3 ran: the counters, read at kernel 3's exit, hold both.
+    after_replay = [launch(3, "_Z4copyv", (2, 1, 1), (64, 1, 1), 900, replayed=700 + 800)]
+    assert "".join(row for _, row in generator.stats_rows(after_replay)) == (
+        "kernel-3-ctx_0x1.trace.xz, _Z4copyv, 2, 1, 1, 2, 64, 1, 1, 64, 2400,2400\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -135,19 +138,42 @@ def test_one_launch_as_the_tracer_writes_it_and_graph_halves_running_together():
     ids=["graphs-two-contexts", "killed-in-a-graph-step", "no-graphs-killed", "legacy"],
 )
 def test_stats_files_are_the_tracers_printf_output_byte_for_byte(tmp_path, spec):
+    """The tracer's counters are global, read at an ordinary launch's exit: a graph step's forward,
+    replayed after its capture, is counted into the step's first eager launch."""
     run = tmp_path / "run"
     generator.write_run(run, spec)
     all_launches = list(generator.launches(spec))
     expected: dict[str | None, str] = {}
+    counters = 0  # what the GPU executed since the last ordinary launch's exit
     for index, launch in enumerate(all_launches):
         killed = spec.crashed and index == len(all_launches) - 1
         header = generator.STATS_HEADER if not expected and launch.ctx not in expected else ""
+        counters += launch.total_insts
+        exits = not launch.captured and not killed
         expected[launch.ctx] = expected.get(launch.ctx, header) + tracer_bytes(
-            launch, exits=not launch.captured and not killed
+            launch, counted=counters if exits else None
         )
+        counters = 0 if exits else counters
     for ctx, text in expected.items():
         name = "stats.csv" if ctx is None else f"stats_ctx_{ctx}"
         assert (run / "traces" / name).read_bytes() == text.encode()
+
+
+def test_every_instruction_is_counted_once_when_the_run_ends_with_an_ordinary_launch(tmp_path):
+    spec = RunSpec(kernels=744, contexts=2, seed=4)
+    generator.write_run(tmp_path / "run", spec)
+    written = [launch for f in stats_files(tmp_path / "run") for launch in written_launches(f)]
+    assert sum(launch.totals[0] for launch in written if launch.totals) == sum(
+        launch.total_insts for launch in generator.launches(spec)
+    )
+
+
+def test_the_legacy_formats_tracers_know_no_cuda_graphs(tmp_path):
+    assert not RunSpec(format="legacy").decode_graphs and RunSpec().decode_graphs
+    with pytest.raises(ValueError, match="predate CUDA graph support"):
+        RunSpec(format="legacy", cuda_graphs=True)
+    with pytest.raises(CommandError, match="predate CUDA graph support"):
+        call_command("generate_trace", "--out", str(tmp_path / "run"), "--format", "legacy", "--cuda-graphs")
 
 
 def test_a_killed_run_ends_in_the_launch_half_of_its_last_launch(tmp_path):
