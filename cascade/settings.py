@@ -205,6 +205,9 @@ LOGGING = {
 # `celery -A cascade beat` sends a poll every CASCADE_POLL_SECONDS; `celery -A cascade worker` runs
 # polls and parses, one trace per task. docs/production.md explains how to run and scale them.
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
+# A deployment with Celery sets the broker: the admin's Re-ingest then queues a task instead
+# of starting a background thread in the web process.
+CASCADE_CELERY_CONFIGURED = bool(os.environ.get("CELERY_BROKER_URL"))
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Nobody waits on a task: its outcome is the trace's state in the database.
 CELERY_RESULT_BACKEND = None

@@ -14,80 +14,57 @@ killed pass leaves either the old kernels or the new ones; a trace it left in `p
 picked up by the next pass.
 
 Cost: a pass lists the run folders (one request per thousand runs) and then only the runs
-that are new or not finished (uploading, parsing, failed). Ready traces are not listed
-again unless asked (`--trace`, `--reparse`). Objects are downloaded only when a run's
-listing (keys, sizes, ETags) differs from the one its last decision was made on.
+that are new or not finished (uploading, parsing). A failed trace's folder, and the folder of
+a trace an operator deleted, is listed again after a minute, then twice as late each time up
+to a day (a change of its files starts over). Ready traces are not listed again unless asked
+(`--trace`, `--reparse`). Objects are downloaded only when a run's listing (keys, sizes,
+ETags) differs from the one its last decision was made on.
+
+This module decides; `traces.services` writes every change of a trace.
 """
 
-import json
 import logging
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import DataError, IntegrityError, transaction
+from django.db import DataError, IntegrityError
 from django.utils import timezone
 
 from ingest import bucket, stats
 from ingest.bucket import S3Object
+from ingest.metadata import (
+    METADATA_NAME,
+    MetadataError,
+    failure,
+    is_sample,
+    listed_files,
+    missing_listed_files,
+    parse_metadata,
+    run_fields,
+    with_derived_arch_and_config,
+)
+from traces import services
 from traces.locks import trace_lock
 from traces.models import (
     CURRENT_PARSER_VERSION,
     NO_DEVICE,
-    Kernel,
+    DeletedTrace,
     Trace,
     TraceState,
     files_fingerprint,
-    missing_listed_files,
 )
-from traces.services import kernels_replace
 
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
 
-METADATA_NAME = "metadata.json"
-TIMELINE_NAME = "timeline.json"
-TIMING_NAME = "timing.csv"
 METADATA_MAX_BYTES = 64 * 1024**2
 HEADER_PEEK_BYTES = 4096
 PROGRESS_EVERY = 100_000
 MISSING_KEYS_SHOWN = 10
-UNFINISHED_STATES = (TraceState.UPLOADING, TraceState.PARSING, TraceState.FAILED)
-
-# Accel-Sim's tested configs, by the SASS architecture they model.
-SIM_CONFIG_FOR_ARCH = {
-    "sm_70": "SM7_QV100",
-    "sm_75": "SM75_RTX2060",
-    "sm_80": "SM80_A100",
-    "sm_86": "SM86_RTX3070",
-    "sm_90": "SM90_H100",
-}
-SIM_CONFIG_ARCH = re.compile(r"^SM(\d)(\d?)_", re.IGNORECASE)
-METADATA_STRINGS = ("model", "source_gpu", "trace_gpu_arch", "suggested_sim_config")
-
-
-# What a decision writes; `files`, `bytes` and `files_changed_at` belong to registration,
-# which a concurrent scan may update meanwhile.
-DECISION_FIELDS = [
-    "state",
-    "error",
-    "kernel_count",
-    "parsed_fingerprint",
-    "metadata_json",
-    "model",
-    "layers",
-    "source_gpu",
-    "trace_gpu_arch",
-    "suggested_sim_config",
-    "has_step_timeline",
-    "has_real_timing",
-    "sample",
-    "parser_version",
-    "kernels_without_totals",
-]
+UNFINISHED_STATES = (TraceState.UPLOADING, TraceState.PARSING)
 
 
 class TraceInputError(Exception):
@@ -187,30 +164,53 @@ def scan_bucket(
     """
     scan = Scan()
     if trace_id is not None:
+        services.trace_undelete(trace_id)  # asked for by name: a deleted trace comes back
         candidates = [trace_id]
     else:
-        states = dict(Trace.objects.values_list("id", "state"))
-        candidates = [
-            run_id
-            for run_id in bucket.list_run_ids()
-            if reparse or states.get(run_id) is None or states[run_id] in UNFINISHED_STATES
-        ]
+        candidates = runs_to_look_at(bucket.list_run_ids(), reparse=reparse)
     for run_id in candidates:
         objects = bucket.list_run_objects(run_id)
         if not objects:
             continue
         scan.listed += 1
         trace, change = register_objects(run_id, objects)
+        if trace is None:
+            continue  # deleted by an operator, and its files have not changed
         if change is not None:
             scan.changes.append(change)
         if needs_decision(trace, reparse=reparse):
             scan.to_parse.append(run_id)
+        elif trace.state == TraceState.FAILED and change is None:
+            services.trace_recheck_later(trace)
     if reparse_outdated and trace_id is None:
         for run_id in outdated_trace_ids(outdated_batch):
             if run_id not in scan.to_parse:
                 scan.to_parse.append(run_id)
                 scan.to_reparse.add(run_id)
     return scan
+
+
+def runs_to_look_at(run_ids: list[str], *, reparse: bool = False) -> list[str]:
+    """Of the bucket's run folders, those worth listing: new, unfinished, or due for a recheck."""
+    now = timezone.now()
+    traces = {
+        trace_id: (state, after)
+        for trace_id, state, after in Trace.objects.values_list("id", "state", "recheck_after")
+    }
+    deleted = dict(DeletedTrace.objects.values_list("id", "recheck_after"))
+
+    def due(after) -> bool:
+        return after is None or after <= now
+
+    def worth_a_look(run_id: str) -> bool:
+        if run_id in deleted:
+            return due(deleted[run_id])
+        if reparse or run_id not in traces:
+            return True
+        state, after = traces[run_id]
+        return state in UNFINISHED_STATES or (state == TraceState.FAILED and due(after))
+
+    return [run_id for run_id in run_ids if worth_a_look(run_id)]
 
 
 def outdated_trace_ids(limit: int | None = None) -> list[str]:
@@ -236,17 +236,13 @@ def ingest_trace(
         if not objects:
             return None
         trace, registered = register_objects(trace_id, objects)
+        if trace is None:
+            logger.info("%s: deleted by an operator, and its files have not changed: left alone", trace_id)
+            return None
         old_state = registered.old_state if registered else trace.state
         if not needs_decision(trace, reparse=reparse):
             return registered
-        try:
-            decide(trace, objects, progress=progress)
-        except TraceInputError as problem:
-            fail(trace, str(problem), fingerprint(objects))
-        except (DataError, IntegrityError) as problem:
-            # Input the parser let through but the database refuses: still the upload's fault.
-            logger.exception("%s: the database refused the trace's data", trace_id)
-            fail(trace, f"the database refused this trace's data: {problem}".strip(), fingerprint(objects))
+        decide(trace, objects, progress=progress)
         if registered is None and trace.state == old_state and not reparse:
             return None
         return TraceChange(trace_id, old_state, trace.state, trace.kernel_count, trace.bytes, trace.error)
@@ -263,29 +259,16 @@ def inventory(objects: list[S3Object]) -> list[dict]:
     return [{"key": obj.key, "bytes": obj.size, "etag": obj.etag} for obj in objects]
 
 
-def register_objects(run_id: str, objects: list[S3Object]) -> tuple[Trace, TraceChange | None]:
-    """Create or update the trace's listing; writes only when the listing changed."""
-    files = inventory(objects)
-    size = sum(obj.size for obj in objects)
-    now = timezone.now()
-    trace, created = Trace.objects.get_or_create(
-        pk=run_id,
-        defaults={
-            "state": TraceState.UPLOADING,
-            "files": files,
-            "bytes": size,
-            "files_changed_at": now,
-            "created_at": now,
-            "sample": run_id.startswith("sample__"),
-        },
-    )
-    if created:
-        return trace, TraceChange(run_id, None, trace.state, 0, size)
-    if trace.files == files:
-        return trace, None
-    trace.files, trace.bytes, trace.files_changed_at = files, size, now
-    trace.save(update_fields=["files", "bytes", "files_changed_at"])
-    return trace, TraceChange(run_id, trace.state, trace.state, trace.kernel_count, size, trace.error)
+def register_objects(run_id: str, objects: list[S3Object]) -> tuple[Trace | None, TraceChange | None]:
+    """Record the run's listing: its trace (None: deleted, files unchanged) and the change, if any."""
+    trace, how = services.trace_register(run_id, inventory(objects), sample=is_sample(run_id))
+    if how == "created":
+        return trace, TraceChange(run_id, None, trace.state, 0, trace.bytes)
+    if how == "changed":
+        return trace, TraceChange(
+            run_id, trace.state, trace.state, trace.kernel_count, trace.bytes, trace.error
+        )
+    return trace, None
 
 
 def needs_decision(trace: Trace, *, reparse: bool = False) -> bool:
@@ -314,21 +297,29 @@ def upload_timed_out(trace: Trace) -> bool:
 
 
 def decide(trace: Trace, objects: list[S3Object], *, progress: Progress | None) -> None:
+    """Look at the run's metadata.json, then wait, fail or parse. Bad input fails the trace;
+    S3 trouble raises, for the caller to retry."""
     by_name = {obj.name: obj for obj in objects}
     current = fingerprint(objects)
-    metadata = read_metadata(by_name[METADATA_NAME])
+    try:
+        metadata = read_metadata(by_name[METADATA_NAME])
+    except TraceInputError as problem:
+        # What metadata.json used to say is no longer what the run says: cleared.
+        fail(trace, str(problem), current, run=run_fields(None, set(by_name), trace.id))
+        return
+    run = run_fields(metadata, set(by_name), trace.id)
     missing = missing_listed_files(listed_files(metadata), inventory(objects), bucket.run_prefix(trace.id))
+    if missing and upload_timed_out(trace):
+        shown = ", ".join(missing[:MISSING_KEYS_SHOWN])
+        more = f" and {len(missing) - MISSING_KEYS_SHOWN} more" if len(missing) > MISSING_KEYS_SHOWN else ""
+        error = (
+            f"upload incomplete: {len(missing)} file(s) listed in metadata.json did not arrive within "
+            f"CASCADE_UPLOAD_TIMEOUT ({settings.CASCADE_UPLOAD_TIMEOUT} s) of the last new file: {shown}{more}"
+        )
+        fail(trace, error, current, run=run)
+        return
     if missing:
-        if upload_timed_out(trace):
-            shown = ", ".join(missing[:MISSING_KEYS_SHOWN])
-            more = (
-                f" and {len(missing) - MISSING_KEYS_SHOWN} more" if len(missing) > MISSING_KEYS_SHOWN else ""
-            )
-            raise TraceInputError(
-                f"upload incomplete: {len(missing)} file(s) listed in metadata.json did not arrive within "
-                f"CASCADE_UPLOAD_TIMEOUT ({settings.CASCADE_UPLOAD_TIMEOUT} s) of the last new file: {shown}{more}"
-            )
-        wait_for_files(trace, metadata, current)
+        services.trace_wait_for_files(trace, run=run, waiting_for=missing, fingerprint=current)
         logger.info(
             "%s: waiting for %d file(s) listed in metadata.json: %s",
             trace.id,
@@ -336,18 +327,32 @@ def decide(trace: Trace, objects: list[S3Object], *, progress: Progress | None) 
             ", ".join(missing[:MISSING_KEYS_SHOWN]),
         )
         return
-    apply_metadata(trace, metadata, objects)
-    trace.parser_version = None  # until the stats files are read again
-    status = metadata.get("status")
-    if status != "ok":
-        error = (
-            'metadata.json has no "status" (expected "ok")'
-            if status is None
-            else f"profiler reported status '{status}' in metadata.json"
-        )
-        fail(trace, error, current)
+    profiler_failure = failure(metadata)
+    if profiler_failure is not None:
+        fail(trace, profiler_failure, current, run=run)
         return
-    parse_into(trace, objects, current, progress=progress)
+    run = with_derived_arch_and_config(run)
+    try:
+        parse_into(trace, objects, current, run=run, progress=progress)
+    except TraceInputError as problem:
+        fail(trace, str(problem), current, run=run, parsed=True)
+    except (DataError, IntegrityError) as problem:
+        # Input the parser let through but the database refuses: still the upload's fault.
+        logger.exception("%s: the database refused the trace's data", trace.id)
+        fail(
+            trace, f"the database refused this trace's data: {problem}".strip(), current, run=run, parsed=True
+        )
+
+
+def fail(trace: Trace, error: str, current: str, *, run: dict, parsed: bool = False) -> None:
+    services.trace_fail(
+        trace,
+        error,
+        fingerprint=current,
+        run=run,
+        parser_version=CURRENT_PARSER_VERSION if parsed else None,
+    )
+    logger.info("%s: failed: %s", trace.id, error)
 
 
 def read_metadata(obj: S3Object) -> dict:
@@ -356,88 +361,9 @@ def read_metadata(obj: S3Object) -> dict:
     except ValueError as too_large:
         raise TraceInputError(f"metadata.json: {too_large}") from None
     try:
-        # The standard library keeps integers of any size, as written; NaN is not JSON.
-        metadata = json.loads(raw, parse_constant=reject_constant)
-    except ValueError as invalid:
-        raise TraceInputError(f"metadata.json is not valid JSON: {invalid}") from None
-    if not isinstance(metadata, dict):
-        raise TraceInputError(f"metadata.json must be a JSON object, not {type(metadata).__name__}")
-    for key in METADATA_STRINGS:
-        if metadata.get(key) is not None and not isinstance(metadata[key], str):
-            raise TraceInputError(
-                f"metadata.json: {key!r} must be a string, not {type(metadata[key]).__name__}"
-            )
-    layers = metadata.get("layers")
-    if layers is not None and not (isinstance(layers, list) and all(isinstance(x, str) for x in layers)):
-        raise TraceInputError("metadata.json: 'layers' must be a list of strings")
-    return metadata
-
-
-def reject_constant(name: str):
-    raise ValueError(f"{name} is not a JSON value")
-
-
-def listed_files(metadata: dict) -> list[dict]:
-    """metadata.json's `files`, checked: the keys the upload is complete with ([] if none)."""
-    listed = metadata.get("files")
-    if listed is None:
-        return []
-    if not isinstance(listed, list) or not all(well_formed_listing(item) for item in listed):
-        raise TraceInputError('metadata.json: "files" must be a list of {"key": string, "bytes": integer}')
-    return listed
-
-
-def well_formed_listing(item) -> bool:
-    return (
-        isinstance(item, dict)
-        and isinstance(item.get("key"), str)
-        and isinstance(item.get("bytes"), int)
-        and not isinstance(item.get("bytes"), bool)
-    )
-
-
-def wait_for_files(trace: Trace, metadata: dict, current: str) -> None:
-    """Metadata is there but listed files are not: stay uploading until they land or time out."""
-    trace.state = TraceState.UPLOADING
-    trace.error = None
-    trace.metadata = metadata
-    trace.parsed_fingerprint = current
-    trace.save(update_fields=["state", "error", "metadata_json", "parsed_fingerprint"])
-
-
-def apply_metadata(trace: Trace, metadata: dict, objects: list[S3Object]) -> None:
-    names = {obj.name for obj in objects}
-    trace.metadata = metadata
-    trace.model = metadata.get("model")
-    trace.layers = metadata.get("layers") or []
-    trace.source_gpu = metadata.get("source_gpu")
-    trace.trace_gpu_arch = metadata.get("trace_gpu_arch")
-    trace.suggested_sim_config = metadata.get("suggested_sim_config")
-    trace.has_step_timeline = TIMELINE_NAME in names
-    trace.has_real_timing = TIMING_NAME in names
-    trace.sample = trace.id.startswith("sample__")
-
-
-def derive_arch_and_config(trace: Trace) -> None:
-    """Fill the one of arch and simulator config that metadata.json left out."""
-    if trace.trace_gpu_arch and not trace.suggested_sim_config:
-        trace.suggested_sim_config = SIM_CONFIG_FOR_ARCH.get(trace.trace_gpu_arch)
-    elif trace.suggested_sim_config and not trace.trace_gpu_arch:
-        match = SIM_CONFIG_ARCH.match(trace.suggested_sim_config)
-        if match:
-            trace.trace_gpu_arch = f"sm_{match.group(1)}{match.group(2) or '0'}"
-
-
-def fail(trace: Trace, error: str, current: str) -> None:
-    with transaction.atomic():
-        Kernel.objects.filter(trace_id=trace.id)._raw_delete(using=Kernel.objects.db)
-        trace.state = TraceState.FAILED
-        trace.error = error
-        trace.kernel_count = 0
-        trace.kernels_without_totals = 0
-        trace.parsed_fingerprint = current
-        trace.save(update_fields=DECISION_FIELDS)
-    logger.info("%s: failed: %s", trace.id, error)
+        return parse_metadata(raw)
+    except MetadataError as problem:
+        raise TraceInputError(str(problem)) from None
 
 
 # --- Parsing ------------------------------------------------------------------------------
@@ -472,7 +398,9 @@ def stats_sources(objects: list[S3Object]) -> list[StatsSource]:
     return sorted(sources, key=lambda source: (source.ctx is None, source.ctx or ""))
 
 
-def parse_into(trace: Trace, objects: list[S3Object], current: str, *, progress: Progress | None) -> None:
+def parse_into(
+    trace: Trace, objects: list[S3Object], current: str, *, run: dict, progress: Progress | None
+) -> None:
     sources = stats_sources(objects)
     if not sources:
         raise TraceInputError(
@@ -485,22 +413,11 @@ def parse_into(trace: Trace, objects: list[S3Object], current: str, *, progress:
                     f"{obj.name}: {obj.size} bytes is far too large for a tracer stats file "
                     f"(CASCADE_MAX_STATS_BYTES is {settings.CASCADE_MAX_STATS_BYTES})"
                 )
-    # Committed on its own, so that the API shows the parse under way. A failure from here on
-    # is this parser's reading of the files: --reparse-outdated retries it after an upgrade.
-    trace.state = TraceState.PARSING
-    trace.error = None
-    trace.parser_version = CURRENT_PARSER_VERSION
-    trace.save(update_fields=["state", "error", "parser_version"])
+    services.trace_start_parsing(trace, run=run)
     extra_columns = header_extra_columns(sources)
-    tally = Tally()
-    with transaction.atomic():
-        count = kernels_replace(trace.id, kernel_rows(trace.id, sources, extra_columns, progress, tally))
-        trace.state = TraceState.READY
-        trace.kernel_count = count
-        trace.kernels_without_totals = tally.without_totals
-        trace.parsed_fingerprint = current
-        derive_arch_and_config(trace)
-        trace.save(update_fields=DECISION_FIELDS)
+    count = services.trace_store_kernels(
+        trace, kernel_rows(trace.id, sources, extra_columns, progress), fingerprint=current
+    )
     logger.info("%s: ready, %d kernels", trace.id, count)
 
 
@@ -522,18 +439,10 @@ def header_extra_columns(sources: list[StatsSource]) -> int:
     return 0
 
 
-@dataclass
-class Tally:
-    without_totals: int = 0
-
-
 def kernel_rows(
-    trace_id: str, sources: list[StatsSource], extra_columns: int, progress: Progress | None, tally: Tally
+    trace_id: str, sources: list[StatsSource], extra_columns: int, progress: Progress | None
 ) -> Iterator[tuple]:
-    """Rows for `kernels_replace` (KERNEL_COLUMNS order), streamed file after file.
-
-    Bad input raises TraceInputError; `tally` counts the launches without totals.
-    """
+    """Rows in KERNEL_COLUMNS order, streamed file after file; bad input raises TraceInputError."""
     count = 0
     for source in sources:
         traced = set()
@@ -553,7 +462,6 @@ def kernel_rows(
                     NO_DEVICE if device is None else device,
                     stream,
                 )
-                tally.without_totals += row.total_insts is None
                 count += 1
                 if progress is not None and count % PROGRESS_EVERY == 0:
                     progress(f"{trace_id}: {count} kernels read ({source.stats.name})")

@@ -337,8 +337,11 @@ def parse_launches(line: str, number: int, *, is_last: bool, extra_columns: int)
                 name,
                 fields[file_index].strip(),
                 *values,
-                device if device is not None else (None if gpu is None else int(gpu)),
-                stream,
+                # The fork prints both with `%d`, like every other number.
+                as_unsigned(device, number, "device_id")
+                if device is not None
+                else (None if gpu is None else int(gpu)),
+                None if stream is None else as_unsigned(stream, number, "stream_id"),
             )
         )
         position = after if follows == "next" else len(fields)

@@ -12,7 +12,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.paginator import Paginator
-from django.db import connection, transaction
+from django.db import connection
 from django.template.defaultfilters import filesizeformat
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -24,6 +24,8 @@ from django.utils.text import Truncator
 
 from traces import admin_summary
 from traces.models import CURRENT_PARSER_VERSION, Kernel, Trace, TraceState
+from traces.services import TraceBusy, trace_delete, trace_mark_failed
+from traces.signals import reingest_requested
 
 # The API's browsable pages, linked from the admin's header and index.
 admin.site.site_url = "/api/traces"
@@ -79,9 +81,7 @@ def upload_notice(trace: Trace) -> str | None:
         return None
     if trace.metadata_json is None:
         return "No metadata.json yet: the upload is still in progress."
-    from ingest.bucket import run_prefix
-
-    missing = admin_summary.waiting_for_files(trace.metadata, trace.files, run_prefix(trace.id))
+    missing = trace.waiting_for
     if not missing:
         return None
     shown = ", ".join(missing[:WAITING_KEYS_SHOWN])
@@ -93,20 +93,14 @@ def upload_notice(trace: Trace) -> str | None:
     )
 
 
+def nothing_to_parse(trace: Trace) -> str:
+    if trace.metadata_json is None:
+        return "still uploading, metadata.json has not landed: nothing to parse yet"
+    return "still uploading, files listed in metadata.json are missing: nothing to parse yet"
+
+
 def kernel_changelist_url(trace_id: str, **filters) -> str:
     return f"{reverse('admin:traces_kernel_changelist')}?{urlencode({'trace': trace_id, **filters})}"
-
-
-def delete_traces(trace_ids: list[str]) -> None:
-    """Delete traces and their kernels with two statements.
-
-    `_raw_delete` sends one DELETE for the kernels instead of letting the collector load a
-    million of them (it would, the day a Kernel signal receiver appears).
-    """
-    with transaction.atomic():
-        kernels = Kernel.objects.filter(trace_id__in=trace_ids)
-        kernels._raw_delete(kernels.db)
-        Trace.objects.filter(pk__in=trace_ids).delete()
 
 
 class EstimatedCountPaginator(Paginator):
@@ -376,36 +370,28 @@ class TraceAdmin(admin.ModelAdmin):
 
     @admin.action(description="Re-ingest selected traces", permissions=("operate",))
     def reingest(self, request, queryset):
-        from ingest import passes
-
-        for trace_id in queryset.values_list("pk", flat=True):
-            try:
-                change = passes.ingest_trace(trace_id, reparse=True)
-            except Exception as exc:  # S3 and network errors: report them, the next poll retries
-                self.message_user(request, f"Trace {trace_id}: not re-ingested: {exc}", messages.ERROR)
-                continue
-            if change is None:
+        """Asks ingestion to read the traces again: queued or in the background, never here."""
+        for trace in queryset.only("id", "state", "metadata_json", "waiting_for"):
+            if trace.state == TraceState.UPLOADING:
                 self.message_user(
-                    request, f"Trace {trace_id}: not re-ingested: {self.why_not(trace_id)}", messages.WARNING
+                    request, f"Trace {trace.id}: not re-ingested: {nothing_to_parse(trace)}", messages.WARNING
                 )
-            else:
-                level = messages.ERROR if change.new_state == TraceState.FAILED else messages.SUCCESS
-                # "Trace <id>: ...": Django capitalises a message's first letter, not an id's.
-                self.message_user(request, f"Trace {change}", level)
-
-    @staticmethod
-    def why_not(trace_id: str) -> str:
-        trace = Trace.objects.filter(pk=trace_id).only("state", "metadata_json").first()
-        if trace is not None and trace.state == TraceState.UPLOADING:
-            if trace.metadata_json is None:
-                return "still uploading, metadata.json has not landed: nothing to parse yet"
-            return "still uploading, files listed in metadata.json are missing: nothing to parse yet"
-        return "another process is ingesting it, or its folder is gone from the bucket"
+                continue
+            try:
+                answers = reingest_requested.send(sender=type(self), trace_id=trace.id)
+            except Exception as exc:  # the broker away: say so, the next poll still comes
+                self.message_user(request, f"Trace {trace.id}: not re-ingested: {exc}", messages.ERROR)
+                continue
+            said = "; ".join(answer for _, answer in answers if answer)
+            # "Trace <id>: ...": Django capitalises a message's first letter, not an id's.
+            self.message_user(
+                request,
+                f"Trace {trace.id}: {said or 'not re-ingested: no ingestion is installed'}",
+                messages.SUCCESS if said else messages.ERROR,
+            )
 
     @admin.action(description="Mark failed", permissions=("operate",))
     def mark_failed(self, request, queryset):
-        from traces.services import TraceBusy, trace_mark_failed
-
         error = f"marked failed by {request.user.get_username()} in the admin"
         marked = 0
         for trace_id in queryset.values_list("pk", flat=True):
@@ -425,7 +411,8 @@ class TraceAdmin(admin.ModelAdmin):
         kernel_count = Kernel.objects.filter(trace_id__in=ids).count()
         to_delete = [
             format_html(
-                'Trace: <a href="{}">{}</a> and its kernels',
+                'Trace: <a href="{}">{}</a> and its kernels. Its folder stays in the bucket: the trace '
+                "does not come back unless the folder's files change",
                 reverse("admin:traces_trace_change", args=[quote(trace.pk)]),
                 trace.pk,
             )
@@ -439,10 +426,15 @@ class TraceAdmin(admin.ModelAdmin):
         return to_delete, model_count, perms_needed, []
 
     def delete_model(self, request, obj):
-        delete_traces([obj.pk])
+        self.delete_queryset(request, Trace.objects.filter(pk=obj.pk))
 
     def delete_queryset(self, request, queryset):
-        delete_traces(list(queryset.values_list("pk", flat=True)))
+        """Each trace under its lock; one that a pass is ingesting is left, with a message."""
+        for trace_id in queryset.values_list("pk", flat=True):
+            try:
+                trace_delete(trace_id, deleted_by=request.user.get_username())
+            except TraceBusy as busy:
+                self.message_user(request, f"Trace {trace_id}: not deleted: {busy}", messages.ERROR)
 
 
 class TraceIdFilter(admin.SimpleListFilter):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from django.db import connection
 from django.db.models import BigIntegerField, Count, ExpressionWrapper, F, Max, Min, Q, Sum, Value
 
-from traces.models import Kernel, missing_listed_files
+from traces.models import Kernel
 
 MAX_BARS = 300
 TOP_KERNELS = 10
@@ -267,20 +267,3 @@ def instruction_chart(runs: list[dict]) -> Chart:
             )
             start = index
     return chart
-
-
-def waiting_for_files(metadata: dict | None, files: list[dict], run_prefix: str) -> list[str]:
-    """What an uploading trace waits for: the keys metadata.json lists that are not in `files`.
-
-    Read leniently (the poller is the one that reports a malformed list): entries that are
-    not `{"key": string, "bytes": integer}` are skipped.
-    """
-    listed = metadata.get("files") if isinstance(metadata, dict) else None
-    if not isinstance(listed, list):
-        return []
-    well_formed = [
-        item
-        for item in listed
-        if isinstance(item, dict) and isinstance(item.get("key"), str) and isinstance(item.get("bytes"), int)
-    ]
-    return missing_listed_files(well_formed, files, run_prefix)

@@ -68,6 +68,17 @@ class Trace(models.Model):
     parsed_fingerprint = models.CharField(
         max_length=64, blank=True, default="", help_text="The objects the last decision was made on."
     )
+    waiting_for = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Keys metadata.json lists that had not arrived at the last decision.",
+    )
+    recheck_after = models.DateTimeField(
+        null=True, blank=True, help_text="A failed trace's listing is not looked at again before this."
+    )
+    recheck_seconds = models.PositiveIntegerField(
+        default=0, help_text="The current wait between looks at a failed trace's unchanged listing."
+    )
 
     class Meta:
         ordering = ["-created_at", "id"]
@@ -106,20 +117,6 @@ def files_fingerprint(files: list[dict]) -> str:
     for item in files:
         digest.update(f"{item['key']}\0{item['bytes']}\0{item['etag']}\n".encode())
     return digest.hexdigest()
-
-
-def missing_listed_files(listed: list[dict], files: list[dict], run_prefix: str) -> list[str]:
-    """Keys that metadata.json lists (`{"key", "bytes"}`) but `files` does not hold at that size.
-
-    A listed key is a full bucket key, or one relative to the run folder (`run_prefix`).
-    """
-    sizes = {item["key"]: item["bytes"] for item in files}
-    missing = []
-    for item in listed:
-        key = item["key"] if item["key"] in sizes else run_prefix + item["key"].lstrip("/")
-        if sizes.get(key) != item["bytes"]:
-            missing.append(item["key"])
-    return missing
 
 
 class Kernel(models.Model):
@@ -192,6 +189,25 @@ KERNEL_COLUMNS = (
 # The API's order of a trace's launches: the unique index's.
 KERNEL_ORDER = ("ctx", "device", "kernel_id")
 NO_DEVICE = -1
+
+
+class DeletedTrace(models.Model):
+    """A trace an operator deleted while its folder stays in the bucket.
+
+    The poll leaves the folder alone while its listing is the one the trace was deleted
+    with, and looks at it less and less often (`recheck_after`); once its files change, the
+    run is registered again as a new trace.
+    """
+
+    id = models.CharField(primary_key=True, max_length=1024)
+    files_fingerprint = models.CharField(max_length=64, help_text="The listing the trace was deleted with.")
+    deleted_at = models.DateTimeField(default=timezone.now)
+    deleted_by = models.CharField(max_length=150, blank=True, default="")
+    recheck_after = models.DateTimeField(null=True, blank=True)
+    recheck_seconds = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return self.id
 
 
 def token_digest(token: str) -> str:

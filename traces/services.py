@@ -1,26 +1,215 @@
-"""Writes to the registry that more than one caller needs (ingestion, the admin)."""
+"""Every write to a trace and its kernels. Ingestion decides; the functions here write.
 
-from collections.abc import Iterable
+A trace's state changes here and nowhere else: registered (`uploading`), waiting for listed
+files, `parsing`, `ready` with its kernels, `failed`, deleted. Writes that a concurrent
+pass could race take the trace's ingestion lock (traces.locks: mark failed, delete) or run
+inside the pass that holds it (everything ingestion calls); the row itself is locked
+(`select_for_update`) where two writers could meet.
+"""
+
+from collections.abc import Iterable, Iterator
+from datetime import timedelta
 from itertools import islice
 
 from django.db import connection, transaction
+from django.utils import timezone
 
 from traces.locks import trace_lock
-from traces.models import KERNEL_COLUMNS, Kernel, Trace, TraceState
+from traces.models import (
+    CURRENT_PARSER_VERSION,
+    KERNEL_COLUMNS,
+    DeletedTrace,
+    Kernel,
+    Trace,
+    TraceState,
+    files_fingerprint,
+)
 
 BULK_CREATE_BATCH = 5000
+TOTAL_INSTS = KERNEL_COLUMNS.index("total_insts")
+# A failed trace's (or a deleted run's) unchanged listing is looked at again after a minute,
+# then twice as long each time, up to a day; a change of its files starts over.
+RECHECK_FIRST = timedelta(minutes=1)
+RECHECK_MAX = timedelta(days=1)
+
+# What a decision writes; `files`, `bytes` and `files_changed_at` belong to registration,
+# which a concurrent scan may update meanwhile.
+DECISION_FIELDS = [
+    "state",
+    "error",
+    "kernel_count",
+    "kernels_without_totals",
+    "parser_version",
+    "parsed_fingerprint",
+    "waiting_for",
+    "recheck_after",
+    "recheck_seconds",
+    "metadata_json",
+    "model",
+    "layers",
+    "source_gpu",
+    "trace_gpu_arch",
+    "suggested_sim_config",
+    "has_step_timeline",
+    "has_real_timing",
+    "sample",
+]
+
+
+class TraceBusy(Exception):
+    """Another process is ingesting the trace right now."""
+
+
+# --- Registration: what the bucket holds ------------------------------------------------------
+
+
+def trace_register(run_id: str, files: list[dict], *, sample: bool) -> tuple[Trace | None, str]:
+    """Record a run's listing: (trace, "created" | "changed" | "unchanged").
+
+    Writes only when the listing changed. A run whose trace an operator deleted stays gone
+    (None, "deleted") while its listing is the one it was deleted with; once its files
+    change it is registered again, as new.
+    """
+    fingerprint = files_fingerprint(files)
+    deleted = DeletedTrace.objects.filter(pk=run_id).first()
+    if deleted is not None:
+        if deleted.files_fingerprint == fingerprint:
+            _recheck_later(deleted)
+            return None, "deleted"
+        deleted.delete()
+    now = timezone.now()
+    size = sum(item["bytes"] for item in files)
+    trace, created = Trace.objects.get_or_create(
+        pk=run_id,
+        defaults={
+            "state": TraceState.UPLOADING,
+            "files": files,
+            "bytes": size,
+            "files_changed_at": now,
+            "created_at": now,
+            "sample": sample,
+        },
+    )
+    if created:
+        return trace, "created"
+    if trace.files == files:
+        return trace, "unchanged"
+    trace.files, trace.bytes, trace.files_changed_at = files, size, now
+    # New files: a failed trace is worth a look at once, and its backoff starts over.
+    trace.recheck_after, trace.recheck_seconds = None, 0
+    trace.save(update_fields=["files", "bytes", "files_changed_at", "recheck_after", "recheck_seconds"])
+    return trace, "changed"
+
+
+def trace_recheck_later(trace: Trace) -> None:
+    """A failed trace's listing did not change: look again later, twice as late as last time."""
+    _recheck_later(trace)
+
+
+def _recheck_later(record: Trace | DeletedTrace) -> None:
+    seconds = min(
+        max(record.recheck_seconds * 2, RECHECK_FIRST.total_seconds()),
+        RECHECK_MAX.total_seconds(),
+    )
+    record.recheck_seconds = int(seconds)
+    record.recheck_after = timezone.now() + timedelta(seconds=seconds)
+    record.save(update_fields=["recheck_seconds", "recheck_after"])
+
+
+# --- Decisions, made by an ingestion pass that holds the trace's lock --------------------------
+
+
+def trace_wait_for_files(trace: Trace, *, run: dict, waiting_for: list[str], fingerprint: str) -> None:
+    """metadata.json is there, files it lists are not: the upload goes on."""
+    _apply(trace, run)
+    trace.state = TraceState.UPLOADING
+    trace.error = None
+    trace.waiting_for = waiting_for
+    trace.parsed_fingerprint = fingerprint
+    trace.save(update_fields=["state", "error", "waiting_for", "parsed_fingerprint", *run])
+
+
+def trace_start_parsing(trace: Trace, *, run: dict) -> None:
+    """Committed on its own, so that the API shows the parse under way.
+
+    A failure from here on is this parser's reading of the files, so the trace records the
+    parser's version: an upgrade's `--reparse-outdated` tries again.
+    """
+    _apply(trace, run)
+    trace.state = TraceState.PARSING
+    trace.error = None
+    trace.waiting_for = []
+    trace.parser_version = CURRENT_PARSER_VERSION
+    trace.save(update_fields=["state", "error", "waiting_for", "parser_version", *run])
+
+
+def trace_store_kernels(trace: Trace, rows: Iterable[tuple], *, fingerprint: str) -> int:
+    """Replace the trace's kernels with `rows` (KERNEL_COLUMNS order) and make it ready.
+
+    One transaction: readers see the old kernels or the new ones, never a mix, and a pass
+    killed mid-way leaves the old ones. Rows are consumed as they come (`rows` is a
+    generator reading S3), so a million kernels cost one row of memory.
+    """
+    without_totals = [0]
+    with transaction.atomic():
+        count = kernels_replace(trace.id, counting_without_totals(rows, without_totals))
+        trace.state = TraceState.READY
+        trace.error = None
+        trace.kernel_count = count
+        trace.kernels_without_totals = without_totals[0]
+        trace.parsed_fingerprint = fingerprint
+        trace.recheck_after, trace.recheck_seconds = None, 0
+        trace.save(update_fields=DECISION_FIELDS)
+    return count
+
+
+def counting_without_totals(rows: Iterable[tuple], tally: list[int]) -> Iterator[tuple]:
+    """`rows` as they come, counting into `tally[0]` the launches the tracer wrote no totals for."""
+    for row in rows:
+        tally[0] += row[TOTAL_INSTS] is None
+        yield row
+
+
+def trace_fail(
+    trace: Trace, error: str, *, fingerprint: str, run: dict, parser_version: int | None = None
+) -> None:
+    """The upload is wrong (the run's own fault): failed with `error`, kernels dropped.
+
+    The decision holds until the run's files change; the unchanged listing is looked at
+    again with a growing wait (trace_recheck_later). `run` is what metadata.json described,
+    cleared when it could not be read; `parser_version` is set when parsing failed.
+    """
+    _apply(trace, run)
+    with transaction.atomic():
+        Kernel.objects.filter(trace_id=trace.id).delete()
+        trace.state = TraceState.FAILED
+        trace.error = error
+        trace.kernel_count = 0
+        trace.kernels_without_totals = 0
+        trace.parser_version = parser_version
+        trace.parsed_fingerprint = fingerprint
+        trace.waiting_for = []
+        trace.recheck_seconds = int(RECHECK_FIRST.total_seconds())
+        trace.recheck_after = timezone.now() + RECHECK_FIRST
+        trace.save(update_fields=DECISION_FIELDS)
+
+
+def _apply(trace: Trace, run: dict) -> None:
+    for name, value in run.items():
+        setattr(trace, name, value)
 
 
 def kernels_replace(trace_id: str, rows: Iterable[tuple]) -> int:
     """Replace a trace's kernels with `rows` (KERNEL_COLUMNS order); returns the count.
 
-    Must run inside the caller's transaction, so that readers see the old kernels or the new
-    ones, never a mix. On PostgreSQL rows stream through COPY (several times faster than
-    INSERTs, memory flat); elsewhere they are bulk-inserted in batches.
+    Must run inside the caller's transaction. On PostgreSQL rows stream through COPY
+    (several times faster than INSERTs, memory flat); elsewhere they are bulk-inserted in
+    batches. The delete is one statement: Kernel has no signals or dependents, so Django
+    deletes without collecting rows.
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("kernels_replace must run inside transaction.atomic()")
-    Kernel.objects.filter(trace_id=trace_id)._raw_delete(using=Kernel.objects.db)
+    Kernel.objects.filter(trace_id=trace_id).delete()
     if connection.vendor == "postgresql":
         return _copy_kernels(trace_id, rows)
     return _bulk_create_kernels(trace_id, rows)
@@ -49,8 +238,7 @@ def _bulk_create_kernels(trace_id: str, rows: Iterable[tuple]) -> int:
     return count
 
 
-class TraceBusy(Exception):
-    """Another process is ingesting the trace right now."""
+# --- Operators: they wait for no pass, and no pass undoes them ------------------------------
 
 
 def trace_mark_failed(trace_id: str, error: str, *, retry: bool = False) -> None:
@@ -63,15 +251,64 @@ def trace_mark_failed(trace_id: str, error: str, *, retry: bool = False) -> None
     with trace_lock(trace_id) as acquired:
         if not acquired:
             raise TraceBusy(f"trace {trace_id} is being ingested right now; try again when it is done")
-        _mark_failed(trace_id, error, retry=retry)
+        with transaction.atomic():
+            trace = Trace.objects.select_for_update().get(pk=trace_id)
+            Kernel.objects.filter(trace_id=trace_id).delete()
+            trace.state = TraceState.FAILED
+            trace.error = error
+            trace.kernel_count = 0
+            trace.kernels_without_totals = 0
+            trace.waiting_for = []
+            trace.parsed_fingerprint = "" if retry else trace.files_fingerprint()
+            trace.recheck_after, trace.recheck_seconds = (
+                (None, 0)
+                if retry
+                else (
+                    timezone.now() + RECHECK_FIRST,
+                    int(RECHECK_FIRST.total_seconds()),
+                )
+            )
+            trace.save(
+                update_fields=[
+                    "state",
+                    "error",
+                    "kernel_count",
+                    "kernels_without_totals",
+                    "waiting_for",
+                    "parsed_fingerprint",
+                    "recheck_after",
+                    "recheck_seconds",
+                ]
+            )
 
 
-def _mark_failed(trace_id: str, error: str, *, retry: bool) -> None:
-    with transaction.atomic():
-        trace = Trace.objects.select_for_update().get(pk=trace_id)
-        Kernel.objects.filter(trace_id=trace_id)._raw_delete(using=Kernel.objects.db)
-        trace.state = TraceState.FAILED
-        trace.error = error
-        trace.kernel_count = 0
-        trace.parsed_fingerprint = "" if retry else trace.files_fingerprint()
-        trace.save(update_fields=["state", "error", "kernel_count", "parsed_fingerprint"])
+def trace_delete(trace_id: str, *, deleted_by: str = "") -> None:
+    """Delete a trace and its kernels; it stays deleted until its files in the bucket change.
+
+    Raises TraceBusy while a pass is ingesting it (its commit would fail on, or bring back,
+    the deleted row). Two statements for the kernels and the trace, whatever their number.
+    """
+    with trace_lock(trace_id) as acquired:
+        if not acquired:
+            raise TraceBusy(f"trace {trace_id} is being ingested right now; try again when it is done")
+        with transaction.atomic():
+            trace = Trace.objects.select_for_update().filter(pk=trace_id).first()
+            if trace is None:
+                return
+            Kernel.objects.filter(trace_id=trace_id).delete()
+            DeletedTrace.objects.update_or_create(
+                pk=trace_id,
+                defaults={
+                    "files_fingerprint": trace.files_fingerprint(),
+                    "deleted_at": timezone.now(),
+                    "deleted_by": deleted_by,
+                    "recheck_after": timezone.now() + RECHECK_FIRST,
+                    "recheck_seconds": int(RECHECK_FIRST.total_seconds()),
+                },
+            )
+            trace.delete()
+
+
+def trace_undelete(run_id: str) -> None:
+    """Forget that a run's trace was deleted: the next look at its folder registers it anew."""
+    DeletedTrace.objects.filter(pk=run_id).delete()

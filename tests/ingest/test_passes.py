@@ -15,8 +15,8 @@ from django.utils import timezone
 from ingest import bucket, passes
 from tests.conftest import lock_held_elsewhere
 from tests.ingest.conftest import PREFIX, STATS_HEADER, VECADD_CTX, stats_row
-from traces.models import Kernel, Trace, TraceState
-from traces.services import TraceBusy, trace_mark_failed
+from traces.models import DeletedTrace, Kernel, Trace, TraceState
+from traces.services import TraceBusy, trace_delete, trace_mark_failed
 
 ROOT = Path(__file__).resolve().parents[2]
 OK = {"status": "ok", "trace_gpu_arch": "sm_86"}
@@ -404,15 +404,22 @@ def test_file_far_too_large_for_a_stats_file(db, upload, vecadd_files, settings,
     assert spy["iter_object_lines"] == 0
 
 
+def recheck_is_due(trace_id: str) -> None:
+    """As if the failed trace's wait before its next look had passed."""
+    Trace.objects.filter(pk=trace_id).update(recheck_after=timezone.now() - timedelta(seconds=1))
+
+
 def test_failed_trace_is_retried_only_when_its_files_change(db, upload, vecadd_files, spy):
     broken = {**vecadd_files, f"traces/stats_ctx_{VECADD_CTX}": STATS_HEADER + "garbage\n"}
     upload("run", broken, metadata=OK)
     passes.poll_bucket()
     assert Trace.objects.get(pk="run").state == TraceState.FAILED
     reads = spy["iter_object_lines"] + spy["read_object"]
+    recheck_is_due("run")
     assert passes.poll_bucket().changes == []
     assert spy["iter_object_lines"] + spy["read_object"] == reads
     upload("run", vecadd_files, metadata=OK)
+    recheck_is_due("run")
     result = passes.poll_bucket()
     trace = Trace.objects.get(pk="run")
     assert (trace.state, trace.error, trace.kernel_count) == (TraceState.READY, None, 1)
@@ -446,8 +453,8 @@ def test_a_pass_with_nothing_new_writes_and_downloads_nothing(
     assert result.changes == []
     assert dict(Trace.objects.values_list("id", "updated_at")) == before
     assert spy["read_object"] + spy["iter_object_lines"] + spy["read_head"] == downloads
-    # The ready trace is not listed again; the unfinished ones are.
-    assert spy["list_run_objects"] - listings == 2
+    # The ready trace is not listed again, nor the failed one before its recheck; the upload is.
+    assert spy["list_run_objects"] - listings == 1
 
 
 def test_reparse_replaces_kernels_never_appends(db, upload, vecadd_files):
@@ -553,9 +560,11 @@ def test_a_trace_marked_failed_stays_failed_until_its_files_change(db, upload, v
     upload("run", vecadd_files, metadata=OK)
     passes.poll_bucket()
     trace_mark_failed("run", "marked failed by an operator")
+    recheck_is_due("run")
     assert passes.poll_bucket().changes == []
     assert Trace.objects.get(pk="run").state == TraceState.FAILED
     upload("run", {"timing.csv": "kernel,us\n"})
+    recheck_is_due("run")
     passes.poll_bucket()
     assert Trace.objects.get(pk="run").state == TraceState.READY
 
@@ -626,3 +635,99 @@ def test_mark_failed_is_refused_while_a_pass_holds_the_trace(db, upload, vecadd_
     assert Trace.objects.get(pk="run").state == TraceState.READY
     trace_mark_failed("run", "marked failed by an operator")
     assert Trace.objects.get(pk="run").state == TraceState.FAILED
+
+
+# --- Failed traces: looked at less and less often (issue 10, bug 8) ---------------------------
+
+
+def test_failed_runs_are_listed_again_with_a_doubling_wait_not_on_every_pass(db, upload, vecadd_files, spy):
+    for run in ("a", "b", "c"):
+        upload(run, vecadd_files, metadata={"status": "failed"})
+    passes.poll_bucket()
+    listings = spy["list_run_objects"]
+
+    for _ in range(3):
+        assert passes.poll_bucket().listed == 0
+    assert spy["list_run_objects"] == listings, "1,000 failed runs must not cost 1,000 listings a pass"
+
+    waits = []
+    for _ in range(3):
+        recheck_is_due("a")
+        passes.poll_bucket()
+        waits.append(Trace.objects.get(pk="a").recheck_seconds)
+    assert waits == [120, 240, 480]
+    assert spy["list_run_objects"] == listings + 3
+
+    upload("a", {"timing.csv": "x"})
+    recheck_is_due("a")
+    passes.poll_bucket()
+    assert Trace.objects.get(pk="a").recheck_seconds == 60, "a change of its files starts the wait over"
+
+
+def test_the_wait_for_a_failed_run_is_at_most_a_day(db, upload, vecadd_files):
+    upload("a", vecadd_files, metadata={"status": "failed"})
+    passes.poll_bucket()
+    for _ in range(12):
+        recheck_is_due("a")
+        passes.poll_bucket()
+    assert Trace.objects.get(pk="a").recheck_seconds == 24 * 3600
+
+
+def test_a_ready_trace_whose_metadata_turns_invalid_keeps_nothing_it_said(db, upload, vecadd_files):
+    """Issue 10, bug 3: it was saved as failed with its previous model and metadata."""
+    upload("run", vecadd_files, metadata={**OK, "model": "facebook/opt-125m", "layers": ["step 0"]})
+    passes.poll_bucket()
+    upload("run", {}, metadata=b'{"status": "ok", "model": ')
+    passes.poll_bucket(trace_id="run")
+    trace = Trace.objects.get(pk="run")
+    assert trace.state == TraceState.FAILED
+    assert trace.error.startswith("metadata.json is not valid JSON")
+    assert (trace.model, trace.layers, trace.trace_gpu_arch, trace.metadata_json) == (None, [], None, None)
+
+
+# --- Deleting a trace (issue 10, bugs 1 and 2) ------------------------------------------------
+
+
+def test_a_deleted_trace_stays_deleted_until_its_files_change(db, upload, vecadd_files, spy):
+    upload("run", vecadd_files, metadata=OK)
+    passes.poll_bucket()
+    trace_delete("run", deleted_by="operator")
+    assert not Trace.objects.exists() and not Kernel.objects.exists()
+
+    assert passes.poll_bucket().changes == []
+    DeletedTrace.objects.update(recheck_after=timezone.now() - timedelta(seconds=1))
+    assert passes.poll_bucket().changes == []
+    assert not Trace.objects.exists(), "its folder is still in the bucket, unchanged"
+
+    upload("run", {"timing.csv": "x"})
+    DeletedTrace.objects.update(recheck_after=timezone.now() - timedelta(seconds=1))
+    result = passes.poll_bucket()
+    assert [str(change) for change in result.changes] == ["run: new -> ready, 1 kernels"]
+    assert not DeletedTrace.objects.exists()
+
+
+def test_a_deleted_run_folder_is_not_listed_on_every_pass(db, upload, vecadd_files, spy):
+    upload("run", vecadd_files, metadata=OK)
+    passes.poll_bucket()
+    trace_delete("run")
+    listings = spy["list_run_objects"]
+    for _ in range(3):
+        passes.poll_bucket()
+    assert spy["list_run_objects"] == listings
+
+
+def test_asking_for_a_deleted_trace_by_name_brings_it_back(db, upload, vecadd_files):
+    upload("run", vecadd_files, metadata=OK)
+    passes.poll_bucket()
+    trace_delete("run")
+    output = run_command("--trace", "run")
+    assert "run: new -> ready, 1 kernels" in output
+
+
+def test_a_trace_being_ingested_is_not_deleted_under_the_pass(db, upload, vecadd_files):
+    upload("run", vecadd_files, metadata=OK)
+    passes.poll_bucket()
+    with lock_held_elsewhere("run"), pytest.raises(TraceBusy, match="being ingested right now"):
+        trace_delete("run")
+    assert Trace.objects.filter(pk="run").exists()
+    assert Kernel.objects.filter(trace_id="run").count() == 1

@@ -1,6 +1,7 @@
 """The operators' admin: find, inspect, re-ingest, mark failed and delete traces."""
 
 import re
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -9,6 +10,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from ingest import passes
+from ingest import reingest as reingest_module
+from ingest.tasks import parse_trace_task
 from traces import admin as traces_admin
 from traces import admin_summary
 from traces.models import CURRENT_PARSER_VERSION, Kernel, Trace, TraceState
@@ -368,6 +372,8 @@ def test_uploading_trace_says_which_listed_files_it_waits_for(staff_client, make
             {"key": "traces/stats_ctx_0x2", "bytes": 800},
         ],
     }
+    # What ingestion found missing at its last decision (ingest.metadata.missing_listed_files).
+    trace.waiting_for = ["traces/kernel-2-ctx_0x1.trace.xz", "traces/stats_ctx_0x2"]
     trace.save()
 
     html = staff_client.get(change_url("llama")).content.decode()
@@ -403,41 +409,6 @@ def test_no_waiting_notice_once_every_listed_file_arrived_or_the_trace_is_not_up
         assert waiting_notice(staff_client.get(change_url(trace_id)).content.decode()) is None
 
 
-RUN_PREFIX = "accelsim-traces/run/"
-STORED = [
-    {"key": "accelsim-traces/run/metadata.json", "bytes": 90, "etag": '"m"'},
-    {"key": "accelsim-traces/run/traces/stats_ctx_0x1", "bytes": 700, "etag": '"s"'},
-]
-
-
-@pytest.mark.parametrize(
-    ("listed", "missing"),
-    [
-        ([{"key": "accelsim-traces/run/traces/stats_ctx_0x1", "bytes": 700}], []),  # full key
-        ([{"key": "traces/stats_ctx_0x1", "bytes": 700}], []),  # relative to the run folder
-        ([{"key": "/traces/stats_ctx_0x1", "bytes": 700}], []),
-        ([{"key": "traces/stats_ctx_0x1", "bytes": 699}], ["traces/stats_ctx_0x1"]),  # still growing
-        ([{"key": "s_ctx_0x1", "bytes": 700}], ["s_ctx_0x1"]),  # a suffix, not a path
-        (
-            [{"key": "metadata.json", "bytes": 90}, {"key": "traces/stats_ctx_0x2", "bytes": 5}],
-            ["traces/stats_ctx_0x2"],
-        ),
-    ],
-)
-def test_waiting_for_files(listed, missing):
-    assert admin_summary.waiting_for_files({"status": "ok", "files": listed}, STORED, RUN_PREFIX) == missing
-
-
-@pytest.mark.parametrize("metadata", [None, {}, [], {"files": None}, {"files": "all of them"}])
-def test_waiting_for_files_without_a_list_waits_for_nothing_known(metadata):
-    assert admin_summary.waiting_for_files(metadata, STORED, RUN_PREFIX) == []
-
-
-def test_waiting_for_files_skips_malformed_entries():
-    listed = ["traces/a", {"bytes": 3}, {"key": "traces/b", "bytes": 1}]
-    assert admin_summary.waiting_for_files({"files": listed}, STORED, RUN_PREFIX) == ["traces/b"]
-
-
 # --- actions --------------------------------------------------------------------------
 
 
@@ -455,66 +426,73 @@ def upload_minimal_run(s3, run_id: str) -> None:
     s3.put_object(Bucket=bucket, Key=f"{prefix}metadata.json", Body=b'{"status": "ok"}')
 
 
-def test_reingest_action_parses_the_trace_again_through_the_poller_code(staff_client, make_trace, s3):
+def reingest(client, *trace_ids):
+    response = client.post(
+        CHANGELIST, {"action": "reingest", "_selected_action": list(trace_ids)}, follow=True
+    )
+    assert response.status_code == 200
+    return [str(message) for message in response.context["messages"]]
+
+
+def test_reingest_action_reads_the_trace_again_in_the_background(
+    transactional_db, staff_client, make_trace, s3
+):
     make_trace("vecadd", state=TraceState.FAILED, error="stats file was truncated")
     upload_minimal_run(s3, "vecadd")
 
-    response = staff_client.post(
-        CHANGELIST, {"action": "reingest", "_selected_action": ["vecadd"]}, follow=True
-    )
-    assert response.status_code == 200
+    assert reingest(staff_client, "vecadd") == [
+        "Trace vecadd: re-ingesting in the background; reload the page to see the result"
+    ]
+    reingest_module.background[0].join(30)
     trace = Trace.objects.get(pk="vecadd")
-    assert trace.state == TraceState.READY
-    assert trace.kernel_count == 1
+    assert (trace.state, trace.kernel_count) == (TraceState.READY, 1)
     assert list(Kernel.objects.filter(trace=trace).values_list("ctx", "kernel_id", "total_insts")) == [
         ("0x1", 1, 50066)
     ]
-    shown = [str(message) for message in response.context["messages"]]
-    assert shown == ["Trace vecadd: failed -> ready, 1 kernels"]
-    # Django capitalises a message's first letter: the id, which comes after "Trace", is intact.
-    assert "Trace vecadd: failed -&gt; ready, 1 kernels" in response.content.decode()
 
 
-def test_reingest_action_reports_an_unreachable_bucket_instead_of_failing(staff_client, traces, monkeypatch):
-    from ingest import passes
-
-    def unreachable(trace_id, **kwargs):
-        raise ConnectionError("could not connect to the endpoint")
-
-    monkeypatch.setattr(passes, "ingest_trace", unreachable)
-    response = staff_client.post(
-        CHANGELIST, {"action": "reingest", "_selected_action": ["bert-h100"]}, follow=True
+def test_reingest_never_parses_inside_the_web_request(staff_client, traces, monkeypatch):
+    """Issue 10, bug 4: behind gunicorn's timeout a large trace was killed mid-parse."""
+    request_thread = threading.current_thread()
+    parsed_in = []
+    monkeypatch.setattr(
+        passes, "ingest_trace", lambda trace_id, **kwargs: parsed_in.append(threading.current_thread())
     )
-    assert response.status_code == 200
-    shown = [str(message) for message in response.context["messages"]]
-    assert shown == ["Trace bert-h100: not re-ingested: could not connect to the endpoint"]
+    reingest(staff_client, "bert-h100")
+    for thread in reingest_module.background:
+        thread.join(30)
+    assert parsed_in and request_thread not in parsed_in
 
 
-def test_reingest_action_says_when_there_was_nothing_it_could_do(staff_client, traces, monkeypatch):
-    from ingest import passes
-
-    monkeypatch.setattr(passes, "ingest_trace", lambda trace_id, **kwargs: None)
-    response = staff_client.post(
-        CHANGELIST, {"action": "reingest", "_selected_action": ["bert-h100"]}, follow=True
+def test_reingest_queues_a_celery_task_when_celery_is_configured(staff_client, traces, settings, monkeypatch):
+    settings.CASCADE_CELERY_CONFIGURED = True
+    queued = []
+    monkeypatch.setattr(
+        parse_trace_task, "delay", lambda trace_id, reparse=False: queued.append((trace_id, reparse))
     )
-    shown = [str(message) for message in response.context["messages"]]
-    assert shown == [
-        "Trace bert-h100: not re-ingested: another process is ingesting it, or its folder is gone from the bucket"
+    assert reingest(staff_client, "bert-h100") == [
+        "Trace bert-h100: queued for re-ingestion; a Celery worker parses it"
+    ]
+    assert queued == [("bert-h100", True)]
+
+
+def test_reingest_reports_an_unreachable_broker_instead_of_failing(
+    staff_client, traces, settings, monkeypatch
+):
+    settings.CASCADE_CELERY_CONFIGURED = True
+
+    def unreachable(trace_id, reparse=False):
+        raise ConnectionError("could not connect to the broker")
+
+    monkeypatch.setattr(parse_trace_task, "delay", unreachable)
+    assert reingest(staff_client, "bert-h100") == [
+        "Trace bert-h100: not re-ingested: could not connect to the broker"
     ]
 
 
-def test_reingest_action_says_an_upload_without_metadata_has_nothing_to_parse(
-    staff_client, make_trace, monkeypatch
-):
-    from ingest import passes
-
+def test_reingest_action_says_an_upload_without_metadata_has_nothing_to_parse(staff_client, make_trace):
     make_trace("half-uploaded", state=TraceState.UPLOADING)
-    monkeypatch.setattr(passes, "ingest_trace", lambda trace_id, **kwargs: None)
-    response = staff_client.post(
-        CHANGELIST, {"action": "reingest", "_selected_action": ["half-uploaded"]}, follow=True
-    )
-    shown = [str(message) for message in response.context["messages"]]
-    assert shown == [
+    assert reingest(staff_client, "half-uploaded") == [
         "Trace half-uploaded: not re-ingested: still uploading, metadata.json has not landed: nothing to parse yet"
     ]
 

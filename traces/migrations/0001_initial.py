@@ -7,7 +7,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -16,70 +15,147 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='ApiToken',
+            name="ApiToken",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('digest', models.CharField(editable=False, max_length=64, unique=True)),
-                ('prefix', models.CharField(editable=False, help_text="The token's first characters.", max_length=8)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now, editable=False)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='api_tokens', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("digest", models.CharField(editable=False, max_length=64, unique=True)),
+                (
+                    "prefix",
+                    models.CharField(editable=False, help_text="The token's first characters.", max_length=8),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now, editable=False)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="api_tokens",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'API token',
+                "verbose_name": "API token",
             },
         ),
         migrations.CreateModel(
-            name='Trace',
+            name="Trace",
             fields=[
-                ('id', models.CharField(max_length=1024, primary_key=True, serialize=False)),
-                ('state', models.CharField(choices=[('uploading', 'uploading'), ('parsing', 'parsing'), ('ready', 'ready'), ('failed', 'failed')], default='uploading', max_length=16)),
-                ('error', models.TextField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('model', models.TextField(blank=True, null=True)),
-                ('layers', models.JSONField(blank=True, default=list)),
-                ('source_gpu', models.TextField(blank=True, null=True)),
-                ('trace_gpu_arch', models.TextField(blank=True, null=True)),
-                ('suggested_sim_config', models.TextField(blank=True, null=True)),
-                ('kernel_count', models.BigIntegerField(default=0)),
-                ('bytes', models.BigIntegerField(default=0)),
-                ('has_real_timing', models.BooleanField(default=False)),
-                ('has_step_timeline', models.BooleanField(default=False)),
-                ('sample', models.BooleanField(default=False)),
-                ('metadata_json', models.TextField(blank=True, help_text='metadata.json, parsed and re-encoded.', null=True)),
-                ('files', models.JSONField(blank=True, default=list, help_text="The run's objects as last listed: key, bytes, etag.")),
-                ('files_changed_at', models.DateTimeField(blank=True, help_text='When a new or changed object was last seen.', null=True)),
-                ('parsed_fingerprint', models.CharField(blank=True, default='', help_text='The objects the last decision was made on.', max_length=64)),
+                ("id", models.CharField(max_length=1024, primary_key=True, serialize=False)),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("uploading", "uploading"),
+                            ("parsing", "parsing"),
+                            ("ready", "ready"),
+                            ("failed", "failed"),
+                        ],
+                        default="uploading",
+                        max_length=16,
+                    ),
+                ),
+                ("error", models.TextField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("model", models.TextField(blank=True, null=True)),
+                ("layers", models.JSONField(blank=True, default=list)),
+                ("source_gpu", models.TextField(blank=True, null=True)),
+                ("trace_gpu_arch", models.TextField(blank=True, null=True)),
+                ("suggested_sim_config", models.TextField(blank=True, null=True)),
+                ("kernel_count", models.BigIntegerField(default=0)),
+                ("bytes", models.BigIntegerField(default=0)),
+                ("has_real_timing", models.BooleanField(default=False)),
+                ("has_step_timeline", models.BooleanField(default=False)),
+                ("sample", models.BooleanField(default=False)),
+                (
+                    "metadata_json",
+                    models.TextField(
+                        blank=True, help_text="metadata.json, parsed and re-encoded.", null=True
+                    ),
+                ),
+                (
+                    "files",
+                    models.JSONField(
+                        blank=True,
+                        default=list,
+                        help_text="The run's objects as last listed: key, bytes, etag.",
+                    ),
+                ),
+                (
+                    "files_changed_at",
+                    models.DateTimeField(
+                        blank=True, help_text="When a new or changed object was last seen.", null=True
+                    ),
+                ),
+                (
+                    "parsed_fingerprint",
+                    models.CharField(
+                        blank=True,
+                        default="",
+                        help_text="The objects the last decision was made on.",
+                        max_length=64,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', 'id'],
-                'indexes': [models.Index(fields=['-created_at', 'id'], name='trace_newest_first'), models.Index(fields=['state'], name='trace_state')],
+                "ordering": ["-created_at", "id"],
+                "indexes": [
+                    models.Index(fields=["-created_at", "id"], name="trace_newest_first"),
+                    models.Index(fields=["state"], name="trace_state"),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Kernel',
+            name="Kernel",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('ctx', models.CharField(blank=True, max_length=64, null=True)),
-                ('kernel_id', models.BigIntegerField()),
-                ('name', models.TextField()),
-                ('trace_file', models.TextField()),
-                ('grid_x', models.BigIntegerField()),
-                ('grid_y', models.BigIntegerField()),
-                ('grid_z', models.BigIntegerField()),
-                ('block_x', models.BigIntegerField()),
-                ('block_y', models.BigIntegerField()),
-                ('block_z', models.BigIntegerField()),
-                ('blocks', models.BigIntegerField()),
-                ('threads', models.BigIntegerField()),
-                ('total_insts', models.BigIntegerField(blank=True, null=True)),
-                ('total_reported_insts', models.BigIntegerField(blank=True, null=True)),
-                ('traced', models.BooleanField(default=False)),
-                ('trace', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='kernels', to='traces.trace')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("ctx", models.CharField(blank=True, max_length=64, null=True)),
+                ("kernel_id", models.BigIntegerField()),
+                ("name", models.TextField()),
+                ("trace_file", models.TextField()),
+                ("grid_x", models.BigIntegerField()),
+                ("grid_y", models.BigIntegerField()),
+                ("grid_z", models.BigIntegerField()),
+                ("block_x", models.BigIntegerField()),
+                ("block_y", models.BigIntegerField()),
+                ("block_z", models.BigIntegerField()),
+                ("blocks", models.BigIntegerField()),
+                ("threads", models.BigIntegerField()),
+                ("total_insts", models.BigIntegerField(blank=True, null=True)),
+                ("total_reported_insts", models.BigIntegerField(blank=True, null=True)),
+                ("traced", models.BooleanField(default=False)),
+                (
+                    "trace",
+                    models.ForeignKey(
+                        db_index=False,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="kernels",
+                        to="traces.trace",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['trace', 'ctx', 'kernel_id'],
-                'constraints': [models.UniqueConstraint(fields=('trace', 'ctx', 'kernel_id'), name='kernel_unique_launch'), models.UniqueConstraint(condition=models.Q(('ctx__isnull', True)), fields=('trace', 'kernel_id'), name='kernel_unique_legacy_launch')],
+                "ordering": ["trace", "ctx", "kernel_id"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("trace", "ctx", "kernel_id"), name="kernel_unique_launch"
+                    ),
+                    models.UniqueConstraint(
+                        condition=models.Q(("ctx__isnull", True)),
+                        fields=("trace", "kernel_id"),
+                        name="kernel_unique_legacy_launch",
+                    ),
+                ],
             },
         ),
     ]

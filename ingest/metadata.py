@@ -1,0 +1,143 @@
+"""What a run's `metadata.json` says, read strictly: pure functions, no S3, no database.
+
+The upload contract (docs/trace-a-workload.md): `status` "ok" or the profiler's failure,
+`files` the keys the upload is complete with, and the run's description that the API serves
+(`model`, `layers`, `source_gpu`, `trace_gpu_arch`, `suggested_sim_config`).
+"""
+
+import json
+import re
+
+METADATA_NAME = "metadata.json"
+TIMELINE_NAME = "timeline.json"
+TIMING_NAME = "timing.csv"
+METADATA_STRINGS = ("model", "source_gpu", "trace_gpu_arch", "suggested_sim_config")
+SAMPLE_PREFIX = "sample__"
+
+# Accel-Sim's tested configs, by the SASS architecture they model.
+SIM_CONFIG_FOR_ARCH = {
+    "sm_70": "SM7_QV100",
+    "sm_75": "SM75_RTX2060",
+    "sm_80": "SM80_A100",
+    "sm_86": "SM86_RTX3070",
+    "sm_90": "SM90_H100",
+}
+SIM_CONFIG_ARCH = re.compile(r"^SM(\d)(\d?)_", re.IGNORECASE)
+
+
+class MetadataError(ValueError):
+    """metadata.json breaks the upload contract; the message says how."""
+
+
+def parse_metadata(raw: bytes) -> dict:
+    """metadata.json's object, checked against the contract."""
+    try:
+        # The standard library keeps integers of any size, as written; NaN is not JSON.
+        metadata = json.loads(raw, parse_constant=reject_constant)
+    except ValueError as invalid:
+        raise MetadataError(f"metadata.json is not valid JSON: {invalid}") from None
+    if not isinstance(metadata, dict):
+        raise MetadataError(f"metadata.json must be a JSON object, not {type(metadata).__name__}")
+    for key in METADATA_STRINGS:
+        if metadata.get(key) is not None and not isinstance(metadata[key], str):
+            raise MetadataError(
+                f"metadata.json: {key!r} must be a string, not {type(metadata[key]).__name__}"
+            )
+    layers = metadata.get("layers")
+    if layers is not None and not (isinstance(layers, list) and all(isinstance(x, str) for x in layers)):
+        raise MetadataError("metadata.json: 'layers' must be a list of strings")
+    listed_files(metadata)
+    return metadata
+
+
+def reject_constant(name: str):
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def listed_files(metadata: dict) -> list[dict]:
+    """metadata.json's `files`, checked: the keys the upload is complete with ([] if none)."""
+    listed = metadata.get("files")
+    if listed is None:
+        return []
+    if not isinstance(listed, list) or not all(well_formed_listing(item) for item in listed):
+        raise MetadataError('metadata.json: "files" must be a list of {"key": string, "bytes": integer}')
+    return listed
+
+
+def well_formed_listing(item) -> bool:
+    return (
+        isinstance(item, dict)
+        and isinstance(item.get("key"), str)
+        and isinstance(item.get("bytes"), int)
+        and not isinstance(item.get("bytes"), bool)
+    )
+
+
+def missing_listed_files(listed: list[dict], files: list[dict], run_prefix: str) -> list[str]:
+    """Keys that metadata.json lists (`{"key", "bytes"}`) but `files` does not hold at that size.
+
+    A listed key is a full bucket key, or one relative to the run folder (`run_prefix`).
+    """
+    sizes = {item["key"]: item["bytes"] for item in files}
+    missing = []
+    for item in listed:
+        key = item["key"] if item["key"] in sizes else run_prefix + item["key"].lstrip("/")
+        if sizes.get(key) != item["bytes"]:
+            missing.append(item["key"])
+    return missing
+
+
+def failure(metadata: dict) -> str | None:
+    """Why the profiler says the run failed, or None for `"status": "ok"`."""
+    status = metadata.get("status")
+    if status == "ok":
+        return None
+    if status is None:
+        return 'metadata.json has no "status" (expected "ok")'
+    return f"profiler reported status '{status}' in metadata.json"
+
+
+def is_sample(run_id: str) -> bool:
+    """The shipped sample runs (`sample__...`), which the demo loads."""
+    return run_id.startswith(SAMPLE_PREFIX)
+
+
+def run_fields(metadata: dict | None, names: set[str], run_id: str) -> dict:
+    """The trace's description from metadata.json and the run's file names (relative to its
+    folder). With `metadata` None (unreadable), what it described is cleared."""
+    metadata_json = None if metadata is None else encode_metadata(metadata)
+    metadata = metadata or {}
+    return {
+        "metadata_json": metadata_json,
+        "model": metadata.get("model"),
+        "layers": metadata.get("layers") or [],
+        "source_gpu": metadata.get("source_gpu"),
+        "trace_gpu_arch": metadata.get("trace_gpu_arch"),
+        "suggested_sim_config": metadata.get("suggested_sim_config"),
+        "has_step_timeline": TIMELINE_NAME in names,
+        "has_real_timing": TIMING_NAME in names,
+        "sample": is_sample(run_id),
+    }
+
+
+def encode_metadata(metadata: dict) -> str:
+    """Compact JSON in metadata.json's key order, as the API returns it."""
+    return json.dumps(metadata, separators=(",", ":"), ensure_ascii=False)
+
+
+def with_derived_arch_and_config(run: dict) -> dict:
+    """`run` with the one of arch and simulator config that metadata.json left out filled in
+    (for a trace that is parsed: a failed run keeps what its metadata.json said)."""
+    arch, config = derive_arch_and_config(run["trace_gpu_arch"], run["suggested_sim_config"])
+    return {**run, "trace_gpu_arch": arch, "suggested_sim_config": config}
+
+
+def derive_arch_and_config(arch: str | None, config: str | None) -> tuple[str | None, str | None]:
+    """Fill the one of arch and simulator config that is missing, when the other names it."""
+    if arch and not config:
+        return arch, SIM_CONFIG_FOR_ARCH.get(arch)
+    if config and not arch:
+        match = SIM_CONFIG_ARCH.match(config)
+        if match:
+            return f"sm_{match.group(1)}{match.group(2) or '0'}", config
+    return arch, config
