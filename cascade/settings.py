@@ -166,6 +166,12 @@ STORAGES = {
 # Ingestion
 CASCADE_UPLOAD_TIMEOUT = env_int("CASCADE_UPLOAD_TIMEOUT", 24 * 3600)
 CASCADE_MAX_STATS_BYTES = env_int("CASCADE_MAX_STATS_BYTES", 2 * 1024**3)
+# What one run's metadata.json may put into every user's responses; past a bound the trace
+# fails with a message that names it (ingest.metadata.MetadataLimits has the reasons).
+CASCADE_METADATA_MAX_BYTES = env_int("CASCADE_METADATA_MAX_BYTES", 8 * 1024**2)
+CASCADE_METADATA_MAX_DEPTH = env_int("CASCADE_METADATA_MAX_DEPTH", 32)
+CASCADE_METADATA_MAX_STRING = env_int("CASCADE_METADATA_MAX_STRING", 256)
+CASCADE_METADATA_MAX_LAYERS = env_int("CASCADE_METADATA_MAX_LAYERS", 1000)
 CASCADE_POLL_SECONDS = env_int("CASCADE_POLL_SECONDS", 30)
 # Each scheduled poll (beat, `ingest_traces --watch`) also re-reads this many traces that an
 # older version of the stats parser read; `ingest_traces --reparse-outdated` does all at once.

@@ -6,7 +6,9 @@ The upload contract (docs/trace-a-workload.md): `status` "ok" or the profiler's 
 """
 
 import json
+import math
 import re
+from dataclasses import dataclass
 
 METADATA_NAME = "metadata.json"
 TIMELINE_NAME = "timeline.json"
@@ -25,33 +27,125 @@ SIM_CONFIG_FOR_ARCH = {
 SIM_CONFIG_ARCH = re.compile(r"^SM(\d)(\d?)_", re.IGNORECASE)
 
 
+# Integers are kept as written, of any size up to this many digits (CPython's own limit for
+# converting is 4,300, with a message that would puzzle a user).
+MAX_INTEGER_DIGITS = 100
+
+
+@dataclass(frozen=True)
+class MetadataLimits:
+    """What one run's metadata.json may put into every user's responses (settings CASCADE_METADATA_*).
+
+    The defaults hold real runs with room to spare: a million-launch run's metadata.json
+    lists a few thousand files (well under a megabyte).
+    """
+
+    max_bytes: int = 8 * 1024**2
+    max_depth: int = 32
+    max_string: int = 256
+    max_layers: int = 1000
+
+
 class MetadataError(ValueError):
     """metadata.json breaks the upload contract; the message says how."""
 
 
-def parse_metadata(raw: bytes) -> dict:
-    """metadata.json's object, checked against the contract."""
+def parse_metadata(raw: bytes, limits: MetadataLimits = MetadataLimits()) -> dict:
+    """metadata.json's object, read strictly and checked against the contract and `limits`.
+
+    Strict: a key given twice, a number JSON cannot hold (NaN, Infinity, 1e999) and an
+    integer of more than MAX_INTEGER_DIGITS digits are errors, never silently resolved.
+    """
+    if len(raw) > limits.max_bytes:
+        raise MetadataError(
+            f"metadata.json is {len(raw)} bytes, more than CASCADE_METADATA_MAX_BYTES ({limits.max_bytes})"
+        )
     try:
-        # The standard library keeps integers of any size, as written; NaN is not JSON.
-        metadata = json.loads(raw, parse_constant=reject_constant)
+        metadata = json.loads(
+            raw,
+            object_pairs_hook=unique_keys,
+            parse_constant=reject_constant,
+            parse_float=finite_float,
+            parse_int=bounded_int,
+        )
+    except RecursionError:
+        raise MetadataError(
+            f"metadata.json is nested more than CASCADE_METADATA_MAX_DEPTH ({limits.max_depth}) levels deep"
+        ) from None
     except ValueError as invalid:
         raise MetadataError(f"metadata.json is not valid JSON: {invalid}") from None
     if not isinstance(metadata, dict):
         raise MetadataError(f"metadata.json must be a JSON object, not {type(metadata).__name__}")
+    if nesting_depth(metadata) > limits.max_depth:
+        raise MetadataError(
+            f"metadata.json is nested more than CASCADE_METADATA_MAX_DEPTH ({limits.max_depth}) levels deep"
+        )
     for key in METADATA_STRINGS:
-        if metadata.get(key) is not None and not isinstance(metadata[key], str):
+        value = metadata.get(key)
+        if value is not None and not isinstance(value, str):
+            raise MetadataError(f"metadata.json: {key!r} must be a string, not {type(value).__name__}")
+        if isinstance(value, str) and len(value) > limits.max_string:
             raise MetadataError(
-                f"metadata.json: {key!r} must be a string, not {type(metadata[key]).__name__}"
+                f"metadata.json: {key!r} is {len(value)} characters long, more than "
+                f"CASCADE_METADATA_MAX_STRING ({limits.max_string})"
             )
     layers = metadata.get("layers")
     if layers is not None and not (isinstance(layers, list) and all(isinstance(x, str) for x in layers)):
         raise MetadataError("metadata.json: 'layers' must be a list of strings")
+    if layers is not None and len(layers) > limits.max_layers:
+        raise MetadataError(
+            f"metadata.json: 'layers' has {len(layers)} entries, more than "
+            f"CASCADE_METADATA_MAX_LAYERS ({limits.max_layers})"
+        )
+    if layers is not None and any(len(layer) > limits.max_string for layer in layers):
+        raise MetadataError(
+            f"metadata.json: a 'layers' entry is longer than CASCADE_METADATA_MAX_STRING ({limits.max_string})"
+        )
     listed_files(metadata)
     return metadata
 
 
+def unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """An object whose keys are all different: a key given twice is an error, not "the last wins"."""
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise ValueError(f"the key {twice[:80]!r} is given more than once")
+    return result
+
+
 def reject_constant(name: str):
     raise ValueError(f"{name} is not a JSON value")
+
+
+def finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} is too large for JSON readers (it would be infinite)")
+    return value
+
+
+def bounded_int(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_INTEGER_DIGITS:
+        raise ValueError(f"an integer of {digits} digits (at most {MAX_INTEGER_DIGITS})")
+    return int(text)
+
+
+def nesting_depth(value) -> int:
+    """How many objects and arrays deep `value` goes, without recursion."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = item.values()
+        elif not isinstance(item, list):
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in item if isinstance(child, dict | list))
+    return deepest
 
 
 def listed_files(metadata: dict) -> list[dict]:
@@ -94,7 +188,9 @@ def failure(metadata: dict) -> str | None:
         return None
     if status is None:
         return 'metadata.json has no "status" (expected "ok")'
-    return f"profiler reported status '{status}' in metadata.json"
+    if not isinstance(status, str):
+        return f'metadata.json: "status" must be "ok" or the profiler\'s failure, not {type(status).__name__}'
+    return f"profiler reported status '{status[:200]}' in metadata.json"
 
 
 def is_sample(run_id: str) -> bool:

@@ -37,6 +37,7 @@ from ingest.bucket import S3Object
 from ingest.metadata import (
     METADATA_NAME,
     MetadataError,
+    MetadataLimits,
     failure,
     is_sample,
     listed_files,
@@ -60,7 +61,6 @@ logger = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
 
-METADATA_MAX_BYTES = 64 * 1024**2
 HEADER_PEEK_BYTES = 4096
 PROGRESS_EVERY = 100_000
 MISSING_KEYS_SHOWN = 10
@@ -355,13 +355,23 @@ def fail(trace: Trace, error: str, current: str, *, run: dict, parsed: bool = Fa
     logger.info("%s: failed: %s", trace.id, error)
 
 
+def metadata_limits() -> MetadataLimits:
+    return MetadataLimits(
+        max_bytes=settings.CASCADE_METADATA_MAX_BYTES,
+        max_depth=settings.CASCADE_METADATA_MAX_DEPTH,
+        max_string=settings.CASCADE_METADATA_MAX_STRING,
+        max_layers=settings.CASCADE_METADATA_MAX_LAYERS,
+    )
+
+
 def read_metadata(obj: S3Object) -> dict:
+    limits = metadata_limits()
     try:
-        raw = bucket.read_object(obj.key, METADATA_MAX_BYTES)
+        raw = bucket.read_object(obj.key, limits.max_bytes)
     except ValueError as too_large:
-        raise TraceInputError(f"metadata.json: {too_large}") from None
+        raise TraceInputError(f"metadata.json: {too_large} (CASCADE_METADATA_MAX_BYTES)") from None
     try:
-        return parse_metadata(raw)
+        return parse_metadata(raw, limits)
     except MetadataError as problem:
         raise TraceInputError(str(problem)) from None
 

@@ -4,6 +4,7 @@ import pytest
 
 from ingest.metadata import (
     MetadataError,
+    MetadataLimits,
     derive_arch_and_config,
     failure,
     missing_listed_files,
@@ -94,3 +95,73 @@ def test_unreadable_metadata_clears_what_it_described():
     assert fields["metadata_json"] is None
     assert fields["model"] is None and fields["layers"] == []
     assert (fields["has_real_timing"], fields["has_step_timeline"], fields["sample"]) == (True, False, True)
+
+
+# --- Read strictly, within bounds (issue 12, findings 1 and 6) ---------------------------------
+
+LIMITS = MetadataLimits(max_bytes=300_000, max_depth=8, max_string=20, max_layers=3)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (
+            b'{"status": "failed", "status": "ok"}',
+            "metadata.json is not valid JSON: the key 'status' is given more than once",
+        ),
+        (b'{"status": "ok", "x": 1e999}', "metadata.json is not valid JSON: the number 1e999 is too large"),
+        (
+            b'{"status": "ok", "x": -Infinity}',
+            "metadata.json is not valid JSON: -Infinity is not a JSON value",
+        ),
+        (
+            b'{"status": "ok", "x": ' + b"9" * 5000 + b"}",
+            "metadata.json is not valid JSON: an integer of 5000 digits",
+        ),
+        (
+            b'{"status": "ok", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+            "metadata.json is nested more than CASCADE_METADATA_MAX_DEPTH (8)",
+        ),
+        (
+            b'{"status": "ok", "x": ' + b"[" * 9 + b"]" * 9 + b"}",
+            "metadata.json is nested more than CASCADE_METADATA_MAX_DEPTH (8)",
+        ),
+        (
+            b'{"status": "ok", "model": "' + b"m" * 21 + b'"}',
+            "metadata.json: 'model' is 21 characters long, more than CASCADE_METADATA_MAX_STRING (20)",
+        ),
+        (
+            b'{"status": "ok", "layers": ["a", "b", "c", "d"]}',
+            "metadata.json: 'layers' has 4 entries, more than CASCADE_METADATA_MAX_LAYERS (3)",
+        ),
+        (
+            b'{"status": "ok", "layers": ["' + b"l" * 21 + b'"]}',
+            "metadata.json: a 'layers' entry is longer than CASCADE_METADATA_MAX_STRING (20)",
+        ),
+        (
+            b'{"status": "ok", "pad": "' + b"p" * 300_000 + b'"}',
+            "metadata.json is 300027 bytes, more than CASCADE_METADATA_MAX_BYTES (300000)",
+        ),
+    ],
+    ids=[
+        "duplicate-key",
+        "1e999",
+        "infinity",
+        "5000-digits",
+        "100k-deep",
+        "9-deep",
+        "long-model",
+        "many-layers",
+        "long-layer",
+        "too-big",
+    ],
+)
+def test_metadata_is_read_strictly_and_within_bounds(raw, message):
+    with pytest.raises(MetadataError) as problem:
+        parse_metadata(raw, LIMITS)
+    assert str(problem.value).startswith(message), str(problem.value)
+
+
+def test_within_the_bounds_everything_is_kept():
+    raw = b'{"status": "ok", "layers": ["a", "b", "c"], "model": "' + b"m" * 20 + b'", "n": [[[[[[[1]]]]]]]}'
+    assert parse_metadata(raw, LIMITS)["n"] == [[[[[[[1]]]]]]]

@@ -1,0 +1,106 @@
+"""Uploads that try to hurt other users: each fails alone, with a message that names the bound.
+
+Issue 12, findings 1 and 6: one run's metadata.json made every list response 25 MB; a deeply
+nested one left its trace `uploading` with a traceback on every pass; duplicate keys and
+`1e999` were read silently.
+"""
+
+import importlib
+import io
+
+import orjson
+import pytest
+from django.apps import apps
+from django.core.management import call_command
+
+from ingest import passes
+from traces.models import Kernel, Trace, TraceState
+
+OK = {"status": "ok", "trace_gpu_arch": "sm_90"}
+
+
+@pytest.mark.parametrize(
+    ("metadata", "error"),
+    [
+        (
+            b'{"status": "ok", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+            "metadata.json is nested more than",
+        ),
+        (
+            b'{"status": "failed", "status": "ok"}',
+            "metadata.json is not valid JSON: the key 'status' is given more",
+        ),
+        (
+            b'{"status": "ok", "peak": 1e999}',
+            "metadata.json is not valid JSON: the number 1e999 is too large",
+        ),
+        (
+            b'{"status": "ok", "seed": ' + b"7" * 5000 + b"}",
+            "metadata.json is not valid JSON: an integer of 5000 digits",
+        ),
+        (
+            orjson.dumps({"status": "ok", "layers": [f"step {n}" for n in range(1_100_000)]}),
+            "metadata.json: 15388916 bytes, more than the 8388608 expected (CASCADE_METADATA_MAX_BYTES)",
+        ),
+        (
+            orjson.dumps({"status": "ok", "layers": [f"step {n}" for n in range(5000)]}),
+            "metadata.json: 'layers' has 5000 entries, more than CASCADE_METADATA_MAX_LAYERS (1000)",
+        ),
+    ],
+    ids=["100k-deep", "duplicate-status", "1e999", "5000-digits", "26MB-of-layers", "5000-layers"],
+)
+def test_hostile_metadata_fails_its_trace_alone(db, upload, vecadd_files, api, metadata, error):
+    upload("good", vecadd_files, OK)
+    upload("hostile", vecadd_files, metadata)
+    out, err = io.StringIO(), io.StringIO()
+    call_command("ingest_traces", stdout=out, stderr=err)  # exits 0: no traceback, nothing to retry
+
+    hostile = Trace.objects.get(pk="hostile")
+    assert hostile.state == TraceState.FAILED
+    assert hostile.error.startswith(error), hostile.error
+    assert (hostile.metadata_json, hostile.layers, hostile.model) == (None, [], None)
+    assert Trace.objects.get(pk="good").state == TraceState.READY
+    listing = api.get("/api/traces")
+    assert len(listing.content) < 4096, "one run's metadata must not swell everyone's list"
+    orjson.loads(listing.content)
+    orjson.loads(api.get("/api/traces/hostile").content)
+
+
+def test_a_big_metadata_json_is_refused_before_it_is_read(db, upload, vecadd_files, settings):
+    settings.CASCADE_METADATA_MAX_BYTES = 1000
+    upload("big", vecadd_files, orjson.dumps({**OK, "notes": "n" * 2000}))
+    passes.poll_bucket()
+    trace = Trace.objects.get(pk="big")
+    assert trace.state == TraceState.FAILED
+    assert trace.error == (
+        "metadata.json: 2051 bytes, more than the 1000 expected (CASCADE_METADATA_MAX_BYTES)"
+    ), trace.error
+
+
+def test_stored_metadata_with_infinity_is_failed_by_the_migration(db, make_trace):
+    """What earlier versions stored, the API emitted as `Infinity`: invalid JSON for every client."""
+    make_trace("inf", state=TraceState.READY, kernel_count=1, metadata_json='{"status":"ok","peak":Infinity}')
+    make_trace("fine", state=TraceState.READY, metadata_json='{"status":"ok","peak":1e300,"name":"nan"}')
+    Kernel.objects.create(
+        trace_id="inf",
+        ctx="0x1",
+        kernel_id=1,
+        name="k",
+        trace_file="kernel-1.trace",
+        grid_x=1,
+        grid_y=1,
+        grid_z=1,
+        block_x=1,
+        block_y=1,
+        block_z=1,
+        blocks=1,
+        threads=1,
+    )
+    migration = importlib.import_module("traces.migrations.0004_fail_non_finite_metadata")
+    migration.fail_non_finite_metadata(apps, None)
+
+    inf = Trace.objects.get(pk="inf")
+    assert (inf.state, inf.metadata_json, inf.kernel_count) == ("failed", None, 0)
+    assert inf.error.startswith("metadata.json is not valid JSON")
+    assert not Kernel.objects.exists()
+    assert Trace.objects.get(pk="fine").state == "ready"
