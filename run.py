@@ -44,7 +44,7 @@ def setup() -> Path:
 
 
 def main(argv: list[str]) -> int:
-    commands = {"demo": ["-m", "cascade_demo"], "test": ["-m", "pytest"]}
+    commands = {"demo": ["-m", "tools.demo"], "test": ["-m", "pytest"]}
     if not argv or argv[0] not in commands:
         print(__doc__.strip(), file=sys.stderr)
         return 2

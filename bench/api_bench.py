@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/api_bench.py [--kernels 1000000] [--repeat 3]
 
-Ingests a generated run (ingest.generator) into the bench database, then requests it
+Ingests a generated run (tools.generator) into the bench database, then requests it
 through Django's full stack (middleware, Bearer authentication, the streaming encoder) and
 reads the whole body. Memory is measured twice: the peak of Python allocations during one
 request (tracemalloc, in a separate untimed request since tracing slows it down), and the

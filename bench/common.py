@@ -69,7 +69,8 @@ def timed(results: dict, name: str):
 
 def ingest_generated(run_id: str, kernels: int, contexts: int, seed: int = 1) -> dict:
     """Generate and upload a run of `kernels` launches, then ingest it as the poller does."""
-    from ingest import generator, passes
+    from ingest import passes
+    from tools import generator
 
     seconds: dict = {}
     spec = generator.RunSpec(kernels=kernels, contexts=contexts, seed=seed, timing=False)

@@ -1,4 +1,4 @@
-"""Cascade on embedded defaults, in one command: `python3 run.py demo` (or `python -m cascade_demo`).
+"""Cascade on embedded defaults, in one command: `python3 run.py demo` (or `python -m tools.demo`).
 
 Starts what a deployment runs, as child processes of this one: an S3 endpoint (moto's server
 on 127.0.0.1, unless CASCADE_S3_BUCKET or CASCADE_S3_ENDPOINT_URL point elsewhere), the poller
@@ -29,7 +29,7 @@ import urllib.request
 from io import StringIO
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "samples"
 SHOWCASE = "sample__facebook_opt-125m__h100-e2e"
 DEMO_MARKER = ".cascade-demo"
@@ -366,7 +366,7 @@ class Demo:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cascade_demo", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--check", action="store_true", help="start, wait for the samples, query the API, stop"
     )

@@ -1,4 +1,4 @@
-"""Realistic Accel-Sim trace folders of any size, for the tests, the demo, the samples and the benchmarks.
+"""Realistic Accel-Sim trace folders of any size, for the tests, the samples and the benchmarks.
 
 A generated run looks like what the NVBit tracer and the profiling harness upload for an LLM
 inference workload (by default `facebook/opt-125m` on an H100): per-context `stats_ctx_*` files
@@ -7,7 +7,8 @@ small but genuine xz instruction traces for the traced kernels, simulator config
 `timeline.json` and `timing.csv`, and `metadata.json` written last, listing every other file.
 
 The stats files hold the tracer's bytes, not a tidy CSV: each launch is the tracer's launch half
-(`"%s, %s, %d, ... %d, "`), followed by `"%d,%d\n"` only when the kernel ran to its exit. Decode
+(`"%s, %s, %d, ... %d, "`), followed by `"%d,%d\n"` only when the kernel ran to its exit (both
+from `tools.tracer_format`, the one definition of the row). Decode
 steps run as CUDA graphs, as vLLM runs them: their model forward is captured, so those launches
 get the launch half only and run together on one line until the next ordinary launch (the logits
 and the sampler, which vLLM runs eagerly) ends it. A replay writes no row, but the tracer's
@@ -20,7 +21,6 @@ shipped samples can be regenerated and a benchmark's input is reproducible. Rows
 to disk, so a million kernels cost a few hundred megabytes of file, not of memory.
 """
 
-import hashlib
 import json
 import lzma
 import math
@@ -29,15 +29,15 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-STATS_HEADER = (
-    "kernel id, kernel mangled name, grid_dimX, grid_dimY, grid_dimZ, #blocks, "
-    "block_dimX, block_dimY, block_dimZ, #threads, total_insts, total_reported_insts\n"
-)
+from tools.tracer_format import STATS_HEADER, stats_launch_half, stats_totals
+
+if TYPE_CHECKING:
+    from tools.upload import UploadResult
+
 DEFAULT_KEY_PREFIX = "accelsim-traces/"
 OPT_125M_LAYERS = ("step 0 (prefill)", "step 2 (decode)", "step 10 (decode)", "step 26 (decode)")
-# boto3's upload_file switches to multipart (and a non-MD5 ETag) above this size.
-MULTIPART_THRESHOLD = MULTIPART_CHUNK = 8 * 1024 * 1024
 
 ARCH_SASS = {"sm_70": 70, "sm_75": 75, "sm_80": 80, "sm_86": 86, "sm_89": 89, "sm_90": 90}
 ARCH_ICNT = {70: "volta", 75: "turing", 80: "ampere", 86: "ampere", 89: "ada", 90: "hopper"}
@@ -121,42 +121,6 @@ class Launch:
         half = stats_launch_half(self.trace_file, self.name, self.grid, self.block)
         counted = self.total_insts + self.replayed_insts
         return half + stats_totals(counted, counted) if with_totals else half
-
-
-# --- The stats row, as the tracer's fprintf calls write it ------------------------------------------
-
-
-def printed_d(value: int) -> int:
-    """What C's `%d` prints for an unsigned 32-bit value: 2^31 and above come out negative."""
-    value %= 2**32
-    return value - 2**32 if value >= 2**31 else value
-
-
-def stats_launch_half(
-    trace_file: str,
-    name: str,
-    grid: tuple[int, int, int],
-    block: tuple[int, int, int],
-    *,
-    device_id: int | None = None,
-    stream_id: int | None = None,
-) -> str:
-    """What the tracer appends at launch: `"%s, %s, %d, %d, %d, %d, %d, %d, %d, %d, "`.
-
-    Trailing comma and space, no newline: the totals follow when the kernel exits, or never
-    (a killed run, a launch captured into a CUDA graph). The device-id fork prints
-    `"%d, %d, "` (device, stream) first. `#blocks` and `#threads` are unsigned products.
-    """
-    gx, gy, gz = grid
-    bx, by, bz = block
-    numbers = (gx, gy, gz, gx * gy * gz, bx, by, bz, bx * by * bz)
-    prefix = "" if device_id is None else f"{printed_d(device_id)}, {printed_d(stream_id or 0)}, "
-    return prefix + f"{trace_file}, {name}, " + "".join(f"{printed_d(n)}, " for n in numbers)
-
-
-def stats_totals(total_insts: int, total_reported_insts: int, *extra: str) -> str:
-    """What the tracer appends when the kernel exits: `"%d,%d\n"` (a fork adds `",%.6f"` latency)."""
-    return ",".join((str(printed_d(total_insts)), str(printed_d(total_reported_insts)), *extra)) + "\n"
 
 
 def stats_rows(launches: Iterable[Launch], *, killed: bool = False) -> Iterator[tuple[Launch, str]]:
@@ -594,112 +558,15 @@ def write_run(
 # --- The bucket -------------------------------------------------------------------------------------
 
 
-@dataclass
-class UploadResult:
-    uploaded: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
+def upload_run(run_id: str, spec: RunSpec) -> "UploadResult":
+    """Generate a run and upload it to the configured bucket as `run_id`.
 
-
-def local_etag(path: Path) -> str:
-    """The ETag S3 gives `path` uploaded by boto3: MD5, or MD5 of part MD5s past the multipart threshold."""
-    size = path.stat().st_size
-    digests = []
-    with open(path, "rb") as handle:
-        while chunk := handle.read(MULTIPART_CHUNK):
-            digests.append(hashlib.md5(chunk, usedforsecurity=False))
-    if size <= MULTIPART_THRESHOLD:
-        return f'"{(digests[0] if digests else hashlib.md5(usedforsecurity=False)).hexdigest()}"'
-    combined = hashlib.md5(b"".join(d.digest() for d in digests), usedforsecurity=False)
-    return f'"{combined.hexdigest()}-{len(digests)}"'
-
-
-def metadata_for_prefix(data: bytes, run_id: str, run_prefix: str) -> bytes:
-    """metadata.json with its `files` keys moved under the bucket's prefix, if they were elsewhere."""
-    metadata = json.loads(data)
-    files = metadata.get("files")
-    if not isinstance(files, list):
-        return data
-    marker = f"{run_id}/"
-    changed = False
-    for entry in files:
-        key = entry.get("key", "") if isinstance(entry, dict) else ""
-        if marker in key and not key.startswith(run_prefix):
-            entry["key"] = run_prefix + key.split(marker, 1)[1]
-            changed = True
-    return (json.dumps(metadata, indent=2) + "\n").encode() if changed else data
-
-
-def upload_run_folder(directory: Path, run_id: str, *, skip_unchanged: bool = True) -> UploadResult:
-    """Upload a local run folder as run `run_id`, metadata.json last (it tells Cascade the run is complete).
-
-    With `skip_unchanged`, an object already in the bucket with the same size and ETag is left
-    alone, so uploading the same folder twice changes nothing.
+    Django and the bucket are imported here, not above: writing folders needs neither.
     """
     from ingest import bucket
-
-    directory = Path(directory)
-    base = bucket.run_prefix(run_id)
-    existing = {obj.key: obj for obj in bucket.list_run_objects(run_id)} if skip_unchanged else {}
-    paths = sorted(p for p in directory.rglob("*") if p.is_file())
-    paths.sort(key=lambda p: p.relative_to(directory).as_posix() == "metadata.json")
-    result = UploadResult()
-    for path in paths:
-        name = path.relative_to(directory).as_posix()
-        key = base + name
-        if name == "metadata.json":
-            data = metadata_for_prefix(path.read_bytes(), run_id, base)
-            etag = f'"{hashlib.md5(data, usedforsecurity=False).hexdigest()}"'
-            if _unchanged(existing.get(key), len(data), etag):
-                result.skipped.append(key)
-            else:
-                bucket.put_object(key, data)
-                result.uploaded.append(key)
-            continue
-        if _unchanged(existing.get(key), path.stat().st_size, local_etag(path) if key in existing else ""):
-            result.skipped.append(key)
-        else:
-            bucket.upload_file(path, key)
-            result.uploaded.append(key)
-    return result
-
-
-def _unchanged(obj, size: int, etag: str) -> bool:
-    return obj is not None and obj.size == size and obj.etag == etag
-
-
-def upload_run(run_id: str, spec: RunSpec) -> UploadResult:
-    """Generate a run and upload it to the configured bucket as `run_id`."""
-    from ingest import bucket
+    from tools.upload import upload_run_folder
 
     with tempfile.TemporaryDirectory(prefix="cascade-run-") as tmp:
         folder = Path(tmp) / "run"
         write_run(folder, spec, run_id=run_id, key_prefix=bucket.prefix())
         return upload_run_folder(folder, run_id, skip_unchanged=False)
-
-
-# --- The shipped samples ----------------------------------------------------------------------------
-
-SAMPLES: dict[str, RunSpec] = {
-    "sample__facebook_opt-125m__h100-e2e": RunSpec(kernels=744, contexts=2, seed=125, sample=True),
-    "sample__failed-run": RunSpec(
-        kernels=40,
-        contexts=1,
-        seed=7,
-        status="failed",
-        error="CUDA error: an illegal memory access was encountered (tracer killed during kernel 40)",
-        crashed=True,
-        timeline=False,
-        timing=False,
-        model="facebook/opt-125m",
-        source_gpu="NVIDIA H100 80GB HBM3",
-        suggested_sim_config=None,
-        layers=("step 0 (prefill)",),
-        sample=True,
-    ),
-}
-
-
-def write_samples(directory: Path) -> None:
-    """Regenerate `samples/` (the spec above is the source of truth for the shipped files)."""
-    for run_id, spec in SAMPLES.items():
-        write_run(Path(directory) / run_id, spec, run_id=run_id)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SHOWCASE = "sample__facebook_opt-125m__h100-e2e"
 # The showcase's launches: a prefill step and three decode steps, whose model forward (196
 # launches each) was captured into a CUDA graph and so has no totals in the stats files.
@@ -80,7 +80,7 @@ def assert_samples(traces: list[dict]) -> None:
 
 def test_check_mode_ingests_the_samples_through_the_api_and_stops_everything(demo_env):
     result = subprocess.run(
-        [sys.executable, "-m", "cascade_demo", "--check"],
+        [sys.executable, "-m", "tools.demo", "--check"],
         cwd=ROOT,
         env=demo_env,
         capture_output=True,
@@ -110,7 +110,7 @@ def read_lines(stream, lines: queue.Queue) -> None:
 
 def test_interactive_demo_prints_a_working_curl_command_and_ctrl_c_stops_everything(demo_env):
     demo = subprocess.Popen(
-        [sys.executable, "-m", "cascade_demo"],
+        [sys.executable, "-m", "tools.demo"],
         cwd=ROOT,
         env=demo_env,
         stdout=subprocess.PIPE,

@@ -1,6 +1,5 @@
 """The trace generator writes what the tracer and the profiling harness upload, and Cascade reads it."""
 
-import hashlib
 import json
 import lzma
 import re
@@ -11,9 +10,11 @@ from typing import NamedTuple
 import pytest
 from django.core.management import CommandError, call_command
 
-from ingest import bucket, generator, passes
-from ingest.generator import RunSpec
-from tests.conftest import TEST_BUCKET
+from ingest import bucket, passes
+from tools import generator
+from tools.generator import RunSpec
+from tools.samples import SAMPLES, write_samples
+from tools.tracer_format import STATS_HEADER
 from traces.models import Kernel, Trace, TraceState
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,7 +50,7 @@ def written_launches(stats: Path) -> list[Written]:
 
     Fails unless the launches cover the whole file after the header, byte for byte.
     """
-    body = stats.read_text().removeprefix(generator.STATS_HEADER)
+    body = stats.read_text().removeprefix(STATS_HEADER)
     launches, position = [], 0
     while position < len(body):
         match = LAUNCH.match(body, position)
@@ -147,7 +148,7 @@ def test_stats_files_are_the_tracers_printf_output_byte_for_byte(tmp_path, spec)
     counters = 0  # what the GPU executed since the last ordinary launch's exit
     for index, launch in enumerate(all_launches):
         killed = spec.crashed and index == len(all_launches) - 1
-        header = generator.STATS_HEADER if not expected and launch.ctx not in expected else ""
+        header = STATS_HEADER if not expected and launch.ctx not in expected else ""
         counters += launch.total_insts
         exits = not launch.captured and not killed
         expected[launch.ctx] = expected.get(launch.ctx, header) + tracer_bytes(
@@ -192,7 +193,7 @@ def test_prefill_launches_are_one_row_per_line_and_a_decode_step_runs_together_o
     generator.write_run(run, RunSpec(kernels=342, seed=8))  # the prefill step and one decode step
     (stats,) = stats_files(run)
     lines = stats.read_text().split("\n")
-    assert lines[0] + "\n" == generator.STATS_HEADER and lines[-1] == ""
+    assert lines[0] + "\n" == STATS_HEADER and lines[-1] == ""
     prefill, graph_line, eager = lines[1:142], lines[142], lines[143:-1]
     assert all(V5_ROW.fullmatch(row) for row in prefill), [r for r in prefill if not V5_ROW.fullmatch(r)][:1]
     halves = re.findall(r"kernel-(\d+)-ctx_0x[0-9a-f]+\.trace\.xz, ", graph_line)
@@ -275,7 +276,7 @@ def test_v5_run_has_one_stats_and_kernelslist_per_context_and_the_header_only_in
     ctxs = [f.name.removeprefix("stats_ctx_") for f in files]
     assert all((tmp_path / "run" / "traces" / f"kernelslist_ctx_{ctx}").exists() for ctx in ctxs)
     starts_with_header = [f.read_text().startswith("kernel id, kernel mangled name,") for f in files]
-    first = [f for f in files if f.read_text().startswith(generator.STATS_HEADER)]
+    first = [f for f in files if f.read_text().startswith(STATS_HEADER)]
     assert starts_with_header.count(True) == 1 and len(first) == 1
     per_file = [written_launches(f) for f in files]
     assert sum(map(len, per_file)) == 300
@@ -358,7 +359,7 @@ def test_legacy_run_has_stats_csv_and_kernelslist(tmp_path):
     assert {"traces/stats.csv", "traces/kernelslist"} <= names
     assert not any("ctx_" in name for name in names)
     lines = (run / "traces" / "stats.csv").read_text().splitlines()
-    assert lines[0] + "\n" == generator.STATS_HEADER
+    assert lines[0] + "\n" == STATS_HEADER
     launches = written_launches(run / "traces" / "stats.csv")
     assert len(lines) == 31 and len(launches) == 30
     assert all(re.fullmatch(r"kernel-\d+\.trace", launch.trace_file) and launch.totals for launch in launches)
@@ -381,9 +382,11 @@ def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
 
 
 def test_shipped_samples_are_what_the_generator_makes_and_small(tmp_path):
-    generator.write_samples(tmp_path)
-    for run_id in generator.SAMPLES:
-        assert tree(REPO / "samples" / run_id) == tree(tmp_path / run_id), f"regenerate samples/{run_id}"
+    write_samples(tmp_path)
+    for run_id in SAMPLES:
+        assert tree(REPO / "samples" / run_id) == tree(tmp_path / run_id), (
+            f"regenerate samples/{run_id}: python -m tools.samples"
+        )
     total = sum(p.stat().st_size for p in (REPO / "samples").rglob("*") if p.is_file())
     assert total < 2 * 1024**2
 
@@ -432,12 +435,7 @@ def test_generate_trace_command_refuses_a_folder_with_files(tmp_path):
         call_command("generate_trace", "--out", str(tmp_path / "old-run"), "--kernels", "5")
 
 
-# --- The bucket and Cascade's ingestion ---------------------------------------------------------
-
-
-def keys(s3) -> dict[str, str]:
-    listing = s3.list_objects_v2(Bucket=TEST_BUCKET).get("Contents", [])
-    return {item["Key"]: item["ETag"] for item in listing}
+# --- Uploaded: Cascade's ingestion -----------------------------------------------------------------
 
 
 def test_upload_puts_metadata_last(s3, db, monkeypatch):
@@ -488,69 +486,3 @@ def test_cascade_ingests_generated_runs(s3, db, spec, state, kernels, without_to
         }
         assert unknown.count() == without_totals
         assert not unknown.filter(total_reported_insts__isnull=False).exists()
-
-
-def test_load_samples_uploads_the_samples_once(s3, db, capsys):
-    call_command("load_samples")
-    first = keys(s3)
-    assert f"accelsim-traces/{next(iter(generator.SAMPLES))}/metadata.json" in first
-    local = sum(1 for p in (REPO / "samples").rglob("*") if p.is_file())
-    assert len(first) == local
-    call_command("load_samples")
-    assert keys(s3) == first
-    assert capsys.readouterr().out.count(" 0 uploaded") == len(generator.SAMPLES)
-
-
-def test_load_samples_replaces_only_what_differs(s3, db, tmp_path):
-    generator.write_run(tmp_path / "samples" / "sample__x", RunSpec(kernels=30))
-    call_command("load_samples", "--dir", str(tmp_path / "samples"))
-    before = keys(s3)
-    timing = "accelsim-traces/sample__x/timing.csv"
-    s3.put_object(Bucket=TEST_BUCKET, Key=timing, Body=b"changed")
-    result = generator.upload_run_folder(tmp_path / "samples" / "sample__x", "sample__x")
-    assert result.uploaded == [timing]
-    assert keys(s3) == before
-
-
-def test_samples_become_ready_and_failed_with_their_metadata(s3, db, settings):
-    call_command("load_samples")
-    passes.poll_bucket()
-    opt = Trace.objects.get(pk="sample__facebook_opt-125m__h100-e2e")
-    assert opt.state == TraceState.READY, opt.error
-    assert (opt.model, opt.source_gpu, opt.trace_gpu_arch, opt.suggested_sim_config) == (
-        "facebook/opt-125m",
-        "NVIDIA H100 80GB HBM3",
-        "sm_90",
-        "SM90_H100",
-    )
-    assert opt.layers == ["step 0 (prefill)", "step 2 (decode)", "step 10 (decode)", "step 26 (decode)"]
-    assert opt.kernel_count == 744 and opt.sample and opt.has_real_timing and opt.has_step_timeline
-    assert Kernel.objects.filter(trace=opt).values("ctx").distinct().count() == 2
-    # The three decode steps ran as CUDA graphs: their model forward left launch halves only.
-    assert Kernel.objects.filter(trace=opt, total_insts__isnull=True).count() == 3 * 196
-    failed = Trace.objects.get(pk="sample__failed-run")
-    assert failed.state == TraceState.FAILED and "failed" in failed.error
-
-
-def test_load_samples_follows_the_configured_prefix(s3, db, settings):
-    settings.CASCADE_S3_PREFIX = "elsewhere/traces/"
-    call_command("load_samples")
-    metadata = json.loads(
-        s3.get_object(Bucket=TEST_BUCKET, Key="elsewhere/traces/sample__failed-run/metadata.json")[
-            "Body"
-        ].read()
-    )
-    assert all(f["key"].startswith("elsewhere/traces/sample__failed-run/") for f in metadata["files"])
-    passes.poll_bucket()
-    opt = Trace.objects.get(pk="sample__facebook_opt-125m__h100-e2e")
-    assert (opt.state, opt.kernel_count) == (TraceState.READY, 744), opt.error
-
-
-def test_local_etag_matches_s3_for_small_and_multipart_files(s3, db, tmp_path):
-    small = tmp_path / "small"
-    small.write_bytes(b"x" * 1000)
-    big = tmp_path / "big"
-    big.write_bytes(hashlib.sha256(b"seed").digest() * (generator.MULTIPART_THRESHOLD // 32 + 100))
-    for path in (small, big):
-        bucket.upload_file(path, f"etag/{path.name}")
-        assert keys(s3)[f"etag/{path.name}"] == generator.local_etag(path)

@@ -1,11 +1,12 @@
-"""Write a realistic trace folder of any size: for tests, demos and benchmarks (ingest.generator)."""
+"""Write a realistic trace folder of any size: for tests, demos and benchmarks (tools.generator)."""
 
 import argparse
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ingest import bucket, generator
+from ingest import bucket
+from tools import generator
 
 
 class Command(BaseCommand):

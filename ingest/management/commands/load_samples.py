@@ -2,7 +2,8 @@
 
 For the demo and for real deployments alike: a new installation shows a ready trace and a
 failed one as soon as the poller has run. Idempotent: objects already in the bucket with the
-same size and ETag are not uploaded again, so the traces are not re-parsed.
+same size and ETag are not uploaded again, so the traces are not re-parsed. The folders on
+disk are the samples (`tools/samples.py` is only how they were made), so this needs no generator.
 """
 
 from pathlib import Path
@@ -10,7 +11,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from ingest import bucket, generator
+from ingest import bucket
+from tools.upload import upload_run_folder
 
 
 class Command(BaseCommand):
@@ -34,7 +36,7 @@ class Command(BaseCommand):
         if create_bucket:
             bucket.ensure_bucket()
         for run in runs:
-            result = generator.upload_run_folder(run, run.name)
+            result = upload_run_folder(run, run.name)
             self.stdout.write(
                 f"{bucket.run_prefix(run.name)}: {len(result.uploaded)} uploaded, {len(result.skipped)} unchanged"
             )

@@ -1,0 +1,10 @@
+"""Tools around Cascade, not part of it: what a profiling harness would do, and the demo.
+
+`tracer_format` is the one definition of the stats rows the NVBit tracer writes; `generator`
+writes whole run folders with it (the tests, the samples and the benchmarks use it);
+`upload` puts a run folder into the bucket the way the harness does; `samples` is the spec
+of the shipped `samples/`; `demo` is `python3 run.py demo`. What Cascade runs (the poller,
+the tasks, the API, the admin) never imports from here. Only the operator commands
+`generate_trace` and `load_samples` do: they stay in `ingest/management/commands/`, where
+`manage.py` finds them, and each calls one function here.
+"""
