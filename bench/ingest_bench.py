@@ -2,7 +2,7 @@
 
     DATABASE_URL-free: .venv/bin/python bench/ingest_bench.py [--kernels 200000 1000000] [--contexts 4]
 
-For each size: generate a run (ingest.generator), upload it to an embedded S3, time
+For each size: generate a run (tools.generator), upload it to an embedded S3, time
 `passes.ingest_trace` (list, stream the stats files from S3, parse, COPY into PostgreSQL,
 commit), then time `psql \\copy` of exactly the rows it stored, from a local CSV file: the
 floor for loading those rows, with no S3, no parsing and no Django.
@@ -23,13 +23,10 @@ def psql_copy_seconds(database_url: str, run_id: str) -> float:
     """Export the run's kernel rows to CSV, delete them, and time `\\copy` loading them back."""
     from django.db import connection
 
-    from traces.models import Kernel
+    from traces.models import KERNEL_COLUMNS, Kernel
 
     table = Kernel._meta.db_table
-    columns = (
-        "trace_id, ctx, kernel_id, name, trace_file, grid_x, grid_y, grid_z, block_x, block_y, "
-        "block_z, blocks, threads, total_insts, total_reported_insts, traced"
-    )
+    columns = ", ".join(("trace_id", *KERNEL_COLUMNS))  # what ingestion's COPY writes
     with tempfile.TemporaryDirectory() as tmp:
         csv_path = Path(tmp) / "kernels.csv"
         select = f"SELECT {columns} FROM {table} WHERE trace_id = '{run_id}'"
