@@ -181,6 +181,17 @@ def missing_listed_files(listed: list[dict], files: list[dict], run_prefix: str)
     return missing
 
 
+def listed_keys(listed: list[dict], files: list[dict], run_prefix: str) -> set[str]:
+    """The bucket keys of `files` that metadata.json lists (a full key, or one relative to the run)."""
+    keys = {item["key"] for item in files}
+    found = set()
+    for item in listed:
+        key = item["key"] if item["key"] in keys else run_prefix + item["key"].lstrip("/")
+        if key in keys:
+            found.add(key)
+    return found
+
+
 def failure(metadata: dict) -> str | None:
     """Why the profiler says the run failed, or None for `"status": "ok"`."""
     status = metadata.get("status")

@@ -41,6 +41,7 @@ from ingest.metadata import (
     failure,
     is_sample,
     listed_files,
+    listed_keys,
     missing_listed_files,
     parse_metadata,
     run_fields,
@@ -278,7 +279,9 @@ def needs_decision(trace: Trace, *, reparse: bool = False) -> bool:
     """
     metadata_key = bucket.run_prefix(trace.id) + METADATA_NAME
     if not any(item["key"] == metadata_key for item in trace.files):
-        return False
+        # Unless it sits one folder down: a run name with "/" in it, which fails at once.
+        nested = any(item["key"].endswith("/" + METADATA_NAME) for item in trace.files)
+        return nested and trace.state != TraceState.FAILED
     if reparse:
         return True
     if trace.state == TraceState.PARSING:
@@ -301,6 +304,15 @@ def decide(trace: Trace, objects: list[S3Object], *, progress: Progress | None) 
     S3 trouble raises, for the caller to retry."""
     by_name = {obj.name: obj for obj in objects}
     current = fingerprint(objects)
+    if METADATA_NAME not in by_name:
+        nested = next(name for name in by_name if name.endswith("/" + METADATA_NAME))
+        error = (
+            f"metadata.json is at {trace.id}/{nested}, one folder down: a run's name cannot contain "
+            f"'/' ({trace.id}/{nested.rpartition('/')[0]} here); upload each run into a folder of its own "
+            f"directly under {bucket.prefix() or 'the bucket root'}"
+        )
+        fail(trace, error, current, run=run_fields(None, set(by_name), trace.id))
+        return
     try:
         metadata = read_metadata(by_name[METADATA_NAME])
     except TraceInputError as problem:
@@ -332,8 +344,20 @@ def decide(trace: Trace, objects: list[S3Object], *, progress: Progress | None) 
         fail(trace, profiler_failure, current, run=run)
         return
     run = with_derived_arch_and_config(run)
+    listed = listed_files(metadata)
+    if listed:
+        # Only what the run says it is: files left over from an earlier upload are not read.
+        keys = listed_keys(listed, inventory(objects), bucket.run_prefix(trace.id))
+        objects = [obj for obj in objects if obj.key in keys]
     try:
-        parse_into(trace, objects, current, run=run, progress=progress)
+        parse_into(
+            trace,
+            objects,
+            current,
+            run=run,
+            launches_expected=metadata.get("kernel_count") != 0,
+            progress=progress,
+        )
     except TraceInputError as problem:
         fail(trace, str(problem), current, run=run, parsed=True)
     except (DataError, IntegrityError) as problem:
@@ -409,7 +433,13 @@ def stats_sources(objects: list[S3Object]) -> list[StatsSource]:
 
 
 def parse_into(
-    trace: Trace, objects: list[S3Object], current: str, *, run: dict, progress: Progress | None
+    trace: Trace,
+    objects: list[S3Object],
+    current: str,
+    *,
+    run: dict,
+    launches_expected: bool = True,
+    progress: Progress | None,
 ) -> None:
     sources = stats_sources(objects)
     if not sources:
@@ -425,10 +455,24 @@ def parse_into(
                 )
     services.trace_start_parsing(trace, run=run)
     extra_columns = header_extra_columns(sources)
+    rows = kernel_rows(trace.id, sources, extra_columns, progress)
     count = services.trace_store_kernels(
-        trace, kernel_rows(trace.id, sources, extra_columns, progress), fingerprint=current
+        trace, rows if not launches_expected else at_least_one_launch(rows), fingerprint=current
     )
     logger.info("%s: ready, %d kernels", trace.id, count)
+
+
+def at_least_one_launch(rows: Iterator[tuple]) -> Iterator[tuple]:
+    """`rows`, raising at the end if there were none: a blank stats file is not a run."""
+    empty = True
+    for row in rows:
+        empty = False
+        yield row
+    if empty:
+        raise TraceInputError(
+            "no kernel launches in the stats files; a run that launched none says so with "
+            '"kernel_count": 0 in metadata.json'
+        )
 
 
 def header_extra_columns(sources: list[StatsSource]) -> int:

@@ -203,7 +203,8 @@ def standard_row(match: re.Match, number: int) -> KernelRow | None:
     """The row of a line that matched the standard pattern; None sends it to the full parser."""
     trace_file = match.group(1)
     file_match = TRACE_FILE.fullmatch(trace_file)
-    if file_match is None or int(file_match.group(1)) > INT64_MAX:
+    name = match.group(2).strip()
+    if file_match is None or int(file_match.group(1)) > INT64_MAX or not name:
         return None
     gx, gy, gz, blocks, bx, by, bz, threads, insts, reported = map(int, match.groups()[2:])
     numbers = [gx, gy, gz, bx, by, bz, blocks, threads, insts, reported]
@@ -212,7 +213,7 @@ def standard_row(match: re.Match, number: int) -> KernelRow | None:
     gpu = file_match.group(2)
     return KernelRow(
         int(file_match.group(1)),
-        match.group(2).strip(),
+        name,
         trace_file,
         *numbers,
         None if gpu is None else int(gpu),

@@ -104,3 +104,49 @@ def test_stored_metadata_with_infinity_is_failed_by_the_migration(db, make_trace
     assert inf.error.startswith("metadata.json is not valid JSON")
     assert not Kernel.objects.exists()
     assert Trace.objects.get(pk="fine").state == "ready"
+
+
+# --- Files the run does not list, files with nothing in them, names with "/" (findings 3, 7, 8) --
+
+STATS_HEADER = (
+    "kernel id, kernel mangled name, grid_dimX, grid_dimY, grid_dimZ, #blocks, block_dimX, "
+    "block_dimY, block_dimZ, #threads, total_insts, total_reported_insts\n"
+)
+
+
+def stats(count: int, ctx: str) -> str:
+    row = "kernel-{n}-ctx_{ctx}.trace.xz, _Z1kv, 1, 1, 1, 1, 32, 1, 1, 32, 7,7\n"
+    return STATS_HEADER + "".join(row.format(n=n, ctx=ctx) for n in range(1, count + 1))
+
+
+def test_files_metadata_json_does_not_list_are_not_parsed(db, upload):
+    """A run re-uploaded over an old one: the old run's other context must not be added in."""
+    upload("run", {"traces/stats_ctx_0xa": stats(3, "0xa"), "traces/stats_ctx_0xb": stats(5, "0xb")}, OK)
+    passes.poll_bucket()
+    assert Trace.objects.get(pk="run").kernel_count == 8
+    upload("run", {"traces/stats_ctx_0xc": stats(2, "0xc")}, OK, list_files=True)
+    passes.poll_bucket(trace_id="run")
+    trace = Trace.objects.get(pk="run")
+    assert (trace.state, trace.kernel_count) == (TraceState.READY, 2)
+    assert set(Kernel.objects.values_list("ctx", flat=True)) == {"0xc"}
+
+
+def test_a_stats_file_of_blank_lines_is_not_a_run(db, upload):
+    upload("blank", {"traces/stats_ctx_0x1": "\n" * 1000}, OK)
+    upload("idle", {"traces/stats_ctx_0x1": STATS_HEADER}, {**OK, "kernel_count": 0})
+    passes.poll_bucket()
+    blank = Trace.objects.get(pk="blank")
+    assert blank.state == TraceState.FAILED
+    assert blank.error.startswith("no kernel launches in the stats files")
+    idle = Trace.objects.get(pk="idle")
+    assert (idle.state, idle.kernel_count) == (TraceState.READY, 0), "it says it launched none"
+
+
+def test_a_run_name_with_a_slash_fails_saying_so(db, upload):
+    upload("team/run-7", {"traces/stats_ctx_0x1": stats(1, "0x1")}, OK)
+    passes.poll_bucket()
+    trace = Trace.objects.get(pk="team")
+    assert trace.state == TraceState.FAILED
+    assert trace.error.startswith(
+        "metadata.json is at team/run-7/metadata.json, one folder down: a run's name cannot contain '/'"
+    ), trace.error

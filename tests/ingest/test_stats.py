@@ -283,3 +283,9 @@ def test_a_second_run_appended_to_the_file_is_named_as_such():
         rows(data)
     assert str(problem.value).startswith("line 4: kernel ids start again at 1 after kernel id 2 (line 3)")
     assert "second run" in str(problem.value)
+
+
+def test_a_name_of_spaces_is_empty_on_the_fast_path_too():
+    # Found by the property test: the one-launch fast path took "  " for a name.
+    with pytest.raises(StatsError, match="line 1: the kernel name is empty"):
+        rows(b"kernel-1.trace,  , 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n")
