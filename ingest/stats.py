@@ -297,6 +297,10 @@ def parse_launches(line: str, number: int, *, is_last: bool, extra_columns: int)
         name_start = file_index + 1
         chosen = fallback = None
         for end in range(name_start + 1, len(fields) - LAUNCH_NUMBERS + 1):
+            if TRACE_FILE.fullmatch(fields[end].strip()):
+                # No name holds a trace file's name: the next launch starts here, so this one
+                # ended before it. The search stays within one launch: linear in the line.
+                break
             numbers = fields[end : end + LAUNCH_NUMBERS]
             if not all(map(is_integer, numbers)):
                 continue
