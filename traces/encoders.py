@@ -2,8 +2,8 @@
 
 A trace can hold a million kernels: a serializer object per kernel costs several times
 what encoding tuples with orjson does, and one list of a million dicts costs gigabytes.
-So rows are read in a fixed order, turned into the documented shapes here, and kernels are
-encoded in chunks as they arrive from a server-side cursor.
+So `traces.selectors` reads rows in a fixed order, they are turned into the documented shapes
+here, and kernels are encoded in chunks as they arrive from a server-side cursor.
 """
 
 import json
@@ -12,28 +12,14 @@ from datetime import datetime
 
 import orjson
 
-from traces.models import KERNEL_COLUMNS, KERNEL_ORDER, NO_DEVICE, Kernel, Trace
+from traces.models import NO_DEVICE
+from traces.selectors import TRACE_SUMMARY_COLUMNS
 
-SUMMARY_FIELDS = (
-    "id",
-    "state",
-    "error",
-    "created_at",
-    "updated_at",
-    "model",
-    "layers",
-    "source_gpu",
-    "trace_gpu_arch",
-    "suggested_sim_config",
-    "kernel_count",
-    "bytes",
-    "has_real_timing",
-    "has_step_timeline",
-    "sample",
+_TIMESTAMPS = frozenset(
+    {TRACE_SUMMARY_COLUMNS.index("created_at"), TRACE_SUMMARY_COLUMNS.index("updated_at")}
 )
-DETAIL_FIELDS = (*SUMMARY_FIELDS, "metadata_json")
-_TIMESTAMPS = frozenset({SUMMARY_FIELDS.index("created_at"), SUMMARY_FIELDS.index("updated_at")})
 
+# Kernels per piece of a streamed TraceDetail.
 KERNEL_CHUNK = 2000
 
 
@@ -89,41 +75,24 @@ def kernel_row_to_dict(row: tuple) -> dict:
     return kernel
 
 
-def trace_summaries() -> list[dict]:
-    """Every trace as a TraceSummary, newest first: one query."""
-    rows = Trace.objects.order_by("-created_at", "id").values_list(*SUMMARY_FIELDS)
-    return [trace_row_to_dict(SUMMARY_FIELDS, row) for row in rows]
+def trace_summaries(rows: Iterable[tuple]) -> list[dict]:
+    """TraceSummary objects from `selectors.trace_summary_rows()`."""
+    return [trace_row_to_dict(TRACE_SUMMARY_COLUMNS, row) for row in rows]
 
 
-def trace_detail_head(trace_id: str, *, raw_metadata: bool = True) -> dict | None:
-    """A TraceDetail without its kernels, or None: one query.
+def trace_detail_head(row: tuple, *, raw_metadata: bool = True) -> dict:
+    """A TraceDetail without its kernels, from `selectors.trace_detail_row()`.
 
     `metadata` is the stored JSON text wrapped as an orjson Fragment (embedded as is, in
     metadata.json's key order), or parsed when `raw_metadata` is false (the browsable API).
     """
-    row = Trace.objects.filter(pk=trace_id).values_list(*DETAIL_FIELDS).first()
-    if row is None:
-        return None
-    head = trace_row_to_dict(SUMMARY_FIELDS, row[:-1])
+    head = trace_row_to_dict(TRACE_SUMMARY_COLUMNS, row[:-1])
     metadata_json = row[-1]
     if metadata_json is None:
         head["metadata"] = None
     else:
         head["metadata"] = orjson.Fragment(metadata_json) if raw_metadata else json.loads(metadata_json)
     return head
-
-
-def kernel_rows(trace_id: str, limit: int | None = None) -> Iterator[tuple]:
-    """The trace's kernels in (ctx, kernel_id) order, through a server-side cursor.
-
-    A fork's devices each number their kernels from 1: (ctx, device, kernel_id), the unique index.
-    """
-    rows = Kernel.objects.filter(trace_id=trace_id).order_by(*KERNEL_ORDER).values_list(*KERNEL_COLUMNS)
-    return rows[:limit].iterator(chunk_size=KERNEL_CHUNK)
-
-
-def kernels(trace_id: str, limit: int | None = None) -> list[dict]:
-    return [kernel_row_to_dict(row) for row in kernel_rows(trace_id, limit)]
 
 
 def encode_summaries(summaries: list[dict]) -> bytes:

@@ -7,7 +7,7 @@ from rest_framework.exceptions import NotFound
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from traces import encoders
+from traces import encoders, selectors
 from traces.models import TraceState
 
 # Below this many kernels a detail is sent in one piece, with a Content-Length.
@@ -19,8 +19,9 @@ BROWSABLE_KERNELS_MAX = 1000
 class TraceViewSet(viewsets.ViewSet):
     """Traces as the API reference documents them.
 
-    JSON clients get bytes encoded by `traces.encoders` (no serializer per row); the
-    browsable API gets the same dicts through DRF's renderer.
+    Rows come from `traces.selectors`; JSON clients get them as bytes encoded by
+    `traces.encoders` (no serializer per row), the browsable API as the same dicts through
+    DRF's renderer.
     """
 
     # What operators read on the browsable API's pages (and OPTIONS): the docstring above is
@@ -43,20 +44,21 @@ class TraceViewSet(viewsets.ViewSet):
         return isinstance(request.accepted_renderer, JSONRenderer)
 
     def list(self, request):
-        summaries = encoders.trace_summaries()
+        summaries = encoders.trace_summaries(selectors.trace_summary_rows())
         if self.wants_json(request):
             return HttpResponse(encoders.encode_summaries(summaries), content_type="application/json")
         return Response(summaries)
 
     def retrieve(self, request, trace_id=None):
         wants_json = self.wants_json(request)
-        head = encoders.trace_detail_head(trace_id, raw_metadata=wants_json)
-        if head is None:
+        row = selectors.trace_detail_row(trace_id)
+        if row is None:
             raise NotFound(f"trace {trace_id} not found")
+        head = encoders.trace_detail_head(row, raw_metadata=wants_json)
         ready = head["state"] == TraceState.READY
         if not wants_json:
             return Response(self.browsable_detail(head, ready))
-        rows = encoders.kernel_rows(trace_id) if ready else ()
+        rows = selectors.kernel_rows(trace_id) if ready else ()
         body = encoders.encode_trace_detail(head, rows)
         if ready and head["kernel_count"] > STREAM_KERNELS_ABOVE:
             return StreamingHttpResponse(body, content_type="application/json")
@@ -64,7 +66,8 @@ class TraceViewSet(viewsets.ViewSet):
 
     def browsable_detail(self, head: dict, ready: bool) -> dict:
         """The detail for a person in a browser: the first kernels, and how to get them all."""
-        detail = {**head, "kernels": encoders.kernels(head["id"], BROWSABLE_KERNELS_MAX) if ready else []}
+        rows = selectors.kernel_rows(head["id"], BROWSABLE_KERNELS_MAX) if ready else ()
+        detail = {**head, "kernels": [encoders.kernel_row_to_dict(row) for row in rows]}
         if head["kernel_count"] > BROWSABLE_KERNELS_MAX and ready:
             detail["kernels_shown"] = (
                 f"the first {BROWSABLE_KERNELS_MAX} of {head['kernel_count']} kernels; "
