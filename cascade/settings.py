@@ -149,6 +149,10 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 CASCADE_S3_BUCKET = os.environ.get("CASCADE_S3_BUCKET", "")
 CASCADE_S3_ENDPOINT_URL = os.environ.get("CASCADE_S3_ENDPOINT_URL") or None
 CASCADE_S3_PREFIX = os.environ.get("CASCADE_S3_PREFIX", "accelsim-traces/")
+# Keys per listing request: 1,000 is S3's maximum. The tests list with a few, to page cheaply.
+CASCADE_S3_PAGE_SIZE = env_int("CASCADE_S3_PAGE_SIZE", 1000)
+if CASCADE_S3_PAGE_SIZE < 1:
+    raise ImproperlyConfigured(f"CASCADE_S3_PAGE_SIZE must be at least 1, got {CASCADE_S3_PAGE_SIZE}")
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
@@ -166,6 +170,10 @@ STORAGES = {
 # Ingestion
 CASCADE_UPLOAD_TIMEOUT = env_int("CASCADE_UPLOAD_TIMEOUT", 24 * 3600)
 CASCADE_MAX_STATS_BYTES = env_int("CASCADE_MAX_STATS_BYTES", 2 * 1024**3)
+# A parse reports progress (ingest_traces prints it) every this many kernels.
+CASCADE_PROGRESS_EVERY = env_int("CASCADE_PROGRESS_EVERY", 100_000)
+if CASCADE_PROGRESS_EVERY < 1:
+    raise ImproperlyConfigured(f"CASCADE_PROGRESS_EVERY must be at least 1, got {CASCADE_PROGRESS_EVERY}")
 # What one run's metadata.json may put into every user's responses; past a bound the trace
 # fails with a message that names it (ingest.metadata.MetadataLimits has the reasons).
 CASCADE_METADATA_MAX_BYTES = env_int("CASCADE_METADATA_MAX_BYTES", 8 * 1024**2)
@@ -190,6 +198,18 @@ REST_FRAMEWORK = {
         "rest_framework.renderers.BrowsableAPIRenderer",
     ],
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_THROTTLE_CLASSES": ["traces.throttling.TokenRateThrottle"],
+}
+# Requests one API token may make (a token's own `rate` overrides it); empty: unlimited.
+CASCADE_API_RATE = os.environ.get("CASCADE_API_RATE", "100/second")
+# Throttle counts (and anything else cached) shared by every web worker: Redis in production.
+CASCADE_CACHE_URL = os.environ.get("CASCADE_CACHE_URL", "")
+CACHES = {
+    "default": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CASCADE_CACHE_URL}
+        if CASCADE_CACHE_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
 }
 
 LOGGING = {

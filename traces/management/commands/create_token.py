@@ -1,24 +1,43 @@
 """Issue an API token: `TOKEN=$(python manage.py create_token ci | tail -1)`."""
 
+from datetime import timedelta
+
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from cascade.commands import require_migrated_database
 from traces.models import ApiToken
+from traces.throttling import parse_rate
 
 
 class Command(BaseCommand):
-    help = "Create the API user NAME if needed and print a new Bearer token as the last line."
+    help = "Create the API user NAME if needed and print a new Bearer token (cas_...) as the last line."
 
     def add_arguments(self, parser):
-        parser.add_argument("name", help="the API user the token belongs to")
+        parser.add_argument("name", help="the API user the token belongs to, and the token's name")
+        parser.add_argument("--expires-in", type=int, metavar="DAYS", help="refuse the token after DAYS days")
+        parser.add_argument(
+            "--rate", default="", help='requests it may make, like "100/minute" (CASCADE_API_RATE)'
+        )
 
-    def handle(self, *args, name, **options):
+    def handle(self, *args, name, expires_in, rate, **options):
         require_migrated_database()
+        if expires_in is not None and expires_in <= 0:
+            raise CommandError("--expires-in must be a positive number of days")
+        if rate:
+            try:
+                parse_rate(rate)
+            except ValueError as problem:
+                raise CommandError(str(problem)) from None
         user, created = get_user_model().objects.get_or_create(username=name)
         if created:
             user.set_unusable_password()
             user.save(update_fields=["password"])
-        _, token = ApiToken.issue(user)
-        self.stderr.write(f"{'Created' if created else 'Found'} API user {name!r}; new token:")
+        expires_at = timezone.now() + timedelta(days=expires_in) if expires_in else None
+        record, token = ApiToken.issue(user, name=name, expires_at=expires_at, rate=rate)
+        until = f", expires {expires_at:%Y-%m-%d %H:%M} UTC" if expires_at else ""
+        self.stderr.write(
+            f"{'Created' if created else 'Found'} API user {name!r}; new token {record.prefix}…{until}:"
+        )
         self.stdout.write(token)
