@@ -2,12 +2,21 @@
 
 A trace can hold a million kernels, so nothing here loads them all at once: the API's
 kernels come as `values_list` tuples through a server-side cursor (`traces.encoders` turns
-them into JSON as they arrive).
+them into JSON as they arrive), and the admin's trace page gets its per-context counts, the
+runs its chart draws and the heaviest kernels from two queries. Kernel ids restart at 1 in
+each CUDA context, so "launch order" is (ctx, kernel_id).
 """
 
+import math
 from collections.abc import Iterator
+from dataclasses import dataclass
+
+from django.db import connection
+from django.db.models import BigIntegerField, Count, ExpressionWrapper, F, Max, Min, Q, Sum, Value
 
 from traces.models import KERNEL_COLUMNS, KERNEL_ORDER, Kernel, Trace
+
+# --- the API -------------------------------------------------------------------------
 
 # A TraceSummary's fields in the API reference's order: the columns read, and the JSON keys.
 TRACE_SUMMARY_COLUMNS = (
@@ -51,3 +60,182 @@ def kernel_rows(trace_id: str, limit: int | None = None) -> Iterator[tuple]:
     """
     rows = Kernel.objects.filter(trace_id=trace_id).order_by(*KERNEL_ORDER).values_list(*KERNEL_COLUMNS)
     return rows[:limit].iterator(chunk_size=KERNEL_FETCH_ROWS)
+
+
+# --- the admin's trace page -----------------------------------------------------------
+
+TOP_KERNELS = 10
+
+
+@dataclass(frozen=True)
+class KernelRun:
+    """Consecutive kernel ids of one context, counted together (a bar of the trace's chart)."""
+
+    ctx: str | None
+    first_kernel_id: int
+    last_kernel_id: int
+    kernels: int
+    traced: int
+    counted: int  # the kernels with an instruction count
+    total_insts: int | None
+    max_insts: int | None
+
+
+@dataclass(frozen=True)
+class ContextSummary:
+    ctx: str | None
+    kernels: int
+    traced: int
+    total_insts: int | None
+    first_kernel_id: int
+    last_kernel_id: int
+
+    @property
+    def untraced(self) -> int:
+        return self.kernels - self.traced
+
+
+@dataclass(frozen=True)
+class KernelSummary:
+    contexts: list[ContextSummary]
+    top_kernels: list[Kernel]
+    runs: list[KernelRun]
+
+    @property
+    def kernels(self) -> int:
+        return sum(context.kernels for context in self.contexts)
+
+    @property
+    def traced(self) -> int:
+        return sum(context.traced for context in self.contexts)
+
+    @property
+    def untraced(self) -> int:
+        return self.kernels - self.traced
+
+    @property
+    def total_insts(self) -> int | None:
+        totals = [context.total_insts for context in self.contexts if context.total_insts is not None]
+        return sum(totals) if totals else None
+
+
+def kernel_summary(trace_id: str, *, kernel_count: int, run_count: int) -> KernelSummary:
+    """The per-context counts, the heaviest kernels and about `run_count` runs: two queries.
+
+    One scan groups the kernels into about `run_count` runs of consecutive kernel ids (sized
+    from the trace's `kernel_count`); the context totals are sums of those runs. The top
+    kernels are then looked for only in the runs with the highest maxima, which must hold
+    them, through the (trace, ctx, kernel_id) index.
+    """
+    runs = kernel_runs(trace_id, per_run=max(1, math.ceil(kernel_count / run_count)))
+    if len(runs) > 2 * run_count + 100:  # kernel_count was stale: size the runs from the truth
+        kernels = sum(run.kernels for run in runs)
+        runs = kernel_runs(trace_id, per_run=max(1, math.ceil(kernels / run_count)))
+    return KernelSummary(contexts=context_totals(runs), top_kernels=top_kernels(trace_id, runs), runs=runs)
+
+
+def kernel_runs(trace_id: str, *, per_run: int) -> list[KernelRun]:
+    """The trace's kernels in runs of `per_run` consecutive kernel ids, in launch order."""
+    bucket = ExpressionWrapper((F("kernel_id") - 1) / Value(per_run), output_field=BigIntegerField())
+    rows = (
+        Kernel.objects.filter(trace_id=trace_id)
+        .annotate(bucket=bucket)
+        # No ORDER BY: PostgreSQL then hashes the groups instead of sorting a million rows.
+        .order_by()
+        .values("ctx", "bucket")
+        .annotate(
+            kernels=Count("id"),
+            traced_count=Count("id", filter=Q(traced=True)),
+            counted=Count("total_insts"),
+            insts=Sum("total_insts"),
+            most=Max("total_insts"),
+            first=Min("kernel_id"),
+            last=Max("kernel_id"),
+        )
+    )
+    return [
+        KernelRun(
+            ctx=row["ctx"],
+            first_kernel_id=row["first"],
+            last_kernel_id=row["last"],
+            kernels=row["kernels"],
+            traced=row["traced_count"],
+            counted=row["counted"],
+            total_insts=row["insts"],
+            max_insts=row["most"],
+        )
+        for row in sorted(rows, key=lambda row: (row["ctx"] or "", row["bucket"]))
+    ]
+
+
+def context_totals(runs: list[KernelRun]) -> list[ContextSummary]:
+    contexts: dict[str | None, dict] = {}
+    for run in runs:
+        total = contexts.setdefault(
+            run.ctx,
+            {
+                "kernels": 0,
+                "traced": 0,
+                "insts": None,
+                "first": run.first_kernel_id,
+                "last": run.last_kernel_id,
+            },
+        )
+        total["kernels"] += run.kernels
+        total["traced"] += run.traced
+        if run.total_insts is not None:
+            total["insts"] = (total["insts"] or 0) + run.total_insts
+        total["first"] = min(total["first"], run.first_kernel_id)
+        total["last"] = max(total["last"], run.last_kernel_id)
+    return [
+        ContextSummary(
+            ctx=ctx,
+            kernels=total["kernels"],
+            traced=total["traced"],
+            total_insts=total["insts"],
+            first_kernel_id=total["first"],
+            last_kernel_id=total["last"],
+        )
+        for ctx, total in contexts.items()
+    ]
+
+
+def top_kernels(trace_id: str, runs: list[KernelRun]) -> list[Kernel]:
+    """The TOP_KERNELS kernels with the most instructions.
+
+    Each of them is the maximum of its run or shares a run with a heavier one, so the
+    TOP_KERNELS runs with the highest maxima hold them all.
+    """
+    heaviest = sorted((run for run in runs if run.max_insts is not None), key=lambda run: -run.max_insts)
+    ranges = Q()
+    for run in heaviest[:TOP_KERNELS]:
+        ctx = Q(ctx__isnull=True) if run.ctx is None else Q(ctx=run.ctx)
+        ranges |= ctx & Q(kernel_id__range=(run.first_kernel_id, run.last_kernel_id))
+    if not ranges:
+        return []
+    return list(
+        Kernel.objects.filter(ranges, trace_id=trace_id, total_insts__isnull=False)
+        .order_by("-total_insts", "ctx", "kernel_id")
+        .only("id", "trace_id", "ctx", "kernel_id", "name", "total_insts", "traced")[:TOP_KERNELS]
+    )
+
+
+def trace_contexts(trace_id: str) -> list[str]:
+    """The trace's contexts, skipping along the (trace, ctx, kernel_id) index.
+
+    A recursive query reads one index entry per context, where DISTINCT would read every
+    kernel of the trace.
+    """
+    table = connection.ops.quote_name(Kernel._meta.db_table)
+    sql = f"""
+        WITH RECURSIVE contexts(ctx) AS (
+            SELECT MIN(ctx) FROM {table} WHERE trace_id = %s AND ctx IS NOT NULL
+            UNION ALL
+            SELECT (SELECT MIN(ctx) FROM {table} WHERE trace_id = %s AND ctx > contexts.ctx)
+            FROM contexts WHERE contexts.ctx IS NOT NULL
+        )
+        SELECT ctx FROM contexts WHERE ctx IS NOT NULL
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [trace_id, trace_id])
+        return [row[0] for row in cursor.fetchall()]

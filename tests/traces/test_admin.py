@@ -13,8 +13,9 @@ from django.urls import reverse
 from ingest import passes
 from ingest import reingest as reingest_module
 from ingest.tasks import parse_trace_task
-from traces import admin as traces_admin
-from traces import admin_summary
+from traces import selectors
+from traces.admin import paginators
+from traces.admin.chart import MAX_BARS, instruction_chart
 from traces.models import CURRENT_PARSER_VERSION, Kernel, Trace, TraceState
 
 CHANGELIST = "/admin/traces/trace/"
@@ -296,8 +297,9 @@ def test_chart_groups_consecutive_kernels_past_max_bars(db, make_trace, make_ker
     make_kernels(trace, [n % 7 * 10 for n in range(1, 1001)], ctx="0xa")
     make_kernels(trace, [5] * 200, ctx="0xb")
 
-    summary, chart = admin_summary.kernel_summary(trace.pk, kernel_count=trace.kernel_count)
-    assert len(chart.bars) <= admin_summary.MAX_BARS + 2
+    summary = selectors.kernel_summary(trace.pk, kernel_count=trace.kernel_count, run_count=MAX_BARS)
+    chart = instruction_chart(summary.runs)
+    assert len(chart.bars) <= MAX_BARS + 2
     assert sum(bar.kernels for bar in chart.bars) == 1200
     assert chart.kernels_per_bar == 4
     first = chart.bars[0]
@@ -313,8 +315,8 @@ def test_top_kernels_are_the_heaviest_even_when_they_share_a_bar(db, make_trace,
     values[2000] = 996
     make_kernels(trace, values, ctx="0xa")
 
-    summary, _ = admin_summary.kernel_summary(trace.pk, kernel_count=trace.kernel_count)
-    expected = sorted(values, reverse=True)[: admin_summary.TOP_KERNELS]
+    summary = selectors.kernel_summary(trace.pk, kernel_count=trace.kernel_count, run_count=MAX_BARS)
+    expected = sorted(values, reverse=True)[: selectors.TOP_KERNELS]
     assert [k.total_insts for k in summary.top_kernels] == expected
 
 
@@ -645,7 +647,7 @@ def test_unfiltered_kernel_changelist_uses_the_planner_estimate_on_postgres(
         cursor.execute("ANALYZE traces_kernel")
         cursor.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = 'traces_kernel'::regclass")
         estimate = cursor.fetchone()[0]
-    monkeypatch.setattr(traces_admin, "ESTIMATE_COUNTS_ABOVE", 0)
+    monkeypatch.setattr(paginators, "ESTIMATE_COUNTS_ABOVE", 0)
 
     with CaptureQueriesContext(connection) as captured:
         response = staff_client.get(KERNELS)

@@ -1,149 +1,34 @@
-"""The operators' admin: find a trace, see why it failed, look at its kernels, act.
+"""The trace list and a trace's page, and what an operator can do to a trace.
 
-Traces and kernels come from S3, so both are read-only here; what an operator can do is
-re-ingest a trace (the poller's own code path), mark it failed, or delete it. A trace can
-hold a million kernels: nothing here loads them all, counts them all on every page, or
-lets Django's delete confirmation collect them one by one.
+Nothing is edited here: the bucket is the source of truth. The actions re-ingest a trace
+(the poller's own code path), mark it failed, or delete it. The page summarises the kernels
+from two queries (`traces.selectors.kernel_summary`); deleting counts them instead of
+collecting a million kernels one by one for Django's confirmation page.
 """
 
 import json
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
-from django.contrib.admin.views.main import ChangeList
-from django.core.paginator import Paginator
-from django.db import connection
 from django.template.defaultfilters import filesizeformat
 from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils import timezone
-from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
-from django.utils.text import Truncator
 
-from traces import admin_summary
+from traces import selectors
+from traces.admin.chart import MAX_BARS, instruction_chart
+from traces.admin.display import compact_datetime, nothing_to_parse, state_badge, truncated, upload_notice
+from traces.admin.filters import ParserVersionFilter
 from traces.models import CURRENT_PARSER_VERSION, Kernel, Trace, TraceState
 from traces.services import TraceBusy, trace_delete, trace_mark_failed
 from traces.signals import reingest_requested
-
-# The API's browsable pages, linked from the admin's header and index.
-admin.site.site_url = "/api/traces"
-# The trace and kernel lists need the width (ten columns and more, beside the filters): the
-# sidebar only repeats the index's four links, which the breadcrumbs reach.
-admin.site.enable_nav_sidebar = False
-
-STATE_COLOURS = {
-    TraceState.UPLOADING: "#5b6b7a",
-    TraceState.PARSING: "#b7791f",
-    TraceState.READY: "#2f855a",
-    TraceState.FAILED: "#c53030",
-}
-# Below this many rows an exact COUNT(*) is cheap, and the estimate may be stale.
-ESTIMATE_COUNTS_ABOVE = 100_000
-# An uploading trace's notice names at most this many of the files it waits for.
-WAITING_KEYS_SHOWN = 10
-
-
-def state_badge(state: str):
-    return format_html(
-        '<span class="state-badge state-{}" style="display:inline-block;padding:1px 8px;'
-        'border-radius:9px;color:#fff;background:{};font-weight:600;">{}</span>',
-        state,
-        STATE_COLOURS.get(state, "#5b6b7a"),
-        state,
-    )
-
-
-def truncated(value: str | None, length: int):
-    """`value` cut to `length` characters, the whole of it in a tooltip."""
-    if value is None:
-        return None
-    return format_html('<span title="{}">{}</span>', value, Truncator(value).chars(length))
-
-
-def compact_datetime(value):
-    """Like "2026-11-29 17:26", for the list's date columns: they wrap between date and time only."""
-    if value is None:
-        return None
-    local = timezone.localtime(value)
-    return format_html(
-        '<span class="nowrap" title="{}">{}</span> <span class="nowrap">{}</span>',
-        local.isoformat(timespec="seconds"),
-        local.strftime("%Y-%m-%d"),
-        local.strftime("%H:%M"),
-    )
-
-
-def upload_notice(trace: Trace) -> str | None:
-    """What an uploading trace waits for, for its page; None when it waits for nothing known."""
-    if trace.state != TraceState.UPLOADING:
-        return None
-    if trace.metadata_json is None:
-        return "No metadata.json yet: the upload is still in progress."
-    missing = trace.waiting_for
-    if not missing:
-        return None
-    shown = ", ".join(missing[:WAITING_KEYS_SHOWN])
-    if len(missing) > WAITING_KEYS_SHOWN:
-        shown += f" and {len(missing) - WAITING_KEYS_SHOWN} more"
-    return (
-        f"Waiting for {len(missing)} file(s) listed in metadata.json: {shown} "
-        "(fails CASCADE_UPLOAD_TIMEOUT after the last new file)"
-    )
-
-
-def nothing_to_parse(trace: Trace) -> str:
-    if trace.metadata_json is None:
-        return "still uploading, metadata.json has not landed: nothing to parse yet"
-    return "still uploading, files listed in metadata.json are missing: nothing to parse yet"
 
 
 def kernel_changelist_url(trace_id: str, **filters) -> str:
     return f"{reverse('admin:traces_kernel_changelist')}?{urlencode({'trace': trace_id, **filters})}"
 
 
-class EstimatedCountPaginator(Paginator):
-    """On PostgreSQL, an unfiltered list is counted from the planner's statistics.
-
-    `COUNT(*)` over a million kernels reads the whole table on every page load; the
-    estimate is what `pg_class.reltuples` says since the last ANALYZE (autovacuum keeps it
-    close). Filtered lists are counted exactly: the filter's index makes that cheap.
-    """
-
-    @cached_property
-    def count(self) -> int:
-        queryset = self.object_list
-        if connection.vendor == "postgresql" and not queryset.query.where:
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
-                    [queryset.model._meta.db_table],
-                )
-                row = cursor.fetchone()
-            if row and row[0] > ESTIMATE_COUNTS_ABOVE:
-                return row[0]
-        return super().count
-
-
-class ParserVersionFilter(admin.SimpleListFilter):
-    """Traces an older version of the stats parser read: what `--reparse-outdated` would re-read."""
-
-    title = "parser"
-    parameter_name = "parser"
-
-    def lookups(self, request, model_admin):
-        return [("outdated", "outdated"), ("current", "current")]
-
-    def queryset(self, request, queryset):
-        if self.value() == "outdated":
-            return queryset.filter(parser_version__lt=CURRENT_PARSER_VERSION)
-        if self.value() == "current":
-            return queryset.filter(parser_version=CURRENT_PARSER_VERSION)
-        return queryset
-
-
-@admin.register(Trace)
 class TraceAdmin(admin.ModelAdmin):
     list_display = (
         "id",
@@ -341,7 +226,8 @@ class TraceAdmin(admin.ModelAdmin):
         extra_context = extra_context or {}
         trace = self.get_object(request, unquote(object_id))
         if trace is not None:
-            summary, chart = admin_summary.kernel_summary(trace.id, kernel_count=trace.kernel_count)
+            summary = selectors.kernel_summary(trace.id, kernel_count=trace.kernel_count, run_count=MAX_BARS)
+            chart = instruction_chart(summary.runs)
             extra_context.update(
                 trace=trace,
                 state_badge=state_badge(trace.state),
@@ -435,129 +321,3 @@ class TraceAdmin(admin.ModelAdmin):
                 trace_delete(trace_id, deleted_by=request.user.get_username())
             except TraceBusy as busy:
                 self.message_user(request, f"Trace {trace_id}: not deleted: {busy}", messages.ERROR)
-
-
-class TraceIdFilter(admin.SimpleListFilter):
-    """Kernels of one trace: offered from the trace's page, not as a list of every trace."""
-
-    title = "trace"
-    parameter_name = "trace"
-
-    def lookups(self, request, model_admin):
-        value = self.value()
-        return [(value, value)] if value else []
-
-    def has_output(self) -> bool:
-        return self.value() is not None
-
-    def queryset(self, request, queryset):
-        return queryset.filter(trace_id=self.value()) if self.value() else queryset
-
-
-class ContextFilter(admin.SimpleListFilter):
-    """The contexts of the selected trace; with no trace selected, a list of every context
-    would cost a scan of every kernel."""
-
-    title = "context"
-    parameter_name = "ctx"
-
-    def lookups(self, request, model_admin):
-        trace_id = request.GET.get(TraceIdFilter.parameter_name)
-        if not trace_id:
-            return []
-        return [(ctx, ctx) for ctx in admin_summary.trace_contexts(trace_id)]
-
-    def queryset(self, request, queryset):
-        return queryset.filter(ctx=self.value()) if self.value() else queryset
-
-
-class KernelChangeList(ChangeList):
-    LAUNCH = {"trace_id", "ctx", "device", "kernel_id"}
-
-    def _get_deterministic_ordering(self, ordering):
-        # (trace, ctx, device, kernel_id) is unique, a NULL ctx included (a partial index), which
-        # Django's check cannot see: it would append "-pk" and every page would need a sort.
-        names = {part.lstrip("-") for part in ordering if isinstance(part, str)}
-        if self.LAUNCH <= {"trace_id" if name == "trace" else name for name in names}:
-            return list(ordering)
-        return super()._get_deterministic_ordering(ordering)
-
-
-@admin.register(Kernel)
-class KernelAdmin(admin.ModelAdmin):
-    list_display = (
-        "trace_display",
-        "ctx",
-        "kernel_id",
-        "short_name",
-        "grid",
-        "block",
-        "blocks",
-        "threads",
-        "insts_column",
-        "reported_insts_column",
-        "traced",
-    )
-    list_display_links = ("kernel_id",)
-    list_filter = (TraceIdFilter, ContextFilter, "traced")
-    search_fields = ("name",)
-    raw_id_fields = ("trace",)
-    # Matches the (trace, ctx, device, kernel_id) unique index; the trace's id is shown without a join.
-    ordering = ("trace_id", "ctx", "device", "kernel_id")
-    list_select_related = False
-    paginator = EstimatedCountPaginator
-    show_full_result_count = False
-    show_facets = admin.ShowFacets.NEVER
-    sortable_by = ("trace_display", "ctx", "kernel_id", "insts_column", "traced")
-    list_per_page = 100
-    list_max_show_all = 1000
-
-    def get_changelist(self, request, **kwargs):
-        return KernelChangeList
-
-    def get_list_display(self, request):
-        # One trace's kernels (the trace page links here): its id on every row would only take
-        # the room the names need; the filter shows it.
-        if request.GET.get(TraceIdFilter.parameter_name):
-            return tuple(name for name in self.list_display if name != "trace_display")
-        return self.list_display
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        # Kernels go with their trace: deleting some would make the trace lie.
-        return False
-
-    # Cut values and short headers: grid, block, totals and traced must fit beside the names.
-    @admin.display(description="trace", ordering="trace_id")
-    def trace_display(self, obj: Kernel):
-        return format_html(
-            '<a href="{}" title="{}">{}</a>',
-            reverse("admin:traces_trace_change", args=[quote(obj.trace_id)]),
-            obj.trace_id,
-            Truncator(obj.trace_id).chars(14),
-        )
-
-    @admin.display(description="name", ordering="name")
-    def short_name(self, obj: Kernel):
-        return truncated(obj.name, 26)
-
-    @admin.display(description="insts", ordering="total_insts", empty_value="-")
-    def insts_column(self, obj: Kernel):
-        return None if obj.total_insts is None else f"{obj.total_insts:,}"
-
-    @admin.display(description="reported", ordering="total_reported_insts", empty_value="-")
-    def reported_insts_column(self, obj: Kernel):
-        return None if obj.total_reported_insts is None else f"{obj.total_reported_insts:,}"
-
-    @admin.display(description="grid")
-    def grid(self, obj: Kernel) -> str:
-        return f"{obj.grid_x}×{obj.grid_y}×{obj.grid_z}"
-
-    @admin.display(description="block")
-    def block(self, obj: Kernel) -> str:
-        return f"{obj.block_x}×{obj.block_y}×{obj.block_z}"

@@ -1,0 +1,26 @@
+"""The operators' admin: find a trace, see why it failed, look at its kernels, act.
+
+Traces and kernels come from S3, so both are read-only here; what an operator can do is
+re-ingest a trace (the poller's own code path), mark it failed, or delete it. A trace can
+hold a million kernels: nothing here loads them all, counts them all on every page, or
+lets Django's delete confirmation collect them one by one.
+
+`trace` and `kernel` hold the two ModelAdmins; `display` how values look, `filters` the
+list filters, `paginators` the estimated count, `chart` the trace page's chart geometry.
+The database reads behind the pages are in `traces.selectors`.
+"""
+
+from django.contrib import admin
+
+from traces.admin.kernel import KernelAdmin
+from traces.admin.trace import TraceAdmin
+from traces.models import Kernel, Trace
+
+# The API's browsable pages, linked from the admin's header and index.
+admin.site.site_url = "/api/traces"
+# The trace and kernel lists need the width (ten columns and more, beside the filters): the
+# sidebar only repeats the index's four links, which the breadcrumbs reach.
+admin.site.enable_nav_sidebar = False
+
+admin.site.register(Trace, TraceAdmin)
+admin.site.register(Kernel, KernelAdmin)

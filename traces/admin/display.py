@@ -1,0 +1,71 @@
+"""How the admin shows a trace's values: state badges, cut text, compact dates, notices."""
+
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.text import Truncator
+
+from traces.models import Trace, TraceState
+
+STATE_COLOURS = {
+    TraceState.UPLOADING: "#5b6b7a",
+    TraceState.PARSING: "#b7791f",
+    TraceState.READY: "#2f855a",
+    TraceState.FAILED: "#c53030",
+}
+# An uploading trace's notice names at most this many of the files it waits for.
+WAITING_KEYS_SHOWN = 10
+
+
+def state_badge(state: str):
+    return format_html(
+        '<span class="state-badge state-{}" style="display:inline-block;padding:1px 8px;'
+        'border-radius:9px;color:#fff;background:{};font-weight:600;">{}</span>',
+        state,
+        STATE_COLOURS.get(state, "#5b6b7a"),
+        state,
+    )
+
+
+def truncated(value: str | None, length: int):
+    """`value` cut to `length` characters, the whole of it in a tooltip."""
+    if value is None:
+        return None
+    return format_html('<span title="{}">{}</span>', value, Truncator(value).chars(length))
+
+
+def compact_datetime(value):
+    """Like "2026-11-29 17:26", for the list's date columns: they wrap between date and time only."""
+    if value is None:
+        return None
+    local = timezone.localtime(value)
+    return format_html(
+        '<span class="nowrap" title="{}">{}</span> <span class="nowrap">{}</span>',
+        local.isoformat(timespec="seconds"),
+        local.strftime("%Y-%m-%d"),
+        local.strftime("%H:%M"),
+    )
+
+
+def upload_notice(trace: Trace) -> str | None:
+    """What an uploading trace waits for, for its page; None when it waits for nothing known."""
+    if trace.state != TraceState.UPLOADING:
+        return None
+    if trace.metadata_json is None:
+        return "No metadata.json yet: the upload is still in progress."
+    missing = trace.waiting_for
+    if not missing:
+        return None
+    shown = ", ".join(missing[:WAITING_KEYS_SHOWN])
+    if len(missing) > WAITING_KEYS_SHOWN:
+        shown += f" and {len(missing) - WAITING_KEYS_SHOWN} more"
+    return (
+        f"Waiting for {len(missing)} file(s) listed in metadata.json: {shown} "
+        "(fails CASCADE_UPLOAD_TIMEOUT after the last new file)"
+    )
+
+
+def nothing_to_parse(trace: Trace) -> str:
+    """Why an uploading trace cannot be re-ingested yet."""
+    if trace.metadata_json is None:
+        return "still uploading, metadata.json has not landed: nothing to parse yet"
+    return "still uploading, files listed in metadata.json are missing: nothing to parse yet"

@@ -1,0 +1,57 @@
+"""The list filters: outdated traces, and a trace's kernels by trace and context."""
+
+from django.contrib import admin
+
+from traces import selectors
+from traces.models import CURRENT_PARSER_VERSION
+
+
+class ParserVersionFilter(admin.SimpleListFilter):
+    """Traces an older version of the stats parser read: what `--reparse-outdated` would re-read."""
+
+    title = "parser"
+    parameter_name = "parser"
+
+    def lookups(self, request, model_admin):
+        return [("outdated", "outdated"), ("current", "current")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "outdated":
+            return queryset.filter(parser_version__lt=CURRENT_PARSER_VERSION)
+        if self.value() == "current":
+            return queryset.filter(parser_version=CURRENT_PARSER_VERSION)
+        return queryset
+
+
+class TraceIdFilter(admin.SimpleListFilter):
+    """Kernels of one trace: offered from the trace's page, not as a list of every trace."""
+
+    title = "trace"
+    parameter_name = "trace"
+
+    def lookups(self, request, model_admin):
+        value = self.value()
+        return [(value, value)] if value else []
+
+    def has_output(self) -> bool:
+        return self.value() is not None
+
+    def queryset(self, request, queryset):
+        return queryset.filter(trace_id=self.value()) if self.value() else queryset
+
+
+class ContextFilter(admin.SimpleListFilter):
+    """The contexts of the selected trace; with no trace selected, a list of every context
+    would cost a scan of every kernel."""
+
+    title = "context"
+    parameter_name = "ctx"
+
+    def lookups(self, request, model_admin):
+        trace_id = request.GET.get(TraceIdFilter.parameter_name)
+        if not trace_id:
+            return []
+        return [(ctx, ctx) for ctx in selectors.trace_contexts(trace_id)]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(ctx=self.value()) if self.value() else queryset

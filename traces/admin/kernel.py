@@ -1,0 +1,104 @@
+"""The kernel list: a million rows, read-only, a page at a time from the unique index."""
+
+from django.contrib import admin
+from django.contrib.admin.utils import quote
+from django.contrib.admin.views.main import ChangeList
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.text import Truncator
+
+from traces.admin.display import truncated
+from traces.admin.filters import ContextFilter, TraceIdFilter
+from traces.admin.paginators import EstimatedCountPaginator
+from traces.models import Kernel
+
+
+class KernelChangeList(ChangeList):
+    LAUNCH = {"trace_id", "ctx", "device", "kernel_id"}
+
+    def _get_deterministic_ordering(self, ordering):
+        # (trace, ctx, device, kernel_id) is unique, a NULL ctx included (a partial index), which
+        # Django's check cannot see: it would append "-pk" and every page would need a sort.
+        names = {part.lstrip("-") for part in ordering if isinstance(part, str)}
+        if self.LAUNCH <= {"trace_id" if name == "trace" else name for name in names}:
+            return list(ordering)
+        return super()._get_deterministic_ordering(ordering)
+
+
+class KernelAdmin(admin.ModelAdmin):
+    list_display = (
+        "trace_display",
+        "ctx",
+        "kernel_id",
+        "short_name",
+        "grid",
+        "block",
+        "blocks",
+        "threads",
+        "insts_column",
+        "reported_insts_column",
+        "traced",
+    )
+    list_display_links = ("kernel_id",)
+    list_filter = (TraceIdFilter, ContextFilter, "traced")
+    search_fields = ("name",)
+    raw_id_fields = ("trace",)
+    # Matches the (trace, ctx, device, kernel_id) unique index; the trace's id is shown without a join.
+    ordering = ("trace_id", "ctx", "device", "kernel_id")
+    list_select_related = False
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    sortable_by = ("trace_display", "ctx", "kernel_id", "insts_column", "traced")
+    list_per_page = 100
+    list_max_show_all = 1000
+
+    def get_changelist(self, request, **kwargs):
+        return KernelChangeList
+
+    def get_list_display(self, request):
+        # One trace's kernels (the trace page links here): its id on every row would only take
+        # the room the names need; the filter shows it.
+        if request.GET.get(TraceIdFilter.parameter_name):
+            return tuple(name for name in self.list_display if name != "trace_display")
+        return self.list_display
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        # Kernels go with their trace: deleting some would make the trace lie.
+        return False
+
+    # Cut values and short headers: grid, block, totals and traced must fit beside the names.
+    @admin.display(description="trace", ordering="trace_id")
+    def trace_display(self, obj: Kernel):
+        return format_html(
+            '<a href="{}" title="{}">{}</a>',
+            reverse("admin:traces_trace_change", args=[quote(obj.trace_id)]),
+            obj.trace_id,
+            Truncator(obj.trace_id).chars(14),
+        )
+
+    @admin.display(description="name", ordering="name")
+    def short_name(self, obj: Kernel):
+        return truncated(obj.name, 26)
+
+    @admin.display(description="insts", ordering="total_insts", empty_value="-")
+    def insts_column(self, obj: Kernel):
+        return None if obj.total_insts is None else f"{obj.total_insts:,}"
+
+    @admin.display(description="reported", ordering="total_reported_insts", empty_value="-")
+    def reported_insts_column(self, obj: Kernel):
+        return None if obj.total_reported_insts is None else f"{obj.total_reported_insts:,}"
+
+    @admin.display(description="grid")
+    def grid(self, obj: Kernel) -> str:
+        return f"{obj.grid_x}×{obj.grid_y}×{obj.grid_z}"
+
+    @admin.display(description="block")
+    def block(self, obj: Kernel) -> str:
+        return f"{obj.block_x}×{obj.block_y}×{obj.block_z}"
