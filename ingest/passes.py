@@ -63,7 +63,6 @@ logger = logging.getLogger(__name__)
 Progress = Callable[[str], None]
 
 HEADER_PEEK_BYTES = 4096
-PROGRESS_EVERY = 100_000
 MISSING_KEYS_SHOWN = 10
 UNFINISHED_STATES = (TraceState.UPLOADING, TraceState.PARSING)
 
@@ -243,9 +242,12 @@ def ingest_trace(
         old_state = registered.old_state if registered else trace.state
         if not needs_decision(trace, reparse=reparse):
             return registered
+        decided_on = trace.parsed_fingerprint, trace.kernel_count, trace.error
         decide(trace, objects, progress=progress)
-        if registered is None and trace.state == old_state and not reparse:
+        unchanged = (trace.parsed_fingerprint, trace.kernel_count, trace.error) == decided_on
+        if registered is None and trace.state == old_state and unchanged and not reparse:
             return None
+        # What the trace holds now: a pass reports the parse it just made, not the listing before it.
         return TraceChange(trace_id, old_state, trace.state, trace.kernel_count, trace.bytes, trace.error)
 
 
@@ -517,7 +519,7 @@ def kernel_rows(
                     stream,
                 )
                 count += 1
-                if progress is not None and count % PROGRESS_EVERY == 0:
+                if progress is not None and count % settings.CASCADE_PROGRESS_EVERY == 0:
                     progress(f"{trace_id}: {count} kernels read ({source.stats.name})")
         except stats.StatsError as problem:
             raise TraceInputError(f"{source.stats.name}: {problem}") from None
