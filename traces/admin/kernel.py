@@ -14,11 +14,24 @@ from traces.models import Kernel
 
 
 class KernelChangeList(ChangeList):
+    """Kernels in the (trace, ctx, device, kernel_id) unique index's order, nothing appended.
+
+    Django appends "-pk" to an admin ordering it cannot see is total. This one is (the
+    launch is unique, a NULL ctx included, through a second, partial index), but ChangeList
+    skips any unique constraint with a nullable field, and its only hook is the private
+    `_get_deterministic_ordering`. The public way, "pk" last in `ordering`, still reads
+    kernel_unique_launch, under an Incremental Sort that costs per row a page skips.
+    Measured on PostgreSQL 15 with 1,000,000 kernels (10 traces of 4 contexts), the page
+    query's median in repeated runs, without -> with "pk": page 1 0.2-0.3 ms either way; page
+    100 4-7 -> 11-15 ms; page 5,000 0.28-0.32 -> 0.70-0.88 s; the last page, which the
+    first links to, 0.26-0.67 -> 0.71-1.83 s; page 500 of one trace 12-31 -> 36-80 ms.
+    test_unfiltered_kernel_changelist_uses_the_planner_estimate_on_postgres asserts the
+    plan: a Django without this hook fails that test instead of quietly slowing down.
+    """
+
     LAUNCH = {"trace_id", "ctx", "device", "kernel_id"}
 
     def _get_deterministic_ordering(self, ordering):
-        # (trace, ctx, device, kernel_id) is unique, a NULL ctx included (a partial index), which
-        # Django's check cannot see: it would append "-pk" and every page would need a sort.
         names = {part.lstrip("-") for part in ordering if isinstance(part, str)}
         if self.LAUNCH <= {"trace_id" if name == "trace" else name for name in names}:
             return list(ordering)
