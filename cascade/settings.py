@@ -7,6 +7,7 @@ through the variables documented in the README's configuration table.
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -69,6 +70,20 @@ if env_bool("DJANGO_HTTPS"):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
+    # HTTPS only, and browsers told so for a year (subdomains are the operator's call).
+    SECURE_SSL_REDIRECT = True
+    SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 365 * 24 * 3600)
+    # Subdomains and the browsers' preload list concern the whole domain, not Cascade: the
+    # operator opts in, and `check --deploy` does not nag when they have not.
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS")
+    SECURE_HSTS_PRELOAD = env_bool("DJANGO_HSTS_PRELOAD")
+    SILENCED_SYSTEM_CHECKS = [
+        *(["security.W005"] if not SECURE_HSTS_INCLUDE_SUBDOMAINS else []),
+        *(["security.W021"] if not SECURE_HSTS_PRELOAD else []),
+    ]
+    # The client's address for login throttling: the proxy's X-Forwarded-For, one hop.
+    AXES_IPWARE_PROXY_COUNT = 1
+    AXES_IPWARE_META_PRECEDENCE_ORDER = ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"]
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -78,6 +93,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "axes",
     "traces",
     "ingest",
 ]
@@ -91,7 +107,21 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it answers a locked-out login with 429.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# Password logins (the admin's and the browsable API's forms) are throttled by django-axes:
+# CASCADE_LOGIN_FAILURE_LIMIT wrong passwords for one user from one address lock that pair out
+# for CASCADE_LOGIN_COOLOFF_MINUTES. API tokens are throttled by TokenRateThrottle instead.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("CASCADE_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("CASCADE_LOGIN_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
 
 ROOT_URLCONF = "cascade.urls"
 WSGI_APPLICATION = "cascade.wsgi.application"
