@@ -1,0 +1,27 @@
+"""gunicorn's settings for Cascade, read by `gunicorn cascade.wsgi` from this folder.
+
+Threads, not sync workers: a sync worker is one request at a time, so three clients sending
+their headers a byte every two seconds stopped all three workers, and `--timeout` killed a
+worker (and cut the download) whenever one response took longer than it, which a
+million-launch trace does for any client slower than ~3 MB/s. In the threaded worker the
+timeout only watches that the worker process is alive; a slow download holds one thread, not
+the worker. In front of the Internet, put nginx before gunicorn (docs/production.md): it
+buffers slow clients' requests and responses so that no thread waits on them at all.
+
+Every value can be overridden on the command line or with GUNICORN_CMD_ARGS.
+"""
+
+import os
+
+bind = os.environ.get("CASCADE_BIND", "0.0.0.0:8000")
+worker_class = "gthread"
+workers = int(os.environ.get("CASCADE_WEB_WORKERS", 2))
+threads = int(os.environ.get("CASCADE_WEB_THREADS", 16))
+# The worker must show life this often; requests themselves are not timed (see above).
+timeout = 60
+graceful_timeout = 30
+keepalive = 5
+# Refusals of oversized requests (gunicorn answers 400/414/431 itself, before Django).
+limit_request_line = 8190
+limit_request_fields = 100
+limit_request_field_size = 8190
