@@ -58,6 +58,44 @@ def operator(transactional_db):
     return get_user_model().objects.create_superuser("operator", password="operator-pass-123")
 
 
+def result_rows(browser) -> list[dict[str, str]]:
+    """The change list's rows as shown: each cell's text under its column's header (a sorted
+    column's header also shows its sorting priority, a number)."""
+    return browser.execute_script(
+        """
+        const table = document.getElementById("result_list");
+        const headers = [...table.tHead.rows[0].cells].map(c => c.textContent.trim().replace(/^\\d+\\s*/, ""));
+        return [...table.tBodies[0].rows].map(
+            row => Object.fromEntries([...row.cells].map((cell, i) => [headers[i], cell.innerText.trim()])));
+        """
+    )
+
+
+def fieldset(browser, heading: str):
+    from selenium.webdriver.common.by import By
+
+    return browser.find_element(By.XPATH, f"//fieldset[.//h2[normalize-space()='{heading}']]")
+
+
+def scrolls_in_its_own_box(browser, element) -> bool:
+    """Whether the mouse wheel over `element`'s content scrolls a box inside it, the page
+    staying where it is."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.actions.wheel_input import ScrollOrigin
+
+    box = browser.execute_script(
+        "return [...arguments[0].querySelectorAll('*')].find(e => e.scrollHeight > e.clientHeight + 50)",
+        element,
+    )
+    if box is None:
+        return False
+    browser.execute_script("arguments[0].scrollIntoView({block: 'start'})", box)
+    page_y = browser.execute_script("return window.scrollY")
+    ActionChains(browser).scroll_from_origin(ScrollOrigin.from_element(box), 0, 200).perform()
+    scrolled = browser.execute_script("return arguments[0].scrollTop", box) > 0
+    return scrolled and browser.execute_script("return window.scrollY") == page_y
+
+
 def test_operator_finds_a_failed_trace_and_sees_why(live_server, browser, operator, make_kernels, tmp_path):
     from selenium.webdriver.common.by import By
 
@@ -70,7 +108,6 @@ def test_operator_finds_a_failed_trace_and_sees_why(live_server, browser, operat
         trace_gpu_arch="sm_90",
         suggested_sim_config="SM90_H100",
         error="traces/stats_ctx_0x7f3a: line 4812: expected 12 columns, got 9",
-        metadata_json='{"status": "ok", "model": "llama-7b", "layers": ["attn", "mlp"]}',
         files=[
             {"key": "accelsim-traces/llama.7b+run@2026=11/metadata.json", "bytes": 412, "etag": '"e1"'},
             {
@@ -78,9 +115,25 @@ def test_operator_finds_a_failed_trace_and_sees_why(live_server, browser, operat
                 "bytes": 981234,
                 "etag": '"e2"',
             },
+            # A long run: its file list and metadata.json must not push the page down.
+            *(
+                {
+                    "key": f"accelsim-traces/llama.7b+run@2026=11/traces/kernel-{n}.trace.xz",
+                    "bytes": n,
+                    "etag": '"k"',
+                }
+                for n in range(1, 61)
+            ),
         ],
         bytes=981646,
     )
+    failed.metadata = {
+        "status": "ok",
+        "model": "llama-7b",
+        "layers": ["attn", "mlp"],
+        "files": [{"key": f"traces/kernel-{n}.trace.xz", "bytes": n} for n in range(1, 61)],
+    }
+    failed.save()
     make_kernels(failed, [1000 * (n % 17 + 1) for n in range(1, 41)], ctx="0x7f3a")
 
     browser.get(f"{live_server.url}/admin/")
@@ -93,40 +146,44 @@ def test_operator_finds_a_failed_trace_and_sees_why(live_server, browser, operat
     assert browser.execute_script("return arguments[0].getClientRects().length", api_link) == 1, "it wraps"
 
     browser.find_element(By.LINK_TEXT, "Traces").click()
-    browser.find_element(By.CSS_SELECTOR, "#changelist-filter a[href*='state__exact=failed']").click()
+    # The state filter's "failed".
+    browser.find_element(By.LINK_TEXT, "failed").click()
     browser.save_screenshot(str(tmp_path / "failed-traces.png"))
     # Every column fits a 1400 px window: the list does not scroll sideways.
     assert browser.execute_script(
-        "const r = document.querySelector('#changelist .results'); return r.scrollWidth <= r.clientWidth"
+        "return document.getElementById('result_list').getBoundingClientRect().right"
+        " <= document.documentElement.clientWidth"
     )
-    rows = browser.find_elements(By.CSS_SELECTOR, "#result_list tbody tr")
-    assert [row.find_element(By.CSS_SELECTOR, "th a").text for row in rows] == ["llama.7b+run@2026=11"]
-    badge = rows[0].find_element(By.CSS_SELECTOR, ".state-badge")
-    assert badge.text == "failed"
+    rows = result_rows(browser)
+    assert [(row["Id"], row["State"]) for row in rows] == [("llama.7b+run@2026=11", "failed")]
 
-    rows[0].find_element(By.CSS_SELECTOR, "th a").click()
+    browser.find_element(By.LINK_TEXT, "llama.7b+run@2026=11").click()
     error = browser.find_element(By.ID, "trace-error")
     assert error.is_displayed()
     assert "expected 12 columns, got 9" in error.text
-    metadata = browser.find_element(By.CSS_SELECTOR, "pre.trace-metadata")
-    assert '"layers": [' in metadata.text
+    # metadata.json as written out, line by line, indented.
+    metadata = fieldset(browser, "metadata.json")
+    assert '"layers": [\n    "attn",\n    "mlp"\n  ],' in metadata.text
     # The kernels come first; metadata.json and the files scroll in boxes of their own.
     kernels = browser.find_element(By.ID, "trace-kernels")
     assert kernels.location["y"] < metadata.location["y"]
-    for box in browser.find_elements(By.CSS_SELECTOR, ".trace-scroll"):
-        assert box.value_of_css_property("overflow") == "auto"
-        assert box.value_of_css_property("max-height") != "none"
-    assert metadata.value_of_css_property("white-space") == "pre"
-    assert "traces/stats_ctx_0x7f3a" in browser.find_element(By.CSS_SELECTOR, "table.trace-files").text
+    files = fieldset(browser, "Files")
+    assert scrolls_in_its_own_box(browser, metadata)
+    assert scrolls_in_its_own_box(browser, files)
+    assert "traces/stats_ctx_0x7f3a" in files.text
     contexts = browser.find_element(By.ID, "trace-contexts").text
     assert "0x7f3a" in contexts and "40" in contexts
-    bars = browser.find_elements(By.CSS_SELECTOR, "#trace-chart svg g.bar")
+    # A bar per kernel, each with its tooltip.
+    bars = browser.find_elements(
+        By.XPATH, "//*[@id='trace-chart']//*[local-name()='g'][*[local-name()='title']]"
+    )
     assert len(bars) == 40
     assert (
-        browser.find_element(By.ID, "trace-kernels-link")
+        browser.find_element(By.LINK_TEXT, "Browse them in the kernel list")
         .get_attribute("href")
         .endswith("/admin/traces/kernel/?trace=llama.7b%2Brun%402026%3D11")
     )
+    browser.execute_script("window.scrollTo(0, 0)")
 
     page, chart = tmp_path / "failed-trace.png", tmp_path / "failed-trace-chart.png"
     browser.save_screenshot(str(page))
