@@ -1,14 +1,16 @@
-"""Fixtures shared by every test: API clients with tokens, traces, the database vendor."""
+"""Fixtures shared by every test: API clients with tokens, traces, S3, the database vendor.
 
-import contextlib
+Helpers that tests import (constants, rows, a lock held elsewhere) are in tests/helpers.py.
+"""
+
 import os
-import threading
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
 from rest_framework.test import APIClient
 
+from tests.helpers import TEST_BUCKET
 from traces.models import ApiToken, Trace
 
 
@@ -18,33 +20,6 @@ def on_postgres():
         pytest.skip(
             "needs PostgreSQL (set DATABASE_URL=postgres://...): the test checks PostgreSQL behaviour"
         )
-
-
-@contextlib.contextmanager
-def lock_held_elsewhere(name: str):
-    """`traces.locks.trace_lock(name)` held meanwhile by another thread, on its own connection,
-    as another pass or worker would hold it."""
-    from traces.locks import trace_lock
-
-    held, release = threading.Event(), threading.Event()
-
-    def hold():
-        try:
-            with trace_lock(name) as acquired:
-                assert acquired
-                held.set()
-                release.wait(30)
-        finally:
-            connection.close()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert held.wait(30), f"the other thread could not take the lock {name}"
-        yield
-    finally:
-        release.set()
-        holder.join()
 
 
 @pytest.fixture
@@ -75,8 +50,6 @@ def make_trace(db):
 
 
 # --- S3: moto's server, a real HTTP endpoint on 127.0.0.1 ---------------------------------
-
-TEST_BUCKET = "cascade-test-traces"
 
 
 @pytest.fixture(scope="session")

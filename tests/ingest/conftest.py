@@ -1,26 +1,9 @@
 """Uploading run folders to the test bucket, the way the profiler does."""
 
-from pathlib import Path
-
 import orjson
 import pytest
 
-DATA = Path(__file__).resolve().parent.parent / "data"
-PREFIX = "accelsim-traces/"
-VECADD_CTX = "0x6165bdd7ec90"
-
-
-def stats_row(
-    kernel_id: int, ctx: str | None = VECADD_CTX, name: str = "_Z6vecAddPdS_S_i", insts: int = 50066
-) -> str:
-    trace_file = f"kernel-{kernel_id}-ctx_{ctx}.trace.xz" if ctx else f"kernel-{kernel_id}.trace"
-    return f"{trace_file}, {name}, 98, 1, 1, 98, 1024, 1, 1, 1024, {insts},{insts}\n"
-
-
-STATS_HEADER = (
-    "kernel id, kernel mangled name, grid_dimX, grid_dimY, grid_dimZ, #blocks, block_dimX, "
-    "block_dimY, block_dimZ, #threads, total_insts, total_reported_insts\n"
-)
+from tests.helpers import DATA, PREFIX, TEST_BUCKET, VECADD_CTX
 
 
 @pytest.fixture
@@ -30,7 +13,6 @@ def upload(s3):
     Objects first, metadata.json last (as the profiler does); `metadata=None` leaves the
     upload unfinished. With `list_files=True` metadata.json lists every object it follows.
     """
-    from tests.conftest import TEST_BUCKET
 
     def put(run_id: str, files: dict, metadata=None, list_files: bool = False) -> None:
         listed = []

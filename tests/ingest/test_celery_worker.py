@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from celery import Celery
 
-from tests.ingest.conftest import STATS_HEADER, stats_row
+from tests.helpers import STATS_HEADER, stats_row
 from traces.models import Kernel, Trace, TraceState
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

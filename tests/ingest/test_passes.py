@@ -13,8 +13,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from ingest import bucket, passes
-from tests.conftest import lock_held_elsewhere
-from tests.ingest.conftest import PREFIX, STATS_HEADER, VECADD_CTX, stats_row
+from tests.helpers import PREFIX, STATS_HEADER, TEST_BUCKET, VECADD_CTX, lock_held_elsewhere, stats_row
 from traces.models import DeletedTrace, Kernel, Trace, TraceState
 from traces.services import TraceBusy, trace_delete, trace_mark_failed
 
@@ -196,8 +195,6 @@ def test_profiler_failure(db, upload, vecadd_files):
 
 
 def test_waits_for_every_listed_file(db, upload, vecadd_files, s3):
-    from tests.conftest import TEST_BUCKET
-
     stats_key = f"traces/stats_ctx_{VECADD_CTX}"
     listed = [{"key": f"{PREFIX}run/{name}", "bytes": len(body)} for name, body in vecadd_files.items()]
     partial = {name: body for name, body in vecadd_files.items() if name != stats_key}

@@ -3,12 +3,9 @@
 import pytest
 
 from ingest.stats import KernelRow, StatsError, parse_kernelslist_lines, parse_stats_lines
-from tests.ingest.conftest import DATA
+from tests.helpers import DATA, STATS_HEADER
 
-HEADER = (
-    b"kernel id, kernel mangled name, grid_dimX, grid_dimY, grid_dimZ, #blocks, block_dimX, "
-    b"block_dimY, block_dimZ, #threads, total_insts, total_reported_insts\n"
-)
+HEADER = STATS_HEADER.encode()
 
 
 def rows(text: bytes, **options) -> list[KernelRow]:

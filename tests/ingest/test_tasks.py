@@ -12,7 +12,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from cascade import celery_app
 from ingest import passes, tasks
 from ingest.tasks import MAX_RETRIES, parse_trace_task, poll_bucket_task
-from tests.conftest import lock_held_elsewhere
+from tests.helpers import lock_held_elsewhere
 from traces.models import Kernel, Trace, TraceState
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from ingest import bucket, passes
-from tests.ingest.conftest import DATA, STATS_HEADER
+from tests.helpers import DATA, STATS_HEADER
 from traces.models import CURRENT_PARSER_VERSION, Kernel, Trace, TraceState, files_fingerprint
 
 REAL = DATA / "real-tracer"

@@ -7,7 +7,7 @@ from pathlib import Path
 from django.core.management import call_command
 
 from ingest import bucket, passes
-from tests.conftest import TEST_BUCKET
+from tests.helpers import TEST_BUCKET
 from tools.generator import RunSpec, write_run
 from tools.samples import SAMPLES
 from tools.upload import MULTIPART_THRESHOLD, local_etag, upload_run_folder
