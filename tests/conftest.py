@@ -54,21 +54,28 @@ def make_trace(db):
 
 @pytest.fixture(scope="session")
 def s3_server():
-    """moto's S3 server on a free port, for the whole session (reset before each test)."""
+    """moto's S3 server on a free port, for the whole session (reset before each test).
+
+    Sets fake AWS credentials in os.environ meanwhile (boto3 reads them there, and child
+    processes inherit them); the environment is restored when the session ends.
+    """
     from moto.server import ThreadedMotoServer
 
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        os.environ[name] = value
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_SESSION_TOKEN": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }.items():
+            patch.setenv(name, value)
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        try:
+            host, port = server.get_host_and_port()
+            yield f"http://{host}:{port}"
+        finally:
+            server.stop()
 
 
 @pytest.fixture
