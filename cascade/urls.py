@@ -12,3 +12,7 @@ urlpatterns = [
     path("api/", include("traces.urls")),
     path("api-auth/", include("rest_framework.urls")),
 ]
+
+# Errors that no view answers: JSON under /api/, Django's pages elsewhere.
+handler404 = "traces.errors.not_found"
+handler500 = "traces.errors.server_error"

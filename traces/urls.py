@@ -1,5 +1,7 @@
+from django.urls import re_path
 from rest_framework.routers import SimpleRouter
 
+from traces.errors import api_not_found
 from traces.views import TraceViewSet
 
 router = SimpleRouter()
@@ -7,4 +9,8 @@ router = SimpleRouter()
 router.trailing_slash = "/?"
 router.register("traces", TraceViewSet, basename="trace")
 
-urlpatterns = router.urls
+urlpatterns = [
+    *router.urls,
+    # Last: whatever else is asked of /api/ gets a JSON 404, not Django's HTML page.
+    re_path(r"^(?P<path>.*)$", api_not_found),
+]

@@ -51,7 +51,8 @@ class TraceViewSet(viewsets.ViewSet):
 
     def retrieve(self, request, trace_id=None):
         wants_json = self.wants_json(request)
-        row = selectors.trace_detail_row(trace_id)
+        # No S3 key holds a NUL (PostgreSQL's text cannot either): a trace that cannot exist.
+        row = None if "\x00" in trace_id else selectors.trace_detail_row(trace_id)
         if row is None:
             raise NotFound(f"trace {trace_id} not found")
         head = encoders.trace_detail_head(row, raw_metadata=wants_json)
