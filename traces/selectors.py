@@ -8,13 +8,14 @@ each CUDA context, so "launch order" is (ctx, kernel_id).
 """
 
 import math
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import BigIntegerField, Count, ExpressionWrapper, F, Max, Min, Q, Sum, Value
 
-from traces.models import KERNEL_COLUMNS, KERNEL_ORDER, Kernel, Trace
+from traces.models import KERNEL_COLUMNS, KERNEL_ORDER, Kernel, Trace, TraceState
 
 # --- the API -------------------------------------------------------------------------
 
@@ -60,6 +61,49 @@ def kernel_rows(trace_id: str, limit: int | None = None) -> Iterator[tuple]:
     """
     rows = Kernel.objects.filter(trace_id=trace_id).order_by(*KERNEL_ORDER).values_list(*KERNEL_COLUMNS)
     return rows[:limit].iterator(chunk_size=KERNEL_FETCH_ROWS)
+
+
+# A trace serves the kernels of its last parse while ready, and while a new parse of it runs
+# (they are replaced in one transaction when it commits); never those of no parse.
+SERVES_KERNELS = (TraceState.READY, TraceState.PARSING)
+STATE_COLUMN = TRACE_DETAIL_COLUMNS.index("state")
+
+
+def trace_detail_snapshot(trace_id: str, limit: int | None = None) -> tuple[tuple | None, Iterator[tuple]]:
+    """The trace's detail row and its kernels, read from one snapshot of the database.
+
+    Read separately, a detail could say `kernel_count` 1000 and stream 3000 kernels that a
+    parse committed in between. On PostgreSQL the row is read and the kernels' cursor
+    declared in one REPEATABLE READ transaction; the cursor is held past its commit (WITH
+    HOLD), so the response streams rows of that snapshot however long the client takes.
+    """
+    if connection.vendor != "postgresql":
+        row = trace_detail_row(trace_id)
+        serves = row is not None and row[STATE_COLUMN] in SERVES_KERNELS
+        return row, kernel_rows(trace_id, limit) if serves else iter(())
+    kernels = Kernel.objects.filter(trace_id=trace_id).order_by(*KERNEL_ORDER).values_list(*KERNEL_COLUMNS)
+    sql, params = kernels[:limit].query.sql_with_params()
+    # Inside a caller's transaction (a test's), its snapshot rules: the level is set only
+    # as a transaction's first statement.
+    own_transaction = not connection.in_atomic_block
+    with transaction.atomic():
+        if own_transaction:
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        row = trace_detail_row(trace_id)
+        if row is None or row[STATE_COLUMN] not in SERVES_KERNELS:
+            return row, iter(())
+        held = connection.connection.cursor(name=f"kernels_{uuid.uuid4().hex}", withhold=True)
+        held.itersize = KERNEL_FETCH_ROWS
+        held.execute(sql, params)
+    return row, _held_rows(held)
+
+
+def _held_rows(cursor) -> Iterator[tuple]:
+    try:
+        yield from cursor
+    finally:
+        cursor.close()
 
 
 # --- the admin's trace page -----------------------------------------------------------

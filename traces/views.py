@@ -8,7 +8,6 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 from traces import encoders, selectors
-from traces.models import TraceState
 
 # Below this many kernels a detail is sent in one piece, with a Content-Length.
 STREAM_KERNELS_ABOVE = 5000
@@ -51,25 +50,25 @@ class TraceViewSet(viewsets.ViewSet):
 
     def retrieve(self, request, trace_id=None):
         wants_json = self.wants_json(request)
-        # No S3 key holds a NUL (PostgreSQL's text cannot either): a trace that cannot exist.
-        row = None if "\x00" in trace_id else selectors.trace_detail_row(trace_id)
+        if "\x00" in trace_id:
+            # No S3 key holds a NUL (PostgreSQL's text cannot either): a trace that cannot exist.
+            raise NotFound(f"trace {trace_id} not found")
+        limit = None if wants_json else BROWSABLE_KERNELS_MAX
+        row, rows = selectors.trace_detail_snapshot(trace_id, limit)
         if row is None:
             raise NotFound(f"trace {trace_id} not found")
         head = encoders.trace_detail_head(row, raw_metadata=wants_json)
-        ready = head["state"] == TraceState.READY
         if not wants_json:
-            return Response(self.browsable_detail(head, ready))
-        rows = selectors.kernel_rows(trace_id) if ready else ()
+            return Response(self.browsable_detail(head, rows))
         body = encoders.encode_trace_detail(head, rows)
-        if ready and head["kernel_count"] > STREAM_KERNELS_ABOVE:
+        if head["state"] in selectors.SERVES_KERNELS and head["kernel_count"] > STREAM_KERNELS_ABOVE:
             return StreamingHttpResponse(body, content_type="application/json")
         return HttpResponse(b"".join(body), content_type="application/json")
 
-    def browsable_detail(self, head: dict, ready: bool) -> dict:
+    def browsable_detail(self, head: dict, rows) -> dict:
         """The detail for a person in a browser: the first kernels, and how to get them all."""
-        rows = selectors.kernel_rows(head["id"], BROWSABLE_KERNELS_MAX) if ready else ()
         detail = {**head, "kernels": [encoders.kernel_row_to_dict(row) for row in rows]}
-        if head["kernel_count"] > BROWSABLE_KERNELS_MAX and ready:
+        if head["kernel_count"] > len(detail["kernels"]) and detail["kernels"]:
             detail["kernels_shown"] = (
                 f"the first {BROWSABLE_KERNELS_MAX} of {head['kernel_count']} kernels; "
                 "?format=json (or an Accept: application/json client) returns them all"

@@ -1,0 +1,74 @@
+"""A trace being parsed again keeps serving, and a detail is one snapshot (issue 12, finding 2).
+
+Before: a re-parse took a ready trace offline (`parsing`, `kernels: []`) until it finished, and
+one response said `kernel_count` 1000 while streaming 3000 kernels that a parse committed
+between the two reads.
+"""
+
+import threading
+
+import orjson
+import pytest
+from django.db import connection, connections
+from rest_framework.test import APIClient
+
+from traces import selectors, services
+from traces.models import Kernel, Trace, TraceState
+
+
+def kernel_rows(count: int, name: str) -> list[tuple]:
+    # (ctx, kernel_id, name, trace_file, grid xyz, block xyz, blocks, threads, totals, traced, device, stream)
+    return [
+        ("0x1", n, name, f"kernel-{n}-ctx_0x1.trace.xz", 1, 1, 1, 32, 1, 1, 1, 32, 7, 7, False, -1, None)
+        for n in range(1, count + 1)
+    ]
+
+
+def store(trace_id: str, count: int, name: str) -> None:
+    trace = Trace.objects.get(pk=trace_id)
+    services.trace_start_parsing(trace, run={})
+    services.trace_store_kernels(trace, iter(kernel_rows(count, name)), fingerprint="f")
+
+
+def test_a_re_parse_says_parsing_and_keeps_serving_the_last_kernels(api, make_trace):
+    make_trace("run")
+    store("run", 3, "_Z3oldv")
+    services.trace_start_parsing(Trace.objects.get(pk="run"), run={})  # a pass starts reading again
+
+    detail = api.get("/api/traces/run").json()
+    assert (detail["state"], detail["kernel_count"]) == ("parsing", 3)
+    assert [k["name"] for k in detail["kernels"]] == ["_Z3oldv"] * 3
+    listed = api.get("/api/traces").json()[0]
+    assert (listed["state"], listed["kernel_count"]) == ("parsing", 3)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_detail_reads_its_trace_and_kernels_in_one_snapshot(api_token, make_trace, monkeypatch):
+    if connection.vendor != "postgresql":
+        pytest.skip("the snapshot is PostgreSQL's REPEATABLE READ")
+    make_trace("run", state=TraceState.READY)
+    store("run", 1000, "_Z3oldv")
+    read_row = selectors.trace_detail_row
+
+    def row_then_a_parse_commits(trace_id):
+        row = read_row(trace_id)
+
+        def parse_elsewhere():
+            try:
+                store("run", 3000, "_Z3newv")
+            finally:
+                connections.close_all()
+
+        writer = threading.Thread(target=parse_elsewhere)
+        writer.start()
+        writer.join(30)
+        return row
+
+    monkeypatch.setattr(selectors, "trace_detail_row", row_then_a_parse_commits)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {api_token}")
+    detail = orjson.loads(client.get("/api/traces/run").content)
+    assert Kernel.objects.filter(trace_id="run").count() == 3000, "the parse did commit meanwhile"
+    assert detail["kernel_count"] == len(detail["kernels"]) == 1000
+    assert {k["name"] for k in detail["kernels"]} == {"_Z3oldv"}
