@@ -8,10 +8,19 @@ import os
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
+from django.test import override_settings
 from rest_framework.test import APIClient
 
 from tests.helpers import TEST_BUCKET
 from traces.models import ApiToken, Trace
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fast_password_hashing():
+    """MD5 instead of PBKDF2 for the users tests create: PBKDF2 is slow on purpose, and the
+    suite creates a user for most admin tests. Production settings are untouched."""
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
+        yield
 
 
 @pytest.fixture
