@@ -62,11 +62,17 @@ def bucket_name() -> str:
     return traces_storage().bucket_name
 
 
+def paging() -> dict:
+    """`CASCADE_S3_PAGE_SIZE` keys per listing request (S3 returns at most 1,000)."""
+    return {"PageSize": settings.CASCADE_S3_PAGE_SIZE}
+
+
 def list_run_ids() -> Iterator[str]:
     """The run folders under the prefix: one entry per run, whatever each holds."""
     paginator = client().get_paginator("list_objects_v2")
     base = prefix()
-    for page in paginator.paginate(Bucket=bucket_name(), Prefix=base, Delimiter="/"):
+    pages = paginator.paginate(Bucket=bucket_name(), Prefix=base, Delimiter="/", PaginationConfig=paging())
+    for page in pages:
         for common in page.get("CommonPrefixes", ()):
             run_id = common["Prefix"][len(base) :].rstrip("/")
             if run_id:
@@ -80,7 +86,9 @@ def list_run_objects(run_id: str) -> list[S3Object]:
         S3Object(
             key=item["Key"], size=item["Size"], etag=item["ETag"], last_modified=item.get("LastModified")
         )
-        for page in paginator.paginate(Bucket=bucket_name(), Prefix=run_prefix(run_id))
+        for page in paginator.paginate(
+            Bucket=bucket_name(), Prefix=run_prefix(run_id), PaginationConfig=paging()
+        )
         for item in page.get("Contents", ())
     ]
     return sorted(objects, key=lambda obj: obj.key)

@@ -307,14 +307,26 @@ def test_demangled_names_negative_values_crlf_and_unfinished_last_row(db, upload
     ]
 
 
-def test_more_than_a_thousand_objects(db, upload):
-    files = {f"traces/kernel-{n}-ctx_0xaaaa.trace.xz": b"x" for n in range(1, 1101)}
-    files["traces/stats_ctx_0xaaaa"] = STATS_HEADER + "".join(stats_row(n, "0xaaaa") for n in range(1, 1101))
-    upload("big", files, metadata=OK)
+def test_listings_longer_than_a_page_are_read_to_the_end(db, upload, settings):
+    """S3 lists at most 1,000 keys a request (CASCADE_S3_PAGE_SIZE): both the bucket's run folders
+    and a run's objects are followed from page to page. Pages of 2 here, as 1,000 would need 1,001
+    uploads to be tested."""
+    settings.CASCADE_S3_PAGE_SIZE = 2
+    files = {f"traces/kernel-{n}-ctx_0xaaaa.trace.xz": b"x" for n in range(1, 6)}
+    files["traces/stats_ctx_0xaaaa"] = STATS_HEADER + "".join(stats_row(n, "0xaaaa") for n in range(1, 6))
+    runs = ["big-1", "big-2", "big-3", "big-4", "big-5"]
+    for run_id in runs:
+        upload(run_id, files, metadata=OK)
+    requests = []
+    bucket.client().meta.events.register("before-call.s3.ListObjectsV2", lambda **_: requests.append(1))
+    assert list(bucket.list_run_ids()) == runs
+    assert len(bucket.list_run_objects("big-1")) == 7
+    assert len(requests) == 3 + 4, "pages of 2 keys: 5 folders in 3 requests, 7 objects in 4"
     passes.poll_bucket()
-    trace = Trace.objects.get(pk="big")
-    assert (trace.state, trace.kernel_count) == (TraceState.READY, 1100)
-    assert len(trace.files) == 1102
+    assert sorted(Trace.objects.values_list("id", flat=True)) == runs
+    trace = Trace.objects.get(pk="big-5")
+    assert (trace.state, trace.kernel_count) == (TraceState.READY, 5)
+    assert len(trace.files) == 7
     assert trace.bytes == sum(
         len(b) if isinstance(b, bytes) else len(b.encode()) for b in files.values()
     ) + len(b'{"status":"ok","trace_gpu_arch":"sm_86"}')
