@@ -9,39 +9,50 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# Each test starts manage.py as a new user would.
+pytestmark = pytest.mark.slow
 
-def manage(tmp_path, *args, **env) -> subprocess.CompletedProcess:
+
+def manage(var_dir: Path, *args, **env) -> subprocess.CompletedProcess:
+    """manage.py on embedded defaults, keeping its SQLite database (and key) in `var_dir`."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("CASCADE_", "DATABASE_URL", "DJANGO_"))}
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=ROOT,
-        env={**clean, "CASCADE_VAR_DIR": str(tmp_path / "var"), **env},
+        env={**clean, "CASCADE_VAR_DIR": str(var_dir), **env},
         capture_output=True,
         text=True,
         timeout=60,
     )
 
 
+@pytest.fixture(scope="module")
+def migrated(tmp_path_factory) -> Path:
+    """A var dir whose embedded database is migrated, once for the tests below: they only read it."""
+    var_dir = tmp_path_factory.mktemp("migrated") / "var"
+    result = manage(var_dir, "migrate", "-v", "0")
+    assert result.returncode == 0, result.stderr
+    return var_dir
+
+
 @pytest.mark.parametrize("args", [["create_token", "me"], ["ingest_traces"]])
 def test_an_unmigrated_database_says_to_migrate(tmp_path, args):
-    result = manage(tmp_path, *args, CASCADE_S3_BUCKET="some-bucket")
+    result = manage(tmp_path / "var", *args, CASCADE_S3_BUCKET="some-bucket")
     assert result.returncode == 1
     assert "has no tables yet: run `python manage.py migrate` first" in result.stderr
     assert "Traceback" not in result.stderr
 
 
-def test_ingest_without_a_bucket_says_which_variable(tmp_path):
-    assert manage(tmp_path, "migrate", "-v", "0").returncode == 0
-    result = manage(tmp_path, "ingest_traces")
+def test_ingest_without_a_bucket_says_which_variable(migrated):
+    result = manage(migrated, "ingest_traces")
     assert result.returncode == 1
     assert "CASCADE_S3_BUCKET is not set" in result.stderr
     assert "Traceback" not in result.stderr
 
 
-def test_ingest_with_an_unreachable_endpoint_says_so(tmp_path):
-    assert manage(tmp_path, "migrate", "-v", "0").returncode == 0
+def test_ingest_with_an_unreachable_endpoint_says_so(migrated):
     result = manage(
-        tmp_path,
+        migrated,
         "ingest_traces",
         CASCADE_S3_BUCKET="b",
         CASCADE_S3_ENDPOINT_URL="http://127.0.0.1:9",

@@ -41,6 +41,7 @@ def test_the_right_password_logs_in_and_clears_the_count(client, operator, form)
     assert response.status_code == 302
 
 
+@pytest.mark.slow  # starts manage.py
 def test_production_settings_pass_check_deploy(tmp_path):
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "CASCADE_"))},
