@@ -11,6 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from botocore.config import Config as BotoConfig
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -193,6 +194,14 @@ STORAGES = {
             "endpoint_url": CASCADE_S3_ENDPOINT_URL,
             "region_name": os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION"),
             "location": "",
+            # A stalled S3 call times out after CASCADE_S3_READ_TIMEOUT seconds without a byte
+            # and is retried (logged: ingest.bucket) up to CASCADE_S3_MAX_ATTEMPTS tries in all;
+            # then the pass reports the trace and the next pass tries again.
+            "client_config": BotoConfig(
+                connect_timeout=env_int("CASCADE_S3_CONNECT_TIMEOUT", 5),
+                read_timeout=env_int("CASCADE_S3_READ_TIMEOUT", 10),
+                retries={"max_attempts": env_int("CASCADE_S3_MAX_ATTEMPTS", 5), "mode": "standard"},
+            ),
         },
     },
 }
@@ -200,6 +209,9 @@ STORAGES = {
 # Ingestion
 CASCADE_UPLOAD_TIMEOUT = env_int("CASCADE_UPLOAD_TIMEOUT", 24 * 3600)
 CASCADE_MAX_STATS_BYTES = env_int("CASCADE_MAX_STATS_BYTES", 2 * 1024**3)
+# A stats line longer than this fails its trace at once (the longest real kernel name is a
+# few kilobytes; a line of a CUDA graph's run-together launches holds about 400 bytes each).
+CASCADE_MAX_STATS_LINE = env_int("CASCADE_MAX_STATS_LINE", 16 * 1024**2)
 # A parse reports progress (ingest_traces prints it) every this many kernels.
 CASCADE_PROGRESS_EVERY = env_int("CASCADE_PROGRESS_EVERY", 100_000)
 if CASCADE_PROGRESS_EVERY < 1:

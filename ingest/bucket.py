@@ -6,6 +6,10 @@ through boto3's paginator, since `Storage.listdir` gives neither sizes nor ETags
 objects are read as streams so that a large stats file never sits in memory.
 """
 
+import logging
+import threading
+import time
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,6 +20,73 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.files.storage import storages
 
 READ_CHUNK = 1024 * 1024
+
+logger = logging.getLogger(__name__)
+
+
+class LineTooLong(ValueError):
+    """An object with a line longer than allowed: not a stats file (or a hostile one)."""
+
+
+# --- What a pass costs: S3 requests counted by botocore's own events ---------------------------
+
+
+class S3Meter:
+    """Requests sent and seconds spent waiting for their responses, across every thread's client."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.requests = 0
+        self.seconds = 0.0
+
+    def add(self, seconds: float) -> None:
+        with self._lock:
+            self.requests += 1
+            self.seconds += seconds
+
+    def snapshot(self) -> tuple[int, float]:
+        with self._lock:
+            return self.requests, self.seconds
+
+
+meter = S3Meter()
+_metered_clients: "weakref.WeakSet" = weakref.WeakSet()
+_sent_at = threading.local()
+
+
+def _before_send(request=None, **kwargs):
+    _sent_at.value = time.monotonic()
+
+
+def _after_response(**kwargs):
+    started = getattr(_sent_at, "value", None)
+    if started is not None:
+        meter.add(time.monotonic() - started)
+        _sent_at.value = None
+
+
+def _log_retry(attempts=None, caught_exception=None, response=None, operation=None, **kwargs):
+    """Says why S3 is retried: a stalled read (CASCADE_S3_READ_TIMEOUT), a reset, a 5xx, SlowDown."""
+    if caught_exception is not None:
+        reason = f"{type(caught_exception).__name__}: {caught_exception}"
+    elif response is not None and response[1].get("Error"):
+        reason = (
+            f"{response[1]['Error'].get('Code')} ({response[1]['ResponseMetadata'].get('HTTPStatusCode')})"
+        )
+    else:
+        return None
+    logger.warning("S3 %s, attempt %s: %s", getattr(operation, "name", "request"), attempts, reason)
+    return None  # botocore's own retry handler decides
+
+
+def _metered(s3):
+    if s3 not in _metered_clients:
+        events = s3.meta.events
+        events.register("before-send.s3", _before_send)
+        events.register("response-received.s3", _after_response)
+        events.register("needs-retry.s3", _log_retry)
+        _metered_clients.add(s3)
+    return s3
 
 
 @dataclass(frozen=True)
@@ -55,7 +126,7 @@ def traces_storage():
 
 
 def client():
-    return traces_storage().connection.meta.client
+    return _metered(traces_storage().connection.meta.client)
 
 
 def bucket_name() -> str:
@@ -103,19 +174,43 @@ def read_object(key: str, max_bytes: int) -> bytes:
     return response["Body"].read()
 
 
-def iter_object_lines(key: str) -> Iterator[bytes]:
-    """An object's lines as they stream in, each with its line ending (if it had one)."""
+def iter_object_lines(key: str, max_line: int | None = None) -> Iterator[bytes]:
+    """An object's lines as they stream in, each with its line ending (if it had one).
+
+    Memory stays within a chunk and `max_line`: a line longer than that raises LineTooLong
+    as soon as it is seen, however long the file (a file without newlines is one line).
+    """
+    max_line = max_line or settings.CASCADE_MAX_STATS_LINE
     body = client().get_object(Bucket=bucket_name(), Key=key)["Body"]
     try:
-        pending = b""
+        pending: list[bytes] = []  # the start of a line that began in earlier chunks
+        pending_size = 0
+        offset = 0
         for chunk in body.iter_chunks(READ_CHUNK):
-            pending += chunk
-            lines = pending.split(b"\n")
-            pending = lines.pop()
-            for line in lines:
-                yield line + b"\n"
-        if pending:
-            yield pending
+            lines = chunk.split(b"\n")
+            if len(lines) > 1:
+                first = b"".join((*pending, lines[0])) if pending else lines[0]
+                if len(first) > max_line:
+                    raise LineTooLong(
+                        f"a line of more than {max_line} bytes (CASCADE_MAX_STATS_LINE) at byte {offset - pending_size}"
+                    )
+                yield first + b"\n"
+                for line in lines[1:-1]:
+                    if len(line) > max_line:
+                        raise LineTooLong(f"a line of more than {max_line} bytes (CASCADE_MAX_STATS_LINE)")
+                    yield line + b"\n"
+                pending, pending_size = [lines[-1]], len(lines[-1])
+            else:
+                pending.append(chunk)
+                pending_size += len(chunk)
+            offset += len(chunk)
+            if pending_size > max_line:
+                raise LineTooLong(
+                    f"a line of more than {max_line} bytes (CASCADE_MAX_STATS_LINE) at byte {offset - pending_size}"
+                )
+        last = b"".join(pending)
+        if last:
+            yield last
     finally:
         body.close()
 

@@ -24,12 +24,14 @@ This module decides; `traces.services` writes every change of a trace.
 """
 
 import logging
+import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import DataError, IntegrityError
+from django.db import DataError, IntegrityError, connection
 from django.utils import timezone
 
 from ingest import bucket, stats
@@ -103,6 +105,7 @@ class PassResult:
     listed: int = 0
     changes: list[TraceChange] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    cost: "PassCost | None" = None
 
     def summary(self) -> str:
         states = [change.new_state for change in self.changes]
@@ -113,7 +116,45 @@ class PassResult:
         )
         if self.errors:
             summary += f"; {len(self.errors)} could not be ingested (retried next pass)"
+        if self.cost is not None:
+            summary += f"; {self.cost}"
         return summary
+
+
+@dataclass
+class PassCost:
+    """What a pass asked of S3 and the database: requests, and seconds spent waiting on each."""
+
+    s3_requests: int = 0
+    s3_seconds: float = 0.0
+    db_queries: int = 0
+    db_seconds: float = 0.0
+
+    def __str__(self) -> str:
+        return (
+            f"S3: {self.s3_requests} requests, {self.s3_seconds:.1f} s waiting; "
+            f"database: {self.db_queries} queries, {self.db_seconds:.1f} s"
+        )
+
+
+@contextmanager
+def measured() -> Iterator[PassCost]:
+    """The cost of what runs inside, in this thread's database connection and every S3 client."""
+    cost = PassCost()
+    requests, seconds = bucket.meter.snapshot()
+
+    def timed(execute, sql, params, many, context):
+        started = time.monotonic()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            cost.db_queries += 1
+            cost.db_seconds += time.monotonic() - started
+
+    with connection.execute_wrapper(timed):
+        yield cost
+    now_requests, now_seconds = bucket.meter.snapshot()
+    cost.s3_requests, cost.s3_seconds = now_requests - requests, now_seconds - seconds
 
 
 # --- The pass -----------------------------------------------------------------------------
@@ -128,6 +169,13 @@ def poll_bucket(
     progress: Progress | None = None,
 ) -> PassResult:
     """One whole pass: register what landed, then parse every trace that is ready, inline."""
+    with measured() as cost:
+        result = _poll_bucket(trace_id, reparse, reparse_outdated, outdated_batch, progress)
+    result.cost = cost
+    return result
+
+
+def _poll_bucket(trace_id, reparse, reparse_outdated, outdated_batch, progress) -> PassResult:
     scan = scan_bucket(
         trace_id=trace_id, reparse=reparse, reparse_outdated=reparse_outdated, outdated_batch=outdated_batch
     )
@@ -505,7 +553,7 @@ def kernel_rows(
         if source.kernelslist is not None:
             try:
                 traced = stats.parse_kernelslist_lines(bucket.iter_object_lines(source.kernelslist.key))
-            except stats.StatsError as problem:
+            except (stats.StatsError, bucket.LineTooLong) as problem:
                 raise TraceInputError(f"{source.kernelslist.name}: {problem}") from None
         lines = bucket.iter_object_lines(source.stats.key)
         try:
@@ -521,5 +569,5 @@ def kernel_rows(
                 count += 1
                 if progress is not None and count % settings.CASCADE_PROGRESS_EVERY == 0:
                     progress(f"{trace_id}: {count} kernels read ({source.stats.name})")
-        except stats.StatsError as problem:
+        except (stats.StatsError, bucket.LineTooLong) as problem:
             raise TraceInputError(f"{source.stats.name}: {problem}") from None

@@ -48,10 +48,11 @@ def poll_bucket_task() -> int:
         if not acquired:
             logger.info("poll skipped: the previous poll is still running")
             return 0
-        scan = passes.scan_bucket(
-            reparse_outdated=settings.CASCADE_REPARSE_OUTDATED,
-            outdated_batch=settings.CASCADE_REPARSE_OUTDATED_BATCH,
-        )
+        with passes.measured() as cost:
+            scan = passes.scan_bucket(
+                reparse_outdated=settings.CASCADE_REPARSE_OUTDATED,
+                outdated_batch=settings.CASCADE_REPARSE_OUTDATED_BATCH,
+            )
     for change in scan.changes:
         logger.info("%s", change)
     queued = 0
@@ -65,6 +66,7 @@ def poll_bucket_task() -> int:
             clear_queued(trace_id)
             raise
         queued += 1
+    logger.info("poll: %d traces looked at, %d parses queued; %s", scan.listed, queued, cost)
     return queued
 
 
@@ -85,11 +87,12 @@ def parse_trace_task(self, trace_id: str, reparse: bool = False) -> str | None:
     Retried with backoff on S3 and network errors; a trace given up on is failed by
     `parse_given_up`.
     """
-    change = passes.ingest_trace(trace_id, reparse=reparse)
+    with passes.measured() as cost:
+        change = passes.ingest_trace(trace_id, reparse=reparse)
     clear_queued(trace_id)
     if change is None:
         return None
-    logger.info("%s", change)
+    logger.info("%s; %s", change, cost)
     return str(change)
 
 

@@ -27,3 +27,44 @@ def test_a_re_uploaded_run_is_reported_with_the_kernels_it_now_holds(db, upload)
     call_command("ingest_traces", "--trace", "run", stdout=out, stderr=io.StringIO())
     assert Trace.objects.get(pk="run").kernel_count == 3000
     assert "run: ready -> ready, 3000 kernels" in out.getvalue(), out.getvalue()
+
+
+def test_the_pass_line_says_what_it_asked_of_s3_and_the_database(db, upload, settings):
+    for run in ("a", "b", "c"):
+        upload(run, {"traces/stats_ctx_0x1": stats(10)}, OK)
+    upload("broken", {"traces/stats_ctx_0x1": "garbage\n"}, OK)
+    first = passes.poll_bucket()
+    assert first.cost.s3_requests >= 1 + 4 * 3  # the folders; per run a listing, metadata.json, the stats
+    assert first.cost.db_queries > 0
+    idle = passes.poll_bucket()
+    # Nothing changed: one listing of the run folders, whatever number of runs are ready or failed.
+    assert (idle.cost.s3_requests, idle.changes) == (1, [])
+    assert idle.summary().endswith(
+        f"; S3: 1 requests, {idle.cost.s3_seconds:.1f} s waiting; "
+        f"database: {idle.cost.db_queries} queries, {idle.cost.db_seconds:.1f} s"
+    )
+
+
+def test_a_stats_line_past_the_limit_fails_the_trace_in_bounded_memory(db, upload, settings, monkeypatch):
+    """A 20 MB file without a newline is refused after reading little more than the limit (issue
+    12, finding 7: 50 MB took 260 MB, copied quadratically)."""
+    from botocore.response import StreamingBody
+
+    settings.CASCADE_MAX_STATS_LINE = 1024 * 1024
+    upload("no-newlines", {"traces/stats_ctx_0x1": b"kernel-1, " + b"x" * (20 * 1024 * 1024)}, OK)
+    read = []
+    chunks = StreamingBody.iter_chunks
+
+    def counted(body, chunk_size=1024):
+        for chunk in chunks(body, chunk_size):
+            read.append(len(chunk))
+            yield chunk
+
+    monkeypatch.setattr(StreamingBody, "iter_chunks", counted)
+    passes.poll_bucket()
+    trace = Trace.objects.get(pk="no-newlines")
+    assert trace.state == "failed"
+    assert trace.error.startswith(
+        "traces/stats_ctx_0x1: a line of more than 1048576 bytes (CASCADE_MAX_STATS_LINE) at byte 0"
+    ), trace.error
+    assert sum(read) <= 3 * 1024 * 1024, f"{sum(read)} bytes read to refuse a file of one line"
