@@ -223,6 +223,9 @@ CASCADE_METADATA_MAX_DEPTH = env_int("CASCADE_METADATA_MAX_DEPTH", 32)
 CASCADE_METADATA_MAX_STRING = env_int("CASCADE_METADATA_MAX_STRING", 256)
 CASCADE_METADATA_MAX_LAYERS = env_int("CASCADE_METADATA_MAX_LAYERS", 1000)
 CASCADE_POLL_SECONDS = env_int("CASCADE_POLL_SECONDS", 30)
+# A ready run's metadata.json is compared with the bucket's (one HEAD request) this often: a
+# re-uploaded run is noticed and parsed again.
+CASCADE_READY_RECHECK_SECONDS = env_int("CASCADE_READY_RECHECK_SECONDS", 600)
 # Each scheduled poll (beat, `ingest_traces --watch`) also re-reads this many traces that an
 # older version of the stats parser read; `ingest_traces --reparse-outdated` does all at once.
 CASCADE_REPARSE_OUTDATED = env_bool("CASCADE_REPARSE_OUTDATED", False)

@@ -165,6 +165,17 @@ def list_run_objects(run_id: str) -> list[S3Object]:
     return sorted(objects, key=lambda obj: obj.key)
 
 
+def head_etag(key: str) -> str | None:
+    """An object's ETag from one HEAD request; None if it is not there."""
+    s3 = client()
+    try:
+        return s3.head_object(Bucket=bucket_name(), Key=key)["ETag"]
+    except s3.exceptions.ClientError as error:
+        if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            return None
+        raise
+
+
 def read_object(key: str, max_bytes: int) -> bytes:
     """A small object whole; raises ValueError past `max_bytes`, before reading it."""
     response = client().get_object(Bucket=bucket_name(), Key=key)

@@ -32,6 +32,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import DataError, IntegrityError, connection
+from django.db.models import Q
 from django.utils import timezone
 
 from ingest import bucket, stats
@@ -215,7 +216,10 @@ def scan_bucket(
         services.trace_undelete(trace_id)  # asked for by name: a deleted trace comes back
         candidates = [trace_id]
     else:
-        candidates = runs_to_look_at(bucket.list_run_ids(), reparse=reparse)
+        run_ids = list(bucket.list_run_ids())
+        candidates = runs_to_look_at(run_ids, reparse=reparse)
+        if not reparse:
+            candidates += ready_runs_changed(run_ids)
     for run_id in candidates:
         objects = bucket.list_run_objects(run_id)
         if not objects:
@@ -259,6 +263,29 @@ def runs_to_look_at(run_ids: list[str], *, reparse: bool = False) -> list[str]:
         return state in UNFINISHED_STATES or (state == TraceState.FAILED and due(after))
 
     return [run_id for run_id in run_ids if worth_a_look(run_id)]
+
+
+def ready_runs_changed(run_ids: list[str]) -> list[str]:
+    """Ready runs whose metadata.json changed since they were parsed: re-uploaded.
+
+    One HEAD request per ready run whose recheck is due (every CASCADE_READY_RECHECK_SECONDS),
+    never a listing: metadata.json is written last, so a re-upload rewrites it.
+    """
+    present = set(run_ids)
+    due = Trace.objects.filter(state=TraceState.READY).filter(
+        Q(recheck_after__isnull=True) | Q(recheck_after__lte=timezone.now())
+    )
+    changed, checked = [], []
+    for trace_id, files in due.values_list("id", "files"):
+        if trace_id not in present:
+            continue
+        key = bucket.run_prefix(trace_id) + METADATA_NAME
+        parsed_etag = next((item["etag"] for item in files if item["key"] == key), None)
+        checked.append(trace_id)
+        if bucket.head_etag(key) != parsed_etag:
+            changed.append(trace_id)
+    services.traces_recheck_ready_later(checked)
+    return changed
 
 
 def outdated_trace_ids(limit: int | None = None) -> list[str]:

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator
 from datetime import timedelta
 from itertools import islice
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -158,9 +159,20 @@ def trace_store_kernels(trace: Trace, rows: Iterable[tuple], *, fingerprint: str
         trace.kernel_count = count
         trace.kernels_without_totals = without_totals[0]
         trace.parsed_fingerprint = fingerprint
-        trace.recheck_after, trace.recheck_seconds = None, 0
+        trace.recheck_after, trace.recheck_seconds = ready_recheck_after(), 0
         trace.save(update_fields=DECISION_FIELDS)
     return count
+
+
+def ready_recheck_after():
+    """When a ready trace's metadata.json is next compared with the bucket's (a re-upload?)."""
+    return timezone.now() + timedelta(seconds=settings.CASCADE_READY_RECHECK_SECONDS)
+
+
+def traces_recheck_ready_later(trace_ids: list[str]) -> None:
+    """Ready traces just compared with the bucket: the next look in CASCADE_READY_RECHECK_SECONDS."""
+    if trace_ids:
+        Trace.objects.filter(pk__in=trace_ids).update(recheck_after=ready_recheck_after())
 
 
 def counting_without_totals(rows: Iterable[tuple], tally: list[int]) -> Iterator[tuple]:

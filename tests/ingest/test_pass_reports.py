@@ -68,3 +68,32 @@ def test_a_stats_line_past_the_limit_fails_the_trace_in_bounded_memory(db, uploa
         "traces/stats_ctx_0x1: a line of more than 1048576 bytes (CASCADE_MAX_STATS_LINE) at byte 0"
     ), trace.error
     assert sum(read) <= 3 * 1024 * 1024, f"{sum(read)} bytes read to refuse a file of one line"
+
+
+def recheck_ready_now(trace_id: str) -> None:
+    Trace.objects.filter(pk=trace_id).update(recheck_after=None)
+
+
+def test_a_re_uploaded_ready_run_is_noticed_by_its_metadata_json(db, upload):
+    """Issue 12, finding 3: a re-uploaded ready run was never noticed; the API served old data."""
+    upload("run", {"traces/stats_ctx_0x1": stats(10)}, OK)
+    passes.poll_bucket()
+    upload("run", {"traces/stats_ctx_0x1": stats(30)}, {**OK, "model": "second upload"})
+
+    assert passes.poll_bucket().changes == [], "not due yet: CASCADE_READY_RECHECK_SECONDS"
+    recheck_ready_now("run")
+    result = passes.poll_bucket()
+    assert [str(change) for change in result.changes] == ["run: ready -> ready, 30 kernels"]
+    assert Trace.objects.get(pk="run").model == "second upload"
+
+
+def test_an_unchanged_ready_run_costs_one_head_request_when_due(db, upload):
+    for run in ("a", "b"):
+        upload(run, {"traces/stats_ctx_0x1": stats(3)}, OK)
+    passes.poll_bucket()
+    recheck_ready_now("a")
+    recheck_ready_now("b")
+    due = passes.poll_bucket()
+    # The run folders' listing, then one HEAD of each ready run's metadata.json; no listing.
+    assert (due.cost.s3_requests, due.changes) == (3, [])
+    assert passes.poll_bucket().cost.s3_requests == 1, "then not again before the next recheck"
