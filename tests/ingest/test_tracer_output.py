@@ -168,7 +168,14 @@ def test_traces_ingested_before_the_fix_are_read_again_by_reparse_outdated(uploa
             "got 11 fields of which the last 8 are numbers",
         )
         # Parser 1 merged the graph's three launches into one row: kernel 1, kernel 3's numbers.
-        graph = OldTrace.objects.create(id="graph", state="ready", kernel_count=1)
+        graph_listing = passes.inventory(bucket.list_run_objects("graph"))
+        graph = OldTrace.objects.create(
+            id="graph",
+            state="ready",
+            kernel_count=1,
+            files=graph_listing,
+            parsed_fingerprint=files_fingerprint(graph_listing),
+        )
         OldKernel.objects.create(
             trace=graph,
             ctx="0x1",
