@@ -111,3 +111,17 @@ def test_tokens_issued_before_the_prefix_still_work():
 
     ApiToken.objects.create(user=user, name="old", digest=token_digest(legacy), prefix=legacy[:8])
     assert client_with(legacy).get("/api/traces").status_code == 200
+
+
+def test_the_admin_lists_tokens_by_their_first_characters_and_revokes_them(admin_client):
+    token = command("create_token", "dashboards").splitlines()[-1]
+    record = ApiToken.objects.get()
+    page = admin_client.get("/admin/traces/apitoken/").content.decode()
+    assert "dashboards" in page and f"{token[:12]}…" in page
+    assert token not in page
+    assert admin_client.get("/admin/traces/apitoken/add/").status_code == 403
+    response = admin_client.post(
+        "/admin/traces/apitoken/", {"action": "revoke", "_selected_action": [record.pk]}, follow=True
+    )
+    assert "Revoked 1 token(s): dashboards" in response.content.decode()
+    assert client_with(token).get("/api/traces").status_code == 401

@@ -5,7 +5,7 @@ re-ingest a trace (the poller's own code path), mark it failed, or delete it. A 
 hold a million kernels: nothing here loads them all, counts them all on every page, or
 lets Django's delete confirmation collect them one by one.
 
-`trace` and `kernel` hold the two ModelAdmins; `display` how values look, `filters` the
+`trace` and `kernel` hold the two ModelAdmins, `tokens` the API tokens'; `display` how values look, `filters` the
 list filters, `paginators` the estimated count, `chart` the trace page's chart geometry.
 The database reads behind the pages are in `traces.selectors`.
 """
@@ -13,8 +13,9 @@ The database reads behind the pages are in `traces.selectors`.
 from django.contrib import admin
 
 from traces.admin.kernel import KernelAdmin
+from traces.admin.tokens import ApiTokenAdmin
 from traces.admin.trace import TraceAdmin
-from traces.models import Kernel, Trace
+from traces.models import ApiToken, Kernel, Trace
 
 # The API's browsable pages, linked from the admin's header and index.
 admin.site.site_url = "/api/traces"
@@ -24,3 +25,4 @@ admin.site.enable_nav_sidebar = False
 
 admin.site.register(Trace, TraceAdmin)
 admin.site.register(Kernel, KernelAdmin)
+admin.site.register(ApiToken, ApiTokenAdmin)

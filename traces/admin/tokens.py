@@ -1,0 +1,47 @@
+"""API tokens in the admin: listed with their use, revoked by deleting, never shown.
+
+A token is shown once, by `manage.py create_token`, and only its digest is stored, so the
+admin cannot create one it could display; it lists them (name, user, first characters,
+created, last used, expiry, rate), lets an operator change a token's expiry or rate, and
+revokes a token by deleting it.
+"""
+
+from django.contrib import admin
+from django.utils.html import format_html
+
+from traces.models import ApiToken
+
+
+@admin.display(description="state")
+def token_state(token: ApiToken):
+    if token.expired:
+        return format_html("<strong>expired</strong>")
+    return "active"
+
+
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ("name", "user", "token", "created_at", "last_used_at", "expires_at", "rate", token_state)
+    list_filter = ("expires_at",)
+    search_fields = ("name", "user__username", "prefix")
+    ordering = ("name", "-created_at")
+    fields = ("name", "user", "token", "created_at", "last_used_at", "expires_at", "rate")
+    readonly_fields = ("user", "token", "created_at", "last_used_at")
+    actions = ("revoke",)
+
+    @admin.display(description="token")
+    def token(self, obj: ApiToken) -> str:
+        return f"{obj.prefix}…"
+
+    def has_add_permission(self, request) -> bool:
+        return False  # `manage.py create_token NAME` shows the new token once
+
+    @admin.action(description="Revoke selected tokens", permissions=("delete",))
+    def revoke(self, request, queryset):
+        names = sorted(queryset.values_list("name", flat=True))
+        queryset.delete()
+        self.message_user(
+            request, f"Revoked {len(names)} token(s): {', '.join(names)}; they stop working at once."
+        )
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("user")
