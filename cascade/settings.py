@@ -94,6 +94,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "axes",
     "traces",
     "ingest",
@@ -244,6 +247,26 @@ REST_FRAMEWORK = {
     ],
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_THROTTLE_CLASSES": ["traces.throttling.TokenRateThrottle"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+# The OpenAPI schema (/api/schema) and Swagger UI (/api/docs): public, since they hold no data
+# (traces.openapi); Swagger UI's files are served from the sidecar app, never from a CDN.
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Cascade",
+    "DESCRIPTION": "A registry of Accel-Sim GPU traces: the Traces API, as the published reference documents it.",
+    "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_AUTHENTICATION": [],
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "AUTHENTICATION_WHITELIST": ["traces.authentication.BearerTokenAuthentication"],
+    "PREPROCESSING_HOOKS": ["traces.openapi.paths_without_slash"],
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "traces.openapi.finish_schema",
+    ],
 }
 # Requests one API token may make (a token's own `rate` overrides it); empty: unlimited.
 CASCADE_API_RATE = os.environ.get("CASCADE_API_RATE", "100/second")

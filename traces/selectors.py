@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from django.db import connection, transaction
 from django.db.models import BigIntegerField, Count, ExpressionWrapper, F, Max, Min, Q, Sum, Value
 
+from traces.filters import TraceFilter
 from traces.models import KERNEL_COLUMNS, KERNEL_ORDER, Kernel, Trace, TraceState
 
 # --- the API -------------------------------------------------------------------------
@@ -43,9 +44,15 @@ TRACE_DETAIL_COLUMNS = (*TRACE_SUMMARY_COLUMNS, "metadata_json")
 KERNEL_FETCH_ROWS = 2000
 
 
-def trace_summary_rows() -> list[tuple]:
-    """Every trace's TRACE_SUMMARY_COLUMNS, newest first: one query."""
-    return list(Trace.objects.order_by("-created_at", "id").values_list(*TRACE_SUMMARY_COLUMNS))
+def trace_summary_rows(filters: TraceFilter | None = None) -> list[tuple]:
+    """Every trace's TRACE_SUMMARY_COLUMNS, newest first: one query.
+
+    `filters` (validated by `traces.filters.trace_filters`) narrows the traces in that query.
+    """
+    traces = Trace.objects.order_by("-created_at", "id")
+    if filters is not None:
+        traces = filters.filter_queryset(traces)
+    return list(traces.values_list(*TRACE_SUMMARY_COLUMNS))
 
 
 def trace_detail_row(trace_id: str) -> tuple | None:

@@ -1,4 +1,5 @@
 from django.urls import re_path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
 from traces.errors import api_not_found
@@ -11,6 +12,9 @@ router.register("traces", TraceViewSet, basename="trace")
 
 urlpatterns = [
     *router.urls,
+    # The OpenAPI schema and Swagger UI, public (traces.openapi says why), with or without a slash.
+    re_path(r"^schema/?$", SpectacularAPIView.as_view(), name="schema"),
+    re_path(r"^docs/?$", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     # Last: whatever else is asked of /api/ gets a JSON 404, not Django's HTML page.
     re_path(r"^(?P<path>.*)$", api_not_found),
 ]

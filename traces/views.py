@@ -8,6 +8,8 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 from traces import encoders, selectors
+from traces.filters import trace_filters
+from traces.openapi import list_schema, retrieve_schema
 
 # Below this many kernels a detail is sent in one piece, with a Content-Length.
 STREAM_KERNELS_ABOVE = 5000
@@ -42,12 +44,16 @@ class TraceViewSet(viewsets.ViewSet):
     def wants_json(self, request) -> bool:
         return isinstance(request.accepted_renderer, JSONRenderer)
 
+    @list_schema
     def list(self, request):
-        summaries = encoders.trace_summaries(selectors.trace_summary_rows())
+        # ?state=ready&sample=false...: a value a filter cannot read is a 400, before any query.
+        filters = trace_filters(request.query_params)
+        summaries = encoders.trace_summaries(selectors.trace_summary_rows(filters))
         if self.wants_json(request):
             return HttpResponse(encoders.encode_summaries(summaries), content_type="application/json")
         return Response(summaries)
 
+    @retrieve_schema
     def retrieve(self, request, trace_id=None):
         wants_json = self.wants_json(request)
         if "\x00" in trace_id:

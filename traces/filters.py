@@ -1,0 +1,110 @@
+"""The query parameters that narrow `GET /api/traces`: a django-filter FilterSet.
+
+Every filter is optional and an absent or empty one narrows nothing; parameters that are not
+filters (`format`, a script's own) are ignored. A value a filter cannot read is a 400 whose
+`detail` names the parameter and what it accepts, never a silently unfiltered list: a script
+asking for `sample=yes` must not get every trace.
+
+`created_after` is inclusive and `created_before` exclusive, so that consecutive windows
+(`created_after=A&created_before=B`, then `created_after=B&...`) list each trace once.
+"""
+
+import datetime
+
+import django_filters
+from django import forms
+from django.core.exceptions import ValidationError
+from django.http import QueryDict
+from rest_framework import status
+from rest_framework.exceptions import APIException
+
+from traces.models import Trace, TraceState
+
+# What each parameter accepts, in the words of a 400's detail (and of the OpenAPI schema).
+ACCEPTS = {
+    "state": f"one of {', '.join(TraceState.values)}",
+    "model": "the model's exact name (text without NUL characters)",
+    "source_gpu": "the source GPU's exact name (text without NUL characters)",
+    "trace_gpu_arch": "the exact architecture, such as sm_90 (text without NUL characters)",
+    "sample": "true or false (also 1 or 0)",
+    "created_after": (
+        "an ISO 8601 date or date-time, such as 2026-11-08 or 2026-11-08T08:59:02Z "
+        "(a time without an offset is UTC; send a + offset as %2B)"
+    ),
+    "created_before": (
+        "an ISO 8601 date or date-time, such as 2026-11-08 or 2026-11-08T08:59:02Z "
+        "(a time without an offset is UTC; send a + offset as %2B)"
+    ),
+}
+
+
+class InvalidFilter(APIException):
+    """A 400 with `{"detail": "<sentence>"}`, as every error of the API reference."""
+
+    status_code = status.HTTP_400_BAD_REQUEST
+    default_code = "invalid_filter"
+
+
+class StrictBooleanField(forms.Field):
+    """true/false, 1/0 in any case: unlike NullBooleanField, anything else is an error, not None."""
+
+    VALUES = {"true": True, "1": True, "false": False, "0": False}
+
+    def to_python(self, value):
+        if value in self.empty_values:
+            return None
+        try:
+            return self.VALUES[str(value).strip().lower()]
+        except KeyError:
+            raise ValidationError("not a boolean", code="invalid") from None
+
+
+class UtcDateTimeField(django_filters.fields.IsoDateTimeField):
+    """An ISO 8601 date-time in UTC; one too close to year 1 or 9999 to convert is an error."""
+
+    def to_python(self, value):
+        parsed = super().to_python(value)
+        if parsed is None:
+            return None
+        try:
+            return parsed.astimezone(datetime.UTC)
+        except OverflowError:
+            raise ValidationError("out of range", code="invalid") from None
+
+
+class StrictBooleanFilter(django_filters.BooleanFilter):
+    field_class = StrictBooleanField
+
+
+class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = UtcDateTimeField
+
+
+class TraceFilter(django_filters.FilterSet):
+    state = django_filters.ChoiceFilter(choices=TraceState.choices)
+    model = django_filters.CharFilter()
+    source_gpu = django_filters.CharFilter()
+    trace_gpu_arch = django_filters.CharFilter()
+    sample = StrictBooleanFilter()
+    created_after = UtcDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = UtcDateTimeFilter(field_name="created_at", lookup_expr="lt")
+
+
+def trace_filters(params: QueryDict) -> TraceFilter:
+    """The filters `params` asks for, validated; InvalidFilter (a 400) names every bad one.
+
+    Validating reads nothing from the database: the list stays one query.
+    """
+    filters = TraceFilter(params, queryset=Trace.objects.none())
+    if not filters.is_valid():
+        raise InvalidFilter(
+            " ".join(
+                f"{name} accepts {ACCEPTS[name]}; got {shown(params.get(name))}." for name in filters.errors
+            )
+        )
+    return filters
+
+
+def shown(value: str, limit: int = 80) -> str:
+    """The value as the client sent it, quoted, and cut short: a detail is a sentence."""
+    return repr(value if len(value) <= limit else value[:limit] + "...")
