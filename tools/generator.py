@@ -16,6 +16,24 @@ global counters add what it executed to the next ordinary launch's totals. A kil
 launch half. (vLLM captures its graphs once, at start-up; here each decode step is written as its
 own capture and one replay, so its launches keep their ids and timings.)
 
+The workload is vLLM serving OPT-125m: per step the embeddings, twelve pre-LN decoder blocks
+(QKV/out/FC1/FC2 GEMMs, KV-cache write, attention, ReLU, residual adds) and the final norm, then
+eagerly the LM head and the sampler; some 28 distinct kernels. cuBLAS and attention kernels are
+chosen per GPU (`Platform`: H100 for sm_90, A100 for sm_80/86), as are durations.
+
+`timing.csv` comes in two formats (`RunSpec.timing_format`). "cascade" has one row per launch
+the stats list, keyed by (ctx, kernel id). "nsys" is what `nsys stats --report
+cuda_gpu_trace:mangled --format csv` exports from a separate, untraced run of the same steps
+(profiled with `--cuda-graph-trace=node`, or graph replays show no kernel rows): one row per GPU
+operation sorted by start, memcpy and memset rows (no grid) between the kernels, `Ctx` an nsys
+context id (1, 2, ...) rather than the tracer's pointer. How its kernel rows relate to the stats:
+the tracer writes a captured kernel once, when the graph is captured, and nothing per replay;
+nsys sees only executions, so it lists the kernels once per replay and nothing at capture. Here
+each decode step is one capture and one replay, so per context the kernel rows are the stats'
+launches one for one, in order, with the same grid and block. Correlation ids increase with the
+API calls; every kernel of one replay carries its `cuGraphLaunch`'s id, so within a context they
+are non-decreasing, and rows must be matched in start (file) order, not by sorting on CorrId.
+
 Everything is drawn from `random.Random(seed)`: the same spec gives the same bytes, so the
 shipped samples can be regenerated and a benchmark's input is reproducible. Rows are streamed
 to disk, so a million kernels cost a few hundred megabytes of file, not of memory.
@@ -26,6 +44,7 @@ import lzma
 import math
 import random
 import tempfile
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +59,7 @@ DEFAULT_KEY_PREFIX = "accelsim-traces/"
 OPT_125M_LAYERS = ("step 0 (prefill)", "step 2 (decode)", "step 10 (decode)", "step 26 (decode)")
 
 ARCH_SASS = {"sm_70": 70, "sm_75": 75, "sm_80": 80, "sm_86": 86, "sm_89": 89, "sm_90": 90}
+TIMING_FORMATS = ("cascade", "nsys")
 ARCH_ICNT = {70: "volta", 75: "turing", 80: "ampere", 86: "ampere", 89: "ada", 90: "hopper"}
 
 
@@ -47,12 +67,15 @@ ARCH_ICNT = {70: "volta", 75: "turing", 80: "ampere", 86: "ampere", 89: "ada", 9
 class RunSpec:
     """What to generate. The defaults are an opt-125m inference run traced on an H100."""
 
-    kernels: int = 744  # = steps_kernel_count(OPT_125M_LAYERS): the four steps, whole
+    kernels: int = 700  # = steps_kernel_count(OPT_125M_LAYERS): the four steps, whole
     contexts: int = 1
     format: str = "v5"  # "v5" (stats_ctx_* per context) or "legacy" (stats.csv + kernelslist)
     seed: int = 0
     timeline: bool = True
     timing: bool = True
+    # timing.csv as the harness writes it ("cascade": ctx,kernel_id,start_ns,end_ns,duration_ns)
+    # or as Nsight Systems exports it ("nsys": `nsys stats --report cuda_gpu_trace:mangled`).
+    timing_format: str = "cascade"
     configs: bool = True
     status: str = "ok"  # metadata.json's "status"; anything but "ok" is a failed profiler run
     error: str | None = None  # the profiler's message for a failed run
@@ -71,6 +94,8 @@ class RunSpec:
     extra_metadata: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        if self.timing_format not in TIMING_FORMATS:
+            raise ValueError(f"timing_format must be 'cascade' or 'nsys', not {self.timing_format!r}")
         if self.format not in ("v5", "legacy"):
             raise ValueError(f"format must be 'v5' or 'legacy', not {self.format!r}")
         if self.kernels < 0 or self.contexts < 1:
@@ -107,6 +132,8 @@ class Launch:
     step: int
     captured: bool = False
     replayed_insts: int = 0
+    batch: int = 1  # sequences in the step, and the tokens it processes (host copies size by them)
+    tokens: int = 1
 
     @property
     def trace_file(self) -> str:
@@ -142,9 +169,23 @@ def stats_rows(launches: Iterable[Launch], *, killed: bool = False) -> Iterator[
 
 HIDDEN, HEADS, FFN, VOCAB, BLOCKS = 768, 12, 3072, 50272, 12
 
+# What vLLM runs for OPT-125m (float16), as NVBit reports the names: mangled C++ for PyTorch,
+# vLLM and flash-attention kernels, cuBLAS's own unmangled names for its GEMMs. The PyTorch and
+# vLLM kernels are the same source on every GPU; cuBLAS and attention pick other kernels per
+# architecture (the `Platform`s below).
+
+# PyTorch: embeddings (index_select picks the small-index kernel for 16 indices or fewer, so
+# prefill and decode differ), elementwise ops, layer norm.
+K_POS_OFFSET = (  # OPT's learned positions: positions + 2, on int64
+    "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_21CUDAFunctorOnSelf_addIlEESt5arrayIPcLm2EEEEviT0_T1_"
+)
 K_EMBED = (
-    "_ZN2at6native12_GLOBAL__N_127indexSelectLargeIndexIN3c104HalfElljLi2ELi2ELin2ELb1EEEv"
+    "_ZN2at6native12_GLOBAL__N_121indexSelectLargeIndexIN3c104HalfElljLi2ELi2ELin2ELb1EEEv"
     "NS_4cuda6detail10TensorInfoIT_T1_EESA_NS7_IT0_S9_EEiiS9_S9_l"
+)
+K_EMBED_SMALL = (
+    "_ZN2at6native12_GLOBAL__N_121indexSelectSmallIndexIN3c104HalfElljLi2ELi2ELin2EEEv"
+    "NS_4cuda6detail10TensorInfoIT_T1_EESA_NS7_IT0_S9_EEiiS9_l"
 )
 K_ADD = (
     "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_15CUDAFunctor_addIN3c104HalfEEE"
@@ -157,15 +198,119 @@ K_RELU = (
     "_ZN2at6native29vectorized_elementwise_kernelILi4EZZZNS0_21clamp_min_kernel_cudaERNS_18Tensor"
     "IteratorBaseERKN3c106ScalarEENKUlvE_clEvENKUlvE5_clEvEUlNS4_4HalfEE_St5arrayIPcLm2EEEEviT0_T1_"
 )
+# vLLM: the paged KV cache write, one per layer.
 K_CACHE = (
     "_ZN4vllm30reshape_and_cache_flash_kernelIttLNS_18Fp8KVCacheDataTypeE0EEEvPKT_S4_PT0_S7_PKliiiiiPKfSB_"
 )
-K_FLASH = (
-    "_ZN5flash15flash_fwd_kernelI23Flash_fwd_kernel_traitsILi64ELi128ELi128ELi4ELb0ELb0EN7cutlass6half_tE"
-    "19Flash_kernel_traitsILi64ELi128ELi128ELi4ES3_EELb0ELb1ELb0ELb0ELb0ELb0EEEvNS_16Flash_fwd_paramsE"
+# After the forward, eagerly: the last token of each sequence, the logits, and the sampler
+# (float32 logits, temperature, top-k, softmax, a random draw by exponential race, argmax).
+K_GATHER = (
+    "_ZN2at6native24index_elementwise_kernelILi128ELi4EZNS0_16gpu_index_kernelIZNS0_17index_kernel_impl"
+    "INS0_10OpaqueTypeILi2EEEEEvRNS_18TensorIteratorBaseEN3c108ArrayRefIlEESA_EUlPcPKclE_EEvS8_SA_SA_"
+    "RKT_bEUliE_EEvlT1_"
 )
-K_FLASH_SPLITKV = (
-    "_ZN5flash23flash_fwd_splitkv_kernelI23Flash_fwd_kernel_traitsILi64ELi64ELi128ELi4ELb0ELb0EN7cutlass"
+K_TO_FLOAT = (
+    "_ZN2at6native27unrolled_elementwise_kernelIZZZNS0_23direct_copy_kernel_cudaERNS_18TensorIterator"
+    "BaseEENKUlvE1_clEvENKUlvE5_clEvEUlfE_St5arrayIPcLm2EELi4E23TrivialOffsetCalculatorILi1EjESC_NS0_"
+    "6memory12LoadWithCastILi1EEENSD_13StoreWithCastILi1EEEEEviT_T0_T2_T3_T4_T5_"
+)
+K_DIV = (  # logits / temperature, and later probs / q
+    "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_13BinaryFunctorIfffNS0_15binary_internal"
+    "10DivFunctorIfEEEESt5arrayIPcLm3EEEEviT0_T1_"
+)
+K_TOPK = (
+    "_ZN2at6native6sbtopk10gatherTopKIfjLi2ELb0EEEvNS_4cuda6detail10TensorInfoIKT_T0_EES8_S8_bS8_S8_"
+    "NS5_IS6_S8_EES8_NS5_IlS8_EES8_PS6_"
+)
+K_SORT = (
+    "_ZN2at6native20bitonicSortKVInPlaceILin1ELin1ELi16ELi16EfljNS0_4GTOpIfLb1EEEEEvNS_4cuda6detail"
+    "10TensorInfoIT3_T2_EES8_S8_S8_NS6_IT4_S8_EES8_T5_"
+)
+K_MASKED_FILL = (
+    "_ZN2at6native29vectorized_elementwise_kernelILi4EZZZNS0_18masked_fill_kernelERNS_18TensorIterator"
+    "BaseERKN3c106ScalarEENKUlvE_clEvENKUlvE5_clEvEUlfbE_St5arrayIPcLm3EEEEviT0_T1_"
+)
+K_SOFTMAX = (
+    "_ZN2at6native43_GLOBAL__N__5b3d2ed9_10_SoftMax_cu_9f978f6319cunn_SoftMaxForwardILi4EfffNS1_25"
+    "SoftMaxForwardEpilogueEEEvPT2_PKT0_l"
+)
+K_EXPONENTIAL = (
+    "_ZN2at6native12_GLOBAL__N_143distribution_elementwise_grid_stride_kernelIfLi4EZNS0_9templates4cuda"
+    "21uniform_and_transformIffPNS_17CUDAGeneratorImplEZZZNS4_18exponential_kernelIS7_EEvRNS_18Tensor"
+    "IteratorBaseEdT_ENKUlvE_clEvENKUlvE0_clEvEUlfE_EEvSA_T1_T2_EUlP24curandStatePhilox4_32_10E0_ZNS1_"
+    "27distribution_nullary_kernelIffLi4ES7_SJ_SE_EEvSA_SF_RKT3_T4_EUlifE_EEvlNS_15PhiloxCudaStateESG_SH_"
+)
+K_ARGMAX = "_ZN2at6native13reduce_kernelILi512ELi1ENS0_8ReduceOpIfNS0_10ArgMaxOpsIfEEjSt4pairIflELi4EEEEEvT1_"
+# cuBLAS(Lt): split-K GEMMs finish with a reduction; a one-row product is a GEMV.
+K_SPLITK_REDUCE = (
+    "_ZN8cublasLt19splitKreduce_kernelILi32ELi16EiffffLb1ELb0ELb0ELb0ELb0ELb0EEEvNS_18cublasSplitKParams"
+    "IT4_EEPKT2_PKT3_PT5_PKS5_SC_PKT6_PKT1_PS5_PvS9_S9_SB_"
+)
+K_GEMV = (
+    "_Z17gemv2T_kernel_valIiiN3c104HalfES1_fLi128ELi16ELi4ELi4ELb0ELb0E19cublasGemvParamsExIi30cublas"
+    "GemvTensorStridedBatchedIKS1_ES5_IS1_EfEEvT11_T4_S9_"
+)
+
+# H100: cuBLAS's Hopper kernels (sm90_xmma for large tiles, nvjet for the rest), FlashAttention 3.
+K_GEMM_PREFILL = (
+    "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off"
+    "_kernel__5x_cublas"
+)
+K_GEMM_PREFILL_WIDE = (
+    "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1_execute_segment_k_off"
+    "_kernel__5x_cublas"
+)
+K_NVJET_PREFILL_NARROW = "nvjet_hsh_128x64_64x6_2x1_v_bz_TNT"
+K_NVJET_PREFILL_DEEP = "nvjet_hsh_128x128_64x5_2x1_v_bz_coopA_TNT"
+K_GEMM_DECODE = "nvjet_hsh_64x8_64x16_4x1_v_bz_splitK_TNT"
+K_NVJET_DECODE = "nvjet_hsh_64x8_64x16_4x1_v_bz_TNT"
+K_NVJET_DECODE_WIDE = "nvjet_hsh_128x8_64x12_2x1_v_bz_TNT"
+K_NVJET_LOGITS = "nvjet_hsh_192x8_64x8_2x1_v_bz_TNT"
+K_FA3_PREFILL = (
+    "_ZN7cutlass13device_kernelIN5flash20enable_sm90_or_laterINS1_16FlashAttnFwdSm90INS1_25Collective"
+    "MainloopFwdSm90ILi2EN4cute5tupleIJNS5_1CILi1EEES8_S8_EEENS6_IJNS7_ILi128EEENS7_ILi112EEENS7_ILi64EEE"
+    "EEELi64EN7cutlass6half_tEfNSF_4arch4Sm90ELb1ELb0ELb0ELb1ELb1ELb1ELb0ELb1ELb0ELb0ELb0ELb0EEENS1_21"
+    "CollectiveEpilogueFwdINS6_IJSA_SB_SC_EEES9_SG_SI_Li256ELb1ELb1ELb0ELb0EEENS1_36VarlenDynamicPersistent"
+    "TileSchedulerILi128ELi112ELi256ELi128ELb0ELb1ELb1ELb1ELb0ELb0EEEEEEEEvNT_6ParamsE"
+)
+K_FA3_DECODE = (
+    "_ZN7cutlass13device_kernelIN5flash20enable_sm90_or_laterINS1_16FlashAttnFwdSm90INS1_25Collective"
+    "MainloopFwdSm90ILi2EN4cute5tupleIJNS5_1CILi1EEES8_S8_EEENS6_IJNS7_ILi64EEENS7_ILi128EEENS7_ILi64EEE"
+    "EEELi64EN7cutlass6half_tEfNSF_4arch4Sm90ELb0ELb0ELb0ELb1ELb1ELb1ELb1ELb0ELb0ELb0ELb1ELb0EEENS1_21"
+    "CollectiveEpilogueFwdINS6_IJSA_SB_SC_EEES9_SG_SI_Li128ELb1ELb1ELb1ELb0EEENS1_36VarlenDynamicPersistent"
+    "TileSchedulerILi64ELi128ELi128ELi128ELb1ELb1ELb1ELb1ELb0ELb0EEEEEEEEvNT_6ParamsE"
+)
+K_FA3_COMBINE = (
+    "_ZN7cutlass13device_kernelIN5flash19FlashAttnFwdCombineIN4cute5tupleIJNS3_1CILi8EEENS5_ILi64EEEEEE"
+    "Li7ELi256ELi1ELb0ELb1EN7cutlass6half_tEfNS_4arch4Sm90EEEEEvNT_6ParamsE"
+)
+
+# A100: cuBLAS's Ampere kernels (sm80_xmma, ampere_*, a CUTLASS wmma kernel for the smallest
+# product), FlashAttention 2 as vLLM builds it: with a paged KV cache the split-KV kernel runs
+# for prefill too (unsplit, causal), and decode adds the combine.
+K_SM80_PREFILL = (
+    "sm80_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x32_stage5_warpsize2x2x1_tensor16x8x16_kernel"
+)
+K_SM80_PREFILL_WIDE = (
+    "sm80_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize256x128x32_stage3_warpsize4x2x1_tensor16x8x16_kernel"
+)
+K_AMPERE_PREFILL_NARROW = "ampere_fp16_s16816gemm_fp16_128x64_ldg8_f2f_stages_64x4_tn"
+K_AMPERE_PREFILL_DEEP = "ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_tn"
+K_SM80_DECODE_SPLITK = (
+    "sm80_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize64x32x64_stage5_warpsize2x1x1_tensor16x8x16_kernel"
+)
+K_CUTLASS_DECODE = "cutlass_80_wmma_tensorop_f16_s161616gemm_f16_16x16_128x2_tn_align8"
+K_SM80_DECODE_WIDE = (
+    "sm80_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize32x64x64_stage6_warpsize2x2x1_tensor16x8x16_kernel"
+)
+K_AMPERE_LOGITS = "ampere_fp16_s16816gemm_fp16_64x64_sliced1x2_ldg8_f2f_stages_64x5_tn"
+K_FLASH = (  # flash_fwd_splitkv_kernel<..., Is_causal, ..., Split=false, ...>: prefill
+    "_ZN5flash24flash_fwd_splitkv_kernelI23Flash_fwd_kernel_traitsILi64ELi64ELi256ELi4ELb0ELb0EN7cutlass"
+    "6half_tE19Flash_kernel_traitsILi64ELi64ELi256ELi4ES3_EELb1ELb0ELb0ELb0ELb1ELb0ELb0ELb0EEEv"
+    "NS_16Flash_fwd_paramsE"
+)
+K_FLASH_SPLITKV = (  # Split=true: decode
+    "_ZN5flash24flash_fwd_splitkv_kernelI23Flash_fwd_kernel_traitsILi64ELi64ELi128ELi4ELb0ELb0EN7cutlass"
     "6half_tE19Flash_kernel_traitsILi64ELi64ELi128ELi4ES3_EELb0ELb0ELb0ELb0ELb1ELb0ELb1ELb0EEEv"
     "NS_16Flash_fwd_paramsE"
 )
@@ -173,94 +318,174 @@ K_FLASH_COMBINE = (
     "_ZN5flash32flash_fwd_splitkv_combine_kernelI23Flash_fwd_kernel_traitsILi64ELi64ELi128ELi4ELb0ELb0E"
     "N7cutlass6half_tE19Flash_kernel_traitsILi64ELi64ELi128ELi4ES3_EELi4ELi1ELb1EEEvNS_16Flash_fwd_paramsE"
 )
-K_GEMM_PREFILL = (
-    "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off"
-    "_kernel__5x_cublas"
-)
-K_GEMM_DECODE = "nvjet_hsh_64x8_64x16_4x1_v_bz_splitK_TNT"
-K_GEMV = (
-    "_Z17gemv2T_kernel_valIiiN3c104HalfES1_fLi128ELi16ELi4ELi4ELb0ELb0E19cublasGemvParamsExIi30cublas"
-    "GemvTensorStridedBatchedIKS1_ES5_IS1_EfEEvT11_T4_S9_"
-)
-K_SPLITK_REDUCE = (
-    "_ZN8cublasLt19splitKreduce_kernelILi32ELi16EiffffLb1ELb0ELb0ELb0ELb0ELb0EEEvNS_18cublasSplitKParams"
-    "IT4_EEPKT2_PKT3_PT5_PKS5_SC_PKT6_PKT1_PS5_PvS9_S9_SB_"
-)
-K_SOFTMAX = (
-    "_ZN2at6native43_GLOBAL__N__5b3d2ed9_10_SoftMax_cu_9f978f6319cunn_SoftMaxForwardILi4EN3c104HalfEff"
-    "NS1_25SoftMaxForwardEpilogueEEEvPT2_PKT0_l"
-)
-K_ARGMAX = "_ZN2at6native13reduce_kernelILi512ELi1ENS0_8ReduceOpIfNS0_10ArgMaxOpsIfEEjSt4pairIflELi4EEEEEvT1_"
-K_COPY = (
-    "_ZN2at6native27unrolled_elementwise_kernelINS0_13direct_copy_kernel_cuda_functorIN3c104HalfEEE"
-    "St5arrayIPcLm2EELi4E23TrivialOffsetCalculatorILi1EjESB_NS0_6memory15LoadWithoutCastENSC_16Store"
-    "WithoutCastEEEviT_T0_T2_T3_T4_T5_"
-)
 
 # (name, grid, block, warp instructions per block): shapes as the real kernels launch them.
 Shape = tuple[str, tuple[int, int, int], tuple[int, int, int], int]
+# A GEMM of the model: its role, and whether its token count is a prefill's.
+GEMM_ROLES = ("qkv", "out", "fc1", "fc2", "logits")
+
+
+@dataclass(frozen=True)
+class Platform:
+    """What one GPU generation runs for the same model: cuBLAS's kernel per GEMM, the attention
+    kernels, and how long kernels take there relative to an H100 (`slowdown`, by kind)."""
+
+    # role -> (kernel, tile M, tile N, split-K ways) for prefill- and decode-sized products
+    prefill_gemms: dict[str, tuple[str, int, int, int]]
+    decode_gemms: dict[str, tuple[str, int, int, int]]
+    attention_prefill: str
+    attention_decode: str
+    attention_combine: str
+    gemm_block: int  # threads per CTA of the large-tile GEMMs
+    slowdown: dict[str, float]
+    min_duration_ns: int
+
+
+H100 = Platform(
+    prefill_gemms={
+        "qkv": (K_GEMM_PREFILL, 128, 128, 1),
+        "out": (K_NVJET_PREFILL_NARROW, 128, 64, 1),
+        "fc1": (K_GEMM_PREFILL_WIDE, 128, 256, 1),
+        "fc2": (K_NVJET_PREFILL_DEEP, 128, 128, 1),
+        "logits": (K_NVJET_LOGITS, 8, 192, 1),
+    },
+    decode_gemms={
+        "qkv": (K_GEMM_DECODE, 8, 64, 4),
+        "out": (K_NVJET_DECODE, 8, 64, 1),
+        "fc1": (K_NVJET_DECODE_WIDE, 8, 128, 1),
+        "fc2": (K_GEMM_DECODE, 8, 64, 4),
+        "logits": (K_NVJET_LOGITS, 8, 192, 1),
+    },
+    attention_prefill=K_FA3_PREFILL,
+    attention_decode=K_FA3_DECODE,
+    attention_combine=K_FA3_COMBINE,
+    gemm_block=384,
+    slowdown={"gemm": 1.0, "attention": 1.0, "memory": 1.0},
+    min_duration_ns=1500,
+)
+# A100 against H100 (dense fp16: 312 vs 989 TFLOP/s; HBM: 2.0 vs 3.35 TB/s): GEMMs and
+# attention lose most, memory-bound kernels about the bandwidth ratio.
+A100 = Platform(
+    prefill_gemms={
+        "qkv": (K_SM80_PREFILL, 128, 128, 1),
+        "out": (K_AMPERE_PREFILL_NARROW, 128, 64, 1),
+        "fc1": (K_SM80_PREFILL_WIDE, 256, 128, 1),
+        "fc2": (K_AMPERE_PREFILL_DEEP, 128, 128, 1),
+        "logits": (K_AMPERE_LOGITS, 64, 64, 1),
+    },
+    decode_gemms={
+        "qkv": (K_SM80_DECODE_SPLITK, 64, 32, 4),
+        "out": (K_CUTLASS_DECODE, 16, 16, 1),
+        "fc1": (K_SM80_DECODE_WIDE, 32, 64, 1),
+        "fc2": (K_SM80_DECODE_SPLITK, 64, 32, 4),
+        "logits": (K_AMPERE_LOGITS, 64, 64, 1),
+    },
+    attention_prefill=K_FLASH,
+    attention_decode=K_FLASH_SPLITKV,
+    attention_combine=K_FLASH_COMBINE,
+    gemm_block=256,
+    slowdown={"gemm": 2.1, "attention": 1.8, "memory": 1.5},
+    min_duration_ns=2200,
+)
+
+
+def platform_for(arch: str) -> Platform:
+    """Ampere (sm_80, sm_86) gets the A100's kernels; everything else the H100's."""
+    return A100 if ARCH_SASS.get(arch, 90) in (80, 86) else H100
+
+
+def kernel_kind(name: str) -> str:
+    """ "gemm", "attention" or "memory" (elementwise, norms, copies, the sampler)."""
+    if name.startswith(("sm90_", "sm80_", "nvjet_", "ampere_", "cutlass_")) or "cublas" in name:
+        return "gemm"
+    if "flash" in name:
+        return "attention"
+    return "memory"
 
 
 def _elementwise(name: str, numel: int, per_block: int) -> Shape:
     return name, (max(1, math.ceil(numel / 512)), 1, 1), (128, 1, 1), per_block
 
 
-def _gemm(tokens: int, n: int, k: int) -> list[Shape]:
-    if tokens >= 64:
-        grid = (math.ceil(n / 128), math.ceil(tokens / 128), 1)
-        return [(K_GEMM_PREFILL, grid, (384, 1, 1), 12 * (k // 64) * 180)]
-    if tokens == 1:
+def _gemm(platform: Platform, role: str, tokens: int, n: int, k: int, *, prefill: bool) -> list[Shape]:
+    if tokens == 1 and role != "logits":
         return [(K_GEMV, (math.ceil(n / 4), 1, 1), (128, 1, 1), 4 * (k // 16) * 9)]
-    splits = 4
-    return [
-        (K_GEMM_DECODE, (math.ceil(n / 64), 1, splits), (128, 1, 1), 4 * (k // 64 // splits) * 160),
-        (K_SPLITK_REDUCE, (math.ceil(n / 32), math.ceil(tokens / 16), 1), (32, 16, 1), 16 * 3 * splits),
-    ]
+    name, tile_m, tile_n, splits = (platform.prefill_gemms if prefill else platform.decode_gemms)[role]
+    large = tile_m >= 64 and tile_n >= 64
+    block = (platform.gemm_block if large else 128, 1, 1)
+    grid = (math.ceil(n / tile_n), math.ceil(tokens / tile_m), splits)
+    per_block = (block[0] // 32) * (k // 64 // splits) * (160 if large else 60)
+    shapes = [(name, grid, block, max(per_block, 40))]
+    if splits > 1:
+        shapes.append(
+            (K_SPLITK_REDUCE, (math.ceil(n / 32), math.ceil(tokens / 16), 1), (32, 16, 1), 16 * 3 * splits)
+        )
+    return shapes
 
 
-def _block_kernels(tokens: int, prefill: bool, batch: int) -> list[Shape]:
+def _block_kernels(platform: Platform, tokens: int, prefill: bool, batch: int) -> list[Shape]:
     """One decoder block of OPT: pre-LN attention and a ReLU MLP."""
     norm = (K_LAYER_NORM, (tokens, 1, 1), (32, 4, 1), 4 * (HIDDEN // 128) * 30)
     if prefill:
-        attention = [(K_FLASH, (math.ceil(tokens / batch / 128), batch, HEADS), (128, 1, 1), 4 * 2200)]
+        attention = [
+            (
+                platform.attention_prefill,
+                (math.ceil(tokens / batch / 64), HEADS, batch),
+                (128, 1, 1),
+                4 * 2200,
+            )
+        ]
     else:
         attention = [
-            (K_FLASH_SPLITKV, (1, HEADS, batch * 4), (128, 1, 1), 4 * 620),
-            (K_FLASH_COMBINE, (math.ceil(batch * HEADS / 16), 1, 1), (128, 1, 1), 4 * 48),
+            (platform.attention_decode, (1, HEADS, batch * 4), (128, 1, 1), 4 * 620),
+            (platform.attention_combine, (math.ceil(batch * HEADS / 16), 1, 1), (128, 1, 1), 4 * 48),
         ]
     return [
         norm,
-        *_gemm(tokens, 3 * HIDDEN, HIDDEN),
+        *_gemm(platform, "qkv", tokens, 3 * HIDDEN, HIDDEN, prefill=prefill),
         (K_CACHE, (tokens, 1, 1), (min(HIDDEN, 1024), 1, 1), 24 * 22),
         *attention,
-        *_gemm(tokens, HIDDEN, HIDDEN),
+        *_gemm(platform, "out", tokens, HIDDEN, HIDDEN, prefill=prefill),
         _elementwise(K_ADD, tokens * HIDDEN, 4 * 14),
         norm,
-        *_gemm(tokens, FFN, HIDDEN),
+        *_gemm(platform, "fc1", tokens, FFN, HIDDEN, prefill=prefill),
         _elementwise(K_RELU, tokens * FFN, 4 * 12),
-        *_gemm(tokens, HIDDEN, FFN),
+        *_gemm(platform, "fc2", tokens, HIDDEN, FFN, prefill=prefill),
         _elementwise(K_ADD, tokens * HIDDEN, 4 * 14),
     ]
 
 
-def _step_kernels(prefill: bool, tokens: int, batch: int) -> Iterator[tuple[int, Shape, bool]]:
+def _step_kernels(
+    prefill: bool, tokens: int, batch: int, platform: Platform = H100
+) -> Iterator[tuple[int, Shape, bool]]:
     """One step as (decoder block, or -1 outside the blocks, shape, part of the model's forward).
 
     The model's forward (embeddings, the decoder blocks, the final norm) is what vLLM captures
     into a CUDA graph; selecting the last tokens' hidden states, the LM head and the sampler run
     eagerly after it, so the sampler's launch always ends the step as an ordinary launch.
     """
-    yield -1, (K_EMBED, (math.ceil(tokens * HIDDEN / 256), 1, 1), (128, 1, 1), 4 * 11), True
-    yield -1, (K_EMBED, (math.ceil(tokens * HIDDEN / 256), 1, 1), (128, 1, 1), 4 * 11), True
+    embed = K_EMBED if tokens > 16 else K_EMBED_SMALL
+    rows = math.ceil(tokens * HIDDEN / 256)
+    yield -1, _elementwise(K_POS_OFFSET, tokens, 4 * 6), True
+    yield -1, (embed, (rows, 1, 1), (128, 1, 1), 4 * 11), True
+    yield -1, (embed, (rows, 1, 1), (128, 1, 1), 4 * 11), True
     yield -1, _elementwise(K_ADD, tokens * HIDDEN, 4 * 14), True
     for block in range(BLOCKS):
-        for shape in _block_kernels(tokens, prefill, batch):
+        for shape in _block_kernels(platform, tokens, prefill, batch):
             yield block, shape, True
     yield -1, (K_LAYER_NORM, (tokens, 1, 1), (32, 4, 1), 4 * 180), True
-    yield -1, _elementwise(K_COPY, batch * HIDDEN, 4 * 9), False
-    for shape in _gemm(batch, VOCAB, HIDDEN):
+    yield -1, (K_GATHER, (math.ceil(batch * HIDDEN / 512), 1, 1), (128, 1, 1), 4 * 9), False
+    for shape in _gemm(platform, "logits", batch, VOCAB, HIDDEN, prefill=prefill):
         yield -1, shape, False
+    logits = batch * VOCAB
+    yield -1, _elementwise(K_TO_FLOAT, logits, 4 * 10), False
+    yield -1, _elementwise(K_DIV, logits, 4 * 12), False
+    yield -1, (K_TOPK, (batch, 1, 1), (1024, 1, 1), 32 * 900), False
+    yield -1, (K_SORT, (1, batch, 1), (16, 1, 1), 16 * 40), False
+    yield -1, _elementwise(K_MASKED_FILL, logits, 4 * 12), False
     yield -1, (K_SOFTMAX, (batch, 1, 1), (1024, 1, 1), 32 * 1500), False
+    yield -1, (K_EXPONENTIAL, (min(264, math.ceil(logits / 512)), 1, 1), (256, 1, 1), 8 * 160), False
+    yield -1, _elementwise(K_DIV, logits, 4 * 12), False
     yield -1, (K_ARGMAX, (1, batch, 1), (32, 16, 1), 16 * 1800), False
 
 
@@ -292,12 +517,13 @@ def context_sizes(spec: RunSpec) -> list[int]:
     A context is a process here, so a step should not straddle two of them.
     """
     n, c = spec.kernels, spec.contexts
+    platform = platform_for(spec.trace_gpu_arch)
     starts, position = [], 0
     for _, prefill, _ in _steps(spec.layers):
         if position >= n:
             break
         starts.append(position)
-        position += sum(1 for _ in _step_kernels(prefill, 2 if not prefill else 128, 2))
+        position += sum(1 for _ in _step_kernels(prefill, 2 if not prefill else 128, 2, platform))
     cuts, previous = [], 0
     for k in range(1, c):
         target = round(k * n / c)
@@ -324,6 +550,7 @@ def launches(spec: RunSpec) -> Iterator[Launch]:
     captures, so in a graph step the window covers the eager launches after the forward instead.
     """
     rng = random.Random(spec.seed)
+    platform = platform_for(spec.trace_gpu_arch)
     ctxs = context_pointers(rng, spec.contexts) if spec.format == "v5" else [None]
     per_ctx = context_sizes(spec)
     batch = rng.choice((4, 8, 16))
@@ -334,7 +561,9 @@ def launches(spec: RunSpec) -> Iterator[Launch]:
     for step, prefill, listed in _steps(spec.layers):
         tokens = batch * prompt if prefill else batch
         graph_step = spec.decode_graphs and not prefill
-        for block, (name, grid, block_dim, per_block), forward in _step_kernels(prefill, tokens, batch):
+        for block, (name, grid, block_dim, per_block), forward in _step_kernels(
+            prefill, tokens, batch, platform
+        ):
             if emitted == spec.kernels:
                 return
             while kernel_id == per_ctx[ctx_index]:
@@ -360,15 +589,18 @@ def launches(spec: RunSpec) -> Iterator[Launch]:
                 step=step,
                 captured=captured,
                 replayed_insts=counted_before,
+                batch=batch,
+                tokens=tokens,
             )
         if spec.kernels == 0:
             return
 
 
-def steps_kernel_count(layers: tuple[str, ...]) -> int:
+def steps_kernel_count(layers: tuple[str, ...], arch: str = "sm_90") -> int:
     """How many launches the steps in `layers` make: the size of a run that is exactly them."""
+    platform = platform_for(arch)
     return sum(
-        sum(1 for _ in _step_kernels(prefill, 8 * 128 if prefill else 8, 8))
+        sum(1 for _ in _step_kernels(prefill, 8 * 128 if prefill else 8, 8, platform))
         for _, (_, prefill, _) in zip(range(len(layers)), _steps(layers), strict=False)
     )
 
@@ -411,12 +643,14 @@ def gpgpusim_config(spec: RunSpec, sass: int) -> str:
     return (
         f"# {name}: Accel-Sim tested config (abridged), selected for {spec.trace_gpu_arch}\n"
         f"-gpgpu_ptx_force_max_capability {sass}\n-gpgpu_ptx_convert_to_ptxplus 0\n"
-        "-gpgpu_n_clusters 132\n-gpgpu_n_cores_per_cluster 1\n-gpgpu_n_mem 80\n"
-        "-gpgpu_n_sub_partition_per_mchannel 2\n-gpgpu_clock_domains 1755:1755:1755:2619\n"
+        f"-gpgpu_n_clusters {108 if sass in (80, 86) else 132}\n-gpgpu_n_cores_per_cluster 1\n"
+        "-gpgpu_n_mem 80\n-gpgpu_n_sub_partition_per_mchannel 2\n"
+        f"-gpgpu_clock_domains {'1410:1410:1410:1593' if sass in (80, 86) else '1755:1755:1755:2619'}\n"
         "-gpgpu_shader_registers 65536\n-gpgpu_registers_per_block 65536\n"
         "-gpgpu_occupancy_sm_number 90\n-gpgpu_shader_core_pipeline 2048:32\n"
         "-gpgpu_shader_cta 32\n-gpgpu_simd_model 1\n-gpgpu_num_sched_per_core 4\n"
-        "-gpgpu_shmem_size 233472\n-gpgpu_l1_latency 30\n-gpgpu_smem_latency 29\n"
+        f"-gpgpu_shmem_size {167936 if sass in (80, 86) else 233472}\n-gpgpu_l1_latency 30\n"
+        "-gpgpu_smem_latency 29\n"
         "-gpgpu_cache:dl2 S:32:128:24,L:B:m:L:P,A:192:4,32:0,32\n-gpgpu_dram_timing_opt "
         '"nbk=16:CCD=2:RRD=12:RCD=24:RAS=55:RP=24:RC=78:CL=24:WL=8:CDLR=10:WR=24:nbkgrp=4:CCDL=6:RTPL=4"\n'
         "-network_mode 2\n-icnt_in_buffer_limit 512\n"
@@ -425,6 +659,178 @@ def gpgpusim_config(spec: RunSpec, sass: int) -> str:
 
 # One launch as the harness's clock saw it: (step, ctx, kernel id, start ns, end ns, captured).
 TimingRow = tuple[int, str | None, int, int, int, bool]
+
+# `nsys stats --report cuda_gpu_trace --format csv`: the columns in order, as Nsight Systems
+# 2024 and later print them (the report script's `query_stub`, which also added `GreenCtx` and
+# the `:mangled` option; the unit suffixes are what `nsys stats` appends to `:ts_ns`, `:dur_ns`,
+# `:mem_B` and `:thru_B` columns). Releases before GreenCtx print the same list without it, and
+# `Throughput (MBps)`.
+NSYS_GPU_TRACE_COLUMNS = (
+    "Start (ns)",
+    "Duration (ns)",
+    "CorrId",
+    "GrdX",
+    "GrdY",
+    "GrdZ",
+    "BlkX",
+    "BlkY",
+    "BlkZ",
+    "Reg/Trd",
+    "StcSMem (MB)",
+    "DymSMem (MB)",
+    "Bytes (MB)",
+    "Throughput (MB/s)",
+    "SrcMemKd",
+    "DstMemKd",
+    "Device",
+    "Ctx",
+    "GreenCtx",
+    "Strm",
+    "Name",
+)
+NSYS_STREAM = 7  # the stream vLLM's model runner works on; graph replays run there too
+
+
+@dataclass(frozen=True)
+class MemoryOp:
+    """A memcpy or memset between the kernels: nsys lists them, the tracer does not."""
+
+    ctx: str | None
+    name: str  # "[CUDA memcpy Host-to-Device]", "[CUDA memcpy Device-to-Host]", "[CUDA memset]"
+    start: int
+    end: int
+    bytes: int
+    src_kind: str  # memcpy source kind, or the memset's memory kind
+    dst_kind: str  # "" for a memset
+
+
+def kernel_duration(launch: Launch, platform: Platform) -> int:
+    """Nanoseconds on the GPU: instructions at an H100's rate, slowed by kind on other GPUs."""
+    scaled = launch.total_insts / 40 * platform.slowdown[kernel_kind(launch.name)]
+    return max(platform.min_duration_ns, int(scaled))
+
+
+def step_host_copies(launch: Launch) -> list[tuple[str, int, str, str]]:
+    """What vLLM's model runner copies before a step: (name, bytes, source, destination).
+
+    Input ids (int32), positions and slot mapping (int64), query start offsets and sequence
+    lengths (int32) and the block table, from pinned buffers; then a memset of the padding.
+    """
+    htod, pinned = "[CUDA memcpy Host-to-Device]", "Pinned"
+    return [
+        (htod, launch.tokens * 4, pinned, "Device"),
+        (htod, launch.tokens * 8, pinned, "Device"),
+        (htod, (launch.batch + 1) * 4, pinned, "Device"),
+        (htod, launch.batch * 4, pinned, "Device"),
+        (htod, launch.tokens * 8, pinned, "Device"),
+        (htod, launch.batch * 128 * 4, pinned, "Device"),
+        ("[CUDA memset]", 512, "Device", ""),
+    ]
+
+
+def kernel_resources(name: str, sass: int) -> tuple[int, int, int]:
+    """(registers per thread, static and dynamic shared memory bytes) as CUPTI reports them."""
+    pick = zlib.crc32(name.encode())
+    kind = kernel_kind(name)
+    if name in (K_SPLITK_REDUCE, K_GEMV) or name.startswith("cutlass_"):
+        return 64 + pick % 3 * 16, 4096 * (1 + pick % 2), 0
+    if kind == "gemm":
+        dynamic = (98304, 147456, 196608, 221184) if sass >= 90 else (49152, 81920, 98304, 135168)
+        return (128, 168, 232)[pick % 3], 0, dynamic[pick % 4]
+    if kind == "attention":
+        if "FlashAttnFwdCombine" in name or "combine" in name:
+            return 90 + pick % 5 * 8, 0, 16896
+        return (255 if sass < 90 else 128), 0, (49152 if sass < 90 else 114688)
+    if name in (K_SOFTMAX, K_TOPK, K_SORT, K_ARGMAX, K_LAYER_NORM):
+        return 32 + pick % 4 * 8, 1024 * (1 + pick % 4), 0 if name != K_SOFTMAX else 4096
+    return 16 + pick % 4 * 8, 0, 0
+
+
+def cascade_timing_csv(rows: list[TimingRow]) -> bytes:
+    lines = ["ctx,kernel_id,start_ns,end_ns,duration_ns\n"]
+    lines += [f"{ctx or ''},{kid},{start},{end},{end - start}\n" for _, ctx, kid, start, end, _ in rows]
+    return "".join(lines).encode()
+
+
+def nsys_timing_csv(
+    spec: RunSpec, kernels: list[tuple[Launch, int, int]], memory: list[MemoryOp], rng: random.Random
+) -> bytes:
+    """timing.csv as `nsys stats --report cuda_gpu_trace:mangled --format csv` writes it.
+
+    One row per GPU operation, sorted by start: kernels (with grid, block, registers and shared
+    memory), memcpys and memsets (no grid; bytes, throughput and memory kinds). Every API call
+    takes the next correlation id; a graph replay is one call (`cuGraphLaunch`), so all kernels
+    of one replay carry the same CorrId. `Ctx` is nsys's context id (1, 2, ... here, one per
+    process), not the tracer's pointer.
+    """
+    sass = ARCH_SASS.get(spec.trace_gpu_arch, 90)
+    device = f"{spec.source_gpu or 'NVIDIA GPU'} (0)"
+    contexts: dict[str | None, int] = {}
+    correlation: dict[str | None, int] = {}
+    replay: dict[str | None, tuple[int, int]] = {}  # ctx -> (step, CorrId) of the current replay
+
+    def mb(value: int) -> str:
+        return f"{value / 1e6:.3f}"
+
+    def next_correlation(ctx: str | None) -> int:
+        # Other API calls (stream queries, event records, allocator calls) take ids in between.
+        correlation[ctx] = correlation.get(ctx, rng.randrange(300, 900)) + rng.randrange(1, 5)
+        return correlation[ctx]
+
+    operations: list[tuple[int, int, Launch | MemoryOp, int]] = [
+        (start, index, launch, end) for index, (launch, start, end) in enumerate(kernels)
+    ]
+    operations += [(op.start, len(kernels) + index, op, op.end) for index, op in enumerate(memory)]
+    operations.sort(key=lambda operation: operation[:2])
+    lines = [",".join(NSYS_GPU_TRACE_COLUMNS) + "\n"]
+    for start, _, operation, end in operations:
+        ctx_id = str(contexts.setdefault(operation.ctx, len(contexts) + 1))
+        if isinstance(operation, MemoryOp):
+            corr = next_correlation(operation.ctx)
+            duration = end - start
+            fields = [
+                str(start),
+                str(duration),
+                str(corr),
+                *[""] * 9,
+                mb(operation.bytes),
+                # The report's own arithmetic: bytes * (1000000000 / duration), in integers.
+                f"{operation.bytes * (1_000_000_000 // duration) / 1e6:.3f}",
+                operation.src_kind,
+                operation.dst_kind,
+                device,
+                ctx_id,
+                "",
+                str(NSYS_STREAM),
+                operation.name,
+            ]
+        else:
+            if operation.captured:
+                step, corr = replay.get(operation.ctx, (None, 0))
+                if step != operation.step:
+                    corr = next_correlation(operation.ctx)
+                    replay[operation.ctx] = (operation.step, corr)
+            else:
+                corr = next_correlation(operation.ctx)
+            regs, static, dynamic = kernel_resources(operation.name, sass)
+            fields = [
+                str(start),
+                str(end - start),
+                str(corr),
+                *(str(n) for n in operation.grid),
+                *(str(n) for n in operation.block),
+                str(regs),
+                mb(static),
+                mb(dynamic),
+                *[""] * 4,
+                device,
+                ctx_id,
+                "",
+                str(NSYS_STREAM),
+                operation.name,
+            ]
+        lines.append(",".join(fields) + "\n")
+    return "".join(lines).encode()
 
 
 def timeline_json(spec: RunSpec, rows: list[TimingRow]) -> bytes:
@@ -491,8 +897,31 @@ def write_run(
             b"k = 212;\nn = 1;\nrouting_function = dest_tag;\nvc_allocator = islip;\n",
         )
 
+    platform = platform_for(spec.trace_gpu_arch)
     timing_rows: list[TimingRow] = []
+    kernel_times: list[tuple[Launch, int, int]] = []
+    memory_ops: list[MemoryOp] = []
+    # The harness's clock has its own generator: the stats and traces are the same bytes
+    # whichever timing format is asked for.
+    timing_rng = random.Random(f"{spec.seed}:timing")
     clock = 1_000_000 + rng.randrange(1_000_000)
+    current_step: tuple[str | None, int] | None = None
+    last_launch: Launch | None = None
+
+    def copy(ctx: str | None, name: str, size: int, src: str, dst: str) -> None:
+        nonlocal clock
+        clock += timing_rng.randrange(300, 1500)
+        if name == "[CUDA memset]":
+            duration = timing_rng.randrange(800, 1300)
+        else:  # ~20 GB/s from pinned memory, ~8 GB/s into pageable, plus the DMA's start
+            duration = 600 + size // (20 if src == "Pinned" else 8) + timing_rng.randrange(0, 400)
+        memory_ops.append(MemoryOp(ctx, name, clock, clock + duration, size, src, dst))
+        clock += duration
+
+    def sampled_tokens_back(launch: Launch) -> None:
+        if launch.name == K_ARGMAX:  # the step ran to its end: the tokens go to the host
+            copy(launch.ctx, "[CUDA memcpy Device-to-Host]", launch.batch * 8, "Device", "Pageable")
+
     stats_files: dict[str | None, object] = {}
     lists: dict[str | None, object] = {}
     (directory / "traces").mkdir(parents=True, exist_ok=True)
@@ -516,23 +945,31 @@ def write_run(
             if launch.traced:
                 lists[launch.ctx].write(launch.trace_file + "\n")
                 write(f"traces/{launch.trace_file}", instruction_trace(launch, sass, rng))
-            duration = max(1500, launch.total_insts // 40)
+            if (launch.ctx, launch.step) != current_step:
+                if last_launch is not None:
+                    sampled_tokens_back(last_launch)
+                current_step = (launch.ctx, launch.step)
+                for name, size, src, dst in step_host_copies(launch):
+                    copy(launch.ctx, name, size, src, dst)
+            duration = kernel_duration(launch, platform)
             # A graph replay launches its kernels back to back, without the CPU's launch overhead.
             clock += rng.randrange(600, 1800) if launch.captured else rng.randrange(2000, 9000)
             timing_rows.append(
                 (launch.step, launch.ctx, launch.kernel_id, clock, clock + duration, launch.captured)
             )
+            kernel_times.append((launch, clock, clock + duration))
             clock += duration
+            last_launch = launch
+        if last_launch is not None and not spec.crashed:
+            sampled_tokens_back(last_launch)
     finally:
         for handle in (*stats_files.values(), *lists.values()):
             handle.close()
 
-    if spec.timing:
-        lines = ["ctx,kernel_id,start_ns,end_ns,duration_ns\n"]
-        lines += [
-            f"{ctx or ''},{kid},{start},{end},{end - start}\n" for _, ctx, kid, start, end, _ in timing_rows
-        ]
-        write("timing.csv", "".join(lines).encode())
+    if spec.timing and spec.timing_format == "nsys":
+        write("timing.csv", nsys_timing_csv(spec, kernel_times, memory_ops, timing_rng))
+    elif spec.timing:
+        write("timing.csv", cascade_timing_csv(timing_rows))
     if spec.timeline:
         write("timeline.json", timeline_json(spec, timing_rows))
     files = [GeneratedFile(name, (directory / name).stat().st_size) for name in written]

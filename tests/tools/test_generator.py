@@ -131,7 +131,7 @@ def test_one_launch_as_the_tracer_writes_it_and_graph_halves_running_together():
 @pytest.mark.parametrize(
     "spec",
     [
-        RunSpec(kernels=744, contexts=2, seed=11),
+        RunSpec(kernels=700, contexts=2, seed=11),
         RunSpec(kernels=500, contexts=3, seed=12, crashed=True),
         RunSpec(kernels=300, seed=13, cuda_graphs=False, crashed=True),
         RunSpec(kernels=400, format="legacy", seed=14),
@@ -161,7 +161,7 @@ def test_stats_files_are_the_tracers_printf_output_byte_for_byte(tmp_path, spec)
 
 
 def test_every_instruction_is_counted_once_when_the_run_ends_with_an_ordinary_launch(tmp_path):
-    spec = RunSpec(kernels=744, contexts=2, seed=4)
+    spec = RunSpec(kernels=700, contexts=2, seed=4)
     generator.write_run(tmp_path / "run", spec)
     written = [launch for f in stats_files(tmp_path / "run") for launch in written_launches(f)]
     assert sum(launch.totals[0] for launch in written if launch.totals) == sum(
@@ -190,24 +190,24 @@ def test_a_killed_run_ends_in_the_launch_half_of_its_last_launch(tmp_path):
 
 def test_prefill_launches_are_one_row_per_line_and_a_decode_step_runs_together_on_one_line(tmp_path):
     run = tmp_path / "run"
-    generator.write_run(run, RunSpec(kernels=342, seed=8))  # the prefill step and one decode step
+    generator.write_run(run, RunSpec(kernels=332, seed=8))  # the prefill step and one decode step
     (stats,) = stats_files(run)
     lines = stats.read_text().split("\n")
     assert lines[0] + "\n" == STATS_HEADER and lines[-1] == ""
-    prefill, graph_line, eager = lines[1:142], lines[142], lines[143:-1]
+    prefill, graph_line, eager = lines[1:149], lines[149], lines[150:-1]
     assert all(V5_ROW.fullmatch(row) for row in prefill), [r for r in prefill if not V5_ROW.fullmatch(r)][:1]
     halves = re.findall(r"kernel-(\d+)-ctx_0x[0-9a-f]+\.trace\.xz, ", graph_line)
-    # The model's forward, 196 captured launches, then the first eager launch ends the line.
-    assert [int(kid) for kid in halves] == list(range(142, 142 + 197))
-    assert re.search(r"_ZN2at6native27unrolled_elementwise_kernel\w+, (\d+, ){8}\d+,\d+$", graph_line)
-    assert len(eager) == 4 and all(re.search(r", \d+,\d+$", row) for row in eager)
+    # The model's forward, 173 captured launches, then the first eager launch ends the line.
+    assert [int(kid) for kid in halves] == list(range(149, 149 + 174))
+    assert re.search(r"_ZN2at6native24index_elementwise_kernel\w+, (\d+, ){8}\d+,\d+$", graph_line)
+    assert len(eager) == 10 and all(re.search(r", \d+,\d+$", row) for row in eager)
     assert "ArgMaxOps" in eager[-1]  # the sampler, outside the graph
     launches = written_launches(stats)
-    assert [launch.totals is None for launch in launches] == [False] * 141 + [True] * 196 + [False] * 5
+    assert [launch.totals is None for launch in launches] == [False] * 148 + [True] * 173 + [False] * 11
 
 
 def test_which_launches_a_decode_step_captures():
-    spec = RunSpec(kernels=744, seed=9)
+    spec = RunSpec(kernels=700, seed=9)
     by_step: dict[int, list[generator.Launch]] = {}
     for launch in generator.launches(spec):
         by_step.setdefault(launch.step, []).append(launch)
@@ -216,10 +216,11 @@ def test_which_launches_a_decode_step_captures():
     for step in (2, 10, 26):
         launches = by_step[step]
         captured = [launch.captured for launch in launches]
-        assert captured == [True] * 196 + [False] * 5
+        assert captured == [True] * 173 + [False] * 11
         eager = [launch.name for launch in launches if not launch.captured]
-        assert eager[0] == generator.K_COPY and eager[-2:] == [generator.K_SOFTMAX, generator.K_ARGMAX]
-        assert all(launch.name != generator.K_EMBED for launch in launches[-5:])
+        assert eager[0] == generator.K_GATHER and eager[-1] == generator.K_ARGMAX
+        assert generator.K_SOFTMAX in eager and generator.K_TOPK in eager
+        assert all(launch.name != generator.K_EMBED for launch in launches[-11:])
     # A captured kernel never ran instrumented: it has no instruction trace.
     assert not any(launch.traced and launch.captured for launch in generator.launches(spec))
     assert any(launch.traced for launch in by_step[2])
@@ -235,19 +236,19 @@ def test_a_run_may_end_in_captured_halves(tmp_path):
 
 def test_without_cuda_graphs_every_launch_is_a_row_of_its_own(tmp_path):
     for name, graphs in (("eager", False), ("graphs", True), ("default", None)):
-        generator.write_run(tmp_path / name / "run", RunSpec(kernels=744, seed=3, cuda_graphs=graphs))
+        generator.write_run(tmp_path / name / "run", RunSpec(kernels=700, seed=3, cuda_graphs=graphs))
     (eager,) = stats_files(tmp_path / "eager" / "run")
-    assert eager.read_text().count("\n") == 745
+    assert eager.read_text().count("\n") == 701
     assert all(launch.totals for launch in written_launches(eager))
     runs = {name: tree(tmp_path / name / "run") for name in ("eager", "graphs", "default")}
     assert runs["graphs"] == runs["default"] != runs["eager"]
     (graphs,) = stats_files(tmp_path / "graphs" / "run")
-    assert sum(launch.totals is None for launch in written_launches(graphs)) == 3 * 196
+    assert sum(launch.totals is None for launch in written_launches(graphs)) == 3 * 173
 
 
 def test_timing_and_timeline_list_every_launch_the_stats_files_hold(tmp_path):
     run = tmp_path / "run"
-    generator.write_run(run, RunSpec(kernels=744, contexts=2, seed=6))
+    generator.write_run(run, RunSpec(kernels=700, contexts=2, seed=6))
     in_stats = {
         (f.name.removeprefix("stats_ctx_"), launch.kernel_id, launch.totals is None)
         for f in stats_files(run)
@@ -258,8 +259,8 @@ def test_timing_and_timeline_list_every_launch_the_stats_files_hold(tmp_path):
         (ctx, kid) for ctx, kid, _ in in_stats
     }
     steps = json.loads((run / "timeline.json").read_text())["steps"]
-    assert sum(step["kernels"] for step in steps) == len(in_stats) == 744
-    assert sum(step["captured_kernels"] for step in steps) == sum(c for _, _, c in in_stats) == 3 * 196
+    assert sum(step["kernels"] for step in steps) == len(in_stats) == 700
+    assert sum(step["captured_kernels"] for step in steps) == sum(c for _, _, c in in_stats) == 3 * 173
     assert [step["cuda_graph"] for step in steps] == [False, True, True, True]
     for step in steps:
         ids = {kid for ctx, kid, _ in in_stats if ctx == step["ctx"]}
@@ -307,8 +308,9 @@ def test_names_are_real_pytorch_cublas_and_flash_attention_kernels(tmp_path):
     for marker in (
         "_ZN2at6native",
         "sm90_xmma_gemm",
-        "_ZN5flash15flash_fwd_kernel",
-        "_ZN5flash23flash_fwd_splitkv",
+        "nvjet_hsh_",
+        "_ZN7cutlass13device_kernelIN5flash20enable_sm90_or_laterINS1_16FlashAttnFwdSm90",
+        "_ZN4vllm30reshape_and_cache_flash_kernel",
     ):
         assert marker in text
 
@@ -393,13 +395,13 @@ def test_shipped_samples_are_what_the_generator_makes_and_small(tmp_path):
 
 def test_the_shipped_opt_sample_has_graph_captured_decode_steps_and_the_failed_one_a_killed_launch():
     opt = [launch for f in stats_files(REPO / "samples" / OPT_SAMPLE) for launch in written_launches(f)]
-    assert len(opt) == 744 and sum(launch.totals is None for launch in opt) == 3 * 196
+    assert len(opt) == 700 and sum(launch.totals is None for launch in opt) == 3 * 173
     timeline = json.loads((REPO / "samples" / OPT_SAMPLE / "timeline.json").read_text())
     assert [(step["phase"], step["captured_kernels"]) for step in timeline["steps"]] == [
         ("prefill", 0),
-        ("decode", 196),
-        ("decode", 196),
-        ("decode", 196),
+        ("decode", 173),
+        ("decode", 173),
+        ("decode", 173),
     ]
     (failed,) = stats_files(REPO / "samples" / "sample__failed-run")
     assert failed.read_bytes().endswith(b", ")
@@ -418,14 +420,14 @@ def test_generate_trace_command_cuda_graphs_flags(tmp_path):
         call_command("generate_trace", "--out", str(tmp_path / flag), "--kernels", "400", flag)
     (graphs,) = stats_files(tmp_path / "--cuda-graphs")
     (eager,) = stats_files(tmp_path / "--no-cuda-graphs")
-    assert sum(launch.totals is None for launch in written_launches(graphs)) == 196 + 58
+    assert sum(launch.totals is None for launch in written_launches(graphs)) == 173 + 68
     assert eager.read_text().count("\n") == 401 and all(launch.totals for launch in written_launches(eager))
 
 
 def test_generate_trace_command_crashed_leaves_the_last_launch_half(tmp_path):
     call_command("generate_trace", "--out", str(tmp_path / "run"), "--kernels", "7", "--crashed")
     (stats,) = stats_files(tmp_path / "run")
-    assert stats.read_bytes().endswith(b", 128, ") and written_launches(stats)[-1].totals is None
+    assert stats.read_bytes().endswith(b", 768, 1, 1, 768, ") and written_launches(stats)[-1].totals is None
 
 
 def test_generate_trace_command_refuses_a_folder_with_files(tmp_path):
@@ -450,9 +452,9 @@ def test_upload_puts_metadata_last(s3, db, monkeypatch):
 @pytest.mark.parametrize(
     "spec, state, kernels, without_totals",
     [
-        (RunSpec(kernels=744, contexts=2, seed=1), TraceState.READY, 744, 3 * 196),
-        (RunSpec(kernels=744, contexts=2, seed=1, cuda_graphs=False), TraceState.READY, 744, 0),
-        (RunSpec(kernels=400, seed=3), TraceState.READY, 400, 196 + 58),
+        (RunSpec(kernels=700, contexts=2, seed=1), TraceState.READY, 700, 3 * 173),
+        (RunSpec(kernels=700, contexts=2, seed=1, cuda_graphs=False), TraceState.READY, 700, 0),
+        (RunSpec(kernels=400, seed=3), TraceState.READY, 400, 173 + 68),
         (RunSpec(kernels=120, format="legacy", seed=2), TraceState.READY, 120, 0),
         (RunSpec(kernels=10, status="failed"), TraceState.FAILED, 0, 0),
         (RunSpec(kernels=10, unfinished=True), TraceState.UPLOADING, 0, 0),

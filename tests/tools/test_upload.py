@@ -55,10 +55,10 @@ def test_samples_become_ready_and_failed_with_their_metadata(s3, db, settings):
         "SM90_H100",
     )
     assert opt.layers == ["step 0 (prefill)", "step 2 (decode)", "step 10 (decode)", "step 26 (decode)"]
-    assert opt.kernel_count == 744 and opt.sample and opt.has_real_timing and opt.has_step_timeline
+    assert opt.kernel_count == 700 and opt.sample and opt.has_real_timing and opt.has_step_timeline
     assert Kernel.objects.filter(trace=opt).values("ctx").distinct().count() == 2
     # The three decode steps ran as CUDA graphs: their model forward left launch halves only.
-    assert Kernel.objects.filter(trace=opt, total_insts__isnull=True).count() == 3 * 196
+    assert Kernel.objects.filter(trace=opt, total_insts__isnull=True).count() == 3 * 173
     failed = Trace.objects.get(pk="sample__failed-run")
     assert failed.state == TraceState.FAILED and "failed" in failed.error
 
@@ -74,7 +74,7 @@ def test_load_samples_follows_the_configured_prefix(s3, db, settings):
     assert all(f["key"].startswith("elsewhere/traces/sample__failed-run/") for f in metadata["files"])
     passes.poll_bucket()
     opt = Trace.objects.get(pk="sample__facebook_opt-125m__h100-e2e")
-    assert (opt.state, opt.kernel_count) == (TraceState.READY, 744), opt.error
+    assert (opt.state, opt.kernel_count) == (TraceState.READY, 700), opt.error
 
 
 def test_local_etag_matches_s3_for_small_and_multipart_files(s3, db, tmp_path):

@@ -40,6 +40,13 @@ class Command(BaseCommand):
         )
         parser.add_argument("--no-timeline", dest="timeline", action="store_false")
         parser.add_argument("--no-timing", dest="timing", action="store_false")
+        parser.add_argument(
+            "--timing-format",
+            choices=generator.TIMING_FORMATS,
+            default="cascade",
+            help="timing.csv as Cascade's harness writes it (cascade) or as "
+            "`nsys stats --report cuda_gpu_trace:mangled --format csv` exports it (nsys)",
+        )
         parser.add_argument("--max-traced", type=int, default=generator.RunSpec.max_traced)
         parser.add_argument("--model", default=generator.RunSpec.model)
         parser.add_argument("--source-gpu", default=generator.RunSpec.source_gpu)
@@ -62,6 +69,7 @@ class Command(BaseCommand):
                 cuda_graphs=options["cuda_graphs"],
                 timeline=options["timeline"],
                 timing=options["timing"],
+                timing_format=options["timing_format"],
                 max_traced=options["max_traced"],
                 model=options["model"] or None,
                 source_gpu=options["source_gpu"] or None,
