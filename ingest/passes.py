@@ -35,10 +35,12 @@ from django.db import DataError, IntegrityError, connection
 from django.db.models import Q
 from django.utils import timezone
 
-from ingest import bucket, stats
+from ingest import bucket, stats, timing
 from ingest.bucket import S3Object
 from ingest.metadata import (
     METADATA_NAME,
+    TIMELINE_NAME,
+    TIMING_NAME,
     MetadataError,
     MetadataLimits,
     failure,
@@ -54,6 +56,7 @@ from traces import services
 from traces.locks import trace_lock
 from traces.models import (
     CURRENT_PARSER_VERSION,
+    KERNEL_COLUMNS,
     NO_DEVICE,
     DeletedTrace,
     Trace,
@@ -532,11 +535,83 @@ def parse_into(
                 )
     services.trace_start_parsing(trace, run=run)
     extra_columns = header_extra_columns(sources)
+    extras = services.RunExtras()
+    step_index, durations = read_steps_and_timing(objects, extras)
     rows = kernel_rows(trace.id, sources, extra_columns, progress)
+    rows = with_steps_and_durations(rows, step_index, durations, extras)
     count = services.trace_store_kernels(
-        trace, rows if not launches_expected else at_least_one_launch(rows), fingerprint=current
+        trace,
+        rows if not launches_expected else at_least_one_launch(rows),
+        fingerprint=current,
+        extras=extras,
     )
-    logger.info("%s: ready, %d kernels", trace.id, count)
+    logger.info(
+        "%s: ready, %d kernels%s", trace.id, count, f" ({extras.timing_error})" if extras.timing_error else ""
+    )
+
+
+def read_steps_and_timing(objects: list[S3Object], extras) -> tuple[timing.StepIndex | None, object | None]:
+    """timeline.json's steps and timing.csv's durations, if the run has them and they can be read.
+
+    Neither ever fails the trace: what could not be used is said in `extras.timing_error`.
+    """
+    by_name = {obj.name: obj for obj in objects}
+    problems = []
+    step_index = durations = None
+    if TIMELINE_NAME in by_name:
+        try:
+            raw = bucket.read_object(by_name[TIMELINE_NAME].key, settings.CASCADE_METADATA_MAX_BYTES * 8)
+            steps = timing.parse_timeline(raw)
+            extras.steps = [
+                {
+                    "index": step.index,
+                    "name": step.name,
+                    "phase": step.phase,
+                    "ctx": step.ctx,
+                    "first_kernel_id": step.first_kernel_id,
+                    "last_kernel_id": step.last_kernel_id,
+                    "start_ns": step.start_ns,
+                    "end_ns": step.end_ns,
+                }
+                for step in steps
+            ]
+            step_index = timing.StepIndex(steps)
+        except (timing.TimingError, ValueError) as problem:
+            problems.append(str(problem))
+    if TIMING_NAME in by_name:
+        obj = by_name[TIMING_NAME]
+        try:
+            if obj.size > settings.CASCADE_MAX_STATS_BYTES:
+                raise timing.TimingError(f"timing.csv: {obj.size} bytes, more than CASCADE_MAX_STATS_BYTES")
+            durations = timing.read_timing(bucket.iter_object_lines(obj.key))
+            extras.timing_used = True
+        except (timing.TimingError, bucket.LineTooLong) as problem:
+            problems.append(str(problem))
+    extras.timing_error = "; ".join(problems) or None
+    return step_index, durations
+
+
+GRID = slice(KERNEL_COLUMNS.index("grid_x"), KERNEL_COLUMNS.index("grid_z") + 1)
+BLOCK = slice(KERNEL_COLUMNS.index("block_x"), KERNEL_COLUMNS.index("block_z") + 1)
+
+
+def with_steps_and_durations(rows: Iterator[tuple], step_index, durations, extras) -> Iterator[tuple]:
+    """Each row with its step and measured duration appended (KERNEL_COLUMNS' last two).
+
+    A timing that stops matching the stats drops out from there on, with the reason; the
+    durations already given are cleared when the kernels are stored.
+    """
+    for row in rows:
+        ctx, kernel_id = row[0], row[1]
+        step = step_index.step_of(ctx, kernel_id) if step_index is not None else None
+        duration = None
+        if durations is not None:
+            try:
+                duration = durations.duration_of(ctx, kernel_id, row[GRID], row[BLOCK])
+            except timing.TimingError as problem:
+                extras.timing_error = "; ".join(filter(None, (extras.timing_error, str(problem))))
+                durations = None
+        yield (*row, step, duration)
 
 
 def at_least_one_launch(rows: Iterator[tuple]) -> Iterator[tuple]:

@@ -36,7 +36,8 @@ def trace_row_to_dict(fields: tuple[str, ...], row: tuple) -> dict:
 
 
 def kernel_row_to_dict(row: tuple) -> dict:
-    """A kernel object of the reference; a fork's device and stream ids follow as extra keys."""
+    """A kernel object of the reference, then its step's name and measured time (null when the
+    run has no timeline or timing); a fork's device and stream ids follow as extra keys."""
     (
         ctx,
         kernel_id,
@@ -55,6 +56,8 @@ def kernel_row_to_dict(row: tuple) -> dict:
         traced,
         device,
         stream,
+        step,
+        duration_ns,
     ) = row
     kernel = {
         "ctx": ctx,
@@ -68,6 +71,8 @@ def kernel_row_to_dict(row: tuple) -> dict:
         "total_insts": insts,
         "total_reported_insts": reported,
         "traced": traced,
+        "step": step,
+        "duration_ns": duration_ns,
     }
     if device != NO_DEVICE:
         kernel["device_id"] = device

@@ -19,8 +19,9 @@ class TraceState(models.TextChoices):
 # The version of ingest/stats.py's reading of the tracer's files, recorded on each trace it
 # reads: bumped whenever the parser reads some input differently, so that the traces an older
 # version read can be found (admin filter) and read again (`ingest_traces --reparse-outdated`).
-# 1: until 2026-11 (graph-captured launches merged, killed runs refused); 2: every launch.
-CURRENT_PARSER_VERSION = 2
+# 1: until 2026-11 (graph-captured launches merged, killed runs refused); 2: every launch;
+# 3: each launch with its step (timeline.json) and measured time (timing.csv).
+CURRENT_PARSER_VERSION = 3
 
 
 class Trace(models.Model):
@@ -51,6 +52,11 @@ class Trace(models.Model):
         null=True,
         blank=True,
         help_text="The version of the stats parser that read this trace's files (None: never parsed).",
+    )
+    timing_error = models.TextField(
+        null=True,
+        blank=True,
+        help_text="Why timeline.json or timing.csv was not used (the kernels are served without it).",
     )
     kernels_without_totals = models.BigIntegerField(
         default=0,
@@ -144,6 +150,9 @@ class Kernel(models.Model):
     # (not NULL) for every other tracer, so that the unique index below holds for all.
     device = models.IntegerField(default=-1, help_text="The fork's device id; -1: the tracer wrote none.")
     stream = models.BigIntegerField(null=True, blank=True, help_text="The device-id fork's stream id.")
+    # The launch's step (Step.index of its trace; timeline.json) and measured time (timing.csv).
+    step = models.SmallIntegerField(null=True, blank=True)
+    duration_ns = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["trace", "ctx", "device", "kernel_id"]
@@ -185,10 +194,33 @@ KERNEL_COLUMNS = (
     "traced",
     "device",
     "stream",
+    "step",
+    "duration_ns",
 )
 # The API's order of a trace's launches: the unique index's.
 KERNEL_ORDER = ("ctx", "device", "kernel_id")
 NO_DEVICE = -1
+
+
+class Step(models.Model):
+    """One inference step of a run (timeline.json): a prefill or a decode, and its launches."""
+
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="steps")
+    index = models.SmallIntegerField(help_text="Its position in timeline.json; kernels refer to it.")
+    name = models.CharField(max_length=200)
+    phase = models.CharField(max_length=32, null=True, blank=True)
+    ctx = models.CharField(max_length=64, null=True, blank=True)
+    first_kernel_id = models.BigIntegerField()
+    last_kernel_id = models.BigIntegerField()
+    start_ns = models.BigIntegerField(null=True, blank=True)
+    end_ns = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["trace", "index"]
+        constraints = [models.UniqueConstraint(fields=["trace", "index"], name="step_unique_index")]
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class DeletedTrace(models.Model):

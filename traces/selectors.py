@@ -16,7 +16,7 @@ from django.db import connection, transaction
 from django.db.models import BigIntegerField, Count, ExpressionWrapper, F, Max, Min, Q, Sum, Value
 
 from traces.filters import TraceFilter
-from traces.models import KERNEL_COLUMNS, KERNEL_ORDER, Kernel, Trace, TraceState
+from traces.models import KERNEL_COLUMNS, KERNEL_ORDER, Kernel, Step, Trace, TraceState
 
 # --- the API -------------------------------------------------------------------------
 
@@ -67,7 +67,25 @@ def kernel_rows(trace_id: str, limit: int | None = None) -> Iterator[tuple]:
     A fork's devices each number their kernels from 1: (ctx, device, kernel_id), the unique index.
     """
     rows = Kernel.objects.filter(trace_id=trace_id).order_by(*KERNEL_ORDER).values_list(*KERNEL_COLUMNS)
-    return rows[:limit].iterator(chunk_size=KERNEL_FETCH_ROWS)
+    return with_step_names(rows[:limit].iterator(chunk_size=KERNEL_FETCH_ROWS), step_names(trace_id))
+
+
+STEP_COLUMN = KERNEL_COLUMNS.index("step")
+
+
+def step_names(trace_id: str) -> dict[int, str]:
+    """The trace's steps by index (kernels refer to them by index): one query, a few rows."""
+    return dict(Step.objects.filter(trace_id=trace_id).values_list("index", "name"))
+
+
+def with_step_names(rows: Iterator[tuple], names: dict[int, str]) -> Iterator[tuple]:
+    """Kernel rows with their step's name in place of its index, as the API shows it."""
+    if not names:
+        yield from rows
+        return
+    for row in rows:
+        step = row[STEP_COLUMN]
+        yield row if step is None else (*row[:STEP_COLUMN], names.get(step), *row[STEP_COLUMN + 1 :])
 
 
 # A trace serves the kernels of its last parse while ready, and while a new parse of it runs
@@ -100,10 +118,11 @@ def trace_detail_snapshot(trace_id: str, limit: int | None = None) -> tuple[tupl
         row = trace_detail_row(trace_id)
         if row is None or row[STATE_COLUMN] not in SERVES_KERNELS:
             return row, iter(())
+        names = step_names(trace_id)
         held = connection.connection.cursor(name=f"kernels_{uuid.uuid4().hex}", withhold=True)
         held.itersize = KERNEL_FETCH_ROWS
         held.execute(sql, params)
-    return row, _held_rows(held)
+    return row, with_step_names(_held_rows(held), names)
 
 
 def _held_rows(cursor) -> Iterator[tuple]:

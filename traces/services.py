@@ -8,6 +8,7 @@ inside the pass that holds it (everything ingestion calls); the row itself is lo
 """
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from datetime import timedelta
 from itertools import islice
 
@@ -21,6 +22,7 @@ from traces.models import (
     KERNEL_COLUMNS,
     DeletedTrace,
     Kernel,
+    Step,
     Trace,
     TraceState,
     files_fingerprint,
@@ -53,6 +55,7 @@ DECISION_FIELDS = [
     "suggested_sim_config",
     "has_step_timeline",
     "has_real_timing",
+    "timing_error",
     "sample",
 ]
 
@@ -144,16 +147,40 @@ def trace_start_parsing(trace: Trace, *, run: dict) -> None:
     trace.save(update_fields=["state", "error", "waiting_for", "parser_version", *run])
 
 
-def trace_store_kernels(trace: Trace, rows: Iterable[tuple], *, fingerprint: str) -> int:
-    """Replace the trace's kernels with `rows` (KERNEL_COLUMNS order) and make it ready.
+@dataclass
+class RunExtras:
+    """What a parse found besides the launches: the run's steps and whether its timing held.
+
+    Filled while the rows stream (a timing.csv that stops matching the stats halfway sets
+    `timing_error`), read when they are stored.
+    """
+
+    steps: list[dict] = field(default_factory=list)
+    timing_used: bool = False
+    timing_error: str | None = None
+
+
+def trace_store_kernels(
+    trace: Trace, rows: Iterable[tuple], *, fingerprint: str, extras: RunExtras | None = None
+) -> int:
+    """Replace the trace's kernels with `rows` (KERNEL_COLUMNS order), and its steps, and make it ready.
 
     One transaction: readers see the old kernels or the new ones, never a mix, and a pass
     killed mid-way leaves the old ones. Rows are consumed as they come (`rows` is a
-    generator reading S3), so a million kernels cost one row of memory.
+    generator reading S3), so a million kernels cost one row of memory. A timing that
+    stopped matching halfway is dropped whole (one UPDATE), never kept in part.
     """
+    extras = extras or RunExtras()
     without_totals = [0]
     with transaction.atomic():
         count = kernels_replace(trace.id, counting_without_totals(rows, without_totals))
+        if extras.timing_error and extras.timing_used:
+            Kernel.objects.filter(trace_id=trace.id).update(duration_ns=None)
+        Step.objects.filter(trace_id=trace.id).delete()
+        Step.objects.bulk_create(Step(trace_id=trace.id, **step) for step in extras.steps)
+        trace.has_step_timeline = bool(extras.steps)
+        trace.has_real_timing = extras.timing_used and not extras.timing_error
+        trace.timing_error = extras.timing_error
         trace.state = TraceState.READY
         trace.error = None
         trace.kernel_count = count
@@ -194,6 +221,8 @@ def trace_fail(
     _apply(trace, run)
     with transaction.atomic():
         Kernel.objects.filter(trace_id=trace.id).delete()
+        Step.objects.filter(trace_id=trace.id).delete()
+        trace.timing_error = None
         trace.state = TraceState.FAILED
         trace.error = error
         trace.kernel_count = 0
@@ -266,6 +295,7 @@ def trace_mark_failed(trace_id: str, error: str, *, retry: bool = False) -> None
         with transaction.atomic():
             trace = Trace.objects.select_for_update().get(pk=trace_id)
             Kernel.objects.filter(trace_id=trace_id).delete()
+            Step.objects.filter(trace_id=trace_id).delete()
             trace.state = TraceState.FAILED
             trace.error = error
             trace.kernel_count = 0

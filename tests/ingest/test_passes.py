@@ -130,7 +130,14 @@ def test_metadata_fields_are_copied(db, upload, vecadd_files):
         "layers": ["step 0 (prefill)", "step 2 (decode)"],
         "custom": {"kept": [1, 2]},
     }
-    upload("sample__opt", {**vecadd_files, "timeline.json": "[]", "timing.csv": "k,us\n"}, metadata=metadata)
+    timeline = (
+        '{"steps": [{"name": "step 0 (prefill)", "phase": "prefill", "ctx": "%s", '
+        '"first_kernel_id": 1, "last_kernel_id": 1, "start_ns": 10, "end_ns": 900}]}' % VECADD_CTX
+    )
+    timing = f"ctx,kernel_id,start_ns,end_ns,duration_ns\n{VECADD_CTX},1,100,880,780\n"
+    upload(
+        "sample__opt", {**vecadd_files, "timeline.json": timeline, "timing.csv": timing}, metadata=metadata
+    )
     passes.poll_bucket()
     trace = Trace.objects.get(pk="sample__opt")
     assert trace.state == TraceState.READY
@@ -139,6 +146,21 @@ def test_metadata_fields_are_copied(db, upload, vecadd_files):
     assert trace.layers == ["step 0 (prefill)", "step 2 (decode)"]
     assert trace.metadata == metadata
     assert (trace.has_step_timeline, trace.has_real_timing, trace.sample) == (True, True, True)
+    assert list(Kernel.objects.values_list("step", "duration_ns")) == [(0, 780)]
+
+
+def test_timing_and_timeline_that_cannot_be_read_leave_the_trace_ready_saying_why(db, upload, vecadd_files):
+    upload("run", {**vecadd_files, "timeline.json": "[]", "timing.csv": "k,us\n"}, metadata=OK)
+    passes.poll_bucket()
+    trace = Trace.objects.get(pk="run")
+    assert (trace.state, trace.kernel_count) == (TraceState.READY, 1)
+    assert (trace.has_step_timeline, trace.has_real_timing) == (False, False)
+    assert trace.timing_error == (
+        "timeline.json: expected an object with a \"steps\" list; timing.csv: unknown header 'k,us'; "
+        "expected ctx,kernel_id,start_ns,end_ns,duration_ns or the columns of "
+        "`nsys stats --report cuda_gpu_trace --format csv`"
+    )
+    assert list(Kernel.objects.values_list("step", "duration_ns")) == [(None, None)]
 
 
 def metadata_values(metadata):
@@ -742,3 +764,38 @@ def test_a_trace_being_ingested_is_not_deleted_under_the_pass(db, upload, vecadd
         trace_delete("run")
     assert Trace.objects.filter(pk="run").exists()
     assert Kernel.objects.filter(trace_id="run").count() == 1
+
+
+NSYS_HEADER = (
+    "Start (ns),Duration (ns),CorrId,GrdX,GrdY,GrdZ,BlkX,BlkY,BlkZ,Reg/Trd,StcSMem (MB),DymSMem (MB),"
+    "Bytes (MB),Throughput (MBps),SrcMemKd,DstMemKd,Device,Ctx,GreenCtx,Strm,Name\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("grid", "duration", "error"),
+    [
+        ("98,1,1", 4321, None),
+        (
+            "97,1,1",
+            None,
+            f"timing.csv (nsys) does not match the stats at context {VECADD_CTX} kernel 1: grid (98, 1, 1) "
+            "block (1024, 1, 1) in the stats, grid (97, 1, 1) block (1024, 1, 1) at CorrId 112",
+        ),
+    ],
+    ids=["matches", "mismatch"],
+)
+def test_nsight_systems_timing_is_matched_to_the_launches(db, upload, vecadd_files, grid, duration, error):
+    nsys = (
+        NSYS_HEADER
+        + f"5000,4321,112,{grid},1024,1,1,16,0.000,0.000,,,,,NVIDIA H100 (0),1,,7,_Z6vecAddPdS_S_i\n"
+    )
+    upload("run", {**vecadd_files, "timing.csv": nsys}, metadata=OK)
+    passes.poll_bucket()
+    trace = Trace.objects.get(pk="run")
+    assert (trace.state, trace.has_real_timing, trace.timing_error) == (
+        TraceState.READY,
+        error is None,
+        error,
+    )
+    assert list(Kernel.objects.values_list("duration_ns", flat=True)) == [duration]

@@ -69,7 +69,7 @@ def test_graph_captured_launches_are_each_a_kernel_in_the_api(db, upload, api):
         (2, "_Z7softmaxv", [16, 1, 1], 16, None),
         (3, "_Z4copyv", [2, 1, 1], 2, 900),
     ]
-    # The standard kernel object keeps the reference's keys, no more.
+    # The standard kernel object: the reference's keys, then step and duration_ns (issue 13).
     assert list(body["kernels"][0]) == [
         "ctx",
         "kernel_id",
@@ -82,6 +82,8 @@ def test_graph_captured_launches_are_each_a_kernel_in_the_api(db, upload, api):
         "total_insts",
         "total_reported_insts",
         "traced",
+        "step",
+        "duration_ns",
     ]
     assert Trace.objects.get(pk="graph").kernels_without_totals == 2
 
@@ -104,7 +106,7 @@ def test_device_id_fork_kernels_carry_device_and_stream_in_the_api(db, upload, a
         (1, 0, 1, 20),
         (1, 0, 2, 30),
     ]
-    assert list(body["kernels"][0])[-3:] == ["traced", "device_id", "stream_id"]
+    assert list(body["kernels"][0])[-5:] == ["traced", "step", "duration_ns", "device_id", "stream_id"]
 
 
 @pytest.mark.parametrize(

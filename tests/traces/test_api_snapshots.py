@@ -17,9 +17,30 @@ from traces.models import Kernel, Trace, TraceState
 
 
 def kernel_rows(count: int, name: str) -> list[tuple]:
-    # (ctx, kernel_id, name, trace_file, grid xyz, block xyz, blocks, threads, totals, traced, device, stream)
+    # KERNEL_COLUMNS: ctx, kernel_id, name, trace_file, grid, block, blocks, threads, totals, traced,
+    # device, stream, step, duration_ns
     return [
-        ("0x1", n, name, f"kernel-{n}-ctx_0x1.trace.xz", 1, 1, 1, 32, 1, 1, 1, 32, 7, 7, False, -1, None)
+        (
+            "0x1",
+            n,
+            name,
+            f"kernel-{n}-ctx_0x1.trace.xz",
+            1,
+            1,
+            1,
+            32,
+            1,
+            1,
+            1,
+            32,
+            7,
+            7,
+            False,
+            -1,
+            None,
+            None,
+            None,
+        )
         for n in range(1, count + 1)
     ]
 

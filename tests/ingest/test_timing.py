@@ -1,0 +1,104 @@
+"""Steps and measured times: the two timing formats, matched to launches. Pure: no S3, no database."""
+
+import pytest
+
+from ingest.timing import StepIndex, TimingError, parse_timeline, read_timing
+
+# `nsys stats --report cuda_gpu_trace --format csv` (2024.x column set): kernels and a memcpy.
+NSYS_HEADER = (
+    "Start (ns),Duration (ns),CorrId,GrdX,GrdY,GrdZ,BlkX,BlkY,BlkZ,Reg/Trd,StcSMem (MB),DymSMem (MB),"
+    "Bytes (MB),Throughput (MBps),SrcMemKd,DstMemKd,Device,Ctx,GreenCtx,Strm,Name\n"
+)
+
+
+def nsys_row(start, duration, corr, grid, block, name, ctx=1):
+    gx, gy, gz = grid
+    bx, by, bz = block
+    return f"{start},{duration},{corr},{gx},{gy},{gz},{bx},{by},{bz},32,0.000,0.000,,,,,NVIDIA H100 (0),{ctx},,7,{name}\n"
+
+
+def memcpy_row(start, corr, ctx=1):
+    return f"{start},1200,{corr},,,,,,,,,,0.786,655.360,Pageable,Device,NVIDIA H100 (0),{ctx},,7,[CUDA memcpy Host-to-Device]\n"
+
+
+def lines(text: str) -> list[bytes]:
+    return text.encode().splitlines(keepends=True)
+
+
+def test_cascade_timing_by_context_and_kernel_id():
+    durations = read_timing(
+        lines("ctx,kernel_id,start_ns,end_ns,duration_ns\n0x1,1,10,40,30\n0x1,3,50,57,7\n0x2,1,0,5,5\n")
+    )
+    assert durations.duration_of("0x1", 1, (1, 1, 1), (1, 1, 1)) == 30
+    assert durations.duration_of("0x1", 2, (1, 1, 1), (1, 1, 1)) is None
+    assert durations.duration_of("0x1", 3, (1, 1, 1), (1, 1, 1)) == 7
+    assert durations.duration_of("0x2", 1, (1, 1, 1), (1, 1, 1)) == 5
+    assert durations.duration_of("0x9", 1, (1, 1, 1), (1, 1, 1)) is None
+
+
+def test_nsys_kernels_are_matched_in_correlation_order_skipping_memcpy():
+    text = (
+        NSYS_HEADER
+        + memcpy_row(100, 5)
+        + nsys_row(300, 40, 9, (2, 1, 1), (64, 1, 1), "_Z1bv")  # listed out of order: CorrId decides
+        + nsys_row(200, 30, 7, (1, 1, 1), (32, 1, 1), "_Z1av")
+    )
+    durations = read_timing(lines(text))
+    assert durations.duration_of("0xaaaa", 1, (1, 1, 1), (32, 1, 1)) == 30
+    assert durations.duration_of("0xaaaa", 2, (2, 1, 1), (64, 1, 1)) == 40
+
+
+def test_nsys_rows_that_do_not_match_the_launches_say_where():
+    durations = read_timing(lines(NSYS_HEADER + nsys_row(200, 30, 7, (1, 1, 1), (32, 1, 1), "_Z1av")))
+    with pytest.raises(TimingError) as problem:
+        durations.duration_of("0xaaaa", 1, (4, 1, 1), (32, 1, 1))
+    assert str(problem.value) == (
+        "timing.csv (nsys) does not match the stats at context 0xaaaa kernel 1: grid (4, 1, 1) block (32, 1, 1) "
+        "in the stats, grid (1, 1, 1) block (32, 1, 1) at CorrId 7"
+    )
+
+
+def test_nsys_with_fewer_kernels_than_the_stats_says_so():
+    durations = read_timing(lines(NSYS_HEADER + nsys_row(200, 30, 7, (1, 1, 1), (32, 1, 1), "_Z1av")))
+    durations.duration_of("0xaaaa", 1, (1, 1, 1), (32, 1, 1))
+    with pytest.raises(TimingError, match="has 1 kernels for context 0xaaaa, the stats more"):
+        durations.duration_of("0xaaaa", 2, (1, 1, 1), (32, 1, 1))
+
+
+def test_an_unknown_timing_header_is_refused_with_both_formats_named():
+    with pytest.raises(
+        TimingError, match="expected ctx,kernel_id,start_ns,end_ns,duration_ns or the columns of"
+    ):
+        read_timing(lines("kernel,us\n1,3\n"))
+
+
+def test_steps_cover_the_launches_of_their_context():
+    steps = parse_timeline(
+        b'{"steps": ['
+        b'{"name": "step 0 (prefill)", "phase": "prefill", "ctx": "0x1", "first_kernel_id": 1, "last_kernel_id": 141},'
+        b'{"name": "step 2 (decode)", "phase": "decode", "ctx": "0x1", "first_kernel_id": 142, "last_kernel_id": 342},'
+        b'{"name": "step 10 (decode)", "phase": "decode", "ctx": "0x2", "first_kernel_id": 1, "last_kernel_id": 201}'
+        b"]}"
+    )
+    index = StepIndex(steps)
+    assert [index.step_of("0x1", k) for k in (1, 141, 142, 342, 343)] == [0, 0, 1, 1, None]
+    assert index.step_of("0x2", 5) == 2
+    assert index.step_of("0x3", 5) is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"[]", 'timeline.json: expected an object with a "steps" list'),
+        (
+            b'{"steps": [{"first_kernel_id": 5, "last_kernel_id": 2}]}',
+            "timeline.json: step 0 needs first_kernel_id",
+        ),
+        (b'{"steps": [1]}', "timeline.json: step 0 is not an object"),
+        (b"{", "timeline.json is not valid JSON"),
+    ],
+)
+def test_a_timeline_that_cannot_be_used_says_why(raw, message):
+    with pytest.raises(TimingError) as problem:
+        parse_timeline(raw)
+    assert str(problem.value).startswith(message)
