@@ -1,6 +1,7 @@
 """Poll passes against moto's S3 server and the database: the upload contract, end to end."""
 
 import io
+import json
 import os
 import signal
 import subprocess
@@ -130,10 +131,8 @@ def test_metadata_fields_are_copied(db, upload, vecadd_files):
         "layers": ["step 0 (prefill)", "step 2 (decode)"],
         "custom": {"kept": [1, 2]},
     }
-    timeline = (
-        '{"steps": [{"name": "step 0 (prefill)", "phase": "prefill", "ctx": "%s", '
-        '"first_kernel_id": 1, "last_kernel_id": 1, "start_ns": 10, "end_ns": 900}]}' % VECADD_CTX
-    )
+    step = {"name": "step 0 (prefill)", "phase": "prefill", "ctx": VECADD_CTX, "first_kernel_id": 1}
+    timeline = json.dumps({"steps": [{**step, "last_kernel_id": 1, "start_ns": 10, "end_ns": 900}]})
     timing = f"ctx,kernel_id,start_ns,end_ns,duration_ns\n{VECADD_CTX},1,100,880,780\n"
     upload(
         "sample__opt", {**vecadd_files, "timeline.json": timeline, "timing.csv": timing}, metadata=metadata
