@@ -193,7 +193,9 @@ class NsysDurations:
             except (KeyError, TypeError, ValueError):
                 raise TimingError(f"timing.csv (nsys) line {number}: unreadable kernel row") from None
             rows.setdefault((row.get("Ctx") or "").strip(), []).append((corr, grid, block, duration))
-        self._contexts = [sorted(kernels) for kernels in rows.values()]
+        # By correlation id, keeping file (start-time) order among equal ids: every kernel of
+        # one CUDA graph replay carries its cuGraphLaunch's id.
+        self._contexts = [sorted(kernels, key=lambda kernel: kernel[0]) for kernels in rows.values()]
         self._assigned: dict[str | None, list] = {}
         self._next: dict[str | None, int] = {}
 

@@ -102,3 +102,27 @@ def test_a_timeline_that_cannot_be_used_says_why(raw, message):
     with pytest.raises(TimingError) as problem:
         parse_timeline(raw)
     assert str(problem.value).startswith(message)
+
+
+def test_a_graph_replay_s_kernels_share_a_correlation_id_and_keep_their_order():
+    # nsys --cuda-graph-trace=node: the replayed kernels all carry the cuGraphLaunch's CorrId.
+    text = (
+        NSYS_HEADER
+        + nsys_row(100, 11, 5, (1, 1, 1), (32, 1, 1), "_Z4gemmv")
+        + nsys_row(200, 22, 40, (9, 1, 1), (64, 1, 1), "_Z7softmaxv")
+        + nsys_row(300, 33, 40, (2, 1, 1), (64, 1, 1), "_Z4copyv")
+        + nsys_row(400, 44, 40, (5, 1, 1), (32, 1, 1), "_Z3addv")
+    )
+    durations = read_timing(lines(text))
+    shapes = [
+        ((1, 1, 1), (32, 1, 1)),
+        ((9, 1, 1), (64, 1, 1)),
+        ((2, 1, 1), (64, 1, 1)),
+        ((5, 1, 1), (32, 1, 1)),
+    ]
+    assert [durations.duration_of("0x1", n, *shape) for n, shape in enumerate(shapes, start=1)] == [
+        11,
+        22,
+        33,
+        44,
+    ]
