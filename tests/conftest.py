@@ -3,6 +3,7 @@
 Helpers that tests import (constants, rows, a lock held elsewhere) are in tests/helpers.py.
 """
 
+import functools
 import os
 
 import pytest
@@ -68,9 +69,15 @@ def s3_server():
     Sets fake AWS credentials in os.environ meanwhile (boto3 reads them there, and child
     processes inherit them); the environment is restored when the session ends.
     """
+    import botocore.loaders
+    import botocore.session
     from moto.server import ThreadedMotoServer
 
     with pytest.MonkeyPatch.context() as patch:
+        # boto3 reads botocore's service models (megabytes of JSON) once per session, and
+        # django-storages starts a session for each storage it builds: a new one in every test,
+        # since the `s3` fixture changes the settings. One loader for the whole run reads them once.
+        patch.setattr(botocore.session, "create_loader", functools.cache(botocore.loaders.create_loader))
         for name, value in {
             "AWS_ACCESS_KEY_ID": "testing",
             "AWS_SECRET_ACCESS_KEY": "testing",
