@@ -174,9 +174,9 @@ class CascadeDurations:
 class NsysDurations:
     """Durations from an Nsight Systems cuda_gpu_trace export, matched in correlation-id order.
 
-    Each of the trace's contexts takes the next unused nsys context (in order of first
-    appearance) and its kernel rows one by one; a pair whose grid or block differs raises
-    TimingError naming both.
+    Each of the trace's contexts takes the first unused nsys context whose first kernel has
+    the shape of the context's first launch, and its kernel rows one by one; a pair whose
+    grid or block differs raises TimingError naming both.
     """
 
     def __init__(self, lines: Iterable[str]):
@@ -204,7 +204,11 @@ class NsysDurations:
         if kernels is None:
             if not self._contexts:
                 raise TimingError(f"timing.csv (nsys) has no kernels for the trace's context {ctx}")
-            kernels = self._assigned[ctx] = self._contexts.pop(0)
+            # Nsight numbers contexts, the tracer names them by pointer: a trace context takes
+            # the first unused Nsight context that starts with its first launch's shape.
+            shape = (tuple(grid), tuple(block))
+            pick = next((i for i, ks in enumerate(self._contexts) if ks[0][1:3] == shape), 0)
+            kernels = self._assigned[ctx] = self._contexts.pop(pick)
             self._next[ctx] = 0
         position = self._next[ctx]
         if position >= len(kernels):

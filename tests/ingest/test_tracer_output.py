@@ -234,3 +234,20 @@ def test_scheduled_polls_read_outdated_traces_a_batch_at_a_time(db, upload, sett
     passes.poll_bucket(reparse_outdated=True, outdated_batch=2)
     assert not Trace.objects.filter(parser_version=1).exists()
     assert not passes.poll_bucket(reparse_outdated=True, outdated_batch=2).changes
+
+
+@pytest.mark.parametrize("timing_format", ["cascade", "nsys"])
+def test_a_generated_serving_run_has_every_launch_s_step_and_time(db, s3, tmp_path, timing_format):
+    from tools.generator import RunSpec, write_run
+    from tools.upload import upload_run_folder
+
+    spec = RunSpec(kernels=700, contexts=2, seed=3, timing_format=timing_format)
+    write_run(tmp_path / "run", spec, run_id="served")
+    upload_run_folder(tmp_path / "run", "served")
+    passes.poll_bucket()
+
+    trace = Trace.objects.get(pk="served")
+    assert (trace.state, trace.timing_error) == (TraceState.READY, None)
+    assert (trace.has_step_timeline, trace.has_real_timing) == (True, True)
+    assert not Kernel.objects.filter(trace_id="served", duration_ns__isnull=True).exists()
+    assert not Kernel.objects.filter(trace_id="served", step__isnull=True).exists()
