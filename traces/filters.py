@@ -63,7 +63,8 @@ class UtcDateTimeField(django_filters.fields.IsoDateTimeField):
     """An ISO 8601 date-time in UTC; one too close to year 1 or 9999 to convert is an error."""
 
     def to_python(self, value):
-        parsed = super().to_python(value)
+        # RFC 3339 allows a lower-case t and z; Python's parser does not.
+        parsed = super().to_python(value.upper() if isinstance(value, str) else value)
         if parsed is None:
             return None
         try:

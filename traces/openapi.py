@@ -254,14 +254,24 @@ THROTTLED = error_response(
     "Request was throttled. Expected available in 1 second.",
 )
 
+# Text filters refuse NUL (no S3 key or PostgreSQL text holds one): a 400, as the schema says.
+NO_NUL = "^[^\\u0000]*$"
+
 FILTER_PARAMETERS = [
     OpenApiParameter(
         "state", OpenApiTypes.STR, enum=TraceState.values, description=f"{ACCEPTS['state'].capitalize()}."
     ),
-    OpenApiParameter("model", OpenApiTypes.STR, description=f"Exact match: {ACCEPTS['model']}."),
-    OpenApiParameter("source_gpu", OpenApiTypes.STR, description=f"Exact match: {ACCEPTS['source_gpu']}."),
     OpenApiParameter(
-        "trace_gpu_arch", OpenApiTypes.STR, description=f"Exact match: {ACCEPTS['trace_gpu_arch']}."
+        "model", OpenApiTypes.STR, pattern=NO_NUL, description=f"Exact match: {ACCEPTS['model']}."
+    ),
+    OpenApiParameter(
+        "source_gpu", OpenApiTypes.STR, pattern=NO_NUL, description=f"Exact match: {ACCEPTS['source_gpu']}."
+    ),
+    OpenApiParameter(
+        "trace_gpu_arch",
+        OpenApiTypes.STR,
+        pattern=NO_NUL,
+        description=f"Exact match: {ACCEPTS['trace_gpu_arch']}.",
     ),
     OpenApiParameter("sample", OpenApiTypes.BOOL, description="Only the shipped samples, or none of them."),
     OpenApiParameter(
@@ -313,6 +323,7 @@ retrieve_schema = extend_schema(
             OpenApiTypes.STR,
             OpenApiParameter.PATH,
             description="The trace's id, which is the profiler's run name.",
+            examples=[OpenApiExample("demo", value="demo")],
         ),
         CHALLENGE,
     ],
@@ -337,14 +348,19 @@ CLOSED_COMPONENTS = ("Error", "Kernel", "TraceSummary", "TraceDetail")
 
 
 def finish_schema(result, generator, request, public):
-    """Postprocessing hook: the documented objects have exactly the documented keys, and the
-    list's example is the reference's."""
+    """Postprocessing hook: the documented objects have exactly the documented keys, a filter
+    may be empty, and the list's example is the reference's (OpenApiParameter and
+    OpenApiExample cannot say the last two)."""
     schemas = result.get("components", {}).get("schemas", {})
     for name in CLOSED_COMPONENTS:
         if name in schemas:
             schemas[name]["additionalProperties"] = False
     listing = result.get("paths", {}).get("/api/traces", {}).get("get")
     if listing is not None:
+        # `?state=` (an empty value, as a blank form field sends) narrows nothing.
+        for parameter in listing["parameters"]:
+            if parameter["in"] == "query":
+                parameter["allowEmptyValue"] = True
         listing["responses"]["200"]["content"]["application/json"]["examples"] = {
             "TracesInEachState": {"value": LIST_EXAMPLE, "summary": "Traces in each state"}
         }

@@ -121,6 +121,8 @@ def test_consecutive_windows_list_each_trace_once(api, traces):
     [
         # An offset is honoured: 10:00+01:00 is 09:00 UTC.
         ("2026-11-08T10:00:00+01:00", ["arriving", "broken", "llama-h100", "opt-a100"]),
+        # RFC 3339's lower-case t and z.
+        ("2026-11-08t09:00:00z", ["arriving", "broken", "llama-h100", "opt-a100"]),
         # No offset: UTC.
         ("2026-11-08T09:00:00", ["arriving", "broken", "llama-h100", "opt-a100"]),
         # A date: its midnight, UTC.

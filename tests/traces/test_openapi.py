@@ -1,0 +1,405 @@
+"""The OpenAPI schema (/api/schema) is valid OpenAPI 3, describes every route as the reference
+does, and the API's real answers conform to it; Swagger UI (/api/docs) is served locally.
+
+Real responses are checked twice, independently: by jsonschema against the schema's resolved
+response objects (each status the reference documents), and by schemathesis, which generates
+requests from the schema and checks every answer (no 5xx, documented status, body and headers).
+"""
+
+import copy
+import json
+import os
+from datetime import UTC, datetime
+
+import jsonschema
+import pytest
+import schemathesis
+from django.contrib.staticfiles import finders
+from django.core.management import call_command
+from django.core.signals import request_finished, request_started
+from django.db import close_old_connections
+from drf_spectacular.validation import validate_schema
+from hypothesis import HealthCheck, given, settings
+from schemathesis import GenerationMode
+from schemathesis.config import SchemathesisConfig
+
+from traces.filters import TraceFilter
+from traces.models import Kernel, Trace, TraceState
+
+SUMMARY_KEYS = [
+    "id",
+    "state",
+    "error",
+    "created_at",
+    "updated_at",
+    "model",
+    "layers",
+    "source_gpu",
+    "trace_gpu_arch",
+    "suggested_sim_config",
+    "kernel_count",
+    "bytes",
+    "has_real_timing",
+    "has_step_timeline",
+    "sample",
+]
+KERNEL_KEYS = [
+    "ctx",
+    "kernel_id",
+    "name",
+    "trace_file",
+    "grid_dim",
+    "block_dim",
+    "blocks",
+    "threads",
+    "total_insts",
+    "total_reported_insts",
+    "traced",
+]
+FORK_KEYS = ["device_id", "stream_id"]
+# Generated requests per route and mode; CASCADE_FUZZ_EXAMPLES=2000 for a longer run (README).
+FUZZ_EXAMPLES = int(os.environ.get("CASCADE_FUZZ_EXAMPLES", "50"))
+
+
+@pytest.fixture
+def openapi(client_anon, db) -> dict:
+    response = client_anon.get("/api/schema", HTTP_ACCEPT="application/json")
+    assert response.status_code == 200
+    return response.json()
+
+
+def nullable_to_json_schema(node):
+    """OpenAPI 3.0's `nullable: true` as JSON Schema's `type: [..., "null"]`."""
+    if isinstance(node, list):
+        return [nullable_to_json_schema(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    node = {key: nullable_to_json_schema(value) for key, value in node.items()}
+    if node.pop("nullable", False):
+        if "type" in node:
+            node["type"] = [node["type"], "null"]
+        if "enum" in node:
+            node["enum"] = [*node["enum"], None]
+    return node
+
+
+def response_validator(openapi: dict, path: str, status: int) -> jsonschema.Draft4Validator:
+    """A validator for the body the schema documents for GET `path` answering `status`."""
+    content = openapi["paths"][path]["get"]["responses"][str(status)]["content"]
+    schema = copy.deepcopy(content["application/json"]["schema"])
+    schema["components"] = nullable_to_json_schema(openapi["components"])
+    return jsonschema.Draft4Validator(nullable_to_json_schema(schema))
+
+
+def assert_conforms(openapi: dict, path: str, response) -> object:
+    assert str(response.status_code) in openapi["paths"][path]["get"]["responses"], response.status_code
+    assert response["Content-Type"] == "application/json"
+    content = b"".join(response.streaming_content) if response.streaming else response.content
+    body = json.loads(content)
+    response_validator(openapi, path, response.status_code).validate(body)
+    return body
+
+
+@pytest.fixture
+def demo(make_trace):
+    """A ready trace whose kernels hold every documented shape: totals, no totals (a CUDA
+    graph's launch), and the device-id fork's launches with their extra keys."""
+    trace = make_trace(
+        "demo",
+        state=TraceState.READY,
+        trace_gpu_arch="sm_86",
+        suggested_sim_config="SM86_RTX3070",
+        has_step_timeline=True,
+        layers=["step 0 (prefill)"],
+        created_at=datetime(2026, 11, 8, 8, 59, 2, 587743, tzinfo=UTC),
+    )
+    trace.metadata = {
+        "status": "ok",
+        "files": [{"key": "accelsim-traces/demo/configs/trace.config", "bytes": 1}],
+    }
+    trace.save()
+    common = {
+        "trace": trace,
+        "name": "_Z6vecAddPdS_S_i",
+        "grid_x": 98,
+        "grid_y": 1,
+        "grid_z": 1,
+        "block_x": 1024,
+        "block_y": 1,
+        "block_z": 1,
+        "blocks": 98,
+        "threads": 1024,
+        "traced": True,
+    }
+    Kernel.objects.bulk_create(
+        [
+            Kernel(
+                ctx="0x1",
+                kernel_id=1,
+                trace_file="kernel-1-ctx_0x1.trace.xz",
+                total_insts=5,
+                total_reported_insts=5,
+                **common,
+            ),
+            Kernel(
+                ctx="0x1",
+                kernel_id=2,
+                trace_file="kernel-2-ctx_0x1.trace.xz",
+                total_insts=None,
+                total_reported_insts=None,
+                **common,
+            ),
+            Kernel(
+                ctx="0x2",
+                kernel_id=1,
+                trace_file="kernel-1-ctx_0x2.trace.xz",
+                total_insts=7,
+                total_reported_insts=7,
+                device=0,
+                stream=7,
+                **common,
+            ),
+            Kernel(
+                ctx="0x2",
+                kernel_id=1,
+                trace_file="kernel-1-ctx_0x2.trace.xz",
+                total_insts=7,
+                total_reported_insts=7,
+                device=1,
+                stream=None,
+                **common,
+            ),
+        ]
+    )
+    Trace.objects.filter(pk="demo").update(kernel_count=4)
+    make_trace(
+        "demo-failed", state=TraceState.FAILED, error="profiler reported status 'failed' in metadata.json"
+    )
+    make_trace("arriving")  # uploading: no metadata yet
+    return trace
+
+
+# --- the schema itself -----------------------------------------------------------------------
+
+
+def test_schema_is_valid_openapi_3(openapi):
+    assert openapi["openapi"].startswith("3.")
+    validate_schema(openapi)  # the OpenAPI 3 JSON Schema drf-spectacular ships
+
+
+def test_schema_generates_without_warnings(tmp_path, db):
+    # `manage.py spectacular --validate --fail-on-warn`: what CI or a developer runs by hand.
+    call_command("spectacular", validate=True, fail_on_warn=True, file=str(tmp_path / "schema.yaml"))
+    assert (tmp_path / "schema.yaml").read_text().startswith("openapi: 3.")
+
+
+def test_schema_is_public_and_ignores_a_bad_token(client_anon, db):
+    client_anon.credentials(HTTP_AUTHORIZATION="Bearer wrong-token")
+    for path in ["/api/schema", "/api/schema/", "/api/schema?format=json"]:
+        assert client_anon.get(path).status_code == 200, path
+    assert client_anon.get("/api/schema")["Content-Type"].startswith("application/vnd.oai.openapi")
+
+
+def test_every_route_is_described(openapi):
+    assert sorted(openapi["paths"]) == ["/api/traces", "/api/traces/{trace_id}"]
+    assert [list(item) for item in openapi["paths"].values()] == [["get"], ["get"]]
+
+
+def test_bearer_auth_is_the_only_scheme(openapi):
+    assert openapi["components"]["securitySchemes"]["bearerAuth"]["type"] == "http"
+    assert openapi["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
+    assert list(openapi["components"]["securitySchemes"]) == ["bearerAuth"]
+    for item in openapi["paths"].values():
+        assert item["get"]["security"] == [{"bearerAuth": []}]
+
+
+def test_every_filter_is_a_documented_query_parameter(openapi):
+    parameters = {
+        p["name"]: p for p in openapi["paths"]["/api/traces"]["get"]["parameters"] if p["in"] == "query"
+    }
+    assert set(parameters) == set(TraceFilter.base_filters)
+    assert parameters["state"]["schema"]["enum"] == sorted(TraceState.values)
+    assert parameters["sample"]["schema"]["type"] == "boolean"
+    assert parameters["created_after"]["schema"]["format"] == "date-time"
+    assert not any(p.get("required") for p in parameters.values())
+
+
+def test_statuses_and_error_bodies_are_documented(openapi):
+    listing = openapi["paths"]["/api/traces"]["get"]["responses"]
+    detail = openapi["paths"]["/api/traces/{trace_id}"]["get"]["responses"]
+    assert sorted(listing) == ["200", "400", "401", "429"]
+    assert sorted(detail) == ["200", "401", "404", "429"]
+    error = {"$ref": "#/components/schemas/Error"}
+    for status in ["400", "401", "429"]:
+        assert listing[status]["content"]["application/json"]["schema"] == error
+    for status in ["401", "404", "429"]:
+        assert detail[status]["content"]["application/json"]["schema"] == error
+    assert openapi["components"]["schemas"]["Error"]["required"] == ["detail"]
+    assert listing["401"]["headers"]["WWW-Authenticate"]["schema"]["enum"] == ["Bearer"]
+
+
+def test_shapes_keep_the_references_keys_and_order(openapi):
+    schemas = openapi["components"]["schemas"]
+    assert list(schemas["TraceSummary"]["properties"]) == SUMMARY_KEYS
+    assert list(schemas["TraceDetail"]["properties"]) == [*SUMMARY_KEYS, "metadata", "kernels"]
+    assert list(schemas["Kernel"]["properties"]) == [*KERNEL_KEYS, *FORK_KEYS]
+    assert sorted(schemas["Kernel"]["required"]) == sorted(KERNEL_KEYS)  # the fork's keys are optional
+    assert schemas["Kernel"]["properties"]["total_insts"]["nullable"] is True
+    assert schemas["Kernel"]["properties"]["total_reported_insts"]["nullable"] is True
+    assert sorted(schemas["TraceSummary"]["required"]) == sorted(SUMMARY_KEYS)
+    for name in ["TraceSummary", "TraceDetail", "Kernel", "Error"]:
+        assert schemas[name]["additionalProperties"] is False, name
+
+
+def test_the_references_examples_are_in_the_schema_and_conform(openapi):
+    listing = openapi["paths"]["/api/traces"]["get"]["responses"]["200"]["content"]["application/json"]
+    (example,) = listing["examples"].values()
+    assert [t["id"] for t in example["value"]] == [
+        "demo-failed",
+        "demo",
+        "sample__facebook_opt-125m__h100-e2e",
+    ]
+    response_validator(openapi, "/api/traces", 200).validate(example["value"])
+    detail = openapi["paths"]["/api/traces/{trace_id}"]["get"]["responses"]["200"]["content"][
+        "application/json"
+    ]
+    kernels = []
+    for example in detail["examples"].values():
+        response_validator(openapi, "/api/traces/{trace_id}", 200).validate(example["value"])
+        kernels += example["value"]["kernels"]
+    assert any(k["total_insts"] is None for k in kernels)
+    assert any(list(k) == [*KERNEL_KEYS, *FORK_KEYS] for k in kernels)
+    assert any(list(k) == KERNEL_KEYS for k in kernels)
+
+
+# --- real responses against the schema -------------------------------------------------------------
+
+
+def test_list_conforms(api, openapi, demo):
+    body = assert_conforms(openapi, "/api/traces", api.get("/api/traces"))
+    assert [t["id"] for t in body] == ["arriving", "demo-failed", "demo"]
+    assert_conforms(openapi, "/api/traces", api.get("/api/traces", {"state": "ready", "sample": "false"}))
+
+
+def test_detail_with_every_kernel_shape_conforms(api, openapi, demo):
+    body = assert_conforms(openapi, "/api/traces/{trace_id}", api.get("/api/traces/demo"))
+    kernels = body["kernels"]
+    assert [list(k) for k in kernels] == [
+        KERNEL_KEYS,
+        KERNEL_KEYS,
+        [*KERNEL_KEYS, *FORK_KEYS],
+        [*KERNEL_KEYS, *FORK_KEYS],
+    ]
+    assert kernels[1]["total_insts"] is None and kernels[1]["total_reported_insts"] is None
+    assert [k.get("device_id") for k in kernels] == [None, None, 0, 1]
+
+
+@pytest.mark.parametrize("trace_id", ["demo-failed", "arriving"])
+def test_detail_without_kernels_conforms(api, openapi, demo, trace_id):
+    body = assert_conforms(openapi, "/api/traces/{trace_id}", api.get(f"/api/traces/{trace_id}"))
+    assert body["kernels"] == []
+
+
+def test_a_key_the_reference_does_not_list_would_fail_validation(api, openapi, demo):
+    body = json.loads(api.get("/api/traces/demo").content)
+    body["kernels"][0]["device_id"] = 0  # fine: the fork's optional key
+    response_validator(openapi, "/api/traces/{trace_id}", 200).validate(body)
+    body["kernels"][0]["colour"] = "blue"
+    with pytest.raises(jsonschema.ValidationError):
+        response_validator(openapi, "/api/traces/{trace_id}", 200).validate(body)
+
+
+@pytest.mark.parametrize("path", ["/api/traces", "/api/traces/demo"])
+def test_401_conforms(client_anon, openapi, demo, path):
+    response = client_anon.get(path)
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == "Bearer"
+    assert_conforms(openapi, "/api/traces" if path == "/api/traces" else "/api/traces/{trace_id}", response)
+
+
+def test_404_conforms(api, openapi, demo):
+    response = api.get("/api/traces/nope")
+    assert response.status_code == 404
+    assert assert_conforms(openapi, "/api/traces/{trace_id}", response) == {"detail": "trace nope not found"}
+
+
+def test_400_filter_error_conforms(api, openapi, demo):
+    response = api.get("/api/traces", {"sample": "yes"})
+    assert response.status_code == 400
+    assert assert_conforms(openapi, "/api/traces", response)["detail"].startswith("sample accepts")
+
+
+# --- Swagger UI ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/api/docs", "/api/docs/"])
+def test_swagger_ui_is_public_and_served_without_a_cdn(client_anon, db, path):
+    response = client_anon.get(path)
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "/api/schema" in page
+    assert "/static/drf_spectacular_sidecar/swagger-ui-dist/" in page
+    assert "cdn" not in page.lower() and "https://" not in page
+    for asset in ["swagger-ui-bundle.js", "swagger-ui-standalone-preset.js", "swagger-ui.css"]:
+        assert finders.find(f"drf_spectacular_sidecar/swagger-ui-dist/{asset}"), asset
+
+
+def test_other_api_paths_are_still_json_404s(api):
+    response = api.get("/api/schemas")
+    assert response.status_code == 404
+    assert list(response.json()) == ["detail"]
+
+
+# --- schemathesis: generated requests against the WSGI app -------------------------------------------------
+
+
+def fuzz_config(token: str) -> SchemathesisConfig:
+    return SchemathesisConfig.from_dict(
+        {
+            "auth": {"openapi": {"bearerAuth": {"bearer": token}}},
+            # Parameters the schema does not list are ignored by design: not "invalid data".
+            "generation": {"allow-extra-parameters": False},
+        }
+    )
+
+
+@pytest.fixture
+def fuzzed_api(db, demo, api_token, settings):
+    """The schema as schemathesis loads it from the app, with a token for the bearer scheme;
+    no rate limit, so that no answer is a 429."""
+    from cascade.wsgi import application
+
+    settings.CASCADE_API_RATE = ""
+    # As Django's test client does: a request must not close the test's connection (and its
+    # transaction) when it ends.
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    try:
+        yield schemathesis.openapi.from_wsgi(
+            "/api/schema?format=json", application, config=fuzz_config(api_token)
+        )
+    finally:
+        request_started.connect(close_old_connections)
+        request_finished.connect(close_old_connections)
+
+
+# schemathesis' own pytest integration (`from_fixture`) does not run on pytest 9.2 (it sets a
+# node's `_nodeid`): its strategies are driven by hypothesis here instead, per route and mode.
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=["valid", "invalid"])
+@pytest.mark.parametrize("path", ["/api/traces", "/api/traces/{trace_id}"])
+def test_generated_requests_get_documented_answers(fuzzed_api, path, mode):
+    operation = fuzzed_api[path]["GET"]
+
+    @given(case=operation.as_strategy(mode))
+    @settings(
+        max_examples=FUZZ_EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+    )
+    def answers_as_documented(case):
+        # No 5xx, a documented status, body, content type and headers; invalid values refused.
+        seen.add(case.call_and_validate().status_code)
+
+    seen: set[int] = set()
+    answers_as_documented()
+    if path == "/api/traces" and mode is GenerationMode.POSITIVE:
+        assert seen == {200}  # every valid filter combination lists, with the token
