@@ -145,7 +145,7 @@ def _name_groups(trace_ids: list[str]) -> list[dict]:
         .values("trace_id", "name")
         .annotate(
             launches=Count("*"),
-            traced_count=Count("*", filter=Q(traced=True)),
+            traced_count=Count("id", filter=Q(traced=True)),
             insts=Sum("total_insts"),
             duration=Sum("duration_ns"),
         )

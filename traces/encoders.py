@@ -12,6 +12,7 @@ from datetime import datetime
 
 import orjson
 
+from traces.analysis import Comparison, Launches, Ratios, Summary, TraceTotals
 from traces.models import NO_DEVICE
 from traces.selectors import TRACE_SUMMARY_COLUMNS
 
@@ -123,3 +124,72 @@ def encode_trace_detail(head: dict, rows: Iterable[tuple]) -> Iterator[bytes]:
     if chunk:
         yield (b"" if first else b",") + orjson.dumps(chunk)[1:-1]
     yield b"]}"
+
+
+# --- /summary and /compare (traces.analysis) --------------------------------------------
+
+
+def trace_totals_dict(totals: TraceTotals) -> dict:
+    return {
+        "id": totals.id,
+        "kernel_count": totals.kernel_count,
+        "total_insts": totals.total_insts,
+        "duration_ns": totals.duration_ns,
+    }
+
+
+def summary_dict(summary: Summary) -> dict:
+    """A TraceAnalysis: the trace's totals, its steps, its kernels by name (`analysis.summary`)."""
+    return {
+        **trace_totals_dict(summary.totals),
+        "steps": [
+            {
+                "name": step.name,
+                "phase": step.phase,
+                "kernels": step.kernels,
+                "total_insts": step.total_insts,
+                "duration_ns": step.duration_ns,
+            }
+            for step in summary.steps
+        ],
+        "kernels": [
+            {
+                "name": kernel.name,
+                "demangled": kernel.demangled,
+                "launches": kernel.launches,
+                "traced": kernel.traced,
+                "total_insts": kernel.total_insts,
+                "duration_ns": kernel.duration_ns,
+                "insts_share": kernel.insts_share,
+                "time_share": kernel.time_share,
+            }
+            for kernel in summary.kernels
+        ],
+    }
+
+
+def _launches_dict(side: Launches | Ratios) -> dict:
+    return {"launches": side.launches, "total_insts": side.total_insts, "duration_ns": side.duration_ns}
+
+
+def comparison_dict(comparison: Comparison) -> dict:
+    """A TraceComparison (`analysis.compare`): both traces' totals, then one row per kernel."""
+    return {
+        "a": trace_totals_dict(comparison.a),
+        "b": trace_totals_dict(comparison.b),
+        "by": comparison.by,
+        "kernels": [
+            {
+                "name": row.name,
+                "names": row.names,
+                "a": _launches_dict(row.a),
+                "b": _launches_dict(row.b),
+                "ratios": _launches_dict(row.ratios),
+            }
+            for row in comparison.kernels
+        ],
+    }
+
+
+def encode_json(value: dict) -> bytes:
+    return orjson.dumps(value)

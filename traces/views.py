@@ -1,20 +1,30 @@
-"""The Traces API: `GET /api/traces` and `GET /api/traces/{trace_id}`."""
+"""The Traces API: `GET /api/traces`, `GET /api/traces/{trace_id}`, and a trace's analysis:
+`GET /api/traces/{trace_id}/summary` and `GET /api/traces/{a}/compare/{b}`."""
 
 from django.http import HttpResponse, StreamingHttpResponse
 from django.utils.html import format_html
-from rest_framework import viewsets
-from rest_framework.exceptions import NotFound
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import APIException, NotFound, ParseError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from traces import encoders, selectors
+from traces import analysis, encoders, selectors
 from traces.filters import trace_filters
+from traces.models import TraceState
 from traces.openapi import list_schema, retrieve_schema
 
 # Below this many kernels a detail is sent in one piece, with a Content-Length.
 STREAM_KERNELS_ABOVE = 5000
 # The browsable API renders HTML per kernel: a million would hang the browser.
 BROWSABLE_KERNELS_MAX = 1000
+
+
+class TraceNotReady(APIException):
+    """409: the trace exists but has no parsed kernels to add up (yet, or any more)."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "not_ready"
 
 
 class TraceViewSet(viewsets.ViewSet):
@@ -80,3 +90,38 @@ class TraceViewSet(viewsets.ViewSet):
                 "?format=json (or an Accept: application/json client) returns them all"
             )
         return detail
+
+    def json_or_browsable(self, request, value: dict):
+        if self.wants_json(request):
+            return HttpResponse(encoders.encode_json(value), content_type="application/json")
+        return Response(value)
+
+    def ready_traces(self, trace_ids: tuple[str, ...]) -> None:
+        """404 naming the first trace that does not exist, 409 for one that is not ready."""
+        states = {} if any("\x00" in trace_id for trace_id in trace_ids) else analysis.trace_states(trace_ids)
+        for trace_id in trace_ids:
+            if trace_id not in states:
+                raise NotFound(f"trace {trace_id} not found")
+        for trace_id in trace_ids:
+            if states[trace_id] != TraceState.READY:
+                raise TraceNotReady(f"trace {trace_id} is {states[trace_id]}")
+
+    # schema: traces.openapi (summary_schema)
+    @action(detail=True, methods=["get"], url_path="summary")
+    def summary(self, request, trace_id=None):
+        # One snapshot: the state checked and the sums read agree even while a parse commits.
+        with analysis.snapshot():
+            self.ready_traces((trace_id,))
+            result = analysis.summary(trace_id)
+        return self.json_or_browsable(request, encoders.summary_dict(result))
+
+    # schema: traces.openapi (compare_schema)
+    @action(detail=True, methods=["get"], url_path="compare/(?P<other_id>[^/]+)")
+    def compare(self, request, trace_id=None, other_id=None):
+        by = request.query_params.get("by", analysis.BY_NAME)
+        if by not in analysis.COMPARE_BY:
+            raise ParseError(f"by must be one of {', '.join(analysis.COMPARE_BY)}, not {by!r}")
+        with analysis.snapshot():
+            self.ready_traces((trace_id, other_id))
+            result = analysis.compare(trace_id, other_id, by)
+        return self.json_or_browsable(request, encoders.comparison_dict(result))
