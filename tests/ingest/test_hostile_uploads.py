@@ -14,6 +14,7 @@ from django.apps import apps
 from django.core.management import call_command
 
 from ingest import passes
+from tests.helpers import STATS_HEADER, stats_row
 from traces.models import Kernel, Trace, TraceState
 
 OK = {"status": "ok", "trace_gpu_arch": "sm_90"}
@@ -108,15 +109,9 @@ def test_stored_metadata_with_infinity_is_failed_by_the_migration(db, make_trace
 
 # --- Files the run does not list, files with nothing in them, names with "/" (findings 3, 7, 8) --
 
-STATS_HEADER = (
-    "kernel id, kernel mangled name, grid_dimX, grid_dimY, grid_dimZ, #blocks, block_dimX, "
-    "block_dimY, block_dimZ, #threads, total_insts, total_reported_insts\n"
-)
-
 
 def stats(count: int, ctx: str) -> str:
-    row = "kernel-{n}-ctx_{ctx}.trace.xz, _Z1kv, 1, 1, 1, 1, 32, 1, 1, 32, 7,7\n"
-    return STATS_HEADER + "".join(row.format(n=n, ctx=ctx) for n in range(1, count + 1))
+    return STATS_HEADER + "".join(stats_row(n, ctx, name="_Z1kv", insts=7) for n in range(1, count + 1))
 
 
 def test_files_metadata_json_does_not_list_are_not_parsed(db, upload):
