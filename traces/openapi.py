@@ -49,10 +49,11 @@ class ErrorSerializer(serializers.Serializer):
 
 
 class KernelSerializer(serializers.Serializer):
-    """One kernel launch. `total_insts` and `total_reported_insts` are null for a launch whose
-    totals the tracer never wrote (captured into a CUDA graph, or a killed run's last).
-    `device_id` and `stream_id` follow `traced` only for kernels of the tracer fork that
-    records devices; every other kernel object has exactly the other keys."""
+    """One kernel launch: the reference's keys, then its step and measured time (null when the
+    run has no timeline.json or timing.csv). `total_insts` and `total_reported_insts` are null
+    for a launch whose totals the tracer never wrote (captured into a CUDA graph, or a killed
+    run's last). `device_id` and `stream_id` come last only for kernels of the tracer fork
+    that records devices; every other kernel object has exactly the other keys."""
 
     ctx = serializers.CharField(allow_null=True, help_text="The CUDA context; null for the legacy tracer.")
     kernel_id = serializers.IntegerField(help_text="Restarts at 1 in each context (and device).")
@@ -65,6 +66,10 @@ class KernelSerializer(serializers.Serializer):
     total_insts = serializers.IntegerField(allow_null=True)
     total_reported_insts = serializers.IntegerField(allow_null=True)
     traced = serializers.BooleanField()
+    step = serializers.CharField(allow_null=True, help_text="The launch's step (its name in timeline.json).")
+    duration_ns = serializers.IntegerField(
+        allow_null=True, help_text="The launch's measured time (timing.csv)."
+    )
     device_id = serializers.IntegerField(required=False, help_text="Only the device-id fork's kernels.")
     stream_id = serializers.IntegerField(
         required=False, allow_null=True, help_text="Only the device-id fork's kernels."
@@ -186,6 +191,8 @@ def example_kernel(kernel_id: int, *, insts: int | None = 50066, device: int | N
         "total_insts": insts,
         "total_reported_insts": insts,
         "traced": True,
+        "step": "step 0 (prefill)",
+        "duration_ns": None if insts is None else 2816,
     }
     if device is not None:
         kernel["device_id"] = device

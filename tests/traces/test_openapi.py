@@ -55,6 +55,8 @@ KERNEL_KEYS = [
     "total_insts",
     "total_reported_insts",
     "traced",
+    "step",
+    "duration_ns",
 ]
 FORK_KEYS = ["device_id", "stream_id"]
 # Generated requests per route and mode; CASCADE_FUZZ_EXAMPLES=2000 for a longer run (README).
