@@ -113,6 +113,109 @@ class TraceDetailSerializer(TraceSummarySerializer):
         ref_name = "TraceDetail"
 
 
+class TraceTotalsSerializer(serializers.Serializer):
+    """A trace's launches added up. `total_insts` is null when no launch has totals;
+    `duration_ns` (measured time, summed) when no launch has a measured time."""
+
+    id = serializers.CharField()
+    kernel_count = serializers.IntegerField(help_text="Launches.")
+    total_insts = serializers.IntegerField(allow_null=True)
+    duration_ns = serializers.IntegerField(allow_null=True)
+
+    class Meta:
+        ref_name = "TraceTotals"
+
+
+class StepTotalSerializer(serializers.Serializer):
+    """One step of timeline.json, in its order, and the launches in it."""
+
+    name = serializers.CharField()
+    phase = serializers.CharField(allow_null=True, help_text="prefill or decode, as timeline.json says.")
+    kernels = serializers.IntegerField(help_text="Launches in the step.")
+    total_insts = serializers.IntegerField(allow_null=True)
+    duration_ns = serializers.IntegerField(allow_null=True, help_text="Its launches' measured time, summed.")
+
+    class Meta:
+        ref_name = "StepTotal"
+
+
+class KernelMixSerializer(serializers.Serializer):
+    """One kernel name's launches in a trace. Shares are of the trace's totals; null when the
+    name's sum or the trace's is null (or the trace's is 0)."""
+
+    name = serializers.CharField()
+    demangled = serializers.CharField(help_text="The name demangled; cuBLAS's unmangled names as they are.")
+    launches = serializers.IntegerField()
+    traced = serializers.IntegerField(help_text="Launches the tracer traced.")
+    total_insts = serializers.IntegerField(allow_null=True)
+    duration_ns = serializers.IntegerField(allow_null=True)
+    insts_share = serializers.FloatField(allow_null=True)
+    time_share = serializers.FloatField(allow_null=True)
+
+    class Meta:
+        ref_name = "KernelMix"
+
+
+class TraceAnalysisSerializer(TraceTotalsSerializer):
+    """A ready trace's totals, its steps (empty without timeline.json) and its kernels by name,
+    the most instructions first (ties by name)."""
+
+    steps = StepTotalSerializer(many=True)
+    kernels = KernelMixSerializer(many=True)
+
+    class Meta:
+        ref_name = "TraceAnalysis"
+
+
+class KernelLaunchesSerializer(serializers.Serializer):
+    """A kernel's launches in one trace: 0 where the trace never launched it (duration_ns null
+    instead when that trace has no measured time at all)."""
+
+    launches = serializers.IntegerField()
+    total_insts = serializers.IntegerField(allow_null=True)
+    duration_ns = serializers.IntegerField(allow_null=True)
+
+    class Meta:
+        ref_name = "KernelLaunches"
+
+
+class KernelRatiosSerializer(serializers.Serializer):
+    """b / a; null where a is 0 or null, or b is null."""
+
+    launches = serializers.FloatField(allow_null=True)
+    total_insts = serializers.FloatField(allow_null=True)
+    duration_ns = serializers.FloatField(allow_null=True)
+
+    class Meta:
+        ref_name = "KernelRatios"
+
+
+class KernelComparisonSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="The kernel name, or the demangled name with by=demangled.")
+    names = serializers.ListField(
+        child=serializers.CharField(), help_text="The raw names this row adds up, sorted."
+    )
+    a = KernelLaunchesSerializer()
+    b = KernelLaunchesSerializer()
+    ratios = KernelRatiosSerializer()
+
+    class Meta:
+        ref_name = "KernelComparison"
+
+
+class TraceComparisonSerializer(serializers.Serializer):
+    """Two ready traces' totals, then a row per kernel name present in either, ordered by the
+    larger of its two instruction counts, descending (ties by name)."""
+
+    a = TraceTotalsSerializer()
+    b = TraceTotalsSerializer()
+    by = serializers.ChoiceField(choices=["name", "demangled"])
+    kernels = KernelComparisonSerializer(many=True)
+
+    class Meta:
+        ref_name = "TraceComparison"
+
+
 # --- the reference's examples ------------------------------------------------------------
 
 FAILED_SUMMARY = {
@@ -343,6 +446,151 @@ retrieve_schema = extend_schema(
 )
 
 
+GEMM_EXAMPLE = (
+    "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off"
+)
+FLASH_EXAMPLE = (
+    "_ZN5flash24flash_fwd_splitkv_kernelI23Flash_fwd_kernel_traitsILi64ELi64ELi256ELi4ELb0ELb0EN7cutlass"
+)
+SUMMARY_EXAMPLE = {
+    "id": "sample__facebook_opt-125m__h100-e2e",
+    "kernel_count": 3,
+    "total_insts": 2000,
+    "duration_ns": 800,
+    "steps": [
+        {
+            "name": "step 0 (prefill)",
+            "phase": "prefill",
+            "kernels": 3,
+            "total_insts": 2000,
+            "duration_ns": 800,
+        }
+    ],
+    "kernels": [
+        {
+            "name": GEMM_EXAMPLE,
+            "demangled": GEMM_EXAMPLE,
+            "launches": 2,
+            "traced": 1,
+            "total_insts": 1500,
+            "duration_ns": 600,
+            "insts_share": 0.75,
+            "time_share": 0.75,
+        },
+        {
+            "name": "_Z6vecAddPdS_S_i",
+            "demangled": "vecAdd(double*, double*, double*, int)",
+            "launches": 1,
+            "traced": 1,
+            "total_insts": 500,
+            "duration_ns": 200,
+            "insts_share": 0.25,
+            "time_share": 0.25,
+        },
+    ],
+}
+COMPARE_EXAMPLE = {
+    "a": {"id": "h100", "kernel_count": 3, "total_insts": 2000, "duration_ns": 800},
+    "b": {"id": "a100", "kernel_count": 2, "total_insts": 3000, "duration_ns": None},
+    "by": "name",
+    "kernels": [
+        {
+            "name": "_Z6vecAddPdS_S_i",
+            "names": ["_Z6vecAddPdS_S_i"],
+            "a": {"launches": 1, "total_insts": 500, "duration_ns": 200},
+            "b": {"launches": 2, "total_insts": 3000, "duration_ns": None},
+            "ratios": {"launches": 2.0, "total_insts": 6.0, "duration_ns": None},
+        },
+        {
+            "name": GEMM_EXAMPLE,
+            "names": [GEMM_EXAMPLE],
+            "a": {"launches": 2, "total_insts": 1500, "duration_ns": 600},
+            "b": {"launches": 0, "total_insts": 0, "duration_ns": None},
+            "ratios": {"launches": 0.0, "total_insts": 0.0, "duration_ns": None},
+        },
+    ],
+}
+
+
+def trace_parameter(name: str, description: str, example: str) -> OpenApiParameter:
+    return OpenApiParameter(
+        name,
+        OpenApiTypes.STR,
+        OpenApiParameter.PATH,
+        description=description,
+        examples=[OpenApiExample(example, value=example)],
+    )
+
+
+NOT_READY = error_response(
+    "The trace is uploading, parsing or failed: it has no parsed kernels to add up.",
+    "trace demo is parsing",
+)
+
+summary_schema = extend_schema(
+    operation_id="traces_summary",
+    summary="Summarize a trace",
+    description=(
+        "A ready trace's launches added up: totals, per step of timeline.json (empty without "
+        "one), and per kernel name with its traced launches and its share of the trace's "
+        "instructions and measured time. Nulls where the run has no timing (timing.csv) or no "
+        "totals; computed in the database, whatever the launch count."
+    ),
+    parameters=[
+        trace_parameter("trace_id", "The trace's id, which is the profiler's run name.", "demo"),
+        CHALLENGE,
+    ],
+    responses={
+        200: OpenApiResponse(
+            TraceAnalysisSerializer,
+            examples=[OpenApiExample("Summary", value=SUMMARY_EXAMPLE, response_only=True)],
+        ),
+        401: UNAUTHORIZED,
+        404: error_response("No trace has this id.", "trace nope not found"),
+        409: NOT_READY,
+        429: THROTTLED,
+    },
+)
+
+compare_schema = extend_schema(
+    operation_id="traces_compare",
+    summary="Compare two traces",
+    description=(
+        "Trace `other_id` (b) against trace `trace_id` (a), kernel by kernel: launches, "
+        "instructions and measured time in each (0 where a trace never launched the kernel) and "
+        "b/a ratios (null where a is 0 or null). `?by=demangled` matches kernels by demangled "
+        "name, merging symbols that demangle alike."
+    ),
+    parameters=[
+        trace_parameter("trace_id", "Trace a: the ratios' denominators.", "demo"),
+        trace_parameter("other_id", "Trace b.", "demo"),
+        OpenApiParameter(
+            "by",
+            OpenApiTypes.STR,
+            enum=["name", "demangled"],
+            default="name",
+            description="Match kernels by their name as traced (default) or demangled.",
+        ),
+        CHALLENGE,
+    ],
+    responses={
+        200: OpenApiResponse(
+            TraceComparisonSerializer,
+            examples=[OpenApiExample("Comparison", value=COMPARE_EXAMPLE, response_only=True)],
+        ),
+        400: error_response(
+            "`by` is neither name nor demangled.", "by must be one of name, demangled, not 'x'"
+        ),
+        401: UNAUTHORIZED,
+        404: error_response(
+            "No trace has one of the ids (the first missing is named).", "trace nope not found"
+        ),
+        409: NOT_READY,
+        429: THROTTLED,
+    },
+)
+
+
 # --- hooks (SPECTACULAR_SETTINGS) ----------------------------------------------------------
 
 
@@ -351,7 +599,20 @@ def paths_without_slash(endpoints):
     return [(path.rstrip("/"), regex, method, callback) for path, regex, method, callback in endpoints]
 
 
-CLOSED_COMPONENTS = ("Error", "Kernel", "TraceSummary", "TraceDetail")
+CLOSED_COMPONENTS = (
+    "Error",
+    "Kernel",
+    "TraceSummary",
+    "TraceDetail",
+    "TraceTotals",
+    "StepTotal",
+    "KernelMix",
+    "TraceAnalysis",
+    "KernelLaunches",
+    "KernelRatios",
+    "KernelComparison",
+    "TraceComparison",
+)
 
 
 def finish_schema(result, generator, request, public):

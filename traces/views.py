@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from traces import analysis, encoders, selectors
 from traces.filters import trace_filters
 from traces.models import TraceState
-from traces.openapi import list_schema, retrieve_schema
+from traces.openapi import compare_schema, list_schema, retrieve_schema, summary_schema
 
 # Below this many kernels a detail is sent in one piece, with a Content-Length.
 STREAM_KERNELS_ABOVE = 5000
@@ -106,7 +106,7 @@ class TraceViewSet(viewsets.ViewSet):
             if states[trace_id] != TraceState.READY:
                 raise TraceNotReady(f"trace {trace_id} is {states[trace_id]}")
 
-    # schema: traces.openapi (summary_schema)
+    @summary_schema
     @action(detail=True, methods=["get"], url_path="summary")
     def summary(self, request, trace_id=None):
         # One snapshot: the state checked and the sums read agree even while a parse commits.
@@ -115,7 +115,7 @@ class TraceViewSet(viewsets.ViewSet):
             result = analysis.summary(trace_id)
         return self.json_or_browsable(request, encoders.summary_dict(result))
 
-    # schema: traces.openapi (compare_schema)
+    @compare_schema
     @action(detail=True, methods=["get"], url_path="compare/(?P<other_id>[^/]+)")
     def compare(self, request, trace_id=None, other_id=None):
         by = request.query_params.get("by", analysis.BY_NAME)

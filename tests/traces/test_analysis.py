@@ -7,6 +7,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from tests.traces.test_openapi import assert_conforms, response_validator
 from traces import analysis
 from traces.demangle import demangle
 from traces.models import Kernel, Step, Trace, TraceState
@@ -406,3 +407,51 @@ def test_invalid_by_is_400(api, h100, a100):
 def test_compare_function_refuses_an_unknown_by(h100):
     with pytest.raises(ValueError, match="by must be one of"):
         analysis.compare("h100", "h100", by="mangled")
+
+
+# --- the OpenAPI schema ----------------------------------------------------------------------
+
+SUMMARY_PATH = "/api/traces/{trace_id}/summary"
+COMPARE_PATH = "/api/traces/{trace_id}/compare/{other_id}"
+
+
+@pytest.fixture
+def schema(client_anon, db) -> dict:
+    return client_anon.get("/api/schema", HTTP_ACCEPT="application/json").json()
+
+
+def test_answers_conform_to_the_schema(api, client_anon, schema, h100, a100, untimed, make_trace):
+    make_trace("t", state=TraceState.PARSING)
+    for path, status in [
+        ("/api/traces/h100/summary", 200),
+        ("/api/traces/untimed/summary", 200),
+        ("/api/traces/nope/summary", 404),
+        ("/api/traces/t/summary", 409),
+    ]:
+        response = api.get(path)
+        assert response.status_code == status, path
+        assert_conforms(schema, SUMMARY_PATH, response)
+    for path, status in [
+        ("/api/traces/h100/compare/a100", 200),
+        ("/api/traces/untimed/compare/h100?by=demangled", 200),
+        ("/api/traces/h100/compare/a100?by=x", 400),
+        ("/api/traces/h100/compare/nope", 404),
+        ("/api/traces/h100/compare/t", 409),
+    ]:
+        response = api.get(path)
+        assert response.status_code == status, path
+        assert_conforms(schema, COMPARE_PATH, response)
+    assert_conforms(schema, SUMMARY_PATH, client_anon.get("/api/traces/h100/summary"))
+    assert_conforms(schema, COMPARE_PATH, client_anon.get("/api/traces/h100/compare/a100"))
+
+
+def test_schema_documents_the_errors(schema):
+    summary = schema["paths"][SUMMARY_PATH]["get"]["responses"]
+    compare = schema["paths"][COMPARE_PATH]["get"]["responses"]
+    assert sorted(summary) == ["200", "401", "404", "409", "429"]
+    assert sorted(compare) == ["200", "400", "401", "404", "409", "429"]
+    for path, response in [(SUMMARY_PATH, summary["200"]), (COMPARE_PATH, compare["200"])]:
+        examples = response["content"]["application/json"]["examples"].values()
+        assert examples
+        for example in examples:
+            response_validator(schema, path, 200).validate(example["value"])

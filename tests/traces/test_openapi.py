@@ -203,8 +203,13 @@ def test_schema_is_public_and_ignores_a_bad_token(client_anon, db):
 
 
 def test_every_route_is_described(openapi):
-    assert sorted(openapi["paths"]) == ["/api/traces", "/api/traces/{trace_id}"]
-    assert [list(item) for item in openapi["paths"].values()] == [["get"], ["get"]]
+    assert sorted(openapi["paths"]) == [
+        "/api/traces",
+        "/api/traces/{trace_id}",
+        "/api/traces/{trace_id}/compare/{other_id}",
+        "/api/traces/{trace_id}/summary",
+    ]
+    assert [list(item) for item in openapi["paths"].values()] == [["get"]] * 4
 
 
 def test_bearer_auth_is_the_only_scheme(openapi):
@@ -389,7 +394,15 @@ def fuzzed_api(db, demo, api_token, settings):
 # node's `_nodeid`): its strategies are driven by hypothesis here instead, per route and mode.
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=["valid", "invalid"])
-@pytest.mark.parametrize("path", ["/api/traces", "/api/traces/{trace_id}"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/traces",
+        "/api/traces/{trace_id}",
+        "/api/traces/{trace_id}/summary",
+        "/api/traces/{trace_id}/compare/{other_id}",
+    ],
+)
 def test_generated_requests_get_documented_answers(fuzzed_api, path, mode):
     operation = fuzzed_api[path]["GET"]
 
