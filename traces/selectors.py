@@ -309,3 +309,65 @@ def trace_contexts(trace_id: str) -> list[str]:
     with connection.cursor() as cursor:
         cursor.execute(sql, [trace_id, trace_id])
         return [row[0] for row in cursor.fetchall()]
+
+
+# --- the admin's analysis: steps split by kernel, the calibration sample -------------------
+
+# The step chart draws at most this many bars; past that, consecutive steps share one.
+MAX_STEP_BARS = 120
+# The calibration chart's points: enough to show each kernel's line, few enough for one SVG.
+CALIBRATION_POINTS = 2000
+# Knuth's multiplicative hash: kernel ids spread over [0, 2**32) with no period, so that a
+# threshold samples every step's kernels alike (kernel_id % k would pick the same kernel of a
+# decode step that launches k kernels, every time).
+_HASH_MULTIPLIER = 2654435761
+_HASH_RANGE = 2**32
+
+
+@dataclass(frozen=True)
+class StepSplit:
+    """A run of `per_bar` consecutive steps (`bucket` = step index // per_bar) and one of the
+    named kernels' launches in it."""
+
+    bucket: int
+    name: str
+    total_insts: int | None
+    duration_ns: int | None
+
+
+def step_kernel_split(trace_id: str, *, names: list[str], per_bar: int) -> list[StepSplit]:
+    """The instructions and measured time of each of `names`' launches per run of `per_bar`
+    steps: one GROUP BY, a row per (run, name), whatever the launch count.
+
+    The rest of a run's totals (`traces.analysis.step_totals`) is the other kernels'.
+    """
+    if not names:
+        return []
+    bucket = ExpressionWrapper(F("step") / Value(per_bar), output_field=BigIntegerField())
+    rows = (
+        Kernel.objects.filter(trace_id=trace_id, step__isnull=False, name__in=names)
+        .annotate(bucket=bucket)
+        .order_by()
+        .values("bucket", "name")
+        .annotate(insts=Sum("total_insts"), duration=Sum("duration_ns"))
+    )
+    return [StepSplit(row["bucket"], row["name"], row["insts"], row["duration"]) for row in rows]
+
+
+def calibration_sample(trace_id: str, *, kernel_count: int, limit: int = CALIBRATION_POINTS) -> list[tuple]:
+    """About `limit` launches with both an instruction count and a measured time, as
+    (ctx, kernel_id, name, total_insts, duration_ns): one query.
+
+    A trace of up to `limit` launches gives them all; a larger one a hashed sample of its
+    kernel ids, chosen in the database, so that a million launches cost one scan and `limit`
+    rows.
+    """
+    kernels = Kernel.objects.filter(trace_id=trace_id, total_insts__gt=0, duration_ns__gt=0)
+    if kernel_count > limit:
+        spread = ExpressionWrapper(
+            (F("kernel_id") * Value(_HASH_MULTIPLIER)) % Value(_HASH_RANGE), output_field=BigIntegerField()
+        )
+        kernels = kernels.annotate(spread=spread).filter(spread__lt=_HASH_RANGE * limit // kernel_count)
+    columns = ("ctx", "kernel_id", "name", "total_insts", "duration_ns")
+    # The cap holds even when kernel_count is stale.
+    return list(kernels.order_by().values_list(*columns)[:limit])

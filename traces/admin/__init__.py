@@ -6,7 +6,9 @@ hold a million kernels: nothing here loads them all, counts them all on every pa
 lets Django's delete confirmation collect them one by one.
 
 `trace` and `kernel` hold the two ModelAdmins, `tokens` the API tokens'; `display` how values look, `filters` the
-list filters, `paginators` the estimated count, `chart` the trace page's chart geometry.
+list filters, `paginators` the estimated count, `chart` the trace page's chart geometry;
+`analysis_pages` the kernel mix, steps, calibration and compare pages' reads and rows, and
+`analysis_charts` their charts' geometry.
 The database reads behind the pages are in `traces.selectors`.
 """
 

@@ -1,7 +1,9 @@
-"""How the admin shows a trace's values: state badges, cut text, compact dates, notices."""
+"""How the admin shows a trace's values: state badges, cut text, compact dates, notices, links."""
 
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.http import urlencode
 from django.utils.text import Truncator
 
 from traces.models import Trace, TraceState
@@ -14,6 +16,11 @@ STATE_COLOURS = {
 }
 # An uploading trace's notice names at most this many of the files it waits for.
 WAITING_KEYS_SHOWN = 10
+
+
+def kernel_changelist_url(trace_id: str, **filters) -> str:
+    """The kernel list narrowed to one trace (and `filters`: ctx, q for a name)."""
+    return f"{reverse('admin:traces_kernel_changelist')}?{urlencode({'trace': trace_id, **filters})}"
 
 
 def state_badge(state: str):

@@ -1,32 +1,47 @@
 """The trace list and a trace's page, and what an operator can do to a trace.
 
 Nothing is edited here: the bucket is the source of truth. The actions re-ingest a trace
-(the poller's own code path), mark it failed, or delete it. The page summarises the kernels
-from two queries (`traces.selectors.kernel_summary`); deleting counts them instead of
-collecting a million kernels one by one for Django's confirmation page.
+(the poller's own code path), mark it failed, or delete it; "Compare" puts two traces side by
+side, kernel by kernel. The page summarises the kernels from two queries
+(`traces.selectors.kernel_summary`) and shows their mix, steps and calibration from five more
+(`analysis_pages`); deleting counts them instead of collecting a million kernels one by one
+for Django's confirmation page.
 """
 
 import json
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponseRedirect
+from django.shortcuts import get_object_or_404
 from django.template.defaultfilters import filesizeformat
 from django.template.loader import render_to_string
-from django.urls import reverse
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
-from traces import selectors
+from traces import analysis, selectors
+from traces.admin.analysis_pages import compare_context, trace_analysis
 from traces.admin.chart import MAX_BARS, instruction_chart
-from traces.admin.display import compact_datetime, nothing_to_parse, state_badge, truncated, upload_notice
+from traces.admin.display import (
+    compact_datetime,
+    kernel_changelist_url,
+    nothing_to_parse,
+    state_badge,
+    truncated,
+    upload_notice,
+)
 from traces.admin.filters import ParserVersionFilter
 from traces.models import CURRENT_PARSER_VERSION, Kernel, Trace, TraceState
 from traces.services import TraceBusy, trace_delete, trace_mark_failed
 from traces.signals import reingest_requested
 
 
-def kernel_changelist_url(trace_id: str, **filters) -> str:
-    return f"{reverse('admin:traces_kernel_changelist')}?{urlencode({'trace': trace_id, **filters})}"
+def compare_url(a: str, b: str, by: str) -> str:
+    query = {"a": a, "b": b, **({"by": by} if by != analysis.BY_NAME else {})}
+    return f"{reverse('admin:traces_trace_compare')}?{urlencode(query)}"
 
 
 class TraceAdmin(admin.ModelAdmin):
@@ -52,7 +67,7 @@ class TraceAdmin(admin.ModelAdmin):
     )
     search_fields = ("id", "model", "source_gpu")
     ordering = ("-created_at", "id")
-    actions = ("reingest", "mark_failed")
+    actions = ("compare", "reingest", "mark_failed")
     fieldsets = (
         (None, {"fields": ("id", "state_display", "error", "created_at", "updated_at")}),
         (
@@ -67,6 +82,7 @@ class TraceAdmin(admin.ModelAdmin):
                     "sample",
                     "has_real_timing",
                     "has_step_timeline",
+                    "timing_error",
                 )
             },
         ),
@@ -237,6 +253,7 @@ class TraceAdmin(admin.ModelAdmin):
                 kernel_summary=summary,
                 kernel_chart_svg=render_to_string("admin/traces/trace/kernel_chart.svg", {"chart": chart}),
                 kernel_chart=chart,
+                **trace_analysis(trace),
                 kernels_url=kernel_changelist_url(trace.id),
                 context_rows=[
                     (
@@ -252,7 +269,53 @@ class TraceAdmin(admin.ModelAdmin):
             )
         return super().change_view(request, object_id, form_url, extra_context)
 
+    # --- two traces side by side -------------------------------------------------------
+
+    def get_urls(self):
+        compare = path("compare/", self.admin_site.admin_view(self.compare_view), name="traces_trace_compare")
+        # Before the defaults, whose "<path:object_id>/" would take "compare/" for a trace id.
+        return [compare, *super().get_urls()]
+
+    def compare_view(self, request):
+        """Trace b against trace a, kernel by kernel (?a=&b=, &by=demangled to match
+        instantiations that demangle alike)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        by = request.GET.get("by", analysis.BY_NAME)
+        if by not in analysis.COMPARE_BY:
+            by = analysis.BY_NAME
+        a = get_object_or_404(Trace, pk=request.GET.get("a", ""))
+        b = get_object_or_404(Trace, pk=request.GET.get("b", ""))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"Compare {a.id} and {b.id}",
+            "a": a,
+            "b": b,
+            "by": by,
+            "a_url": reverse("admin:traces_trace_change", args=[quote(a.pk)]),
+            "b_url": reverse("admin:traces_trace_change", args=[quote(b.pk)]),
+            "by_name_url": compare_url(a.id, b.id, analysis.BY_NAME),
+            "by_demangled_url": compare_url(a.id, b.id, analysis.BY_DEMANGLED),
+            "swapped_url": compare_url(b.id, a.id, by),
+            **compare_context(a, b, by),
+        }
+        return TemplateResponse(request, "admin/traces/trace/compare.html", context)
+
     # --- actions ----------------------------------------------------------------------
+
+    @admin.action(description="Compare two selected traces")
+    def compare(self, request, queryset):
+        ids = list(queryset.order_by("created_at", "id").values_list("pk", flat=True)[:3])
+        if len(ids) != 2:
+            self.message_user(
+                request,
+                f"Pick exactly two traces to compare ({len(ids) if len(ids) < 3 else 'more than two'} selected).",
+                messages.WARNING,
+            )
+            return None
+        # The older trace is a, the newer b: ratios read "b per a".
+        return HttpResponseRedirect(compare_url(*ids, analysis.BY_NAME))
 
     @admin.action(description="Re-ingest selected traces", permissions=("operate",))
     def reingest(self, request, queryset):

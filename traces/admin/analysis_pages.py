@@ -1,0 +1,249 @@
+"""What the trace page's analysis and the compare page show, read and laid out.
+
+The reads are `traces.analysis` (the kernel mix, the steps, the comparison: GROUP BYs whose
+rows are kernel names and steps, never launches) and two of `traces.selectors` (the steps
+split by the heaviest kernels, the calibration sample). A page costs the same few queries for
+a hundred launches or a million.
+"""
+
+import math
+from dataclasses import dataclass
+
+from django.template.loader import render_to_string
+
+from traces import analysis, selectors
+from traces.admin.analysis_charts import (
+    OTHER,
+    TOP_SERIES,
+    StepBar,
+    calibration_chart,
+    duration,
+    paired_chart,
+    series_colours,
+    stacked_chart,
+)
+from traces.admin.display import kernel_changelist_url
+from traces.demangle import demangle
+from traces.models import Trace
+
+# The compare chart's kernels: the heaviest, by the larger of their two instruction counts.
+COMPARE_CHART_KERNELS = 15
+
+
+@dataclass(frozen=True)
+class MixRow:
+    """One kernel name of the mix, as its table shows it."""
+
+    kernel: analysis.KernelMix
+    colour: str | None  # its colour in the step charts, when it is one of the heaviest
+    insts_share: str
+    time: str
+    time_share: str
+    changelist_url: str
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """One step of the timeline, as its table shows it."""
+
+    step: analysis.StepTotal
+    insts_share: str
+    time: str
+    time_share: str
+
+
+def percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def measured(ns: int | None) -> str:
+    return "-" if ns is None else duration(ns)
+
+
+def trace_analysis(trace: Trace) -> dict:
+    """The trace page's context for the kernel mix, the steps and the calibration: five
+    queries (four untimed), whatever the trace's size."""
+    # One snapshot: a parse committing meanwhile would make the charts disagree with the table.
+    with analysis.snapshot():
+        return _trace_analysis(trace)
+
+
+def _trace_analysis(trace: Trace) -> dict:
+    summary = analysis.summary(trace.id)
+    totals = summary.totals
+    timed = totals.duration_ns is not None
+    # The mix comes heaviest by instructions first; the time chart splits by the heaviest by
+    # time (graph-captured launches have a time and no instruction count).
+    by_insts = [kernel.name for kernel in summary.kernels if kernel.total_insts][:TOP_SERIES]
+    by_time = [
+        kernel.name
+        for kernel in sorted(summary.kernels, key=lambda kernel: -(kernel.duration_ns or 0))
+        if kernel.duration_ns
+    ][:TOP_SERIES]
+    colours = series_colours([*by_insts, *(name for name in by_time if name not in by_insts)])
+    context = {
+        "analysis_totals": totals,
+        "mix_rows": [
+            MixRow(
+                kernel=kernel,
+                colour=colours.get(kernel.name),
+                insts_share=percent(kernel.insts_share),
+                time=measured(kernel.duration_ns),
+                time_share=percent(kernel.time_share),
+                changelist_url=kernel_changelist_url(trace.id, q=kernel.name),
+            )
+            for kernel in summary.kernels
+        ],
+        "analysis_time": measured(totals.duration_ns),
+        "timed": timed,
+        "step_rows": [
+            StepRow(
+                step=step,
+                insts_share=percent(share(step.total_insts, totals.total_insts)),
+                time=measured(step.duration_ns),
+                time_share=percent(share(step.duration_ns, totals.duration_ns)),
+            )
+            for step in summary.steps
+        ],
+    }
+    if summary.steps:
+        per_bar = max(1, math.ceil(len(summary.steps) / selectors.MAX_STEP_BARS))
+        split = selectors.step_kernel_split(
+            trace.id, names=[name for name in colours if name != OTHER], per_bar=per_bar
+        )
+        context["steps_per_bar"] = per_bar
+        context["step_insts_svg"] = render_to_string(
+            "admin/traces/trace/stacked_bars.svg",
+            {
+                "chart": stacked_chart(
+                    step_bars(summary.steps, split, per_bar, "insts"), colours, unit="instructions"
+                ),
+                "title": "Instructions per step, by kernel",
+            },
+        )
+        if timed:
+            context["step_time_svg"] = render_to_string(
+                "admin/traces/trace/stacked_bars.svg",
+                {
+                    "chart": stacked_chart(
+                        step_bars(summary.steps, split, per_bar, "time"), colours, unit="ns"
+                    ),
+                    "title": "Measured time per step, by kernel",
+                },
+            )
+    if timed:
+        sample = selectors.calibration_sample(trace.id, kernel_count=totals.kernel_count)
+        context["calibration_points"] = len(sample)
+        context["calibration_sampled"] = totals.kernel_count > selectors.CALIBRATION_POINTS
+        context["calibration_svg"] = render_to_string(
+            "admin/traces/trace/calibration.svg", {"chart": calibration_chart(sample, colours)}
+        )
+    return context
+
+
+def share(part: int | None, whole: int | None) -> float | None:
+    return None if part is None or not whole else part / whole
+
+
+def step_bars(
+    steps: list[analysis.StepTotal], split: list[selectors.StepSplit], per_bar: int, measure: str
+) -> list[StepBar]:
+    """A StepBar per run of `per_bar` steps: its total and the heaviest kernels' parts of it."""
+    parts: dict[int, dict[str, int]] = {}
+    for row in split:
+        value = row.total_insts if measure == "insts" else row.duration_ns
+        if value:
+            parts.setdefault(row.bucket, {})[row.name] = value
+    bars = []
+    for bucket, start in enumerate(range(0, len(steps), per_bar)):
+        run = steps[start : start + per_bar]
+        values = [step.total_insts if measure == "insts" else step.duration_ns for step in run]
+        present = [value for value in values if value is not None]
+        label = run[0].name if len(run) == 1 else f"{run[0].name} – {run[-1].name}"
+        bars.append(
+            StepBar(label=label, total=sum(present) if present else None, by_series=parts.get(bucket, {}))
+        )
+    return bars
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    """A row of the compare table: a kernel (or the traces' totals), its values formatted."""
+
+    label: str
+    symbols: str  # the recorded names merged into the row, for the tooltip
+    launches: tuple[str, str, str]  # a, b, b/a
+    insts: tuple[str, str, str]
+    time: tuple[str, str, str]
+
+
+def number(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def times(value: float | None) -> str:
+    """A ratio b/a: "1.25×"; "-" where a has nothing to divide by."""
+    return "-" if value is None else f"{value:.3g}×"
+
+
+def ratio(b: int | None, a: int | None) -> float | None:
+    return None if a is None or b is None or a == 0 else b / a
+
+
+def compare_context(a: Trace, b: Trace, by: str) -> dict:
+    """The compare page's table and chart: one query for both traces' kernel names."""
+    comparison = analysis.compare(a.id, b.id, by=by)
+    chart = paired_chart(comparison.kernels[:COMPARE_CHART_KERNELS], a_label=a.id, b_label=b.id)
+    timed = comparison.a.duration_ns is not None or comparison.b.duration_ns is not None
+    total_a, total_b = comparison.a, comparison.b
+    return {
+        "comparison": comparison,
+        "timed": timed,
+        "chart_kernels": len(chart.rows),
+        "compare_svg": render_to_string(
+            "admin/traces/trace/paired_bars.svg", {"chart": chart, "a": a.id, "b": b.id}
+        ),
+        "compare_totals": CompareRow(
+            label="all kernels",
+            symbols="",
+            launches=(
+                number(total_a.kernel_count),
+                number(total_b.kernel_count),
+                times(ratio(total_b.kernel_count, total_a.kernel_count)),
+            ),
+            insts=(
+                number(total_a.total_insts),
+                number(total_b.total_insts),
+                times(ratio(total_b.total_insts, total_a.total_insts)),
+            ),
+            time=(
+                measured(total_a.duration_ns),
+                measured(total_b.duration_ns),
+                times(ratio(total_b.duration_ns, total_a.duration_ns)),
+            ),
+        ),
+        "compare_rows": [
+            CompareRow(
+                # by symbol: the row's name is the symbol, shown demangled; by demangled name:
+                # the row's name is already demangled.
+                label=demangle(kernel.name),
+                symbols="\n".join(kernel.names),
+                launches=(
+                    number(kernel.a.launches),
+                    number(kernel.b.launches),
+                    times(kernel.ratios.launches),
+                ),
+                insts=(
+                    number(kernel.a.total_insts),
+                    number(kernel.b.total_insts),
+                    times(kernel.ratios.total_insts),
+                ),
+                time=(
+                    measured(kernel.a.duration_ns),
+                    measured(kernel.b.duration_ns),
+                    times(kernel.ratios.duration_ns),
+                ),
+            )
+            for kernel in comparison.kernels
+        ],
+    }
