@@ -355,3 +355,23 @@ def test_viewers_may_compare(viewer_client, timed, untimed):
 
 def test_compare_of_an_unknown_trace_is_not_found(staff_client, timed):
     assert staff_client.get(compare_url(timed.pk, "nope")).status_code == 404
+
+
+def test_a_trace_without_kernels_has_no_analysis(staff_client, make_trace):
+    make_trace("failed-run", state=TraceState.FAILED, error="profiler reported status 'failed'")
+    page = read(staff_client.get(change_url("failed-run")))
+    assert page.find(id="trace-kernels").text == "Kernels No kernels (the trace is failed)."
+    assert [page.find(id=name) for name in ("trace-kernel-mix", "trace-steps", "trace-calibration")] == [
+        None
+    ] * 3
+
+
+def test_steps_say_when_launches_have_no_instruction_count(staff_client, make_trace):
+    trace = make_trace("graphs", state=TraceState.READY, has_step_timeline=True, kernels_without_totals=1)
+    add_steps(trace, [("step 0 (decode)", "decode")])
+    add_run(trace, [(GEMM, 100, 50, 0), (ADD, None, 40, 0)])
+    steps = section(read(staff_client.get(change_url("graphs"))), "trace-step-insts")
+    assert (
+        "1 of the 2 launches have no instruction count (captured into a CUDA graph, as decode steps often "
+        "are): a step's bar counts its other launches only, while its measured time counts them all."
+    ) in steps.text

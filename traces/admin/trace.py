@@ -253,7 +253,9 @@ class TraceAdmin(admin.ModelAdmin):
                 kernel_summary=summary,
                 kernel_chart_svg=render_to_string("admin/traces/trace/kernel_chart.svg", {"chart": chart}),
                 kernel_chart=chart,
-                **trace_analysis(trace),
+                # The mix, steps and calibration of a trace that has kernels (one that failed,
+                # or is uploading, says so once, above).
+                **(trace_analysis(trace) if summary.kernels else {}),
                 kernels_url=kernel_changelist_url(trace.id),
                 context_rows=[
                     (
