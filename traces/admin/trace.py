@@ -286,8 +286,10 @@ class TraceAdmin(admin.ModelAdmin):
         by = request.GET.get("by", analysis.BY_NAME)
         if by not in analysis.COMPARE_BY:
             by = analysis.BY_NAME
-        a = get_object_or_404(Trace, pk=request.GET.get("a", ""))
-        b = get_object_or_404(Trace, pk=request.GET.get("b", ""))
+        # What the page shows of each; metadata.json and the file list can be long.
+        traces = Trace.objects.only("id", "state", "model", "source_gpu")
+        a = get_object_or_404(traces, pk=request.GET.get("a", ""))
+        b = get_object_or_404(traces, pk=request.GET.get("b", ""))
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
