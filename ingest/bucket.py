@@ -70,9 +70,11 @@ def _log_retry(attempts=None, caught_exception=None, response=None, operation=No
     if caught_exception is not None:
         reason = f"{type(caught_exception).__name__}: {caught_exception}"
     elif response is not None and response[1].get("Error"):
-        reason = (
-            f"{response[1]['Error'].get('Code')} ({response[1]['ResponseMetadata'].get('HTTPStatusCode')})"
-        )
+        status = response[1].get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+        code = response[1]["Error"].get("Code")
+        if status < 500 and code not in ("SlowDown", "Throttling", "RequestTimeout"):
+            return None  # an answer (404, 403), not trouble: nothing is retried
+        reason = f"{code} ({status})"
     else:
         return None
     logger.warning("S3 %s, attempt %s: %s", getattr(operation, "name", "request"), attempts, reason)
