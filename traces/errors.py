@@ -8,7 +8,7 @@ otherwise answer with an HTML page that a script cannot read.
 from django.http import JsonResponse
 from django.views import defaults
 
-ROUTES = "the API's routes are /api/traces and /api/traces/{trace_id}"
+ROUTES = "the API's routes are /api/traces, /api/traces/{trace_id}, its /summary, /api/traces/{a}/compare/{b}; /api/docs describes them"
 
 
 def api_not_found(request, path: str = ""):
