@@ -203,7 +203,7 @@ STORAGES = {
             "client_config": BotoConfig(
                 connect_timeout=env_int("CASCADE_S3_CONNECT_TIMEOUT", 5),
                 read_timeout=env_int("CASCADE_S3_READ_TIMEOUT", 10),
-                retries={"max_attempts": env_int("CASCADE_S3_MAX_ATTEMPTS", 5), "mode": "standard"},
+                retries={"total_max_attempts": env_int("CASCADE_S3_MAX_ATTEMPTS", 5), "mode": "standard"},
             ),
         },
     },

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from botocore.exceptions import BotoCoreError, ClientError
 from django.conf import settings
 from django.db import DataError, IntegrityError, connection
 from django.db.models import Q
@@ -284,8 +285,14 @@ def ready_runs_changed(run_ids: list[str]) -> list[str]:
             continue
         key = bucket.run_prefix(trace_id) + METADATA_NAME
         parsed_etag = next((item["etag"] for item in files if item["key"] == key), None)
+        try:
+            etag = bucket.head_etag(key)
+        except (BotoCoreError, ClientError) as problem:
+            # One run's S3 trouble (a 403, retries spent) must not stop the pass: next time.
+            logger.warning("%s: cannot compare metadata.json with the bucket: %s", trace_id, problem)
+            continue
         checked.append(trace_id)
-        if bucket.head_etag(key) != parsed_etag:
+        if etag != parsed_etag:
             changed.append(trace_id)
     services.traces_recheck_ready_later(checked)
     return changed

@@ -91,6 +91,8 @@ def decode_lines(lines: Iterable[bytes]) -> Iterator[tuple[int, str, bool]]:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise StatsError(number, "binary data (not UTF-8 text), not a text file") from None
+        if number == 1:
+            text = text.removeprefix("\ufeff")  # a byte-order mark from a Windows editor
         if previous is not None:
             yield (*previous, False)
         previous = (number, text.rstrip("\r\n"))

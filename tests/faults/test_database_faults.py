@@ -165,15 +165,6 @@ def test_a_watching_poller_survives_drops_mid_copy(runs, pg_proxy, watch, api):
     assert_every_kernel_once(api, runs)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "ingest_traces --watch never reconnects after its idle connection is dropped between passes "
-        "(PostgreSQL restart, failover, NAT timeout): Django reconnects only when a connection is "
-        "closed, and nothing in the watch loop closes an unusable one (close_if_unusable_or_obsolete), "
-        "so every later pass fails with 'the connection is closed'"
-    ),
-)
 def test_a_watching_poller_survives_a_connection_dropped_between_passes(s3, tmp_path, pg_proxy, watch, api):
     first = generate(tmp_path, "before-the-drop", SEVERAL["opt-graphs"])
     upload(s3, first)

@@ -286,3 +286,8 @@ def test_a_name_of_spaces_is_empty_on_the_fast_path_too():
     # Found by the property test: the one-launch fast path took "  " for a name.
     with pytest.raises(StatsError, match="line 1: the kernel name is empty"):
         rows(b"kernel-1.trace,  , 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n")
+
+
+def test_a_byte_order_mark_before_the_header_is_not_a_row():
+    data = "\ufeff".encode() + HEADER + b"kernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n"
+    assert [row.kernel_id for row in rows(data)] == [1]

@@ -6,6 +6,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
+from django.db import close_old_connections
 
 from cascade.commands import require_migrated_database
 from ingest import bucket, passes
@@ -49,6 +50,9 @@ class Command(BaseCommand):
             return
         try:
             while True:
+                # Idle between passes, the connection may have been dropped (a restart, a
+                # failover): Django reconnects only once an unusable one is closed.
+                close_old_connections()
                 try:
                     # The scheduled poll's setting: a few outdated traces a pass.
                     scheduled = settings.CASCADE_REPARSE_OUTDATED and trace is None
