@@ -80,8 +80,10 @@ def fieldset(browser, heading: str):
 def scrolls_in_its_own_box(browser, element) -> bool:
     """Whether the mouse wheel over `element`'s content scrolls a box inside it, the page
     staying where it is."""
+    from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.actions.wheel_input import ScrollOrigin
+    from selenium.webdriver.support.ui import WebDriverWait
 
     box = browser.execute_script(
         "return [...arguments[0].querySelectorAll('*')].find(e => e.scrollHeight > e.clientHeight + 50)",
@@ -92,8 +94,14 @@ def scrolls_in_its_own_box(browser, element) -> bool:
     browser.execute_script("arguments[0].scrollIntoView({block: 'start'})", box)
     page_y = browser.execute_script("return window.scrollY")
     ActionChains(browser).scroll_from_origin(ScrollOrigin.from_element(box), 0, 200).perform()
-    scrolled = browser.execute_script("return arguments[0].scrollTop", box) > 0
-    return scrolled and browser.execute_script("return window.scrollY") == page_y
+    # The browser scrolls smoothly, over a few frames: wait for the box to move (at most 5 s).
+    try:
+        WebDriverWait(browser, 5, poll_frequency=0.05).until(
+            lambda _: browser.execute_script("return arguments[0].scrollTop", box) > 0
+        )
+    except TimeoutException:
+        return False
+    return browser.execute_script("return window.scrollY") == page_y
 
 
 def test_operator_finds_a_failed_trace_and_sees_why(live_server, browser, operator, make_kernels, tmp_path):
