@@ -25,3 +25,28 @@ keepalive = 5
 limit_request_line = 8190
 limit_request_fields = 100
 limit_request_field_size = 8190
+
+
+# gunicorn answers a request it cannot even parse (a 414 URI Too Long, 431 headers too large,
+# 400 bad request line) itself, before Django, with an HTML page; API clients read JSON.
+# Its one function that writes those answers is replaced, in the master before it forks.
+def _write_json_error(sock, status_int, reason, mesg):
+    import json
+
+    from gunicorn.util import write_nonblock
+
+    body = json.dumps({"detail": f"{reason}: {mesg}" if mesg else reason}).encode()
+    head = (
+        f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    write_nonblock(sock, head.encode("latin1") + body)
+
+
+def _json_errors():
+    import gunicorn.util
+
+    gunicorn.util.write_error = _write_json_error
+
+
+_json_errors()

@@ -66,3 +66,27 @@ def test_slow_clients_do_not_stop_the_server(gunicorn):
     finally:
         for sock in slow:
             sock.close()
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        (b"GET /api/traces?" + b"x" * 9000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 414),
+        (b"GET /api/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"y" * 9000 + b"\r\n\r\n", 431),
+        (b"NOT A REQUEST\r\n\r\n", 400),
+    ],
+    ids=["uri-too-long", "header-too-large", "garbage"],
+)
+def test_requests_the_server_refuses_are_answered_in_json(gunicorn, request_bytes, status):
+    """Issue 12, finding 8: gunicorn's own refusals were HTML pages."""
+    import json
+
+    with socket.create_connection(("127.0.0.1", gunicorn), timeout=10) as sock:
+        sock.sendall(request_bytes)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.split(b" ", 2)[1] == str(status).encode()
+    assert b"Content-Type: application/json" in head
+    assert "detail" in json.loads(body)
