@@ -9,8 +9,14 @@ from traces import selectors
 @pytest.mark.parametrize(
     ("path", "detail"),
     [
-        ("/api/", "not found: /api/ (the API's routes are /api/traces, /api/traces/{trace_id}, its /summary, /api/traces/{a}/compare/{b}; /api/docs describes them)"),
-        ("/api/nope", "not found: /api/nope (the API's routes are /api/traces, /api/traces/{trace_id}, its /summary, /api/traces/{a}/compare/{b}; /api/docs describes them)"),
+        (
+            "/api/",
+            "not found: /api/ (the API's routes are /api/traces, /api/traces/{trace_id}, its /summary, /api/traces/{a}/compare/{b}; /api/docs describes them)",
+        ),
+        (
+            "/api/nope",
+            "not found: /api/nope (the API's routes are /api/traces, /api/traces/{trace_id}, its /summary, /api/traces/{a}/compare/{b}; /api/docs describes them)",
+        ),
         ("/api/traces/team%2Frun-7", "trace team/run-7 not found"),
         ("/api/traces/a/b/", "trace a/b not found"),
         ("/api/traces/%00", "trace \x00 not found"),
