@@ -12,7 +12,7 @@ from django.db import connection
 from django.test import override_settings
 from rest_framework.test import APIClient
 
-from tests.helpers import TEST_BUCKET
+from tests.helpers import TEST_BUCKET, point_traces_storage_at
 from traces.models import ApiToken, Trace
 
 
@@ -107,19 +107,7 @@ def s3(s3_server, settings):
 
     urllib.request.urlopen(urllib.request.Request(f"{s3_server}/moto-api/reset", method="POST")).close()
     settings.CASCADE_S3_BUCKET = TEST_BUCKET
-    settings.CASCADE_S3_ENDPOINT_URL = s3_server
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "traces": {
-            **settings.STORAGES["traces"],
-            "OPTIONS": {
-                **settings.STORAGES["traces"]["OPTIONS"],
-                "bucket_name": TEST_BUCKET,
-                "endpoint_url": s3_server,
-                "region_name": "us-east-1",
-            },
-        },
-    }
+    point_traces_storage_at(settings, s3_server, bucket_name=TEST_BUCKET, region_name="us-east-1")
     client = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1")
     client.create_bucket(Bucket=TEST_BUCKET)
     return client

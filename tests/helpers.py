@@ -1,4 +1,4 @@
-"""What tests import: constants, stats rows and a lock held elsewhere. Fixtures stay in conftest.py."""
+"""What tests import: constants, stats rows, the storage setting, a lock held elsewhere. Fixtures stay in conftest.py."""
 
 import contextlib
 import threading
@@ -8,7 +8,16 @@ from django.db import connection
 
 from tools.tracer_format import STATS_HEADER, stats_launch_half, stats_totals
 
-__all__ = ["DATA", "PREFIX", "STATS_HEADER", "TEST_BUCKET", "VECADD_CTX", "lock_held_elsewhere", "stats_row"]
+__all__ = [
+    "DATA",
+    "PREFIX",
+    "STATS_HEADER",
+    "TEST_BUCKET",
+    "VECADD_CTX",
+    "lock_held_elsewhere",
+    "point_traces_storage_at",
+    "stats_row",
+]
 
 DATA = Path(__file__).resolve().parent / "data"
 TEST_BUCKET = "cascade-test-traces"
@@ -23,6 +32,17 @@ def stats_row(
     `ctx=None` gives the legacy `kernel-<id>.trace` file name."""
     trace_file = f"kernel-{kernel_id}-ctx_{ctx}.trace.xz" if ctx else f"kernel-{kernel_id}.trace"
     return stats_launch_half(trace_file, name, (98, 1, 1), (1024, 1, 1)) + stats_totals(insts, insts)
+
+
+def point_traces_storage_at(settings, url: str, **options) -> None:
+    """Cascade's `traces` storage (and CASCADE_S3_ENDPOINT_URL) at `url`, through pytest-django's
+    `settings`; `options` go to django-storages (`bucket_name`, `client_config`...)."""
+    traces = settings.STORAGES["traces"]
+    settings.CASCADE_S3_ENDPOINT_URL = url
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "traces": {**traces, "OPTIONS": {**traces["OPTIONS"], "endpoint_url": url, **options}},
+    }
 
 
 @contextlib.contextmanager

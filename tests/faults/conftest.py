@@ -3,17 +3,7 @@
 import pytest
 
 from tests.faults.proxies import S3FaultProxy
-
-
-def point_traces_storage_at(settings, url: str, **options) -> None:
-    """Cascade's `traces` storage (and CASCADE_S3_ENDPOINT_URL) at `url`, as tests/conftest.py's
-    `s3` fixture points it at moto; `options` go to django-storages (e.g. `client_config`)."""
-    traces = settings.STORAGES["traces"]
-    settings.CASCADE_S3_ENDPOINT_URL = url
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "traces": {**traces, "OPTIONS": {**traces["OPTIONS"], "endpoint_url": url, **options}},
-    }
+from tests.helpers import point_traces_storage_at
 
 
 @pytest.fixture

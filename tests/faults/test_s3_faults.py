@@ -25,7 +25,6 @@ from django.core.management import CommandError, call_command
 
 from ingest import bucket
 from tests.faults import proxies
-from tests.faults.conftest import point_traces_storage_at
 from tests.faults.runs import (
     SEVERAL,
     all_ready,
@@ -35,6 +34,7 @@ from tests.faults.runs import (
     generate_several,
     upload,
 )
+from tests.helpers import point_traces_storage_at
 from traces.models import Kernel, Trace, TraceState
 
 pytestmark = pytest.mark.slow
