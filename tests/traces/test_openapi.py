@@ -392,7 +392,6 @@ def fuzzed_api(db, demo, api_token, settings):
 
 # schemathesis' own pytest integration (`from_fixture`) does not run on pytest 9.2 (it sets a
 # node's `_nodeid`): its strategies are driven by hypothesis here instead, per route and mode.
-@pytest.mark.slow
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=["valid", "invalid"])
 @pytest.mark.parametrize(
     "path",
