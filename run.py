@@ -2,7 +2,8 @@
 """Cascade's two commands, with nothing but Python 3.11+ on the machine.
 
     python3 run.py demo     set up, then run Cascade on embedded defaults
-    python3 run.py test     set up, then run the whole test suite (pytest arguments may follow)
+    python3 run.py test     set up, then run the whole test suite on every core (pytest arguments
+                            may follow; `-n 0` runs it in one process)
 
 Setup is a virtualenv in .venv with requirements.txt installed; it is redone only when
 requirements.txt changes.
@@ -43,6 +44,14 @@ def setup() -> Path:
     return python
 
 
+def chose_processes(pytest_args: list[str]) -> bool:
+    """Whether the pytest arguments already say how many processes (`-n 0` runs in one)."""
+    return any(
+        arg in ("-n", "--numprocesses", "no:xdist", "-pno:xdist") or arg.startswith(("-n", "--numprocesses="))
+        for arg in pytest_args
+    )
+
+
 def main(argv: list[str]) -> int:
     commands = {"demo": ["-m", "tools.demo"], "test": ["-m", "pytest"]}
     if not argv or argv[0] not in commands:
@@ -50,7 +59,10 @@ def main(argv: list[str]) -> int:
         return 2
     python = setup()
     os.chdir(ROOT)
-    process = subprocess.Popen([str(python), *commands[argv[0]], *argv[1:]])
+    arguments = argv[1:]
+    if argv[0] == "test" and not chose_processes(arguments):
+        arguments = ["-n", "auto", *arguments]  # pytest-xdist: one worker per core
+    process = subprocess.Popen([str(python), *commands[argv[0]], *arguments])
     while True:
         try:
             code = process.wait()
