@@ -2,7 +2,9 @@
 
 On PostgreSQL a session-level advisory lock: it is released when the holder's connection
 ends, so a killed pass frees its traces at once and the next pass picks them up. For the
-embedded SQLite mode (one machine) an flock on a file under VAR_DIR does the same job.
+embedded SQLite mode (one machine) an flock on a file under VAR_DIR does the same job, one
+file per (database, trace): installations that share VAR_DIR with different databases (the
+test suite's parallel workers) do not block each other.
 """
 
 import contextlib
@@ -45,7 +47,8 @@ def _file_lock(trace_id: str) -> Iterator[bool]:
         return
     lock_dir = settings.VAR_DIR / "locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
-    path = lock_dir / hashlib.sha256(trace_id.encode()).hexdigest()[:32]
+    database = str(connection.settings_dict["NAME"])
+    path = lock_dir / hashlib.sha256(f"{database}\0{trace_id}".encode()).hexdigest()[:32]
     with open(path, "a") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
