@@ -384,6 +384,9 @@ def main(argv: list[str]) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupted)
+    # Also when started with SIGINT ignored (`&` in a non-interactive shell, nohup), where
+    # Python leaves it ignored: Ctrl-C or `kill -INT` must still stop the demo.
+    signal.signal(signal.SIGINT, interrupted)
     try:
         return demo.run()
     except KeyboardInterrupt:
