@@ -4,6 +4,8 @@
     python3 run.py demo     set up, then run Cascade on embedded defaults
     python3 run.py test     set up, then run the whole test suite on every core (pytest arguments
                             may follow; `-n 0` runs it in one process)
+    python3 run.py bench    set up, then print the lab-scale benchmark table (`python -m bench`;
+                            `--scale small` for a quick look, `--help` for the options)
 
 Setup is a virtualenv in .venv with requirements.txt installed; it is redone only when
 requirements.txt changes.
@@ -53,7 +55,7 @@ def chose_processes(pytest_args: list[str]) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    commands = {"demo": ["-m", "tools.demo"], "test": ["-m", "pytest"]}
+    commands = {"demo": ["-m", "tools.demo"], "test": ["-m", "pytest"], "bench": ["-m", "bench"]}
     if not argv or argv[0] not in commands:
         print(__doc__.strip(), file=sys.stderr)
         return 2

@@ -18,9 +18,14 @@ that one can see which index serves `trace_id = X`.
 import argparse
 import os
 import subprocess
+import sys
 import time
+from pathlib import Path
 
-import common
+if __package__ in (None, ""):  # run as a script: the project's root on the path, for `bench`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import common  # noqa: E402
 
 RUNS = {"bench-analysis-h100": "sm_90", "bench-analysis-a100": "sm_80"}
 # A small trace beside them: its plan shows `trace_id = X` served by the kernel_unique_launch

@@ -9,11 +9,13 @@ request (tracemalloc, in a separate untimed request since tracing slows it down)
 process's peak RSS.
 
 References, on the same rows: `psql \\copy (SELECT ...) TO` a file (PostgreSQL alone, no
-JSON, no Python: the floor), and a DRF ModelSerializer with a nested kernel serializer
+JSON, no Python: the floor), PostgreSQL building the same JSON itself (`json_agg`, written
+to a file by psql: `json_agg_seconds`), and a DRF ModelSerializer with a nested kernel serializer
 (the per-object way this API avoids), timed on up to --serializer-kernels rows.
 """
 
 import argparse
+import http.client
 import os
 import resource
 import subprocess
@@ -21,8 +23,13 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from dataclasses import dataclass
+from pathlib import Path
 
-import common
+if __package__ in (None, ""):  # run as a script: the project's root on the path, for `bench`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import common  # noqa: E402
 
 
 def request_body(client, path: str, token: str) -> int:
@@ -71,6 +78,7 @@ def main() -> None:
     tracemalloc.stop()
 
     copy_seconds = psql_export_seconds(database_url, run_id)
+    json_agg, json_agg_bytes = json_agg_seconds(database_url, run_id)
     serializer_rows = min(args.serializer_kernels, args.kernels)
     serializer_seconds = drf_serializer_seconds(run_id, serializer_rows)
 
@@ -85,6 +93,10 @@ def main() -> None:
         f"({args.kernels / copy_seconds:,.0f} kernels/s); DRF ModelSerializer "
         f"{serializer_rows / serializer_seconds:,.0f} kernels/s on {serializer_rows:,} kernels "
         f"(this API: {(args.kernels / min(times)) / (serializer_rows / serializer_seconds):.1f}x faster)"
+    )
+    print(
+        f"  reference PostgreSQL's json_agg of the same JSON {json_agg:.2f} s ({json_agg_bytes / 1e6:.1f} MB; "
+        f"this API: {min(times) / json_agg:.2f}x its time)"
     )
     print(
         f"  memory    Python peak during one request {peak / 1e6:.1f} MB (tracemalloc); "
@@ -104,6 +116,105 @@ def psql_export_seconds(database_url: str, run_id: str) -> float:
         started = time.perf_counter()
         subprocess.run(["psql", database_url, "-qc", f"\\copy ({select}) TO '{target.name}' CSV"], check=True)
         return time.perf_counter() - started
+
+
+class _Column:
+    """One column of a kernel row, standing in for its value when the encoder builds a kernel:
+    what `traces.encoders.kernel_row_to_dict` makes of a row is rebuilt as SQL from them.
+
+    It compares as a column's default does (the API adds a fork's device and stream ids only
+    when the device is not NO_DEVICE; generated runs have none), so the shape is that of the
+    generated runs' kernels.
+    """
+
+    def __init__(self, index: int):
+        self.sql = f"k.c{index}"
+
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = object.__hash__
+
+
+def _json_sql(value) -> str:
+    if isinstance(value, _Column):
+        return value.sql
+    if isinstance(value, list | tuple):
+        return f"json_build_array({', '.join(map(_json_sql, value))})"
+    if isinstance(value, dict):
+        pairs = (f"'{key}', {_json_sql(item)}" for key, item in value.items())
+        return f"json_build_object({', '.join(pairs)})"
+    raise TypeError(f"cannot write {value!r} as SQL")
+
+
+def json_agg_sql(database_url: str, run_id: str) -> str:
+    """One statement in which PostgreSQL builds the trace's TraceDetail JSON itself: the same
+    keys in the same order, kernels read by the API's own query (`traces.selectors`) and
+    aggregated with json_agg. Only the steps stay their numbers (the API names them from
+    timeline.json; the bench's runs have none) and PostgreSQL's spacing differs."""
+    import psycopg
+    from psycopg.sql import Literal
+
+    from traces.encoders import kernel_row_to_dict
+    from traces.models import KERNEL_COLUMNS, KERNEL_ORDER, Kernel, Trace
+    from traces.selectors import TRACE_SUMMARY_COLUMNS
+
+    kernels = Kernel.objects.filter(trace_id=run_id).order_by(*KERNEL_ORDER).values_list(*KERNEL_COLUMNS)
+    sql, params = kernels.query.sql_with_params()
+    with psycopg.connect(database_url) as conn:
+        kernel_sql = psycopg.ClientCursor(conn).mogrify(sql, params)
+        trace_id = Literal(run_id).as_string(conn)
+    aliases = ", ".join(f"c{i}" for i in range(len(KERNEL_COLUMNS)))
+    kernel = _json_sql(kernel_row_to_dict(tuple(_Column(i) for i in range(len(KERNEL_COLUMNS)))))
+    head = []
+    for name in TRACE_SUMMARY_COLUMNS:
+        column = f't."{Trace._meta.get_field(name).column}"'
+        if name in ("created_at", "updated_at"):
+            column = f"""to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"""
+        head.append(f"'{name}', {column}")
+    metadata = f't."{Trace._meta.get_field("metadata_json").column}"::json'
+    return (
+        f"SELECT json_build_object({', '.join(head)}, 'metadata', {metadata}, 'kernels', "
+        f"coalesce((SELECT json_agg({kernel}) FROM ({kernel_sql}) AS k({aliases})), '[]'::json)) "
+        f"FROM {Trace._meta.db_table} t WHERE t.id = {trace_id}"
+    )
+
+
+def json_agg_seconds(database_url: str, run_id: str) -> tuple[float, int]:
+    """PostgreSQL writing the trace's JSON (`json_agg_sql`) through psql to a file: seconds, bytes."""
+    sql = json_agg_sql(database_url, run_id)
+    with tempfile.NamedTemporaryFile(suffix=".json") as target:
+        started = time.perf_counter()
+        common.psql(database_url, "-At", "-o", target.name, "-c", sql)
+        seconds = time.perf_counter() - started
+        return seconds, os.path.getsize(target.name)
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict  # lower-cased names
+    nbytes: int  # the body as sent (compressed if it was), without chunked framing
+    seconds: float  # from sending the request to the body's last byte
+
+
+def http_get(port: int, path: str, headers: dict, *, timeout: float = 900) -> Answer:
+    """A GET to 127.0.0.1:port read to its end, the body counted, not decoded."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        started = time.perf_counter()
+        conn.request("GET", path, headers=headers)
+        response = conn.getresponse()
+        nbytes = 0
+        while chunk := response.read(1 << 20):
+            nbytes += len(chunk)
+        seconds = time.perf_counter() - started
+        return Answer(response.status, {k.lower(): v for k, v in response.getheaders()}, nbytes, seconds)
+    finally:
+        conn.close()
 
 
 def drf_serializer_seconds(run_id: str, rows: int) -> float:

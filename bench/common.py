@@ -1,29 +1,342 @@
-"""Setup shared by the benchmarks: Django on PostgreSQL, moto's S3 server, a generated trace.
+"""What the benchmarks share: scratch PostgreSQL databases, moto's S3 server, child processes
+measured one by one (time and peak RSS), gunicorn, uploads of generated runs, the machine.
 
-Benchmarks run against their own database (`cascade_bench`, created if missing) so that they
-never touch the registry's data; set BENCH_DATABASE_URL to use another one.
+The single-figure scripts (`ingest_bench.py`, `api_bench.py`, `analysis_bench.py`) run in one
+process against their own database (`cascade_bench`, created if missing; BENCH_DATABASE_URL
+for another) through `setup()`. The lab bench (`python -m bench`, bench/lab.py) runs Cascade
+as it is deployed, as child processes (`manage.py ingest_traces`, gunicorn), against scratch
+databases it creates and drops (`scratch_database`).
 """
 
 import logging
 import os
+import platform
+import re
+import secrets
+import signal
+import socket
+import subprocess
 import sys
+import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/cascade_bench"
+DEFAULT_SERVER_URL = "postgres://postgres@127.0.0.1:5432"
 BUCKET = "cascade-bench"
+AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "bench",
+    "AWS_SECRET_ACCESS_KEY": "bench",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+def log(message: str) -> None:
+    """Progress, on stderr: stdout is for the figures."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# --- PostgreSQL ------------------------------------------------------------------------------
+
+
+def server_url(database_url: str) -> str:
+    """`postgres://user@host:port` from a database URL (its last path segment dropped)."""
+    return database_url.rsplit("/", 1)[0] if database_url.count("/") > 2 else database_url
+
+
+def database_url(server: str, name: str) -> str:
+    return f"{server.rstrip('/')}/{name}"
 
 
 def ensure_database(url: str) -> None:
     import psycopg
 
     name = url.rsplit("/", 1)[1]
-    admin_url = url.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin_url, autocommit=True) as conn:
+    with psycopg.connect(database_url(server_url(url), "postgres"), autocommit=True) as conn:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
             conn.execute(f'CREATE DATABASE "{name}"')
+
+
+@contextmanager
+def scratch_database(server: str, label: str, *, template: str | None = None) -> Iterator[str]:
+    """A new database with a unique name (a copy of `template`'s if given), dropped afterwards."""
+    import psycopg
+
+    name = f"cascade_bench_{label}_{os.getpid()}_{secrets.token_hex(3)}"
+    admin = database_url(server, "postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
+    try:
+        yield database_url(server, name)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def query(url: str, sql: str, params: tuple = ()) -> list[tuple]:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+def psql(url: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
+    """psql without the user's .psqlrc, stopping at the first error."""
+    return subprocess.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", url, *args], check=True, **kwargs)
+
+
+# --- S3 --------------------------------------------------------------------------------------
+
+
+@contextmanager
+def moto_server() -> Iterator[str]:
+    """moto's S3 server on a free port of 127.0.0.1, in a thread of this process; its URL."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's per-request log lines
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+def s3_client(endpoint: str):
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name=AWS_ENV["AWS_DEFAULT_REGION"],
+        aws_access_key_id=AWS_ENV["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=AWS_ENV["AWS_SECRET_ACCESS_KEY"],
+    )
+
+
+def upload_folder(
+    client, bucket: str, folder: Path, base: str, *, rename: tuple[str, str] | None = None
+) -> int:
+    """Upload a generated run folder under `base` (`<prefix><run id>/`), metadata.json last,
+    as the profiling harness does (tools/upload.py; boto3's multipart above its threshold).
+
+    `rename` (old, new) rewrites the run folder named in metadata.json's keys: one generated
+    folder uploaded as many runs. Returns the bytes uploaded.
+    """
+    from boto3.s3.transfer import TransferConfig
+
+    from tools.upload import MULTIPART_CHUNK, MULTIPART_THRESHOLD
+
+    config = TransferConfig(multipart_threshold=MULTIPART_THRESHOLD, multipart_chunksize=MULTIPART_CHUNK)
+    paths = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "metadata.json")
+    total = 0
+    for path in paths:
+        client.upload_file(str(path), bucket, base + path.relative_to(folder).as_posix(), Config=config)
+        total += path.stat().st_size
+    metadata = (folder / "metadata.json").read_bytes()
+    if rename:
+        metadata = metadata.replace(rename[0].encode(), rename[1].encode())
+    client.put_object(Bucket=bucket, Key=base + "metadata.json", Body=metadata)
+    return total + len(metadata)
+
+
+def upload_copies(
+    client, bucket: str, folder: Path, prefix: str, template_id: str, run_ids: list[str]
+) -> None:
+    """The folder generated as `template_id` uploaded once per run id, a few runs at a time."""
+
+    def one(run_id: str) -> int:
+        return upload_folder(
+            client, bucket, folder, f"{prefix}{run_id}/", rename=(f"/{template_id}/", f"/{run_id}/")
+        )
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for done, _ in enumerate(pool.map(one, run_ids), start=1):
+            if done % 500 == 0:
+                log(f"  uploaded {done:,} of {len(run_ids):,} runs")
+
+
+# --- Child processes ---------------------------------------------------------------------------
+
+
+@dataclass
+class Child:
+    """A finished child process: its exit code, wall time, peak RSS, and what it printed."""
+
+    args: list[str]
+    returncode: int
+    seconds: float
+    max_rss: int  # bytes: the child's own peak resident set (VmHWM), from wait4's rusage
+    stdout: str
+
+    def s3_requests(self) -> int | None:
+        """From the pass summary (`... S3: N requests, ...`) of an ingest_traces pass."""
+        found = re.findall(r"S3: (\d+) requests", self.stdout)
+        return int(found[-1]) if found else None
+
+    def summary_line(self) -> str:
+        lines = [line for line in self.stdout.splitlines() if line.startswith("pass: ")]
+        return lines[-1] if lines else ""
+
+
+def run_child(
+    args: list[str], *, env: dict, timeout: float, cwd: Path = ROOT, hwm: Path | None = None
+) -> Child:
+    """Run `args` to its end (killed past `timeout`), stdout captured, stderr passed through.
+
+    Peak RSS: the VmHWM the child wrote to `hwm` (bench/hwm.py), else the child's own
+    rusage from os.wait4 (not RUSAGE_CHILDREN's maximum over every child so far), which on
+    Linux is at least this process's size at the fork (see bench/hwm.py).
+    """
+    with tempfile.TemporaryFile() as out:
+        started = time.perf_counter()
+        process = subprocess.Popen(args, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out)
+        killer = threading.Timer(timeout, _kill, (process.pid,))
+        killer.start()
+        reaped = False
+        try:
+            _, status, usage = os.wait4(process.pid, 0)
+            reaped = True
+        finally:
+            killer.cancel()
+            if not reaped:  # interrupted: the child goes too
+                _kill(process.pid)
+                process.wait(30)
+        seconds = time.perf_counter() - started
+        process.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        stdout = out.read().decode(errors="replace")
+    if process.returncode != 0:
+        tail = "\n".join(stdout.splitlines()[-20:])
+        raise RuntimeError(f"{' '.join(args)} exited with {process.returncode}:\n{tail}")
+    if hwm is not None and hwm.exists() and hwm.read_text().strip():
+        max_rss = int(hwm.read_text()) * 1024
+    else:
+        max_rss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)  # bytes on macOS, KiB on Linux
+    return Child(args, process.returncode, seconds, max_rss, stdout)
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def child_env(**settings: str) -> dict:
+    """This environment without Django's and Cascade's settings, then `settings`."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("DJANGO_", "CASCADE_", "DATABASE_URL", "AWS_"))
+    }
+    env.update(AWS_ENV, DJANGO_SETTINGS_MODULE="cascade.settings", CASCADE_LOG_LEVEL="WARNING")
+    env.update(settings)
+    return env
+
+
+def manage(*args: str, env: dict, timeout: float = 600) -> Child:
+    """`python manage.py ARGS` in a child process, its peak RSS recorded by bench/hwm.py."""
+    if not Path("/proc/self/status").exists():
+        return run_child([sys.executable, "manage.py", *args], env=env, timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix="cascade-bench-hwm-") as tmp:
+        hwm = Path(tmp) / "vmhwm"
+        return run_child(
+            [sys.executable, "-m", "bench.hwm", str(hwm), "manage.py", *args],
+            env=env,
+            timeout=timeout,
+            hwm=hwm,
+        )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def gunicorn(env: dict, *, start_timeout: float = 120) -> Iterator[int]:
+    """`gunicorn cascade.wsgi` with ./gunicorn.conf.py (production's settings) on 127.0.0.1;
+    yields its port once it answers, stops it (quick shutdown, then kill) afterwards."""
+    import urllib.error
+    import urllib.request
+
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "cascade.wsgi"],
+        cwd=ROOT,
+        env={**env, "CASCADE_BIND": f"127.0.0.1:{port}", "GUNICORN_CMD_ARGS": "--log-level warning"},
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + start_timeout
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"gunicorn exited with {process.returncode} before answering")
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/traces", timeout=5).close()
+                break
+            except urllib.error.HTTPError:
+                break  # 401: it answers
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"gunicorn did not answer within {start_timeout:.0f} s") from None
+                time.sleep(0.2)
+        yield port
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)  # quick shutdown: nothing is left to finish
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(30)
+
+
+# --- The machine ---------------------------------------------------------------------------------
+
+
+def machine(server: str) -> dict:
+    """What the figures were measured on: cores, CPU, RAM, and the versions that matter."""
+    import django
+    import psycopg
+
+    model = platform.processor() or platform.machine()
+    ram = 0
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                ram = int(line.split()[1]) * 1024
+                break
+    except OSError:
+        pass
+    postgres = query(database_url(server, "postgres"), "SHOW server_version")[0][0]
+    return {
+        "cores": os.cpu_count(),
+        "cpu": model,
+        "ram_bytes": ram,
+        "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        "python": platform.python_version(),
+        "postgresql": postgres,
+        "django": django.get_version(),
+        "psycopg": psycopg.__version__,
+        "libpq": f"{psycopg.pq.version() // 10000}.{psycopg.pq.version() % 10000}",
+    }
+
+
+# --- The single-figure scripts: Django in this process ---------------------------------------------
 
 
 def setup() -> str:
@@ -42,10 +355,8 @@ def setup() -> str:
         DJANGO_SETTINGS_MODULE="cascade.settings",
         CASCADE_S3_BUCKET=BUCKET,
         CASCADE_S3_ENDPOINT_URL=f"http://{host}:{port}",
-        AWS_ACCESS_KEY_ID="bench",
-        AWS_SECRET_ACCESS_KEY="bench",
-        AWS_DEFAULT_REGION="us-east-1",
         CASCADE_LOG_LEVEL="WARNING",
+        **AWS_ENV,
     )
     sys.path.insert(0, str(ROOT))
     import django

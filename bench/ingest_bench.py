@@ -4,40 +4,71 @@
 
 For each size: generate a run (tools.generator), upload it to an embedded S3, time
 `passes.ingest_trace` (list, stream the stats files from S3, parse, COPY into PostgreSQL,
-commit), then time `psql \\copy` of exactly the rows it stored, from a local CSV file: the
-floor for loading those rows, with no S3, no parsing and no Django.
+commit), then time `psql \\copy` of exactly the rows it stored, from a local file, into an
+equivalent table (`psql_copy_seconds`): the floor for loading those rows, with no S3, no parsing
+and no Django. `python -m bench` (bench/lab.py) measures the same through `manage.py ingest_traces`.
 """
 
 import argparse
 import os
+import secrets
 import shutil
-import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-import common
+if __package__ in (None, ""):  # run as a script: the project's root on the path, for `bench`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import common  # noqa: E402
+
+
+def kernel_table() -> tuple[str, str]:
+    """The kernel table's name and its column naming the trace (Django's models)."""
+    from traces.models import Kernel
+
+    return Kernel._meta.db_table, Kernel._meta.get_field("trace").column
+
+
+def loaded_columns(database_url: str, table: str) -> list[str]:
+    """The table's columns as migrated, less those PostgreSQL fills itself (identity, serial,
+    generated): what a bulk load of its rows writes. Read from the live database, so that the
+    reference follows the kernel table's schema as it is today."""
+    rows = common.query(
+        database_url,
+        "SELECT attname FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum"
+        " WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped"
+        " AND a.attidentity = '' AND a.attgenerated = ''"
+        " AND coalesce(pg_get_expr(d.adbin, d.adrelid), '') NOT LIKE 'nextval(%%'"
+        " ORDER BY a.attnum",
+        (table,),
+    )
+    return [row[0] for row in rows]
 
 
 def psql_copy_seconds(database_url: str, run_id: str) -> float:
-    """Export the run's kernel rows to CSV, delete them, and time `\\copy` loading them back."""
-    from django.db import connection
+    """`psql \\copy` of the run's kernel rows, already clean, into an equivalent table.
 
-    from traces.models import KERNEL_COLUMNS, Kernel
-
-    table = Kernel._meta.db_table
-    columns = ", ".join(("trace_id", *KERNEL_COLUMNS))  # what ingestion's COPY writes
-    with tempfile.TemporaryDirectory() as tmp:
-        csv_path = Path(tmp) / "kernels.csv"
-        select = f"SELECT {columns} FROM {table} WHERE trace_id = '{run_id}'"
-        subprocess.run(["psql", database_url, "-qc", f"\\copy ({select}) TO '{csv_path}' CSV"], check=True)
-        with connection.cursor() as cursor:
-            cursor.execute(f"DELETE FROM {table} WHERE trace_id = %s", [run_id])
-        started = time.perf_counter()
-        subprocess.run(
-            ["psql", database_url, "-qc", f"\\copy {table} ({columns}) FROM '{csv_path}' CSV"], check=True
-        )
-        return time.perf_counter() - started
+    The rows are the ones ingestion stored, exported with `COPY (SELECT ...) TO` from the kernel
+    table itself; the table is `LIKE <kernel table> INCLUDING ALL` (columns, defaults, NOT NULL,
+    CHECKs, every index and unique constraint; LIKE never copies foreign keys), created empty,
+    loaded by one `\\copy` (one transaction, as ingestion's), then dropped.
+    """
+    table, trace_column = kernel_table()
+    columns = ", ".join(f'"{name}"' for name in loaded_columns(database_url, table))
+    reference = f"bench_reference_{secrets.token_hex(4)}"
+    with tempfile.TemporaryDirectory(prefix="cascade-bench-copy-") as tmp:
+        rows = Path(tmp) / "kernels.copy"
+        select = f"SELECT {columns} FROM {table} WHERE {trace_column} = '{run_id}'"
+        common.psql(database_url, "-c", f"\\copy ({select}) TO '{rows}'")
+        common.psql(database_url, "-c", f"CREATE TABLE {reference} (LIKE {table} INCLUDING ALL)")
+        try:
+            started = time.perf_counter()
+            common.psql(database_url, "-c", f"\\copy {reference} ({columns}) FROM '{rows}'")
+            return time.perf_counter() - started
+        finally:
+            common.psql(database_url, "-c", f"DROP TABLE {reference}")
 
 
 def main() -> None:

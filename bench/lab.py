@@ -1,0 +1,588 @@
+"""The lab-scale bench of issue 11: every figure beside its reference, measured in one run.
+
+    python3 run.py bench [--scale tiny|small|full] [--only ingest,memory,...] [--json FILE]
+    .venv/bin/python -m bench ...                      (the same, inside the virtualenv)
+
+Cascade runs as it is deployed: `manage.py ingest_traces` and gunicorn are child processes,
+against scratch PostgreSQL databases this bench creates (copies of one migrated template)
+and drops, reading an S3 bucket on moto's server, which it starts on 127.0.0.1 and stops. The
+runs come from the project's generator (tools/generator.py). Progress goes to stderr; the
+table, in Markdown, to stdout. The figures (docs/performance.md says how to read them):
+
+- ingest   `ingest_traces` of one generated run beside `psql \\copy` of the rows it stored
+           into an equivalent table (bench/ingest_bench.py);
+- memory   the peak RSS of that `ingest_traces`, and of one on a run four times as large;
+- storage  what PostgreSQL holds per launch, beside the stats text it came from;
+- api      `GET /api/traces/{id}` of that run through gunicorn beside PostgreSQL's json_agg
+           of the same JSON (bench/api_bench.py), then with gzip and zstd accepted;
+- etag     the same GET again with If-None-Match;
+- runs     one pass over many new small runs: seconds, S3 requests per run;
+- idle     the second pass over a bucket of failed runs: S3 requests.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from bench import common
+from bench.common import log
+
+FIGURES = ("ingest", "memory", "storage", "api", "etag", "runs", "idle")
+BIG_TRACE_FIGURES = {"ingest", "memory", "storage", "api", "etag"}
+MB = 1e6
+
+
+@dataclass(frozen=True)
+class Scale:
+    launches: int  # the large run: ingest, storage, api, etag, and memory's first size
+    memory_launches: int  # memory's second size
+    runs: int  # new small runs in one pass
+    failed_runs: int  # failed runs for the idle pass
+    timeout: float  # seconds any one child may take
+
+
+SCALES = {
+    # For the test suite: proves the harness end to end in well under a minute.
+    "tiny": Scale(launches=2_000, memory_launches=8_000, runs=10, failed_runs=10, timeout=300),
+    "small": Scale(launches=100_000, memory_launches=400_000, runs=200, failed_runs=100, timeout=1800),
+    "full": Scale(launches=1_000_000, memory_launches=4_000_000, runs=2_000, failed_runs=1_000, timeout=7200),
+}
+
+# The figures recorded in issue 11, before the work the issue asks for (the "before" column).
+RECORDED_RUNS_SECONDS, RECORDED_RUNS = 148.8, 2_000
+BEFORE = {
+    "ingest": "29.5 s vs 14.2 s = 2.08x",
+    "memory": "110 MB at 200k, 116 MB at 1M, 127 MB at 2M",
+    "storage": "398 B (326 heap + 72 index)",
+    "growth": "465 B",
+    "api": "12.3 s vs 18.0 s = 0.69x, 348 MB",
+    "gzip": "348 MB (no compression)",
+    "zstd": "348 MB (no compression)",
+    "etag": "200, full 348 MB again",
+    "runs": f"{RECORDED_RUNS_SECONDS} s for {RECORDED_RUNS:,} runs",
+    "idle": "1,000+ S3 listings",
+}
+
+# Each run of the lab gets its own key prefix in the bucket, so each pass sees only its runs.
+BUCKET = "cascade-lab"
+TEMPLATE_RUN = "lab-template-run"
+
+
+@dataclass
+class Row:
+    key: str
+    figure: str
+    measured: str
+    reference: str
+    ratio: str
+    target: str
+    met: bool | None  # None: nothing to judge (the figure could not be taken)
+    before: str
+    values: dict = field(default_factory=dict)  # the raw numbers, for --json
+
+
+def mb(nbytes: float) -> str:
+    return f"{nbytes / MB:,.1f} MB"
+
+
+def secs(seconds: float) -> str:
+    return f"{seconds:,.1f} s" if seconds >= 10 else f"{seconds:,.2f} s"
+
+
+class Lab:
+    """One bench run: the S3 server, the migrated template database, the results."""
+
+    def __init__(self, server: str, endpoint: str, template: str, tmp: Path, scale: Scale):
+        self.server = server
+        self.endpoint = endpoint
+        self.template = template
+        self.tmp = tmp
+        self.scale = scale
+        self.s3 = common.s3_client(endpoint)
+        self.rows: list[Row] = []
+        self.secret = os.urandom(16).hex()
+
+    def env(self, database_url: str, prefix: str, **extra: str) -> dict:
+        return common.child_env(
+            DATABASE_URL=database_url,
+            DJANGO_SECRET_KEY=f"bench-{self.secret}",
+            CASCADE_VAR_DIR=str(self.tmp / "var"),
+            CASCADE_S3_BUCKET=BUCKET,
+            CASCADE_S3_ENDPOINT_URL=self.endpoint,
+            CASCADE_S3_PREFIX=prefix,
+            CASCADE_API_RATE="",
+            **extra,
+        )
+
+    def ingest(self, database_url: str, prefix: str, label: str, **extra: str) -> common.Child:
+        log(f"{label}: manage.py ingest_traces")
+        child = common.manage(
+            "ingest_traces", env=self.env(database_url, prefix, **extra), timeout=self.scale.timeout
+        )
+        log(f"{label}: {child.seconds:.1f} s, peak RSS {mb(child.max_rss)}; {child.summary_line()}")
+        return child
+
+    def add(self, row: Row) -> None:
+        self.rows.append(row)
+        log(f"  {row.figure}: {row.measured} | {row.reference} | {row.ratio} | met: {row.met}")
+
+    # --- the large run: ingest, storage, api, etag, memory ------------------------------------
+
+    def generate_and_upload(self, prefix: str, run_id: str, launches: int) -> int:
+        """One large run; returns the bytes of its stats files (the raw text per launch)."""
+        from tools import generator
+
+        # No timeline.json or timing.csv: every launch's step and duration are null, so that
+        # PostgreSQL's json_agg reference builds exactly the API's JSON (steps are named there).
+        spec = generator.RunSpec(kernels=launches, contexts=4, seed=1, timing=False, timeline=False)
+        started = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="cascade-bench-run-", dir=self.tmp) as tmp:
+            folder = Path(tmp) / run_id
+            files = generator.write_run(folder, spec, run_id=run_id, key_prefix=prefix)
+            common.upload_folder(self.s3, BUCKET, folder, f"{prefix}{run_id}/")
+        stats = sum(f.bytes for f in files if f.name.startswith("traces/stats"))
+        log(
+            f"{run_id}: {launches:,} launches generated and uploaded in {time.perf_counter() - started:.1f} s"
+        )
+        return stats
+
+    def large_run(self, figures: set[str]) -> None:
+        n = self.scale.launches
+        run_id, prefix = f"lab-{n}", f"lab-large-{n}/"
+        with common.scratch_database(self.server, "large", template=self.template) as db:
+            stats_bytes = self.generate_and_upload(prefix, run_id, n)
+            size_before = common.query(db, "SELECT pg_database_size(current_database())")[0][0]
+            child = self.ingest(db, prefix, run_id)
+            state, count = common.query(
+                db, "SELECT state, kernel_count FROM traces_trace WHERE id = %s", (run_id,)
+            )[0]
+            if state != "ready" or count != n:
+                raise RuntimeError(f"{run_id} came out {state} with {count} kernels, not ready with {n}")
+            self.large_rss = child.max_rss
+            if "storage" in figures:
+                self.storage(db, n, stats_bytes, size_before)
+            if "ingest" in figures:
+                from bench.ingest_bench import psql_copy_seconds
+
+                log(f"{run_id}: psql \\copy of the same rows into an equivalent table")
+                copy = psql_copy_seconds(db, run_id)
+                ratio = child.seconds / copy
+                self.add(
+                    Row(
+                        "ingest",
+                        f"Ingest {n:,} launches: `manage.py ingest_traces`",
+                        f"{secs(child.seconds)} ({child.summary_line().rsplit(' in ', 1)[-1]} in the pass)",
+                        f"`psql \\copy` of the same rows {secs(copy)}",
+                        f"{ratio:.2f}x",
+                        "≤ 1.5x",
+                        ratio <= 1.5,
+                        BEFORE["ingest"],
+                        {"seconds": child.seconds, "copy_seconds": copy, "ratio": ratio, "launches": n},
+                    )
+                )
+            if figures & {"api", "etag"}:
+                self.api(db, prefix, run_id, n, figures)
+
+    def storage(self, db: str, n: int, stats_bytes: int, size_before: int) -> None:
+        from traces.models import Kernel, Trace
+
+        kernel, trace = Kernel._meta.db_table, Trace._meta.db_table
+        # The kernel table, the tables it refers to (a names table) and the tables that refer
+        # to it (per-launch side tables), the trace table aside: found in the live schema.
+        tables = [
+            row[0]
+            for row in common.query(
+                db,
+                "SELECT %s UNION SELECT confrelid::regclass::text FROM pg_constraint"
+                " WHERE contype = 'f' AND conrelid = %s::regclass AND confrelid <> %s::regclass"
+                " UNION SELECT conrelid::regclass::text FROM pg_constraint"
+                " WHERE contype = 'f' AND confrelid = %s::regclass",
+                (kernel, kernel, trace, kernel),
+            )
+        ]
+        sizes = {
+            table: common.query(db, "SELECT pg_table_size(%s), pg_indexes_size(%s)", (table, table))[0]
+            for table in sorted(tables)
+        }
+        heap = sum(size[0] for size in sizes.values())
+        index = sum(size[1] for size in sizes.values())
+        growth = common.query(db, "SELECT pg_database_size(current_database())")[0][0] - size_before
+        raw = stats_bytes / n
+        per_launch = (heap + index) / n
+        self.add(
+            Row(
+                "storage",
+                f"PostgreSQL bytes per launch ({', '.join(sizes)})",
+                f"{per_launch:,.0f} B ({heap / n:,.0f} heap + {index / n:,.0f} index)",
+                f"raw stats text {raw:,.0f} B",
+                f"{per_launch / raw:.2f}x",
+                "≤ 150 B",
+                per_launch <= 150,
+                BEFORE["storage"],
+                {
+                    "bytes_per_launch": per_launch,
+                    "heap": heap / n,
+                    "index": index / n,
+                    "raw": raw,
+                    "tables": sizes,
+                },
+            )
+        )
+        self.add(
+            Row(
+                "growth",
+                "Database growth per launch (`pg_database_size`)",
+                f"{growth / n:,.0f} B",
+                f"raw stats text {raw:,.0f} B",
+                f"{growth / n / raw:.2f}x",
+                "≤ 150 B",
+                growth / n <= 150,
+                BEFORE["growth"],
+                {"bytes_per_launch": growth / n, "raw": raw},
+            )
+        )
+
+    def api(self, db: str, prefix: str, run_id: str, n: int, figures: set[str]) -> None:
+        from bench.api_bench import http_get, json_agg_seconds
+
+        env = self.env(db, prefix)
+        token = common.manage("create_token", "bench-lab", env=env).stdout.split()[-1]
+        path = f"/api/traces/{run_id}"
+        auth = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        log("gunicorn (gunicorn.conf.py) on 127.0.0.1")
+        with common.gunicorn(env) as port:
+            http_get(port, "/api/traces", auth)  # each worker's first request pays for its imports
+            http_get(port, "/api/traces", auth)
+            log(f"GET {path}")
+            plain = http_get(port, path, {**auth, "Accept-Encoding": "identity"})
+            log(f"  {plain.status}, {mb(plain.nbytes)} in {plain.seconds:.1f} s; json_agg of the same JSON")
+            agg_seconds, agg_bytes = json_agg_seconds(db, run_id)
+            encoded = {}
+            for encoding in ("gzip", "zstd"):
+                log(f"GET {path}, Accept-Encoding: {encoding}")
+                encoded[encoding] = http_get(port, path, {**auth, "Accept-Encoding": encoding})
+            etag = plain.headers.get("etag")
+            again = None
+            if etag:
+                log(f"GET {path}, If-None-Match: {etag}")
+                again = http_get(port, path, {**auth, "Accept-Encoding": "identity", "If-None-Match": etag})
+        if plain.status != 200:
+            raise RuntimeError(f"GET {path} answered {plain.status}")
+        if "api" in figures:
+            ratio = plain.seconds / agg_seconds
+            self.add(
+                Row(
+                    "api",
+                    f"`GET /api/traces/{{id}}`, {n:,} launches, through gunicorn",
+                    f"{secs(plain.seconds)}, {mb(plain.nbytes)}",
+                    f"PostgreSQL `json_agg` of the same JSON {secs(agg_seconds)}, {mb(agg_bytes)}",
+                    f"{ratio:.2f}x",
+                    "≤ 0.7x",
+                    ratio <= 0.7,
+                    BEFORE["api"],
+                    {
+                        "seconds": plain.seconds,
+                        "bytes": plain.nbytes,
+                        "json_agg_seconds": agg_seconds,
+                        "json_agg_bytes": agg_bytes,
+                        "ratio": ratio,
+                    },
+                )
+            )
+            for encoding, answer in encoded.items():
+                sent = answer.headers.get("content-encoding", "none")
+                share = answer.nbytes / plain.nbytes
+                self.add(
+                    Row(
+                        encoding,
+                        f"… with `Accept-Encoding: {encoding}`: bytes on the wire",
+                        f"{mb(answer.nbytes)} (Content-Encoding: {sent}), {secs(answer.seconds)}",
+                        f"identity {mb(plain.nbytes)}",
+                        f"1/{1 / share:.1f}" if share else "0",
+                        "≤ 1/8",
+                        answer.status == 200 and share <= 1 / 8,
+                        BEFORE[encoding],
+                        {
+                            "status": answer.status,
+                            "content_encoding": sent,
+                            "bytes": answer.nbytes,
+                            "seconds": answer.seconds,
+                            "identity_bytes": plain.nbytes,
+                        },
+                    )
+                )
+        if "etag" in figures:
+            if again is None:
+                measured, values = "no ETag in the first answer: nothing to send", {"etag": None}
+            else:
+                measured = f"{again.status}, {again.nbytes:,} B, {secs(again.seconds)}"
+                values = {
+                    "etag": etag,
+                    "status": again.status,
+                    "bytes": again.nbytes,
+                    "seconds": again.seconds,
+                }
+            self.add(
+                Row(
+                    "etag",
+                    "… again with `If-None-Match` of its ETag",
+                    measured,
+                    f"first GET {plain.status}, {mb(plain.nbytes)}",
+                    "",
+                    "304",
+                    again is not None and again.status == 304,
+                    BEFORE["etag"],
+                    values,
+                )
+            )
+
+    def memory(self) -> None:
+        n = self.scale.memory_launches
+        run_id, prefix = f"lab-{n}", f"lab-large-{n}/"
+        with common.scratch_database(self.server, "memory", template=self.template) as db:
+            self.generate_and_upload(prefix, run_id, n)
+            child = self.ingest(db, prefix, run_id)
+        first, second = self.large_rss, child.max_rss
+        growth = second - first
+        small = self.scale.launches
+        self.add(
+            Row(
+                "memory",
+                f"Peak RSS of `ingest_traces`, {small:,} and {n:,} launches",
+                f"{mb(first)} and {mb(second)}",
+                f"{n // small}x the launches: {growth / MB:+,.1f} MB",
+                f"{second / first:.2f}x",
+                "< 100 MB, flat (within 5 MB)",
+                max(first, second) < 100 * MB and abs(growth) <= 5 * MB,
+                BEFORE["memory"],
+                {"rss": {small: first, n: second}},
+            )
+        )
+
+    # --- many small runs -----------------------------------------------------------------------
+
+    def upload_runs(self, prefix: str, count: int, spec) -> list[str]:
+        """`count` copies of one generated run, each under its own run id."""
+        from tools import generator
+
+        started = time.perf_counter()
+        run_ids = [f"{prefix.rstrip('/')}-{i:05d}" for i in range(count)]
+        with tempfile.TemporaryDirectory(prefix="cascade-bench-run-", dir=self.tmp) as tmp:
+            folder = Path(tmp) / TEMPLATE_RUN
+            generator.write_run(folder, spec, run_id=TEMPLATE_RUN, key_prefix=prefix)
+            common.upload_copies(self.s3, BUCKET, folder, prefix, TEMPLATE_RUN, run_ids)
+        log(f"{prefix}: {count:,} runs uploaded in {time.perf_counter() - started:.1f} s")
+        return run_ids
+
+    def count_states(self, db: str) -> dict:
+        return dict(common.query(db, "SELECT state, count(*) FROM traces_trace GROUP BY state"))
+
+    def new_runs(self) -> None:
+        from django.conf import settings
+
+        from tools import generator
+
+        n = self.scale.runs
+        prefix = "lab-runs/"
+        # A sample-like run (700 launches, prefill and decode steps, timeline.json and
+        # timing.csv), with four instruction traces rather than 64: they are listed, never read.
+        self.upload_runs(prefix, n, generator.RunSpec(max_traced=4))
+        with common.scratch_database(self.server, "runs", template=self.template) as db:
+            child = self.ingest(db, prefix, f"{n:,} new runs")
+            states = self.count_states(db)
+        if states.get("ready", 0) != n:
+            raise RuntimeError(f"{n} new runs came out {states}")
+        reference = None
+        # The same pass one S3 request at a time, where the setting exists (same run, same data).
+        if hasattr(settings, "CASCADE_S3_THREADS"):
+            with common.scratch_database(self.server, "runs1", template=self.template) as db:
+                reference = self.ingest(
+                    db, prefix, f"{n:,} new runs, CASCADE_S3_THREADS=1", CASCADE_S3_THREADS="1"
+                )
+        recorded = RECORDED_RUNS_SECONDS * n / RECORDED_RUNS
+        faster = recorded / child.seconds
+        requests = child.s3_requests()
+        text = f"recorded {RECORDED_RUNS_SECONDS} s for {RECORDED_RUNS:,} runs"
+        if n != RECORDED_RUNS:
+            text += f" ({secs(recorded)} for {n:,})"
+        ratio = f"{faster:.1f}x faster"
+        if reference is not None:
+            text += f"; `CASCADE_S3_THREADS=1` {secs(reference.seconds)}"
+            ratio += f" ({reference.seconds / child.seconds:.1f}x vs 1 thread)"
+        self.add(
+            Row(
+                "runs",
+                f"One pass over {n:,} new small runs",
+                f"{secs(child.seconds)}, {requests / n:.1f} S3 requests per run"
+                if requests
+                else secs(child.seconds),
+                text,
+                ratio,
+                "≥ 4x faster",
+                faster >= 4,
+                BEFORE["runs"],
+                {
+                    "seconds": child.seconds,
+                    "s3_requests": requests,
+                    "runs": n,
+                    "recorded_seconds": recorded,
+                    "one_thread_seconds": reference.seconds if reference else None,
+                },
+            )
+        )
+
+    def idle_pass(self) -> None:
+        from tools import generator
+
+        n = self.scale.failed_runs
+        prefix = "lab-failed/"
+        spec = generator.RunSpec(kernels=50, status="failed", max_traced=2, timing=False, timeline=False)
+        self.upload_runs(prefix, n, spec)
+        with common.scratch_database(self.server, "idle", template=self.template) as db:
+            first = self.ingest(db, prefix, f"{n:,} failed runs, first pass")
+            second = self.ingest(db, prefix, f"{n:,} failed runs, second pass")
+            states = self.count_states(db)
+        if states.get("failed", 0) != n:
+            raise RuntimeError(f"{n} failed runs came out {states}")
+        requests = second.s3_requests()
+        # Nothing changed: the listing of the run folders (a page per 1,000) and little else.
+        allowed = math.ceil(n / 1000) + 4
+        self.add(
+            Row(
+                "idle",
+                f"Idle pass: {n:,} failed runs, nothing changed",
+                f"{requests} S3 requests, {secs(second.seconds)}",
+                f"first pass {first.s3_requests()} S3 requests",
+                "",
+                f"≤ {allowed} (listing pages only)",
+                requests is not None and requests <= allowed,
+                BEFORE["idle"],
+                {
+                    "s3_requests": requests,
+                    "first_pass_s3_requests": first.s3_requests(),
+                    "seconds": second.seconds,
+                },
+            )
+        )
+
+
+# --- The table ----------------------------------------------------------------------------------
+
+
+def table(rows: list[Row]) -> str:
+    lines = [
+        "| figure | measured | reference | ratio | target | met? | before (issue 11) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        met = "—" if row.met is None else ("yes" if row.met else "**no**")
+        cells = (row.figure, row.measured, row.reference, row.ratio, row.target, met, row.before)
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return "\n".join(lines)
+
+
+def heading(scale_name: str, scale: Scale, machine: dict) -> str:
+    load = machine["load_average"]
+    return "\n".join(
+        [
+            f"Lab bench, scale `{scale_name}`: {scale.launches:,}-launch run "
+            f"(memory also at {scale.memory_launches:,}), {scale.runs:,} new runs, "
+            f"{scale.failed_runs:,} failed runs; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
+            "",
+            f"Machine: {machine['cores']} cores ({machine['cpu']}), {machine['ram_bytes'] / 2**30:.1f} GiB RAM"
+            + (f", load average {load[0]:.1f} at the start" if load else "")
+            + f"; Python {machine['python']}, PostgreSQL {machine['postgresql']}, Django {machine['django']}, "
+            f"psycopg {machine['psycopg']} (libpq {machine['libpq']}).",
+        ]
+    )
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scale", choices=SCALES, default="full", help="sizes (default: full, the issue's)")
+    parser.add_argument(
+        "--only", default=",".join(FIGURES), help=f"comma-separated, of: {', '.join(FIGURES)}"
+    )
+    parser.add_argument("--json", metavar="FILE", help="also write the results here")
+    parser.add_argument(
+        "--server",
+        default=common.server_url(os.environ.get("BENCH_DATABASE_URL", common.DEFAULT_SERVER_URL)),
+        help="the PostgreSQL server for the scratch databases (default: BENCH_DATABASE_URL's, else %(default)s)",
+    )
+    args = parser.parse_args(argv)
+    args.figures = {name.strip() for name in args.only.split(",") if name.strip()}
+    if unknown := args.figures - set(FIGURES):
+        parser.error(f"unknown figures {', '.join(sorted(unknown))}; choose among {', '.join(FIGURES)}")
+    return args
+
+
+def configure_django(server: str) -> None:
+    """Django in this process only for the models' table names and the API's own queries;
+    pointed at the maintenance database, never at a scratch one it would hold open."""
+    os.environ.update(
+        DJANGO_SETTINGS_MODULE="cascade.settings",
+        DATABASE_URL=common.database_url(server, "postgres"),
+        DJANGO_SECRET_KEY=os.environ.get("DJANGO_SECRET_KEY", "bench-not-a-secret"),
+    )
+    import django
+
+    django.setup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    scale = SCALES[args.scale]
+    os.chdir(common.ROOT)
+    if str(common.ROOT) not in sys.path:
+        sys.path.insert(0, str(common.ROOT))
+    started = time.perf_counter()
+    configure_django(args.server)
+    machine = common.machine(args.server)
+    with ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cascade-bench-")))
+        log("moto's S3 server on 127.0.0.1")
+        endpoint = stack.enter_context(common.moto_server())
+        template = stack.enter_context(common.scratch_database(args.server, "template"))
+        log(f"migrating the template database {template.rsplit('/', 1)[1]}")
+        common.manage(
+            "migrate", "--noinput", env=common.child_env(DATABASE_URL=template, CASCADE_VAR_DIR=str(tmp))
+        )
+        lab = Lab(args.server, endpoint, template.rsplit("/", 1)[1], tmp, scale)
+        lab.s3.create_bucket(Bucket=BUCKET)
+        if args.figures & BIG_TRACE_FIGURES:
+            lab.large_run(args.figures)
+        if "memory" in args.figures:
+            lab.memory()
+        if "runs" in args.figures:
+            lab.new_runs()
+        if "idle" in args.figures:
+            lab.idle_pass()
+    order = ["ingest", "memory", "storage", "growth", "api", "gzip", "zstd", "etag", "runs", "idle"]
+    rows = sorted(lab.rows, key=lambda row: order.index(row.key))
+    output = f"{heading(args.scale, scale, machine)}\n\n{table(rows)}\n"
+    print(output)
+    log(f"done in {time.perf_counter() - started:.0f} s")
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "scale": args.scale,
+                    "sizes": asdict(scale),
+                    "machine": machine,
+                    "rows": [asdict(r) for r in rows],
+                    "markdown": output,
+                    "seconds": time.perf_counter() - started,
+                },
+                indent=2,
+                default=str,
+            )
+            + "\n"
+        )
+    return 0  # unmet targets are figures, not failures: the table says which
