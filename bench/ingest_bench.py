@@ -24,11 +24,20 @@ if __package__ in (None, ""):  # run as a script: the project's root on the path
 from bench import common  # noqa: E402
 
 
-def kernel_table() -> tuple[str, str]:
-    """The kernel table's name and its column naming the trace (Django's models)."""
-    from traces.models import Kernel
+def kernel_rows_of(database_url: str, run_id: str) -> tuple[str, str]:
+    """The kernel table's name, and the condition that picks a trace's rows in it, from
+    Django's models: its foreign key to the trace (whichever trace field it refers to)."""
+    from psycopg.sql import Literal
 
-    return Kernel._meta.db_table, Kernel._meta.get_field("trace").column
+    from traces.models import Kernel, Trace
+
+    to_trace = Kernel._meta.get_field("trace")
+    value = common.query(
+        database_url,
+        f'SELECT "{to_trace.target_field.column}" FROM {Trace._meta.db_table} WHERE id = %s',
+        (run_id,),
+    )[0][0]
+    return Kernel._meta.db_table, f'"{to_trace.column}" = {Literal(value).as_string()}'
 
 
 def loaded_columns(database_url: str, table: str) -> list[str]:
@@ -55,12 +64,12 @@ def psql_copy_seconds(database_url: str, run_id: str) -> float:
     CHECKs, every index and unique constraint; LIKE never copies foreign keys), created empty,
     loaded by one `\\copy` (one transaction, as ingestion's), then dropped.
     """
-    table, trace_column = kernel_table()
+    table, condition = kernel_rows_of(database_url, run_id)
     columns = ", ".join(f'"{name}"' for name in loaded_columns(database_url, table))
     reference = f"bench_reference_{secrets.token_hex(4)}"
     with tempfile.TemporaryDirectory(prefix="cascade-bench-copy-") as tmp:
         rows = Path(tmp) / "kernels.copy"
-        select = f"SELECT {columns} FROM {table} WHERE {trace_column} = '{run_id}'"
+        select = f"SELECT {columns} FROM {table} WHERE {condition}"
         common.psql(database_url, "-c", f"\\copy ({select}) TO '{rows}'")
         common.psql(database_url, "-c", f"CREATE TABLE {reference} (LIKE {table} INCLUDING ALL)")
         try:

@@ -1,0 +1,70 @@
+"""`python -m bench` works end to end: every figure taken, every row in the table.
+
+Only the harness is checked, at the tiny scale (a few thousand launches, ten runs): the
+figures themselves mean nothing at that size, and timings never go into the suite.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # starts manage.py, gunicorn and moto's server: ~30 s
+
+ROWS = ["ingest", "memory", "storage", "growth", "api", "gzip", "zstd", "etag", "runs", "idle"]
+
+
+def test_the_lab_bench_measures_every_figure_at_the_tiny_scale(on_postgres, tmp_path):
+    db = connection.settings_dict
+    login = db["USER"] or "postgres"
+    if db["PASSWORD"]:
+        login += f":{db['PASSWORD']}"
+    server = f"postgres://{login}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
+    results = tmp_path / "bench.json"
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "bench", "--scale", "tiny", "--server", server, "--json", str(results)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        table, progress = bench.communicate(timeout=600)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.communicate()
+    assert bench.returncode == 0, progress[-3000:]
+
+    saved = json.loads(results.read_text())
+    assert [row["key"] for row in saved["rows"]] == ROWS
+    for row in saved["rows"]:
+        assert not row["measured"].startswith("not measured"), row
+    by_key = {row["key"]: row for row in saved["rows"]}
+    assert by_key["ingest"]["values"]["launches"] == 2_000
+    assert by_key["ingest"]["values"]["copy_seconds"] > 0
+    assert set(by_key["memory"]["values"]["rss"]) == {"2000", "8000"}
+    assert 0 < by_key["storage"]["values"]["bytes_per_launch"]
+    # PostgreSQL's json_agg built the same JSON: within its spacing of the API's bytes.
+    api = by_key["api"]["values"]
+    assert 0.9 < api["json_agg_bytes"] / api["bytes"] < 1.3
+    assert by_key["runs"]["values"]["s3_requests"] > 0
+    assert by_key["idle"]["values"]["s3_requests"] is not None
+    assert saved["machine"]["cores"] >= 1 and saved["machine"]["postgresql"]
+
+    assert "| figure | measured | reference | ratio | target | met? | before (issue 11) |" in table
+    # The header, its rule, a row per figure.
+    assert sum(line.startswith("|") for line in table.splitlines()) == 2 + len(ROWS)
+
+    # Every scratch database it created was dropped.
+    with psycopg.connect(f"{server}/postgres") as admin:
+        left = admin.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE %s",
+            (f"cascade\\_bench\\_%\\_{bench.pid}\\_%",),
+        ).fetchall()
+    assert left == []
