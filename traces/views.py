@@ -1,7 +1,7 @@
 """The Traces API: `GET /api/traces`, `GET /api/traces/{trace_id}`, and a trace's analysis:
 `GET /api/traces/{trace_id}/summary` and `GET /api/traces/{a}/compare/{b}`."""
 
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse
 from django.utils.html import format_html
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
@@ -9,7 +9,7 @@ from rest_framework.exceptions import APIException, NotFound, ParseError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from traces import analysis, encoders, selectors
+from traces import analysis, encoders, http, selectors
 from traces.filters import trace_filters
 from traces.models import TraceState
 from traces.openapi import compare_schema, list_schema, retrieve_schema, summary_schema
@@ -18,6 +18,7 @@ from traces.openapi import compare_schema, list_schema, retrieve_schema, summary
 STREAM_KERNELS_ABOVE = 5000
 # The browsable API renders HTML per kernel: a million would hang the browser.
 BROWSABLE_KERNELS_MAX = 1000
+UPDATED_AT_COLUMN = selectors.TRACE_DETAIL_COLUMNS.index("updated_at")
 
 
 class TraceNotReady(APIException):
@@ -59,27 +60,50 @@ class TraceViewSet(viewsets.ViewSet):
         # ?state=ready&sample=false...: a value a filter cannot read is a 400, before any query.
         filters = trace_filters(request.query_params)
         summaries = encoders.trace_summaries(selectors.trace_summary_rows(filters))
-        if self.wants_json(request):
-            return HttpResponse(encoders.encode_summaries(summaries), content_type="application/json")
-        return Response(summaries)
+        if not self.wants_json(request):
+            return Response(summaries)
+        body = encoders.encode_summaries(summaries)
+        # The list is one query whatever happens: its ETag is the digest of what it says.
+        digest = http.body_digest(body)
+        coding = http.choose_coding(request.META.get("HTTP_ACCEPT_ENCODING"))
+        if http.if_none_match_hits(request.META.get("HTTP_IF_NONE_MATCH"), digest):
+            return http.not_modified(digest, coding if len(body) > http.COMPRESS_ABOVE else http.IDENTITY)
+        return http.json_response(body, digest=digest, coding=coding, compress_above=http.COMPRESS_ABOVE)
 
     @retrieve_schema
     def retrieve(self, request, trace_id=None):
-        wants_json = self.wants_json(request)
         if "\x00" in trace_id:
             # No S3 key holds a NUL (PostgreSQL's text cannot either): a trace that cannot exist.
             raise NotFound(f"trace {trace_id} not found")
-        limit = None if wants_json else BROWSABLE_KERNELS_MAX
-        row, rows = selectors.trace_detail_snapshot(trace_id, limit)
+        if not self.wants_json(request):
+            row, rows = selectors.trace_detail_snapshot(trace_id, BROWSABLE_KERNELS_MAX)
+            if row is None:
+                raise NotFound(f"trace {trace_id} not found")
+            return Response(self.browsable_detail(encoders.trace_detail_head(row, raw_metadata=False), rows))
+        coding = http.choose_coding(request.META.get("HTTP_ACCEPT_ENCODING"))
+        conditional = request.META.get("HTTP_IF_NONE_MATCH")
+        if conditional or request.method == "HEAD":
+            # One query on the trace table: a 304 or a HEAD reads no kernel.
+            updated_at = http.trace_updated_at(trace_id)
+            if updated_at is None:
+                raise NotFound(f"trace {trace_id} not found")
+            digest = http.trace_digest(trace_id, updated_at)
+            if http.if_none_match_hits(conditional, digest):
+                return http.not_modified(digest, coding)
+            if request.method == "HEAD":
+                return http.head_response(digest, coding)
+        row, rows = selectors.trace_detail_snapshot(trace_id)
         if row is None:
             raise NotFound(f"trace {trace_id} not found")
-        head = encoders.trace_detail_head(row, raw_metadata=wants_json)
-        if not wants_json:
-            return Response(self.browsable_detail(head, rows))
+        # The ETag of the row the kernels were read with (one snapshot), whatever changed since.
+        digest = http.trace_digest(trace_id, row[UPDATED_AT_COLUMN])
+        head = encoders.trace_detail_head(row)
         body = encoders.encode_trace_detail(head, rows)
         if head["state"] in selectors.SERVES_KERNELS and head["kernel_count"] > STREAM_KERNELS_ABOVE:
-            return StreamingHttpResponse(body, content_type="application/json")
-        return HttpResponse(b"".join(body), content_type="application/json")
+            return http.streaming_json_response(body, digest=digest, coding=coding)
+        # A detail is compressed whatever its size, so that its coding (and its ETag, in a 304
+        # or a HEAD) follows from Accept-Encoding alone.
+        return http.json_response(b"".join(body), digest=digest, coding=coding)
 
     def browsable_detail(self, head: dict, rows) -> dict:
         """The detail for a person in a browser: the first kernels, and how to get them all."""
