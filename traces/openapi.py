@@ -17,6 +17,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 
+from traces import http
 from traces.filters import ACCEPTS
 from traces.models import TraceState
 
@@ -396,6 +397,74 @@ FILTER_PARAMETERS = [
     ),
 ]
 
+# --- caching and compression (traces.http) -------------------------------------------------------
+
+CACHING_PARAMETERS = [
+    OpenApiParameter(
+        "If-None-Match",
+        OpenApiTypes.STR,
+        OpenApiParameter.HEADER,
+        description=(
+            "ETags of copies the client holds (a list, `W/` prefixes and `*` accepted): when one "
+            "is the current representation's, in any content coding, the answer is a 304 "
+            "without a body (a detail's kernels are then not even read)."
+        ),
+    ),
+    OpenApiParameter(
+        "Accept-Encoding",
+        OpenApiTypes.STR,
+        OpenApiParameter.HEADER,
+        description=(
+            "`zstd` and `gzip` are served (zstd when both are accepted with the same q; q=0 "
+            "refuses a coding; without the header, none). Large details are compressed chunk "
+            f"by chunk as they stream; a list only when longer than {http.COMPRESS_ABOVE} bytes."
+        ),
+    ),
+    OpenApiParameter(
+        "ETag",
+        OpenApiTypes.STR,
+        OpenApiParameter.HEADER,
+        response=[200, 304],
+        description=(
+            'Strong, one per content coding (`"<digest>"`, `"<digest>-gzip"`, '
+            '`"<digest>-zstd"`). It changes when the answer\'s content does: for a detail, '
+            "whenever the trace row changes (every change of a trace or its kernels updates its "
+            "`updated_at`); for a list, whenever its JSON does (a trace added, changed, deleted or "
+            "filtered in or out)."
+        ),
+    ),
+    OpenApiParameter(
+        "Cache-Control",
+        OpenApiTypes.STR,
+        OpenApiParameter.HEADER,
+        response=[200, 304],
+        enum=[http.CACHE_CONTROL],
+        description="Keep it for this client only, and ask again (If-None-Match) before using it.",
+    ),
+    OpenApiParameter(
+        "Content-Encoding",
+        OpenApiTypes.STR,
+        OpenApiParameter.HEADER,
+        response=[200],
+        enum=list(http.CODINGS),
+        description="The coding Accept-Encoding chose; absent when the body is plain JSON.",
+    ),
+    OpenApiParameter(
+        "Vary",
+        OpenApiTypes.STR,
+        OpenApiParameter.HEADER,
+        response=[200, 304],
+        description="`Accept, Accept-Encoding`: JSON or the browsable API's HTML, plain or compressed.",
+    ),
+]
+NOT_MODIFIED = OpenApiResponse(
+    description=(
+        "If-None-Match names the current representation: no body; ETag, Cache-Control and Vary "
+        "as the 200 would carry them."
+    )
+)
+
+
 list_schema = extend_schema(
     operation_id="traces_list",
     summary="List traces",
@@ -405,11 +474,12 @@ list_schema = extend_schema(
         "narrow the list; a value a filter cannot read is a 400 that names it, and parameters that "
         "are not filters are ignored."
     ),
-    parameters=[*FILTER_PARAMETERS, CHALLENGE],
+    parameters=[*FILTER_PARAMETERS, *CACHING_PARAMETERS, CHALLENGE],
     responses={
         # Its example (the reference's list) is set by finish_schema: spectacular would wrap a list
         # example into a list of lists.
         200: TraceSummarySerializer(many=True),
+        304: NOT_MODIFIED,
         400: error_response(
             "A filter's value cannot be read.",
             "sample accepts true or false (also 1 or 0); got 'yes'.",
@@ -425,7 +495,9 @@ retrieve_schema = extend_schema(
     description=(
         "One trace with the parsed metadata.json and every kernel launch read from its "
         "stats_ctx_* files. `kernels` stays empty until the trace is ready. Large traces are "
-        "streamed (chunked transfer)."
+        "streamed (chunked transfer), compressed as they stream when Accept-Encoding allows "
+        "(zstd or gzip). A client that keeps a copy sends its ETag in If-None-Match: a 304 "
+        "answers while the trace is unchanged."
     ),
     parameters=[
         OpenApiParameter(
@@ -435,10 +507,12 @@ retrieve_schema = extend_schema(
             description="The trace's id, which is the profiler's run name.",
             examples=[OpenApiExample("demo", value="demo")],
         ),
+        *CACHING_PARAMETERS,
         CHALLENGE,
     ],
     responses={
         200: OpenApiResponse(TraceDetailSerializer, examples=DETAIL_EXAMPLES),
+        304: NOT_MODIFIED,
         401: UNAUTHORIZED,
         404: error_response("No trace has this id.", "trace nope not found"),
         429: THROTTLED,
