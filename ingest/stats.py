@@ -24,8 +24,9 @@ Whenever this module reads some input differently, bump `traces.models.CURRENT_P
 traces read by an older version are then re-read by `ingest_traces --reparse-outdated`.
 """
 
+import functools
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
 STANDARD_COLUMNS = 12
@@ -147,79 +148,188 @@ def parse_stats_lines(lines: Iterable[bytes], *, extra_columns: int = 0) -> Iter
 
     `extra_columns` is the header's width beyond the standard twelve, for files that have
     no header of their own (every context but the first); a header in the file wins.
+
+    The common lines (launches with names without commas, spaced as the tracer writes them:
+    one per line, or graph-captured halves run together) are read from the bytes, one regex
+    match per launch, without decoding the line; any other line goes to `parse_launches`,
+    which reads these exactly so too. Each line is checked to be text before the line above
+    it is parsed, so errors come in the same order whichever way a line is read.
     """
-    fast_row = standard_row_pattern(extra_columns)
-    previous_ids: dict[int | None, tuple[int, int]] = {}  # device -> (kernel id, line)
-    for number, line, is_last in decode_lines(lines):
-        if not line.strip():
-            continue
-        header = header_extra_columns(line, number)
-        if header is not None:
-            extra_columns = header
-            fast_row = standard_row_pattern(extra_columns)
-            continue
-        match = fast_row.fullmatch(line)
-        if match is not None and (row := standard_row(match, number)) is not None:
-            line_rows: Iterable[KernelRow] = (row,)
+    line_match, half_match, tail_match = fast_patterns(extra_columns)
+    # Kernel ids increase: the last one of the files without devices, and per device.
+    last_id, last_line = -1, 0
+    previous_ids: dict[int, tuple[int, int]] = {}
+    # A run launches a few hundred kernels in a few shapes: each name and shape is read once.
+    launches: dict[bytes, tuple] = {}
+    new_row = tuple.__new__
+    lines = iter(lines)
+    following = next(lines, None)
+    if following is not None:
+        check_text(following, 1)
+    number = 0
+    while following is not None:
+        raw = following
+        number += 1
+        following = next(lines, None)
+        if following is not None and (b"\x00" in following or not following.isascii()):
+            check_text(following, number + 1)
+        # The common line: one launch with its totals.
+        if (match := line_match(raw)) is not None:
+            trace_file, kernel_id, gpu, launch, insts, reported = match.groups()
+            if gpu is None and (known := launches.get(launch)) is not None:
+                kernel_id, insts, reported = int(kernel_id), int(insts), int(reported)
+                if kernel_id > last_id and 0 <= insts < UINT32 and 0 <= reported < UINT32:
+                    last_id, last_line = kernel_id, number
+                    yield new_row(
+                        KernelRow,
+                        (
+                            kernel_id,
+                            known[0],
+                            trace_file.decode("ascii"),
+                            *known[1:],
+                            insts,
+                            reported,
+                            None,
+                            None,
+                        ),
+                    )
+                    continue
+            matches = [match]
+            totals = match.group(5, 6)
+        # Graph-captured halves (`, ` after each), then the totals or the line's end.
+        elif (match := half_match(raw)) is not None:
+            matches = [match]
+            while True:
+                if (tail := tail_match(raw, match.end())) is not None:
+                    totals = tail.group(1, 2)
+                    break
+                if (match := half_match(raw, match.end())) is None:
+                    matches = []  # not the common shape after all
+                    break
+                matches.append(match)
         else:
-            line_rows = parse_launches(line, number, is_last=is_last, extra_columns=extra_columns)
-        for row in line_rows:
-            check_order(row, number, previous_ids)
+            matches = []
+        rows = []
+        for match in matches:
+            trace_file, kernel_id, gpu, launch = match.group(1, 2, 3, 4)
+            if (known := launches.get(launch)) is None:
+                name, *numbers = launch.rsplit(b", ", LAUNCH_NUMBERS)
+                name = name.decode("utf-8").strip()
+                if not name:
+                    rows = None  # an empty name: parse_launches says so
+                    break
+                gx, gy, gz, blocks, bx, by, bz, threads = map(int, numbers)
+                known = (
+                    name,
+                    *unsigned_numbers([gx, gy, gz, bx, by, bz, blocks, threads], number, LAUNCH_COLUMNS),
+                )
+                if len(launches) < LAUNCHES_CACHED:
+                    launches[launch] = known
+            rows.append(
+                new_row(
+                    KernelRow,
+                    (
+                        int(kernel_id),
+                        known[0],
+                        trace_file.decode("ascii"),
+                        *known[1:],
+                        None,
+                        None,
+                        None if gpu is None else int(gpu),
+                        None,
+                    ),
+                )
+            )
+        if rows and totals[0] is not None:  # the last launch ran to its exit
+            insts, reported = int(totals[0]), int(totals[1])
+            if not (0 <= insts < UINT32 and 0 <= reported < UINT32):
+                insts, reported = unsigned_numbers([insts, reported], number, TOTALS_COLUMNS)
+            rows[-1] = rows[-1]._replace(total_insts=insts, total_reported_insts=reported)
+        if not rows:
+            # Anything else: headers, blank lines, demangled names, forks, damage.
+            text = raw.decode("utf-8")
+            if number == 1:
+                text = text.removeprefix("\ufeff")  # a byte-order mark from a Windows editor
+            line = text.rstrip("\r\n")
+            if not line.strip():
+                continue
+            header = header_extra_columns(line, number)
+            if header is not None:
+                extra_columns = header
+                line_match, half_match, tail_match = fast_patterns(extra_columns)
+                continue
+            try:
+                rows = parse_launches(line, number, is_last=following is None, extra_columns=extra_columns)
+            except StatsError:
+                raise
+            except ValueError:  # int() of a number longer than Python reads (4,300 digits)
+                raise StatsError(number, f"a number too long for a tracer's value: {line[:120]!r}") from None
+        for row in rows:
+            device = row[13]
+            if device is None:
+                if row[0] <= last_id:
+                    raise order_error(row, number, (last_id, last_line))
+                last_id, last_line = row[0], number
+            else:
+                previous = previous_ids.get(device)
+                if previous is not None and row[0] <= previous[0]:
+                    raise order_error(row, number, previous)
+                previous_ids[device] = (row[0], number)
             yield row
 
 
-def check_order(row: KernelRow, number: int, previous_ids: dict) -> None:
-    """Kernel ids increase within a file (per device for the device-id fork)."""
-    previous = previous_ids.get(row.device_id)
-    if previous is not None and row.kernel_id <= previous[0]:
-        previous_id, previous_line = previous
-        device = "" if row.device_id is None else f" on device {row.device_id}"
-        if row.kernel_id == 1:
-            raise StatsError(
-                number,
-                f"kernel ids start again at 1{device} after kernel id {previous_id} (line {previous_line}): "
-                "the file holds a second run (a CUDA context re-created at the same address, or a "
-                "traces/ folder reused by another run); upload each run from a traces/ folder of its own",
-            )
-        raise StatsError(
+def check_text(raw: bytes, number: int) -> None:
+    """Raises StatsError on bytes that are not text: a binary file uploaded under a stats name."""
+    if b"\x00" in raw:
+        raise StatsError(number, "binary data (NUL byte), not a text file")
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise StatsError(number, "binary data (not UTF-8 text), not a text file") from None
+
+
+def order_error(row: KernelRow, number: int, previous: tuple[int, int]) -> StatsError:
+    """Kernel ids increase within a file (per device for the device-id fork): this one did not."""
+    previous_id, previous_line = previous
+    device = "" if row.device_id is None else f" on device {row.device_id}"
+    if row.kernel_id == 1:
+        return StatsError(
             number,
-            f"kernel id {row.kernel_id}{device} after kernel id {previous_id} (line {previous_line}): "
-            "ids must increase",
+            f"kernel ids start again at 1{device} after kernel id {previous_id} (line {previous_line}): "
+            "the file holds a second run (a CUDA context re-created at the same address, or a "
+            "traces/ folder reused by another run); upload each run from a traces/ folder of its own",
         )
-    previous_ids[row.device_id] = (row.kernel_id, number)
-
-
-def standard_row_pattern(extra_columns: int) -> re.Pattern:
-    """One launch with its totals, spaced exactly as the tracer writes it: the common line."""
-    number = r"(-?[0-9]+)"
-    return re.compile(
-        r"(kernel-[^,]*), ([^,]+), "
-        + ", ".join([number] * LAUNCH_NUMBERS)
-        + f", {number},{number}"
-        + r"(?:,[^,]*)" * extra_columns,
-        re.ASCII,
+    return StatsError(
+        number,
+        f"kernel id {row.kernel_id}{device} after kernel id {previous_id} (line {previous_line}): "
+        "ids must increase",
     )
 
 
-def standard_row(match: re.Match, number: int) -> KernelRow | None:
-    """The row of a line that matched the standard pattern; None sends it to the full parser."""
-    trace_file = match.group(1)
-    file_match = TRACE_FILE.fullmatch(trace_file)
-    name = match.group(2).strip()
-    if file_match is None or int(file_match.group(1)) > INT64_MAX or not name:
-        return None
-    gx, gy, gz, blocks, bx, by, bz, threads, insts, reported = map(int, match.groups()[2:])
-    numbers = [gx, gy, gz, bx, by, bz, blocks, threads, insts, reported]
-    if min(numbers) < 0 or max(numbers) > INT64_MAX:
-        numbers = unsigned_numbers(numbers, number)
-    gpu = file_match.group(2)
-    return KernelRow(
-        int(file_match.group(1)),
-        name,
-        trace_file,
-        *numbers,
-        None if gpu is None else int(gpu),
-        None,
+LAUNCHES_CACHED = 2048
+# A launch half as the tracer prints it, `"%s, %s, %d, %d, %d, %d, %d, %d, %d, %d, "`, with a
+# trace file name (TRACE_FILE) and a name without commas: groups trace file, kernel id, gpu
+# (the distributed fork), then the name with the eight numbers (`name, %d, ..., %d`).
+HALF = (
+    rb"(kernel-([0-9]{1,18})(?:-ctx_0x[0-9a-fA-F]+|_([0-9]{1,18}))?\.trace[A-Za-z0-9.]*), ([^,]+"
+    + rb", -?[0-9]{1,20}" * LAUNCH_NUMBERS
+    + rb"), "
+)
+
+
+@functools.cache
+def fast_patterns(extra_columns: int) -> tuple[Callable, Callable, Callable]:
+    """(a launch with its totals, a launch half, what ends a line of halves), on raw lines.
+
+    The line's end is the totals `"%d,%d"` (and a fork's extra columns), or nothing: the
+    half's own `", "` ends the line. Line endings are part of the match.
+    """
+    tail = rb"(?:(-?[0-9]{1,20}),(-?[0-9]{1,20})" + rb"(?:,[^,]*)" * extra_columns + rb")?[\r\n]*"
+    totals = rb"(-?[0-9]{1,20}),(-?[0-9]{1,20})" + rb"(?:,[^,]*)" * extra_columns + rb"[\r\n]*"
+    return (
+        re.compile(HALF + totals).fullmatch,
+        re.compile(HALF).match,
+        re.compile(tail).fullmatch,
     )
 
 
@@ -237,10 +347,17 @@ NUMBER_COLUMNS = (
 )
 
 
-def unsigned_numbers(numbers: list[int | None], line_number: int) -> list[int | None]:
+LAUNCH_COLUMNS = NUMBER_COLUMNS[:LAUNCH_NUMBERS]
+TOTALS_COLUMNS = NUMBER_COLUMNS[LAUNCH_NUMBERS:]
+
+
+def unsigned_numbers(
+    numbers: list[int | None], line_number: int, columns: tuple[str, ...] = NUMBER_COLUMNS
+) -> list[int | None]:
+    """`numbers` (in `columns` order, KernelRow's) as unsigned 32-bit values, or StatsError."""
     return [
         value if value is None or 0 <= value <= INT64_MAX else as_unsigned(value, line_number, column)
-        for value, column in zip(numbers, NUMBER_COLUMNS, strict=True)
+        for value, column in zip(numbers, columns, strict=True)
     ]
 
 

@@ -291,3 +291,18 @@ def test_a_name_of_spaces_is_empty_on_the_fast_path_too():
 def test_a_byte_order_mark_before_the_header_is_not_a_row():
     data = "\ufeff".encode() + HEADER + b"kernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n"
     assert [row.kernel_id for row in rows(data)] == [1]
+
+
+def test_more_kernel_shapes_than_are_remembered_read_the_same(monkeypatch):
+    """Names and shapes are read once and remembered, up to a bound; past it, still read right."""
+    data = HEADER + b"".join(
+        b"kernel-%d.trace, _Z1%cv, %d, 1, 1, %d, 32, 1, 1, 32, %d,%d\n" % (n, 97 + n % 5, n, n, n, n + 1)
+        for n in range(1, 40)
+    )
+    remembered = rows(data)
+    monkeypatch.setattr("ingest.stats.LAUNCHES_CACHED", 2)
+    assert rows(data) == remembered
+    assert [(row.name, row.grid_x, row.total_reported_insts) for row in remembered[:2]] == [
+        ("_Z1bv", 1, 2),
+        ("_Z1cv", 2, 3),
+    ]

@@ -19,10 +19,12 @@ import signal
 import string
 import time
 from dataclasses import dataclass
+from unittest import mock
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from ingest import stats
 from ingest.stats import KernelRow, StatsError, first_line_extra_columns, parse_stats_lines
 from tools.generator import STATS_HEADER, stats_launch_half, stats_totals
 
@@ -143,6 +145,7 @@ def stats_files(draw, *, variants=("standard", "latency", "device", "distributed
     if not header:
         text = ""
     expected = []
+    kinds: list[tuple] = []
     for _ in range(count):
         device = draw(st.integers(0, 3)) if variant == "device" else None
         stream = (
@@ -152,7 +155,12 @@ def stats_files(draw, *, variants=("standard", "latency", "device", "distributed
             next_id.get(device, 0) + draw(increments) if device in next_id else draw(st.integers(1, 3))
         )
         next_id[device] = kernel_id
-        name, grid, block = draw(NAME), draw(DIM3), draw(DIM3)
+        # A run launches a few kernels in a few shapes, again and again.
+        if kinds and draw(st.booleans()):
+            name, grid, block = draw(st.sampled_from(kinds))
+        else:
+            name, grid, block = draw(NAME), draw(DIM3), draw(DIM3)
+            kinds.append((name, grid, block))
         # None: a launch captured into a CUDA graph, or the kernel a killed run never finished.
         totals = draw(st.one_of(st.none(), st.tuples(TOTAL, TOTAL)))
         text += stats_launch_half(
@@ -358,3 +366,47 @@ def test_a_damaged_line_of_many_launch_halves_is_answered_in_linear_time():
     with time_limit(5):
         assert_rows_or_stats_error(data, 0)
     assert time.perf_counter() - started < 5
+
+
+# --- The fast reading of the common lines is the general reader's, rows and errors alike -----------
+
+
+def rows_or_error(data: bytes, extra_columns: int) -> list[KernelRow] | str:
+    try:
+        return parse(data, extra_columns)
+    except StatsError as problem:
+        return f"StatsError: {problem}"
+
+
+def general_reader_only():
+    """Every line through `parse_launches`: no line matches the fast patterns."""
+    never = lambda *args: None  # noqa: E731
+    return mock.patch.object(stats, "fast_patterns", lambda extra_columns: (never, never, never))
+
+
+def assert_read_as_the_general_reader_reads(data: bytes, extra_columns: int) -> None:
+    fast = rows_or_error(data, extra_columns)
+    with general_reader_only():
+        general = rows_or_error(data, extra_columns)
+    assert fast == general
+
+
+@PROPERTY
+@given(stats_files())
+def test_the_fast_reading_is_the_general_one_on_what_the_tracer_writes(file: StatsFile):
+    assert_read_as_the_general_reader_reads(file.data, file.extra_columns)
+
+
+@PROPERTY
+@given(st.one_of(mutated_files(), SOUP), st.integers(0, 3))
+@example(
+    b"kernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\nkernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n",
+    0,
+)
+@example(
+    b"kernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, kernel-2.trace,  , 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n", 0
+)
+@example(b"kernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n\x00", 0)
+@example(b"kernel-1.trace, _Z1av, 1, 1, 1, -1, 32, 1, 1, 32, -5,4294967295\n", 0)
+def test_the_fast_reading_is_the_general_one_on_damaged_files(data: bytes, extra_columns: int):
+    assert_read_as_the_general_reader_reads(data, extra_columns)
