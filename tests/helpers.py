@@ -34,6 +34,61 @@ def stats_row(
     return stats_launch_half(trace_file, name, (98, 1, 1), (1024, 1, 1)) + stats_totals(insts, insts)
 
 
+def kernel_row(
+    kernel_id: int,
+    *,
+    ctx: str | None = VECADD_CTX,
+    name: str = "_Z6vecAddPdS_S_i",
+    insts: int | None = 50066,
+    traced: bool = False,
+    trace_file: str | None = None,
+    device: int = -1,
+    stream: int | None = None,
+    step: int | None = None,
+    duration_ns: int | None = None,
+) -> tuple:
+    """A launch in KERNEL_COLUMNS order, as ingestion hands it to `traces.services` (vecadd's
+    shape by default; the trace file is the tracer's for `ctx`)."""
+    if trace_file is None:
+        trace_file = f"kernel-{kernel_id}-ctx_{ctx}.trace.xz" if ctx else f"kernel-{kernel_id}.trace"
+    return (
+        ctx,
+        kernel_id,
+        name,
+        trace_file,
+        98,
+        1,
+        1,
+        1024,
+        1,
+        1,
+        98,
+        1024,
+        insts,
+        insts,
+        traced,
+        device,
+        stream,
+        step,
+        duration_ns,
+    )
+
+
+def store_kernels(trace_id: str, launches) -> None:
+    """Add launches given as dicts of KERNEL_COLUMNS' names (absent: null, no device, not
+    traced) to a trace, through the one path that stores kernels."""
+    from django.db import transaction
+
+    from traces import services
+    from traces.models import KERNEL_COLUMNS, NO_DEVICE
+
+    defaults = {column: None for column in KERNEL_COLUMNS} | {"device": NO_DEVICE, "traced": False}
+    with transaction.atomic():
+        services.kernels_append(
+            trace_id, (tuple((defaults | launch)[column] for column in KERNEL_COLUMNS) for launch in launches)
+        )
+
+
 def point_traces_storage_at(settings, url: str, **options) -> None:
     """Cascade's `traces` storage (and CASCADE_S3_ENDPOINT_URL) at `url`, through pytest-django's
     `settings`; `options` go to django-storages (`bucket_name`, `client_config`...)."""

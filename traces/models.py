@@ -34,6 +34,8 @@ class Trace(models.Model):
 
     # S3 keys are at most 1,024 bytes, so no run folder name is longer.
     id = models.CharField(primary_key=True, max_length=1024)
+    # What kernel rows refer to (4 bytes, not the run's name): set when the trace is created.
+    key = models.IntegerField(unique=True, editable=False)
     state = models.CharField(max_length=16, choices=TraceState.choices, default=TraceState.UPLOADING)
     error = models.TextField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -98,6 +100,8 @@ class Trace(models.Model):
 
     def save(self, *args, **kwargs):
         update_fields = kwargs.get("update_fields")
+        if self.key is None:
+            self.key = next_trace_key()
         self.updated_at = timezone.now()
         if update_fields is not None:
             kwargs["update_fields"] = {*update_fields, "updated_at"}
@@ -118,6 +122,19 @@ class Trace(models.Model):
         return files_fingerprint(self.files)
 
 
+def next_trace_key() -> int:
+    """A new Trace.key: the sequence's next value on PostgreSQL; on SQLite, whose writers take
+    turns, one more than the largest."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT nextval('traces_trace_key_seq')")
+        else:
+            cursor.execute("SELECT COALESCE(MAX(key), 0) + 1 FROM traces_trace")
+        return cursor.fetchone()[0]
+
+
 def files_fingerprint(files: list[dict]) -> str:
     digest = hashlib.sha256()
     for item in files:
@@ -125,53 +142,178 @@ def files_fingerprint(files: list[dict]) -> str:
     return digest.hexdigest()
 
 
-class Kernel(models.Model):
-    """One kernel launch, as one row of a tracer `stats_ctx_*` (or legacy `stats.csv`) file."""
+class UnsignedIntegerField(models.IntegerField):
+    """0 to 2**32 - 1 in four bytes: PostgreSQL's unsigned `oid`, SQLite's integer.
 
-    # No index of its own: kernel_unique_launch starts with trace_id and serves its lookups.
-    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="kernels", db_index=False)
-    ctx = models.CharField(max_length=64, null=True, blank=True)
-    kernel_id = models.BigIntegerField()
+    The tracer prints #blocks, #threads and the totals as unsigned 32-bit values; `integer`
+    would need a conversion on every read and write. `oid` has no SUM: cast to bigint first
+    (`analysis.as_bigint`).
+    """
+
+    description = "An unsigned 32-bit integer"
+
+    def db_type(self, connection):
+        return "oid" if connection.vendor == "postgresql" else "integer"
+
+    @property
+    def validators(self):
+        from django.core.validators import MaxValueValidator, MinValueValidator
+
+        return [MinValueValidator(0), MaxValueValidator(UINT32_MAX)]
+
+
+UINT32_MAX = 2**32 - 1
+
+
+class TraceKeyForeignKey(models.ForeignKey):
+    """A foreign key to Trace.key, the four-byte key kernel rows repeat.
+
+    Its attribute (and column) is `trace_key`, not `trace_id`: in Cascade `trace_id` is the
+    run's name, the API's `{id}` (Kernel's default manager annotates it).
+    """
+
+    def get_attname(self):
+        return f"{self.name}_key"
+
+
+class KernelName(models.Model):
+    """A kernel's name, stored once: launches and traces repeat a few hundred names.
+
+    Names can be several kilobytes (demangled templates), too long for a btree entry: the
+    unique key is their SHA-256.
+    """
+
+    id = models.AutoField(primary_key=True)
+    digest = models.BinaryField(max_length=32, unique=True)
     name = models.TextField()
-    trace_file = models.TextField()
-    grid_x = models.BigIntegerField()
-    grid_y = models.BigIntegerField()
-    grid_z = models.BigIntegerField()
-    block_x = models.BigIntegerField()
-    block_y = models.BigIntegerField()
-    block_z = models.BigIntegerField()
-    blocks = models.BigIntegerField()
-    threads = models.BigIntegerField()
-    total_insts = models.BigIntegerField(null=True, blank=True)
-    total_reported_insts = models.BigIntegerField(null=True, blank=True)
-    traced = models.BooleanField(default=False)
-    # The device-id fork of the tracer writes every device into one file, kernel ids
-    # restarting per device; the distributed fork names the GPU in the trace file. NO_DEVICE
-    # (not NULL) for every other tracer, so that the unique index below holds for all.
-    device = models.IntegerField(default=-1, help_text="The fork's device id; -1: the tracer wrote none.")
-    stream = models.BigIntegerField(null=True, blank=True, help_text="The device-id fork's stream id.")
-    # The launch's step (Step.index of its trace; timeline.json) and measured time (timing.csv).
-    step = models.SmallIntegerField(null=True, blank=True)
-    duration_ns = models.BigIntegerField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def name_digest(name: str) -> bytes:
+    return hashlib.sha256(name.encode()).digest()
+
+
+class KernelContext(models.Model):
+    """A (CUDA context, device) of a trace, numbered within the trace in (ctx, device) order.
+
+    Kernel rows hold the number (`Kernel.context`), so that the ctx string is stored once and
+    the primary key (trace, context, kernel_id) is the API's launch order. The trace file
+    names of its launches are `kernel-<kernel_id><trace_file_suffix>` (v4 `.trace`, v5
+    `-ctx_0x<ctx>.trace.xz`, the distributed fork `_<gpu>.trace`); a launch whose file does not
+    follow stores its own. NULL suffix: the first launch followed no scheme.
+    """
+
+    trace = TraceKeyForeignKey(
+        Trace, to_field="key", on_delete=models.CASCADE, related_name="kernel_contexts", db_index=False
+    )
+    index = models.SmallIntegerField()
+    ctx = models.CharField(max_length=64, null=True, blank=True)
+    device = models.IntegerField(default=-1)
+    trace_file_suffix = models.TextField(null=True, blank=True)
 
     class Meta:
-        ordering = ["trace", "ctx", "device", "kernel_id"]
         constraints = [
-            # Also the index that serves the API's (ctx, kernel_id) order.
-            models.UniqueConstraint(
-                fields=["trace", "ctx", "device", "kernel_id"], name="kernel_unique_launch"
-            ),
-            # Legacy single-context files have no ctx, and NULLs are distinct in a unique
-            # index: one more, partial, for them (portable, unlike nulls_distinct=False).
-            models.UniqueConstraint(
-                fields=["trace", "device", "kernel_id"],
-                condition=models.Q(ctx__isnull=True),
-                name="kernel_unique_legacy_launch",
-            ),
+            models.UniqueConstraint(fields=["trace", "index"], name="kernelcontext_unique_index"),
         ]
 
     def __str__(self) -> str:
-        return f"{self.ctx or '-'}/{self.kernel_id} {self.name}"
+        return f"{self.ctx or '-'} device {self.device}"
+
+
+class KernelQuerySet(models.QuerySet):
+    pass
+
+
+class KernelManager(models.Manager.from_queryset(KernelQuerySet)):
+    """Kernels with the launch's fields as before the storage was normalised (issue 11):
+    `trace_id` (the run's name), `ctx`, `device`, `name` and `trace_file`, annotated from the
+    trace, context and name tables. For reads that want them; `Kernel.stored` has none."""
+
+    def get_queryset(self):
+        return (
+            super()
+            .get_queryset()
+            .annotate(
+                trace_id=models.F("trace__id"),
+                ctx=models.F("launch_context__ctx"),
+                device=models.F("launch_context__device"),
+                name=models.F("kernel_name__name"),
+                trace_file=trace_file_expression(),
+            )
+        )
+
+
+def trace_file_expression():
+    from django.db.models.functions import Cast, Coalesce, Concat
+
+    return Coalesce(
+        "odd_trace_file",
+        Concat(
+            models.Value("kernel-"),
+            Cast("kernel_id", models.TextField()),
+            "launch_context__trace_file_suffix",
+            output_field=models.TextField(),
+        ),
+        output_field=models.TextField(),
+    )
+
+
+class Kernel(models.Model):
+    """One kernel launch, as one row of a tracer `stats_ctx_*` (or legacy `stats.csv`) file.
+
+    About 100 bytes a launch with its index (issue 11): the trace is a four-byte key, the
+    ctx and device a two-byte number into the trace's KernelContext rows, the name a
+    four-byte key into KernelName, the trace file derived from the context's scheme; the
+    tracer's unsigned 32-bit values take four bytes each. Columns are declared widest first,
+    so that PostgreSQL pads none of them. The primary key (trace, context, kernel_id) is the
+    only index, and the API's order.
+    """
+
+    pk = models.CompositePrimaryKey("trace", "context", "kernel_id")
+    kernel_id = models.BigIntegerField()
+    duration_ns = models.BigIntegerField(null=True, blank=True)
+    stream = models.BigIntegerField(null=True, blank=True, help_text="The device-id fork's stream id.")
+    trace = TraceKeyForeignKey(
+        Trace, to_field="key", on_delete=models.CASCADE, related_name="kernels", db_index=False
+    )
+    kernel_name = models.ForeignKey(
+        KernelName, on_delete=models.PROTECT, related_name="+", db_index=False, db_column="name_id"
+    )
+    grid_x = UnsignedIntegerField()
+    grid_y = UnsignedIntegerField()
+    grid_z = UnsignedIntegerField()
+    block_x = UnsignedIntegerField()
+    block_y = UnsignedIntegerField()
+    block_z = UnsignedIntegerField()
+    blocks = UnsignedIntegerField()
+    threads = UnsignedIntegerField()
+    total_insts = UnsignedIntegerField(null=True, blank=True)
+    total_reported_insts = UnsignedIntegerField(null=True, blank=True)
+    context = models.SmallIntegerField(help_text="KernelContext.index of the trace: its ctx and device.")
+    # The launch's step (Step.index of its trace; timeline.json) and measured time (timing.csv).
+    step = models.SmallIntegerField(null=True, blank=True)
+    traced = models.BooleanField(default=False)
+    # NULL where the context's scheme gives the name (trace_file_expression).
+    odd_trace_file = models.TextField(null=True, blank=True, db_column="trace_file")
+    launch_context = models.ForeignObject(
+        KernelContext,
+        from_fields=["trace", "context"],
+        to_fields=["trace", "index"],
+        on_delete=models.DO_NOTHING,
+        related_name="+",
+    )
+
+    objects = KernelManager()
+    stored = models.Manager()  # noqa: DJ012 (the default is `objects`, first)
+
+    class Meta:
+        ordering = ["trace", "context", "kernel_id"]
+        base_manager_name = "stored"
+
+    def __str__(self) -> str:
+        return f"{getattr(self, 'ctx', None) or '-'}/{self.kernel_id}"
 
 
 # A kernel's columns in API order (grid and block unfolded): what the API reads and

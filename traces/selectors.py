@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 from django.db import connection, transaction
 from django.db.models import BigIntegerField, Count, ExpressionWrapper, F, Max, Min, Q, Sum, Value
+from django.db.models.functions import Cast
 
 from traces.filters import TraceFilter
-from traces.models import KERNEL_COLUMNS, KERNEL_ORDER, Kernel, Step, Trace, TraceState
+from traces.models import KERNEL_COLUMNS, Kernel, KernelContext, KernelName, Step, Trace, TraceState
 
 # --- the API -------------------------------------------------------------------------
 
@@ -61,13 +62,49 @@ def trace_detail_row(trace_id: str) -> tuple | None:
 
 
 def kernel_rows(trace_id: str, limit: int | None = None) -> Iterator[tuple]:
-    """The trace's kernels as KERNEL_COLUMNS tuples in (ctx, kernel_id) order, through a
-    server-side cursor.
+    """The trace's kernels as KERNEL_COLUMNS tuples in (ctx, device, kernel_id) order, through
+    a server-side cursor (PostgreSQL)."""
+    sql, params = kernels_sql(trace_id, limit)
+    return with_step_names(_cursor_rows(sql, params), step_names(trace_id))
 
-    A fork's devices each number their kernels from 1: (ctx, device, kernel_id), the unique index.
+
+def _cursor_rows(sql: str, params: list) -> Iterator[tuple]:
+    with connection.chunked_cursor() as cursor:
+        cursor.execute(sql, params)
+        while rows := cursor.fetchmany(KERNEL_FETCH_ROWS):
+            yield from rows
+
+
+# KERNEL_COLUMNS as stored (issue 11): the ctx and device from the trace's contexts, the name
+# from the names table, the trace file from the context's scheme where the launch stored none.
+_KERNEL_SELECT = {
+    "ctx": "c.ctx",
+    "name": "n.name",
+    "trace_file": "COALESCE(k.trace_file, 'kernel-' || k.kernel_id || c.trace_file_suffix)",
+    "device": "c.device",
+}
+
+
+def kernels_sql(trace_id: str, limit: int | None = None) -> tuple[str, list]:
+    """The API's kernels of a trace: the primary key's range of the trace, in its order.
+
+    Contexts are numbered in (ctx, device) order within a trace, so (trace, context,
+    kernel_id) is the launch order: an index scan, no sort; the context and the name of each
+    row are index lookups into small tables.
     """
-    rows = Kernel.objects.filter(trace_id=trace_id).order_by(*KERNEL_ORDER).values_list(*KERNEL_COLUMNS)
-    return with_step_names(rows[:limit].iterator(chunk_size=KERNEL_FETCH_ROWS), step_names(trace_id))
+    columns = ", ".join(_KERNEL_SELECT.get(column, f"k.{column}") for column in KERNEL_COLUMNS)
+    sql = (
+        f"SELECT {columns} FROM traces_kernel k "
+        'JOIN traces_kernelcontext c ON c.trace_key = k.trace_key AND c."index" = k.context '
+        "JOIN traces_kernelname n ON n.id = k.name_id "
+        "WHERE k.trace_key = (SELECT key FROM traces_trace WHERE id = %s) "
+        "ORDER BY k.trace_key, k.context, k.kernel_id"
+    )
+    params: list = [trace_id]
+    if limit is not None:
+        sql += " LIMIT %s"
+        params.append(limit)
+    return sql, params
 
 
 STEP_COLUMN = KERNEL_COLUMNS.index("step")
@@ -106,8 +143,7 @@ def trace_detail_snapshot(trace_id: str, limit: int | None = None) -> tuple[tupl
         row = trace_detail_row(trace_id)
         serves = row is not None and row[STATE_COLUMN] in SERVES_KERNELS
         return row, kernel_rows(trace_id, limit) if serves else iter(())
-    kernels = Kernel.objects.filter(trace_id=trace_id).order_by(*KERNEL_ORDER).values_list(*KERNEL_COLUMNS)
-    sql, params = kernels[:limit].query.sql_with_params()
+    sql, params = kernels_sql(trace_id, limit)
     # Inside a caller's transaction (a test's), its snapshot rules: the level is set only
     # as a transaction's first statement.
     own_transaction = not connection.in_atomic_block
@@ -205,27 +241,44 @@ def kernel_summary(trace_id: str, *, kernel_count: int, run_count: int) -> Kerne
 
 
 def kernel_runs(trace_id: str, *, per_run: int) -> list[KernelRun]:
-    """The trace's kernels in runs of `per_run` consecutive kernel ids, in launch order."""
+    """The trace's kernels in runs of `per_run` consecutive kernel ids, in launch order.
+
+    Grouped by the stored context number, then a ctx's devices merged (their kernel ids
+    overlap, as they did in one group before issue 11).
+    """
     bucket = ExpressionWrapper((F("kernel_id") - 1) / Value(per_run), output_field=BigIntegerField())
+    ctx_of = trace_context_names(trace_id)
     rows = (
-        Kernel.objects.filter(trace_id=trace_id)
+        Kernel.stored.filter(trace__id=trace_id)
         .annotate(bucket=bucket)
         # No ORDER BY: PostgreSQL then hashes the groups instead of sorting a million rows.
         .order_by()
-        .values("ctx", "bucket")
+        .values("context", "bucket")
         .annotate(
-            kernels=Count("id"),
-            traced_count=Count("id", filter=Q(traced=True)),
+            kernels=Count("*"),
+            traced_count=Count("kernel_id", filter=Q(traced=True)),
             counted=Count("total_insts"),
-            insts=Sum("total_insts"),
-            most=Max("total_insts"),
+            insts=Sum(as_bigint("total_insts")),
+            most=Max(as_bigint("total_insts")),
             first=Min("kernel_id"),
             last=Max("kernel_id"),
         )
     )
+    merged: dict[tuple, dict] = {}
+    for row in rows:
+        key = (ctx_of[row["context"]], row["bucket"])
+        into = merged.get(key)
+        if into is None:
+            merged[key] = dict(row)
+            continue
+        for field in ("kernels", "traced_count", "counted"):
+            into[field] += row[field]
+        into["insts"] = _add(into["insts"], row["insts"])
+        into["most"] = _max(into["most"], row["most"])
+        into["first"], into["last"] = min(into["first"], row["first"]), max(into["last"], row["last"])
     return [
         KernelRun(
-            ctx=row["ctx"],
+            ctx=ctx,
             first_kernel_id=row["first"],
             last_kernel_id=row["last"],
             kernels=row["kernels"],
@@ -234,8 +287,26 @@ def kernel_runs(trace_id: str, *, per_run: int) -> list[KernelRun]:
             total_insts=row["insts"],
             max_insts=row["most"],
         )
-        for row in sorted(rows, key=lambda row: (row["ctx"] or "", row["bucket"]))
+        for (ctx, _bucket), row in sorted(merged.items(), key=lambda item: (item[0][0] or "", item[0][1]))
     ]
+
+
+def as_bigint(column: str) -> Cast:
+    """An unsigned 32-bit column (PostgreSQL `oid`, which has no SUM) as a bigint."""
+    return Cast(column, BigIntegerField())
+
+
+def _add(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else a + b
+
+
+def _max(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def trace_context_names(trace_id: str) -> dict[int, str | None]:
+    """The ctx of each of the trace's context numbers: one query, a few rows."""
+    return dict(KernelContext.objects.filter(trace__id=trace_id).values_list("index", "ctx"))
 
 
 def context_totals(runs: list[KernelRun]) -> list[ContextSummary]:
@@ -277,38 +348,31 @@ def top_kernels(trace_id: str, runs: list[KernelRun]) -> list[Kernel]:
     TOP_KERNELS runs with the highest maxima hold them all.
     """
     heaviest = sorted((run for run in runs if run.max_insts is not None), key=lambda run: -run.max_insts)
+    numbers: dict[str | None, list[int]] = {}
+    for number, ctx in trace_context_names(trace_id).items():
+        numbers.setdefault(ctx, []).append(number)
     ranges = Q()
     for run in heaviest[:TOP_KERNELS]:
-        ctx = Q(ctx__isnull=True) if run.ctx is None else Q(ctx=run.ctx)
-        ranges |= ctx & Q(kernel_id__range=(run.first_kernel_id, run.last_kernel_id))
+        ranges |= Q(context__in=numbers.get(run.ctx, [])) & Q(
+            kernel_id__range=(run.first_kernel_id, run.last_kernel_id)
+        )
     if not ranges:
         return []
     return list(
-        Kernel.objects.filter(ranges, trace_id=trace_id, total_insts__isnull=False)
-        .order_by("-total_insts", "ctx", "kernel_id")
-        .only("id", "trace_id", "ctx", "kernel_id", "name", "total_insts", "traced")[:TOP_KERNELS]
+        Kernel.objects.filter(ranges, trace__id=trace_id, total_insts__isnull=False).order_by(
+            "-total_insts", "context", "kernel_id"
+        )[:TOP_KERNELS]
     )
 
 
 def trace_contexts(trace_id: str) -> list[str]:
-    """The trace's contexts, skipping along the (trace, ctx, kernel_id) index.
-
-    A recursive query reads one index entry per context, where DISTINCT would read every
-    kernel of the trace.
-    """
-    table = connection.ops.quote_name(Kernel._meta.db_table)
-    sql = f"""
-        WITH RECURSIVE contexts(ctx) AS (
-            SELECT MIN(ctx) FROM {table} WHERE trace_id = %s AND ctx IS NOT NULL
-            UNION ALL
-            SELECT (SELECT MIN(ctx) FROM {table} WHERE trace_id = %s AND ctx > contexts.ctx)
-            FROM contexts WHERE contexts.ctx IS NOT NULL
-        )
-        SELECT ctx FROM contexts WHERE ctx IS NOT NULL
-    """
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [trace_id, trace_id])
-        return [row[0] for row in cursor.fetchall()]
+    """The trace's contexts (its KernelContext rows: a few, whatever the launch count)."""
+    return list(
+        KernelContext.objects.filter(trace__id=trace_id, ctx__isnull=False)
+        .order_by("ctx")
+        .values_list("ctx", flat=True)
+        .distinct()
+    )
 
 
 # --- the admin's analysis: steps split by kernel, the calibration sample -------------------
@@ -344,14 +408,18 @@ def step_kernel_split(trace_id: str, *, names: list[str], per_bar: int) -> list[
     if not names:
         return []
     bucket = ExpressionWrapper(F("step") / Value(per_bar), output_field=BigIntegerField())
+    # The names' ids first (the names table is small): the launches are grouped by id.
+    name_of = dict(KernelName.objects.filter(name__in=names).values_list("id", "name"))
     rows = (
-        Kernel.objects.filter(trace_id=trace_id, step__isnull=False, name__in=names)
+        Kernel.stored.filter(trace__id=trace_id, step__isnull=False, kernel_name__in=list(name_of))
         .annotate(bucket=bucket)
         .order_by()
-        .values("bucket", "name")
-        .annotate(insts=Sum("total_insts"), duration=Sum("duration_ns"))
+        .values("bucket", "kernel_name")
+        .annotate(insts=Sum(as_bigint("total_insts")), duration=Sum("duration_ns"))
     )
-    return [StepSplit(row["bucket"], row["name"], row["insts"], row["duration"]) for row in rows]
+    return [
+        StepSplit(row["bucket"], name_of[row["kernel_name"]], row["insts"], row["duration"]) for row in rows
+    ]
 
 
 def calibration_sample(trace_id: str, *, kernel_count: int, limit: int = CALIBRATION_POINTS) -> list[tuple]:
@@ -362,7 +430,7 @@ def calibration_sample(trace_id: str, *, kernel_count: int, limit: int = CALIBRA
     kernel ids, chosen in the database, so that a million launches cost one scan and `limit`
     rows.
     """
-    kernels = Kernel.objects.filter(trace_id=trace_id, total_insts__gt=0, duration_ns__gt=0)
+    kernels = Kernel.objects.filter(trace__id=trace_id, total_insts__gt=0, duration_ns__gt=0)
     if kernel_count > limit:
         spread = ExpressionWrapper(
             (F("kernel_id") * Value(_HASH_MULTIPLIER)) % Value(_HASH_RANGE), output_field=BigIntegerField()

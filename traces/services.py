@@ -22,13 +22,15 @@ from traces.models import (
     KERNEL_COLUMNS,
     DeletedTrace,
     Kernel,
+    KernelContext,
+    KernelName,
     Step,
     Trace,
     TraceState,
     files_fingerprint,
+    name_digest,
 )
 
-BULK_CREATE_BATCH = 5000
 TOTAL_INSTS = KERNEL_COLUMNS.index("total_insts")
 # A failed trace's (or a deleted run's) unchanged listing is looked at again after a minute,
 # then twice as long each time, up to a day; a change of its files starts over.
@@ -175,7 +177,7 @@ def trace_store_kernels(
     with transaction.atomic():
         count = kernels_replace(trace.id, counting_without_totals(rows, without_totals))
         if extras.timing_error and extras.timing_used:
-            Kernel.objects.filter(trace_id=trace.id).update(duration_ns=None)
+            Kernel.stored.filter(trace=trace.key).update(duration_ns=None)
         Step.objects.filter(trace_id=trace.id).delete()
         Step.objects.bulk_create(Step(trace_id=trace.id, **step) for step in extras.steps)
         trace.has_step_timeline = bool(extras.steps)
@@ -220,7 +222,7 @@ def trace_fail(
     """
     _apply(trace, run)
     with transaction.atomic():
-        Kernel.objects.filter(trace_id=trace.id).delete()
+        kernels_delete(trace.key)
         Step.objects.filter(trace_id=trace.id).delete()
         trace.timing_error = None
         trace.state = TraceState.FAILED
@@ -243,40 +245,214 @@ def _apply(trace: Trace, run: dict) -> None:
 def kernels_replace(trace_id: str, rows: Iterable[tuple]) -> int:
     """Replace a trace's kernels with `rows` (KERNEL_COLUMNS order); returns the count.
 
-    Must run inside the caller's transaction. On PostgreSQL rows stream through COPY
-    (several times faster than INSERTs, memory flat); elsewhere they are bulk-inserted in
-    batches. The delete is one statement: Kernel has no signals or dependents, so Django
-    deletes without collecting rows.
+    Must run inside the caller's transaction. Rows are stored a chunk at a time
+    (KernelWriter): the chunk's new names and contexts first, then its launches, through COPY
+    on PostgreSQL (several times faster than INSERTs), INSERTs elsewhere; memory holds one
+    chunk and the trace's distinct names, whatever the launch count.
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("kernels_replace must run inside transaction.atomic()")
-    Kernel.objects.filter(trace_id=trace_id).delete()
-    if connection.vendor == "postgresql":
-        return _copy_kernels(trace_id, rows)
-    return _bulk_create_kernels(trace_id, rows)
+    trace_key = Trace.objects.filter(pk=trace_id).values_list("key", flat=True).get()
+    kernels_delete(trace_key)
+    return KernelWriter(trace_key).write(rows)
 
 
-def _copy_kernels(trace_id: str, rows: Iterable[tuple]) -> int:
-    table = connection.ops.quote_name(Kernel._meta.db_table)
-    columns = ", ".join(connection.ops.quote_name(c) for c in ("trace_id", *KERNEL_COLUMNS))
-    count = 0
+def kernels_append(trace_id: str, rows: Iterable[tuple]) -> int:
+    """Add launches to a trace's (tests build traces context by context with it)."""
+    trace_key = Trace.objects.filter(pk=trace_id).values_list("key", flat=True).get()
+    return KernelWriter(trace_key).write(rows)
+
+
+def kernels_delete(trace_key: int) -> None:
+    """A trace's launches and contexts: two statements, whatever their number (names stay)."""
     with connection.cursor() as cursor:
-        with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row((trace_id, *row))
-                count += 1
-    return count
+        cursor.execute("DELETE FROM traces_kernel WHERE trace_key = %s", [trace_key])
+        cursor.execute("DELETE FROM traces_kernelcontext WHERE trace_key = %s", [trace_key])
 
 
-def _bulk_create_kernels(trace_id: str, rows: Iterable[tuple]) -> int:
-    count = 0
-    iterator = iter(rows)
-    while batch := list(islice(iterator, BULK_CREATE_BATCH)):
-        Kernel.objects.bulk_create(
-            Kernel(trace_id=trace_id, **dict(zip(KERNEL_COLUMNS, row, strict=True))) for row in batch
+# Launches per chunk: a chunk's names are looked up in one round trip, its launches written in one.
+KERNEL_CHUNK = 50_000
+NAME_BATCH = 1000
+STORED_COLUMNS = (
+    "kernel_id",
+    "duration_ns",
+    "stream",
+    "trace_key",
+    "name_id",
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "block_x",
+    "block_y",
+    "block_z",
+    "blocks",
+    "threads",
+    "total_insts",
+    "total_reported_insts",
+    "context",
+    "step",
+    "traced",
+    "trace_file",
+)
+_ROW = {name: KERNEL_COLUMNS.index(name) for name in KERNEL_COLUMNS}
+_NUMBERS = slice(_ROW["grid_x"], _ROW["total_reported_insts"] + 1)
+
+
+def trace_file_suffix(trace_file: str, kernel_id: int) -> str | None:
+    """What follows `kernel-<id>` in a launch's trace file: its context's naming scheme.
+
+    None when the file does not start so, or a digit follows the id (`kernel-1` + `2.trace`
+    would read as kernel 12's).
+    """
+    prefix = f"kernel-{kernel_id}"
+    if not trace_file.startswith(prefix):
+        return None
+    suffix = trace_file[len(prefix) :]
+    return None if suffix[:1].isdigit() else suffix
+
+
+class KernelWriter:
+    """Stores a trace's launches: names resolved to KernelName ids (a dict per trace,
+    bounded by its distinct names), (ctx, device) to the trace's context numbers (assigned
+    as they come, renumbered at the end in the rare case they did not come in (ctx, device)
+    order), trace files dropped where the context's scheme derives them."""
+
+    def __init__(self, trace_key: int):
+        self.trace_key = trace_key
+        self.names: dict[str, int] = {}
+        self.contexts: dict[tuple, tuple[int, str | None]] = {
+            (ctx, device): (index, suffix)
+            for index, ctx, device, suffix in KernelContext.objects.filter(trace=trace_key).values_list(
+                "index", "ctx", "device", "trace_file_suffix"
+            )
+        }
+        self.postgres = connection.vendor == "postgresql"
+
+    def write(self, rows: Iterable[tuple]) -> int:
+        count = 0
+        iterator = iter(rows)
+        while chunk := list(islice(iterator, KERNEL_CHUNK)):
+            self._write_chunk(chunk)
+            count += len(chunk)
+        self._launch_order()
+        return count
+
+    def _write_chunk(self, chunk: list[tuple]) -> None:
+        self._resolve_names({row[_ROW["name"]] for row in chunk} - self.names.keys())
+        new_contexts = []
+        stored = []
+        contexts, names, trace_key = self.contexts, self.names, self.trace_key
+        for row in chunk:
+            ctx, kernel_id, name, trace_file = row[0], row[1], row[2], row[3]
+            key = (ctx, row[_ROW["device"]])
+            context = contexts.get(key)
+            if context is None:
+                context = (len(contexts), trace_file_suffix(trace_file, kernel_id))
+                if context[0] > 32767:
+                    raise ValueError("more than 32,768 (ctx, device) pairs in one trace")
+                contexts[key] = context
+                new_contexts.append(
+                    KernelContext(
+                        trace_key=trace_key,
+                        index=context[0],
+                        ctx=ctx,
+                        device=key[1],
+                        trace_file_suffix=context[1],
+                    )
+                )
+            suffix = context[1]
+            if suffix is not None and trace_file == f"kernel-{kernel_id}{suffix}":
+                trace_file = None
+            stored.append(
+                (
+                    kernel_id,
+                    row[_ROW["duration_ns"]],
+                    row[_ROW["stream"]],
+                    trace_key,
+                    names[name],
+                    *row[_NUMBERS],
+                    context[0],
+                    row[_ROW["step"]],
+                    row[_ROW["traced"]],
+                    trace_file,
+                )
+            )
+        if new_contexts:
+            KernelContext.objects.bulk_create(new_contexts)
+        if self.postgres:
+            _copy_stored(stored)
+        else:
+            _insert_stored(stored)
+
+    def _resolve_names(self, new: set[str]) -> None:
+        """Ids for `new` names: inserted where missing (in digest order, so that two parses
+        adding names meet in one order), then read back."""
+        by_digest = sorted((name_digest(name), name) for name in new)
+        for start in range(0, len(by_digest), NAME_BATCH):
+            batch = by_digest[start : start + NAME_BATCH]
+            KernelName.objects.bulk_create(
+                [KernelName(digest=digest, name=name) for digest, name in batch], ignore_conflicts=True
+            )
+            found = dict(
+                KernelName.objects.filter(digest__in=[digest for digest, _ in batch]).values_list(
+                    "digest", "id"
+                )
+            )
+            for digest, name in batch:
+                self.names[name] = found[bytes(digest)]
+
+    def _launch_order(self) -> None:
+        """Contexts numbered in the database's (ctx, device) order, as the API reads launches.
+
+        The parser reads contexts in that order, so this is one small query; otherwise the
+        trace's launches are renumbered through negative numbers (the primary key holds
+        at each row).
+        """
+        ordered = list(
+            KernelContext.objects.filter(trace=self.trace_key)
+            .order_by("ctx", "device")
+            .values_list("index", flat=True)
         )
-        count += len(batch)
-    return count
+        if ordered == sorted(ordered):
+            return
+        renumber = " ".join(f"WHEN {old} THEN {-1 - new}" for new, old in enumerate(ordered))
+        with connection.cursor() as cursor:
+            for table, column in (("traces_kernel", "context"), ("traces_kernelcontext", '"index"')):
+                cursor.execute(
+                    f"UPDATE {table} SET {column} = CASE {column} {renumber} END WHERE trace_key = %s",
+                    [self.trace_key],
+                )
+                cursor.execute(
+                    f"UPDATE {table} SET {column} = -1 - {column} WHERE trace_key = %s", [self.trace_key]
+                )
+
+
+def _copy_text(value) -> str:
+    if value is None:
+        return "\\N"
+    if value is True:
+        return "t"
+    if value is False:
+        return "f"
+    if isinstance(value, str):
+        return value.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    return str(value)
+
+
+def _copy_stored(stored: list[tuple]) -> None:
+    """One COPY per chunk, its text formatted here and written in one block."""
+    columns = ", ".join(connection.ops.quote_name(c) for c in STORED_COLUMNS)
+    text = "".join("\t".join(map(_copy_text, row)) + "\n" for row in stored)
+    with connection.cursor() as cursor:
+        with cursor.cursor.copy(f"COPY traces_kernel ({columns}) FROM STDIN") as copy:
+            copy.write(text)
+
+
+def _insert_stored(stored: list[tuple]) -> None:
+    columns = ", ".join(connection.ops.quote_name(c) for c in STORED_COLUMNS)
+    placeholders = ", ".join(["%s"] * len(STORED_COLUMNS))
+    with connection.cursor() as cursor:
+        cursor.executemany(f"INSERT INTO traces_kernel ({columns}) VALUES ({placeholders})", stored)
 
 
 # --- Operators: they wait for no pass, and no pass undoes them ------------------------------
@@ -294,7 +470,7 @@ def trace_mark_failed(trace_id: str, error: str, *, retry: bool = False) -> None
             raise TraceBusy(f"trace {trace_id} is being ingested right now; try again when it is done")
         with transaction.atomic():
             trace = Trace.objects.select_for_update().get(pk=trace_id)
-            Kernel.objects.filter(trace_id=trace_id).delete()
+            kernels_delete(trace.key)
             Step.objects.filter(trace_id=trace_id).delete()
             trace.state = TraceState.FAILED
             trace.error = error
@@ -337,7 +513,7 @@ def trace_delete(trace_id: str, *, deleted_by: str = "") -> None:
             trace = Trace.objects.select_for_update().filter(pk=trace_id).first()
             if trace is None:
                 return
-            Kernel.objects.filter(trace_id=trace_id).delete()
+            kernels_delete(trace.key)
             DeletedTrace.objects.update_or_create(
                 pk=trace_id,
                 defaults={

@@ -2,8 +2,11 @@
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.test import Client
 
+from tests.helpers import kernel_row
+from traces import services
 from traces.models import Kernel, Trace
 
 
@@ -12,27 +15,20 @@ def make_kernels(db):
     """`make_kernels(trace, [insts, ...], ctx=...)`: one kernel per value, ids from `first`."""
 
     def make(trace: Trace, insts: list[int | None], *, ctx: str | None = "0x6165bdd7ec90", first: int = 1):
-        Kernel.objects.bulk_create(
-            Kernel(
-                trace=trace,
-                ctx=ctx,
-                kernel_id=first + n,
-                name=f"_Z6kernel{first + n}Pdi",
-                trace_file=f"kernel-{first + n}-ctx_{ctx}.trace.xz",
-                grid_x=98,
-                grid_y=1,
-                grid_z=1,
-                block_x=1024,
-                block_y=1,
-                block_z=1,
-                blocks=98,
-                threads=1024,
-                total_insts=value,
-                total_reported_insts=value,
-                traced=(first + n) % 2 == 1,
+        with transaction.atomic():
+            services.kernels_append(
+                trace.pk,
+                (
+                    kernel_row(
+                        first + n,
+                        ctx=ctx,
+                        name=f"_Z6kernel{first + n}Pdi",
+                        insts=value,
+                        traced=(first + n) % 2 == 1,
+                    )
+                    for n, value in enumerate(insts)
+                ),
             )
-            for n, value in enumerate(insts)
-        )
         count = Kernel.objects.filter(trace=trace).count()
         Trace.objects.filter(pk=trace.pk).update(kernel_count=count)
         trace.kernel_count = count

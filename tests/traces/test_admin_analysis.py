@@ -9,6 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from tests.helpers import store_kernels
 from tests.traces.test_admin import change_url, field, read, table_rows
 from traces import selectors
 from traces.models import Kernel, Step, Trace, TraceState
@@ -23,28 +24,30 @@ CUBLAS = "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64"
 
 def add_run(trace: Trace, launches: list[tuple], *, ctx: str = "0xa") -> None:
     """`launches`: (name, total_insts, duration_ns, step) in launch order; odd ids traced."""
-    Kernel.objects.bulk_create(
-        Kernel(
-            trace=trace,
-            ctx=ctx,
-            kernel_id=n,
-            name=name,
-            trace_file=f"kernel-{n}.trace.xz",
-            grid_x=1,
-            grid_y=1,
-            grid_z=1,
-            block_x=32,
-            block_y=1,
-            block_z=1,
-            blocks=1,
-            threads=32,
-            total_insts=insts,
-            total_reported_insts=insts,
-            traced=n % 2 == 1,
-            step=step,
-            duration_ns=ns,
-        )
-        for n, (name, insts, ns, step) in enumerate(launches, start=1)
+    store_kernels(
+        trace.pk,
+        (
+            dict(
+                ctx=ctx,
+                kernel_id=n,
+                name=name,
+                trace_file=f"kernel-{n}.trace.xz",
+                grid_x=1,
+                grid_y=1,
+                grid_z=1,
+                block_x=32,
+                block_y=1,
+                block_z=1,
+                blocks=1,
+                threads=32,
+                total_insts=insts,
+                total_reported_insts=insts,
+                traced=n % 2 == 1,
+                step=step,
+                duration_ns=ns,
+            )
+            for n, (name, insts, ns, step) in enumerate(launches, start=1)
+        ),
     )
     Trace.objects.filter(pk=trace.pk).update(kernel_count=Kernel.objects.filter(trace=trace).count())
 

@@ -7,10 +7,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from tests.helpers import store_kernels
 from tests.traces.test_openapi import assert_conforms, response_validator
 from traces import analysis
 from traces.demangle import demangle
-from traces.models import Kernel, Step, Trace, TraceState
+from traces.models import Step, Trace, TraceState
 
 FLASH = (
     "_ZN5flash24flash_fwd_splitkv_kernelI23Flash_fwd_kernel_traitsILi64ELi64ELi256ELi4ELb0ELb0EN7cutlass"
@@ -24,9 +25,8 @@ AMPERE = "ampere_fp16_s16816gemm_fp16_128x64_ldg8_f2f_stages_64x4_tn"
 FOO, FOO_STATIC = "_Z3fooi", "_ZL3fooi"
 
 
-def launch(trace: Trace, kernel_id: int, name: str, insts: int | None, **fields) -> Kernel:
-    return Kernel(
-        trace=trace,
+def launch(kernel_id: int, name: str, insts: int | None, **fields) -> dict:
+    return dict(
         ctx="0x1",
         kernel_id=kernel_id,
         name=name,
@@ -50,9 +50,12 @@ def add_launches(db):
     """`add_launches(trace, [(name, insts, traced, step, duration_ns), ...])`, ids from 1."""
 
     def add(trace: Trace, rows: list[tuple]) -> None:
-        Kernel.objects.bulk_create(
-            launch(trace, n, name, insts, traced=traced, step=step, duration_ns=duration)
-            for n, (name, insts, traced, step, duration) in enumerate(rows, start=1)
+        store_kernels(
+            trace.pk,
+            [
+                launch(n, name, insts, traced=traced, step=step, duration_ns=duration)
+                for n, (name, insts, traced, step, duration) in enumerate(rows, start=1)
+            ],
         )
         Trace.objects.filter(pk=trace.pk).update(kernel_count=len(rows))
 

@@ -308,14 +308,15 @@ def test_legacy_kernels_have_null_ctx(api, make_trace, add_kernels):
     assert [(k["ctx"], k["kernel_id"]) for k in kernels] == [(None, 1), (None, 2)]
 
 
-def test_null_totals_and_64_bit_totals(api, make_trace, add_kernels):
+def test_null_totals_and_unsigned_32_bit_totals(api, make_trace, add_kernels):
+    """The tracer's totals are unsigned 32-bit: up to 2**32 - 1, stored in four bytes."""
     trace = make_trace("demo", state=TraceState.READY)
     add_kernels(trace, 2)
-    Kernel.objects.filter(kernel_id=1).update(total_insts=2**32 + 5, total_reported_insts=2**40)
-    Kernel.objects.filter(kernel_id=2).update(total_insts=None, total_reported_insts=None)
+    Kernel.stored.filter(kernel_id=1).update(total_insts=2**32 - 1, total_reported_insts=2**31)
+    Kernel.stored.filter(kernel_id=2).update(total_insts=None, total_reported_insts=None)
     kernels = api.get("/api/traces/demo").json()["kernels"]
     assert [(k["total_insts"], k["total_reported_insts"]) for k in kernels] == [
-        (2**32 + 5, 2**40),
+        (2**32 - 1, 2**31),
         (None, None),
     ]
 

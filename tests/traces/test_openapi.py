@@ -23,8 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
 
+from tests.helpers import store_kernels
 from traces.filters import TraceFilter
-from traces.models import Kernel, Trace, TraceState
+from traces.models import Trace, TraceState
 
 SUMMARY_KEYS = [
     "id",
@@ -121,7 +122,6 @@ def demo(make_trace):
     }
     trace.save()
     common = {
-        "trace": trace,
         "name": "_Z6vecAddPdS_S_i",
         "grid_x": 98,
         "grid_y": 1,
@@ -133,9 +133,10 @@ def demo(make_trace):
         "threads": 1024,
         "traced": True,
     }
-    Kernel.objects.bulk_create(
+    store_kernels(
+        "demo",
         [
-            Kernel(
+            dict(
                 ctx="0x1",
                 kernel_id=1,
                 trace_file="kernel-1-ctx_0x1.trace.xz",
@@ -143,7 +144,7 @@ def demo(make_trace):
                 total_reported_insts=5,
                 **common,
             ),
-            Kernel(
+            dict(
                 ctx="0x1",
                 kernel_id=2,
                 trace_file="kernel-2-ctx_0x1.trace.xz",
@@ -151,7 +152,7 @@ def demo(make_trace):
                 total_reported_insts=None,
                 **common,
             ),
-            Kernel(
+            dict(
                 ctx="0x2",
                 kernel_id=1,
                 trace_file="kernel-1-ctx_0x2.trace.xz",
@@ -161,7 +162,7 @@ def demo(make_trace):
                 stream=7,
                 **common,
             ),
-            Kernel(
+            dict(
                 ctx="0x2",
                 kernel_id=1,
                 trace_file="kernel-1-ctx_0x2.trace.xz",
@@ -171,7 +172,7 @@ def demo(make_trace):
                 stream=None,
                 **common,
             ),
-        ]
+        ],
     )
     Trace.objects.filter(pk="demo").update(kernel_count=4)
     make_trace(

@@ -3,7 +3,7 @@
 from django.contrib import admin
 
 from traces import selectors
-from traces.models import CURRENT_PARSER_VERSION
+from traces.models import CURRENT_PARSER_VERSION, KernelContext
 
 
 class ParserVersionFilter(admin.SimpleListFilter):
@@ -37,7 +37,7 @@ class TraceIdFilter(admin.SimpleListFilter):
         return self.value() is not None
 
     def queryset(self, request, queryset):
-        return queryset.filter(trace_id=self.value()) if self.value() else queryset
+        return queryset.filter(trace__id=self.value()) if self.value() else queryset
 
 
 class ContextFilter(admin.SimpleListFilter):
@@ -54,4 +54,11 @@ class ContextFilter(admin.SimpleListFilter):
         return [(ctx, ctx) for ctx in selectors.trace_contexts(trace_id)]
 
     def queryset(self, request, queryset):
-        return queryset.filter(ctx=self.value()) if self.value() else queryset
+        if not self.value():
+            return queryset
+        trace_id = request.GET.get(TraceIdFilter.parameter_name)
+        if not trace_id:
+            return queryset.filter(ctx=self.value())
+        # The context's numbers in the trace: the primary key's second column.
+        numbers = KernelContext.objects.filter(trace__id=trace_id, ctx=self.value()).values("index")
+        return queryset.filter(context__in=numbers)

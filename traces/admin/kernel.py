@@ -10,7 +10,7 @@ from django.utils.text import Truncator
 from traces.admin.display import truncated
 from traces.admin.filters import ContextFilter, TraceIdFilter
 from traces.admin.paginators import EstimatedCountPaginator
-from traces.models import Kernel
+from traces.models import Kernel, KernelName
 
 
 class KernelChangeList(ChangeList):
@@ -29,11 +29,11 @@ class KernelChangeList(ChangeList):
     plan: a Django without this hook fails that test instead of quietly slowing down.
     """
 
-    LAUNCH = {"trace_id", "ctx", "device", "kernel_id"}
+    LAUNCH = {"trace_key", "context", "kernel_id"}
 
     def _get_deterministic_ordering(self, ordering):
         names = {part.lstrip("-") for part in ordering if isinstance(part, str)}
-        if self.LAUNCH <= {"trace_id" if name == "trace" else name for name in names}:
+        if self.LAUNCH <= {"trace_key" if name == "trace" else name for name in names}:
             return list(ordering)
         return super()._get_deterministic_ordering(ordering)
 
@@ -41,7 +41,7 @@ class KernelChangeList(ChangeList):
 class KernelAdmin(admin.ModelAdmin):
     list_display = (
         "trace_display",
-        "ctx",
+        "ctx_column",
         "kernel_id",
         "short_name",
         "grid",
@@ -52,19 +52,28 @@ class KernelAdmin(admin.ModelAdmin):
         "reported_insts_column",
         "traced",
     )
-    list_display_links = ("kernel_id",)
+    # A kernel has no page of its own: its primary key is composite (see traces.admin).
+    list_display_links = None
     list_filter = (TraceIdFilter, ContextFilter, "traced")
     search_fields = ("name",)
-    raw_id_fields = ("trace",)
-    # Matches the (trace, ctx, device, kernel_id) unique index; the trace's id is shown without a join.
-    ordering = ("trace_id", "ctx", "device", "kernel_id")
+    # The primary key's order (trace, context, kernel_id): contexts are numbered within a
+    # trace in (ctx, device) order, so this is the API's launch order.
+    ordering = ("trace_key", "context", "kernel_id")
     list_select_related = False
     paginator = EstimatedCountPaginator
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
-    sortable_by = ("trace_display", "ctx", "kernel_id", "insts_column", "traced")
+    sortable_by = ("trace_display", "ctx_column", "kernel_id", "insts_column", "traced")
     list_per_page = 100
     list_max_show_all = 1000
+
+    def get_search_results(self, request, queryset, search_term):
+        """A name search looks in the names table (a few thousand rows), then at the launches
+        of the names found, instead of joining every launch to its name."""
+        if not search_term:
+            return queryset, False
+        names = KernelName.objects.filter(name__icontains=search_term).values("id")
+        return queryset.filter(kernel_name__in=names), False
 
     def get_changelist(self, request, **kwargs):
         return KernelChangeList
@@ -87,7 +96,11 @@ class KernelAdmin(admin.ModelAdmin):
         return False
 
     # Cut values and short headers: grid, block, totals and traced must fit beside the names.
-    @admin.display(description="trace", ordering="trace_id")
+    @admin.display(description="ctx", ordering="context")
+    def ctx_column(self, obj: Kernel):
+        return obj.ctx
+
+    @admin.display(description="trace", ordering="trace_key")
     def trace_display(self, obj: Kernel):
         return format_html(
             '<a href="{}" title="{}">{}</a>',
@@ -96,7 +109,7 @@ class KernelAdmin(admin.ModelAdmin):
             Truncator(obj.trace_id).chars(14),
         )
 
-    @admin.display(description="name", ordering="name")
+    @admin.display(description="name", ordering="kernel_name")
     def short_name(self, obj: Kernel):
         return truncated(obj.name, 26)
 
