@@ -24,6 +24,18 @@ def fast_password_hashing():
         yield
 
 
+@pytest.fixture(autouse=True)
+def empty_cache():
+    """Each test starts with an empty cache: request counts (throttling) are keyed by token
+    primary keys, which a database rolled back between tests hands out again. Only the
+    process's own memory cache: a shared one (CASCADE_CACHE_URL) is not the tests' to empty."""
+    from django.core.cache import caches
+    from django.core.cache.backends.locmem import LocMemCache
+
+    if isinstance(caches["default"], LocMemCache):
+        caches["default"].clear()
+
+
 @pytest.fixture
 def on_postgres():
     if connection.vendor != "postgresql":
