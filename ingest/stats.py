@@ -16,7 +16,9 @@ tracer writes a launch (tracer_tool.cu; docs/trace-a-workload.md, "What the trac
   with kernel ids restarting per device; a third names trace files `kernel-<id>_<gpu>.trace`.
 - Demangled names contain commas: a name is everything between the trace file and eight
   numbers that are followed by what may follow a half (totals, the next half, the line's end).
-- Unsigned 32-bit values are printed with `%d`: a negative number is read as unsigned.
+- Unsigned 32-bit values are printed with `%d`: a negative number is read as unsigned, and
+  2^32 or more (which `%d` cannot print) is refused, as are grid and block dimensions
+  beyond CUDA's unsigned 32-bit dim3.
 - The 2019 tracer wrote `kernel name,total_insts,total_reported_insts` with no launch
   dimensions: refused with a message that says so.
 
@@ -348,6 +350,7 @@ NUMBER_COLUMNS = (
 
 
 LAUNCH_COLUMNS = NUMBER_COLUMNS[:LAUNCH_NUMBERS]
+DIM3_COLUMNS = NUMBER_COLUMNS[:6]
 TOTALS_COLUMNS = NUMBER_COLUMNS[LAUNCH_NUMBERS:]
 
 
@@ -356,9 +359,21 @@ def unsigned_numbers(
 ) -> list[int | None]:
     """`numbers` (in `columns` order, KernelRow's) as unsigned 32-bit values, or StatsError."""
     return [
-        value if value is None or 0 <= value <= INT64_MAX else as_unsigned(value, line_number, column)
+        value if value is None or 0 <= value < UINT32 else as_uint32(value, line_number, column)
         for value, column in zip(numbers, columns, strict=True)
     ]
+
+
+def as_uint32(value: int, line_number: int, column: str) -> int:
+    """The tracer prints `#blocks`, `#threads` and both totals, unsigned 32-bit, with `%d`, and
+    CUDA's dim3 is unsigned 32-bit: a value of 2^32 or more is not one the tracer can write."""
+    if value >= UINT32:
+        what = "dimension (CUDA's dim3)" if column in DIM3_COLUMNS else "value (printed with %d)"
+        raise StatsError(
+            line_number,
+            f"{column} {value} does not fit the tracer's unsigned 32-bit {what}: at most {UINT32 - 1}",
+        )
+    return as_unsigned(value, line_number, column)
 
 
 def is_integer(field: str) -> bool:

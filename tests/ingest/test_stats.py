@@ -306,3 +306,64 @@ def test_more_kernel_shapes_than_are_remembered_read_the_same(monkeypatch):
         ("_Z1bv", 1, 2),
         ("_Z1cv", 2, 3),
     ]
+
+
+# --- Unsigned 32-bit: what `%d` can print, and CUDA's dim3 ----------------------------------------
+
+COLUMNS = (
+    "grid_dimX",
+    "grid_dimY",
+    "grid_dimZ",
+    "#blocks",
+    "block_dimX",
+    "block_dimY",
+    "block_dimZ",
+    "#threads",
+    "total_insts",
+    "total_reported_insts",
+)
+
+
+def launch_line(numbers: list[int], name: bytes = b"_Z1av") -> bytes:
+    *launch, insts, reported = numbers
+    return b"kernel-1.trace, %s, %s%d,%d\n" % (name, b"".join(b"%d, " % n for n in launch), insts, reported)
+
+
+@pytest.mark.parametrize("name", [b"_Z1av", b"void f<int, 2>(int)"], ids=["mangled", "demangled"])
+@pytest.mark.parametrize("column", range(len(COLUMNS)), ids=COLUMNS)
+def test_a_value_of_2_to_the_32_or_more_is_refused_naming_line_column_and_value(column, name):
+    numbers = [1, 1, 1, 1, 32, 1, 1, 32, 5, 5]
+    numbers[column] = 2**32
+    with pytest.raises(StatsError) as problem:
+        rows(HEADER + launch_line(numbers, name))
+    message = str(problem.value)
+    assert message.startswith(
+        f"line 2: {COLUMNS[column]} 4294967296 does not fit the tracer's unsigned 32-bit"
+    )
+    assert ("dim3" in message) == (column in (0, 1, 2, 4, 5, 6))
+
+
+@pytest.mark.parametrize("column", range(len(COLUMNS)), ids=COLUMNS)
+def test_the_largest_unsigned_32_bit_value_is_read_printed_either_way(column):
+    for printed in (2**32 - 1, -1):
+        numbers = [1, 1, 1, 1, 32, 1, 1, 32, 5, 5]
+        numbers[column] = printed
+        (row,) = rows(launch_line(numbers))
+        read = (row.grid_x, row.grid_y, row.grid_z, row.blocks, row.block_x, row.block_y, row.block_z)
+        read += (row.threads, row.total_insts, row.total_reported_insts)
+        assert read[column] == 2**32 - 1
+
+
+def test_values_past_64_bits_in_a_graph_captured_half_are_refused_too():
+    half = b"kernel-%d.trace, _Z1av, 1, 1, 1, 1, %d, 1, 1, 32, "
+    data = half % (1, 32) + half % (2, 2**64) + b"5,5\n"
+    with pytest.raises(StatsError, match=r"^line 1: block_dimX 18446744073709551616 does not fit .* dim3"):
+        rows(data)
+    with pytest.raises(StatsError, match=r"^line 1: total_insts 4294967296 does not fit"):
+        rows(half % (1, 32) + b"4294967296,5\n")
+
+
+def test_a_number_longer_than_python_reads_is_a_stats_error():
+    data = b"kernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, " + b"9" * 5000 + b",5\n"
+    with pytest.raises(StatsError, match="^line 1: "):
+        rows(data)
