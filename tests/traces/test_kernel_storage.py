@@ -1,0 +1,146 @@
+"""Kernel storage (issue 11): what a launch costs in PostgreSQL, and migration 0007 changing
+nothing the API says, byte for byte."""
+
+import pytest
+from django.db import connection, transaction
+from django.db.migrations.executor import MigrationExecutor
+
+from tests.helpers import kernel_row
+from traces import encoders, selectors, services
+from traces.models import KERNEL_COLUMNS, Trace, TraceState
+
+BEFORE = ("traces", "0006_steps_and_measured_time")
+BYTES_PER_LAUNCH = 150
+
+
+def migrate(target: tuple[str, str] | None = None) -> MigrationExecutor:
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate([target or executor.loader.graph.leaf_nodes("traces")[0]])
+    return executor
+
+
+def old_launch(kernel_id: int, **fields) -> dict:
+    return {
+        "ctx": "0x7f3a",
+        "kernel_id": kernel_id,
+        "name": "_Z6vecAddPdS_S_i",
+        "trace_file": f"kernel-{kernel_id}-ctx_0x7f3a.trace.xz",
+        "grid_x": 98,
+        "grid_y": 1,
+        "grid_z": 1,
+        "block_x": 1024,
+        "block_y": 1,
+        "block_z": 1,
+        "blocks": 98,
+        "threads": 1024,
+        "total_insts": 50066,
+        "total_reported_insts": 50066,
+        "traced": kernel_id % 2 == 1,
+        **fields,
+    }
+
+
+OLD_TRACES = {
+    "served": [
+        old_launch(1, step=0, duration_ns=780),
+        old_launch(2, name="void gemm<float, 128>(float const*, float*, int)", step=0, duration_ns=1200),
+        # Unsigned 32-bit values the tracer printed negative, and parsed back.
+        old_launch(3, grid_x=2**31 + 5, blocks=2**31 + 5, total_insts=2**32 - 1, total_reported_insts=2**31, step=1),
+        old_launch(4, total_insts=None, total_reported_insts=None, step=1),  # graph-captured
+        old_launch(5, trace_file="renamed/kernel-5.traceg"),  # no scheme: kept as it was
+        old_launch(6, trace_file="kernel-6-ctx_0x7f3a.trace"),  # another suffix than its context's
+        # The device-id fork: devices number their kernels from 1 each, in one ctx.
+        old_launch(1, ctx="0x9", device=1, stream=2**40, trace_file="kernel-1-ctx_0x9.trace.xz"),
+        old_launch(1, ctx="0x9", device=0, stream=7, trace_file="kernel-1-ctx_0x9.trace.xz"),
+        old_launch(2, ctx="0x9", device=0, stream=7, trace_file="kernel-2-ctx_0x9.trace.xz"),
+        # The distributed fork: the GPU in the file's name.
+        old_launch(1, ctx="0x2", device=3, trace_file="kernel-1_3.trace"),
+        old_launch(2, ctx="0x2", device=3, trace_file="kernel-2_3.trace"),
+        # A first launch whose file's id runs on into digits: no scheme for its context.
+        old_launch(1, ctx="0x3", trace_file="kernel-12.trace"),
+        old_launch(2, ctx="0x3", trace_file="kernel-2.trace"),
+    ],
+    # The legacy single-context stats.csv: no ctx.
+    "legacy": [
+        old_launch(1, ctx=None, trace_file="kernel-1.trace"),
+        old_launch(2, ctx=None, name="_Z6vecAddPdS_S_i", trace_file="kernel-2.trace"),
+        old_launch(3, ctx=None, name="void gemm<float, 128>(float const*, float*, int)", trace_file="kernel-3.trace"),
+    ],
+}
+
+
+def expected_detail(old_apps, trace_id: str) -> bytes:
+    """The trace's TraceDetail as the API built it from the old table: (ctx, device, kernel_id)."""
+    OldKernel, OldStep = old_apps.get_model("traces", "Kernel"), old_apps.get_model("traces", "Step")
+    rows = (
+        OldKernel.objects.filter(trace_id=trace_id)
+        .order_by("ctx", "device", "kernel_id")
+        .values_list(*KERNEL_COLUMNS)
+    )
+    names = dict(OldStep.objects.filter(trace_id=trace_id).values_list("index", "name"))
+    head = encoders.trace_detail_head(selectors.trace_detail_row(trace_id))
+    return b"".join(encoders.encode_trace_detail(head, selectors.with_step_names(iter(list(rows)), names)))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migration_0007_keeps_every_trace_detail_byte_for_byte(api):
+    try:
+        old = migrate(BEFORE).loader.project_state([BEFORE]).apps
+        OldTrace, OldKernel = old.get_model("traces", "Trace"), old.get_model("traces", "Kernel")
+        OldStep = old.get_model("traces", "Step")
+        expected = {}
+        for trace_id, launches in OLD_TRACES.items():
+            trace = OldTrace.objects.create(id=trace_id, state=TraceState.READY, kernel_count=len(launches))
+            OldKernel.objects.bulk_create(OldKernel(trace=trace, **launch) for launch in launches)
+        for index, name in enumerate(["prefill", "decode 1"]):
+            OldStep.objects.create(
+                trace_id="served", index=index, name=name, first_kernel_id=1, last_kernel_id=2
+            )
+        expected = {trace_id: expected_detail(old, trace_id) for trace_id in OLD_TRACES}
+    finally:
+        migrate()
+
+    for trace_id, body in expected.items():
+        response = api.get(f"/api/traces/{trace_id}")
+        assert response.status_code == 200
+        content = b"".join(response.streaming_content) if response.streaming else response.content
+        assert content == body, trace_id
+    # Stored once: the names of both traces, the scheme's files.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT COUNT(*) FROM traces_kernelname")
+        assert cursor.fetchone()[0] == 2
+        cursor.execute("SELECT COUNT(*) FROM traces_kernel WHERE trace_file IS NOT NULL")
+        # renamed/kernel-5.traceg, kernel-6's .trace, and kernel-12/kernel-2 of 0x3
+        assert cursor.fetchone()[0] == 4
+
+
+def test_a_launch_costs_at_most_150_bytes_in_postgres(db, on_postgres, make_trace):
+    """pg_total_relation_size of the kernels (heap and primary key) and of the names and
+    contexts tables, over 20,000 launches with totals, a step and a measured time."""
+    make_trace("sized", state=TraceState.READY)
+    names = [f"_ZN7cutlass6KernelINS_4gemm6kernel4GemmILi{n}EEEEvNT_6ParamsE_sm80_{n:04d}" for n in range(60)]
+    launches = 20_000
+    rows = (
+        kernel_row(
+            kernel_id,
+            ctx=f"0x7f3a{context}",
+            name=names[kernel_id % len(names)],
+            insts=50066 + kernel_id,
+            traced=kernel_id % 3 == 0,
+            step=kernel_id // 200,
+            duration_ns=1000 + kernel_id,
+        )
+        for context in range(4)
+        for kernel_id in range(1, launches // 4 + 1)
+    )
+    with transaction.atomic():
+        assert services.kernels_replace("sized", rows) == launches
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_total_relation_size('traces_kernel') + pg_total_relation_size('traces_kernelname') "
+            "+ pg_total_relation_size('traces_kernelcontext')"
+        )
+        size = cursor.fetchone()[0]
+    assert Trace.objects.get(pk="sized").kernels.count() == launches
+    assert size / launches <= BYTES_PER_LAUNCH, f"{size / launches:.1f} bytes per launch"
