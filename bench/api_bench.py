@@ -127,8 +127,9 @@ class _Column:
     generated runs' kernels.
     """
 
-    def __init__(self, index: int):
-        self.sql = f"k.c{index}"
+    def __init__(self, index: int, *, as_number: bool = False):
+        # PostgreSQL's JSON writes an `oid` (unsigned 32-bit) as a string; Python reads a number.
+        self.sql = f"k.c{index}::bigint" if as_number else f"k.c{index}"
 
     def __eq__(self, other):
         return True
@@ -164,11 +165,15 @@ def json_agg_sql(database_url: str, run_id: str) -> str:
 
     kernels = Kernel.objects.filter(trace_id=run_id).order_by(*KERNEL_ORDER).values_list(*KERNEL_COLUMNS)
     sql, params = kernels.query.sql_with_params()
+    aliases = ", ".join(f"c{i}" for i in range(len(KERNEL_COLUMNS)))
     with psycopg.connect(database_url) as conn:
         kernel_sql = psycopg.ClientCursor(conn).mogrify(sql, params)
         trace_id = Literal(run_id).as_string(conn)
-    aliases = ", ".join(f"c{i}" for i in range(len(KERNEL_COLUMNS)))
-    kernel = _json_sql(kernel_row_to_dict(tuple(_Column(i) for i in range(len(KERNEL_COLUMNS)))))
+        cursor = conn.execute(f"SELECT * FROM ({kernel_sql}) AS k({aliases}) LIMIT 0")
+        types = [column.type_code for column in cursor.description]
+    oid = 26  # pg_type's oid of `oid`
+    columns = tuple(_Column(i, as_number=types[i] == oid) for i in range(len(KERNEL_COLUMNS)))
+    kernel = _json_sql(kernel_row_to_dict(columns))
     head = []
     for name in TRACE_SUMMARY_COLUMNS:
         column = f't."{Trace._meta.get_field(name).column}"'
@@ -183,14 +188,16 @@ def json_agg_sql(database_url: str, run_id: str) -> str:
     )
 
 
-def json_agg_seconds(database_url: str, run_id: str) -> tuple[float, int]:
-    """PostgreSQL writing the trace's JSON (`json_agg_sql`) through psql to a file: seconds, bytes."""
+def json_agg_seconds(database_url: str, run_id: str, *, keep: Path | None = None) -> tuple[float, int]:
+    """PostgreSQL writing the trace's JSON (`json_agg_sql`) through psql to a file (`keep`, or
+    a temporary one): seconds, bytes."""
     sql = json_agg_sql(database_url, run_id)
-    with tempfile.NamedTemporaryFile(suffix=".json") as target:
+    with tempfile.NamedTemporaryFile(suffix=".json") as scratch:
+        target = str(keep or scratch.name)
         started = time.perf_counter()
-        common.psql(database_url, "-At", "-o", target.name, "-c", sql)
+        common.psql(database_url, "-At", "-o", target, "-c", sql)
         seconds = time.perf_counter() - started
-        return seconds, os.path.getsize(target.name)
+        return seconds, os.path.getsize(target)
 
 
 @dataclass
@@ -199,20 +206,24 @@ class Answer:
     headers: dict  # lower-cased names
     nbytes: int  # the body as sent (compressed if it was), without chunked framing
     seconds: float  # from sending the request to the body's last byte
+    body: bytes | None = None  # with keep=True
 
 
-def http_get(port: int, path: str, headers: dict, *, timeout: float = 900) -> Answer:
-    """A GET to 127.0.0.1:port read to its end, the body counted, not decoded."""
+def http_get(port: int, path: str, headers: dict, *, timeout: float = 900, keep: bool = False) -> Answer:
+    """A GET to 127.0.0.1:port read to its end, the body counted (kept if asked), not decoded."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         started = time.perf_counter()
         conn.request("GET", path, headers=headers)
         response = conn.getresponse()
-        nbytes = 0
+        nbytes, kept = 0, []
         while chunk := response.read(1 << 20):
             nbytes += len(chunk)
+            if keep:
+                kept.append(chunk)
         seconds = time.perf_counter() - started
-        return Answer(response.status, {k.lower(): v for k, v in response.getheaders()}, nbytes, seconds)
+        headers = {k.lower(): v for k, v in response.getheaders()}
+        return Answer(response.status, headers, nbytes, seconds, b"".join(kept) if keep else None)
     finally:
         conn.close()
 
