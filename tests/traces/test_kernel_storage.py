@@ -46,7 +46,9 @@ OLD_TRACES = {
         old_launch(1, step=0, duration_ns=780),
         old_launch(2, name="void gemm<float, 128>(float const*, float*, int)", step=0, duration_ns=1200),
         # Unsigned 32-bit values the tracer printed negative, and parsed back.
-        old_launch(3, grid_x=2**31 + 5, blocks=2**31 + 5, total_insts=2**32 - 1, total_reported_insts=2**31, step=1),
+        old_launch(
+            3, grid_x=2**31 + 5, blocks=2**31 + 5, total_insts=2**32 - 1, total_reported_insts=2**31, step=1
+        ),
         old_launch(4, total_insts=None, total_reported_insts=None, step=1),  # graph-captured
         old_launch(5, trace_file="renamed/kernel-5.traceg"),  # no scheme: kept as it was
         old_launch(6, trace_file="kernel-6-ctx_0x7f3a.trace"),  # another suffix than its context's
@@ -65,7 +67,9 @@ OLD_TRACES = {
     "legacy": [
         old_launch(1, ctx=None, trace_file="kernel-1.trace"),
         old_launch(2, ctx=None, name="_Z6vecAddPdS_S_i", trace_file="kernel-2.trace"),
-        old_launch(3, ctx=None, name="void gemm<float, 128>(float const*, float*, int)", trace_file="kernel-3.trace"),
+        old_launch(
+            3, ctx=None, name="void gemm<float, 128>(float const*, float*, int)", trace_file="kernel-3.trace"
+        ),
     ],
 }
 
@@ -143,4 +147,5 @@ def test_a_launch_costs_at_most_150_bytes_in_postgres(db, on_postgres, make_trac
         )
         size = cursor.fetchone()[0]
     assert Trace.objects.get(pk="sized").kernels.count() == launches
+    print(f"{size / launches:.1f} bytes per launch")
     assert size / launches <= BYTES_PER_LAUNCH, f"{size / launches:.1f} bytes per launch"

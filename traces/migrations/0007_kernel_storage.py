@@ -161,6 +161,18 @@ def copy_kernels_forward(apps, schema_editor):
         )
 
 
+def pack_primary_key(apps, schema_editor):
+    """Launches are written once, in key order, never updated in their key: index pages
+    filled to 100% (btree's default keeps 10% free for updates that never come)."""
+    if schema_editor.connection.vendor == "postgresql":
+        with schema_editor.connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT conindid::regclass::text FROM pg_constraint "
+                "WHERE conrelid = 'traces_kernel'::regclass AND contype = 'p'"
+            )
+            cursor.execute(f"ALTER INDEX {cursor.fetchone()[0]} SET (fillfactor = 100)")
+
+
 def copy_kernels_backward(apps, schema_editor):
     with schema_editor.connection.cursor() as cursor:
         cursor.execute(
@@ -304,6 +316,7 @@ class Migration(migrations.Migration):
                 ("stored", models.Manager()),
             ],
         ),
+        migrations.RunPython(pack_primary_key, migrations.RunPython.noop),
         migrations.RunPython(copy_kernels_forward, copy_kernels_backward),
         migrations.DeleteModel(name="OldKernel"),
     ]
