@@ -185,6 +185,17 @@ class Child:
         lines = [line for line in self.stdout.splitlines() if line.startswith("pass: ")]
         return lines[-1] if lines else ""
 
+    def pass_seconds(self) -> float | None:
+        """The pass's own time (`... in T s`), without the process's start."""
+        found = re.search(r" in ([0-9.]+) s$", self.summary_line())
+        return float(found.group(1)) if found else None
+
+    def timing(self) -> str:
+        """`12.3 s (11.1 s in the pass)`: wall time, then the pass's own where printed."""
+        own = self.pass_seconds()
+        wall = f"{self.seconds:,.1f} s" if self.seconds >= 10 else f"{self.seconds:,.2f} s"
+        return wall if own is None else f"{wall} ({own:,.1f} s in the pass)"
+
 
 def run_child(
     args: list[str], *, env: dict, timeout: float, cwd: Path = ROOT, hwm: Path | None = None
