@@ -278,8 +278,15 @@ class Kernel(models.Model):
     trace = TraceKeyForeignKey(
         Trace, to_field="key", on_delete=models.CASCADE, related_name="kernels", db_index=False
     )
+    # No database constraint: its per-row check halved COPY's speed, and names are only
+    # ever added (KernelWriter resolves them in the same transaction), never deleted.
     kernel_name = models.ForeignKey(
-        KernelName, on_delete=models.PROTECT, related_name="+", db_index=False, db_column="name_id"
+        KernelName,
+        on_delete=models.PROTECT,
+        related_name="+",
+        db_index=False,
+        db_column="name_id",
+        db_constraint=False,
     )
     grid_x = UnsignedIntegerField()
     grid_y = UnsignedIntegerField()

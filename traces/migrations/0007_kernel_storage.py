@@ -273,6 +273,7 @@ class Migration(migrations.Migration):
                     "kernel_name",
                     models.ForeignKey(
                         db_column="name_id",
+                        db_constraint=False,
                         db_index=False,
                         on_delete=django.db.models.deletion.PROTECT,
                         related_name="+",
