@@ -4,4 +4,8 @@ import sys
 
 from bench.lab import main
 
-sys.exit(main())
+try:
+    sys.exit(main())
+except KeyboardInterrupt:  # what it started is stopped and dropped on the way out
+    print("bench: interrupted", file=sys.stderr)
+    sys.exit(130)
