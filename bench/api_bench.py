@@ -18,7 +18,6 @@ import argparse
 import http.client
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -104,17 +103,25 @@ def main() -> None:
     )
 
 
-def psql_export_seconds(database_url: str, run_id: str) -> float:
-    """PostgreSQL alone writing the same rows, in the same order, to a file."""
-    from traces.models import KERNEL_COLUMNS, Kernel
+def kernel_query_sql(database_url: str, run_id: str) -> str:
+    """The API's query of a trace's kernels (`traces.selectors`: KERNEL_COLUMNS in
+    KERNEL_ORDER) as one SQL statement with its values written in, for psql."""
+    import psycopg
 
-    select = (
-        f"SELECT {', '.join(KERNEL_COLUMNS)} FROM {Kernel._meta.db_table} "
-        f"WHERE trace_id = '{run_id}' ORDER BY ctx, kernel_id"
-    )
+    from traces.models import KERNEL_COLUMNS, KERNEL_ORDER, Kernel
+
+    kernels = Kernel.objects.filter(trace_id=run_id).order_by(*KERNEL_ORDER).values_list(*KERNEL_COLUMNS)
+    sql, params = kernels.query.sql_with_params()
+    with psycopg.connect(database_url) as conn:
+        return psycopg.ClientCursor(conn).mogrify(sql, params)
+
+
+def psql_export_seconds(database_url: str, run_id: str) -> float:
+    """PostgreSQL alone writing the same rows (the API's query), in the same order, to a file."""
+    select = kernel_query_sql(database_url, run_id)
     with tempfile.NamedTemporaryFile(suffix=".csv") as target:
         started = time.perf_counter()
-        subprocess.run(["psql", database_url, "-qc", f"\\copy ({select}) TO '{target.name}' CSV"], check=True)
+        common.psql(database_url, "-c", f"\\copy ({select}) TO '{target.name}' CSV")
         return time.perf_counter() - started
 
 
@@ -160,14 +167,12 @@ def json_agg_sql(database_url: str, run_id: str) -> str:
     from psycopg.sql import Literal
 
     from traces.encoders import kernel_row_to_dict
-    from traces.models import KERNEL_COLUMNS, KERNEL_ORDER, Kernel, Trace
+    from traces.models import KERNEL_COLUMNS, Trace
     from traces.selectors import TRACE_SUMMARY_COLUMNS
 
-    kernels = Kernel.objects.filter(trace_id=run_id).order_by(*KERNEL_ORDER).values_list(*KERNEL_COLUMNS)
-    sql, params = kernels.query.sql_with_params()
+    kernel_sql = kernel_query_sql(database_url, run_id)
     aliases = ", ".join(f"c{i}" for i in range(len(KERNEL_COLUMNS)))
     with psycopg.connect(database_url) as conn:
-        kernel_sql = psycopg.ClientCursor(conn).mogrify(sql, params)
         trace_id = Literal(run_id).as_string(conn)
         cursor = conn.execute(f"SELECT * FROM ({kernel_sql}) AS k({aliases}) LIMIT 0")
         types = [column.type_code for column in cursor.description]
@@ -236,6 +241,10 @@ def drf_serializer_seconds(run_id: str, rows: int) -> float:
     from traces.models import Kernel
 
     class KernelSerializer(serializers.ModelSerializer):
+        # Read as attributes: where the kernel table is normalised they are annotations.
+        ctx = serializers.ReadOnlyField()
+        name = serializers.ReadOnlyField()
+        trace_file = serializers.ReadOnlyField()
         grid_dim = serializers.SerializerMethodField()
         block_dim = serializers.SerializerMethodField()
 
