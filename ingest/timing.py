@@ -11,14 +11,17 @@ Two timing formats (docs/trace-a-workload.md, "Steps and timing"):
   pair's grid and block; the first mismatch drops the timing (the trace stays ready) and
   says where.
 
-Durations are held in one array of 8-byte integers per context, indexed by kernel id, so a
-million launches cost 8 MB, not a dictionary of a million tuples. Timing or a timeline that
+Memory is what ingestion's stays flat with: durations are held in one array of 4-byte integers
+per context, indexed by kernel id (a million launches cost 4 MB, not a dictionary of a million
+tuples), an Nsight export in three arrays per context (20 bytes a kernel); timeline.json is
+decoded without a dictionary per step. Timing or a timeline that
 cannot be read never fails a trace: the reader raises TimingError, and ingestion keeps the
 kernels, says what was wrong, and serves them without it.
 """
 
 import csv
 import json
+import sys
 from array import array
 from bisect import bisect_right
 from collections.abc import Iterable
@@ -37,15 +40,16 @@ NSYS_REQUIRED = (
     "BlkZ",
     "Name",
 )
-NO_DURATION = -1
+NO_DURATION = 2**32 - 1  # in the 4-byte arrays: no duration, or one kept in the overflow dict
 MAX_STEPS = 100_000
+INT64 = range(-(2**63), 2**63)
 
 
 class TimingError(ValueError):
     """timeline.json or timing.csv cannot be used; the message says why (and where)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Step:
     index: int
     name: str
@@ -57,32 +61,74 @@ class Step:
     end_ns: int | None
 
 
+# What parse_timeline reads of a JSON object; the rest of each step (kernel counts...) is dropped
+# as it is decoded, so a timeline of many steps never sits in memory as a dict per step.
+TIMELINE_FIELDS = (
+    "steps",
+    "first_kernel_id",
+    "last_kernel_id",
+    "name",
+    "step",
+    "phase",
+    "ctx",
+    "start_ns",
+    "end_ns",
+)
+_FIELD = {name: index for index, name in enumerate(TIMELINE_FIELDS)}
+_ABSENT = object()
+_SHARED = {_FIELD["phase"], _FIELD["ctx"]}
+
+
+class _JsonObject(tuple):
+    """A JSON object of timeline.json, reduced to TIMELINE_FIELDS (a tuple: no dict per step)."""
+
+    __slots__ = ()
+
+    def get(self, key: str, default=None):
+        value = self[_FIELD[key]]
+        return default if value is _ABSENT else value
+
+
+def _json_object(pairs: list[tuple]) -> _JsonObject:
+    values = [_ABSENT] * len(TIMELINE_FIELDS)
+    for key, value in pairs:
+        at = _FIELD.get(key)
+        if at is not None:
+            # The same phase and context strings, thousands of times: one object each.
+            values[at] = sys.intern(value) if at in _SHARED and isinstance(value, str) else value
+    return _JsonObject(values)
+
+
 def parse_timeline(raw: bytes) -> list[Step]:
     """The steps of timeline.json, checked: each names the context and kernel ids it spans."""
     try:
-        timeline = json.loads(raw)
+        timeline = json.loads(raw, object_pairs_hook=_json_object)
     except (ValueError, RecursionError) as problem:
         raise TimingError(f"timeline.json is not valid JSON: {problem}") from None
-    steps = timeline.get("steps") if isinstance(timeline, dict) else None
+    steps = timeline.get("steps") if isinstance(timeline, _JsonObject) else None
+    del timeline
     if not isinstance(steps, list):
         raise TimingError('timeline.json: expected an object with a "steps" list')
     if len(steps) > MAX_STEPS:
         raise TimingError(f"timeline.json: {len(steps)} steps, more than {MAX_STEPS}")
     parsed = []
     for index, step in enumerate(steps):
-        if not isinstance(step, dict):
+        if not isinstance(step, _JsonObject):
             raise TimingError(f"timeline.json: step {index} is not an object")
         first, last = step.get("first_kernel_id"), step.get("last_kernel_id")
         if not (is_int(first) and is_int(last) and 0 < first <= last):
             raise TimingError(
                 f"timeline.json: step {index} needs first_kernel_id <= last_kernel_id, positive integers"
             )
-        name = step.get("name", f"step {step.get('step', index)}")
+        name = step.get("name")
         phase = step.get("phase")
         ctx = step.get("ctx")
         for field, value in (("name", name), ("phase", phase), ("ctx", ctx)):
             if value is not None and not isinstance(value, str):
                 raise TimingError(f"timeline.json: step {index}'s {field} must be a string")
+        if name is None:  # absent or null: the step's number says which it is
+            number = step.get("step", index)
+            name = f"step {index if isinstance(number, _JsonObject) else number}"
         start, end = step.get("start_ns"), step.get("end_ns")
         parsed.append(
             Step(
@@ -96,6 +142,7 @@ def parse_timeline(raw: bytes) -> list[Step]:
                 end_ns=end if is_int(end) else None,
             )
         )
+        steps[index] = None  # each decoded step goes as its Step comes
     return parsed
 
 
@@ -143,6 +190,7 @@ class CascadeDurations:
 
     def __init__(self, lines: Iterable[str]):
         self._by_ctx: dict[str, array] = {}
+        self._long: dict[tuple[str, int], int] = {}  # durations of 2^32 - 1 ns (4.3 s) or more
         reader = csv.reader(lines)
         next(reader, None)
         for number, row in enumerate(reader, start=2):
@@ -158,17 +206,50 @@ class CascadeDurations:
                 raise TimingError(
                     f"timing.csv line {number}: kernel id {kernel_id} or duration {duration} out of range"
                 )
-            durations = self._by_ctx.setdefault(ctx, array("q"))
+            durations = self._by_ctx.get(ctx)
+            if durations is None:
+                durations = self._by_ctx[ctx] = array("I")
             if len(durations) < kernel_id:
-                durations.extend([NO_DURATION] * (kernel_id - len(durations)))
-            durations[kernel_id - 1] = duration
+                durations.extend(array("I", [NO_DURATION]) * (kernel_id - len(durations)))
+            if duration < NO_DURATION:
+                durations[kernel_id - 1] = duration
+                self._long.pop((ctx, kernel_id), None)
+            else:
+                durations[kernel_id - 1] = NO_DURATION
+                self._long[ctx, kernel_id] = duration
 
     def duration_of(self, ctx: str | None, kernel_id: int, grid: tuple, block: tuple) -> int | None:
         durations = self._by_ctx.get(ctx or "")
         if durations is None or kernel_id > len(durations):
             return None
         value = durations[kernel_id - 1]
-        return None if value == NO_DURATION else value
+        return value if value != NO_DURATION else self._long.get((ctx or "", kernel_id))
+
+
+class NsysContext:
+    """One Nsight context's kernels in correlation-id order: ids, shapes (indexes into the
+    export's distinct (grid, block) pairs) and durations, in arrays of 8, 4 and 8 bytes."""
+
+    __slots__ = ("corr", "shape", "duration")
+
+    def __init__(self):
+        self.corr, self.shape, self.duration = array("q"), array("I"), array("q")
+
+    def __len__(self) -> int:
+        return len(self.corr)
+
+    def in_corr_order(self) -> "NsysContext":
+        """By correlation id, keeping file (start-time) order among equal ids: every kernel of
+        one CUDA graph replay carries its cuGraphLaunch's id."""
+        corr = self.corr
+        if all(corr[i] <= corr[i + 1] for i in range(len(corr) - 1)):
+            return self
+        order = sorted(range(len(corr)), key=corr.__getitem__)  # stable
+        ordered = NsysContext()
+        ordered.corr = array("q", (corr[i] for i in order))
+        ordered.shape = array("I", (self.shape[i] for i in order))
+        ordered.duration = array("q", (self.duration[i] for i in order))
+        return ordered
 
 
 class NsysDurations:
@@ -181,7 +262,9 @@ class NsysDurations:
 
     def __init__(self, lines: Iterable[str]):
         reader = csv.DictReader(lines)
-        rows: dict[str, list[tuple[int, tuple, tuple, int]]] = {}
+        contexts: dict[str, NsysContext] = {}
+        self._shapes: list[tuple[tuple, tuple]] = []
+        shape_index: dict[tuple[tuple, tuple], int] = {}
         for number, row in enumerate(reader, start=2):
             if not (row.get("GrdX") or "").strip():
                 continue  # a memcpy or memset: no grid
@@ -190,13 +273,23 @@ class NsysDurations:
                 grid = (int(row["GrdX"]), int(row["GrdY"]), int(row["GrdZ"]))
                 block = (int(row["BlkX"]), int(row["BlkY"]), int(row["BlkZ"]))
                 duration = int(float(row["Duration (ns)"]))
-            except (KeyError, TypeError, ValueError):
+                if corr not in INT64 or duration not in INT64:
+                    raise ValueError
+            except (KeyError, TypeError, ValueError, OverflowError):
                 raise TimingError(f"timing.csv (nsys) line {number}: unreadable kernel row") from None
-            rows.setdefault((row.get("Ctx") or "").strip(), []).append((corr, grid, block, duration))
-        # By correlation id, keeping file (start-time) order among equal ids: every kernel of
-        # one CUDA graph replay carries its cuGraphLaunch's id.
-        self._contexts = [sorted(kernels, key=lambda kernel: kernel[0]) for kernels in rows.values()]
-        self._assigned: dict[str | None, list] = {}
+            shape = (grid, block)
+            index = shape_index.get(shape)
+            if index is None:
+                index = shape_index[shape] = len(self._shapes)
+                self._shapes.append(shape)
+            kernels = contexts.get(ctx := (row.get("Ctx") or "").strip())
+            if kernels is None:
+                kernels = contexts[ctx] = NsysContext()
+            kernels.corr.append(corr)
+            kernels.shape.append(index)
+            kernels.duration.append(duration)
+        self._contexts = [kernels.in_corr_order() for kernels in contexts.values()]
+        self._assigned: dict[str | None, NsysContext] = {}
         self._next: dict[str | None, int] = {}
 
     def duration_of(self, ctx: str | None, kernel_id: int, grid: tuple, block: tuple) -> int | None:
@@ -207,7 +300,7 @@ class NsysDurations:
             # Nsight numbers contexts, the tracer names them by pointer: a trace context takes
             # the first unused Nsight context that starts with its first launch's shape.
             shape = (tuple(grid), tuple(block))
-            pick = next((i for i, ks in enumerate(self._contexts) if ks[0][1:3] == shape), 0)
+            pick = next((i for i, ks in enumerate(self._contexts) if self._shapes[ks.shape[0]] == shape), 0)
             kernels = self._assigned[ctx] = self._contexts.pop(pick)
             self._next[ctx] = 0
         position = self._next[ctx]
@@ -216,15 +309,15 @@ class NsysDurations:
                 f"timing.csv (nsys) has {len(kernels)} kernels for context {ctx}, the stats more "
                 f"(kernel {kernel_id} has no row)"
             )
-        corr, nsys_grid, nsys_block, duration = kernels[position]
+        nsys_grid, nsys_block = self._shapes[kernels.shape[position]]
         if (nsys_grid, nsys_block) != (tuple(grid), tuple(block)):
             raise TimingError(
                 f"timing.csv (nsys) does not match the stats at context {ctx} kernel {kernel_id}: "
                 f"grid {tuple(grid)} block {tuple(block)} in the stats, grid {nsys_grid} block {nsys_block} "
-                f"at CorrId {corr}"
+                f"at CorrId {kernels.corr[position]}"
             )
         self._next[ctx] = position + 1
-        return duration
+        return kernels.duration[position]
 
 
 def read_timing(lines: Iterable[bytes]):
