@@ -222,11 +222,7 @@ class KernelContext(models.Model):
         return f"{self.ctx or '-'} device {self.device}"
 
 
-class KernelQuerySet(models.QuerySet):
-    pass
-
-
-class KernelManager(models.Manager.from_queryset(KernelQuerySet)):
+class KernelManager(models.Manager):
     """Kernels with the launch's fields as before the storage was normalised (issue 11):
     `trace_id` (the run's name), `ctx`, `device`, `name` and `trace_file`, annotated from the
     trace, context and name tables. For reads that want them; `Kernel.stored` has none."""
@@ -346,7 +342,8 @@ KERNEL_COLUMNS = (
     "step",
     "duration_ns",
 )
-# The API's order of a trace's launches: the unique index's.
+# The API's order of a trace's launches, in `Kernel.objects`' names; stored, it is the
+# primary key's (trace, context, kernel_id), contexts being numbered in (ctx, device) order.
 KERNEL_ORDER = ("ctx", "device", "kernel_id")
 NO_DEVICE = -1
 

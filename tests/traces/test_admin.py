@@ -763,7 +763,7 @@ def test_delete_selected_action_deletes_traces_and_kernels(staff_client, traces,
 
 
 def kernel_rows(response) -> list[tuple]:
-    return [(k.trace_id, k.ctx, k.kernel_id) for k in response.context["cl"].result_list]
+    return [(k.run, k.launch_context.ctx, k.kernel_id) for k in response.context["cl"].result_list]
 
 
 def test_kernel_changelist_filters_by_trace_and_context(staff_client, traces, make_kernels):

@@ -58,7 +58,7 @@ class ContextFilter(admin.SimpleListFilter):
             return queryset
         trace_id = request.GET.get(TraceIdFilter.parameter_name)
         if not trace_id:
-            return queryset.filter(ctx=self.value())
+            return queryset.filter(launch_context__ctx=self.value())
         # The context's numbers in the trace: the primary key's second column.
         numbers = KernelContext.objects.filter(trace__id=trace_id, ctx=self.value()).values("index")
         return queryset.filter(context__in=numbers)

@@ -3,6 +3,7 @@
 from django.contrib import admin
 from django.contrib.admin.utils import quote
 from django.contrib.admin.views.main import ChangeList
+from django.db.models import OuterRef, Subquery
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.text import Truncator
@@ -10,7 +11,7 @@ from django.utils.text import Truncator
 from traces.admin.display import truncated
 from traces.admin.filters import ContextFilter, TraceIdFilter
 from traces.admin.paginators import EstimatedCountPaginator
-from traces.models import Kernel, KernelName
+from traces.models import Kernel, KernelName, Trace
 
 
 class KernelChangeList(ChangeList):
@@ -67,6 +68,13 @@ class KernelAdmin(admin.ModelAdmin):
     list_per_page = 100
     list_max_show_all = 1000
 
+    def get_queryset(self, request):
+        """The stored rows with their context and name (joined for the page's rows only: a
+        count drops select_related) and the trace's id (a subquery, dropped from a count too),
+        rather than `Kernel.objects`' annotations, which every count would join."""
+        run = Trace.objects.filter(key=OuterRef("trace_key")).values("id")[:1]
+        return Kernel.stored.select_related("launch_context", "kernel_name").annotate(run=Subquery(run))
+
     def get_search_results(self, request, queryset, search_term):
         """A name search looks in the names table (a few thousand rows), then at the launches
         of the names found, instead of joining every launch to its name."""
@@ -98,20 +106,20 @@ class KernelAdmin(admin.ModelAdmin):
     # Cut values and short headers: grid, block, totals and traced must fit beside the names.
     @admin.display(description="ctx", ordering="context")
     def ctx_column(self, obj: Kernel):
-        return obj.ctx
+        return obj.launch_context.ctx
 
     @admin.display(description="trace", ordering="trace_key")
     def trace_display(self, obj: Kernel):
         return format_html(
             '<a href="{}" title="{}">{}</a>',
-            reverse("admin:traces_trace_change", args=[quote(obj.trace_id)]),
-            obj.trace_id,
-            Truncator(obj.trace_id).chars(14),
+            reverse("admin:traces_trace_change", args=[quote(obj.run)]),
+            obj.run,
+            Truncator(obj.run).chars(14),
         )
 
     @admin.display(description="name", ordering="kernel_name")
     def short_name(self, obj: Kernel):
-        return truncated(obj.name, 26)
+        return truncated(obj.kernel_name.name, 26)
 
     @admin.display(description="insts", ordering="total_insts", empty_value="-")
     def insts_column(self, obj: Kernel):

@@ -361,7 +361,7 @@ class TraceAdmin(admin.ModelAdmin):
     def get_deleted_objects(self, objs, request):
         traces = list(objs)
         ids = [trace.pk for trace in traces]
-        kernel_count = Kernel.objects.filter(trace_id__in=ids).count()
+        kernel_count = Kernel.stored.filter(trace__id__in=ids).count()
         to_delete = [
             format_html(
                 'Trace: <a href="{}">{}</a> and its kernels. Its folder stays in the bucket: the trace '
