@@ -187,6 +187,11 @@ CASCADE_S3_PREFIX = os.environ.get("CASCADE_S3_PREFIX", "accelsim-traces/")
 CASCADE_S3_PAGE_SIZE = env_int("CASCADE_S3_PAGE_SIZE", 1000)
 if CASCADE_S3_PAGE_SIZE < 1:
     raise ImproperlyConfigured(f"CASCADE_S3_PAGE_SIZE must be at least 1, got {CASCADE_S3_PAGE_SIZE}")
+# S3 requests a pass keeps in flight (listings, metadata.json, small stats files), each thread
+# with its own client; 1: one after another. The database work stays on the pass's own thread.
+CASCADE_S3_THREADS = env_int("CASCADE_S3_THREADS", 8)
+if CASCADE_S3_THREADS < 1:
+    raise ImproperlyConfigured(f"CASCADE_S3_THREADS must be at least 1, got {CASCADE_S3_THREADS}")
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},

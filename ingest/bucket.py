@@ -4,13 +4,21 @@ The connection comes from the `traces` storage that django-storages builds from 
 (bucket, endpoint, region; credentials from the standard AWS variables). Listing goes
 through boto3's paginator, since `Storage.listdir` gives neither sizes nor ETags, and
 objects are read as streams so that a large stats file never sits in memory.
+
+Requests can overlap: `overlapped` runs S3 work on a bounded pool of threads
+(`CASCADE_S3_THREADS`). Each thread has its own boto3 session and client: django-storages keeps
+its connection in a thread-local, so `client()` called on a pool thread builds that thread's
+own, once, and the pool's threads live as long as the process.
 """
 
 import logging
+import os
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -81,14 +89,77 @@ def _log_retry(attempts=None, caught_exception=None, response=None, operation=No
     return None  # botocore's own retry handler decides
 
 
+_metering = threading.Lock()
+
+
 def _metered(s3):
-    if s3 not in _metered_clients:
-        events = s3.meta.events
-        events.register("before-send.s3", _before_send)
-        events.register("response-received.s3", _after_response)
-        events.register("needs-retry.s3", _log_retry)
-        _metered_clients.add(s3)
+    with _metering:  # every pool thread meets its own client here once
+        if s3 not in _metered_clients:
+            events = s3.meta.events
+            events.register("before-send.s3", _before_send)
+            events.register("response-received.s3", _after_response)
+            events.register("needs-retry.s3", _log_retry)
+            _metered_clients.add(s3)
     return s3
+
+
+# --- Overlapping requests: a bounded pool of threads, one client each ---------------------------
+
+_pool: tuple[int, int, ThreadPoolExecutor] | None = None  # (pid, size, pool)
+_pool_lock = threading.Lock()
+
+
+def threads() -> int:
+    """`CASCADE_S3_THREADS`: how many S3 requests a pass keeps in flight (1: one after another)."""
+    return max(1, settings.CASCADE_S3_THREADS)
+
+
+def _executor(size: int) -> ThreadPoolExecutor:
+    """The process's pool, made on first use: after a fork (Celery's prefork) a child makes its own."""
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool[:2] != (os.getpid(), size):
+            if _pool is not None and _pool[0] == os.getpid():
+                _pool[2].shutdown(wait=False)
+            _pool = (os.getpid(), size, ThreadPoolExecutor(size, thread_name_prefix="cascade-s3"))
+        return _pool[2]
+
+
+def overlapped(
+    work: Callable, items: Iterable, *, ahead: int | None = None
+) -> Iterator[tuple[object, Future]]:
+    """`(item, future of work(item))` for each item, in the order of `items`.
+
+    `work` runs on the S3 threads, at most `ahead` items (twice the threads) beyond the one the
+    caller is at, so what the results hold in memory stays bounded. `work` must not touch the
+    database (Django's connections are per thread). A failure is the failing item's alone:
+    `future.result()` raises it. With one thread, `work` runs on the caller's thread when the
+    caller reaches its item: exactly one request after another.
+    """
+    size = threads()
+    if size == 1:
+        for item in items:
+            future = Future()
+            try:
+                future.set_result(work(item))
+            except Exception as error:
+                future.set_exception(error)
+            yield item, future
+        return
+    pool = _executor(size)
+    ahead = ahead or 2 * size
+    pending: deque = deque()
+    iterator = iter(items)
+    try:
+        for item in iterator:
+            pending.append((item, pool.submit(work, item)))
+            if len(pending) > ahead:
+                yield pending.popleft()
+        while pending:
+            yield pending.popleft()
+    finally:
+        for _, future in pending:  # the caller stopped early: what has not started never does
+            future.cancel()
 
 
 @dataclass(frozen=True)
@@ -128,6 +199,7 @@ def traces_storage():
 
 
 def client():
+    """This thread's S3 client (django-storages builds one session and client per thread)."""
     return _metered(traces_storage().connection.meta.client)
 
 
@@ -167,6 +239,30 @@ def list_run_objects(run_id: str) -> list[S3Object]:
     return sorted(objects, key=lambda obj: obj.key)
 
 
+def list_runs_objects(run_ids: set[str]) -> dict[str, list[S3Object]]:
+    """Every object of the runs `run_ids`, sorted by key, from one listing of the whole prefix.
+
+    One request per CASCADE_S3_PAGE_SIZE objects under the prefix, whoever they belong to:
+    cheaper than a listing per run when most of the prefix's objects are these runs'.
+    """
+    paginator = client().get_paginator("list_objects_v2")
+    base = prefix()
+    objects: dict[str, list[S3Object]] = {}
+    for page in paginator.paginate(Bucket=bucket_name(), Prefix=base, PaginationConfig=paging()):
+        for item in page.get("Contents", ()):
+            run_id, slash, _ = item["Key"][len(base) :].partition("/")
+            if slash and run_id in run_ids:
+                objects.setdefault(run_id, []).append(
+                    S3Object(
+                        key=item["Key"],
+                        size=item["Size"],
+                        etag=item["ETag"],
+                        last_modified=item.get("LastModified"),
+                    )
+                )
+    return {run_id: sorted(found, key=lambda obj: obj.key) for run_id, found in objects.items()}
+
+
 def head_etag(key: str) -> str | None:
     """An object's ETag from one HEAD request; None if it is not there."""
     s3 = client()
@@ -180,11 +276,20 @@ def head_etag(key: str) -> str | None:
 
 def read_object(key: str, max_bytes: int) -> bytes:
     """A small object whole; raises ValueError past `max_bytes`, before reading it."""
+    return read_object_and_etag(key, max_bytes)[0]
+
+
+def read_object_and_etag(key: str, max_bytes: int) -> tuple[bytes, str]:
+    """A small object whole and the ETag of what was read; ValueError past `max_bytes`."""
     response = client().get_object(Bucket=bucket_name(), Key=key)
     if response["ContentLength"] > max_bytes:
         response["Body"].close()
-        raise ValueError(f"{response['ContentLength']} bytes, more than the {max_bytes} expected")
-    return response["Body"].read()
+        raise too_large(response["ContentLength"], max_bytes)
+    return response["Body"].read(), response["ETag"]
+
+
+def too_large(size: int, max_bytes: int) -> ValueError:
+    return ValueError(f"{size} bytes, more than the {max_bytes} expected")
 
 
 def iter_object_lines(key: str, max_line: int | None = None) -> Iterator[bytes]:
@@ -193,39 +298,48 @@ def iter_object_lines(key: str, max_line: int | None = None) -> Iterator[bytes]:
     Memory stays within a chunk and `max_line`: a line longer than that raises LineTooLong
     as soon as it is seen, however long the file (a file without newlines is one line).
     """
-    max_line = max_line or settings.CASCADE_MAX_STATS_LINE
     body = client().get_object(Bucket=bucket_name(), Key=key)["Body"]
     try:
-        pending: list[bytes] = []  # the start of a line that began in earlier chunks
-        pending_size = 0
-        offset = 0
-        for chunk in body.iter_chunks(READ_CHUNK):
-            lines = chunk.split(b"\n")
-            if len(lines) > 1:
-                first = b"".join((*pending, lines[0])) if pending else lines[0]
-                if len(first) > max_line:
-                    raise LineTooLong(
-                        f"a line of more than {max_line} bytes (CASCADE_MAX_STATS_LINE) at byte {offset - pending_size}"
-                    )
-                yield first + b"\n"
-                for line in lines[1:-1]:
-                    if len(line) > max_line:
-                        raise LineTooLong(f"a line of more than {max_line} bytes (CASCADE_MAX_STATS_LINE)")
-                    yield line + b"\n"
-                pending, pending_size = [lines[-1]], len(lines[-1])
-            else:
-                pending.append(chunk)
-                pending_size += len(chunk)
-            offset += len(chunk)
-            if pending_size > max_line:
+        yield from _lines(body.iter_chunks(READ_CHUNK), max_line or settings.CASCADE_MAX_STATS_LINE)
+    finally:
+        body.close()
+
+
+def iter_lines(data: bytes, max_line: int | None = None) -> Iterator[bytes]:
+    """The lines of an object already read whole, exactly as `iter_object_lines` gives them."""
+    chunks = (data[start : start + READ_CHUNK] for start in range(0, len(data), READ_CHUNK))
+    return _lines(chunks, max_line or settings.CASCADE_MAX_STATS_LINE)
+
+
+def _lines(chunks: Iterable[bytes], max_line: int) -> Iterator[bytes]:
+    pending: list[bytes] = []  # the start of a line that began in earlier chunks
+    pending_size = 0
+    offset = 0
+    for chunk in chunks:
+        lines = chunk.split(b"\n")
+        if len(lines) > 1:
+            first = b"".join((*pending, lines[0])) if pending else lines[0]
+            if len(first) > max_line:
                 raise LineTooLong(
                     f"a line of more than {max_line} bytes (CASCADE_MAX_STATS_LINE) at byte {offset - pending_size}"
                 )
-        last = b"".join(pending)
-        if last:
-            yield last
-    finally:
-        body.close()
+            yield first + b"\n"
+            for line in lines[1:-1]:
+                if len(line) > max_line:
+                    raise LineTooLong(f"a line of more than {max_line} bytes (CASCADE_MAX_STATS_LINE)")
+                yield line + b"\n"
+            pending, pending_size = [lines[-1]], len(lines[-1])
+        else:
+            pending.append(chunk)
+            pending_size += len(chunk)
+        offset += len(chunk)
+        if pending_size > max_line:
+            raise LineTooLong(
+                f"a line of more than {max_line} bytes (CASCADE_MAX_STATS_LINE) at byte {offset - pending_size}"
+            )
+    last = b"".join(pending)
+    if last:
+        yield last
 
 
 def put_object(key: str, body: bytes) -> None:

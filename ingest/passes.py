@@ -14,26 +14,37 @@ killed pass leaves either the old kernels or the new ones; a trace it left in `p
 picked up by the next pass.
 
 Cost: a pass lists the run folders (one request per thousand runs) and then only the runs
-that are new or not finished (uploading, parsing). A failed trace's folder, and the folder of
+that are new or not finished (uploading, parsing): a listing each, or one listing of the whole
+prefix when that takes fewer requests (thousands of new runs). A failed trace's folder, and the folder of
 a trace an operator deleted, is listed again after a minute, then twice as late each time up
 to a day (a change of its files starts over). Ready traces are not listed again unless asked
 (`--trace`, `--reparse`). Objects are downloaded only when a run's listing (keys, sizes,
 ETags) differs from the one its last decision was made on.
+
+Speed: S3 requests overlap on `CASCADE_S3_THREADS` threads (`bucket.overlapped`), each with its
+own client: the scan's listings and HEADs, and for each trace a pass parses, its listing's small
+files (metadata.json, timeline.json, timing.csv, stats and kernelslist files up to
+PREFETCH_FILE_BYTES each, PREFETCH_RUN_BYTES a run), read a few traces ahead of the one being
+parsed. Everything else stays on the pass's thread, one trace after another, in order: the
+database, the lock, the decision; a larger stats file streams there, as it always did. A body
+read ahead is used only if it is the version (ETag) of the listing the decision is made on, and
+that listing only if it is still the one the trace's row holds once its lock is taken.
 
 This module decides; `traces.services` writes every change of a trace.
 """
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
+from types import MappingProxyType
 
 from botocore.exceptions import BotoCoreError, ClientError
 from django.conf import settings
 from django.db import DataError, IntegrityError, connection
-from django.db.models import Q
+from django.db.models import Count, Func, IntegerField, Q, Sum
 from django.utils import timezone
 
 from ingest import bucket, stats, timing
@@ -70,6 +81,13 @@ logger = logging.getLogger(__name__)
 Progress = Callable[[str], None]
 
 HEADER_PEEK_BYTES = 4096
+# What a pass reads ahead on the S3 threads for each trace it parses: files up to this size,
+# this much a run. Larger files stream on the pass's thread when they are parsed, so memory
+# stays within (2 x CASCADE_S3_THREADS) x PREFETCH_RUN_BYTES whatever the traces' sizes.
+PREFETCH_FILE_BYTES = 1024 * 1024
+PREFETCH_RUN_BYTES = 4 * 1024 * 1024
+# Fewer runs to list than this: a listing each, never the whole prefix (see whole_prefix_is_cheaper).
+WHOLE_PREFIX_MIN_RUNS = 50
 MISSING_KEYS_SHOWN = 10
 UNFINISHED_STATES = (TraceState.UPLOADING, TraceState.PARSING)
 
@@ -103,6 +121,8 @@ class Scan:
     to_parse: list[str] = field(default_factory=list)
     # Of to_parse, the traces to read again although their files did not change.
     to_reparse: set[str] = field(default_factory=set)
+    # The listing each trace of to_parse was registered with.
+    listings: dict[str, list[S3Object]] = field(default_factory=dict)
 
 
 @dataclass
@@ -131,13 +151,15 @@ class PassCost:
     """What a pass asked of S3 and the database: requests, and seconds spent waiting on each."""
 
     s3_requests: int = 0
-    s3_seconds: float = 0.0
+    s3_seconds: float = 0.0  # summed over the S3 threads: more than the pass's time when they overlap
     db_queries: int = 0
     db_seconds: float = 0.0
+    runs: int = 0  # the runs the pass looked at (listed), for the requests a run
 
     def __str__(self) -> str:
+        per_run = f" ({self.s3_requests / self.runs:.1f} a run looked at)" if self.runs else ""
         return (
-            f"S3: {self.s3_requests} requests, {self.s3_seconds:.1f} s waiting; "
+            f"S3: {self.s3_requests} requests{per_run}, {self.s3_seconds:.1f} s waiting; "
             f"database: {self.db_queries} queries, {self.db_seconds:.1f} s"
         )
 
@@ -176,6 +198,7 @@ def poll_bucket(
     """One whole pass: register what landed, then parse every trace that is ready, inline."""
     with measured() as cost:
         result = _poll_bucket(trace_id, reparse, reparse_outdated, outdated_batch, progress)
+    cost.runs = result.listed
     result.cost = cost
     return result
 
@@ -186,9 +209,20 @@ def _poll_bucket(trace_id, reparse, reparse_outdated, outdated_batch, progress) 
     )
     changes = {change.trace_id: change for change in scan.changes}
     errors = []
-    for ready_id in scan.to_parse:
+
+    def read_ahead(run_id: str) -> Fetched:  # on an S3 thread: no database
+        objects = scan.listings.get(run_id)
+        return fetch_small_files(run_id, bucket.list_run_objects(run_id) if objects is None else objects)
+
+    # Parsed one at a time, in order, on this thread; the next ones' files are read meanwhile.
+    for ready_id, fetched in bucket.overlapped(read_ahead, scan.to_parse):
         try:
-            change = ingest_trace(ready_id, reparse=reparse or ready_id in scan.to_reparse, progress=progress)
+            change = ingest_trace(
+                ready_id,
+                reparse=reparse or ready_id in scan.to_reparse,
+                progress=progress,
+                fetched=fetched.result(),
+            )
         except Exception as error:  # S3 trouble, or a bug: the other traces still get their turn
             logger.exception("%s: ingestion error, the next pass tries again", ready_id)
             errors.append(f"{ready_id}: {type(error).__name__}: {error}")
@@ -224,8 +258,9 @@ def scan_bucket(
         candidates = runs_to_look_at(run_ids, reparse=reparse)
         if not reparse:
             candidates += ready_runs_changed(run_ids)
-    for run_id in candidates:
-        objects = bucket.list_run_objects(run_id)
+    # Listed on the S3 threads, registered here in the bucket's order; a listing that fails
+    # (S3 unreachable) ends the scan, as one listing of the bucket that fails does.
+    for run_id, objects in run_listings(candidates):
         if not objects:
             continue
         scan.listed += 1
@@ -236,6 +271,7 @@ def scan_bucket(
             scan.changes.append(change)
         if needs_decision(trace, reparse=reparse):
             scan.to_parse.append(run_id)
+            scan.listings[run_id] = objects
         elif trace.state == TraceState.FAILED and change is None:
             services.trace_recheck_later(trace)
     if reparse_outdated and trace_id is None:
@@ -244,6 +280,40 @@ def scan_bucket(
                 scan.to_parse.append(run_id)
                 scan.to_reparse.add(run_id)
     return scan
+
+
+def run_listings(run_ids: list[str]) -> Iterator[tuple[str, list[S3Object]]]:
+    """Each run's objects, in the order of `run_ids`: a listing per run, on the S3 threads,
+    or one listing of the whole prefix when that takes fewer requests (thousands of new runs)."""
+    if whole_prefix_is_cheaper(run_ids):
+        listed = bucket.list_runs_objects(set(run_ids))
+        for run_id in run_ids:
+            yield run_id, listed.get(run_id, [])
+        return
+    for run_id, listing in bucket.overlapped(bucket.list_run_objects, run_ids):
+        yield run_id, listing.result()
+
+
+class JSONArrayLength(Func):
+    function = "jsonb_array_length"
+    output_field = IntegerField()
+
+    def as_sqlite(self, compiler, connection, **extra):
+        return super().as_sql(compiler, connection, function="json_array_length", **extra)
+
+
+def whole_prefix_is_cheaper(run_ids: list[str]) -> bool:
+    """Whether listing every object under the prefix takes fewer requests than a listing per run.
+
+    The prefix's objects are estimated from the listings the database holds (the runs not yet
+    registered counted at the average); under WHOLE_PREFIX_MIN_RUNS runs, never.
+    """
+    if len(run_ids) < WHOLE_PREFIX_MIN_RUNS:
+        return False
+    known = Trace.objects.aggregate(runs=Count("pk"), objects=Sum(JSONArrayLength("files")))
+    per_run = (known["objects"] or 0) / known["runs"] if known["runs"] else 10
+    estimated_objects = (known["objects"] or 0) + len(run_ids) * max(per_run, 1)
+    return estimated_objects / settings.CASCADE_S3_PAGE_SIZE < len(run_ids) / 2
 
 
 def runs_to_look_at(run_ids: list[str], *, reparse: bool = False) -> list[str]:
@@ -280,13 +350,18 @@ def ready_runs_changed(run_ids: list[str]) -> list[str]:
         Q(recheck_after__isnull=True) | Q(recheck_after__lte=timezone.now())
     )
     changed, checked = [], []
+    parsed_etags = {}  # trace id -> (its metadata.json's key, the ETag it was parsed with)
     for trace_id, files in due.values_list("id", "files"):
-        if trace_id not in present:
-            continue
-        key = bucket.run_prefix(trace_id) + METADATA_NAME
-        parsed_etag = next((item["etag"] for item in files if item["key"] == key), None)
+        if trace_id in present:
+            key = bucket.run_prefix(trace_id) + METADATA_NAME
+            parsed_etags[trace_id] = key, next((item["etag"] for item in files if item["key"] == key), None)
+    heads = bucket.overlapped(
+        lambda trace_id: bucket.head_etag(parsed_etags[trace_id][0]), list(parsed_etags)
+    )
+    for trace_id, head in heads:
+        parsed_etag = parsed_etags[trace_id][1]
         try:
-            etag = bucket.head_etag(key)
+            etag = head.result()
         except (BotoCoreError, ClientError) as problem:
             # One run's S3 trouble (a 403, retries spent) must not stop the pass: next time.
             logger.warning("%s: cannot compare metadata.json with the bucket: %s", trace_id, problem)
@@ -305,22 +380,35 @@ def outdated_trace_ids(limit: int | None = None) -> list[str]:
 
 
 def ingest_trace(
-    trace_id: str, *, reparse: bool = False, progress: Progress | None = None
+    trace_id: str,
+    *,
+    reparse: bool = False,
+    progress: Progress | None = None,
+    fetched: "Fetched | None" = None,
 ) -> TraceChange | None:
     """Bring one trace up to date with its objects; None if there was nothing to do.
 
     Returns None at once when another process holds the trace. Raises botocore errors
     (S3 or network trouble) so that the caller can retry; a trace's own bad input marks it
-    failed instead.
+    failed instead. `fetched`, a listing and small files read ahead without the lock, saves
+    the listing if the trace's row still holds that listing once the lock is taken (else the
+    run is listed again, as without it), and the downloads of the files it holds.
     """
     with trace_lock(trace_id) as acquired:
         if not acquired:
             logger.info("%s: another pass holds it, skipped", trace_id)
             return None
-        objects = bucket.list_run_objects(trace_id)
-        if not objects:
-            return None
-        trace, registered = register_objects(trace_id, objects)
+        trace, registered, objects = None, None, None
+        if fetched is not None:
+            # Registered by this pass's scan with that listing, and no pass has seen another since.
+            trace = Trace.objects.filter(pk=trace_id).first()
+            if trace is not None and trace.files == inventory(fetched.objects):
+                objects = fetched.objects
+        if objects is None:
+            objects = bucket.list_run_objects(trace_id)
+            if not objects:
+                return None
+            trace, registered = register_objects(trace_id, objects)
         if trace is None:
             logger.info("%s: deleted by an operator, and its files have not changed: left alone", trace_id)
             return None
@@ -328,7 +416,7 @@ def ingest_trace(
         if not needs_decision(trace, reparse=reparse):
             return registered
         decided_on = trace.parsed_fingerprint, trace.kernel_count, trace.error
-        decide(trace, objects, progress=progress)
+        decide(trace, objects, progress=progress, bodies=fetched.bodies if fetched is not None else NO_BODIES)
         unchanged = (trace.parsed_fingerprint, trace.kernel_count, trace.error) == decided_on
         if registered is None and trace.state == old_state and unchanged and not reparse:
             return None
@@ -383,12 +471,117 @@ def upload_timed_out(trace: Trace) -> bool:
     return trace.files_changed_at is not None and timezone.now() - trace.files_changed_at >= timeout
 
 
+# --- Reading ahead (on the S3 threads: S3 only, never the database) ---------------------------
+
+# Bodies read ahead, by (key, ETag of what was read): a body serves only that version of its key.
+Bodies = Mapping[tuple[str, str], bytes]
+NO_BODIES: Bodies = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A run's listing and the small files a decision on it will read, read ahead."""
+
+    objects: list[S3Object]
+    bodies: Bodies
+
+
+class ReadAhead(dict):
+    """Bodies read ahead, and the S3 errors met doing it: an error is raised where the decision
+    reads that file, exactly as if it had been read then (a stats file's, after `parsing`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.errors: dict[tuple[str, str], Exception] = {}
+
+    def get(self, key, default=None):
+        error = self.errors.get(key)
+        if error is not None:
+            raise error
+        return super().get(key, default)
+
+
+def fetch_small_files(run_id: str, objects: list[S3Object]) -> Fetched:
+    """metadata.json and, if it says the run is complete and fine, the small files a parse reads.
+
+    Runs on an S3 thread: reads what `decide` would read first, decides nothing; whatever it
+    skips (a large file, a run that will wait or fail) is read by `decide` itself if needed.
+    A read that fails (retries spent) is kept, and raised where `decide` reads that file.
+    """
+    bodies = ReadAhead()
+    meta = next((obj for obj in objects if obj.name == METADATA_NAME), None)
+    if meta is None or not _fetch(meta, bodies, settings.CASCADE_METADATA_MAX_BYTES):
+        return Fetched(objects, bodies)
+    raw_metadata = bodies.get((meta.key, meta.etag))
+    if raw_metadata is None:  # replaced since the listing: the decision reads it again
+        return Fetched(objects, bodies)
+    try:
+        wanted = files_to_parse(run_id, objects, raw_metadata)
+    except (MetadataError, TraceInputError):
+        wanted = []  # the decision fails the run, from metadata.json alone
+    budget = PREFETCH_RUN_BYTES - meta.size
+    for obj in wanted:
+        if obj.size <= min(budget, settings.CASCADE_MAX_STATS_BYTES) and _fetch(obj, bodies):
+            budget -= obj.size
+    return Fetched(objects, bodies)
+
+
+def files_to_parse(run_id: str, objects: list[S3Object], raw_metadata: bytes) -> list[S3Object]:
+    """What a parse of the run will read, if metadata.json says it is complete and fine ([] if not)."""
+    metadata = parse_metadata(raw_metadata, metadata_limits())
+    listed = listed_files(metadata)
+    run_prefix = bucket.run_prefix(run_id)
+    if failure(metadata) is not None or missing_listed_files(listed, inventory(objects), run_prefix):
+        return []
+    if listed:
+        keys = listed_keys(listed, inventory(objects), run_prefix)
+        objects = [obj for obj in objects if obj.key in keys]
+    sources = stats_sources(objects)
+    wanted = [obj for source in sources for obj in (source.kernelslist, source.stats) if obj is not None]
+    return wanted + [obj for obj in objects if obj.name in (TIMELINE_NAME, TIMING_NAME)]
+
+
+def _fetch(obj: S3Object, bodies: ReadAhead, max_bytes: int | None = None) -> bool:
+    """Read `obj` whole into `bodies` if it is small; False if it is not (left to the parse)
+    or could not be read (the error is kept for the decision to raise)."""
+    limit = min(PREFETCH_FILE_BYTES, max_bytes or PREFETCH_FILE_BYTES, obj.size)
+    if obj.size > limit:
+        return False
+    try:
+        data, etag = bucket.read_object_and_etag(obj.key, limit)
+    except ValueError:  # larger than listed: replaced since; the decision reads it itself
+        return False
+    except Exception as error:  # S3 trouble, retries spent: this file's, raised when it is read
+        bodies.errors[obj.key, obj.etag] = error
+        return False
+    bodies[obj.key, etag] = data
+    return True
+
+
+def read_whole(obj: S3Object, max_bytes: int, bodies: Bodies) -> bytes:
+    """A small object whole, from `bodies` if it was read ahead; ValueError past `max_bytes`."""
+    data = bodies.get((obj.key, obj.etag))
+    if data is None:
+        return bucket.read_object(obj.key, max_bytes)
+    if len(data) > max_bytes:
+        raise bucket.too_large(len(data), max_bytes)
+    return data
+
+
+def read_lines(obj: S3Object, bodies: Bodies) -> Iterator[bytes]:
+    """An object's lines, from `bodies` if it was read ahead, else streamed from S3."""
+    data = bodies.get((obj.key, obj.etag))
+    return bucket.iter_object_lines(obj.key) if data is None else bucket.iter_lines(data)
+
+
 # --- Decision (downloads) ------------------------------------------------------------------
 
 
-def decide(trace: Trace, objects: list[S3Object], *, progress: Progress | None) -> None:
+def decide(
+    trace: Trace, objects: list[S3Object], *, progress: Progress | None, bodies: Bodies = NO_BODIES
+) -> None:
     """Look at the run's metadata.json, then wait, fail or parse. Bad input fails the trace;
-    S3 trouble raises, for the caller to retry."""
+    S3 trouble raises, for the caller to retry. `bodies`: files read ahead (`fetch_small_files`)."""
     by_name = {obj.name: obj for obj in objects}
     current = fingerprint(objects)
     if METADATA_NAME not in by_name:
@@ -401,7 +594,7 @@ def decide(trace: Trace, objects: list[S3Object], *, progress: Progress | None) 
         fail(trace, error, current, run=run_fields(None, set(by_name), trace.id))
         return
     try:
-        metadata = read_metadata(by_name[METADATA_NAME])
+        metadata = read_metadata(by_name[METADATA_NAME], bodies)
     except TraceInputError as problem:
         # What metadata.json used to say is no longer what the run says: cleared.
         fail(trace, str(problem), current, run=run_fields(None, set(by_name), trace.id))
@@ -444,6 +637,7 @@ def decide(trace: Trace, objects: list[S3Object], *, progress: Progress | None) 
             run=run,
             launches_expected=metadata.get("kernel_count") != 0,
             progress=progress,
+            bodies=bodies,
         )
     except TraceInputError as problem:
         fail(trace, str(problem), current, run=run, parsed=True)
@@ -475,10 +669,10 @@ def metadata_limits() -> MetadataLimits:
     )
 
 
-def read_metadata(obj: S3Object) -> dict:
+def read_metadata(obj: S3Object, bodies: Bodies = NO_BODIES) -> dict:
     limits = metadata_limits()
     try:
-        raw = bucket.read_object(obj.key, limits.max_bytes)
+        raw = read_whole(obj, limits.max_bytes, bodies)
     except ValueError as too_large:
         raise TraceInputError(f"metadata.json: {too_large} (CASCADE_METADATA_MAX_BYTES)") from None
     try:
@@ -527,6 +721,7 @@ def parse_into(
     run: dict,
     launches_expected: bool = True,
     progress: Progress | None,
+    bodies: Bodies = NO_BODIES,
 ) -> None:
     sources = stats_sources(objects)
     if not sources:
@@ -541,10 +736,10 @@ def parse_into(
                     f"(CASCADE_MAX_STATS_BYTES is {settings.CASCADE_MAX_STATS_BYTES})"
                 )
     services.trace_start_parsing(trace, run=run)
-    extra_columns = header_extra_columns(sources)
+    extra_columns = header_extra_columns(sources, bodies)
     extras = services.RunExtras()
-    step_index, durations = read_steps_and_timing(objects, extras)
-    rows = kernel_rows(trace.id, sources, extra_columns, progress)
+    step_index, durations = read_steps_and_timing(objects, extras, bodies)
+    rows = kernel_rows(trace.id, sources, extra_columns, progress, bodies)
     rows = with_steps_and_durations(rows, step_index, durations, extras)
     count = services.trace_store_kernels(
         trace,
@@ -557,7 +752,9 @@ def parse_into(
     )
 
 
-def read_steps_and_timing(objects: list[S3Object], extras) -> tuple[timing.StepIndex | None, object | None]:
+def read_steps_and_timing(
+    objects: list[S3Object], extras, bodies: Bodies = NO_BODIES
+) -> tuple[timing.StepIndex | None, object | None]:
     """timeline.json's steps and timing.csv's durations, if the run has them and they can be read.
 
     Neither ever fails the trace: what could not be used is said in `extras.timing_error`.
@@ -567,7 +764,7 @@ def read_steps_and_timing(objects: list[S3Object], extras) -> tuple[timing.StepI
     step_index = durations = None
     if TIMELINE_NAME in by_name:
         try:
-            raw = bucket.read_object(by_name[TIMELINE_NAME].key, settings.CASCADE_METADATA_MAX_BYTES * 8)
+            raw = read_whole(by_name[TIMELINE_NAME], settings.CASCADE_METADATA_MAX_BYTES * 8, bodies)
             steps = timing.parse_timeline(raw)
             extras.steps = [
                 {
@@ -590,7 +787,7 @@ def read_steps_and_timing(objects: list[S3Object], extras) -> tuple[timing.StepI
         try:
             if obj.size > settings.CASCADE_MAX_STATS_BYTES:
                 raise timing.TimingError(f"timing.csv: {obj.size} bytes, more than CASCADE_MAX_STATS_BYTES")
-            durations = timing.read_timing(bucket.iter_object_lines(obj.key))
+            durations = timing.read_timing(read_lines(obj, bodies))
             extras.timing_used = True
         except (timing.TimingError, bucket.LineTooLong) as problem:
             problems.append(str(problem))
@@ -634,7 +831,7 @@ def at_least_one_launch(rows: Iterator[tuple]) -> Iterator[tuple]:
         )
 
 
-def header_extra_columns(sources: list[StatsSource]) -> int:
+def header_extra_columns(sources: list[StatsSource], bodies: Bodies = NO_BODIES) -> int:
     """The run's extra stats columns, from the one file that has the header.
 
     The tracer writes the header into the first context's file only, so files of later
@@ -645,7 +842,13 @@ def header_extra_columns(sources: list[StatsSource]) -> int:
     for source in sources:
         if source.stats.size == 0:
             continue  # a context without launches; and S3 refuses a ranged GET of 0 bytes
-        first_line = bucket.read_head(source.stats.key, HEADER_PEEK_BYTES).split(b"\n", 1)[0]
+        data = bodies.get((source.stats.key, source.stats.etag))
+        head = (
+            data[:HEADER_PEEK_BYTES]
+            if data is not None
+            else bucket.read_head(source.stats.key, HEADER_PEEK_BYTES)
+        )
+        first_line = head.split(b"\n", 1)[0]
         extra = stats.first_line_extra_columns(first_line)
         if extra is not None:
             return extra
@@ -653,7 +856,11 @@ def header_extra_columns(sources: list[StatsSource]) -> int:
 
 
 def kernel_rows(
-    trace_id: str, sources: list[StatsSource], extra_columns: int, progress: Progress | None
+    trace_id: str,
+    sources: list[StatsSource],
+    extra_columns: int,
+    progress: Progress | None,
+    bodies: Bodies = NO_BODIES,
 ) -> Iterator[tuple]:
     """Rows in KERNEL_COLUMNS order, streamed file after file; bad input raises TraceInputError."""
     count = 0
@@ -661,10 +868,10 @@ def kernel_rows(
         traced = set()
         if source.kernelslist is not None:
             try:
-                traced = stats.parse_kernelslist_lines(bucket.iter_object_lines(source.kernelslist.key))
+                traced = stats.parse_kernelslist_lines(read_lines(source.kernelslist, bodies))
             except (stats.StatsError, bucket.LineTooLong) as problem:
                 raise TraceInputError(f"{source.kernelslist.name}: {problem}") from None
-        lines = bucket.iter_object_lines(source.stats.key)
+        lines = read_lines(source.stats, bodies)
         try:
             for row in stats.parse_stats_lines(lines, extra_columns=extra_columns):
                 *launch, device, stream = row

@@ -53,6 +53,7 @@ def poll_bucket_task() -> int:
                 reparse_outdated=settings.CASCADE_REPARSE_OUTDATED,
                 outdated_batch=settings.CASCADE_REPARSE_OUTDATED_BATCH,
             )
+        cost.runs = scan.listed
     for change in scan.changes:
         logger.info("%s", change)
     queued = 0

@@ -98,9 +98,10 @@ COMMAND_RETRIES = "django.core.management.base.CommandError: some traces could n
 COMMAND_CANNOT_LIST = "django.core.management.base.CommandError: cannot list the bucket"
 
 
-def test_internal_errors(db, runs, s3_proxy, api):
+def test_internal_errors(db, runs, s3_proxy, api, settings):
     """500 InternalError: absorbed by botocore's retries, except on one stats file, where they
     use up every attempt: that trace waits for the next pass."""
+    settings.CASCADE_S3_THREADS = 1  # the script's errors meet one request after another
     faults = s3_proxy.script(
         proxies.internal_error(LISTING, times=2),
         proxies.internal_error(METADATA, times=2),
@@ -181,6 +182,7 @@ def test_stalls_longer_than_the_read_timeout(db, runs, s3_proxy, api, settings):
     """Stalls longer than the client's read timeout (CASCADE_S3_READ_TIMEOUT), shortened to 1 s
     here to make the point in seconds: the read times out and botocore retries; on the stats
     file that stalls every attempt, the trace waits for the next pass."""
+    settings.CASCADE_S3_THREADS = 1  # the script's stalls meet one request after another
     config = bucket.client().meta.config.merge(Config(connect_timeout=1, read_timeout=1))
     point_traces_storage_at(settings, s3_proxy.url, client_config=config)
     faults = s3_proxy.script(

@@ -1,0 +1,215 @@
+"""Passes over many runs with S3 requests overlapped on threads (issue 11): the same outcome as one
+request after another, a failure that stays its run's own, and what a pass costs in requests."""
+
+import io
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import orjson
+import pytest
+from botocore.exceptions import EndpointConnectionError
+from django.core.management import CommandError, call_command
+
+from ingest import bucket, passes
+from tests.helpers import PREFIX, STATS_HEADER, TEST_BUCKET, stats_row
+from traces.models import Trace, TraceState
+
+OK = {"status": "ok", "trace_gpu_arch": "sm_90"}
+
+
+def stats(count: int, ctx: str = "0x1", header: bool = True) -> str:
+    rows = "".join(stats_row(n, ctx, name="_Z1kv", insts=n) for n in range(1, count + 1))
+    return (STATS_HEADER if header else "") + rows
+
+
+def run_files(n: int) -> tuple[dict, dict | None]:
+    """Run n's files and metadata.json: ready ones of several shapes, failed ones, unfinished ones."""
+    kind = n % 6
+    if kind == 0:  # two contexts, the header in the first file only, listed in metadata.json
+        files = {
+            "traces/stats_ctx_0x1": stats(n % 7 + 1),
+            "traces/stats_ctx_0x2": stats(3, "0x2", header=False),
+        }
+        listed = [{"key": f"{PREFIX}r{n:03d}/{name}", "bytes": len(body)} for name, body in files.items()]
+        return files, {**OK, "files": listed}
+    if kind == 1:  # a kernelslist, an instruction trace that is never read, and timing
+        files = {
+            "traces/stats_ctx_0x1": stats(5),
+            "traces/kernelslist_ctx_0x1": "kernel-2-ctx_0x1.trace.xz\n",
+            "traces/kernel-2-ctx_0x1.trace.xz": b"\xfd7zXZ\x00",
+            "timing.csv": "ctx,kernel_id,start_ns,end_ns,duration_ns\n"
+            + "".join(f"0x1,{k},{k * 100},{k * 100 + 50},50\n" for k in range(1, 6)),
+        }
+        return files, OK
+    if kind == 2:
+        return {"traces/stats_ctx_0x1": stats(n + 1)}, {"status": "failed", "error": "OOM"}
+    if kind == 3:
+        return {"traces/stats_ctx_0x1": "garbage\n"}, OK
+    if kind == 4:
+        return {"traces/stats_ctx_0x1": stats(2)}, None  # still uploading
+    return {"traces/stats_ctx_0x1": stats(n)}, {**OK, "model": f"model-{n}"}
+
+
+def upload_runs(s3, count: int, make=run_files) -> None:
+    def put(n: int) -> None:
+        files, metadata = make(n)
+        for name, body in files.items():
+            body = body.encode() if isinstance(body, str) else body
+            s3.put_object(Bucket=TEST_BUCKET, Key=f"{PREFIX}r{n:03d}/{name}", Body=body)
+        if metadata is not None:
+            s3.put_object(
+                Bucket=TEST_BUCKET, Key=f"{PREFIX}r{n:03d}/metadata.json", Body=orjson.dumps(metadata)
+            )
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(put, range(count)))
+
+
+def outcome(api) -> dict:
+    """Every trace as the database holds it, with its kernels as the API serves them."""
+    traces = {}
+    for trace in Trace.objects.order_by("id"):
+        kernels = (
+            api.get(f"/api/traces/{trace.id}").json()["kernels"] if trace.state == TraceState.READY else []
+        )
+        traces[trace.id] = (
+            trace.state,
+            trace.error,
+            trace.kernel_count,
+            trace.files,
+            trace.parsed_fingerprint,
+            trace.model,
+            trace.has_real_timing,
+            kernels,
+        )
+    return traces
+
+
+def test_threads_give_the_same_traces_kernels_and_states_as_one_after_another(db, s3, api, settings):
+    upload_runs(s3, 60)
+    settings.CASCADE_S3_THREADS = 8
+    threaded = passes.poll_bucket()
+    overlapped = outcome(api)
+    Trace.objects.all().delete()
+    settings.CASCADE_S3_THREADS = 1
+    sequential = passes.poll_bucket()
+    assert outcome(api) == overlapped
+    assert [str(change) for change in threaded.changes] == [str(change) for change in sequential.changes]
+    assert threaded.cost.s3_requests == sequential.cost.s3_requests
+    states = [state for state, *_ in overlapped.values()]
+    assert (states.count("ready"), states.count("failed"), states.count("uploading")) == (30, 20, 10)
+    assert len(overlapped["r006"][-1]) == 7 + 3  # two contexts, the second one's file without the header
+    assert overlapped["r007"][-1][1]["traced"] and overlapped["r007"][-1][1]["duration_ns"] == 50
+
+
+def test_many_new_runs_are_listed_in_one_listing_of_the_prefix(db, s3, settings):
+    upload_runs(s3, 60, make=lambda n: ({"traces/stats_ctx_0x1": stats(2)}, OK))
+    result = passes.poll_bucket()
+    # The run folders, the prefix's 120 objects, then per run metadata.json and its stats file.
+    assert result.cost.s3_requests == 1 + 1 + 60 * 2
+    assert Trace.objects.filter(state=TraceState.READY, kernel_count=2).count() == 60
+
+
+def test_a_read_that_fails_on_a_thread_fails_only_its_run(db, s3, settings, monkeypatch):
+    upload_runs(s3, 12, make=lambda n: ({"traces/stats_ctx_0x1": stats(4)}, OK))
+    real = bucket.read_object_and_etag
+
+    def flaky(key, max_bytes):
+        if key == f"{PREFIX}r005/traces/stats_ctx_0x1":
+            raise EndpointConnectionError(endpoint_url="http://s3.invalid")
+        return real(key, max_bytes)
+
+    monkeypatch.setattr(bucket, "read_object_and_etag", flaky)
+    result = passes.poll_bucket()
+    assert [error.split(":")[0] for error in result.errors] == ["r005"]
+    states = dict(Trace.objects.values_list("id", "state"))
+    # As if its stats file had failed while it was parsed: left in parsing, for the next pass.
+    assert states.pop("r005") == TraceState.PARSING
+    assert set(states.values()) == {TraceState.READY}
+    monkeypatch.undo()
+    passes.poll_bucket()
+    assert Trace.objects.get(pk="r005").state == TraceState.READY
+
+
+def test_the_pass_line_says_the_requests_a_run(db, s3):
+    upload_runs(s3, 3, make=lambda n: ({"traces/stats_ctx_0x1": stats(2)}, OK))
+    out = io.StringIO()
+    call_command("ingest_traces", stdout=out, stderr=io.StringIO())
+    # A listing of the run folders; per run a listing, metadata.json and the stats file.
+    assert re.search(
+        r"S3: 10 requests \(3\.3 a run looked at\), [\d.]+ s waiting; database: ", out.getvalue()
+    )
+
+
+def test_a_big_stats_file_is_streamed_on_the_pass_thread_not_read_ahead(db, s3, monkeypatch):
+    monkeypatch.setattr(passes, "PREFETCH_FILE_BYTES", 1000)
+    upload_runs(s3, 2, make=lambda n: ({"traces/stats_ctx_0x1": stats(40 if n else 2)}, OK))
+    read_ahead, streamed = [], []
+    ahead, stream = bucket.read_object_and_etag, bucket.iter_object_lines
+    monkeypatch.setattr(
+        bucket, "read_object_and_etag", lambda key, m: read_ahead.append(key) or ahead(key, m)
+    )
+    monkeypatch.setattr(bucket, "iter_object_lines", lambda key: streamed.append(key) or stream(key))
+    passes.poll_bucket()
+    assert f"{PREFIX}r000/traces/stats_ctx_0x1" in read_ahead
+    assert streamed == [f"{PREFIX}r001/traces/stats_ctx_0x1"]
+    assert Trace.objects.get(pk="r001").kernel_count == 40
+
+
+def test_a_file_replaced_after_the_listing_is_read_again_not_taken_from_the_read_ahead(db, s3, monkeypatch):
+    upload_runs(s3, 1, make=lambda n: ({"traces/stats_ctx_0x1": stats(2)}, OK))
+    real = passes.fetch_small_files
+
+    def then_replaced(run_id, objects):
+        fetched = real(run_id, objects)
+        # Replaced between the scan's listing and the parse: a read-ahead body of another version.
+        key = f"{PREFIX}r000/traces/stats_ctx_0x1"
+        bodies = {(k, "stale" if k == key else etag): body for (k, etag), body in fetched.bodies.items()}
+        return passes.Fetched(fetched.objects, bodies)
+
+    monkeypatch.setattr(passes, "fetch_small_files", then_replaced)
+    streamed = []
+    stream = bucket.iter_object_lines
+    monkeypatch.setattr(bucket, "iter_object_lines", lambda key: streamed.append(key) or stream(key))
+    passes.poll_bucket()
+    assert streamed == [f"{PREFIX}r000/traces/stats_ctx_0x1"]
+    assert Trace.objects.get(pk="r000").kernel_count == 2
+
+
+def test_a_listing_another_pass_has_moved_past_is_listed_again(db, s3, upload):
+    """The scan's listing is used for the parse only if the trace's row still holds it once the
+    trace's lock is taken; a newer one registered meanwhile (another pass) means a new listing."""
+    upload("run", {"traces/stats_ctx_0x1": stats(2)}, OK)
+    scan = passes.scan_bucket()
+    upload("run", {"traces/stats_ctx_0x1": stats(5)}, OK)
+    passes.register_objects("run", bucket.list_run_objects("run"))  # what another pass saw
+    fetched = passes.fetch_small_files("run", scan.listings["run"])
+    change = passes.ingest_trace("run", fetched=fetched)
+    assert (change.new_state, change.kernel_count) == (TraceState.READY, 5)
+
+
+@pytest.mark.slow
+def test_an_idle_pass_over_a_thousand_failed_runs_costs_one_listing(db, s3, settings):
+    upload_runs(s3, 1000, make=lambda n: ({}, {"status": "failed", "error": "the profiler crashed"}))
+    first = passes.poll_bucket()
+    assert Trace.objects.filter(state=TraceState.FAILED).count() == 1000
+    # The run folders, the prefix's 1,000 objects in one page, each run's metadata.json.
+    assert first.cost.s3_requests == 1 + 1 + 1000
+    idle = passes.poll_bucket()
+    assert (idle.listed, idle.changes, idle.cost.s3_requests) == (0, [], 1)
+    # As their waits run out, the failed runs cost a listing each, not the thousand of them.
+    Trace.objects.filter(pk__in=["r001", "r002", "r003"]).update(recheck_after=None)
+    due = passes.poll_bucket()
+    assert (due.listed, due.changes, due.cost.s3_requests) == (3, [], 1 + 3)
+
+
+def test_a_listing_that_fails_ends_the_pass_as_the_bucket_listing_does(db, s3, monkeypatch):
+    upload_runs(s3, 4, make=lambda n: ({"traces/stats_ctx_0x1": stats(2)}, OK))
+
+    def unreachable(run_id):
+        raise EndpointConnectionError(endpoint_url="http://s3.invalid")
+
+    monkeypatch.setattr(bucket, "list_run_objects", unreachable)
+    with pytest.raises(CommandError, match="cannot list the bucket"):
+        call_command("ingest_traces", stdout=io.StringIO(), stderr=io.StringIO())
+    assert not Trace.objects.exists()
