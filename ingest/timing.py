@@ -21,10 +21,11 @@ kernels, says what was wrong, and serves them without it.
 
 import csv
 import json
+import re
 import sys
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 CASCADE_COLUMNS = ("ctx", "kernel_id", "start_ns", "end_ns", "duration_ns")
@@ -62,7 +63,7 @@ class Step:
 
 
 # What parse_timeline reads of a JSON object; the rest of each step (kernel counts...) is dropped
-# as it is decoded, so a timeline of many steps never sits in memory as a dict per step.
+# as it is decoded.
 TIMELINE_FIELDS = (
     "steps",
     "first_kernel_id",
@@ -77,6 +78,7 @@ TIMELINE_FIELDS = (
 _FIELD = {name: index for index, name in enumerate(TIMELINE_FIELDS)}
 _ABSENT = object()
 _SHARED = {_FIELD["phase"], _FIELD["ctx"]}
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
 
 
 class _JsonObject(tuple):
@@ -99,51 +101,161 @@ def _json_object(pairs: list[tuple]) -> _JsonObject:
     return _JsonObject(values)
 
 
-def parse_timeline(raw: bytes) -> list[Step]:
-    """The steps of timeline.json, checked: each names the context and kernel ids it spans."""
+class Steps(Sequence):
+    """A timeline's steps in columns: kernel ids and times in arrays of 8-byte integers (a list
+    where a value does not fit), names in a list, phase and ctx shared. Some 120 bytes a step,
+    where Step objects cost 300: a 100,000-step timeline is 12 MB, not 30."""
+
+    _COLUMNS = ("first_kernel_id", "last_kernel_id", "start_ns", "end_ns")
+
+    def __init__(self):
+        self.names: list[str] = []
+        self.phases: list[str | None] = []
+        self.ctxs: list[str | None] = []
+        self.columns = {column: array("q") for column in self._COLUMNS}
+        self.known = {"start_ns": array("b"), "end_ns": array("b")}  # 0: null
+
+    def append(self, name: str, phase, ctx, first: int, last: int, start, end) -> None:
+        self.names.append(name)
+        self.phases.append(phase)
+        self.ctxs.append(ctx)
+        for column, value in zip(self._COLUMNS, (first, last, start, end), strict=True):
+            if column in self.known:
+                self.known[column].append(value is not None)
+                value = value or 0
+            values = self.columns[column]
+            try:
+                values.append(value)
+            except OverflowError:  # JSON integers have no bounds
+                values = self.columns[column] = [*values, value]
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        first, last, start, end = (self.columns[column][index] for column in self._COLUMNS)
+        return Step(
+            index=index,
+            name=self.names[index],
+            phase=self.phases[index],
+            ctx=self.ctxs[index],
+            first_kernel_id=first,
+            last_kernel_id=last,
+            start_ns=start if self.known["start_ns"][index] else None,
+            end_ns=end if self.known["end_ns"][index] else None,
+        )
+
+
+def parse_timeline(raw: bytes) -> Steps:
+    """The steps of timeline.json, checked: each names the context and kernel ids it spans.
+
+    The document is decoded one value at a time and each step kept in columns as it comes
+    (Steps): memory is the text and the columns, never a Python object per JSON value.
+    """
     try:
-        timeline = json.loads(raw, object_pairs_hook=_json_object)
+        steps, count = _decode_timeline(raw.decode(json.detect_encoding(raw), "surrogatepass"))
     except (ValueError, RecursionError) as problem:
         raise TimingError(f"timeline.json is not valid JSON: {problem}") from None
-    steps = timeline.get("steps") if isinstance(timeline, _JsonObject) else None
-    del timeline
-    if not isinstance(steps, list):
+    if steps is None:
         raise TimingError('timeline.json: expected an object with a "steps" list')
-    if len(steps) > MAX_STEPS:
-        raise TimingError(f"timeline.json: {len(steps)} steps, more than {MAX_STEPS}")
-    parsed = []
-    for index, step in enumerate(steps):
-        if not isinstance(step, _JsonObject):
-            raise TimingError(f"timeline.json: step {index} is not an object")
-        first, last = step.get("first_kernel_id"), step.get("last_kernel_id")
-        if not (is_int(first) and is_int(last) and 0 < first <= last):
-            raise TimingError(
-                f"timeline.json: step {index} needs first_kernel_id <= last_kernel_id, positive integers"
-            )
-        name = step.get("name")
-        phase = step.get("phase")
-        ctx = step.get("ctx")
-        for field, value in (("name", name), ("phase", phase), ("ctx", ctx)):
-            if value is not None and not isinstance(value, str):
-                raise TimingError(f"timeline.json: step {index}'s {field} must be a string")
-        if name is None:  # absent or null: the step's number says which it is
-            number = step.get("step", index)
-            name = f"step {index if isinstance(number, _JsonObject) else number}"
-        start, end = step.get("start_ns"), step.get("end_ns")
-        parsed.append(
-            Step(
-                index=index,
-                name=name[:200],
-                phase=phase[:32] if phase else None,
-                ctx=ctx or None,
-                first_kernel_id=first,
-                last_kernel_id=last,
-                start_ns=start if is_int(start) else None,
-                end_ns=end if is_int(end) else None,
-            )
+    if count > MAX_STEPS:
+        raise TimingError(f"timeline.json: {count} steps, more than {MAX_STEPS}")
+    if isinstance(steps, TimingError):
+        raise steps
+    return steps
+
+
+def _decode_timeline(text: str) -> tuple[Steps | TimingError | None, int]:
+    """(the last "steps" list read into Steps, or its first problem, or None; its length).
+
+    JSON errors come first, whatever the steps hold: the whole document is read before a step
+    is refused, as json.loads would."""
+    decoder = json.JSONDecoder(object_pairs_hook=_json_object)
+    decode = decoder.raw_decode
+
+    def skip(at: int) -> int:
+        return _WHITESPACE.match(text, at).end()
+
+    def expect(at: int, characters: str) -> int:
+        if at >= len(text) or text[at] not in characters:
+            raise json.JSONDecodeError(f"Expecting one of {characters!r}", text, at)
+        return at
+
+    steps: Steps | TimingError | None = None
+    count = 0
+    at = skip(0)
+    if not text.startswith("{", at):
+        _, at = decode(text, at)  # valid JSON, but not an object
+        if skip(at) != len(text):
+            raise json.JSONDecodeError("Extra data", text, skip(at))
+        return None, 0
+    at = skip(at + 1)
+    if not text.startswith("}", at):
+        while True:
+            expect(at, '"')
+            key, at = decode(text, at)
+            at = skip(expect(skip(at), ":") + 1)
+            if key == "steps" and text.startswith("[", at):
+                steps, count = Steps(), 0
+                at = skip(at + 1)
+                if not text.startswith("]", at):
+                    while True:
+                        step, at = decode(text, at)
+                        if count < MAX_STEPS and not isinstance(steps, TimingError):
+                            steps = _add_step(steps, count, step)
+                        count += 1
+                        at = skip(at)
+                        if text[expect(at, ",]")] == "]":
+                            break
+                        at = skip(at + 1)
+                at += 1
+            else:
+                value, at = decode(text, at)
+                if key == "steps":
+                    steps, count = None, 0  # not a list
+            at = skip(at)
+            if text[expect(at, ",}")] == "}":
+                break
+            at = skip(at + 1)
+    at = skip(at + 1)
+    if at != len(text):
+        raise json.JSONDecodeError("Extra data", text, at)
+    return steps, count
+
+
+def _add_step(steps: Steps, index: int, step) -> Steps | TimingError:
+    """`steps` with `step` checked and added, or the TimingError that refuses it."""
+    if not isinstance(step, _JsonObject):
+        return TimingError(f"timeline.json: step {index} is not an object")
+    first, last = step.get("first_kernel_id"), step.get("last_kernel_id")
+    if not (is_int(first) and is_int(last) and 0 < first <= last):
+        return TimingError(
+            f"timeline.json: step {index} needs first_kernel_id <= last_kernel_id, positive integers"
         )
-        steps[index] = None  # each decoded step goes as its Step comes
-    return parsed
+    name = step.get("name")
+    phase = step.get("phase")
+    ctx = step.get("ctx")
+    for field, value in (("name", name), ("phase", phase), ("ctx", ctx)):
+        if value is not None and not isinstance(value, str):
+            return TimingError(f"timeline.json: step {index}'s {field} must be a string")
+    if name is None:  # absent or null: the step's number says which it is
+        number = step.get("step", index)
+        name = f"step {index if isinstance(number, _JsonObject) else number}"
+    start, end = step.get("start_ns"), step.get("end_ns")
+    steps.append(
+        name[:200],
+        sys.intern(phase[:32]) if phase else None,
+        ctx or None,
+        first,
+        last,
+        start if is_int(start) else None,
+        end if is_int(end) else None,
+    )
+    return steps
 
 
 def is_int(value) -> bool:
@@ -151,24 +263,47 @@ def is_int(value) -> bool:
 
 
 class StepIndex:
-    """Which step a launch belongs to, by (ctx, kernel id): a bisect over each context's steps."""
+    """Which step a launch belongs to, by (ctx, kernel id): a bisect over each context's steps,
+    held in arrays (first and last kernel ids, step indexes), not Step objects."""
 
-    def __init__(self, steps: list[Step]):
-        self._by_ctx: dict[str | None, tuple[list[int], list[Step]]] = {}
-        for step in sorted(steps, key=lambda s: (s.ctx or "", s.first_kernel_id)):
-            firsts, ordered = self._by_ctx.setdefault(step.ctx, ([], []))
-            firsts.append(step.first_kernel_id)
-            ordered.append(step)
+    def __init__(self, steps: Sequence[Step]):
+        if isinstance(steps, Steps):
+            ctxs, firsts, lasts = (
+                steps.ctxs,
+                steps.columns["first_kernel_id"],
+                steps.columns["last_kernel_id"],
+            )
+        else:
+            ctxs = [step.ctx for step in steps]
+            firsts = [step.first_kernel_id for step in steps]
+            lasts = [step.last_kernel_id for step in steps]
+        self._by_ctx: dict[str | None, tuple] = {}
+        for i in sorted(range(len(ctxs)), key=lambda i: (ctxs[i] or "", firsts[i])):
+            found = self._by_ctx.get(ctxs[i])
+            if found is None:
+                found = self._by_ctx[ctxs[i]] = ([], [], array("q"))
+            found[0].append(firsts[i])
+            found[1].append(lasts[i])
+            found[2].append(i)
+        for ctx, (first, last, index) in self._by_ctx.items():
+            self._by_ctx[ctx] = (_compact(first), _compact(last), index)
 
     def step_of(self, ctx: str | None, kernel_id: int) -> int | None:
         found = self._by_ctx.get(ctx) or self._by_ctx.get(None)
         if found is None:
             return None
-        firsts, ordered = found
+        firsts, lasts, indexes = found
         at = bisect_right(firsts, kernel_id) - 1
-        if at < 0 or kernel_id > ordered[at].last_kernel_id:
+        if at < 0 or kernel_id > lasts[at]:
             return None
-        return ordered[at].index
+        return indexes[at]
+
+
+def _compact(values: list[int]) -> "array | list[int]":
+    try:
+        return array("q", values)
+    except OverflowError:
+        return values
 
 
 def timing_format(header: str) -> str:

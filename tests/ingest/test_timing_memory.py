@@ -3,7 +3,11 @@
 import json
 import tracemalloc
 
-from ingest.timing import Step, StepIndex, parse_timeline, read_timing
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ingest.timing import MAX_STEPS, Step, StepIndex, TimingError, is_int, parse_timeline, read_timing
 from tests.ingest.test_timing import NSYS_HEADER, lines, nsys_row
 
 
@@ -44,9 +48,9 @@ def test_a_timeline_of_many_steps_is_read_without_a_dict_per_step():
         7, "step 7 (decode)", "decode", "0x796d2265b1f0", 1401, 1600, 10**9 + 7, 10**9 + 12
     )
     assert steps[7].phase is steps[8].phase and steps[7].ctx is steps[8].ctx
-    # With json.loads' dicts: 9.3 MB held, 17.5 MB at the peak (12.3 of them beside the text).
-    assert held < 7 * 2**20, held
-    assert peak < 8 * 2**20 + len(raw), peak
+    # json.loads and a Step per step: 9.3 MB held, 17.5 MB at the peak (the text is 5.8 MB).
+    assert held < 3 * 2**20, held
+    assert peak < len(raw) + 3 * 2**20, peak
     assert StepIndex(steps).step_of("0x796d2265b1f0", 1601) == 8
 
 
@@ -87,3 +91,146 @@ def test_nsys_kernels_in_order_or_not_are_matched_in_correlation_order():
     in_order = NSYS_HEADER + "".join(nsys_row(s, d, c, g, (32, 1, 1), "_Z1av") for s, d, c, g in ordered)
     durations = read_timing(lines(in_order))
     assert durations.duration_of("0xa", 1, ordered[0][3], (32, 1, 1)) == ordered[0][1]
+
+
+# --- Read one value at a time, as json.loads and the checks after it would --------------------------
+
+
+def reference_steps(raw: bytes) -> list[Step] | str:
+    """timeline.json read whole with json.loads, then checked: what parse_timeline must agree with."""
+    try:
+        timeline = json.loads(raw)
+    except (ValueError, RecursionError):
+        return "not valid JSON"
+    steps = timeline.get("steps") if isinstance(timeline, dict) else None
+    if not isinstance(steps, list):
+        return 'expected an object with a "steps" list'
+    if len(steps) > MAX_STEPS:
+        return f"{len(steps)} steps, more than {MAX_STEPS}"
+    parsed = []
+    for index, step in enumerate(steps):
+        if not isinstance(step, dict):
+            return f"step {index} is not an object"
+        first, last = step.get("first_kernel_id"), step.get("last_kernel_id")
+        if not (is_int(first) and is_int(last) and 0 < first <= last):
+            return f"step {index} needs first_kernel_id <= last_kernel_id, positive integers"
+        name, phase, ctx = step.get("name"), step.get("phase"), step.get("ctx")
+        for field, value in (("name", name), ("phase", phase), ("ctx", ctx)):
+            if value is not None and not isinstance(value, str):
+                return f"step {index}'s {field} must be a string"
+        if name is None:
+            number = step.get("step", index)
+            name = f"step {index if isinstance(number, dict) else number}"
+        start, end = step.get("start_ns"), step.get("end_ns")
+        parsed.append(
+            Step(
+                index,
+                name[:200],
+                phase[:32] if phase else None,
+                ctx or None,
+                first,
+                last,
+                start if is_int(start) else None,
+                end if is_int(end) else None,
+            )
+        )
+    return parsed
+
+
+def read(raw: bytes) -> list[Step] | str:
+    try:
+        return list(parse_timeline(raw))
+    except TimingError as problem:
+        message = str(problem).removeprefix("timeline.json: ")
+        return "not valid JSON" if message.startswith("timeline.json is not valid JSON") else message
+
+
+SCALAR = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.sampled_from(["decode", "prefill", "0x1", "", "step", "é\\u2028"]),
+)
+FIELD = st.sampled_from(
+    [
+        "first_kernel_id",
+        "last_kernel_id",
+        "name",
+        "step",
+        "phase",
+        "ctx",
+        "start_ns",
+        "end_ns",
+        "kernels",
+        "x",
+    ]
+)
+VALUE = st.recursive(
+    SCALAR,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(FIELD, inner, max_size=4)),
+    max_leaves=8,
+)
+STEP = st.one_of(
+    st.fixed_dictionaries(
+        {"first_kernel_id": st.integers(-1, 2**64), "last_kernel_id": st.integers(-1, 2**64)},
+        optional={
+            "name": VALUE,
+            "step": VALUE,
+            "phase": VALUE,
+            "ctx": VALUE,
+            "start_ns": VALUE,
+            "end_ns": VALUE,
+        },
+    ),
+    VALUE,
+)
+DOCUMENT = st.one_of(
+    st.dictionaries(
+        st.sampled_from(["steps", "model", "clock"]), st.one_of(st.lists(STEP, max_size=6), VALUE)
+    ),
+    VALUE,
+)
+
+
+@settings(max_examples=300, derandomize=True, database=None, deadline=None)
+@given(DOCUMENT, st.sampled_from([None, 0, 2]), st.integers(0, 40), st.booleans())
+def test_a_timeline_read_one_value_at_a_time_reads_as_json_loads_would(document, indent, cut, duplicate):
+    raw = json.dumps(document, indent=indent).encode()
+    if duplicate and raw.startswith(b"{") and raw != b"{}":
+        raw = b'{"steps": [{"first_kernel_id": 1, "last_kernel_id": 1}], ' + raw[1:]
+    if cut:
+        raw = raw[: max(len(raw) - cut, 0)] if cut % 2 else raw + b" " * cut
+    assert read(raw) == reference_steps(raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"  ",
+        b"{",
+        b"{}",
+        b'{"steps": []}',
+        b'{"steps": [] ,}',
+        b'{"steps": [1,]}',
+        b'{"steps": [}',
+        b"[] x",
+        b'{"steps": null}',
+        b'{"steps": {}}',
+        b"{1: 2}",
+        b'{"steps" []}',
+        b'\xef\xbb\xbf{"steps": []}',
+        '{"steps": []}'.encode("utf-16"),
+    ],
+)
+def test_edge_documents_read_as_json_loads_would(raw):
+    assert read(raw) == reference_steps(raw)
+
+
+def test_too_many_steps_are_counted_not_kept(monkeypatch):
+    monkeypatch.setattr("ingest.timing.MAX_STEPS", 3)
+    monkeypatch.setattr("tests.ingest.test_timing_memory.MAX_STEPS", 3)
+    raw = json.dumps({"steps": [{"first_kernel_id": 1, "last_kernel_id": 1}] * 5 + ["x"]}).encode()
+    assert read(raw) == reference_steps(raw) == "6 steps, more than 3"
