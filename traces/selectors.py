@@ -75,32 +75,60 @@ def _cursor_rows(sql: str, params: list) -> Iterator[tuple]:
             yield from rows
 
 
-# KERNEL_COLUMNS as stored (issue 11): the ctx and device from the trace's contexts, the name
-# from the names table, the trace file from the context's scheme where the launch stored none.
-_KERNEL_SELECT = {
-    "ctx": "c.ctx",
-    "name": "n.name",
-    "trace_file": "COALESCE(k.trace_file, 'kernel-' || k.kernel_id || c.trace_file_suffix)",
-    "device": "c.device",
-}
+# A trace with more contexts than this (none known: a GPU's processes and devices, a few dozen
+# at most) joins its contexts instead of naming them in the query.
+CASE_CONTEXTS = 64
 
 
 def kernels_sql(trace_id: str, limit: int | None = None) -> tuple[str, list]:
-    """The API's kernels of a trace: the primary key's range of the trace, in its order.
+    """The API's kernels of a trace (KERNEL_COLUMNS): the primary key's range of the trace,
+    in its order, each launch's name from the names table, its file derived where it stored
+    none. One small query first reads the trace's contexts (inside the caller's snapshot).
 
     Contexts are numbered in (ctx, device) order within a trace, so (trace, context,
-    kernel_id) is the launch order: an index scan, no sort; the context and the name of each
-    row are index lookups into small tables.
+    kernel_id) is the launch order: an index scan and no sort, the names a memoized lookup.
+    The contexts' ctx, device and file suffix are written into the query as CASEs: joined,
+    the planner misjudges the join's rows (the trace key is on both sides) and would rather
+    sort a million rows.
     """
-    columns = ", ".join(_KERNEL_SELECT.get(column, f"k.{column}") for column in KERNEL_COLUMNS)
+    contexts = list(
+        KernelContext.objects.filter(trace__id=trace_id).values_list(
+            "index", "ctx", "device", "trace_file_suffix"
+        )
+    )
+    if len(contexts) <= CASE_CONTEXTS:
+        context_join = ""
+
+        def of_context(position: int, sql_type: str) -> tuple[str, list]:
+            if not contexts:
+                return "NULL", []
+            values = [value for context in contexts for value in (context[0], context[position])]
+            # Typed: parameters alone would come back as text.
+            return (
+                f"CAST(CASE k.context {' '.join(['WHEN %s THEN %s'] * len(contexts))} END AS {sql_type})",
+                values,
+            )
+
+        ctx, device, suffix = of_context(1, "TEXT"), of_context(2, "INTEGER"), of_context(3, "TEXT")
+    else:
+        context_join = 'JOIN traces_kernelcontext c ON c.trace_key = k.trace_key AND c."index" = k.context '
+        ctx, device, suffix = ("c.ctx", []), ("c.device", []), ("c.trace_file_suffix", [])
+    select = {
+        "ctx": ctx,
+        "name": ("n.name", []),
+        "trace_file": (f"COALESCE(k.trace_file, 'kernel-' || k.kernel_id || {suffix[0]})", suffix[1]),
+        "device": device,
+    }
+    expressions = [select.get(column, (f"k.{column}", [])) for column in KERNEL_COLUMNS]
+    columns = ", ".join(expression for expression, _ in expressions)
+    params = [value for _, values in expressions for value in values]
     sql = (
-        f"SELECT {columns} FROM traces_kernel k "
-        'JOIN traces_kernelcontext c ON c.trace_key = k.trace_key AND c."index" = k.context '
+        f"SELECT {columns} FROM traces_kernel k {context_join}"
         "JOIN traces_kernelname n ON n.id = k.name_id "
         "WHERE k.trace_key = (SELECT key FROM traces_trace WHERE id = %s) "
         "ORDER BY k.trace_key, k.context, k.kernel_id"
     )
-    params: list = [trace_id]
+    params.append(trace_id)
     if limit is not None:
         sql += " LIMIT %s"
         params.append(limit)
@@ -143,7 +171,6 @@ def trace_detail_snapshot(trace_id: str, limit: int | None = None) -> tuple[tupl
         row = trace_detail_row(trace_id)
         serves = row is not None and row[STATE_COLUMN] in SERVES_KERNELS
         return row, kernel_rows(trace_id, limit) if serves else iter(())
-    sql, params = kernels_sql(trace_id, limit)
     # Inside a caller's transaction (a test's), its snapshot rules: the level is set only
     # as a transaction's first statement.
     own_transaction = not connection.in_atomic_block
@@ -155,6 +182,7 @@ def trace_detail_snapshot(trace_id: str, limit: int | None = None) -> tuple[tupl
         if row is None or row[STATE_COLUMN] not in SERVES_KERNELS:
             return row, iter(())
         names = step_names(trace_id)
+        sql, params = kernels_sql(trace_id, limit)  # its contexts from the same snapshot
         held = connection.connection.cursor(name=f"kernels_{uuid.uuid4().hex}", withhold=True)
         held.itersize = KERNEL_FETCH_ROWS
         held.execute(sql, params)
