@@ -7,7 +7,7 @@ from django.db.migrations.executor import MigrationExecutor
 
 from tests.helpers import kernel_row
 from traces import encoders, selectors, services
-from traces.models import KERNEL_COLUMNS, Trace, TraceState
+from traces.models import KERNEL_COLUMNS, KernelContext, KernelName, Trace, TraceState
 
 BEFORE = ("traces", "0006_steps_and_measured_time")
 BYTES_PER_LAUNCH = 150
@@ -162,3 +162,42 @@ def test_a_launch_costs_at_most_150_bytes_in_postgres(db, on_postgres, make_trac
     assert tables <= BYTES_PER_LAUNCH, f"tables: {tables:.1f} bytes per launch"
     assert database <= BYTES_PER_LAUNCH, f"database: {database:.1f} bytes per launch"
     print(f"{tables:.1f} bytes per launch in the tables, {database:.1f} in the database")
+
+
+def test_launches_come_back_as_they_were_stored_whatever_their_order_and_files(db, make_trace):
+    """Contexts arriving out of (ctx, device) order are renumbered; files off their context's
+    scheme are kept; names shared with another trace are stored once."""
+    make_trace("other", state=TraceState.READY)
+    make_trace("mixed", state=TraceState.READY)
+    shared = "void gemm<float, 128>(float const*, float*, int)"
+    with transaction.atomic():
+        services.kernels_replace("other", [kernel_row(1, name=shared)])
+    launches = [
+        kernel_row(1, ctx="0xb", name=shared, insts=2**32 - 1, step=0, duration_ns=5),
+        kernel_row(2, ctx="0xb", trace_file="kernel-2.traceg"),  # off the scheme
+        kernel_row(1, ctx="0xa", device=1, stream=9, trace_file="kernel-1_1.trace"),
+        kernel_row(2, ctx="0xa", device=1, stream=9, trace_file="kernel-2_1.trace"),
+        kernel_row(1, ctx="0xa", device=0, stream=2**40, trace_file="kernel-1_0.trace"),
+        kernel_row(3, ctx="0xa", device=0, insts=None, trace_file="kernel-3_0.trace"),
+        kernel_row(5, ctx="0xc", trace_file="kernel-52.trace"),  # a digit after the id: no scheme
+        kernel_row(6, ctx="0xc", trace_file="kernel-6.trace"),
+    ]
+    with transaction.atomic():
+        assert services.kernels_replace("mixed", iter(launches)) == len(launches)
+
+    stored = list(selectors.kernel_rows("mixed"))
+    ctx, device, kernel_id = (KERNEL_COLUMNS.index(column) for column in ("ctx", "device", "kernel_id"))
+    assert stored == sorted(launches, key=lambda row: (row[ctx], row[device], row[kernel_id]))
+    assert list(
+        KernelContext.objects.filter(trace__id="mixed").order_by("index").values_list("ctx", "device")
+    ) == [("0xa", 0), ("0xa", 1), ("0xb", -1), ("0xc", -1)]
+    assert KernelName.objects.filter(name=shared).count() == 1
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT trace_file FROM traces_kernel WHERE trace_file IS NOT NULL ORDER BY trace_file"
+        )
+        assert [row[0] for row in cursor.fetchall()] == [
+            "kernel-2.traceg",
+            "kernel-52.trace",
+            "kernel-6.trace",
+        ]
