@@ -259,7 +259,8 @@ def trace_file_expression():
 class Kernel(models.Model):
     """One kernel launch, as one row of a tracer `stats_ctx_*` (or legacy `stats.csv`) file.
 
-    About 100 bytes a launch with its index (issue 11): the trace is a four-byte key, the
+    About 140 bytes a launch with its index, where the first schema took about 380 (issue
+    11; tests/traces/test_kernel_storage.py measures it): the trace is a four-byte key, the
     ctx and device a two-byte number into the trace's KernelContext rows, the name a
     four-byte key into KernelName, the trace file derived from the context's scheme; the
     tracer's unsigned 32-bit values take four bytes each. Columns are declared widest first,
@@ -312,7 +313,8 @@ class Kernel(models.Model):
     stored = models.Manager()  # noqa: DJ012 (the default is `objects`, first)
 
     class Meta:
-        ordering = ["trace", "context", "kernel_id"]
+        # The primary key's columns (ordering by "trace" would join Trace for its ordering).
+        ordering = ["trace_key", "context", "kernel_id"]
         base_manager_name = "stored"
 
     def __str__(self) -> str:

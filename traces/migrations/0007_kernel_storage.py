@@ -309,7 +309,7 @@ class Migration(migrations.Migration):
                 ),
             ],
             options={
-                "ordering": ["trace", "context", "kernel_id"],
+                "ordering": ["trace_key", "context", "kernel_id"],
                 "base_manager_name": "stored",
             },
             managers=[
