@@ -19,13 +19,14 @@ cannot be read never fails a trace: the reader raises TimingError, and ingestion
 kernels, says what was wrong, and serves them without it.
 """
 
+import codecs
 import csv
 import json
 import re
 import sys
 from array import array
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 CASCADE_COLUMNS = ("ctx", "kernel_id", "start_ns", "end_ns", "duration_ns")
@@ -150,14 +151,15 @@ class Steps(Sequence):
         )
 
 
-def parse_timeline(raw: bytes) -> Steps:
+def parse_timeline(raw: bytes | Iterable[bytes]) -> Steps:
     """The steps of timeline.json, checked: each names the context and kernel ids it spans.
 
-    The document is decoded one value at a time and each step kept in columns as it comes
-    (Steps): memory is the text and the columns, never a Python object per JSON value.
+    `raw` is the file's bytes, or its chunks as they stream in (lines from S3: the text is then
+    never whole in memory). The document is decoded one value at a time and each step kept in
+    columns as it comes (Steps), never a Python object per JSON value.
     """
     try:
-        steps, count = _decode_timeline(raw.decode(json.detect_encoding(raw), "surrogatepass"))
+        steps, count = _decode_timeline(_Text(_text_pieces(raw)))
     except (ValueError, RecursionError) as problem:
         raise TimingError(f"timeline.json is not valid JSON: {problem}") from None
     if steps is None:
@@ -169,61 +171,140 @@ def parse_timeline(raw: bytes) -> Steps:
     return steps
 
 
-def _decode_timeline(text: str) -> tuple[Steps | TimingError | None, int]:
+def _text_pieces(raw: bytes | Iterable[bytes]) -> Iterator[str]:
+    """The text of `raw` in pieces, decoded as json.loads decodes bytes (UTF-8, -16 or -32)."""
+    if isinstance(raw, bytes | bytearray):
+        yield raw.decode(json.detect_encoding(raw), "surrogatepass")
+        return
+    chunks = iter(raw)
+    head = b""
+    for chunk in chunks:
+        head += chunk
+        if len(head) >= 4:  # what json.detect_encoding looks at
+            break
+    decoder = codecs.getincrementaldecoder(json.detect_encoding(head))("surrogatepass")
+    yield decoder.decode(head)
+    for chunk in chunks:
+        yield decoder.decode(chunk)
+    yield decoder.decode(b"", final=True)
+
+
+TEXT_WINDOW = 64 * 1024
+
+
+class _Text:
+    """The document's text as it comes: a window read ahead as far as the value being decoded
+    needs. Every method takes a position in the window and returns where it went (reading
+    on drops the text before it)."""
+
+    def __init__(self, pieces: Iterator[str]):
+        self.pieces = pieces
+        self.text = ""
+        self.done = False
+        self.decode = json.JSONDecoder(object_pairs_hook=_json_object).raw_decode
+
+    def read_on(self, at: int, more: int) -> int:
+        kept = self.text[at:]
+        self.text = ""
+        parts = [kept] if kept else []
+        size = len(kept)
+        while size < len(kept) + more:
+            piece = next(self.pieces, None)
+            if piece is None:
+                self.done = True
+                break
+            parts.append(piece)
+            size += len(piece)
+        # One piece (the whole text of a file given as bytes) is kept as it is, not copied.
+        self.text = parts[0] if len(parts) == 1 else "".join(parts)
+        return 0
+
+    def skip(self, at: int) -> int:
+        """Past whitespace."""
+        while True:
+            at = _WHITESPACE.match(self.text, at).end()
+            if at < len(self.text) or self.done:
+                return at
+            at = self.read_on(at, TEXT_WINDOW)
+
+    def char(self, at: int) -> tuple[str, int]:
+        """The character at `at` ("" at the end)."""
+        if at >= len(self.text) and not self.done:
+            at = self.read_on(at, TEXT_WINDOW)
+        return (self.text[at] if at < len(self.text) else ""), at
+
+    def expect(self, at: int, characters: str) -> tuple[str, int]:
+        found, at = self.char(self.skip(at))
+        if not found or found not in characters:
+            raise json.JSONDecodeError(f"Expecting one of {characters!r}", self.text, at)
+        return found, at + 1
+
+    def value(self, at: int):
+        """(the JSON value at `at`, the position after it). A value that reaches the window's
+        end may go on (a number, or one cut by the window): the window doubles, and again."""
+        more = TEXT_WINDOW
+        while True:
+            try:
+                value, end = self.decode(self.text, at)
+                if end < len(self.text) or self.done:
+                    return value, end
+            except json.JSONDecodeError:
+                if self.done:
+                    raise
+            at = self.read_on(at, more)
+            more = max(more, len(self.text))
+
+
+def _decode_timeline(text: _Text) -> tuple[Steps | TimingError | None, int]:
     """(the last "steps" list read into Steps, or its first problem, or None; its length).
 
     JSON errors come first, whatever the steps hold: the whole document is read before a step
     is refused, as json.loads would."""
-    decoder = json.JSONDecoder(object_pairs_hook=_json_object)
-    decode = decoder.raw_decode
-
-    def skip(at: int) -> int:
-        return _WHITESPACE.match(text, at).end()
-
-    def expect(at: int, characters: str) -> int:
-        if at >= len(text) or text[at] not in characters:
-            raise json.JSONDecodeError(f"Expecting one of {characters!r}", text, at)
-        return at
-
     steps: Steps | TimingError | None = None
     count = 0
-    at = skip(0)
-    if not text.startswith("{", at):
-        _, at = decode(text, at)  # valid JSON, but not an object
-        if skip(at) != len(text):
-            raise json.JSONDecodeError("Extra data", text, skip(at))
+    first, at = text.char(text.skip(0))
+    if first != "{":
+        _, at = text.value(at)  # valid JSON, but not an object
+        if text.char(text.skip(at))[0]:
+            raise json.JSONDecodeError("Extra data", text.text, at)
         return None, 0
-    at = skip(at + 1)
-    if not text.startswith("}", at):
-        while True:
-            expect(at, '"')
-            key, at = decode(text, at)
-            at = skip(expect(skip(at), ":") + 1)
-            if key == "steps" and text.startswith("[", at):
-                steps, count = Steps(), 0
-                at = skip(at + 1)
-                if not text.startswith("]", at):
-                    while True:
-                        step, at = decode(text, at)
-                        if count < MAX_STEPS and not isinstance(steps, TimingError):
-                            steps = _add_step(steps, count, step)
-                        count += 1
-                        at = skip(at)
-                        if text[expect(at, ",]")] == "]":
-                            break
-                        at = skip(at + 1)
-                at += 1
-            else:
-                value, at = decode(text, at)
-                if key == "steps":
-                    steps, count = None, 0  # not a list
-            at = skip(at)
-            if text[expect(at, ",}")] == "}":
-                break
-            at = skip(at + 1)
-    at = skip(at + 1)
-    if at != len(text):
-        raise json.JSONDecodeError("Extra data", text, at)
+    found, at = text.char(text.skip(at + 1))
+    while found != "}":
+        _, at = text.expect(at, '"')
+        key, at = text.value(at - 1)
+        _, at = text.expect(at, ":")
+        found, at = text.char(text.skip(at))
+        if key == "steps" and found == "[":
+            steps, count = Steps(), 0
+            found, at = text.char(text.skip(at + 1))
+            while found != "]":
+                step, at = text.value(at)
+                if count < MAX_STEPS and not isinstance(steps, TimingError):
+                    steps = _add_step(steps, count, step)
+                count += 1
+                found, at = text.expect(at, ",]")
+                if found == ",":
+                    found, at = text.char(text.skip(at))
+                    if found == "]":  # a trailing comma
+                        raise json.JSONDecodeError("Expecting value", text.text, at)
+                else:
+                    found = "]"
+                    at -= 1
+            at += 1
+        else:
+            _, at = text.value(at)
+            if key == "steps":
+                steps, count = None, 0  # not a list
+        found, at = text.expect(at, ",}")
+        if found == "}":
+            break
+        found, at = text.char(text.skip(at))
+        if found == "}":  # a trailing comma
+            raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text.text, at)
+    else:
+        at += 1
+    if text.char(text.skip(at))[0]:
+        raise json.JSONDecodeError("Extra data", text.text, at)
     return steps, count
 
 

@@ -54,6 +54,20 @@ def test_a_timeline_of_many_steps_is_read_without_a_dict_per_step():
     assert StepIndex(steps).step_of("0x796d2265b1f0", 1601) == 8
 
 
+def test_a_timeline_streamed_in_lines_is_never_whole_in_memory():
+    raw = timeline(20_000)
+    lines = raw.splitlines(keepends=True)
+    tracemalloc.start()
+    try:
+        steps = parse_timeline(iter(lines))
+        held, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert list(steps) == list(parse_timeline(raw))
+    assert held < 3 * 2**20, held
+    assert peak < 4 * 2**20, peak  # the text is 5.8 MB
+
+
 def test_a_step_named_null_or_without_a_name_is_named_by_its_number():
     steps = parse_timeline(
         b'{"steps": [{"name": null, "step": 4, "first_kernel_id": 1, "last_kernel_id": 2},'
@@ -137,9 +151,11 @@ def reference_steps(raw: bytes) -> list[Step] | str:
     return parsed
 
 
-def read(raw: bytes) -> list[Step] | str:
+def read(raw: bytes, chunk: int | None = None) -> list[Step] | str:
+    """What parse_timeline makes of `raw`, given whole or in chunks of `chunk` bytes."""
+    given = raw if chunk is None else (raw[at : at + chunk] for at in range(0, len(raw), chunk))
     try:
-        return list(parse_timeline(raw))
+        return list(parse_timeline(given))
     except TimingError as problem:
         message = str(problem).removeprefix("timeline.json: ")
         return "not valid JSON" if message.startswith("timeline.json is not valid JSON") else message
@@ -195,14 +211,18 @@ DOCUMENT = st.one_of(
 
 
 @settings(max_examples=300, derandomize=True, database=None, deadline=None)
-@given(DOCUMENT, st.sampled_from([None, 0, 2]), st.integers(0, 40), st.booleans())
-def test_a_timeline_read_one_value_at_a_time_reads_as_json_loads_would(document, indent, cut, duplicate):
+@given(
+    DOCUMENT, st.sampled_from([None, 0, 2]), st.integers(0, 40), st.booleans(), st.sampled_from([1, 3, 64])
+)
+def test_a_timeline_read_one_value_at_a_time_reads_as_json_loads_would(
+    document, indent, cut, duplicate, chunk
+):
     raw = json.dumps(document, indent=indent).encode()
     if duplicate and raw.startswith(b"{") and raw != b"{}":
         raw = b'{"steps": [{"first_kernel_id": 1, "last_kernel_id": 1}], ' + raw[1:]
     if cut:
         raw = raw[: max(len(raw) - cut, 0)] if cut % 2 else raw + b" " * cut
-    assert read(raw) == reference_steps(raw)
+    assert read(raw) == reference_steps(raw) == read(raw, chunk)
 
 
 @pytest.mark.parametrize(
@@ -226,7 +246,7 @@ def test_a_timeline_read_one_value_at_a_time_reads_as_json_loads_would(document,
     ],
 )
 def test_edge_documents_read_as_json_loads_would(raw):
-    assert read(raw) == reference_steps(raw)
+    assert read(raw) == reference_steps(raw) == read(raw, 1) == read(raw, 2)
 
 
 def test_too_many_steps_are_counted_not_kept(monkeypatch):
