@@ -88,6 +88,9 @@ PREFETCH_FILE_BYTES = 1024 * 1024
 PREFETCH_RUN_BYTES = 4 * 1024 * 1024
 # Fewer runs to list than this: a listing each, never the whole prefix (see whole_prefix_is_cheaper).
 WHOLE_PREFIX_MIN_RUNS = 50
+# The listings a scan keeps in memory for the parses that follow (about 250 bytes an object);
+# past this many objects, a parse lists its run again, as it would without them.
+KEPT_LISTING_OBJECTS = 200_000
 MISSING_KEYS_SHOWN = 10
 UNFINISHED_STATES = (TraceState.UPLOADING, TraceState.PARSING)
 
@@ -260,6 +263,7 @@ def scan_bucket(
             candidates += ready_runs_changed(run_ids)
     # Listed on the S3 threads, registered here in the bucket's order; a listing that fails
     # (S3 unreachable) ends the scan, as one listing of the bucket that fails does.
+    kept = 0  # objects in scan.listings
     for run_id, objects in run_listings(candidates):
         if not objects:
             continue
@@ -271,7 +275,9 @@ def scan_bucket(
             scan.changes.append(change)
         if needs_decision(trace, reparse=reparse):
             scan.to_parse.append(run_id)
-            scan.listings[run_id] = objects
+            if kept + len(objects) <= KEPT_LISTING_OBJECTS:
+                scan.listings[run_id] = objects
+                kept += len(objects)
         elif trace.state == TraceState.FAILED and change is None:
             services.trace_recheck_later(trace)
     if reparse_outdated and trace_id is None:
@@ -306,13 +312,16 @@ def whole_prefix_is_cheaper(run_ids: list[str]) -> bool:
     """Whether listing every object under the prefix takes fewer requests than a listing per run.
 
     The prefix's objects are estimated from the listings the database holds (the runs not yet
-    registered counted at the average); under WHOLE_PREFIX_MIN_RUNS runs, never.
+    registered counted at the average); under WHOLE_PREFIX_MIN_RUNS runs, never, nor when the
+    runs' objects would not fit in KEPT_LISTING_OBJECTS (they are held until the pass ends).
     """
     if len(run_ids) < WHOLE_PREFIX_MIN_RUNS:
         return False
     known = Trace.objects.aggregate(runs=Count("pk"), objects=Sum(JSONArrayLength("files")))
-    per_run = (known["objects"] or 0) / known["runs"] if known["runs"] else 10
-    estimated_objects = (known["objects"] or 0) + len(run_ids) * max(per_run, 1)
+    per_run = max((known["objects"] or 0) / known["runs"] if known["runs"] else 10, 1)
+    if len(run_ids) * per_run > KEPT_LISTING_OBJECTS:
+        return False
+    estimated_objects = (known["objects"] or 0) + len(run_ids) * per_run
     return estimated_objects / settings.CASCADE_S3_PAGE_SIZE < len(run_ids) / 2
 
 

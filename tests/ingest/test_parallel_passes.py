@@ -213,3 +213,14 @@ def test_a_listing_that_fails_ends_the_pass_as_the_bucket_listing_does(db, s3, m
     with pytest.raises(CommandError, match="cannot list the bucket"):
         call_command("ingest_traces", stdout=io.StringIO(), stderr=io.StringIO())
     assert not Trace.objects.exists()
+
+
+def test_listings_past_what_a_scan_keeps_are_listed_again_by_their_parse(db, s3, monkeypatch):
+    monkeypatch.setattr(passes, "KEPT_LISTING_OBJECTS", 4)
+    upload_runs(s3, 3, make=lambda n: ({"traces/stats_ctx_0x1": stats(n + 1)}, OK))
+    scan = passes.scan_bucket()
+    assert (scan.to_parse, list(scan.listings)) == (["r000", "r001", "r002"], ["r000", "r001"])
+    result = passes.poll_bucket()
+    assert dict(Trace.objects.values_list("id", "kernel_count")) == {"r000": 1, "r001": 2, "r002": 3}
+    # The folders and 3 listings, a second listing of r002 by its parse, 2 files a run.
+    assert result.cost.s3_requests == 1 + 3 + 1 + 3 * 2
