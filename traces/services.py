@@ -327,13 +327,18 @@ class KernelWriter:
             )
         }
         self.postgres = connection.vendor == "postgresql"
+        self.names_connection = None
 
     def write(self, rows: Iterable[tuple]) -> int:
         count = 0
         iterator = iter(rows)
-        while chunk := list(islice(iterator, KERNEL_CHUNK)):
-            self._write_chunk(chunk)
-            count += len(chunk)
+        try:
+            while chunk := list(islice(iterator, KERNEL_CHUNK)):
+                self._write_chunk(chunk)
+                count += len(chunk)
+        finally:
+            if self.names_connection is not None:
+                self.names_connection.close()
         self._launch_order()
         return count
 
@@ -385,14 +390,29 @@ class KernelWriter:
             _insert_stored(stored)
 
     def _resolve_names(self, new: set[str]) -> None:
-        """Ids for `new` names: inserted where missing (in digest order, so that two parses
-        adding names meet in one order), then read back."""
+        """Ids for `new` names: inserted where missing, then read back.
+
+        On PostgreSQL the names are inserted and committed on a connection of their own: in
+        the parse's transaction, a name two parses both add would make the second wait for
+        the first's whole parse, and two parses adding two such names in turn would deadlock.
+        Names are only ever added, so one a failed parse leaves behind is harmless.
+        """
         by_digest = sorted((name_digest(name), name) for name in new)
         for start in range(0, len(by_digest), NAME_BATCH):
             batch = by_digest[start : start + NAME_BATCH]
-            KernelName.objects.bulk_create(
-                [KernelName(digest=digest, name=name) for digest, name in batch], ignore_conflicts=True
-            )
+            if self.postgres:
+                if self.names_connection is None:
+                    self.names_connection = connection.copy()
+                with self.names_connection.cursor() as cursor:
+                    cursor.execute(
+                        "INSERT INTO traces_kernelname (digest, name) "
+                        "SELECT * FROM unnest(%s::bytea[], %s::text[]) ON CONFLICT (digest) DO NOTHING",
+                        [[digest for digest, _ in batch], [name for _, name in batch]],
+                    )
+            else:  # one writer at a time
+                KernelName.objects.bulk_create(
+                    [KernelName(digest=digest, name=name) for digest, name in batch], ignore_conflicts=True
+                )
             found = dict(
                 KernelName.objects.filter(digest__in=[digest for digest, _ in batch]).values_list(
                     "digest", "id"

@@ -1,6 +1,8 @@
 """Kernel storage (issue 11): what a launch costs in PostgreSQL, and migration 0007 changing
 nothing the API says, byte for byte."""
 
+import threading
+
 import pytest
 from django.db import connection, transaction
 from django.db.migrations.executor import MigrationExecutor
@@ -201,3 +203,33 @@ def test_launches_come_back_as_they_were_stored_whatever_their_order_and_files(d
             "kernel-52.trace",
             "kernel-6.trace",
         ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_parses_adding_one_new_name_do_not_wait_for_each_other(on_postgres):
+    """The names a parse adds are committed at once: another parse adding the same name goes
+    on, instead of waiting for the first's whole transaction (or deadlocking with it)."""
+    for trace_id in ("a", "b"):
+        Trace.objects.create(id=trace_id, state=TraceState.READY)
+    errors = []
+
+    def other_worker():
+        try:
+            with transaction.atomic():
+                services.kernels_replace(
+                    "b", [kernel_row(1, name="_Z8brandnewv"), kernel_row(2, name="_Z5elsev")]
+                )
+        except Exception as error:  # reported by the assertion below
+            errors.append(error)
+        finally:
+            connection.close()
+
+    with transaction.atomic():
+        services.kernels_replace("a", [kernel_row(1, name="_Z8brandnewv")])
+        worker = threading.Thread(target=other_worker)
+        worker.start()
+        worker.join(timeout=20)
+        assert not worker.is_alive(), "the second parse waited for the first's transaction"
+    assert errors == []
+    assert [row[2] for row in selectors.kernel_rows("b")] == ["_Z8brandnewv", "_Z5elsev"]
+    assert KernelName.objects.filter(name="_Z8brandnewv").count() == 1
