@@ -275,7 +275,8 @@ class Kernel(models.Model):
     trace = TraceKeyForeignKey(
         Trace, to_field="key", on_delete=models.CASCADE, related_name="kernels", db_index=False
     )
-    # No database constraint: its per-row check halved COPY's speed, and names are only
+    # No database constraint: its per-row check cost COPY a quarter to a third of its speed
+    # (200,000 launches: 111,000 rows/s without, 63,000-85,000 with), and names are only
     # ever added (KernelWriter resolves them in the same transaction), never deleted.
     kernel_name = models.ForeignKey(
         KernelName,
