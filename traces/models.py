@@ -277,7 +277,7 @@ class Kernel(models.Model):
     )
     # No database constraint: its per-row check cost COPY a quarter to a third of its speed
     # (200,000 launches: 111,000 rows/s without, 63,000-85,000 with), and names are only
-    # ever added (KernelWriter resolves them in the same transaction), never deleted.
+    # ever added (KernelWriter resolves them before the launches that refer to them), never deleted.
     kernel_name = models.ForeignKey(
         KernelName,
         on_delete=models.PROTECT,
