@@ -104,7 +104,7 @@ def assert_every_kernel_once(api, runs: list[Run]) -> None:
         stored = Kernel.objects.filter(trace_id=run.run_id)
         assert trace.kernel_count == len(run.launches), run.run_id
         assert stored.count() == len(run.launches), f"{run.run_id}: rows lost or duplicated"
-        duplicated = stored.values("ctx", "device", "kernel_id").annotate(n=Count("id")).filter(n__gt=1)
+        duplicated = stored.values("ctx", "device", "kernel_id").annotate(n=Count("*")).filter(n__gt=1)
         assert not duplicated.exists(), f"{run.run_id}: {list(duplicated[:5])}"
         assert set(stored.values_list("ctx", "kernel_id")) == run.launches, f"{run.run_id}: other launches"
         # The run's timing.csv and timeline.json were read whole too: no fault was taken for bad timing.

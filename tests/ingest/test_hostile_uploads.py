@@ -14,7 +14,7 @@ from django.apps import apps
 from django.core.management import call_command
 
 from ingest import passes
-from tests.helpers import STATS_HEADER, stats_row
+from tests.helpers import STATS_HEADER, stats_row, store_kernels
 from traces.models import Kernel, Trace, TraceState
 
 OK = {"status": "ok", "trace_gpu_arch": "sm_90"}
@@ -82,20 +82,12 @@ def test_stored_metadata_with_infinity_is_failed_by_the_migration(db, make_trace
     """What earlier versions stored, the API emitted as `Infinity`: invalid JSON for every client."""
     make_trace("inf", state=TraceState.READY, kernel_count=1, metadata_json='{"status":"ok","peak":Infinity}')
     make_trace("fine", state=TraceState.READY, metadata_json='{"status":"ok","peak":1e300,"name":"nan"}')
-    Kernel.objects.create(
-        trace_id="inf",
-        ctx="0x1",
-        kernel_id=1,
-        name="k",
-        trace_file="kernel-1.trace",
-        grid_x=1,
-        grid_y=1,
-        grid_z=1,
-        block_x=1,
-        block_y=1,
-        block_z=1,
-        blocks=1,
-        threads=1,
+    store_kernels(
+        "inf",
+        [
+            dict(ctx="0x1", kernel_id=1, name="k", trace_file="kernel-1.trace", blocks=1, threads=1)
+            | dict.fromkeys(["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"], 1)
+        ],
     )
     migration = importlib.import_module("traces.migrations.0004_fail_non_finite_metadata")
     migration.fail_non_finite_metadata(apps, None)

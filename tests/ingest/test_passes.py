@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from ingest import bucket, passes
 from tests.helpers import PREFIX, STATS_HEADER, TEST_BUCKET, VECADD_CTX, lock_held_elsewhere, stats_row
-from traces.models import DeletedTrace, Kernel, Trace, TraceState
+from traces.models import DeletedTrace, Kernel, KernelContext, Trace, TraceState
 from traces.services import TraceBusy, trace_delete, trace_mark_failed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -495,11 +495,12 @@ def test_a_pass_with_nothing_new_writes_and_downloads_nothing(
 def test_reparse_replaces_kernels_never_appends(db, upload, vecadd_files):
     upload("run", vecadd_files, metadata=OK)
     passes.poll_bucket()
-    first_ids = list(Kernel.objects.values_list("pk", flat=True))
+    # A launch's primary key is the launch itself; its context row is written anew by each parse.
+    first_contexts = list(KernelContext.objects.values_list("pk", flat=True))
     output = run_command("--reparse")
     assert "run: ready -> ready, 1 kernels" in output
     assert Kernel.objects.count() == 1
-    assert list(Kernel.objects.values_list("pk", flat=True)) != first_ids
+    assert list(KernelContext.objects.values_list("pk", flat=True)) != first_contexts
 
 
 def test_trace_option_limits_the_pass_to_one_trace(db, upload, vecadd_files):
