@@ -399,7 +399,9 @@ class KernelWriter:
         """
         by_digest = sorted((name_digest(name), name) for name in new)
         for start in range(0, len(by_digest), NAME_BATCH):
-            batch = by_digest[start : start + NAME_BATCH]
+            batch = self._known_names(by_digest[start : start + NAME_BATCH])
+            if not batch:
+                continue
             if self.postgres:
                 if self.names_connection is None:
                     self.names_connection = connection.copy()
@@ -421,6 +423,23 @@ class KernelWriter:
             for digest, name in batch:
                 self.names[name] = found[bytes(digest)]
 
+    def _known_names(self, batch: list[tuple[bytes, str]]) -> list[tuple[bytes, str]]:
+        """Take the ids of the names already stored (most of them, once a lab's kernels have been
+        seen); return the others. Saves the names connection for traces that bring no new name."""
+        found = {
+            bytes(digest): key
+            for digest, key in KernelName.objects.filter(
+                digest__in=[digest for digest, _ in batch]
+            ).values_list("digest", "id")
+        }
+        missing = []
+        for digest, name in batch:
+            if (key := found.get(digest)) is None:
+                missing.append((digest, name))
+            else:
+                self.names[name] = key
+        return missing
+
     def _launch_order(self) -> None:
         """Contexts numbered in the database's (ctx, device) order, as the API reads launches.
 
@@ -428,6 +447,8 @@ class KernelWriter:
         trace's launches are renumbered through negative numbers (the primary key holds
         at each row).
         """
+        if len(self.contexts) < 2:
+            return
         ordered = list(
             KernelContext.objects.filter(trace=self.trace_key)
             .order_by("ctx", "device")
