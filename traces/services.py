@@ -7,6 +7,7 @@ inside the pass that holds it (everything ingestion calls); the row itself is lo
 (`select_for_update`) where two writers could meet.
 """
 
+import dataclasses
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -179,7 +180,13 @@ def trace_store_kernels(
         if extras.timing_error and extras.timing_used:
             Kernel.stored.filter(trace=trace.key).update(duration_ns=None)
         Step.objects.filter(trace_id=trace.id).delete()
-        Step.objects.bulk_create(Step(trace_id=trace.id, **step) for step in extras.steps)
+        for start in range(0, len(extras.steps), 1000):
+            Step.objects.bulk_create(
+                [
+                    Step(trace_id=trace.id, **dataclasses.asdict(step))
+                    for step in extras.steps[start : start + 1000]
+                ]
+            )
         trace.has_step_timeline = bool(extras.steps)
         trace.has_real_timing = extras.timing_used and not extras.timing_error
         trace.timing_error = extras.timing_error
@@ -271,7 +278,7 @@ def kernels_delete(trace_key: int) -> None:
 
 
 # Launches per chunk: a chunk's names are looked up in one round trip, its launches written in one.
-KERNEL_CHUNK = 50_000
+KERNEL_CHUNK = 2_000
 NAME_BATCH = 1000
 STORED_COLUMNS = (
     "kernel_id",
