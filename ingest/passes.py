@@ -773,21 +773,12 @@ def read_steps_and_timing(
     step_index = durations = None
     if TIMELINE_NAME in by_name:
         try:
-            raw = read_whole(by_name[TIMELINE_NAME], settings.CASCADE_METADATA_MAX_BYTES * 8, bodies)
-            steps = timing.parse_timeline(raw)
-            extras.steps = [
-                {
-                    "index": step.index,
-                    "name": step.name,
-                    "phase": step.phase,
-                    "ctx": step.ctx,
-                    "first_kernel_id": step.first_kernel_id,
-                    "last_kernel_id": step.last_kernel_id,
-                    "start_ns": step.start_ns,
-                    "end_ns": step.end_ns,
-                }
-                for step in steps
-            ]
+            obj = by_name[TIMELINE_NAME]
+            if obj.size > settings.CASCADE_METADATA_MAX_BYTES * 8:
+                raise bucket.too_large(obj.size, settings.CASCADE_METADATA_MAX_BYTES * 8)
+            data = bodies.get((obj.key, obj.etag))
+            steps = timing.parse_timeline(bucket.iter_object_chunks(obj.key) if data is None else data)
+            extras.steps = steps
             step_index = timing.StepIndex(steps)
         except (timing.TimingError, ValueError) as problem:
             problems.append(str(problem))
