@@ -1,4 +1,11 @@
-# Loaded with Django so that `shared_task`s bind to Cascade's app (broker, queue, limits).
-from cascade.celery import app as celery_app
+"""Cascade. The Celery app (cascade.celery) is loaded where tasks are: by `celery -A cascade`,
+by ingest.tasks, and by `cascade.celery_app` on first use, not by every Django process (Celery,
+kombu, amqp, billiard, click and yaml are 7.5 MB that `ingest_traces` and the web workers never use)."""
 
-__all__ = ("celery_app",)
+
+def __getattr__(name: str):
+    if name == "celery_app":
+        from cascade.celery import app
+
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

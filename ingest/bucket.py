@@ -1,14 +1,13 @@
 """Everything Cascade does with S3, in one place.
 
-The connection comes from the `traces` storage that django-storages builds from settings
-(bucket, endpoint, region; credentials from the standard AWS variables). Listing goes
-through boto3's paginator, since `Storage.listdir` gives neither sizes nor ETags, and
-objects are read as streams so that a large stats file never sits in memory.
+Clients are built from the `traces` storage's options in STORAGES (django-storages' option
+names: bucket, endpoint, region, client config; credentials from the standard AWS variables).
+Listing goes through boto3's paginator, and objects are read as streams so that a large stats
+file never sits in memory.
 
 Requests can overlap: `overlapped` runs S3 work on a bounded pool of threads
-(`CASCADE_S3_THREADS`). Each thread has its own boto3 session and client: django-storages keeps
-its connection in a thread-local, so `client()` called on a pool thread builds that thread's
-own, once, and the pool's threads live as long as the process.
+(`CASCADE_S3_THREADS`). Each thread has its own client, made once from the process's one boto3
+session, and the pool's threads live as long as the process.
 """
 
 import logging
@@ -25,7 +24,8 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.core.files.storage import storages
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 READ_CHUNK = 1024 * 1024
 
@@ -189,22 +189,69 @@ def run_prefix(run_id: str) -> str:
     return f"{prefix()}{run_id}/"
 
 
-def traces_storage():
-    storage = storages["traces"]
-    if not storage.bucket_name:
-        raise ImproperlyConfigured(
-            "CASCADE_S3_BUCKET is not set: Cascade needs the bucket the profiler uploads to."
-        )
-    return storage
+_clients = threading.local()  # this thread's (generation, client)
+_session: tuple[int, object] | None = None  # (generation, boto3 session)
+_session_lock = threading.Lock()
+_generation = 0  # bumped when the tests change STORAGES
+
+# django-storages' S3 options that shape a client, by the boto3 argument they become.
+CLIENT_OPTIONS = {
+    "endpoint_url": "endpoint_url",
+    "region_name": "region_name",
+    "client_config": "config",
+    "verify": "verify",
+    "use_ssl": "use_ssl",
+    "access_key": "aws_access_key_id",
+    "secret_key": "aws_secret_access_key",
+    "security_token": "aws_session_token",
+}
 
 
 def client():
-    """This thread's S3 client (django-storages builds one session and client per thread)."""
-    return _metered(traces_storage().connection.meta.client)
+    """This thread's S3 client: one per pool thread, all made from one boto3 session.
+
+    Built from the `traces` storage's options (django-storages' names, CLIENT_OPTIONS) rather
+    than through django-storages' backend: its module imports `cryptography` for CloudFront
+    signing and its connection is a boto3 resource with a session per thread, 30 MB that a
+    poll never uses. Sessions are not thread-safe, so clients are made under a lock; clients are.
+    """
+    current = getattr(_clients, "value", None)
+    if current is None or current[0] != _generation:
+        options = settings.STORAGES["traces"]["OPTIONS"]
+        kwargs = {arg: options[name] for name, arg in CLIENT_OPTIONS.items() if options.get(name) is not None}
+        with _session_lock:
+            current = (_generation, _boto3_session().client("s3", **kwargs))
+        _clients.value = current
+    return _metered(current[1])
+
+
+def _boto3_session():
+    global _session
+    if _session is None or _session[0] != _generation:
+        import boto3
+
+        _session = (_generation, boto3.session.Session())
+    return _session[1]
 
 
 def bucket_name() -> str:
-    return traces_storage().bucket_name
+    return settings.STORAGES["traces"]["OPTIONS"]["bucket_name"]
+
+
+def require_bucket() -> None:
+    """ImproperlyConfigured without a bucket (without building django-storages' backend)."""
+    if not bucket_name():
+        raise ImproperlyConfigured(
+            "CASCADE_S3_BUCKET is not set: Cascade needs the bucket the profiler uploads to."
+        )
+
+
+@receiver(setting_changed)
+def _forget_clients(setting, **kwargs):
+    """Every thread makes a new client once the storage's options change (the tests do)."""
+    global _generation
+    if setting == "STORAGES":
+        _generation += 1
 
 
 def paging() -> dict:
@@ -363,3 +410,12 @@ def read_head(key: str, nbytes: int) -> bytes:
     """The first `nbytes` of an object, with a ranged GET."""
     response = client().get_object(Bucket=bucket_name(), Key=key, Range=f"bytes=0-{nbytes - 1}")
     return response["Body"].read()
+
+
+def iter_object_chunks(key: str, size: int = 64 * 1024) -> Iterator[bytes]:
+    """An object's bytes as they stream in, `size` at a time."""
+    body = client().get_object(Bucket=bucket_name(), Key=key)["Body"]
+    try:
+        yield from body.iter_chunks(size)
+    finally:
+        body.close()

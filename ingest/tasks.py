@@ -20,6 +20,7 @@ from celery import shared_task, signals
 from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
 from django.conf import settings
 
+import cascade.celery  # noqa: F401  (shared tasks bind to Cascade's app)
 from ingest import passes
 from traces.locks import trace_lock
 from traces.models import Trace

@@ -14,6 +14,9 @@ from ingest import bucket, passes
 
 class Command(BaseCommand):
     help = "Register new uploads in the S3 bucket and parse every trace that is ready."
+    # The system checks import the URLconf (views, DRF, drf-spectacular, the admin): 15 MB a
+    # poller never uses. `manage.py check` and the web server run them.
+    requires_system_checks = []
 
     def add_arguments(self, parser):
         parser.add_argument("--trace", metavar="ID", help="only this trace (listed whatever its state)")
@@ -39,7 +42,7 @@ class Command(BaseCommand):
             raise CommandError("--interval must be a positive number of seconds")
         require_migrated_database()
         try:
-            bucket.traces_storage()
+            bucket.require_bucket()
         except ImproperlyConfigured as problem:
             raise CommandError(str(problem)) from None
         if reparse_outdated and trace is not None:
