@@ -20,8 +20,9 @@ class TraceState(models.TextChoices):
 # reads: bumped whenever the parser reads some input differently, so that the traces an older
 # version read can be found (admin filter) and read again (`ingest_traces --reparse-outdated`).
 # 1: until 2026-11 (graph-captured launches merged, killed runs refused); 2: every launch;
-# 3: each launch with its step (timeline.json) and measured time (timing.csv).
-CURRENT_PARSER_VERSION = 3
+# 3: each launch with its step (timeline.json) and measured time (timing.csv); 4: values
+# past the tracer's unsigned 32 bits refused (they were stored as read).
+CURRENT_PARSER_VERSION = 4
 
 
 class Trace(models.Model):
