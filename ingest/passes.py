@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
+from itertools import islice
 from types import MappingProxyType
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -264,28 +265,32 @@ def scan_bucket(
     # Listed on the S3 threads, registered here in the bucket's order; a listing that fails
     # (S3 unreachable) ends the scan, as one listing of the bucket that fails does.
     kept = 0  # objects in scan.listings
-    for run_id, objects in run_listings(candidates):
-        if not objects:
-            continue
-        scan.listed += 1
-        trace, change = register_objects(run_id, objects)
-        if trace is None:
-            continue  # deleted by an operator, and its files have not changed
-        if change is not None:
-            scan.changes.append(change)
-        if needs_decision(trace, reparse=reparse):
-            scan.to_parse.append(run_id)
-            if kept + len(objects) <= KEPT_LISTING_OBJECTS:
-                scan.listings[run_id] = objects
-                kept += len(objects)
-        elif trace.state == TraceState.FAILED and change is None:
-            services.trace_recheck_later(trace)
+    listed = ((run_id, objects) for run_id, objects in run_listings(candidates) if objects)
+    while listings := list(islice(listed, REGISTER_BATCH)):
+        registered = register_listings(listings)
+        for (run_id, objects), (trace, change) in zip(listings, registered, strict=True):
+            scan.listed += 1
+            if trace is None:
+                continue  # deleted by an operator, and its files have not changed
+            if change is not None:
+                scan.changes.append(change)
+            if needs_decision(trace, reparse=reparse):
+                scan.to_parse.append(run_id)
+                if kept + len(objects) <= KEPT_LISTING_OBJECTS:
+                    scan.listings[run_id] = objects
+                    kept += len(objects)
+            elif trace.state == TraceState.FAILED and change is None:
+                services.trace_recheck_later(trace)
     if reparse_outdated and trace_id is None:
         for run_id in outdated_trace_ids(outdated_batch):
             if run_id not in scan.to_parse:
                 scan.to_parse.append(run_id)
                 scan.to_reparse.add(run_id)
     return scan
+
+
+# Runs registered together: their new traces in one INSERT.
+REGISTER_BATCH = 500
 
 
 def run_listings(run_ids: list[str]) -> Iterator[tuple[str, list[S3Object]]]:
@@ -446,14 +451,32 @@ def inventory(objects: list[S3Object]) -> list[dict]:
 
 def register_objects(run_id: str, objects: list[S3Object]) -> tuple[Trace | None, TraceChange | None]:
     """Record the run's listing: its trace (None: deleted, files unchanged) and the change, if any."""
-    trace, how = services.trace_register(run_id, inventory(objects), sample=is_sample(run_id))
-    if how == "created":
-        return trace, TraceChange(run_id, None, trace.state, 0, trace.bytes)
-    if how == "changed":
-        return trace, TraceChange(
-            run_id, trace.state, trace.state, trace.kernel_count, trace.bytes, trace.error
-        )
-    return trace, None
+    return register_listings([(run_id, objects)])[0]
+
+
+def register_listings(
+    listings: list[tuple[str, list[S3Object]]],
+) -> list[tuple[Trace | None, TraceChange | None]]:
+    """`register_objects` for many runs, with a few queries whatever their number."""
+    registered = services.traces_register(
+        [(run_id, inventory(objects), is_sample(run_id)) for run_id, objects in listings]
+    )
+    outcomes = []
+    for (run_id, _), (trace, how) in zip(listings, registered, strict=True):
+        if how == "created":
+            outcomes.append((trace, TraceChange(run_id, None, trace.state, 0, trace.bytes)))
+        elif how == "changed":
+            outcomes.append(
+                (
+                    trace,
+                    TraceChange(
+                        run_id, trace.state, trace.state, trace.kernel_count, trace.bytes, trace.error
+                    ),
+                )
+            )
+        else:
+            outcomes.append((trace, None))
+    return outcomes
 
 
 def needs_decision(trace: Trace, *, reparse: bool = False) -> bool:

@@ -124,16 +124,22 @@ class Trace(models.Model):
 
 
 def next_trace_key() -> int:
-    """A new Trace.key: the sequence's next value on PostgreSQL; on SQLite, whose writers take
-    turns, one more than the largest."""
+    """A new Trace.key (`next_trace_keys`)."""
+    return next_trace_keys(1)[0]
+
+
+def next_trace_keys(count: int) -> list[int]:
+    """`count` new Trace.keys: the sequence's next values on PostgreSQL; on SQLite, whose
+    writers take turns, the ones after the largest."""
     from django.db import connection
 
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute("SELECT nextval('traces_trace_key_seq')")
-        else:
-            cursor.execute("SELECT COALESCE(MAX(key), 0) + 1 FROM traces_trace")
-        return cursor.fetchone()[0]
+            cursor.execute("SELECT nextval('traces_trace_key_seq') FROM generate_series(1, %s)", [count])
+            return [key for (key,) in cursor.fetchall()]
+        cursor.execute("SELECT COALESCE(MAX(key), 0) FROM traces_trace")
+        largest = cursor.fetchone()[0]
+        return list(range(largest + 1, largest + 1 + count))
 
 
 def files_fingerprint(files: list[dict]) -> str:

@@ -30,6 +30,7 @@ from traces.models import (
     TraceState,
     files_fingerprint,
     name_digest,
+    next_trace_keys,
 )
 
 TOTAL_INSTS = KERNEL_COLUMNS.index("total_insts")
@@ -71,41 +72,71 @@ class TraceBusy(Exception):
 
 
 def trace_register(run_id: str, files: list[dict], *, sample: bool) -> tuple[Trace | None, str]:
-    """Record a run's listing: (trace, "created" | "changed" | "unchanged").
+    """Record a run's listing: (trace, "created" | "changed" | "unchanged"), as `traces_register`."""
+    return traces_register([(run_id, files, sample)])[0]
 
-    Writes only when the listing changed. A run whose trace an operator deleted stays gone
+
+def traces_register(runs: list[tuple[str, list[dict], bool]]) -> list[tuple[Trace | None, str]]:
+    """Record runs' listings, (run id, files, sample) each: a (trace, how) per run, in order,
+    how being "created", "changed" or "unchanged".
+
+    Writes only when a listing changed. A run whose trace an operator deleted stays gone
     (None, "deleted") while its listing is the one it was deleted with; once its files
-    change it is registered again, as new.
+    change it is registered again, as new. New runs are inserted together (a pass over
+    thousands of new runs makes a few queries, not a few per run); a run another pass
+    registered meanwhile is taken as that pass left it.
     """
-    fingerprint = files_fingerprint(files)
-    deleted = DeletedTrace.objects.filter(pk=run_id).first()
-    if deleted is not None:
-        if deleted.files_fingerprint == fingerprint:
-            _recheck_later(deleted)
-            return None, "deleted"
-        deleted.delete()
+    run_ids = [run_id for run_id, _, _ in runs]
+    deleted = DeletedTrace.objects.in_bulk(run_ids)
+    existing = Trace.objects.in_bulk(run_ids)
     now = timezone.now()
-    size = sum(item["bytes"] for item in files)
-    trace, created = Trace.objects.get_or_create(
-        pk=run_id,
-        defaults={
-            "state": TraceState.UPLOADING,
-            "files": files,
-            "bytes": size,
-            "files_changed_at": now,
-            "created_at": now,
-            "sample": sample,
-        },
-    )
-    if created:
-        return trace, "created"
-    if trace.files == files:
-        return trace, "unchanged"
-    trace.files, trace.bytes, trace.files_changed_at = files, size, now
-    # New files: a failed trace is worth a look at once, and its backoff starts over.
-    trace.recheck_after, trace.recheck_seconds = None, 0
-    trace.save(update_fields=["files", "bytes", "files_changed_at", "recheck_after", "recheck_seconds"])
-    return trace, "changed"
+    outcomes: dict[str, tuple[Trace | None, str]] = {}
+    new: list[Trace] = []
+    for run_id, files, sample in runs:
+        fingerprint = files_fingerprint(files)
+        gone = deleted.get(run_id)
+        if gone is not None:
+            if gone.files_fingerprint == fingerprint:
+                _recheck_later(gone)
+                outcomes[run_id] = None, "deleted"
+                continue
+            gone.delete()
+        size = sum(item["bytes"] for item in files)
+        trace = existing.get(run_id)
+        if trace is None:
+            new.append(
+                Trace(
+                    id=run_id,
+                    state=TraceState.UPLOADING,
+                    files=files,
+                    bytes=size,
+                    files_changed_at=now,
+                    created_at=now,
+                    updated_at=now,
+                    sample=sample,
+                )
+            )
+        elif trace.files == files:
+            outcomes[run_id] = trace, "unchanged"
+        else:
+            trace.files, trace.bytes, trace.files_changed_at = files, size, now
+            # New files: a failed trace is worth a look at once, and its backoff starts over.
+            trace.recheck_after, trace.recheck_seconds = None, 0
+            trace.save(
+                update_fields=["files", "bytes", "files_changed_at", "recheck_after", "recheck_seconds"]
+            )
+            outcomes[run_id] = trace, "changed"
+    if new:
+        for trace, key in zip(new, next_trace_keys(len(new)), strict=True):
+            trace.key = key
+        Trace.objects.bulk_create(new, ignore_conflicts=True)
+        stored = Trace.objects.in_bulk([trace.id for trace in new])
+        for trace in new:
+            if trace.id in stored and stored[trace.id].key == trace.key:
+                outcomes[trace.id] = trace, "created"
+            else:  # another pass registered it first: as for any known run
+                outcomes[trace.id] = trace_register(trace.id, trace.files, sample=trace.sample)
+    return [outcomes[run_id] for run_id in run_ids]
 
 
 def trace_recheck_later(trace: Trace) -> None:

@@ -9,6 +9,8 @@ import orjson
 import pytest
 from botocore.exceptions import EndpointConnectionError
 from django.core.management import CommandError, call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from ingest import bucket, passes
 from tests.helpers import PREFIX, STATS_HEADER, TEST_BUCKET, stats_row
@@ -224,3 +226,43 @@ def test_listings_past_what_a_scan_keeps_are_listed_again_by_their_parse(db, s3,
     assert dict(Trace.objects.values_list("id", "kernel_count")) == {"r000": 1, "r001": 2, "r002": 3}
     # The folders and 3 listings, a second listing of r002 by its parse, 2 files a run.
     assert result.cost.s3_requests == 1 + 3 + 1 + 3 * 2
+
+
+def registration_queries(s3, runs: int) -> int:
+    for n in range(runs):
+        s3.put_object(Bucket=TEST_BUCKET, Key=f"{PREFIX}new-{runs}-{n:03d}/traces/stats_ctx_0x1", Body=b"")
+    Trace.objects.all().delete()
+    with CaptureQueriesContext(connection) as queries:
+        scan = passes.scan_bucket()
+    assert len(scan.changes) == Trace.objects.count()  # all new, each waiting for its metadata.json
+    return len(queries)
+
+
+def test_new_runs_are_registered_with_a_few_queries_whatever_their_number(db, s3):
+    few = registration_queries(s3, 3)
+    many = registration_queries(s3, 30)  # 33 new runs (one INSERT also on SQLite, ~37 at most)
+    assert Trace.objects.count() == 33
+    assert many == few
+    assert sorted(Trace.objects.values_list("key", flat=True)) == sorted(
+        set(Trace.objects.values_list("key", flat=True))
+    )
+
+
+def test_a_run_another_pass_registers_meanwhile_is_taken_as_that_pass_left_it(db, monkeypatch):
+    from traces import services
+
+    files = [{"key": f"{PREFIX}raced/metadata.json", "bytes": 2, "etag": "e1"}]
+    next_keys = services.next_trace_keys
+
+    def another_pass_first(count):  # between this pass's lookup and its INSERT
+        monkeypatch.setattr(services, "next_trace_keys", next_keys)
+        services.trace_register("raced", files, sample=False)
+        return next_keys(count)
+
+    monkeypatch.setattr(services, "next_trace_keys", another_pass_first)
+    [(trace, how), (fresh, fresh_how)] = services.traces_register(
+        [("raced", files, False), ("fresh", files, False)]
+    )
+    assert (how, fresh_how) == ("unchanged", "created")
+    assert Trace.objects.get(pk="raced").key == trace.key
+    assert Trace.objects.get(pk="fresh").key == fresh.key != trace.key
