@@ -207,7 +207,7 @@ def trace_store_kernels(
     extras = extras or RunExtras()
     without_totals = [0]
     with transaction.atomic():
-        count = kernels_replace(trace.id, counting_without_totals(rows, without_totals))
+        count = kernels_replace(trace.id, counting_without_totals(rows, without_totals), trace_key=trace.key)
         if extras.timing_error and extras.timing_used:
             Kernel.stored.filter(trace=trace.key).update(duration_ns=None)
         Step.objects.filter(trace_id=trace.id).delete()
@@ -280,19 +280,21 @@ def _apply(trace: Trace, run: dict) -> None:
         setattr(trace, name, value)
 
 
-def kernels_replace(trace_id: str, rows: Iterable[tuple]) -> int:
+def kernels_replace(trace_id: str, rows: Iterable[tuple], *, trace_key: int | None = None) -> int:
     """Replace a trace's kernels with `rows` (KERNEL_COLUMNS order); returns the count.
 
     Must run inside the caller's transaction. Rows are stored a chunk at a time
     (KernelWriter): the chunk's new names and contexts first, then its launches, through COPY
     on PostgreSQL (several times faster than INSERTs), INSERTs elsewhere; memory holds one
-    chunk and the trace's distinct names, whatever the launch count.
+    chunk and the trace's distinct names, whatever the launch count. `trace_key`, when the
+    caller holds the trace, saves looking it up.
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("kernels_replace must run inside transaction.atomic()")
-    trace_key = Trace.objects.filter(pk=trace_id).values_list("key", flat=True).get()
+    if trace_key is None:
+        trace_key = Trace.objects.filter(pk=trace_id).values_list("key", flat=True).get()
     kernels_delete(trace_key)
-    return KernelWriter(trace_key).write(rows)
+    return KernelWriter(trace_key, contexts={}).write(rows)
 
 
 def kernels_append(trace_id: str, rows: Iterable[tuple]) -> int:
@@ -355,15 +357,20 @@ class KernelWriter:
     as they come, renumbered at the end in the rare case they did not come in (ctx, device)
     order), trace files dropped where the context's scheme derives them."""
 
-    def __init__(self, trace_key: int):
+    def __init__(self, trace_key: int, contexts: dict | None = None):
+        """`contexts`: the trace's, if the caller knows them (none, after kernels_delete)."""
         self.trace_key = trace_key
         self.names: dict[str, int] = {}
-        self.contexts: dict[tuple, tuple[int, str | None]] = {
-            (ctx, device): (index, suffix)
-            for index, ctx, device, suffix in KernelContext.objects.filter(trace=trace_key).values_list(
-                "index", "ctx", "device", "trace_file_suffix"
-            )
-        }
+        self.contexts: dict[tuple, tuple[int, str | None]] = (
+            {
+                (ctx, device): (index, suffix)
+                for index, ctx, device, suffix in KernelContext.objects.filter(trace=trace_key).values_list(
+                    "index", "ctx", "device", "trace_file_suffix"
+                )
+            }
+            if contexts is None
+            else contexts
+        )
         self.postgres = connection.vendor == "postgresql"
         self.names_connection = None
 
