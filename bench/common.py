@@ -253,10 +253,11 @@ def child_env(**settings: str) -> dict:
     return env
 
 
-def manage(*args: str, env: dict, timeout: float = 600) -> Child:
-    """`python manage.py ARGS` in a child process, its peak RSS recorded by bench/hwm.py."""
-    if not Path("/proc/self/status").exists():
-        return run_child([sys.executable, "manage.py", *args], env=env, timeout=timeout)
+def manage(*args: str, env: dict, timeout: float = 600, tree: Path = ROOT) -> Child:
+    """`python manage.py ARGS` in a child process, its peak RSS recorded by bench/hwm.py;
+    `tree`: another checkout's manage.py (an earlier commit's, which has no bench/hwm.py)."""
+    if tree != ROOT or not Path("/proc/self/status").exists():
+        return run_child([sys.executable, "manage.py", *args], env=env, timeout=timeout, cwd=tree)
     with tempfile.TemporaryDirectory(prefix="cascade-bench-hwm-") as tmp:
         hwm = Path(tmp) / "vmhwm"
         return run_child(
@@ -265,6 +266,17 @@ def manage(*args: str, env: dict, timeout: float = 600) -> Child:
             timeout=timeout,
             hwm=hwm,
         )
+
+
+@contextmanager
+def worktree(revision: str, path: Path) -> Iterator[Path]:
+    """A checkout of `revision` at `path` (git worktree), removed afterwards."""
+    git = ["git", "-C", str(ROOT), "worktree"]
+    subprocess.run([*git, "add", "--detach", "--quiet", str(path), revision], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run([*git, "remove", "--force", str(path)], check=False)
 
 
 def free_port() -> int:

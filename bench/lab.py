@@ -126,6 +126,7 @@ class Lab:
         self.rows: list[Row] = []
         self.secret = os.urandom(16).hex()
         self.large_rss: int | None = None  # the large run's ingest_traces, for memory
+        self.before: tuple[str, Path] | None = None  # (revision, its checkout): --before
 
     def env(self, database_url: str, prefix: str, **extra: str) -> dict:
         return common.child_env(
@@ -139,10 +140,15 @@ class Lab:
             **extra,
         )
 
-    def ingest(self, database_url: str, prefix: str, label: str, **extra: str) -> common.Child:
+    def ingest(
+        self, database_url: str, prefix: str, label: str, tree: Path = common.ROOT, **extra: str
+    ) -> common.Child:
         log(f"{label}: manage.py ingest_traces")
         child = common.manage(
-            "ingest_traces", env=self.env(database_url, prefix, **extra), timeout=self.scale.timeout
+            "ingest_traces",
+            env=self.env(database_url, prefix, **extra),
+            timeout=self.scale.timeout,
+            tree=tree,
         )
         log(f"{label}: {child.seconds:.1f} s, peak RSS {mb(child.max_rss)}; {child.summary_line()}")
         return child
@@ -444,6 +450,12 @@ class Lab:
                 reference = self.ingest(
                     db, prefix, f"{n:,} new runs, CASCADE_S3_THREADS=1", CASCADE_S3_THREADS="1"
                 )
+        before = None
+        if self.before is not None:  # the same runs through an earlier commit's pass
+            revision, tree = self.before
+            with common.scratch_database(self.server, "runs0") as db:
+                common.manage("migrate", "--noinput", env=self.env(db, prefix), tree=tree)
+                before = self.ingest(db, prefix, f"{n:,} new runs, {revision}", tree=tree)
         recorded = RECORDED_RUNS_SECONDS * n / RECORDED_RUNS
         faster = recorded / child.seconds  # wall time, process start included (as for ingest)
         requests = child.s3_requests()
@@ -454,6 +466,9 @@ class Lab:
         if reference is not None:
             text += f"; `CASCADE_S3_THREADS=1` {reference.timing()}"
             ratio += f" ({reference.seconds / child.seconds:.1f}x vs 1 thread)"
+        if before is not None:
+            text += f"; {self.before[0]} on the same runs {before.timing()}"
+            ratio += f"; {before.seconds / child.seconds:.1f}x faster than {self.before[0]}"
         self.add(
             Row(
                 "runs",
@@ -471,6 +486,7 @@ class Lab:
                     "runs": n,
                     "recorded_seconds": recorded,
                     "one_thread_seconds": reference.seconds if reference else None,
+                    "before_seconds": before.seconds if before else None,
                 },
             )
         )
@@ -549,6 +565,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--json", metavar="FILE", help="also write the results here")
     parser.add_argument(
+        "--before",
+        metavar="REV",
+        help="also run the pass over new runs with this git revision's code (a worktree), on the same runs",
+    )
+    parser.add_argument(
         "--server",
         default=common.server_url(os.environ.get("BENCH_DATABASE_URL", common.DEFAULT_SERVER_URL)),
         help="the PostgreSQL server for the scratch databases (default: BENCH_DATABASE_URL's, else %(default)s)",
@@ -592,6 +613,8 @@ def main(argv: list[str] | None = None) -> int:
             "migrate", "--noinput", env=common.child_env(DATABASE_URL=template, CASCADE_VAR_DIR=str(tmp))
         )
         lab = Lab(args.server, endpoint, template.rsplit("/", 1)[1], tmp, scale)
+        if args.before and args.figures & {"runs"}:
+            lab.before = (args.before, stack.enter_context(common.worktree(args.before, tmp / "before")))
         lab.s3.create_bucket(Bucket=BUCKET)
         steps = [
             (args.figures & BIG_TRACE_FIGURES, lambda: lab.large_run(args.figures)),
