@@ -151,7 +151,10 @@ def _recheck_later(record: Trace | DeletedTrace) -> None:
     )
     record.recheck_seconds = int(seconds)
     record.recheck_after = timezone.now() + timedelta(seconds=seconds)
-    record.save(update_fields=["recheck_seconds", "recheck_after"])
+    # Bookkeeping the API does not show: `updated_at`, and with it the trace's ETag, stay.
+    type(record).objects.filter(pk=record.pk).update(
+        recheck_seconds=record.recheck_seconds, recheck_after=record.recheck_after
+    )
 
 
 # --- Decisions, made by an ingestion pass that holds the trace's lock --------------------------

@@ -702,6 +702,18 @@ def test_failed_runs_are_listed_again_with_a_doubling_wait_not_on_every_pass(db,
     assert Trace.objects.get(pk="a").recheck_seconds == 60, "a change of its files starts the wait over"
 
 
+def test_a_failed_runs_recheck_changes_nothing_the_api_shows(db, upload, vecadd_files):
+    """Its `updated_at` (and so its ETag) stays: clients holding the failed trace keep their copy."""
+    upload("a", vecadd_files, metadata={"status": "failed"})
+    passes.poll_bucket()
+    shown = Trace.objects.get(pk="a").updated_at
+    for _ in range(3):
+        recheck_is_due("a")
+        passes.poll_bucket()
+    trace = Trace.objects.get(pk="a")
+    assert (trace.recheck_seconds, trace.updated_at) == (480, shown)
+
+
 def test_the_wait_for_a_failed_run_is_at_most_a_day(db, upload, vecadd_files):
     upload("a", vecadd_files, metadata={"status": "failed"})
     passes.poll_bucket()
