@@ -463,13 +463,8 @@ class KernelWriter:
                 KernelName.objects.bulk_create(
                     [KernelName(digest=digest, name=name) for digest, name in batch], ignore_conflicts=True
                 )
-            found = dict(
-                KernelName.objects.filter(digest__in=[digest for digest, _ in batch]).values_list(
-                    "digest", "id"
-                )
-            )
-            for digest, name in batch:
-                self.names[name] = found[bytes(digest)]
+            if lost := self._known_names(batch):
+                raise RuntimeError(f"kernel names inserted but not found: {[name for _, name in lost]}")
 
     def _known_names(self, batch: list[tuple[bytes, str]]) -> list[tuple[bytes, str]]:
         """Take the ids of the names already stored (most of them, once a lab's kernels have been

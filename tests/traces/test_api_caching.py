@@ -24,8 +24,9 @@ from django.test import Client
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.helpers import kernel_row
 from traces import http, services
-from traces.models import KERNEL_COLUMNS, NO_DEVICE, Trace, TraceState
+from traces.models import Trace, TraceState
 from traces.views import STREAM_KERNELS_ABOVE
 
 # --- helpers ----------------------------------------------------------------------------------
@@ -33,28 +34,9 @@ from traces.views import STREAM_KERNELS_ABOVE
 
 def kernel_rows(count: int, *, name: str = "_Z6vecAddPdS_S_i", ctx: str = "0x1") -> list[tuple]:
     """`count` launches as `services.trace_store_kernels` takes them (KERNEL_COLUMNS order)."""
-    rows = []
-    for n in range(1, count + 1):
-        values = {
-            "ctx": ctx,
-            "kernel_id": n,
-            "name": name,
-            "trace_file": f"kernel-{n}-ctx_{ctx}.trace.xz",
-            "grid_x": 98,
-            "grid_y": 1,
-            "grid_z": 1,
-            "block_x": 1024,
-            "block_y": 1,
-            "block_z": 1,
-            "blocks": 98,
-            "threads": 1024,
-            "total_insts": 50066 + n,
-            "total_reported_insts": 50066 + n,
-            "traced": n % 7 == 1,
-            "device": NO_DEVICE,
-        }
-        rows.append(tuple(values.get(column) for column in KERNEL_COLUMNS))
-    return rows
+    return [
+        kernel_row(n, ctx=ctx, name=name, insts=50066 + n, traced=n % 7 == 1) for n in range(1, count + 1)
+    ]
 
 
 def ingest(trace_id: str, count: int, **rows) -> Trace:
