@@ -233,3 +233,24 @@ def test_two_parses_adding_one_new_name_do_not_wait_for_each_other(on_postgres):
     assert errors == []
     assert [row[2] for row in selectors.kernel_rows("b")] == ["_Z8brandnewv", "_Z5elsev"]
     assert KernelName.objects.filter(name="_Z8brandnewv").count() == 1
+
+
+@pytest.mark.parametrize("delete", ["services.trace_delete", "queryset.delete"])
+def test_a_deleted_trace_leaves_no_launch_behind(db, make_trace, delete):
+    """Launches hold no database constraint to their trace (a trigger per COPY row): Django's
+    cascade and trace_delete remove them, whichever way a trace is deleted."""
+    make_trace("gone", state=TraceState.READY)
+    make_trace("kept", state=TraceState.READY)
+    with transaction.atomic():
+        services.kernels_replace("gone", [kernel_row(1), kernel_row(2, ctx="0xb")])
+        services.kernels_replace("kept", [kernel_row(1)])
+    if delete == "services.trace_delete":
+        services.trace_delete("gone")
+    else:
+        Trace.objects.filter(pk="gone").delete()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM traces_kernel")
+        assert cursor.fetchone()[0] == 1
+        cursor.execute("SELECT count(*) FROM traces_kernelcontext")
+        assert cursor.fetchone()[0] == 1
+    assert Trace.objects.get(pk="kept").kernels.count() == 1
