@@ -50,6 +50,7 @@ from django.utils import timezone
 
 from ingest import bucket, stats, timing
 from ingest.bucket import S3Object
+from ingest.launch_text import LaunchText
 from ingest.metadata import (
     METADATA_NAME,
     TIMELINE_NAME,
@@ -771,14 +772,18 @@ def parse_into(
     extra_columns = header_extra_columns(sources, bodies)
     extras = services.RunExtras()
     step_index, durations = read_steps_and_timing(objects, extras, bodies)
-    rows = kernel_rows(trace.id, sources, extra_columns, progress, bodies)
-    rows = with_steps_and_durations(rows, step_index, durations, extras)
-    count = services.trace_store_kernels(
-        trace,
-        rows if not launches_expected else at_least_one_launch(rows),
-        fingerprint=current,
-        extras=extras,
-    )
+
+    def launches(writer: services.KernelWriter) -> Iterator:
+        # Measured durations are matched launch by launch, so only a run without them has
+        # its common lines written as COPY text; steps are a lookup either way.
+        text = writer.copies and durations is None
+        rows = kernel_rows(
+            trace.id, sources, extra_columns, progress, bodies, writer if text else None, step_index
+        )
+        rows = with_steps_and_durations(rows, step_index, durations, extras)
+        return at_least_one_launch(rows) if launches_expected else rows
+
+    count = services.trace_store_kernels(trace, launches, fingerprint=current, extras=extras)
     logger.info(
         "%s: ready, %d kernels%s", trace.id, count, f" ({extras.timing_error})" if extras.timing_error else ""
     )
@@ -829,6 +834,9 @@ def with_steps_and_durations(rows: Iterator[tuple], step_index, durations, extra
     durations already given are cleared when the kernels are stored.
     """
     for row in rows:
+        if type(row) is services.LaunchBlock:  # LaunchText wrote the steps
+            yield row
+            continue
         ctx, kernel_id = row[0], row[1]
         step = step_index.step_of(ctx, kernel_id) if step_index is not None else None
         duration = None
@@ -884,9 +892,17 @@ def kernel_rows(
     extra_columns: int,
     progress: Progress | None,
     bodies: Bodies = NO_BODIES,
-) -> Iterator[tuple]:
-    """Rows in KERNEL_COLUMNS order, streamed file after file; bad input raises TraceInputError."""
+    writer: services.KernelWriter | None = None,
+    step_index: timing.StepIndex | None = None,
+) -> Iterator:
+    """Rows in KERNEL_COLUMNS order, streamed file after file; bad input raises TraceInputError.
+
+    With a `writer`, the common lines come as LaunchBlocks of COPY text instead (LaunchText,
+    steps included), among the rows of the others.
+    """
     count = 0
+    every = settings.CASCADE_PROGRESS_EVERY
+    report_at = every
     for source in sources:
         traced = set()
         if source.kernelslist is not None:
@@ -894,19 +910,27 @@ def kernel_rows(
                 traced = stats.parse_kernelslist_lines(read_lines(source.kernelslist, bodies))
             except (stats.StatsError, bucket.LineTooLong) as problem:
                 raise TraceInputError(f"{source.kernelslist.name}: {problem}") from None
+        text = None
+        if writer is not None:
+            text = LaunchText(source.ctx, writer, traced, None if step_index is None else step_index.step_of)
         lines = read_lines(source.stats, bodies)
         try:
-            for row in stats.parse_stats_lines(lines, extra_columns=extra_columns):
-                *launch, device, stream = row
-                yield (
-                    source.ctx,
-                    *launch,
-                    row.kernel_id in traced,
-                    NO_DEVICE if device is None else device,
-                    stream,
-                )
-                count += 1
-                if progress is not None and count % settings.CASCADE_PROGRESS_EVERY == 0:
+            for row in stats.parse_stats_lines(lines, extra_columns=extra_columns, launch_text=text):
+                if type(row) is services.LaunchBlock:
+                    yield row
+                    count += row.launches
+                else:
+                    *launch, device, stream = row
+                    yield (
+                        source.ctx,
+                        *launch,
+                        row.kernel_id in traced,
+                        NO_DEVICE if device is None else device,
+                        stream,
+                    )
+                    count += 1
+                if progress is not None and count >= report_at:
                     progress(f"{trace_id}: {count} kernels read ({source.stats.name})")
+                    report_at = count + every - count % every
         except (stats.StatsError, bucket.LineTooLong) as problem:
             raise TraceInputError(f"{source.stats.name}: {problem}") from None

@@ -145,11 +145,16 @@ def kernel_id_from_trace_file(trace_file: str) -> int | None:
     return kernel_id if kernel_id <= INT64_MAX else None
 
 
-def parse_stats_lines(lines: Iterable[bytes], *, extra_columns: int = 0) -> Iterator[KernelRow]:
+def parse_stats_lines(lines: Iterable[bytes], *, extra_columns: int = 0, launch_text=None) -> Iterator:
     """Every kernel launch in one stats file, in file order.
 
     `extra_columns` is the header's width beyond the standard twelve, for files that have
     no header of their own (every context but the first); a header in the file wins.
+
+    `launch_text`, if given, is offered each line of the tracer's standard width first
+    (ingest.launch_text.LaunchText: the common lines written as COPY text for the database);
+    what it gathers is yielded as it fills (`full`, `take()`), among the KernelRows of the
+    lines it left.
 
     The common lines (launches with names without commas, spaced as the tracer writes them:
     one per line, or graph-captured halves run together) are read from the bytes, one regex
@@ -175,6 +180,15 @@ def parse_stats_lines(lines: Iterable[bytes], *, extra_columns: int = 0) -> Iter
         following = next(lines, None)
         if following is not None and (b"\x00" in following or not following.isascii()):
             check_text(following, number + 1)
+        if (
+            launch_text is not None
+            and not extra_columns
+            and (taken := launch_text.line(raw, last_id)) is not None
+        ):
+            last_id, last_line = taken, number
+            if launch_text.full:
+                yield launch_text.take()
+            continue
         # The common line: one launch with its totals.
         if (match := line_match(raw)) is not None:
             trace_file, kernel_id, gpu, launch, insts, reported = match.groups()
@@ -215,16 +229,10 @@ def parse_stats_lines(lines: Iterable[bytes], *, extra_columns: int = 0) -> Iter
         for match in matches:
             trace_file, kernel_id, gpu, launch = match.group(1, 2, 3, 4)
             if (known := launches.get(launch)) is None:
-                name, *numbers = launch.rsplit(b", ", LAUNCH_NUMBERS)
-                name = name.decode("utf-8").strip()
-                if not name:
+                known = read_launch(launch, number)
+                if known is None:
                     rows = None  # an empty name: parse_launches says so
                     break
-                gx, gy, gz, blocks, bx, by, bz, threads = map(int, numbers)
-                known = (
-                    name,
-                    *unsigned_numbers([gx, gy, gz, bx, by, bz, blocks, threads], number, LAUNCH_COLUMNS),
-                )
                 if len(launches) < LAUNCHES_CACHED:
                     launches[launch] = known
             rows.append(
@@ -278,6 +286,8 @@ def parse_stats_lines(lines: Iterable[bytes], *, extra_columns: int = 0) -> Iter
                     raise order_error(row, number, previous)
                 previous_ids[device] = (row[0], number)
             yield row
+    if launch_text is not None and (block := launch_text.take()) is not None:
+        yield block
 
 
 def check_text(raw: bytes, number: int) -> None:
@@ -333,6 +343,18 @@ def fast_patterns(extra_columns: int) -> tuple[Callable, Callable, Callable]:
         re.compile(HALF).match,
         re.compile(tail).fullmatch,
     )
+
+
+def read_launch(launch: bytes, number: int) -> tuple | None:
+    """(name, grid x/y/z, block x/y/z, #blocks, #threads) of a launch half's `name, %d, ..., %d`
+    part (its numbers in the tracer's order: grid, #blocks, block, #threads), checked; None
+    for an empty name. Raises StatsError for a number no unsigned 32-bit field holds."""
+    name, *numbers = launch.rsplit(b", ", LAUNCH_NUMBERS)
+    name = name.decode("utf-8").strip()
+    if not name:
+        return None
+    gx, gy, gz, blocks, bx, by, bz, threads = map(int, numbers)
+    return (name, *unsigned_numbers([gx, gy, gz, bx, by, bz, blocks, threads], number, LAUNCH_COLUMNS))
 
 
 NUMBER_COLUMNS = (

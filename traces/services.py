@@ -8,14 +8,16 @@ inside the pass that holds it (everything ingestion calls); the row itself is lo
 """
 
 import dataclasses
-from collections.abc import Iterable, Iterator
+import queue
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from itertools import islice
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
+from psycopg.copy import QueuedLibpqWriter
 
 from traces.locks import trace_lock
 from traces.models import (
@@ -198,9 +200,13 @@ class RunExtras:
 
 
 def trace_store_kernels(
-    trace: Trace, rows: Iterable[tuple], *, fingerprint: str, extras: RunExtras | None = None
+    trace: Trace,
+    rows: Iterable | Callable[["KernelWriter"], Iterable],
+    *,
+    fingerprint: str,
+    extras: RunExtras | None = None,
 ) -> int:
-    """Replace the trace's kernels with `rows` (KERNEL_COLUMNS order), and its steps, and make it ready.
+    """Replace the trace's kernels with `rows` (as kernels_replace takes them), and its steps, and make it ready.
 
     One transaction: readers see the old kernels or the new ones, never a mix, and a pass
     killed mid-way leaves the old ones. Rows are consumed as they come (`rows` is a
@@ -210,7 +216,11 @@ def trace_store_kernels(
     extras = extras or RunExtras()
     without_totals = [0]
     with transaction.atomic():
-        count = kernels_replace(trace.id, counting_without_totals(rows, without_totals), trace_key=trace.key)
+        count = kernels_replace(
+            trace.id,
+            lambda writer: counting_without_totals(rows(writer) if callable(rows) else rows, without_totals),
+            trace_key=trace.key,
+        )
         if extras.timing_error and extras.timing_used:
             Kernel.stored.filter(trace=trace.key).update(duration_ns=None)
         Step.objects.filter(trace_id=trace.id).delete()
@@ -245,10 +255,10 @@ def traces_recheck_ready_later(trace_ids: list[str]) -> None:
         Trace.objects.filter(pk__in=trace_ids).update(recheck_after=ready_recheck_after())
 
 
-def counting_without_totals(rows: Iterable[tuple], tally: list[int]) -> Iterator[tuple]:
+def counting_without_totals(rows: Iterable, tally: list[int]) -> Iterator:
     """`rows` as they come, counting into `tally[0]` the launches the tracer wrote no totals for."""
     for row in rows:
-        tally[0] += row[TOTAL_INSTS] is None
+        tally[0] += row.without_totals if type(row) is LaunchBlock else row[TOTAL_INSTS] is None
         yield row
 
 
@@ -283,21 +293,25 @@ def _apply(trace: Trace, run: dict) -> None:
         setattr(trace, name, value)
 
 
-def kernels_replace(trace_id: str, rows: Iterable[tuple], *, trace_key: int | None = None) -> int:
-    """Replace a trace's kernels with `rows` (KERNEL_COLUMNS order); returns the count.
+def kernels_replace(
+    trace_id: str, rows: Iterable | Callable[["KernelWriter"], Iterable], *, trace_key: int | None = None
+) -> int:
+    """Replace a trace's kernels with `rows` (KERNEL_COLUMNS tuples); returns the count.
 
-    Must run inside the caller's transaction. Rows are stored a chunk at a time
-    (KernelWriter): the chunk's new names and contexts first, then its launches, through COPY
-    on PostgreSQL (several times faster than INSERTs), INSERTs elsewhere; memory holds one
-    chunk and the trace's distinct names, whatever the launch count. `trace_key`, when the
-    caller holds the trace, saves looking it up.
+    `rows` may also be a function that makes them from the KernelWriter that stores them:
+    ingestion's fast path writes launches as COPY text (LaunchBlock) with the writer's shapes.
+    Must run inside the caller's transaction. Launches go through one COPY on PostgreSQL
+    (several times faster than INSERTs), INSERTs elsewhere; memory holds one chunk of rows
+    and the trace's distinct names, whatever the launch count. `trace_key`, when the caller
+    holds the trace, saves looking it up.
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("kernels_replace must run inside transaction.atomic()")
     if trace_key is None:
         trace_key = Trace.objects.filter(pk=trace_id).values_list("key", flat=True).get()
     kernels_delete(trace_key)
-    return KernelWriter(trace_key, contexts={}).write(rows)
+    writer = KernelWriter(trace_key, contexts={})
+    return writer.write(rows(writer) if callable(rows) else rows)
 
 
 def kernels_append(trace_id: str, rows: Iterable[tuple]) -> int:
@@ -313,14 +327,14 @@ def kernels_delete(trace_key: int) -> None:
         cursor.execute("DELETE FROM traces_kernelcontext WHERE trace_key = %s", [trace_key])
 
 
-# Launches per chunk: a chunk's names are looked up in one round trip, its launches written in one.
+# Launches per chunk of rows: a chunk's new names are looked up in one round trip.
 KERNEL_CHUNK = 2_000
 NAME_BATCH = 1000
-STORED_COLUMNS = (
-    "kernel_id",
-    "duration_ns",
-    "stream",
+# A launch's columns as written: its shape, which every launch of one name with the same
+# launch dimensions in one context shares, then what each launch has of its own.
+SHAPE_COLUMNS = (
     "trace_key",
+    "context",
     "name_id",
     "grid_x",
     "grid_y",
@@ -330,15 +344,33 @@ STORED_COLUMNS = (
     "block_z",
     "blocks",
     "threads",
+)
+LAUNCH_COLUMNS = (
+    "kernel_id",
     "total_insts",
     "total_reported_insts",
-    "context",
-    "step",
     "traced",
+    "step",
+    "duration_ns",
+    "stream",
     "trace_file",
 )
+STORED_COLUMNS = SHAPE_COLUMNS + LAUNCH_COLUMNS
 _ROW = {name: KERNEL_COLUMNS.index(name) for name in KERNEL_COLUMNS}
-_NUMBERS = slice(_ROW["grid_x"], _ROW["total_reported_insts"] + 1)
+_DIMENSIONS = slice(_ROW["grid_x"], _ROW["threads"] + 1)
+# COPY blocks (psycopg's, up to 128 KiB) queued between the parse and the thread that sends
+# them: the parse runs ahead of PostgreSQL by 4 MiB at most, whatever the trace's size.
+COPY_QUEUE_BLOCKS = 32
+
+
+@dataclass(slots=True)
+class LaunchBlock:
+    """Launches already written as COPY text rows in STORED_COLUMNS order: ingestion's fast
+    path builds them from KernelWriter.shape_text and launch_tail, on PostgreSQL."""
+
+    text: bytes
+    launches: int
+    without_totals: int
 
 
 def trace_file_suffix(trace_file: str, kernel_id: int) -> str | None:
@@ -354,11 +386,25 @@ def trace_file_suffix(trace_file: str, kernel_id: int) -> str | None:
     return None if suffix[:1].isdigit() else suffix
 
 
+class _QueuedCopyWriter(QueuedLibpqWriter):
+    """psycopg's threaded COPY writer, so that the parse goes on while PostgreSQL loads, with
+    a queue of COPY_QUEUE_BLOCKS blocks instead of its 1,024 (128 MiB): memory stays flat."""
+
+    def __init__(self, cursor):
+        super().__init__(cursor)
+        self._queue = queue.Queue(maxsize=COPY_QUEUE_BLOCKS)
+
+
 class KernelWriter:
     """Stores a trace's launches: names resolved to KernelName ids (a dict per trace,
     bounded by its distinct names), (ctx, device) to the trace's context numbers (assigned
     as they come, renumbered at the end in the rare case they did not come in (ctx, device)
-    order), trace files dropped where the context's scheme derives them."""
+    order), trace files dropped where the context's scheme derives them.
+
+    On PostgreSQL all of a write goes through one COPY, opened at its first launch and sent
+    by a thread of psycopg's while the rows are still being parsed; names first seen once it
+    is open are looked up and added on a connection of their own.
+    """
 
     def __init__(self, trace_key: int, contexts: dict | None = None):
         """`contexts`: the trace's, if the caller knows them (none, after kernels_delete)."""
@@ -374,68 +420,131 @@ class KernelWriter:
             if contexts is None
             else contexts
         )
-        self.postgres = connection.vendor == "postgresql"
+        self.new_contexts: list[KernelContext] = []
+        # Whether LaunchBlocks can be written: COPY text is PostgreSQL's.
+        self.copies = connection.vendor == "postgresql"
         self.names_connection = None
+        self._copy = None
 
-    def write(self, rows: Iterable[tuple]) -> int:
+    def write(self, rows: Iterable) -> int:
+        """Store `rows` (KERNEL_COLUMNS tuples, and LaunchBlocks where `copies`); returns the launch count."""
         count = 0
-        iterator = iter(rows)
+        chunk: list[tuple] = []
         try:
-            while chunk := list(islice(iterator, KERNEL_CHUNK)):
-                self._write_chunk(chunk)
-                count += len(chunk)
+            with ExitStack() as copying:
+                for row in rows:
+                    if type(row) is LaunchBlock:
+                        if self._copy is None:
+                            copying.enter_context(self._copying())
+                        self._copy.write(row.text)
+                        count += row.launches
+                        continue
+                    chunk.append(row)
+                    if len(chunk) == KERNEL_CHUNK:
+                        self._write_chunk(chunk, copying)
+                        count += len(chunk)
+                        chunk = []
+                if chunk:
+                    self._write_chunk(chunk, copying)
+                    count += len(chunk)
         finally:
             if self.names_connection is not None:
                 self.names_connection.close()
+                self.names_connection = None
+        if self.new_contexts:
+            KernelContext.objects.bulk_create(self.new_contexts)
+            self.new_contexts = []
         self._launch_order()
         return count
 
-    def _write_chunk(self, chunk: list[tuple]) -> None:
-        self._resolve_names({row[_ROW["name"]] for row in chunk} - self.names.keys())
-        new_contexts = []
-        stored = []
-        contexts, names, trace_key = self.contexts, self.names, self.trace_key
-        for row in chunk:
-            ctx, kernel_id, name, trace_file = row[0], row[1], row[2], row[3]
-            key = (ctx, row[_ROW["device"]])
-            context = contexts.get(key)
-            if context is None:
-                context = (len(contexts), trace_file_suffix(trace_file, kernel_id))
-                if context[0] > 32767:
-                    raise ValueError("more than 32,768 (ctx, device) pairs in one trace")
-                contexts[key] = context
-                new_contexts.append(
-                    KernelContext(
-                        trace_key=trace_key,
-                        index=context[0],
-                        ctx=ctx,
-                        device=key[1],
-                        trace_file_suffix=context[1],
-                    )
+    @contextmanager
+    def _copying(self) -> Iterator[None]:
+        columns = ", ".join(connection.ops.quote_name(c) for c in STORED_COLUMNS)
+        with connection.cursor() as cursor:
+            raw = cursor.cursor
+            with raw.copy(
+                f"COPY traces_kernel ({columns}) FROM STDIN", writer=_QueuedCopyWriter(raw)
+            ) as copy:
+                self._copy = copy
+                try:
+                    yield
+                finally:
+                    self._copy = None
+
+    def context_of(self, ctx: str, device: int, trace_file: str, kernel_id: int) -> tuple[int, str | None]:
+        """The trace's number for (ctx, device) and its trace files' scheme (what follows
+        `kernel-<id>`; None when its first launch's file followed none), new ones as they come."""
+        key = (ctx, device)
+        context = self.contexts.get(key)
+        if context is None:
+            context = (len(self.contexts), trace_file_suffix(trace_file, kernel_id))
+            if context[0] > 32767:
+                raise ValueError("more than 32,768 (ctx, device) pairs in one trace")
+            self.contexts[key] = context
+            self.new_contexts.append(
+                KernelContext(
+                    trace_key=self.trace_key,
+                    index=context[0],
+                    ctx=ctx,
+                    device=device,
+                    trace_file_suffix=context[1],
                 )
-            suffix = context[1]
+            )
+        return context
+
+    def shape_text(self, context: int, name: str, dimensions: Iterable[int]) -> bytes:
+        """COPY text of SHAPE_COLUMNS, with the tab after them: for every launch of `name` with
+        these dimensions (KERNEL_COLUMNS' grid_x to threads) in the trace's context `context`."""
+        if name not in self.names:
+            self._resolve_names({name})
+        values = (self.trace_key, context, self.names[name], *dimensions)
+        return ("\t".join(map(str, values)) + "\t").encode()
+
+    @staticmethod
+    def launch_tail(traced: bool, step: int | None) -> bytes:
+        """COPY text of LAUNCH_COLUMNS after the totals, from the tab before `traced` to the
+        row's end: for a launch with no duration, no stream and the trace file its scheme gives."""
+        return b"\t%s\t%s\t\\N\t\\N\t\\N\n" % (
+            b"t" if traced else b"f",
+            b"\\N" if step is None else b"%d" % step,
+        )
+
+    def _write_chunk(self, chunk: list[tuple], copying: ExitStack) -> None:
+        self._resolve_names({row[_ROW["name"]] for row in chunk} - self.names.keys())
+        names, trace_key, context_of = self.names, self.trace_key, self.context_of
+        stored = []
+        for row in chunk:
+            kernel_id, trace_file = row[1], row[3]
+            context, suffix = context_of(row[0], row[_ROW["device"]], trace_file, kernel_id)
             if suffix is not None and trace_file == f"kernel-{kernel_id}{suffix}":
                 trace_file = None
             stored.append(
                 (
+                    trace_key,
+                    context,
+                    names[row[2]],
+                    *row[_DIMENSIONS],
                     kernel_id,
+                    row[_ROW["total_insts"]],
+                    row[_ROW["total_reported_insts"]],
+                    row[_ROW["traced"]],
+                    row[_ROW["step"]],
                     row[_ROW["duration_ns"]],
                     row[_ROW["stream"]],
-                    trace_key,
-                    names[name],
-                    *row[_NUMBERS],
-                    context[0],
-                    row[_ROW["step"]],
-                    row[_ROW["traced"]],
                     trace_file,
                 )
             )
-        if new_contexts:
-            KernelContext.objects.bulk_create(new_contexts)
-        if self.postgres:
-            _copy_stored(stored)
+        if self.copies:
+            if self._copy is None:
+                copying.enter_context(self._copying())
+            write_row = self._copy.write_row  # formats in C
+            for row in stored:
+                write_row(row)
         else:
-            _insert_stored(stored)
+            columns = ", ".join(connection.ops.quote_name(c) for c in STORED_COLUMNS)
+            placeholders = ", ".join(["%s"] * len(STORED_COLUMNS))
+            with connection.cursor() as cursor:
+                cursor.executemany(f"INSERT INTO traces_kernel ({columns}) VALUES ({placeholders})", stored)
 
     def _resolve_names(self, new: set[str]) -> None:
         """Ids for `new` names: inserted where missing, then read back.
@@ -450,10 +559,8 @@ class KernelWriter:
             batch = self._known_names(by_digest[start : start + NAME_BATCH])
             if not batch:
                 continue
-            if self.postgres:
-                if self.names_connection is None:
-                    self.names_connection = connection.copy()
-                with self.names_connection.cursor() as cursor:
+            if self.copies:
+                with self._names_cursor() as cursor:
                     cursor.execute(
                         "INSERT INTO traces_kernelname (digest, name) "
                         "SELECT * FROM unnest(%s::bytea[], %s::text[]) ON CONFLICT (digest) DO NOTHING",
@@ -466,15 +573,22 @@ class KernelWriter:
             if lost := self._known_names(batch):
                 raise RuntimeError(f"kernel names inserted but not found: {[name for _, name in lost]}")
 
+    def _names_cursor(self):
+        if self.names_connection is None:
+            self.names_connection = connection.copy()
+        return self.names_connection.cursor()
+
     def _known_names(self, batch: list[tuple[bytes, str]]) -> list[tuple[bytes, str]]:
         """Take the ids of the names already stored (most of them, once a lab's kernels have been
-        seen); return the others. Saves the names connection for traces that bring no new name."""
-        found = {
-            bytes(digest): key
-            for digest, key in KernelName.objects.filter(
-                digest__in=[digest for digest, _ in batch]
-            ).values_list("digest", "id")
-        }
+        seen); return the others. While the COPY is open, on the names connection."""
+        digests = [digest for digest, _ in batch]
+        if self._copy is None:
+            found_rows = KernelName.objects.filter(digest__in=digests).values_list("digest", "id")
+        else:
+            with self._names_cursor() as cursor:
+                cursor.execute("SELECT digest, id FROM traces_kernelname WHERE digest = ANY(%s)", [digests])
+                found_rows = cursor.fetchall()
+        found = {bytes(digest): key for digest, key in found_rows}
         missing = []
         for digest, name in batch:
             if (key := found.get(digest)) is None:
@@ -509,24 +623,6 @@ class KernelWriter:
                 cursor.execute(
                     f"UPDATE {table} SET {column} = -1 - {column} WHERE trace_key = %s", [self.trace_key]
                 )
-
-
-def _copy_stored(stored: list[tuple]) -> None:
-    """One COPY per chunk. psycopg's `write_row` formats in C: measured on 200,000 launches
-    it loads 185,000-200,000 rows/s where formatting the COPY text in Python and writing it in
-    one block loads 110,000-130,000."""
-    columns = ", ".join(connection.ops.quote_name(c) for c in STORED_COLUMNS)
-    with connection.cursor() as cursor:
-        with cursor.cursor.copy(f"COPY traces_kernel ({columns}) FROM STDIN") as copy:
-            for row in stored:
-                copy.write_row(row)
-
-
-def _insert_stored(stored: list[tuple]) -> None:
-    columns = ", ".join(connection.ops.quote_name(c) for c in STORED_COLUMNS)
-    placeholders = ", ".join(["%s"] * len(STORED_COLUMNS))
-    with connection.cursor() as cursor:
-        cursor.executemany(f"INSERT INTO traces_kernel ({columns}) VALUES ({placeholders})", stored)
 
 
 # --- Operators: they wait for no pass, and no pass undoes them ------------------------------

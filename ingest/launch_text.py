@@ -1,0 +1,158 @@
+"""The common lines of a stats file written straight to COPY text, for PostgreSQL.
+
+A KernelRow costs about 2 µs to read and as much again to store; most lines of a run are
+the common shape, and written as COPY text rows (traces.services.KernelWriter's columns)
+they cost about 1 µs a launch, so that the parse keeps pace with PostgreSQL's COPY. Only
+the lines parse_stats_lines would read the same way are taken: launch halves as the tracer
+prints them (one with its totals, or graph-captured halves run together), names without
+commas, totals of 0 to 2^32 - 1, trace files `kernel-<id>` followed by the scheme the
+writer holds for the file's context (so that the file name is derived, never stored),
+kernel ids increasing. Any other line is left to parse_stats_lines: `line` never raises,
+it declines, and every error is said by the one parser.
+"""
+
+import re
+
+from ingest.stats import LAUNCH_NUMBERS, LAUNCHES_CACHED, UINT32, StatsError, read_launch
+from traces.models import NO_DEVICE
+from traces.services import KernelWriter, LaunchBlock
+
+# What a launch half holds after its trace file, as the fast path of parse_stats_lines takes it.
+LAUNCH = re.compile(rb"[^,]+" + rb", -?[0-9]{1,20}" * LAUNCH_NUMBERS).fullmatch
+# A context's scheme that the tracer's v4 and v5 names follow (not the distributed fork's
+# `_<gpu>`, which names a device).
+SCHEME = re.compile(rb"(?:-ctx_0x[0-9a-fA-F]+)?\.trace[A-Za-z0-9.]*").fullmatch
+FIRST_FILE = re.compile(rb"([0-9]{1,18})(?:-ctx_0x[0-9a-fA-F]+)?\.trace[A-Za-z0-9.]*").fullmatch
+NO_TOTALS = b"\t\\N\t\\N"
+# Launches gathered before they are handed on: about 1 MB of COPY text.
+BLOCK_LAUNCHES = 16_384
+
+
+class LaunchText:
+    """One stats file's common launches as COPY text (see the module's docstring)."""
+
+    def __init__(self, ctx: str, writer: KernelWriter, traced: set[int], step_of=None):
+        """`traced`: the kernel ids kernelslist names; `step_of(ctx, kernel_id)`: the launch's step."""
+        self.ctx = ctx
+        self.writer = writer
+        self.traced = traced
+        self.step_of = step_of
+        self.context: int | None = None
+        self.separator = b""  # the context's scheme and `, `: what follows a launch's kernel id
+        self.declined = False  # the context's files follow no scheme this path can derive
+        self.shapes: dict[bytes, bytes] = {}
+        self.tails: dict[tuple, bytes] = {}
+        # What follows the totals, when it is the same for every launch (no kernelslist, no steps).
+        self.tail = writer.launch_tail(False, None) if not traced and step_of is None else None
+        self.no_totals = None if self.tail is None else NO_TOTALS + self.tail
+        self.rows: list[bytes] = []  # COPY text rows, one a launch
+        self.launches = 0
+        self.without_totals = 0
+
+    @property
+    def full(self) -> bool:
+        return self.launches >= BLOCK_LAUNCHES
+
+    def take(self) -> LaunchBlock | None:
+        """The launches gathered so far, if any."""
+        if not self.rows:
+            return None
+        block = LaunchBlock(b"".join(self.rows), self.launches, self.without_totals)
+        self.rows, self.launches, self.without_totals = [], 0, 0
+        return block
+
+    def line(self, raw: bytes, last_id: int) -> int | None:
+        """Take `raw` if it is a common line whose kernel ids follow `last_id`: returns its
+        last kernel id. None leaves the line, whole, to parse_stats_lines."""
+        if self.declined or not raw.startswith(b"kernel-"):
+            return None
+        halves = raw.rstrip(b"\r\n")[7:].split(b", kernel-")
+        if self.context is None and not self._start(halves[0]):
+            return None
+        taken = len(self.rows)
+        last = self._halves(halves, last_id)
+        if last is None:
+            del self.rows[taken:]
+        return last
+
+    def _halves(self, halves: list[bytes], last_id: int) -> int | None:
+        """The line's launches (`<id><scheme>, <name>, <8 numbers>` each, the last one maybe
+        with `, <totals>`) onto `rows`; the last kernel id, or None to decline."""
+        shapes, separator, rows = self.shapes, self.separator, self.rows
+        final = halves.pop()
+        # Graph-captured halves: the next half follows, no totals.
+        for half in halves:
+            kernel_id, _, launch = half.partition(separator)
+            shape = shapes.get(launch)
+            if shape is None and (shape := self._shape(launch)) is None:
+                return None
+            # Digits as int() reads them back: no sign, space or leading zero, at most 18.
+            if not kernel_id.isdigit() or len(kernel_id) > 18 or (kernel_id[0] == 48 and len(kernel_id) > 1):
+                return None
+            number = int(kernel_id)
+            if number <= last_id:
+                return None  # parse_stats_lines says why
+            last_id = number
+            rows.append(shape + kernel_id + (self.no_totals or NO_TOTALS + self._tail(number)))
+        # The line's last half: its totals, or none (the line ends in `, `).
+        kernel_id, _, launch = final.partition(separator)
+        launch, _, totals = launch.rpartition(b", ")
+        shape = shapes.get(launch)
+        if shape is None and (shape := self._shape(launch)) is None:
+            return None
+        if not kernel_id.isdigit() or len(kernel_id) > 18 or (kernel_id[0] == 48 and len(kernel_id) > 1):
+            return None
+        number = int(kernel_id)
+        if number <= last_id:
+            return None
+        if totals:
+            insts, _, reported = totals.partition(b",")
+            if not (insts.isdigit() and reported.isdigit()):
+                return None  # negative (%d of 2^31 or more), a fork's extra columns, damage
+            if (len(insts) > 9 and int(insts) >= UINT32) or (len(reported) > 9 and int(reported) >= UINT32):
+                return None
+            rows.append(
+                shape + kernel_id + b"\t" + insts + b"\t" + reported + (self.tail or self._tail(number))
+            )
+        else:
+            rows.append(shape + kernel_id + (self.no_totals or NO_TOTALS + self._tail(number)))
+            self.without_totals += 1
+        self.without_totals += len(halves)
+        self.launches += len(halves) + 1
+        return number
+
+    def _start(self, first_half: bytes) -> bool:
+        """The file's context, from its first common launch: its number and scheme, from the
+        writer (which has them from an earlier line if parse_stats_lines read that one)."""
+        first = FIRST_FILE(first_half.split(b", ", 1)[0])
+        if first is None:
+            return False  # maybe the next line
+        trace_file = "kernel-" + first[0].decode("ascii")
+        self.context, suffix = self.writer.context_of(self.ctx, NO_DEVICE, trace_file, int(first[1]))
+        self.declined = suffix is None or SCHEME(suffix.encode()) is None
+        if not self.declined:
+            self.separator = suffix.encode() + b", "
+        return not self.declined
+
+    def _shape(self, launch: bytes) -> bytes | None:
+        if len(self.shapes) >= LAUNCHES_CACHED or LAUNCH(launch) is None:
+            return None
+        try:
+            read = read_launch(launch, 0)
+        except StatsError:
+            return None  # a number beyond 32 bits: parse_stats_lines says which
+        if read is None:
+            return None
+        name, *dimensions = read
+        shape = self.shapes[launch] = self.writer.shape_text(self.context, name, dimensions)
+        return shape
+
+    def _tail(self, kernel_id: int) -> bytes:
+        key = (
+            kernel_id in self.traced,
+            None if self.step_of is None else self.step_of(self.ctx, kernel_id),
+        )
+        tail = self.tails.get(key)
+        if tail is None:
+            tail = self.tails[key] = self.writer.launch_tail(*key)
+        return tail

@@ -1,0 +1,162 @@
+"""LaunchText, the fast path that writes a stats file's common lines as COPY text, stores what the
+general reader stores: the same launches, or the same error, for what the tracer writes and for
+damaged files alike. The inputs are the stats parser's property strategies (rendered by the
+tracer's own two fprintf calls, then damaged), and the real tracer files of tests/data.
+
+Each case is stored twice through KernelWriter, once with every line read into a KernelRow
+(ingest.passes.kernel_rows without a writer) and once with LaunchText taking the lines it can,
+and read back through the API's view of a launch (`Kernel.objects`). PostgreSQL only: COPY text
+is its format.
+"""
+
+from pathlib import Path
+
+import pytest
+from django.db import transaction
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from ingest import passes, timing
+from ingest.bucket import S3Object
+from tests.ingest.test_stats_properties import EXAMPLES, PROPERTY, SOUP, mutated_files, stats_files
+from traces import services
+from traces.models import Kernel, Trace
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("on_postgres")]
+# A third of the parser's examples: each one is stored twice, on PostgreSQL.
+CASES = settings(
+    PROPERTY,
+    max_examples=max(EXAMPLES // 3, 1),
+    suppress_health_check=[*PROPERTY.suppress_health_check, HealthCheck.function_scoped_fixture],
+)
+DATA = Path(__file__).parent.parent / "data"
+LAUNCH = (
+    "ctx",
+    "device",
+    "kernel_id",
+    "name",
+    "trace_file",
+    *services.KERNEL_COLUMNS[4:15],
+    "stream",
+    "step",
+)
+
+
+class Rollback(Exception):
+    pass
+
+
+def source(ctx: str, data: bytes, bodies: dict) -> passes.StatsSource:
+    obj = S3Object(key=f"run/traces/stats_ctx_{ctx}", size=len(data), etag=f'"{ctx}"')
+    bodies[(obj.key, obj.etag)] = data
+    return passes.StatsSource(stats=obj, kernelslist=None, ctx=ctx)
+
+
+def stored(
+    files: list[bytes], extra_columns: int, *, fast: bool, steps: list | None = None
+) -> tuple[list | str, int]:
+    """The launches stored for `files` (one context each), or the error that refused them; and
+    how many of them LaunchText wrote."""
+    bodies: dict = {}
+    sources = [source(f"0x{1000 + i:x}", data, bodies) for i, data in enumerate(files)]
+    step_index = timing.StepIndex(steps) if steps else None
+    taken = 0
+
+    def rows(writer):
+        nonlocal taken
+        for row in passes.kernel_rows(
+            "run", sources, extra_columns, None, bodies, writer if fast else None, step_index
+        ):
+            if type(row) is services.LaunchBlock:
+                taken += row.launches
+                yield row
+            else:
+                yield (*row, None if step_index is None else step_index.step_of(row[0], row[1]), None)
+
+    try:
+        with transaction.atomic():
+            trace = Trace.objects.create(id="run")
+            try:
+                count = services.kernels_replace(trace.id, rows, trace_key=trace.key)
+            except passes.TraceInputError as problem:
+                result = f"TraceInputError: {problem}"
+            else:
+                result = list(Kernel.objects.filter(trace=trace.key).order_by("pk").values_list(*LAUNCH))
+                assert count == len(result)
+            raise Rollback
+    except Rollback:
+        pass
+    return result, taken
+
+
+def assert_stored_alike(
+    files: list[bytes], extra_columns: int, steps: list | None = None
+) -> tuple[list | str, int]:
+    general, _ = stored(files, extra_columns, fast=False, steps=steps)
+    fast, taken = stored(files, extra_columns, fast=True, steps=steps)
+    assert fast == general
+    return fast, taken
+
+
+@CASES
+@given(st.lists(stats_files(), min_size=1, max_size=3), st.data())
+def test_what_the_tracer_writes_is_stored_alike(files, data):
+    """And as the tracer wrote it: the launches the strategy drew, whichever path read them."""
+    steps = None
+    if data.draw(st.booleans()):
+        cuts = sorted(data.draw(st.lists(st.integers(1, 60), max_size=4, unique=True)))
+        firsts, lasts = [1, *(cut + 1 for cut in cuts)], [*cuts, 10**6]
+        steps = [
+            timing.Step(i, f"step {i}", None, None, *span, None, None)
+            for i, span in enumerate(zip(firsts, lasts, strict=True))
+        ]
+    result, _ = assert_stored_alike([file.data for file in files], files[0].extra_columns, steps)
+    if all(file.variant == "standard" and file.extra_columns == 0 for file in files):
+        assert [
+            (ctx, kernel_id, name, totals) for ctx, _, kernel_id, name, *_, totals, _, _, _ in result
+        ] == [
+            (f"0x{1000 + i:x}", row.kernel_id, row.name, row.total_reported_insts)
+            for i, file in enumerate(files)
+            for row in file.expected
+        ]
+
+
+@CASES
+@given(st.one_of(mutated_files(), SOUP), st.integers(0, 3))
+@example(
+    b"kernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\nkernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n",
+    0,
+)
+@example(b"kernel-1.trace, _Z1av, 1, 1, 1, -1, 32, 1, 1, 32, -5,4294967295\n", 0)
+@example(b"kernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 4294967296,1\n", 0)
+@example(b"kernel-01.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n", 0)
+@example(b"kernel-1.trace, kernel-2.trace, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n", 0)
+@example(b"kernel-1_3.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n", 0)
+@example(
+    b"kernel-1.odd, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\nkernel-2.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n",
+    0,
+)
+def test_damaged_files_are_stored_or_refused_alike(data: bytes, extra_columns: int):
+    assert_stored_alike([data], extra_columns)
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted(p for p in DATA.rglob("*stats*") if p.is_file()),
+    ids=lambda p: p.name[-40:],
+)
+def test_real_tracer_files_are_stored_alike_and_taken_by_the_fast_path(path: Path):
+    result, taken = assert_stored_alike([path.read_bytes()], 0)
+    assert isinstance(result, list) and result
+    assert taken > 0, "LaunchText took none of the real file's lines"
+
+
+def test_a_generated_llm_run_is_taken_whole_by_the_fast_path(tmp_path):
+    """Prefill and decode steps with CUDA-graph launches run together: all common lines."""
+    from tools import generator
+
+    spec = generator.RunSpec(kernels=3000, contexts=2, seed=5, timing=False, timeline=False)
+    generator.write_run(tmp_path / "run", spec, run_id="run", key_prefix="")
+    files = [path.read_bytes() for path in sorted((tmp_path / "run" / "traces").glob("stats_ctx_*"))]
+    result, taken = assert_stored_alike(files, 0)
+    assert taken == len(result) == 3000
