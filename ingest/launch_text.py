@@ -24,8 +24,10 @@ LAUNCH = re.compile(rb"[^,]+" + rb", -?[0-9]{1,20}" * LAUNCH_NUMBERS).fullmatch
 SCHEME = re.compile(rb"(?:-ctx_0x[0-9a-fA-F]+)?\.trace[A-Za-z0-9.]*").fullmatch
 FIRST_FILE = re.compile(rb"([0-9]{1,18})(?:-ctx_0x[0-9a-fA-F]+)?\.trace[A-Za-z0-9.]*").fullmatch
 NO_TOTALS = b"\t\\N\t\\N"
-# Launches gathered before they are handed on: about 1 MB of COPY text.
-BLOCK_LAUNCHES = 16_384
+# Launches gathered before they are handed on: about 500 kB of COPY text; the first few go
+# at once, so that PostgreSQL starts loading while the rest is read.
+BLOCK_LAUNCHES = 8192
+FIRST_BLOCK_LAUNCHES = 256
 
 
 class LaunchText:
@@ -48,10 +50,11 @@ class LaunchText:
         self.rows: list[bytes] = []  # COPY text rows, one a launch
         self.launches = 0
         self.without_totals = 0
+        self.taken = False  # a block was handed on
 
     @property
     def full(self) -> bool:
-        return self.launches >= BLOCK_LAUNCHES
+        return self.launches >= (BLOCK_LAUNCHES if self.taken else FIRST_BLOCK_LAUNCHES)
 
     def take(self) -> LaunchBlock | None:
         """The launches gathered so far, if any."""
@@ -59,6 +62,7 @@ class LaunchText:
             return None
         block = LaunchBlock(b"".join(self.rows), self.launches, self.without_totals)
         self.rows, self.launches, self.without_totals = [], 0, 0
+        self.taken = True
         return block
 
     def line(self, raw: bytes, last_id: int) -> int | None:

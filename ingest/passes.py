@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from itertools import islice
+from itertools import chain, islice
 from types import MappingProxyType
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -769,7 +769,8 @@ def parse_into(
                     f"(CASCADE_MAX_STATS_BYTES is {settings.CASCADE_MAX_STATS_BYTES})"
                 )
     services.trace_start_parsing(trace, run=run)
-    extra_columns = header_extra_columns(sources, bodies)
+    opened: dict[str, Iterator[bytes]] = {}
+    extra_columns = header_extra_columns(sources, bodies, opened)
     extras = services.RunExtras()
     step_index, durations = read_steps_and_timing(objects, extras, bodies)
 
@@ -778,7 +779,7 @@ def parse_into(
         # its common lines written as COPY text; steps are a lookup either way.
         text = writer.copies and durations is None
         rows = kernel_rows(
-            trace.id, sources, extra_columns, progress, bodies, writer if text else None, step_index
+            trace.id, sources, extra_columns, progress, bodies, writer if text else None, step_index, opened
         )
         rows = with_steps_and_durations(rows, step_index, durations, extras)
         return at_least_one_launch(rows) if launches_expected else rows
@@ -862,11 +863,14 @@ def at_least_one_launch(rows: Iterator[tuple]) -> Iterator[tuple]:
         )
 
 
-def header_extra_columns(sources: list[StatsSource], bodies: Bodies = NO_BODIES) -> int:
+def header_extra_columns(
+    sources: list[StatsSource], bodies: Bodies = NO_BODIES, opened: dict[str, Iterator[bytes]] | None = None
+) -> int:
     """The run's extra stats columns, from the one file that has the header.
 
     The tracer writes the header into the first context's file only, so files of later
-    contexts take its width. Reads only the first bytes of each file.
+    contexts take its width. Reads only the first line of each file: the first file read from
+    S3 is opened for the parse and kept in `opened` (by key), the others are ranged GETs.
     """
     if len(sources) == 1:
         return 0  # the file's own header, if any, is read while parsing
@@ -874,11 +878,18 @@ def header_extra_columns(sources: list[StatsSource], bodies: Bodies = NO_BODIES)
         if source.stats.size == 0:
             continue  # a context without launches; and S3 refuses a ranged GET of 0 bytes
         data = bodies.get((source.stats.key, source.stats.etag))
-        head = (
-            data[:HEADER_PEEK_BYTES]
-            if data is not None
-            else bucket.read_head(source.stats.key, HEADER_PEEK_BYTES)
-        )
+        if data is not None:
+            head = data[:HEADER_PEEK_BYTES]
+        elif opened is not None and not opened:
+            lines = bucket.iter_object_lines(source.stats.key)
+            try:
+                head = next(lines, b"")
+            except bucket.LineTooLong:  # the parse says so, in its turn
+                head = bucket.read_head(source.stats.key, HEADER_PEEK_BYTES)
+            else:
+                opened[source.stats.key] = chain([head], lines)
+        else:
+            head = bucket.read_head(source.stats.key, HEADER_PEEK_BYTES)
         first_line = head.split(b"\n", 1)[0]
         extra = stats.first_line_extra_columns(first_line)
         if extra is not None:
@@ -894,11 +905,13 @@ def kernel_rows(
     bodies: Bodies = NO_BODIES,
     writer: services.KernelWriter | None = None,
     step_index: timing.StepIndex | None = None,
+    opened: dict[str, Iterator[bytes]] | None = None,
 ) -> Iterator:
     """Rows in KERNEL_COLUMNS order, streamed file after file; bad input raises TraceInputError.
 
     With a `writer`, the common lines come as LaunchBlocks of COPY text instead (LaunchText,
-    steps included), among the rows of the others.
+    steps included), among the rows of the others. `opened`: files whose lines are already
+    streaming (header_extra_columns').
     """
     count = 0
     every = settings.CASCADE_PROGRESS_EVERY
@@ -913,7 +926,7 @@ def kernel_rows(
         text = None
         if writer is not None:
             text = LaunchText(source.ctx, writer, traced, None if step_index is None else step_index.step_of)
-        lines = read_lines(source.stats, bodies)
+        lines = (opened or {}).pop(source.stats.key, None) or read_lines(source.stats, bodies)
         try:
             for row in stats.parse_stats_lines(lines, extra_columns=extra_columns, launch_text=text):
                 if type(row) is services.LaunchBlock:

@@ -359,8 +359,8 @@ STORED_COLUMNS = SHAPE_COLUMNS + LAUNCH_COLUMNS
 _ROW = {name: KERNEL_COLUMNS.index(name) for name in KERNEL_COLUMNS}
 _DIMENSIONS = slice(_ROW["grid_x"], _ROW["threads"] + 1)
 # COPY blocks (psycopg's, up to 128 KiB) queued between the parse and the thread that sends
-# them: the parse runs ahead of PostgreSQL by 4 MiB at most, whatever the trace's size.
-COPY_QUEUE_BLOCKS = 32
+# them: the parse runs ahead of PostgreSQL by 2 MiB at most, whatever the trace's size.
+COPY_QUEUE_BLOCKS = 16
 
 
 @dataclass(slots=True)
