@@ -304,6 +304,30 @@ def test_header_extra_columns_apply_to_every_context(db, upload):
     ]
 
 
+@pytest.mark.parametrize("with_header", ["0xaaaa", "0xbbbb"])
+def test_header_extra_columns_apply_to_files_streamed_from_s3(db, upload, monkeypatch, with_header):
+    """Nothing read ahead: the first file's header comes from the stream its parse goes on with,
+    another file's from a ranged GET."""
+    monkeypatch.setattr(passes, "PREFETCH_RUN_BYTES", 0)
+    header = STATS_HEADER.rstrip("\n") + ", latency\n"
+    row = "kernel-{k}-ctx_{c}.trace.xz, void f<1, 2>(), 1, 1, 1, 1, 32, 1, 1, 32, 5,6, 777\n"
+    files = {
+        f"traces/stats_ctx_{c}": (header if c == with_header else "")
+        + row.format(k=1, c=c)
+        + row.format(k=2, c=c)
+        for c in ("0xaaaa", "0xbbbb")
+    }
+    upload("streamed", files, metadata=OK)
+    passes.poll_bucket()
+    assert Trace.objects.get(pk="streamed").state == TraceState.READY
+    assert [(ctx, kernel_id, name, insts) for ctx, kernel_id, name, insts, _ in kernels_of("streamed")] == [
+        ("0xaaaa", 1, "void f<1, 2>()", 5),
+        ("0xaaaa", 2, "void f<1, 2>()", 5),
+        ("0xbbbb", 1, "void f<1, 2>()", 5),
+        ("0xbbbb", 2, "void f<1, 2>()", 5),
+    ]
+
+
 def test_legacy_stats_csv(db, upload):
     files = {
         "traces/stats.csv": STATS_HEADER + stats_row(1, None) + stats_row(2, None),
