@@ -34,6 +34,7 @@ This module decides; `traces.services` writes every change of a trace.
 """
 
 import logging
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -48,7 +49,7 @@ from django.db import DataError, IntegrityError, connection
 from django.db.models import Count, Func, IntegerField, Q, Sum
 from django.utils import timezone
 
-from ingest import bucket, stats, timing
+from ingest import bucket, processes, stats, timing
 from ingest.bucket import S3Object
 from ingest.launch_text import LaunchText
 from ingest.metadata import (
@@ -161,6 +162,13 @@ class PassCost:
     db_seconds: float = 0.0
     runs: int = 0  # the runs the pass looked at (listed), for the requests a run
 
+    def add(self, other: "PassCost | None") -> None:
+        if other is not None:
+            self.s3_requests += other.s3_requests
+            self.s3_seconds += other.s3_seconds
+            self.db_queries += other.db_queries
+            self.db_seconds += other.db_seconds
+
     def __str__(self) -> str:
         per_run = f" ({self.s3_requests / self.runs:.1f} a run looked at)" if self.runs else ""
         return (
@@ -203,6 +211,7 @@ def poll_bucket(
     """One whole pass: register what landed, then parse every trace that is ready, inline."""
     with measured() as cost:
         result = _poll_bucket(trace_id, reparse, reparse_outdated, outdated_batch, progress)
+    cost.add(result.cost)  # the parse processes', if any
     cost.runs = result.listed
     result.cost = cost
     return result
@@ -213,31 +222,98 @@ def _poll_bucket(trace_id, reparse, reparse_outdated, outdated_batch, progress) 
         trace_id=trace_id, reparse=reparse, reparse_outdated=reparse_outdated, outdated_batch=outdated_batch
     )
     changes = {change.trace_id: change for change in scan.changes}
-    errors = []
+    to_reparse = scan.to_reparse | (set(scan.to_parse) if reparse else set())
+    count = processes.process_count(
+        len(scan.to_parse),
+        settings.CASCADE_PARSE_PROCESSES,
+        settings.CASCADE_PARSES_PER_PROCESS,
+        postgres=connection.vendor == "postgresql",
+    )
+    if count == 1:
+        parsed, errors = parse_traces(scan.to_parse, to_reparse, scan.listings, progress)
+        children = PassCost()
+    else:
+        parsed, errors, children = parse_in_processes(scan, to_reparse, count, progress)
+    for change in parsed:
+        first = changes.get(change.trace_id, change)
+        changes[change.trace_id] = TraceChange(
+            change.trace_id,
+            first.old_state,
+            change.new_state,
+            change.kernel_count,
+            change.bytes,
+            change.error,
+        )
+    return PassResult(listed=scan.listed, changes=list(changes.values()), errors=errors, cost=children)
+
+
+def parse_traces(
+    run_ids: list[str], to_reparse: set[str], listings: dict[str, list[S3Object]], progress: Progress | None
+) -> tuple[list[TraceChange], list[str]]:
+    """Parse each run in turn on this thread, the next ones' small files read meanwhile on the
+    S3 threads; (what changed, the errors of those that could not be ingested)."""
+    changes, errors = [], []
 
     def read_ahead(run_id: str) -> Fetched:  # on an S3 thread: no database
-        objects = scan.listings.get(run_id)
+        objects = listings.get(run_id)
         return fetch_small_files(run_id, bucket.list_run_objects(run_id) if objects is None else objects)
 
-    # Parsed one at a time, in order, on this thread; the next ones' files are read meanwhile.
-    for ready_id, fetched in bucket.overlapped(read_ahead, scan.to_parse):
+    for ready_id, fetched in bucket.overlapped(read_ahead, run_ids):
         try:
             change = ingest_trace(
-                ready_id,
-                reparse=reparse or ready_id in scan.to_reparse,
-                progress=progress,
-                fetched=fetched.result(),
+                ready_id, reparse=ready_id in to_reparse, progress=progress, fetched=fetched.result()
             )
         except Exception as error:  # S3 trouble, or a bug: the other traces still get their turn
             logger.exception("%s: ingestion error, the next pass tries again", ready_id)
             errors.append(f"{ready_id}: {type(error).__name__}: {error}")
             continue
         if change is not None:
-            first = changes.get(ready_id, change)
-            changes[ready_id] = TraceChange(
-                ready_id, first.old_state, change.new_state, change.kernel_count, change.bytes, change.error
+            changes.append(change)
+    return changes, errors
+
+
+def parse_in_processes(
+    scan: Scan, to_reparse: set[str], count: int, progress: Progress | None
+) -> tuple[list[TraceChange], list[str], PassCost]:
+    """parse_traces over `count` shares of the runs: this process's and `count - 1` spawned
+    ones' (ingest.processes); their costs summed."""
+    own, *others = processes.shares(scan.to_parse, count)
+    logger.info("parsing %d traces in %d processes", len(scan.to_parse), count)
+    changes, errors, cost = [], [], PassCost()
+    with processes.pool(len(others)) as pool:
+        futures = [
+            (
+                share,
+                pool.submit(
+                    processes.parse_share,
+                    share,
+                    to_reparse & set(share),
+                    {run_id: scan.listings[run_id] for run_id in share if run_id in scan.listings},
+                    progress is not None,
+                ),
             )
-    return PassResult(listed=scan.listed, changes=list(changes.values()), errors=errors)
+            for share in others
+        ]
+        changes, errors = parse_traces(own, to_reparse, scan.listings, progress)
+        for share, future in futures:
+            try:
+                share_changes, share_errors, share_cost = future.result()
+            except Exception as error:  # the process died: its runs are parsed next pass
+                logger.exception("a parse process failed")
+                errors += [
+                    f"{run_id}: parse process failed: {type(error).__name__}: {error}" for run_id in share
+                ]
+                continue
+            changes += share_changes
+            errors += share_errors
+            cost.add(share_cost)
+    return changes, errors, cost
+
+
+def progress_to_stderr(message: str) -> None:
+    """A parse process's progress lines, where the command writes its own."""
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()
 
 
 def scan_bucket(

@@ -36,6 +36,14 @@ def empty_cache():
         caches["default"].clear()
 
 
+@pytest.fixture(autouse=True)
+def one_parse_process(settings):
+    """Passes run in the test's own process: a spawned parse process would set Django up from the
+    environment, on another database than the test's (tests/ingest/test_parse_processes.py runs
+    the command, with its processes, against the test's database)."""
+    settings.CASCADE_PARSE_PROCESSES = 1
+
+
 @pytest.fixture
 def on_postgres():
     if connection.vendor != "postgresql":
