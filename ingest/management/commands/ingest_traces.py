@@ -96,7 +96,8 @@ class Command(BaseCommand):
             )
         if trace_id is not None and not result.changes:
             self.stdout.write(f"{trace_id}: nothing new")
-        self.stdout.write(f"pass: {result.summary()} in {time.monotonic() - started:.1f} s")
+        seconds = time.monotonic() - started
+        self.stdout.write(f"pass: {result.summary()} in {seconds:.{1 if seconds >= 10 else 2}f} s")
         self.stdout.flush()
         return result
 
