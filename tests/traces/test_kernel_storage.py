@@ -6,6 +6,7 @@ import threading
 import pytest
 from django.db import connection, transaction
 from django.db.migrations.executor import MigrationExecutor
+from psycopg.copy import QueuedLibpqWriter
 
 from tests.helpers import kernel_row
 from traces import encoders, selectors, services
@@ -254,3 +255,12 @@ def test_a_deleted_trace_leaves_no_launch_behind(db, make_trace, delete):
         cursor.execute("SELECT count(*) FROM traces_kernelcontext")
         assert cursor.fetchone()[0] == 1
     assert Trace.objects.get(pk="kept").kernels.count() == 1
+
+
+def test_the_copy_queue_is_bounded(db, on_postgres):
+    """The COPY writer's queue is psycopg's own attribute, replaced: an upgrade that renames it
+    would bring back a queue of 1,024 blocks (128 MiB) when PostgreSQL is slower than the parse."""
+    with connection.cursor() as cursor:
+        writer = services._QueuedCopyWriter(cursor.cursor)
+        assert writer._queue.maxsize == services.COPY_QUEUE_BLOCKS
+        assert isinstance(writer, QueuedLibpqWriter)
