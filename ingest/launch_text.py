@@ -81,12 +81,16 @@ class LaunchText:
 
     def _halves(self, halves: list[bytes], last_id: int) -> int | None:
         """The line's launches (`<id><scheme>, <name>, <8 numbers>` each, the last one maybe
-        with `, <totals>`) onto `rows`; the last kernel id, or None to decline."""
+        with `, <totals>`: graph-captured halves before it have none) onto `rows`; the last
+        kernel id, or None to decline."""
         shapes, separator, rows = self.shapes, self.separator, self.rows
-        final = halves.pop()
-        # Graph-captured halves: the next half follows, no totals.
-        for half in halves:
+        final = len(halves) - 1
+        without_totals = 0
+        for i, half in enumerate(halves):
             kernel_id, _, launch = half.partition(separator)
+            totals = b""
+            if i == final:  # its totals, or none (the line ends in `, `)
+                launch, _, totals = launch.rpartition(b", ")
             shape = shapes.get(launch)
             if shape is None and (shape := self._shape(launch)) is None:
                 return None
@@ -97,19 +101,10 @@ class LaunchText:
             if number <= last_id:
                 return None  # parse_stats_lines says why
             last_id = number
-            rows.append(shape + kernel_id + (self.no_totals or NO_TOTALS + self._tail(number)))
-        # The line's last half: its totals, or none (the line ends in `, `).
-        kernel_id, _, launch = final.partition(separator)
-        launch, _, totals = launch.rpartition(b", ")
-        shape = shapes.get(launch)
-        if shape is None and (shape := self._shape(launch)) is None:
-            return None
-        if not kernel_id.isdigit() or len(kernel_id) > 18 or (kernel_id[0] == 48 and len(kernel_id) > 1):
-            return None
-        number = int(kernel_id)
-        if number <= last_id:
-            return None
-        if totals:
+            if not totals:
+                rows.append(shape + kernel_id + (self.no_totals or NO_TOTALS + self._tail(number)))
+                without_totals += 1
+                continue
             insts, _, reported = totals.partition(b",")
             if not (insts.isdigit() and reported.isdigit()):
                 return None  # negative (%d of 2^31 or more), a fork's extra columns, damage
@@ -118,12 +113,9 @@ class LaunchText:
             rows.append(
                 shape + kernel_id + b"\t" + insts + b"\t" + reported + (self.tail or self._tail(number))
             )
-        else:
-            rows.append(shape + kernel_id + (self.no_totals or NO_TOTALS + self._tail(number)))
-            self.without_totals += 1
-        self.without_totals += len(halves)
-        self.launches += len(halves) + 1
-        return number
+        self.without_totals += without_totals
+        self.launches += len(halves)
+        return last_id
 
     def _start(self, first_half: bytes) -> bool:
         """The file's context, from its first common launch: its number and scheme, from the
