@@ -192,10 +192,11 @@ if CASCADE_S3_PAGE_SIZE < 1:
 CASCADE_S3_THREADS = env_int("CASCADE_S3_THREADS", 8)
 if CASCADE_S3_THREADS < 1:
     raise ImproperlyConfigured(f"CASCADE_S3_THREADS must be at least 1, got {CASCADE_S3_THREADS}")
-# Processes a pass parses in when it has many traces to parse (ingest.processes): at most
-# one per core, and one per CASCADE_PARSES_PER_PROCESS traces (a process takes half a second
-# to start), each with its own S3 threads; 1: the pass's own process alone. On PostgreSQL
-# only (SQLite takes one writer at a time), and not in a Celery worker's process.
+# Processes a `manage.py ingest_traces` pass parses in when it has many traces to parse
+# (ingest.processes): at most one per core, and one per CASCADE_PARSES_PER_PROCESS traces (a
+# process takes half a second to start), each with its own S3 threads; 1: the pass's own
+# process alone. On PostgreSQL only (SQLite takes one writer at a time); Celery's polls parse
+# in their worker's process, the workers being the parallelism there.
 CASCADE_PARSE_PROCESSES = env_int("CASCADE_PARSE_PROCESSES", os.cpu_count() or 1)
 CASCADE_PARSES_PER_PROCESS = env_int("CASCADE_PARSES_PER_PROCESS", 100)
 for _name in ("CASCADE_PARSE_PROCESSES", "CASCADE_PARSES_PER_PROCESS"):

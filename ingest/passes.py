@@ -207,17 +207,26 @@ def poll_bucket(
     reparse_outdated: bool = False,
     outdated_batch: int | None = None,
     progress: Progress | None = None,
+    processes: int = 1,
 ) -> PassResult:
-    """One whole pass: register what landed, then parse every trace that is ready, inline."""
+    """One whole pass: register what landed, then parse every trace that is ready, inline.
+
+    `processes` > 1 lets a pass with many traces to parse share them among that many
+    processes (ingest.processes); `manage.py ingest_traces` passes CASCADE_PARSE_PROCESSES.
+    A caller that is not a command's main module (a Celery task, a script without a main
+    guard) keeps the default: a spawned process imports the caller's main module again.
+    """
     with measured() as cost:
-        result = _poll_bucket(trace_id, reparse, reparse_outdated, outdated_batch, progress)
+        result = _poll_bucket(trace_id, reparse, reparse_outdated, outdated_batch, progress, processes)
     cost.add(result.cost)  # the parse processes', if any
     cost.runs = result.listed
     result.cost = cost
     return result
 
 
-def _poll_bucket(trace_id, reparse, reparse_outdated, outdated_batch, progress) -> PassResult:
+def _poll_bucket(
+    trace_id, reparse, reparse_outdated, outdated_batch, progress, processes_wanted
+) -> PassResult:
     scan = scan_bucket(
         trace_id=trace_id, reparse=reparse, reparse_outdated=reparse_outdated, outdated_batch=outdated_batch
     )
@@ -225,7 +234,7 @@ def _poll_bucket(trace_id, reparse, reparse_outdated, outdated_batch, progress) 
     to_reparse = scan.to_reparse | (set(scan.to_parse) if reparse else set())
     count = processes.process_count(
         len(scan.to_parse),
-        settings.CASCADE_PARSE_PROCESSES,
+        processes_wanted,
         settings.CASCADE_PARSES_PER_PROCESS,
         postgres=connection.vendor == "postgresql",
     )

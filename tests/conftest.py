@@ -38,9 +38,9 @@ def empty_cache():
 
 @pytest.fixture(autouse=True)
 def one_parse_process(settings):
-    """Passes run in the test's own process: a spawned parse process would set Django up from the
-    environment, on another database than the test's (tests/ingest/test_parse_processes.py runs
-    the command, with its processes, against the test's database)."""
+    """`ingest_traces` called in the test's own process parses there: a spawned parse process
+    would set Django up from the environment, on another database than the test's
+    (tests/ingest/test_parse_processes.py runs the command, with its processes, on the test's)."""
     settings.CASCADE_PARSE_PROCESSES = 1
 
 

@@ -83,6 +83,7 @@ class Command(BaseCommand):
                 reparse_outdated=outdated,
                 outdated_batch=outdated_batch,
                 progress=self.progress,
+                processes=settings.CASCADE_PARSE_PROCESSES,
             )
         except (BotoCoreError, ClientError) as problem:
             raise CommandError(f"cannot list the bucket {bucket.bucket_name()}: {problem}") from None
