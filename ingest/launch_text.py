@@ -30,24 +30,46 @@ BLOCK_LAUNCHES = 8192
 FIRST_BLOCK_LAUNCHES = 256
 
 
+class PendingShape:
+    """A shape first seen in the block being gathered, whose name's id is looked up when the
+    block is handed on (one query for all the block's new names, not one a name).
+
+    `shape + text` is then a row to finish: (this, the launch's own text).
+    """
+
+    __slots__ = ("name", "dimensions", "text")
+
+    def __init__(self, name: str, dimensions: list[int]):
+        self.name, self.dimensions = name, dimensions
+        self.text = b""  # the shape's COPY text, once the name's id is known
+
+    def __add__(self, launch_text: bytes) -> tuple["PendingShape", bytes]:
+        return (self, launch_text)
+
+
 class LaunchText:
     """One stats file's common launches as COPY text (see the module's docstring)."""
 
-    def __init__(self, ctx: str, writer: KernelWriter, traced: set[int], step_of=None):
-        """`traced`: the kernel ids kernelslist names; `step_of(ctx, kernel_id)`: the launch's step."""
+    def __init__(self, ctx: str, writer: KernelWriter, traced: set[int], step_of=None, duration_of=None):
+        """`traced`: the kernel ids kernelslist names; `step_of(ctx, kernel_id)`: the launch's
+        step; `duration_of(ctx, kernel_id, grid, block)`: its measured time, by kernel id alone
+        (timing.CascadeDurations: a declined line's launches may be asked for again)."""
         self.ctx = ctx
         self.writer = writer
         self.traced = traced
         self.step_of = step_of
+        self.duration_of = duration_of
         self.context: int | None = None
         self.separator = b""  # the context's scheme and `, `: what follows a launch's kernel id
         self.declined = False  # the context's files follow no scheme this path can derive
-        self.shapes: dict[bytes, bytes] = {}
+        self.shapes: dict[bytes, bytes | PendingShape] = {}
+        self.pending: dict[bytes, PendingShape] = {}  # of `shapes`, those not yet written as text
         self.tails: dict[tuple, bytes] = {}
         # What follows the totals, when it is the same for every launch (no kernelslist, no steps).
-        self.tail = writer.launch_tail(False, None) if not traced and step_of is None else None
+        constant = not traced and step_of is None and duration_of is None
+        self.tail = writer.launch_tail(False, None) if constant else None
         self.no_totals = None if self.tail is None else NO_TOTALS + self.tail
-        self.rows: list[bytes] = []  # COPY text rows, one a launch
+        self.rows: list = []  # COPY text rows, one a launch (a tuple where its shape is pending)
         self.launches = 0
         self.without_totals = 0
         self.taken = False  # a block was handed on
@@ -60,7 +82,16 @@ class LaunchText:
         """The launches gathered so far, if any."""
         if not self.rows:
             return None
-        block = LaunchBlock(b"".join(self.rows), self.launches, self.without_totals)
+        rows = self.rows
+        if self.pending:
+            self.writer.resolve_names({shape.name for shape in self.pending.values()})
+            for launch, shape in self.pending.items():
+                shape.text = self.shapes[launch] = self.writer.shape_text(
+                    self.context, shape.name, shape.dimensions
+                )
+            self.pending = {}
+            rows = (row if type(row) is bytes else row[0].text + row[1] for row in rows)
+        block = LaunchBlock(b"".join(rows), self.launches, self.without_totals)
         self.rows, self.launches, self.without_totals = [], 0, 0
         self.taken = True
         return block
@@ -102,7 +133,7 @@ class LaunchText:
                 return None  # parse_stats_lines says why
             last_id = number
             if not totals:
-                rows.append(shape + kernel_id + (self.no_totals or NO_TOTALS + self._tail(number)))
+                rows.append(shape + (kernel_id + (self.no_totals or NO_TOTALS + self._tail(number))))
                 without_totals += 1
                 continue
             insts, _, reported = totals.partition(b",")
@@ -111,7 +142,7 @@ class LaunchText:
             if (len(insts) > 9 and int(insts) >= UINT32) or (len(reported) > 9 and int(reported) >= UINT32):
                 return None
             rows.append(
-                shape + kernel_id + b"\t" + insts + b"\t" + reported + (self.tail or self._tail(number))
+                shape + (kernel_id + b"\t" + insts + b"\t" + reported + (self.tail or self._tail(number)))
             )
         self.without_totals += without_totals
         self.launches += len(halves)
@@ -130,7 +161,7 @@ class LaunchText:
             self.separator = suffix.encode() + b", "
         return not self.declined
 
-    def _shape(self, launch: bytes) -> bytes | None:
+    def _shape(self, launch: bytes) -> PendingShape | None:
         if len(self.shapes) >= LAUNCHES_CACHED or LAUNCH(launch) is None:
             return None
         try:
@@ -139,16 +170,15 @@ class LaunchText:
             return None  # a number beyond 32 bits: parse_stats_lines says which
         if read is None:
             return None
-        name, *dimensions = read
-        shape = self.shapes[launch] = self.writer.shape_text(self.context, name, dimensions)
+        shape = self.shapes[launch] = self.pending[launch] = PendingShape(read[0], read[1:])
         return shape
 
     def _tail(self, kernel_id: int) -> bytes:
-        key = (
-            kernel_id in self.traced,
-            None if self.step_of is None else self.step_of(self.ctx, kernel_id),
-        )
-        tail = self.tails.get(key)
+        traced = kernel_id in self.traced
+        step = None if self.step_of is None else self.step_of(self.ctx, kernel_id)
+        if self.duration_of is not None:  # the launch's own: not worth keeping
+            return self.writer.launch_tail(traced, step, self.duration_of(self.ctx, kernel_id, None, None))
+        tail = self.tails.get((traced, step))
         if tail is None:
-            tail = self.tails[key] = self.writer.launch_tail(*key)
+            tail = self.tails[traced, step] = self.writer.launch_tail(traced, step)
         return tail

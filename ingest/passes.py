@@ -860,12 +860,17 @@ def parse_into(
     step_index, durations = read_steps_and_timing(objects, extras, bodies)
 
     def launches(writer: services.KernelWriter) -> Iterator:
-        # Measured durations are matched launch by launch, so only a run without them has
-        # its common lines written as COPY text; steps are a lookup either way.
-        text = writer.copies and durations is None
-        rows = kernel_rows(
-            trace.id, sources, extra_columns, progress, bodies, writer if text else None, step_index, opened
-        )
+        launch_text = None
+        # Nsight's durations are matched launch by launch, in order: those runs are read row
+        # by row; steps, and Cascade's timing.csv, are lookups by kernel id.
+        if writer.copies and (durations is None or durations.by_kernel_id):
+            step_of = None if step_index is None else step_index.step_of
+            duration_of = None if durations is None else durations.duration_of
+
+            def launch_text(source: StatsSource, traced: set[int]) -> LaunchText:
+                return LaunchText(source.ctx, writer, traced, step_of, duration_of)
+
+        rows = kernel_rows(trace.id, sources, extra_columns, progress, bodies, launch_text, opened)
         rows = with_steps_and_durations(rows, step_index, durations, extras)
         return at_least_one_launch(rows) if launches_expected else rows
 
@@ -920,7 +925,7 @@ def with_steps_and_durations(rows: Iterator[tuple], step_index, durations, extra
     durations already given are cleared when the kernels are stored.
     """
     for row in rows:
-        if type(row) is services.LaunchBlock:  # LaunchText wrote the steps
+        if type(row) is services.LaunchBlock:  # LaunchText wrote the steps and durations
             yield row
             continue
         ctx, kernel_id = row[0], row[1]
@@ -988,15 +993,15 @@ def kernel_rows(
     extra_columns: int,
     progress: Progress | None,
     bodies: Bodies = NO_BODIES,
-    writer: services.KernelWriter | None = None,
-    step_index: timing.StepIndex | None = None,
+    launch_text: Callable[[StatsSource, set[int]], LaunchText] | None = None,
     opened: dict[str, Iterator[bytes]] | None = None,
 ) -> Iterator:
     """Rows in KERNEL_COLUMNS order, streamed file after file; bad input raises TraceInputError.
 
-    With a `writer`, the common lines come as LaunchBlocks of COPY text instead (LaunchText,
-    steps included), among the rows of the others. `opened`: files whose lines are already
-    streaming (header_extra_columns').
+    With `launch_text` (a file's LaunchText, from its source and traced kernel ids), the
+    common lines come as LaunchBlocks of COPY text instead, steps and durations included,
+    among the rows of the others. `opened`: files whose lines are already streaming
+    (header_extra_columns').
     """
     count = 0
     every = settings.CASCADE_PROGRESS_EVERY
@@ -1008,9 +1013,7 @@ def kernel_rows(
                 traced = stats.parse_kernelslist_lines(read_lines(source.kernelslist, bodies))
             except (stats.StatsError, bucket.LineTooLong) as problem:
                 raise TraceInputError(f"{source.kernelslist.name}: {problem}") from None
-        text = None
-        if writer is not None:
-            text = LaunchText(source.ctx, writer, traced, None if step_index is None else step_index.step_of)
+        text = None if launch_text is None else launch_text(source, traced)
         lines = (opened or {}).pop(source.stats.key, None) or read_lines(source.stats, bodies)
         try:
             for row in stats.parse_stats_lines(lines, extra_columns=extra_columns, launch_text=text):

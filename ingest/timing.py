@@ -404,6 +404,10 @@ def timing_format(header: str) -> str:
 class CascadeDurations:
     """Durations from Cascade's own timing.csv, by (ctx, kernel id)."""
 
+    # A launch's duration is its (ctx, kernel id)'s alone, whatever was asked before: a reader
+    # may ask again, or without the grid and block (ingest.launch_text does).
+    by_kernel_id = True
+
     def __init__(self, lines: Iterable[str]):
         self._by_ctx: dict[str, array] = {}
         self._long: dict[tuple[str, int], int] = {}  # durations of 2^32 - 1 ns (4.3 s) or more
@@ -475,6 +479,8 @@ class NsysDurations:
     the shape of the context's first launch, and its kernel rows one by one; a pair whose
     grid or block differs raises TimingError naming both.
     """
+
+    by_kernel_id = False  # matched in order: each launch asked once, in the file's order
 
     def __init__(self, lines: Iterable[str]):
         reader = csv.DictReader(lines)

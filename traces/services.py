@@ -492,6 +492,10 @@ class KernelWriter:
             )
         return context
 
+    def resolve_names(self, names: set[str]) -> None:
+        """Look up (and add) the ids of `names` at once, for shape_text: one query for all."""
+        self._resolve_names(names - self.names.keys())
+
     def shape_text(self, context: int, name: str, dimensions: Iterable[int]) -> bytes:
         """COPY text of SHAPE_COLUMNS, with the tab after them: for every launch of `name` with
         these dimensions (KERNEL_COLUMNS' grid_x to threads) in the trace's context `context`."""
@@ -501,12 +505,13 @@ class KernelWriter:
         return ("\t".join(map(str, values)) + "\t").encode()
 
     @staticmethod
-    def launch_tail(traced: bool, step: int | None) -> bytes:
+    def launch_tail(traced: bool, step: int | None, duration: int | None = None) -> bytes:
         """COPY text of LAUNCH_COLUMNS after the totals, from the tab before `traced` to the
-        row's end: for a launch with no duration, no stream and the trace file its scheme gives."""
-        return b"\t%s\t%s\t\\N\t\\N\t\\N\n" % (
+        row's end: for a launch with no stream and the trace file its scheme gives."""
+        return b"\t%s\t%s\t%s\t\\N\t\\N\n" % (
             b"t" if traced else b"f",
             b"\\N" if step is None else b"%d" % step,
+            b"\\N" if duration is None else b"%d" % duration,
         )
 
     def _write_chunk(self, chunk: list[tuple], copying: ExitStack) -> None:

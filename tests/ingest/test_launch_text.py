@@ -9,6 +9,7 @@ and read back through the API's view of a launch (`Kernel.objects`). PostgreSQL 
 is its format.
 """
 
+import csv
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 
 from ingest import passes, timing
 from ingest.bucket import S3Object
+from ingest.launch_text import LaunchText
 from tests.ingest.test_stats_properties import EXAMPLES, PROPERTY, SOUP, mutated_files, stats_files
 from traces import services
 from traces.models import Kernel, Trace
@@ -30,6 +32,7 @@ CASES = settings(
     suppress_health_check=[*PROPERTY.suppress_health_check, HealthCheck.function_scoped_fixture],
 )
 DATA = Path(__file__).parent.parent / "data"
+DURATION = st.one_of(st.integers(0, 10**6), st.integers(2**32 - 2, 2**40))
 LAUNCH = (
     "ctx",
     "device",
@@ -39,6 +42,7 @@ LAUNCH = (
     *services.KERNEL_COLUMNS[4:15],
     "stream",
     "step",
+    "duration_ns",
 )
 
 
@@ -53,25 +57,39 @@ def source(ctx: str, data: bytes, bodies: dict) -> passes.StatsSource:
 
 
 def stored(
-    files: list[bytes], extra_columns: int, *, fast: bool, steps: list | None = None
+    files: list[bytes] | dict[str, bytes],
+    extra_columns: int,
+    *,
+    fast: bool,
+    steps: list | None = None,
+    timing_csv: str | None = None,
 ) -> tuple[list | str, int]:
-    """The launches stored for `files` (one context each), or the error that refused them; and
-    how many of them LaunchText wrote."""
+    """The launches stored for `files` (one context each, by ctx, or 0x3e8, 0x3e9... in turn), or
+    the error that refused them; and how many of them LaunchText wrote. Steps and durations as
+    ingest.passes adds them."""
     bodies: dict = {}
-    sources = [source(f"0x{1000 + i:x}", data, bodies) for i, data in enumerate(files)]
+    if not isinstance(files, dict):
+        files = {f"0x{1000 + i:x}": data for i, data in enumerate(files)}
+    sources = [source(ctx, data, bodies) for ctx, data in files.items()]
     step_index = timing.StepIndex(steps) if steps else None
+    durations = None if timing_csv is None else timing.read_timing(timing_csv.encode().splitlines(True))
     taken = 0
 
     def rows(writer):
         nonlocal taken
-        for row in passes.kernel_rows(
-            "run", sources, extra_columns, None, bodies, writer if fast else None, step_index
-        ):
+
+        def launch_text(source, traced):
+            duration_of = None if durations is None else durations.duration_of
+            step_of = None if step_index is None else step_index.step_of
+            return LaunchText(source.ctx, writer, traced, step_of, duration_of)
+
+        launches = passes.kernel_rows(
+            "run", sources, extra_columns, None, bodies, launch_text if fast else None
+        )
+        for row in passes.with_steps_and_durations(launches, step_index, durations, services.RunExtras()):
             if type(row) is services.LaunchBlock:
                 taken += row.launches
-                yield row
-            else:
-                yield (*row, None if step_index is None else step_index.step_of(row[0], row[1]), None)
+            yield row
 
     try:
         with transaction.atomic():
@@ -90,10 +108,13 @@ def stored(
 
 
 def assert_stored_alike(
-    files: list[bytes], extra_columns: int, steps: list | None = None
+    files: list[bytes] | dict[str, bytes],
+    extra_columns: int,
+    steps: list | None = None,
+    timing_csv: str | None = None,
 ) -> tuple[list | str, int]:
-    general, _ = stored(files, extra_columns, fast=False, steps=steps)
-    fast, taken = stored(files, extra_columns, fast=True, steps=steps)
+    general, _ = stored(files, extra_columns, fast=False, steps=steps, timing_csv=timing_csv)
+    fast, taken = stored(files, extra_columns, fast=True, steps=steps, timing_csv=timing_csv)
     assert fast == general
     return fast, taken
 
@@ -110,10 +131,25 @@ def test_what_the_tracer_writes_is_stored_alike(files, data):
             timing.Step(i, f"step {i}", None, None, *span, None, None)
             for i, span in enumerate(zip(firsts, lasts, strict=True))
         ]
-    result, _ = assert_stored_alike([file.data for file in files], files[0].extra_columns, steps)
+    timing_csv, timed = None, []
+    launches = [(i, row.kernel_id) for i, file in enumerate(files) for row in file.expected]
+    if launches and data.draw(st.booleans()):  # Cascade's timing.csv: some launches, some over 2^32 ns
+        timed = [
+            (*launch, duration)
+            for launch, duration in data.draw(st.lists(st.tuples(st.sampled_from(launches), DURATION)))
+        ]
+        timing_csv = "ctx,kernel_id,start_ns,end_ns,duration_ns\n" + "".join(
+            f"0x{1000 + i:x},{kernel_id},0,{duration},{duration}\n" for i, kernel_id, duration in timed
+        )
+    result, _ = assert_stored_alike([file.data for file in files], files[0].extra_columns, steps, timing_csv)
+    if isinstance(result, list):  # a launch's duration: its (ctx, kernel id)'s last row in timing.csv
+        measured = {(f"0x{1000 + i:x}", kernel_id): duration for i, kernel_id, duration in timed}
+        assert [launch[-1] for launch in result] == [
+            measured.get((launch[0], launch[2])) for launch in result
+        ]
     if all(file.variant == "standard" and file.extra_columns == 0 for file in files):
         assert [
-            (ctx, kernel_id, name, totals) for ctx, _, kernel_id, name, *_, totals, _, _, _ in result
+            (ctx, kernel_id, name, totals) for ctx, _, kernel_id, name, *_, totals, _, _, _, _ in result
         ] == [
             (f"0x{1000 + i:x}", row.kernel_id, row.name, row.total_reported_insts)
             for i, file in enumerate(files)
@@ -152,11 +188,23 @@ def test_real_tracer_files_are_stored_alike_and_taken_by_the_fast_path(path: Pat
 
 
 def test_a_generated_llm_run_is_taken_whole_by_the_fast_path(tmp_path):
-    """Prefill and decode steps with CUDA-graph launches run together: all common lines."""
+    """Prefill and decode steps with CUDA-graph launches run together: all common lines, their
+    steps and measured times those of the run's timeline.json and timing.csv."""
     from tools import generator
 
-    spec = generator.RunSpec(kernels=3000, contexts=2, seed=5, timing=False, timeline=False)
+    spec = generator.RunSpec(kernels=3000, contexts=2, seed=5)
     generator.write_run(tmp_path / "run", spec, run_id="run", key_prefix="")
-    files = [path.read_bytes() for path in sorted((tmp_path / "run" / "traces").glob("stats_ctx_*"))]
-    result, taken = assert_stored_alike(files, 0)
+    traces = tmp_path / "run" / "traces"
+    files = {
+        path.name.removeprefix("stats_ctx_"): path.read_bytes() for path in sorted(traces.glob("stats_ctx_*"))
+    }
+    steps = timing.parse_timeline((tmp_path / "run" / "timeline.json").read_bytes())
+    timing_csv = (tmp_path / "run" / "timing.csv").read_text()
+    result, taken = assert_stored_alike(files, 0, steps, timing_csv)
     assert taken == len(result) == 3000
+    measured = {
+        (ctx, int(kernel_id)): int(duration)
+        for ctx, kernel_id, _, _, duration in csv.reader(timing_csv.splitlines()[1:])
+    }
+    assert [launch[-1] for launch in result] == [measured[launch[0], launch[2]] for launch in result]
+    assert {launch[-2] for launch in result} == set(range(len(steps)))
