@@ -50,3 +50,22 @@ def _json_errors():
 
 
 _json_errors()
+
+
+def post_worker_init(worker):
+    """Stop on SIGQUIT and SIGINT (quick shutdown) without touching the thread pool.
+
+    gunicorn 27's threaded worker shuts its pool down inside that signal's handler. A signal
+    that lands while the worker's main thread is inside the pool's submit(), which holds the
+    pool's lock, deadlocks the worker for good: the master gives up after the graceful timeout
+    and the worker lives on, holding the port and whatever it inherited (seen in a test run:
+    `ThreadPoolExecutor.shutdown` under `handle_quit` under `ThreadPoolExecutor.submit`). The
+    base worker's handler stops the same way, and the interpreter's exit joins the pool.
+    """
+    import signal
+
+    from gunicorn.workers.base import Worker
+
+    quit_now = Worker.handle_quit.__get__(worker)
+    signal.signal(signal.SIGQUIT, quit_now)
+    signal.signal(signal.SIGINT, quit_now)

@@ -298,6 +298,7 @@ def gunicorn(env: dict, *, start_timeout: float = 120) -> Iterator[int]:
         cwd=ROOT,
         env={**env, "CASCADE_BIND": f"127.0.0.1:{port}", "GUNICORN_CMD_ARGS": "--log-level warning"},
         stdin=subprocess.DEVNULL,
+        start_new_session=True,  # its workers with it, if it must be killed
     )
     try:
         deadline = time.monotonic() + start_timeout
@@ -320,7 +321,9 @@ def gunicorn(env: dict, *, start_timeout: float = 120) -> Iterator[int]:
             try:
                 process.wait(30)
             except subprocess.TimeoutExpired:
-                process.kill()
+                # The master and its workers: a worker left alive keeps the port, and the
+                # bench's output open for whoever reads it to its end.
+                os.killpg(process.pid, signal.SIGKILL)
                 process.wait(30)
 
 
