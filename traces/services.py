@@ -332,19 +332,10 @@ KERNEL_CHUNK = 2_000
 NAME_BATCH = 1000
 # A launch's columns as written: its shape, which every launch of one name with the same
 # launch dimensions in one context shares, then what each launch has of its own.
-SHAPE_COLUMNS = (
-    "trace_key",
-    "context",
-    "name_id",
-    "grid_x",
-    "grid_y",
-    "grid_z",
-    "block_x",
-    "block_y",
-    "block_z",
-    "blocks",
-    "threads",
-)
+_ROW = {name: KERNEL_COLUMNS.index(name) for name in KERNEL_COLUMNS}
+# grid_x to threads, in the order of the rows the writer is given (KernelWriter slices them so).
+_DIMENSIONS = slice(_ROW["grid_x"], _ROW["threads"] + 1)
+SHAPE_COLUMNS = ("trace_key", "context", "name_id", *KERNEL_COLUMNS[_DIMENSIONS])
 LAUNCH_COLUMNS = (
     "kernel_id",
     "total_insts",
@@ -356,8 +347,6 @@ LAUNCH_COLUMNS = (
     "trace_file",
 )
 STORED_COLUMNS = SHAPE_COLUMNS + LAUNCH_COLUMNS
-_ROW = {name: KERNEL_COLUMNS.index(name) for name in KERNEL_COLUMNS}
-_DIMENSIONS = slice(_ROW["grid_x"], _ROW["threads"] + 1)
 # COPY blocks (psycopg's, up to 128 KiB) queued between the parse and the thread that sends
 # them: the parse runs ahead of PostgreSQL by 2 MiB at most, whatever the trace's size.
 COPY_QUEUE_BLOCKS = 16
