@@ -1,0 +1,102 @@
+"""The web tier's findings of issue 18's security probe (3, 10, 12, 14, 15), each as its contract.
+
+3: a token's rate the throttle cannot read made every request with that token a 500.
+10: a kernel name of a few hundred bytes demangled to hundreds of megabytes.
+12: behind the documented proxy, five wrong passwords from anywhere locked `admin` out for all.
+14: NUL in admin filters and compare ids answered 500; `?by=` was echoed back whole.
+15: any user who could log in at /api-auth/login/ read every trace.
+"""
+
+import io
+import logging
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import CommandError, call_command
+from rest_framework.test import APIClient
+
+from traces.models import ApiToken
+
+pytestmark = pytest.mark.django_db
+
+
+def bearer(token: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    return client
+
+
+# --- finding 3: a token's rate ------------------------------------------------------------
+
+
+@pytest.fixture
+def token_record(db) -> tuple[ApiToken, str]:
+    user = get_user_model().objects.create(username="script")
+    return ApiToken.issue(user, name="script")
+
+
+def change_rate(admin_client, record: ApiToken, rate: str):
+    return admin_client.post(
+        f"/admin/traces/apitoken/{record.pk}/change/",
+        {"name": record.name, "expires_at_0": "", "expires_at_1": "", "rate": rate},
+    )
+
+
+@pytest.mark.parametrize(
+    "rate", ["lots", "100", "100/fortnight", "/minute", "-5/minute", "0/minute", "1e3/s"]
+)
+def test_the_admin_refuses_a_rate_the_throttle_cannot_read(admin_client, token_record, rate):
+    record, _ = token_record
+    response = change_rate(admin_client, record, rate)
+    assert response.status_code == 200, "the form again, with the error"
+    assert "A rate reads like 100/minute" in response.content.decode()
+    record.refresh_from_db()
+    assert record.rate == ""
+
+
+@pytest.mark.parametrize("rate", ["2/min", "2/m", "2/minute", "2/h", "2/day", "2/s"])
+def test_the_admin_takes_drf_rates_and_the_token_is_throttled_by_them(admin_client, token_record, rate):
+    record, token = token_record
+    assert change_rate(admin_client, record, rate).status_code == 302
+    record.refresh_from_db()
+    assert record.rate == rate
+    client = bearer(token)
+    assert [client.get("/api/traces").status_code for _ in range(3)] == [200, 200, 429]
+
+
+@pytest.mark.parametrize("rate", ["lots", "100/min?", "0/minute"])
+def test_create_token_refuses_a_rate_the_throttle_cannot_read(rate):
+    with pytest.raises(CommandError, match="a rate reads like 100/minute"):
+        call_command("create_token", "x", "--rate", rate, stdout=io.StringIO(), stderr=io.StringIO())
+
+
+def test_create_token_takes_drf_rates():
+    out = io.StringIO()
+    call_command("create_token", "x", "--rate", "1/min", stdout=out, stderr=io.StringIO())
+    client = bearer(out.getvalue().splitlines()[-1])
+    assert [client.get("/api/traces").status_code for _ in range(2)] == [200, 429]
+
+
+@pytest.mark.parametrize("stored", ["lots", "100/min?", "1.5/minute", "x/y/z"])
+def test_a_bad_rate_already_stored_gets_the_default_rate_and_a_warning(
+    token_record, settings, caplog, stored
+):
+    settings.CASCADE_API_RATE = "3/minute"
+    record, token = token_record
+    ApiToken.objects.filter(pk=record.pk).update(rate=stored)
+    client = bearer(token)
+    with caplog.at_level(logging.WARNING, logger="traces.throttling"):
+        answers = [client.get("/api/traces").status_code for _ in range(4)]
+    assert answers == [200, 200, 200, 429], "CASCADE_API_RATE, never a 500"
+    warnings = [r.getMessage() for r in caplog.records if r.name == "traces.throttling"]
+    assert len(warnings) == 1, "one warning, not one per request"
+    assert "'script'" in warnings[0] and repr(stored) in warnings[0] and "CASCADE_API_RATE" in warnings[0]
+
+
+def test_check_refuses_an_unreadable_default_rate(settings):
+    from traces.throttling import check_api_rate
+
+    settings.CASCADE_API_RATE = "100/min"
+    assert check_api_rate(None) == []
+    settings.CASCADE_API_RATE = "lots"
+    assert [error.id for error in check_api_rate(None)] == ["cascade.E001"]
