@@ -13,6 +13,7 @@ import logging
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
+from django.test import Client, override_settings
 from rest_framework.test import APIClient
 
 from traces.models import ApiToken
@@ -100,3 +101,94 @@ def test_check_refuses_an_unreadable_default_rate(settings):
     assert check_api_rate(None) == []
     settings.CASCADE_API_RATE = "lots"
     assert [error.id for error in check_api_rate(None)] == ["cascade.E001"]
+
+
+# --- finding 12: the client's address behind the proxy ------------------------------------
+
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture
+def operator(django_user_model):
+    return django_user_model.objects.create_user("admin", password=PASSWORD, is_staff=True)
+
+
+def log_in(
+    address: str, password: str, *, forwarded_for: str | None = None, form: str = "/admin/login/"
+) -> int:
+    """A login as a client at `address`; behind the proxy, REMOTE_ADDR is the proxy's own."""
+    headers = {"REMOTE_ADDR": "10.0.0.2" if forwarded_for is not None else address}
+    if forwarded_for is not None:
+        headers["HTTP_X_FORWARDED_FOR"] = forwarded_for
+    return Client().post(form, {"username": "admin", "password": password}, **headers).status_code
+
+
+def five_wrong_passwords(address: str, **kwargs) -> list[int]:
+    return [log_in(address, f"guess {n}", **kwargs) for n in range(5)]
+
+
+@pytest.mark.parametrize("form", ["/admin/login/", "/api-auth/login/"])
+def test_behind_the_proxy_a_lockout_falls_on_the_attackers_address_alone(operator, settings, form):
+    from cascade.settings import axes_client_address
+
+    settings.AXES_FAILURE_LIMIT = 5
+    with override_settings(**axes_client_address(1)):
+        # The proxy appends the address it saw; what the attacker sends itself comes first.
+        attacker = "203.0.113.9"
+        assert five_wrong_passwords(attacker, forwarded_for=attacker, form=form)[-1] == 429
+        assert log_in(attacker, PASSWORD, forwarded_for=f"198.51.100.7, {attacker}", form=form) == 429, (
+            "a forged X-Forwarded-For entry does not lift the attacker's lockout"
+        )
+        assert log_in("198.51.100.7", PASSWORD, forwarded_for="198.51.100.7", form=form) == 302, (
+            "another client still logs in as admin"
+        )
+
+
+def test_behind_two_proxies_the_client_is_two_entries_from_the_right(operator, settings):
+    from cascade.settings import axes_client_address
+
+    settings.AXES_FAILURE_LIMIT = 5
+    with override_settings(**axes_client_address(2)):
+        five_wrong_passwords("203.0.113.9", forwarded_for="203.0.113.9, 10.0.0.1")
+        assert log_in("x", PASSWORD, forwarded_for="203.0.113.9, 10.0.0.1") == 429
+        assert log_in("x", PASSWORD, forwarded_for="198.51.100.7, 10.0.0.1") == 302
+
+
+def test_without_a_proxy_x_forwarded_for_is_not_believed(operator, settings):
+    from cascade.settings import axes_client_address
+
+    settings.AXES_FAILURE_LIMIT = 5
+    with override_settings(**axes_client_address(0)):
+        # An attacker who makes up a new address for every guess is still one address.
+        answers = [
+            Client()
+            .post(
+                "/admin/login/",
+                {"username": "admin", "password": f"guess {n}"},
+                REMOTE_ADDR="203.0.113.9",
+                HTTP_X_FORWARDED_FOR=f"192.0.2.{n}",
+            )
+            .status_code
+            for n in range(5)
+        ]
+        assert answers[-1] == 429
+        assert log_in("198.51.100.7", PASSWORD) == 302
+
+
+def test_the_deployment_settings_say_how_many_proxies(monkeypatch):
+    """DJANGO_HTTPS alone means the documented one proxy; CASCADE_PROXY_COUNT says otherwise."""
+    import importlib
+
+    import cascade.settings
+
+    try:
+        for https, count, expected in (("1", None, 0), ("", None, None), ("1", "2", 1)):
+            monkeypatch.setenv("DJANGO_HTTPS", https)
+            if count is None:
+                monkeypatch.delenv("CASCADE_PROXY_COUNT", raising=False)
+            else:
+                monkeypatch.setenv("CASCADE_PROXY_COUNT", count)
+            assert importlib.reload(cascade.settings).AXES_IPWARE_PROXY_COUNT == expected
+    finally:
+        monkeypatch.undo()
+        importlib.reload(cascade.settings)
