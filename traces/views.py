@@ -13,6 +13,7 @@ from traces import analysis, encoders, http, selectors
 from traces.filters import trace_filters
 from traces.models import TraceState
 from traces.openapi import compare_schema, list_schema, retrieve_schema, summary_schema
+from traces.permissions import CanViewTraces
 
 # Below this many kernels a detail is sent in one piece, with a Content-Length.
 STREAM_KERNELS_ABOVE = 5000
@@ -42,6 +43,8 @@ class TraceViewSet(viewsets.ViewSet):
         "Traces registered from the S3 bucket. JSON clients: Authorization: Bearer <token>; "
         "?format=json for the raw JSON."
     )
+
+    permission_classes = [CanViewTraces]
 
     # Trace ids are S3 folder names: dots, `+`, `@` and `=` included.
     lookup_value_regex = "[^/]+"

@@ -12,6 +12,7 @@ import logging
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.core.management import CommandError, call_command
 from django.test import Client, override_settings
 from rest_framework.test import APIClient
@@ -192,3 +193,69 @@ def test_the_deployment_settings_say_how_many_proxies(monkeypatch):
     finally:
         monkeypatch.undo()
         importlib.reload(cascade.settings)
+
+
+# --- finding 15: API reads by a password login ------------------------------------------------
+
+READS = ["/api/traces", "/api/traces/demo", "/api/traces/demo/summary", "/api/traces/demo/compare/demo"]
+
+
+def logged_in(
+    django_user_model, *, staff: bool, perms: tuple[str, ...] = (), superuser: bool = False
+) -> Client:
+    user = django_user_model.objects.create_user(
+        "person", password=PASSWORD, is_staff=staff, is_superuser=superuser
+    )
+    user.user_permissions.set(Permission.objects.filter(content_type__app_label="traces", codename__in=perms))
+    client = Client()
+    response = client.post("/api-auth/login/", {"username": "person", "password": PASSWORD})
+    assert response.status_code == 302, "the browsable API's login form"
+    return client
+
+
+@pytest.fixture
+def demo(make_trace):
+    return make_trace("demo", state="ready")
+
+
+@pytest.mark.parametrize(
+    "staff, perms",
+    [
+        (False, ()),
+        (False, ("view_trace", "view_kernel")),
+        (True, ()),
+        (True, ("view_kernel", "view_apitoken")),
+    ],
+    ids=[
+        "no staff, no permission",
+        "permission without staff",
+        "staff without permission",
+        "other permissions",
+    ],
+)
+@pytest.mark.parametrize("path", READS)
+def test_a_login_that_may_not_view_traces_in_the_admin_reads_none_through_the_api(
+    django_user_model, demo, staff, perms, path
+):
+    client = logged_in(django_user_model, staff=staff, perms=perms)
+    for accept in ("application/json", "text/html"):
+        response = client.get(path, HTTP_ACCEPT=accept)
+        assert response.status_code == 403, accept
+    body = client.get(path, HTTP_ACCEPT="application/json").json()
+    assert set(body) == {"detail"} and "view trace permission" in body["detail"]
+
+
+@pytest.mark.parametrize(
+    "superuser, perms", [(False, ("view_trace",)), (True, ())], ids=["viewer", "superuser"]
+)
+@pytest.mark.parametrize("path", READS)
+def test_staff_who_may_view_traces_read_them_through_the_api(django_user_model, demo, superuser, perms, path):
+    client = logged_in(django_user_model, staff=True, perms=perms, superuser=superuser)
+    assert client.get(path, HTTP_ACCEPT="application/json").status_code == 200
+
+
+def test_a_bearer_token_reads_as_before_whoever_holds_it(demo, token_record):
+    record, token = token_record
+    assert not record.user.is_staff and not record.user.has_perm("traces.view_trace")
+    for path in READS:
+        assert bearer(token).get(path).status_code == 200, path
