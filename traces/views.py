@@ -10,7 +10,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 from traces import analysis, encoders, http, selectors
-from traces.filters import trace_filters
+from traces.filters import shown, trace_filters
 from traces.models import TraceState
 from traces.openapi import compare_schema, list_schema, retrieve_schema, summary_schema
 from traces.permissions import CanViewTraces
@@ -75,8 +75,7 @@ class TraceViewSet(viewsets.ViewSet):
 
     @retrieve_schema
     def retrieve(self, request, trace_id=None):
-        if "\x00" in trace_id:
-            # No S3 key holds a NUL (PostgreSQL's text cannot either): a trace that cannot exist.
+        if not selectors.storable(trace_id):
             raise NotFound(f"trace {trace_id} not found")
         if not self.wants_json(request):
             row, rows = selectors.trace_detail_snapshot(trace_id, BROWSABLE_KERNELS_MAX)
@@ -125,7 +124,7 @@ class TraceViewSet(viewsets.ViewSet):
 
     def ready_traces(self, trace_ids: tuple[str, ...]) -> None:
         """404 naming the first trace that does not exist, 409 for one that is not ready."""
-        states = {} if any("\x00" in trace_id for trace_id in trace_ids) else analysis.trace_states(trace_ids)
+        states = analysis.trace_states([trace_id for trace_id in trace_ids if selectors.storable(trace_id)])
         for trace_id in trace_ids:
             if trace_id not in states:
                 raise NotFound(f"trace {trace_id} not found")
@@ -147,7 +146,7 @@ class TraceViewSet(viewsets.ViewSet):
     def compare(self, request, trace_id=None, other_id=None):
         by = request.query_params.get("by", analysis.BY_NAME)
         if by not in analysis.COMPARE_BY:
-            raise ParseError(f"by must be one of {', '.join(analysis.COMPARE_BY)}, not {by!r}")
+            raise ParseError(f"by must be one of {', '.join(analysis.COMPARE_BY)}, not {shown(by)}")
         with analysis.snapshot():
             self.ready_traces((trace_id, other_id))
             result = analysis.compare(trace_id, other_id, by)

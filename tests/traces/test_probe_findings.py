@@ -259,3 +259,92 @@ def test_a_bearer_token_reads_as_before_whoever_holds_it(demo, token_record):
     assert not record.user.is_staff and not record.user.has_perm("traces.view_trace")
     for path in READS:
         assert bearer(token).get(path).status_code == 200, path
+
+
+# --- finding 14: NUL (which PostgreSQL cannot store) in ids and filters -----------------------
+
+NUL = "%00"
+
+
+@pytest.fixture
+def other(make_trace):
+    return make_trace("other", state="ready")
+
+
+@pytest.mark.parametrize(
+    "path, missing",
+    [
+        (f"/api/traces/{NUL}", "\x00"),
+        (f"/api/traces/a{NUL}b", "a\x00b"),
+        (f"/api/traces/{NUL}/summary", "\x00"),
+        (f"/api/traces/{NUL}/compare/demo", "\x00"),
+        (f"/api/traces/demo/compare/{NUL}", "\x00"),
+        (f"/api/traces/other/compare/x{NUL}", "x\x00"),
+    ],
+)
+def test_an_api_id_with_nul_is_a_trace_not_found_and_named(api, demo, other, path, missing):
+    response = api.get(path)
+    assert response.status_code == 404
+    assert response.json() == {"detail": f"trace {missing} not found"}
+
+
+def test_a_detail_asked_conditionally_or_by_head_with_nul_is_not_found(api, demo):
+    assert api.get(f"/api/traces/{NUL}", HTTP_IF_NONE_MATCH='"x"').status_code == 404
+    assert api.head(f"/api/traces/{NUL}").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "name", ["state", "model", "source_gpu", "trace_gpu_arch", "sample", "created_after", "created_before"]
+)
+def test_an_api_filter_with_nul_is_a_400_that_names_it(api, demo, name):
+    response = api.get(f"/api/traces?{name}=x{NUL}")
+    assert response.status_code == 400
+    assert response.json()["detail"].startswith(f"{name} accepts ")
+
+
+@pytest.mark.parametrize("by", ["x" * 10_000, NUL, "name" + NUL])
+def test_compare_by_is_echoed_cut_short(api, demo, by):
+    response = api.get(f"/api/traces/demo/compare/demo?by={by}")
+    assert response.status_code == 400
+    detail = response.json()["detail"]
+    assert detail.startswith("by must be one of name, demangled, not ")
+    assert len(detail) < 200
+
+
+ADMIN_QUERIES = [
+    "/admin/traces/trace/?state__exact=%00",
+    "/admin/traces/trace/?sample__exact=%00",
+    "/admin/traces/trace/?trace_gpu_arch__exact=%00",
+    "/admin/traces/trace/?id__exact=%00",
+    "/admin/traces/trace/?q=%00",
+    "/admin/traces/trace/?parser=%00",
+    "/admin/traces/trace/?o=%00",
+    "/admin/traces/trace/?state__exact=ready&q=a%00",
+    "/admin/traces/kernel/?trace=%00",
+    "/admin/traces/kernel/?trace=demo&ctx=%00",
+    "/admin/traces/kernel/?ctx=%00",
+    "/admin/traces/kernel/?q=%00",
+    "/admin/traces/kernel/?traced__exact=%00",
+    "/admin/traces/apitoken/?q=%00",
+    "/admin/traces/apitoken/?expires_at__gte=%00",
+]
+
+
+@pytest.mark.parametrize("path", ADMIN_QUERIES)
+def test_an_admin_list_filtered_by_nul_is_a_400(staff_client, demo, path):
+    response = staff_client.get(path)
+    assert response.status_code == 400
+    assert "NUL" in response.content.decode()
+
+
+@pytest.mark.parametrize("query", ["a=%00&b=demo", "a=demo&b=%00", "a=demo&b=other%00"])
+def test_the_admin_compare_page_with_a_nul_id_is_not_found(staff_client, demo, other, query):
+    assert staff_client.get(f"/admin/traces/trace/compare/?{query}").status_code == 404
+
+
+@pytest.mark.parametrize("view", ["change", "delete", "history"])
+@pytest.mark.parametrize("quoted", ["%00", "_00", "demo_00"])
+def test_an_admin_trace_page_with_a_nul_id_is_not_found(staff_client, demo, view, quoted):
+    response = staff_client.get(f"/admin/traces/trace/{quoted}/{view}/")
+    # Django's admin answers an id that names no object with a redirect and a message.
+    assert response.status_code in (302, 404)

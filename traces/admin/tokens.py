@@ -10,6 +10,7 @@ from django import forms
 from django.contrib import admin
 from django.utils.html import format_html
 
+from traces.admin.filters import StorableLookups
 from traces.models import ApiToken
 from traces.throttling import validate_rate
 
@@ -34,7 +35,7 @@ class ApiTokenForm(forms.ModelForm):
         return rate
 
 
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(StorableLookups, admin.ModelAdmin):
     form = ApiTokenForm
     list_display = ("name", "user", "token", "created_at", "last_used_at", "expires_at", "rate", token_state)
     list_filter = ("expires_at",)
