@@ -8,6 +8,7 @@
 """
 
 import io
+import itertools
 import logging
 
 import pytest
@@ -348,3 +349,141 @@ def test_an_admin_trace_page_with_a_nul_id_is_not_found(staff_client, demo, view
     response = staff_client.get(f"/admin/traces/trace/{quoted}/{view}/")
     # Django's admin answers an id that names no object with a redirect and a message.
     assert response.status_code in (302, 404)
+
+
+# --- finding 10: names whose demangled form doubles at each nesting level ----------------------
+
+BASE36 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def substitution(index: int) -> str:
+    """The Itanium ABI's reference to substitution `index`: S_, S0_, ... S9_, SA_, ... SZ_, S10_."""
+    if index == 0:
+        return "S_"
+    number, digits = index - 1, ""
+    while True:
+        number, digit = divmod(number, 36)
+        digits = BASE36[digit] + digits
+        if not number:
+            return f"S{digits}_"
+
+
+def hostile(levels: int, function: str = "f") -> str:
+    """f(A, B<A, A>, B<B<A, A>, B<A, A> >, ...): each parameter is B of the one before, twice.
+
+    Substitutions: S_ is A, S0_ the template B, S1_ B<A, A>; each `S0_I<last><last>E` is B of
+    the last parameter, twice, and the next substitution. About 11 bytes a level, and each
+    level doubles the demangled text.
+    """
+    return f"_Z{len(function)}{function}1A1BIS_S_E" + "".join(
+        f"S0_I{substitution(level + 1)}{substitution(level + 1)}E" for level in range(1, levels)
+    )
+
+
+def test_the_hostile_names_double_at_each_level():
+    import cxxfilt
+
+    assert hostile(2) == "_Z1f1A1BIS_S_ES0_IS1_S1_E", "the probe's name"
+    assert (
+        cxxfilt.demangle(hostile(3))
+        == "f(A, B<A, A>, B<B<A, A>, B<A, A> >, B<B<B<A, A>, B<A, A> >, B<B<A, A>, B<A, A> > >)"
+    )
+    lengths = [len(cxxfilt.demangle(hostile(levels))) for levels in range(8, 13)]
+    assert all(2 * shorter < longer for shorter, longer in itertools.pairwise(lengths)), lengths
+    assert 260 <= len(hostile(24)) <= 280, "the probe's 218 MB name"
+
+
+@pytest.mark.parametrize("levels", [17, 24, 40])
+def test_a_hostile_name_demangles_to_a_bounded_text(levels):
+    from traces.demangle import DEMANGLED_MAX_CHARS, demangle
+
+    name = hostile(levels)
+    shown = demangle(name)
+    assert len(shown) <= DEMANGLED_MAX_CHARS + 100
+    if shown != name:  # demangled, then cut where it passed the bound, and it says so
+        assert shown.startswith("f(A, B<A, A>, B<B<A, A>, B<A, A> >")
+        assert "… [cut: " in shown and " characters, #" in shown
+
+
+def test_real_names_are_demangled_whole():
+    import cxxfilt
+
+    from tests.traces.test_analysis import FLASH
+    from traces.demangle import demangle
+
+    # From the H100 sample's stats files: 458 bytes, 5,081 characters demangled.
+    distribution = (
+        "_ZN2at6native54_GLOBAL__N__0d993ca2_21_DistributionNormal_cu_0c5b6e8543distribution_elemen"
+        "twise_grid_stride_kernelIfLi4EZNS0_9templates4cuda20normal_and_transformIN3c104HalfEfPNS_1"
+        "7CUDAGeneratorImplEZZZNS4_13normal_kernelIS9_EEvRKNS_10TensorBaseEddT_ENKUlvE_clEvENKUlvE1"
+        "_clEvEUlfE_EEvRNS_18TensorIteratorBaseET1_T2_EUlP24curandStatePhilox4_32_10E0_ZNS1_27distr"
+        "ibution_nullary_kernelIS7_f6float4S9_SO_SH_EEvSJ_SL_RKT3_T4_EUlifE_EEviNS_15PhiloxCudaStat"
+        "eESK_SL_"
+    )
+    for name in (FLASH, distribution, "_Z6vecAddPdS_S_i"):
+        assert demangle(name) == cxxfilt.demangle(name)
+    assert demangle("sm90_xmma_gemm_f16f16") == "sm90_xmma_gemm_f16f16"
+
+
+def test_names_that_share_their_first_characters_stay_apart_once_cut():
+    from traces.demangle import demangle_all
+
+    names = [hostile(17, "f"), f"{hostile(17, 'f')}S0_IS1_S1_E"]
+    first, second = demangle_all(names).values()
+    assert first != second
+
+
+def test_the_demangle_cache_is_bounded_by_bytes(monkeypatch):
+    from traces import demangle
+
+    monkeypatch.setattr(demangle, "cache", demangle.ByteBoundedCache(256 * 1024))
+    names = [hostile(17, f"f{n}") for n in range(60)]
+    demangle.demangle_all(names)
+    assert 0 < demangle.cache.size <= 256 * 1024
+    assert demangle.cache.size == sum(len(key) + len(value) for key, value in demangle.cache.entries.items())
+
+
+@pytest.fixture
+def hostile_traces(make_trace):
+    from tests.helpers import store_kernels
+    from tests.traces.test_analysis import launch
+
+    name = hostile(17)
+    for trace_id in ("a-run", "b-run"):
+        make_trace(trace_id, state="ready", kernel_count=40)
+        store_kernels(
+            trace_id,
+            [
+                launch(n, name if n % 2 else "_Z6vecAddPdS_S_i", 1000 * n, traced=True, duration_ns=500 * n)
+                for n in range(1, 41)
+            ],
+        )
+    return name
+
+
+ANSWER_MAX = 64 * 1024
+
+
+def test_summary_of_a_trace_with_a_hostile_name_is_bounded(api, hostile_traces):
+    response = api.get("/api/traces/a-run/summary")
+    assert response.status_code == 200
+    assert len(response.content) < ANSWER_MAX
+
+
+@pytest.mark.parametrize("by", ["name", "demangled"])
+def test_compare_of_traces_with_a_hostile_name_is_bounded(api, hostile_traces, by):
+    response = api.get(f"/api/traces/a-run/compare/b-run?by={by}")
+    assert response.status_code == 200
+    assert len(response.content) < ANSWER_MAX
+    assert len(response.json()["kernels"]) == 2
+
+
+def test_the_admin_pages_of_traces_with_a_hostile_name_are_bounded(staff_client, hostile_traces):
+    page = staff_client.get("/admin/traces/trace/a-run/change/")
+    assert page.status_code == 200
+    assert len(page.content) < 1024 * 1024
+    assert page.content.decode().count("B<B<B<B<B<B<A, A>") < 10, "the long name once or so, not per launch"
+    for by in ("name", "demangled"):
+        compare = staff_client.get(f"/admin/traces/trace/compare/?a=a-run&b=b-run&by={by}")
+        assert compare.status_code == 200
+        assert len(compare.content) < 1024 * 1024
