@@ -82,8 +82,11 @@ def test_create_token_takes_drf_rates():
 
 @pytest.mark.parametrize("stored", ["lots", "100/min?", "1.5/minute", "x/y/z"])
 def test_a_bad_rate_already_stored_gets_the_default_rate_and_a_warning(
-    token_record, settings, caplog, stored
+    token_record, settings, caplog, monkeypatch, stored
 ):
+    from traces.throttling import TokenRateThrottle
+
+    monkeypatch.setattr(TokenRateThrottle, "warned", set())  # token keys come back between tests
     settings.CASCADE_API_RATE = "3/minute"
     record, token = token_record
     ApiToken.objects.filter(pk=record.pk).update(rate=stored)
