@@ -14,6 +14,7 @@ from django.conf import settings
 from django.core import checks
 from rest_framework.throttling import SimpleRateThrottle
 
+from traces.filters import shown
 from traces.models import ApiToken
 
 logger = logging.getLogger(__name__)
@@ -28,8 +29,7 @@ RATE_FORM = (
 def validate_rate(rate: str) -> None:
     """A ValueError that says what a rate looks like, for anything DRF's throttle cannot read."""
     if not RATE.fullmatch(rate) or int(rate.partition("/")[0]) < 1:
-        shown = rate if len(rate) <= 40 else rate[:40] + "..."
-        raise ValueError(f"{RATE_FORM}; not {shown!r}")
+        raise ValueError(f"{RATE_FORM}; not {shown(rate, 40)}")
 
 
 class TokenRateThrottle(SimpleRateThrottle):
