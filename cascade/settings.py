@@ -82,9 +82,6 @@ if env_bool("DJANGO_HTTPS"):
         *(["security.W005"] if not SECURE_HSTS_INCLUDE_SUBDOMAINS else []),
         *(["security.W021"] if not SECURE_HSTS_PRELOAD else []),
     ]
-    # The client's address for login throttling: the proxy's X-Forwarded-For, one hop.
-    AXES_IPWARE_PROXY_COUNT = 1
-    AXES_IPWARE_META_PRECEDENCE_ORDER = ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"]
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -126,6 +123,32 @@ AXES_FAILURE_LIMIT = env_int("CASCADE_LOGIN_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("CASCADE_LOGIN_COOLOFF_MINUTES", 15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
+
+
+def axes_client_address(proxies: int) -> dict:
+    """Where django-axes (through django-ipware) reads the client's address from.
+
+    `proxies`: how many proxies in front of Cascade append the address they saw to
+    X-Forwarded-For. The client is the entry that many from the right: entries further left
+    are whatever the client sent, and trusting them would let anyone pick the address a
+    lockout falls on (or lock `admin` out for everyone, keyed on the proxy's address). With
+    no proxy, REMOTE_ADDR alone.
+    """
+    if proxies < 1:
+        return {"AXES_IPWARE_META_PRECEDENCE_ORDER": ["REMOTE_ADDR"], "AXES_IPWARE_PROXY_COUNT": None}
+    return {
+        # X-Forwarded-For shorter than `proxies` (a request that bypassed the proxy): REMOTE_ADDR.
+        "AXES_IPWARE_META_PRECEDENCE_ORDER": ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"],
+        # django-ipware counts the proxies listed in the header: the nearest one is REMOTE_ADDR.
+        "AXES_IPWARE_PROXY_COUNT": proxies - 1,
+        # At least that many entries, more allowed (a client may send its own header).
+        "IPWARE_STRICT": False,
+    }
+
+
+# Behind DJANGO_HTTPS's TLS-terminating proxy: one proxy, unless CASCADE_PROXY_COUNT says more.
+CASCADE_PROXY_COUNT = env_int("CASCADE_PROXY_COUNT", 1 if env_bool("DJANGO_HTTPS") else 0)
+globals().update(axes_client_address(CASCADE_PROXY_COUNT))
 
 ROOT_URLCONF = "cascade.urls"
 WSGI_APPLICATION = "cascade.wsgi.application"

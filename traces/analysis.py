@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from django.db import connection, transaction
 from django.db.models import Count, Q, Sum
 
-from traces.demangle import demangle
+from traces.demangle import demangle_all
 from traces.models import Kernel, KernelName, Step, Trace
 from traces.selectors import as_bigint
 
@@ -191,10 +191,11 @@ def _totals(trace_id: str, groups: list[dict]) -> TraceTotals:
 
 
 def _mix(groups: list[dict], totals: TraceTotals) -> list[KernelMix]:
+    demangled = demangle_all(group["name"] for group in groups)
     mix = [
         KernelMix(
             name=group["name"],
-            demangled=demangle(group["name"]),
+            demangled=demangled[group["name"]],
             launches=group["launches"],
             traced=group["traced_count"],
             total_insts=group["insts"],
@@ -298,12 +299,13 @@ def compare(a: str, b: str, by: str = BY_NAME) -> Comparison:
     sides = {trace_id: [group for group in groups if group["trace_id"] == trace_id] for trace_id in (a, b)}
     totals = {trace_id: _totals(trace_id, sides[trace_id]) for trace_id in (a, b)}
 
+    demangled = demangle_all(group["name"] for group in groups) if by == BY_DEMANGLED else {}
     # key -> trace id -> the summed groups of that trace's names with this key
     merged: dict[str, dict[str, dict]] = {}
     names: dict[str, set[str]] = {}
     for trace_id in (a, b):
         for group in sides[trace_id]:
-            key = group["name"] if by == BY_NAME else demangle(group["name"])
+            key = group["name"] if by == BY_NAME else demangled[group["name"]]
             names.setdefault(key, set()).add(group["name"])
             into = merged.setdefault(key, {}).setdefault(
                 trace_id, {"launches": 0, "insts": None, "duration": None}

@@ -1,19 +1,35 @@
-"""How many requests an API token may make: CASCADE_API_RATE, or the token's own rate."""
+"""How many requests an API token may make: CASCADE_API_RATE, or the token's own rate.
+
+A rate is DRF's grammar, `<requests>/<period>`, with the periods DRF documents (s, sec, m,
+min, h, hour, d, day) and the words our help texts use (second, minute). It is checked where
+it is entered (`create_token --rate`, the admin's token form, `check` for CASCADE_API_RATE);
+a rate stored before that check existed never fails a request: its token gets
+CASCADE_API_RATE, and the log says which token to fix.
+"""
+
+import logging
+import re
 
 from django.conf import settings
+from django.core import checks
 from rest_framework.throttling import SimpleRateThrottle
 
+from traces.filters import shown
 from traces.models import ApiToken
 
-PERIODS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+logger = logging.getLogger(__name__)
+
+RATE = re.compile(r"[0-9]+/(?:s|sec|second|m|min|minute|h|hour|d|day)")
+RATE_FORM = (
+    "a rate reads like 100/minute: a whole number of requests from 1, a slash, and second, minute, "
+    "hour or day (or s, sec, m, min, h, d)"
+)
 
 
-def parse_rate(rate: str) -> tuple[int, int]:
-    """`"100/minute"` -> (100, 60); a clear ValueError for anything else."""
-    count, _, period = rate.partition("/")
-    if not count.isdigit() or period not in PERIODS:
-        raise ValueError(f"a rate reads like 100/minute (second, minute, hour or day), not {rate!r}")
-    return int(count), PERIODS[period]
+def validate_rate(rate: str) -> None:
+    """A ValueError that says what a rate looks like, for anything DRF's throttle cannot read."""
+    if not RATE.fullmatch(rate) or int(rate.partition("/")[0]) < 1:
+        raise ValueError(f"{RATE_FORM}; not {shown(rate, 40)}")
 
 
 class TokenRateThrottle(SimpleRateThrottle):
@@ -24,18 +40,56 @@ class TokenRateThrottle(SimpleRateThrottle):
     """
 
     scope = "token"
+    # (token, rate) pairs already logged as unreadable: one warning per process, not per request.
+    warned: set[tuple[int, str]] = set()
 
-    def __init__(self):
-        pass  # the rate depends on the request's token: set in allow_request
+    def get_rate(self) -> str | None:
+        """The default allowance; empty: unlimited (DRF's None)."""
+        return settings.CASCADE_API_RATE or None
+
+    def parse_rate(self, rate: str | None) -> tuple[int | None, int | None]:
+        if rate is not None:
+            validate_rate(rate)
+        return super().parse_rate(rate)
+
+    def token_rate(self, token: ApiToken) -> str | None:
+        """The token's own rate, or the default when it has none or one that cannot be read."""
+        if not token.rate:
+            return self.rate
+        try:
+            validate_rate(token.rate)
+        except ValueError as problem:
+            if (token.pk, token.rate) not in self.warned:
+                self.warned.add((token.pk, token.rate))
+                logger.warning(
+                    "API token %r (%s…) has an unreadable rate, so it gets CASCADE_API_RATE (%s) until "
+                    "an operator fixes it in the admin: %s",
+                    token.name,
+                    token.prefix,
+                    self.rate or "unlimited",
+                    problem,
+                )
+            return self.rate
+        return token.rate
 
     def allow_request(self, request, view):
-        token = request.auth if isinstance(request.auth, ApiToken) else None
-        rate = (token.rate if token is not None else "") or settings.CASCADE_API_RATE
-        if token is None or not rate:
+        if not isinstance(request.auth, ApiToken):
             return True
-        self.rate = rate
-        self.num_requests, self.duration = parse_rate(rate)
+        self.rate = self.token_rate(request.auth)
+        self.num_requests, self.duration = self.parse_rate(self.rate)
         return super().allow_request(request, view)
 
     def get_cache_key(self, request, view):
         return self.cache_format % {"scope": self.scope, "ident": request.auth.pk}
+
+
+@checks.register(checks.Tags.security)
+def check_api_rate(app_configs, **kwargs) -> list[checks.CheckMessage]:
+    """A CASCADE_API_RATE the throttle cannot read would fail every token's requests: refuse to start."""
+    if not settings.CASCADE_API_RATE:
+        return []
+    try:
+        validate_rate(settings.CASCADE_API_RATE)
+    except ValueError as problem:
+        return [checks.Error(f"CASCADE_API_RATE: {problem}", id="cascade.E001")]
+    return []

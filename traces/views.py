@@ -10,9 +10,10 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 from traces import analysis, encoders, http, selectors
-from traces.filters import trace_filters
+from traces.filters import shown, trace_filters
 from traces.models import TraceState
 from traces.openapi import compare_schema, list_schema, retrieve_schema, summary_schema
+from traces.permissions import CanViewTraces
 
 # Below this many kernels a detail is sent in one piece, with a Content-Length.
 STREAM_KERNELS_ABOVE = 5000
@@ -43,6 +44,8 @@ class TraceViewSet(viewsets.ViewSet):
         "?format=json for the raw JSON."
     )
 
+    permission_classes = [CanViewTraces]
+
     # Trace ids are S3 folder names: dots, `+`, `@` and `=` included.
     lookup_value_regex = "[^/]+"
     lookup_url_kwarg = "trace_id"
@@ -72,8 +75,7 @@ class TraceViewSet(viewsets.ViewSet):
 
     @retrieve_schema
     def retrieve(self, request, trace_id=None):
-        if "\x00" in trace_id:
-            # No S3 key holds a NUL (PostgreSQL's text cannot either): a trace that cannot exist.
+        if not selectors.storable(trace_id):
             raise NotFound(f"trace {trace_id} not found")
         if not self.wants_json(request):
             row, rows = selectors.trace_detail_snapshot(trace_id, BROWSABLE_KERNELS_MAX)
@@ -122,7 +124,7 @@ class TraceViewSet(viewsets.ViewSet):
 
     def ready_traces(self, trace_ids: tuple[str, ...]) -> None:
         """404 naming the first trace that does not exist, 409 for one that is not ready."""
-        states = {} if any("\x00" in trace_id for trace_id in trace_ids) else analysis.trace_states(trace_ids)
+        states = analysis.trace_states([trace_id for trace_id in trace_ids if selectors.storable(trace_id)])
         for trace_id in trace_ids:
             if trace_id not in states:
                 raise NotFound(f"trace {trace_id} not found")
@@ -144,7 +146,7 @@ class TraceViewSet(viewsets.ViewSet):
     def compare(self, request, trace_id=None, other_id=None):
         by = request.query_params.get("by", analysis.BY_NAME)
         if by not in analysis.COMPARE_BY:
-            raise ParseError(f"by must be one of {', '.join(analysis.COMPARE_BY)}, not {by!r}")
+            raise ParseError(f"by must be one of {', '.join(analysis.COMPARE_BY)}, not {shown(by)}")
         with analysis.snapshot():
             self.ready_traces((trace_id, other_id))
             result = analysis.compare(trace_id, other_id, by)

@@ -179,7 +179,7 @@ def stacked_chart(bars: list[StepBar], colours: dict[str, str], *, unit: str) ->
                     y=round(base, 2),
                     height=round(height, 2),
                     colour=colours[name],
-                    title=f"{bar.label}: {demangle(name) if name != OTHER else OTHER}: "
+                    title=f"{bar.label}: {short_name(name) if name != OTHER else OTHER}: "
                     f"{value_label(value, unit)}{share}",
                 )
             )
@@ -289,7 +289,9 @@ def calibration_chart(rows: list[tuple], colours: dict[str, str]) -> Scatter:
                 x=round(place_x(insts), 2),
                 y=round(place_y(ns), 2),
                 colour=colours[series],
-                title=f"{ctx or 'no context'} kernel {kernel_id} {demangle(name)}: "
+                # A short name per point, the whole one once in the legend (or the mix's table):
+                # a long name repeated per launch made this page hundreds of megabytes.
+                title=f"{ctx or 'no context'} kernel {kernel_id} {short_name(name)}: "
                 f"{insts:,} instructions in {duration(ns)}",
             )
         )

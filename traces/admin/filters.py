@@ -1,6 +1,8 @@
-"""The list filters: outdated traces, and a trace's kernels by trace and context."""
+"""The list filters: outdated traces, a trace's kernels by trace and context; and what a
+filter or an id that no row can match (a NUL) is answered with."""
 
 from django.contrib import admin
+from django.http import HttpResponseBadRequest
 
 from traces import selectors
 from traces.models import CURRENT_PARSER_VERSION, KernelContext
@@ -62,3 +64,26 @@ class ContextFilter(admin.SimpleListFilter):
         # The context's numbers in the trace: the primary key's second column.
         numbers = KernelContext.objects.filter(trace__id=trace_id, ctx=self.value()).values("index")
         return queryset.filter(context__in=numbers)
+
+
+class StorableLookups:
+    """A ModelAdmin mixin: NUL, which PostgreSQL refuses in a query (a 500), never reaches one.
+
+    In a list's filters or search it is a 400 that says why; in an object's id, no object
+    (Django's "does not exist" answer).
+    """
+
+    def changelist_view(self, request, extra_context=None):
+        if not all(
+            selectors.storable(text) for key, values in request.GET.lists() for text in (key, *values)
+        ):
+            return HttpResponseBadRequest(
+                "A filter or search with a NUL character: no trace, kernel or token holds one.",
+                content_type="text/plain; charset=utf-8",
+            )
+        return super().changelist_view(request, extra_context)
+
+    def get_object(self, request, object_id, from_field=None):
+        if not selectors.storable(object_id):
+            return None
+        return super().get_object(request, object_id, from_field)

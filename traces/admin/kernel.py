@@ -9,7 +9,7 @@ from django.utils.html import format_html
 from django.utils.text import Truncator
 
 from traces.admin.display import truncated
-from traces.admin.filters import ContextFilter, TraceIdFilter
+from traces.admin.filters import ContextFilter, StorableLookups, TraceIdFilter
 from traces.admin.paginators import EstimatedCountPaginator
 from traces.models import Kernel, KernelName, Trace
 
@@ -39,7 +39,7 @@ class KernelChangeList(ChangeList):
         return super()._get_deterministic_ordering(ordering)
 
 
-class KernelAdmin(admin.ModelAdmin):
+class KernelAdmin(StorableLookups, admin.ModelAdmin):
     list_display = (
         "trace_display",
         "ctx_column",

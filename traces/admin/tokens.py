@@ -6,10 +6,13 @@ created, last used, expiry, rate), lets an operator change a token's expiry or r
 revokes a token by deleting it.
 """
 
+from django import forms
 from django.contrib import admin
 from django.utils.html import format_html
 
+from traces.admin.filters import StorableLookups
 from traces.models import ApiToken
+from traces.throttling import validate_rate
 
 
 @admin.display(description="state")
@@ -19,7 +22,21 @@ def token_state(token: ApiToken):
     return "active"
 
 
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenForm(forms.ModelForm):
+    """The token's rate checked as the throttle reads it: a typo is an error here, not later."""
+
+    def clean_rate(self) -> str:
+        rate = self.cleaned_data["rate"].strip()
+        if rate:
+            try:
+                validate_rate(rate)
+            except ValueError as problem:
+                raise forms.ValidationError(str(problem).capitalize()) from None
+        return rate
+
+
+class ApiTokenAdmin(StorableLookups, admin.ModelAdmin):
+    form = ApiTokenForm
     list_display = ("name", "user", "token", "created_at", "last_used_at", "expires_at", "rate", token_state)
     list_filter = ("expires_at",)
     search_fields = ("name", "user__username", "prefix")

@@ -13,7 +13,7 @@ import json
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
-from django.http import HttpResponseRedirect
+from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.defaultfilters import filesizeformat
 from django.template.loader import render_to_string
@@ -33,7 +33,7 @@ from traces.admin.display import (
     truncated,
     upload_notice,
 )
-from traces.admin.filters import ParserVersionFilter
+from traces.admin.filters import ParserVersionFilter, StorableLookups
 from traces.models import CURRENT_PARSER_VERSION, Kernel, Trace, TraceState
 from traces.services import TraceBusy, trace_delete, trace_mark_failed
 from traces.signals import reingest_requested
@@ -44,7 +44,7 @@ def compare_url(a: str, b: str, by: str) -> str:
     return f"{reverse('admin:traces_trace_compare')}?{urlencode(query)}"
 
 
-class TraceAdmin(admin.ModelAdmin):
+class TraceAdmin(StorableLookups, admin.ModelAdmin):
     list_display = (
         "id",
         "state_display",
@@ -288,8 +288,11 @@ class TraceAdmin(admin.ModelAdmin):
             by = analysis.BY_NAME
         # What the page shows of each; metadata.json and the file list can be long.
         traces = Trace.objects.only("id", "state", "model", "source_gpu")
-        a = get_object_or_404(traces, pk=request.GET.get("a", ""))
-        b = get_object_or_404(traces, pk=request.GET.get("b", ""))
+        a_id, b_id = request.GET.get("a", ""), request.GET.get("b", "")
+        if not (selectors.storable(a_id) and selectors.storable(b_id)):
+            raise Http404("No trace has an id with a NUL character.")
+        a = get_object_or_404(traces, pk=a_id)
+        b = get_object_or_404(traces, pk=b_id)
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from cascade.commands import require_migrated_database
 from traces.models import ApiToken
-from traces.throttling import parse_rate
+from traces.throttling import validate_rate
 
 
 class Command(BaseCommand):
@@ -18,7 +18,9 @@ class Command(BaseCommand):
         parser.add_argument("name", help="the API user the token belongs to, and the token's name")
         parser.add_argument("--expires-in", type=int, metavar="DAYS", help="refuse the token after DAYS days")
         parser.add_argument(
-            "--rate", default="", help='requests it may make, like "100/minute" (CASCADE_API_RATE)'
+            "--rate",
+            default="",
+            help='requests it may make, like "100/minute" or "5/h" (default: CASCADE_API_RATE)',
         )
 
     def handle(self, *args, name, expires_in, rate, **options):
@@ -27,7 +29,7 @@ class Command(BaseCommand):
             raise CommandError("--expires-in must be a positive number of days")
         if rate:
             try:
-                parse_rate(rate)
+                validate_rate(rate)
             except ValueError as problem:
                 raise CommandError(str(problem)) from None
         user, created = get_user_model().objects.get_or_create(username=name)
