@@ -103,6 +103,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: the request's id is known before anything can fail or log (cascade.logs).
+    "cascade.logs.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -295,18 +297,37 @@ CACHES = {
     )
 }
 
+# Logs: Cascade's loggers and Django's request errors (a 500's traceback) on stderr, each line
+# with the request's id (cascade.logs); CASCADE_LOG_FORMAT=json: one JSON object a line.
+CASCADE_LOG_FORMAT = os.environ.get("CASCADE_LOG_FORMAT", "plain").strip().lower() or "plain"
+if CASCADE_LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(f"CASCADE_LOG_FORMAT must be plain or json, got {CASCADE_LOG_FORMAT!r}")
+CASCADE_LOG_LEVEL = os.environ.get("CASCADE_LOG_LEVEL", "INFO")
+_stderr = {"handlers": ["stderr"], "level": CASCADE_LOG_LEVEL, "propagate": False}
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {
-        "ingest": {
-            "handlers": ["console"],
-            "level": os.environ.get("CASCADE_LOG_LEVEL", "INFO"),
-            # Celery adds a root handler in workers: without this every line shows twice.
-            "propagate": False,
+    "filters": {"request_id": {"()": "cascade.logs.RequestIdFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"},
+        "json": {"()": "cascade.logs.JsonFormatter"},
+    },
+    "handlers": {
+        "stderr": {
+            "class": "logging.StreamHandler",
+            "stream": "ext://sys.stderr",
+            "formatter": CASCADE_LOG_FORMAT,
+            "filters": ["request_id"],
         },
+    },
+    # Not propagated: Celery adds a root handler in workers, and every line would show twice.
+    "loggers": {
+        "ingest": _stderr,
+        "traces": _stderr,
+        "cascade": _stderr,
+        # Server errors (with their traceback) and refused requests (DisallowedHost...).
+        "django.request": {**_stderr, "level": "ERROR"},
+        "django.security": {**_stderr, "level": "WARNING"},
     },
 }
 
