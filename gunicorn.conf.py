@@ -69,3 +69,21 @@ def post_worker_init(worker):
     quit_now = Worker.handle_quit.__get__(worker)
     signal.signal(signal.SIGQUIT, quit_now)
     signal.signal(signal.SIGINT, quit_now)
+
+
+# /metrics sums the counters every process on this host keeps in CASCADE_METRICS_DIR
+# (cascade.metrics): the files of processes gone since the last run are removed at the start
+# (their counts restart from zero, which Prometheus reads as a restart), a running poller's stay.
+def on_starting(server):
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cascade.settings")
+    from django.conf import settings
+
+    from cascade import metrics
+
+    metrics.forget_dead_processes(settings.CASCADE_METRICS_DIR)
+
+
+def child_exit(server, worker):
+    from cascade import metrics
+
+    metrics.worker_exited(worker.pid)

@@ -105,6 +105,9 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First: the request's id is known before anything can fail or log (cascade.logs).
     "cascade.logs.RequestIdMiddleware",
+    "cascade.metrics.RequestMetricsMiddleware",
+    # /healthz, /readyz, /metrics: answered before host checks, redirects and sessions.
+    "cascade.health.OperatorEndpointsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -330,6 +333,16 @@ LOGGING = {
         "django.security": {**_stderr, "level": "WARNING"},
     },
 }
+
+# Metrics (GET /metrics, cascade.metrics): each process on this host (web workers, the poller,
+# Celery workers) keeps its counters in files in this directory, which a scrape sums.
+CASCADE_METRICS_DIR = Path(
+    os.environ.get("CASCADE_METRICS_DIR") or os.environ.get("PROMETHEUS_MULTIPROC_DIR") or VAR_DIR / "metrics"
+)
+CASCADE_METRICS_DIR.mkdir(parents=True, exist_ok=True)
+# Who may scrape: these addresses or networks (CIDR), or whoever sends this bearer token.
+CASCADE_METRICS_ALLOWED = env_list("CASCADE_METRICS_ALLOWED", "127.0.0.1,::1")
+CASCADE_METRICS_TOKEN = os.environ.get("CASCADE_METRICS_TOKEN", "")
 
 # --- Celery ---------------------------------------------------------------------------------------
 # `celery -A cascade beat` sends a poll every CASCADE_POLL_SECONDS; `celery -A cascade worker` runs
