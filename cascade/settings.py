@@ -12,6 +12,7 @@ from pathlib import Path
 
 import dj_database_url
 from botocore.config import Config as BotoConfig
+from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -98,6 +99,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "axes",
+    "csp",
     "traces",
     "ingest",
 ]
@@ -109,6 +111,7 @@ MIDDLEWARE = [
     # /healthz, /readyz, /metrics: answered before host checks, redirects and sessions.
     "cascade.health.OperatorEndpointsMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -119,6 +122,24 @@ MIDDLEWARE = [
     # Last, as django-axes asks: it answers a locked-out login with 429.
     "axes.middleware.AxesMiddleware",
 ]
+
+# Content-Security-Policy on every answer (django-csp): scripts and everything else only from
+# Cascade itself, so that a name or a field that slipped through escaping could not run a
+# script. Styles may be inline: Django's admin, DRF's browsable API, Swagger UI and the admin's
+# charts (a colour per kernel) write style attributes; a style cannot run code.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF, UNSAFE_INLINE],
+        # Swagger UI's and the admin's icons are partly data: URLs.
+        "img-src": [SELF, "data:"],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
 
 # Password logins (the admin's and the browsable API's forms) are throttled by django-axes:
 # CASCADE_LOGIN_FAILURE_LIMIT wrong passwords for one user from one address lock that pair out
