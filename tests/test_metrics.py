@@ -1,5 +1,6 @@
 """`GET /metrics` in Prometheus' text format, for whom it is open to, and what it counts (issue 18)."""
 
+import glob
 import json
 import os
 import subprocess
@@ -8,8 +9,10 @@ import threading
 import time
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.test import Client
+from prometheus_client import multiprocess
 from prometheus_client.parser import text_string_to_metric_families
 
 from cascade import metrics
@@ -33,6 +36,20 @@ def scrape(client=None, **extra) -> dict[tuple, float]:
     assert response.status_code == 200, response.content
     assert response["Content-Type"].startswith("text/plain; version=")
     return parse(response.content.decode())
+
+
+def counts() -> dict[tuple, float]:
+    """This process's counters and histograms, as /metrics would add them to the others'.
+
+    Only this process's files: the suite's other processes (pytest-xdist) share the directory
+    and count at the same time.
+    """
+    files = glob.glob(str(settings.CASCADE_METRICS_DIR / f"*_{os.getpid()}.db"))
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in multiprocess.MultiProcessCollector.merge(files, accumulate=True)
+        for sample in family.samples
+    }
 
 
 def value(samples, name: str, **labels) -> float:
@@ -98,11 +115,11 @@ def test_traces_by_state_and_launches_stored_come_from_the_database(make_trace):
 
 
 def test_requests_by_route_and_status_with_their_latency(api):
-    before = scrape()
+    before = counts()
     for _ in range(3):
         assert api.get("/api/traces/nope-1").status_code == 404
     assert api.get("/api/traces/nope-2/summary").status_code == 404
-    after = scrape()
+    after = counts()
 
     def delta(name, **labels):
         return value(after, name, **labels) - value(before, name, **labels)
@@ -113,13 +130,17 @@ def test_requests_by_route_and_status_with_their_latency(api):
     assert delta("cascade_http_request_duration_seconds_count", route="trace-detail") == 3
     assert delta("cascade_http_request_duration_seconds_bucket", route="trace-detail", le="+Inf") == 3
     assert not any("nope" in str(key) for key in after)
+    # /metrics shows them, summed with the other processes' (pytest-xdist's workers count too).
+    assert (
+        value(scrape(), "cascade_http_requests_total", route="trace-detail", method="GET", status="404") >= 3
+    )
 
 
 def test_s3_requests_and_errors(s3, db):
-    before = scrape()
+    before = counts()
     assert bucket.head_etag(PREFIX + "absent/metadata.json") is None
     assert list(bucket.list_run_ids()) == []
-    after = scrape()
+    after = counts()
 
     def delta(name, **labels):
         return value(after, name, **labels) - value(before, name, **labels)
@@ -131,11 +152,11 @@ def test_s3_requests_and_errors(s3, db):
 
 
 def test_parse_failures_by_kind(db):
-    before = scrape()
+    before = counts()
     metrics.count_parse_failure("input")
     metrics.count_parse_failure("input")
     metrics.count_parse_failure("internal")
-    after = scrape()
+    after = counts()
     assert (
         value(after, "cascade_parse_failures_total", kind="input")
         - value(before, "cascade_parse_failures_total", kind="input")
@@ -149,9 +170,9 @@ def test_parse_failures_by_kind(db):
 
 
 def test_passes_of_ingest_traces_are_counted_and_timed(s3, db):
-    before = scrape()
+    before = counts()
     call_command("ingest_traces", stdout=open("/dev/null", "w"))
-    after = scrape()
+    after = counts()
     labels = {"entry": "ingest_traces", "outcome": "ok"}
     assert (
         value(after, "cascade_passes_total", **labels) - value(before, "cascade_passes_total", **labels) == 1
