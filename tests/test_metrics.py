@@ -22,6 +22,13 @@ from tests.helpers import DATA, PREFIX, TEST_BUCKET, VECADD_CTX
 from traces.models import TraceState
 
 
+@pytest.fixture(autouse=True, scope="module")
+def forget_finished_test_runs():
+    """Every test process leaves its files in the checkout's directory, which no server start
+    cleans: the ones of runs that have ended go, so scrapes stay quick."""
+    metrics.forget_dead_processes(settings.CASCADE_METRICS_DIR)
+
+
 def parse(text: str) -> dict[tuple, float]:
     """{(sample name, ((label, value), ...)): value} of an exposition."""
     return {
