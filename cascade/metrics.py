@@ -14,6 +14,7 @@ CASCADE_METRICS_TOKEN; anyone else gets a 403.
 
 import functools
 import ipaddress
+import logging
 import os
 import re
 import secrets
@@ -72,6 +73,8 @@ HTTP_SECONDS = Histogram(
     ["route"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, float("inf")),
 )
+
+logger = logging.getLogger(__name__)
 
 METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 _LABEL_BOUND = 64  # a label value from outside Cascade's code is cut to this
@@ -147,20 +150,31 @@ class RequestMetricsMiddleware:
 
 
 class DatabaseCollector:
-    """Traces by state and launches stored, counted when scraped (one query)."""
+    """Traces by state and launches stored, counted when scraped (one query).
+
+    Left out while the database does not answer: the processes' counters still tell what
+    happened meanwhile, and /readyz says why.
+    """
 
     def collect(self):
+        from django.db import DatabaseError
         from django.db.models import Count, Sum
 
         from traces.models import Trace, TraceState
 
         traces = GaugeMetricFamily("cascade_traces", "Traces registered, by state", labels=["state"])
-        rows = {
-            row["state"]: row
-            for row in Trace.objects.order_by()
-            .values("state")
-            .annotate(n=Count("pk"), launches=Sum("kernel_count"))
-        }
+        try:
+            rows = {
+                row["state"]: row
+                for row in Trace.objects.order_by()
+                .values("state")
+                .annotate(n=Count("pk"), launches=Sum("kernel_count"))
+            }
+        except DatabaseError:
+            logger.warning(
+                "/metrics without the database's gauges: the database does not answer", exc_info=True
+            )
+            return
         for state in TraceState.values:
             traces.add_metric([state], rows.get(state, {}).get("n", 0))
         yield traces

@@ -77,3 +77,7 @@ def test_probes_under_gunicorn_without_a_usable_database(tmp_path):
             b'{"status": "unavailable", "reason": "the database does not answer"}',
         )
         assert "not ready: the database does not answer" in server.stderr()
+        # /metrics still answers, without the database's gauges.
+        status, _, body = server.get("/metrics")
+        assert status == 200
+        assert b"cascade_traces" not in body

@@ -110,11 +110,12 @@ def test_open_to_the_metrics_token(db, settings):
 # --- What it counts ---------------------------------------------------------------------------
 
 
-def test_traces_by_state_and_launches_stored_come_from_the_database(make_trace):
+def test_traces_by_state_and_launches_stored_come_from_the_database(make_trace, django_assert_num_queries):
     make_trace("a", state=TraceState.READY, kernel_count=700)
     make_trace("b", state=TraceState.READY, kernel_count=12)
     make_trace("c", state=TraceState.FAILED)
-    samples = scrape()
+    with django_assert_num_queries(1):
+        samples = scrape()
     assert value(samples, "cascade_traces", state="ready") == 2
     assert value(samples, "cascade_traces", state="failed") == 1
     assert value(samples, "cascade_traces", state="parsing") == 0
