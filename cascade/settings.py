@@ -5,6 +5,7 @@ once into ./var): safe to run on a laptop, and every value is overridden in prod
 through the variables documented in the README's configuration table.
 """
 
+import ipaddress
 import os
 import secrets
 from datetime import timedelta
@@ -363,6 +364,13 @@ CASCADE_METRICS_DIR = Path(
 CASCADE_METRICS_DIR.mkdir(parents=True, exist_ok=True)
 # Who may scrape: these addresses or networks (CIDR), or whoever sends this bearer token.
 CASCADE_METRICS_ALLOWED = env_list("CASCADE_METRICS_ALLOWED", "127.0.0.1,::1")
+for _network in CASCADE_METRICS_ALLOWED:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"CASCADE_METRICS_ALLOWED: {_network!r} is not an address or a network (10.0.0.0/8)"
+        ) from None
 CASCADE_METRICS_TOKEN = os.environ.get("CASCADE_METRICS_TOKEN", "")
 
 # --- Celery ---------------------------------------------------------------------------------------

@@ -5,13 +5,15 @@ import io
 import json
 import logging
 import re
+import subprocess
+import sys
 
 import pytest
 from django.conf import settings
 from rest_framework.test import APIClient
 
 from cascade.logs import REQUEST_ID_MAX, JsonFormatter, RequestIdFilter
-from tests.gunicorn_process import clean_environ, gunicorn
+from tests.gunicorn_process import ROOT, clean_environ, gunicorn
 from traces import selectors
 
 GENERATED_ID = re.compile(r"[0-9a-f]{32}")
@@ -98,8 +100,6 @@ def test_json_log_lines():
     try:
         raise ValueError("bad totals")
     except ValueError:
-        import sys
-
         record = logging.LogRecord(
             "ingest.passes", logging.ERROR, __file__, 1, "%s: failed", ("run-1",), sys.exc_info()
         )
@@ -160,3 +160,23 @@ def test_json_logs_under_gunicorn(tmp_path):
     assert error["logger"] == "django.request"
     assert error["message"] == "Internal Server Error: /api/traces"
     assert "no such table: traces_apitoken" in error["exception"]
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("CASCADE_LOG_FORMAT", "xml", "CASCADE_LOG_FORMAT must be plain or json, got 'xml'"),
+        (
+            "CASCADE_METRICS_ALLOWED",
+            "127.0.0.1,10.0.0.0/33",
+            "CASCADE_METRICS_ALLOWED: '10.0.0.0/33' is not an address or a network (10.0.0.0/8)",
+        ),
+    ],
+)
+def test_a_wrong_setting_stops_the_start_with_its_name(tmp_path, variable, value, message):
+    env = clean_environ(CASCADE_VAR_DIR=str(tmp_path), **{variable: value})
+    run = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode != 0
+    assert message in run.stderr
