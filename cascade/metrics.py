@@ -34,9 +34,10 @@ os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(settings.CASCADE_METRICS_DIR)
 import prometheus_client  # noqa: E402
 from prometheus_client import CollectorRegistry, Counter, Histogram, multiprocess  # noqa: E402
 from prometheus_client.core import GaugeMetricFamily  # noqa: E402
-from prometheus_client.values import ValueClass  # noqa: E402
+from prometheus_client.values import MutexValue, ValueClass  # noqa: E402
 
-if ValueClass.__name__ != "MmapedValue":
+# A private detail of prometheus_client, checked once: MutexValue is its one-process memory.
+if ValueClass is MutexValue:
     raise ImproperlyConfigured(
         "prometheus_client was imported before cascade.metrics set PROMETHEUS_MULTIPROC_DIR: "
         "each process would count alone"

@@ -279,3 +279,13 @@ def test_the_server_s_start_forgets_processes_that_are_gone(tmp_path):
     running.write_bytes(b"live")
     metrics.forget_dead_processes(tmp_path)
     assert [path.name for path in tmp_path.iterdir()] == [running.name]
+
+
+def test_a_process_that_would_count_alone_refuses_to_start(tmp_path):
+    """prometheus_client picks files or memory when imported: imported before cascade.metrics
+    (which sets the directory), every process would count for itself and a scrape see one."""
+    code = "import prometheus_client, django; django.setup(); import cascade.metrics"
+    env = clean_environ(CASCADE_VAR_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="cascade.settings")
+    run = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert run.returncode != 0
+    assert "prometheus_client was imported before cascade.metrics" in run.stderr
