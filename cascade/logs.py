@@ -53,11 +53,13 @@ class RequestIdMiddleware:
 
 
 class RequestIdFilter(logging.Filter):
-    """Gives every record a `request_id` ("-" outside a request) for the formatters."""
+    """Gives every record a `request_id` ("-" outside a request) and a `request_tag`, " [id]"
+    in a request and nothing outside one: a poller's lines read as they always have."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not hasattr(record, "request_id"):
             record.request_id = current_request_id() or "-"
+        record.request_tag = "" if record.request_id == "-" else f" [{record.request_id}]"
         return True
 
 

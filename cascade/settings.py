@@ -334,7 +334,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     "filters": {"request_id": {"()": "cascade.logs.RequestIdFilter"}},
     "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"},
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s%(request_tag)s: %(message)s"},
         "json": {"()": "cascade.logs.JsonFormatter"},
     },
     "handlers": {

@@ -180,3 +180,13 @@ def test_a_wrong_setting_stops_the_start_with_its_name(tmp_path, variable, value
     )
     assert run.returncode != 0
     assert message in run.stderr
+
+
+def test_plain_lines_outside_a_request_read_as_before():
+    """The poller's and the workers' lines, which people and tests grep, keep their shape."""
+    record = logging.LogRecord(
+        "ingest.passes", logging.INFO, __file__, 1, "%s: ready, 1 kernels", ("run-1",), None
+    )
+    RequestIdFilter().filter(record)
+    line = logging.Formatter(settings.LOGGING["formatters"]["plain"]["format"]).format(record)
+    assert re.fullmatch(r"\S+ \S+ INFO ingest\.passes: run-1: ready, 1 kernels", line)
