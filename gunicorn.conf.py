@@ -25,6 +25,9 @@ keepalive = 5
 limit_request_line = 8190
 limit_request_fields = 100
 limit_request_field_size = 8190
+# With an access log (--access-logfile -): gunicorn's usual line and the request's id (the
+# X-Request-ID Cascade answered with, which its own log lines of that request carry).
+access_log_format = '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s" %({x-request-id}o)s'
 
 
 # gunicorn answers a request it cannot even parse (a 414 URI Too Long, 431 headers too large,

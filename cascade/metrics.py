@@ -123,8 +123,8 @@ def count_s3_request(operation: str, error: str | None) -> None:
 
 
 def route_of(request) -> str:
-    """The URL pattern's name (`trace-detail`, `admin:traces_trace_change`), else the pattern
-    itself: never the raw path, whose ids would make a series per trace."""
+    """The URL pattern's name (`trace-detail`, `admin:traces_trace_change`; its view's dotted
+    path when it has none): never the raw path, whose ids would make a series per trace."""
     match = getattr(request, "resolver_match", None)
     if match is None:
         return "unmatched"

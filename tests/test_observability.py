@@ -130,7 +130,9 @@ def unmigrated_server_env(tmp_path, **extra):
 
 @pytest.mark.slow
 def test_a_500_under_gunicorn_is_on_its_stderr_with_the_request_id(tmp_path):
-    with gunicorn(unmigrated_server_env(tmp_path), tmp_path) as server:
+    access_log = tmp_path / "access.log"
+    env = unmigrated_server_env(tmp_path, GUNICORN_CMD_ARGS=f"--access-logfile {access_log}")
+    with gunicorn(env, tmp_path) as server:
         status, headers, body = server.get("/api/traces", {"Authorization": "Bearer not-checked-yet"})
         request_id = headers["X-Request-ID"]
         assert status == 500
@@ -143,6 +145,10 @@ def test_a_500_under_gunicorn_is_on_its_stderr_with_the_request_id(tmp_path):
     after = stderr[stderr.index(line) :]
     assert "Traceback (most recent call last)" in after
     assert "no such table: traces_apitoken" in after
+    # gunicorn's access log line of that request ends with the same id.
+    assert re.search(
+        rf'"GET /api/traces HTTP/1.1" 500 \d+ .* {request_id}$', access_log.read_text(), re.MULTILINE
+    )
 
 
 @pytest.mark.slow
