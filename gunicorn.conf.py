@@ -25,6 +25,9 @@ keepalive = 5
 limit_request_line = 8190
 limit_request_fields = 100
 limit_request_field_size = 8190
+# With an access log (--access-logfile -): gunicorn's usual line and the request's id (the
+# X-Request-ID Cascade answered with, which its own log lines of that request carry).
+access_log_format = '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s" %({x-request-id}o)s'
 
 
 # gunicorn answers a request it cannot even parse (a 414 URI Too Long, 431 headers too large,
@@ -69,3 +72,21 @@ def post_worker_init(worker):
     quit_now = Worker.handle_quit.__get__(worker)
     signal.signal(signal.SIGQUIT, quit_now)
     signal.signal(signal.SIGINT, quit_now)
+
+
+# /metrics sums the counters every process on this host keeps in CASCADE_METRICS_DIR
+# (cascade.metrics): the files of processes gone since the last run are removed at the start
+# (their counts restart from zero, which Prometheus reads as a restart), a running poller's stay.
+def on_starting(server):
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cascade.settings")
+    from django.conf import settings
+
+    from cascade import metrics
+
+    metrics.forget_dead_processes(settings.CASCADE_METRICS_DIR)
+
+
+def child_exit(server, worker):
+    from cascade import metrics
+
+    metrics.worker_exited(worker.pid)

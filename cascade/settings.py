@@ -5,6 +5,7 @@ once into ./var): safe to run on a laptop, and every value is overridden in prod
 through the variables documented in the README's configuration table.
 """
 
+import ipaddress
 import os
 import secrets
 from datetime import timedelta
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import dj_database_url
 from botocore.config import Config as BotoConfig
+from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -95,12 +97,19 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "axes",
+    "csp",
     "traces",
     "ingest",
 ]
 
 MIDDLEWARE = [
+    # First: the request's id is known before anything can fail or log (cascade.logs).
+    "cascade.logs.RequestIdMiddleware",
+    "cascade.metrics.RequestMetricsMiddleware",
+    # /healthz, /readyz, /metrics: answered before host checks, redirects and sessions.
+    "cascade.health.OperatorEndpointsMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -111,6 +120,24 @@ MIDDLEWARE = [
     # Last, as django-axes asks: it answers a locked-out login with 429.
     "axes.middleware.AxesMiddleware",
 ]
+
+# Content-Security-Policy on every answer (django-csp): scripts and everything else only from
+# Cascade itself, so that a name or a field that slipped through escaping could not run a
+# script. Styles may be inline: Django's admin, DRF's browsable API, Swagger UI and the admin's
+# charts (a colour per kernel) write style attributes; a style cannot run code.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF, UNSAFE_INLINE],
+        # Swagger UI's and the admin's icons are partly data: URLs.
+        "img-src": [SELF, "data:"],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
 
 # Password logins (the admin's and the browsable API's forms) are throttled by django-axes:
 # CASCADE_LOGIN_FAILURE_LIMIT wrong passwords for one user from one address lock that pair out
@@ -318,20 +345,56 @@ CACHES = {
     )
 }
 
+# Logs: Cascade's loggers and Django's request errors (a 500's traceback) on stderr, each line
+# with the request's id (cascade.logs); CASCADE_LOG_FORMAT=json: one JSON object a line.
+CASCADE_LOG_FORMAT = os.environ.get("CASCADE_LOG_FORMAT", "plain").strip().lower() or "plain"
+if CASCADE_LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(f"CASCADE_LOG_FORMAT must be plain or json, got {CASCADE_LOG_FORMAT!r}")
+CASCADE_LOG_LEVEL = os.environ.get("CASCADE_LOG_LEVEL", "INFO")
+_stderr = {"handlers": ["stderr"], "level": CASCADE_LOG_LEVEL, "propagate": False}
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "loggers": {
-        "ingest": {
-            "handlers": ["console"],
-            "level": os.environ.get("CASCADE_LOG_LEVEL", "INFO"),
-            # Celery adds a root handler in workers: without this every line shows twice.
-            "propagate": False,
+    "filters": {"request_id": {"()": "cascade.logs.RequestIdFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s%(request_tag)s: %(message)s"},
+        "json": {"()": "cascade.logs.JsonFormatter"},
+    },
+    "handlers": {
+        "stderr": {
+            "class": "logging.StreamHandler",
+            "stream": "ext://sys.stderr",
+            "formatter": CASCADE_LOG_FORMAT,
+            "filters": ["request_id"],
         },
     },
+    # Not propagated: Celery adds a root handler in workers, and every line would show twice.
+    "loggers": {
+        "ingest": _stderr,
+        "traces": _stderr,
+        "cascade": _stderr,
+        # Server errors (with their traceback) and refused requests (DisallowedHost...).
+        "django.request": {**_stderr, "level": "ERROR"},
+        "django.security": {**_stderr, "level": "WARNING"},
+    },
 }
+
+# Metrics (GET /metrics, cascade.metrics): each process on this host (web workers, the poller,
+# Celery workers) keeps its counters in files in this directory, which a scrape sums.
+CASCADE_METRICS_DIR = Path(
+    os.environ.get("CASCADE_METRICS_DIR") or os.environ.get("PROMETHEUS_MULTIPROC_DIR") or VAR_DIR / "metrics"
+)
+CASCADE_METRICS_DIR.mkdir(parents=True, exist_ok=True)
+# Who may scrape: these addresses or networks (CIDR), or whoever sends this bearer token.
+CASCADE_METRICS_ALLOWED = env_list("CASCADE_METRICS_ALLOWED", "127.0.0.1,::1")
+for _network in CASCADE_METRICS_ALLOWED:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"CASCADE_METRICS_ALLOWED: {_network!r} is not an address or a network (10.0.0.0/8)"
+        ) from None
+CASCADE_METRICS_TOKEN = os.environ.get("CASCADE_METRICS_TOKEN", "")
 
 # --- Celery ---------------------------------------------------------------------------------------
 # `celery -A cascade beat` sends a poll every CASCADE_POLL_SECONDS; `celery -A cascade worker` runs

@@ -2,6 +2,8 @@ from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from cascade import health, metrics
+
 admin.site.site_header = "Cascade"
 admin.site.site_title = "Cascade"
 admin.site.index_title = "Trace registry"
@@ -11,6 +13,10 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", include("traces.urls")),
     path("api-auth/", include("rest_framework.urls")),
+    # For orchestrators and Prometheus (cascade.health, cascade.metrics): no slash, no token.
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("metrics", metrics.metrics_view, name="metrics"),
 ]
 
 # Errors that no view answers: JSON under /api/, Django's pages elsewhere.

@@ -27,6 +27,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from cascade import metrics
+
 READ_CHUNK = 1024 * 1024
 
 logger = logging.getLogger(__name__)
@@ -66,11 +68,25 @@ def _before_send(request=None, **kwargs):
     _sent_at.value = time.monotonic()
 
 
-def _after_response(**kwargs):
+def _after_response(event_name="", response_dict=None, parsed_response=None, exception=None, **kwargs):
     started = getattr(_sent_at, "value", None)
     if started is not None:
         meter.add(time.monotonic() - started)
         _sent_at.value = None
+    metrics.count_s3_request(
+        event_name.rpartition(".")[2] or "request", _s3_error(response_dict, parsed_response, exception)
+    )
+
+
+def _s3_error(response_dict, parsed_response, exception) -> str | None:
+    """What went wrong with one request, for /metrics: the exception when no answer came (a
+    timeout, a reset), else S3's error code (or the HTTP status) of a 4xx or 5xx."""
+    if exception is not None:
+        return type(exception).__name__
+    status = (response_dict or {}).get("status_code") or 0
+    if status < 400:
+        return None
+    return ((parsed_response or {}).get("Error") or {}).get("Code") or str(status)
 
 
 def _log_retry(attempts=None, caught_exception=None, response=None, operation=None, **kwargs):

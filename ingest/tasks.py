@@ -21,6 +21,7 @@ from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
 from django.conf import settings
 
 import cascade.celery  # noqa: F401  (shared tasks bind to Cascade's app)
+from cascade import metrics
 from ingest import passes
 from traces.locks import trace_lock
 from traces.models import Trace
@@ -38,6 +39,7 @@ POLL_TIME_LIMIT = 600
 
 
 @shared_task(acks_late=False, soft_time_limit=POLL_TIME_LIMIT, time_limit=POLL_TIME_LIMIT + 60)
+@metrics.measured_pass("poll_bucket_task")
 def poll_bucket_task() -> int:
     """Register what landed and queue a parse for each trace ready for one.
 

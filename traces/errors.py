@@ -5,8 +5,11 @@ route that does not exist, an id with `/` in it) and a server error, which Djang
 otherwise answer with an HTML page that a script cannot read.
 """
 
-from django.http import JsonResponse
+from django.http import HttpResponseServerError, JsonResponse
+from django.utils.html import format_html
 from django.views import defaults
+
+from cascade.logs import current_request_id
 
 ROUTES = "the API's routes are /api/traces, /api/traces/{trace_id}, its /summary, /api/traces/{a}/compare/{b}; /api/docs describes them"
 
@@ -20,9 +23,18 @@ def api_not_found(request, path: str = ""):
 
 
 def server_error(request, *args, **kwargs):
+    """The 500 names the request's id (cascade.logs), which the logged traceback carries too.
+
+    In the message, not a field of its own: the API reference's error bodies are `{"detail": ...}`.
+    """
+    request_id = getattr(request, "request_id", None) or current_request_id() or "-"
     if request.path.startswith("/api/"):
-        return JsonResponse({"detail": "server error; the operators have been told"}, status=500)
-    return defaults.server_error(request, *args, **kwargs)
+        return JsonResponse(
+            {"detail": f"server error; the operators have been told (request id {request_id})"}, status=500
+        )
+    return HttpResponseServerError(
+        format_html("<h1>Server Error (500)</h1><p>Request id: <code>{}</code></p>", request_id)
+    )
 
 
 def not_found(request, exception, *args, **kwargs):

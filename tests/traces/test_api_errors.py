@@ -31,7 +31,7 @@ def test_paths_that_match_nothing_answer_json_404(api, path, detail):
 
 
 def test_a_server_error_under_the_api_is_json(api_token, monkeypatch):
-    def broken():
+    def broken(*args):
         raise RuntimeError("the database went away")
 
     monkeypatch.setattr(selectors, "trace_summary_rows", broken)
@@ -40,7 +40,10 @@ def test_a_server_error_under_the_api_is_json(api_token, monkeypatch):
     response = client.get("/api/traces")
     assert response.status_code == 500
     assert response["Content-Type"] == "application/json"
-    assert response.json() == {"detail": "server error; the operators have been told"}
+    # The request's id (its X-Request-ID) in the message: the body keeps the reference's shape.
+    assert response.json() == {
+        "detail": f"server error; the operators have been told (request id {response['X-Request-ID']})"
+    }
 
 
 def test_pages_outside_the_api_keep_django_s_html(admin_client):

@@ -8,6 +8,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 from django.db import close_old_connections
 
+from cascade import metrics
 from cascade.commands import require_migrated_database
 from ingest import bucket, passes
 
@@ -74,6 +75,7 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             self.stdout.write("stopped")
 
+    @metrics.measured_pass("ingest_traces")
     def run_pass(self, trace_id, reparse, *, outdated=False, outdated_batch=None):
         started = time.monotonic()
         try:
