@@ -680,16 +680,17 @@ def read_whole(obj: S3Object, max_bytes: int, bodies: Bodies) -> bytes:
     """A small object whole, from `bodies` if it was read ahead; ValueError past `max_bytes`."""
     data = bodies.get((obj.key, obj.etag))
     if data is None:
-        return bucket.read_object(obj.key, max_bytes)
+        return bucket.read_object(obj.key, max_bytes, etag=obj.etag)
     if len(data) > max_bytes:
         raise bucket.too_large(len(data), max_bytes)
     return data
 
 
 def read_lines(obj: S3Object, bodies: Bodies) -> Iterator[bytes]:
-    """An object's lines, from `bodies` if it was read ahead, else streamed from S3."""
+    """An object's lines, from `bodies` if it was read ahead, else streamed from S3: the listed
+    version only (a replaced object raises ClientError, bucket.get_object)."""
     data = bodies.get((obj.key, obj.etag))
-    return bucket.iter_object_lines(obj.key) if data is None else bucket.iter_lines(data)
+    return bucket.iter_object_lines(obj.key, etag=obj.etag) if data is None else bucket.iter_lines(data)
 
 
 # --- Decision (downloads) ------------------------------------------------------------------
@@ -896,7 +897,9 @@ def read_steps_and_timing(
             if obj.size > settings.CASCADE_METADATA_MAX_BYTES * 8:
                 raise bucket.too_large(obj.size, settings.CASCADE_METADATA_MAX_BYTES * 8)
             data = bodies.get((obj.key, obj.etag))
-            steps = timing.parse_timeline(bucket.iter_object_chunks(obj.key) if data is None else data)
+            steps = timing.parse_timeline(
+                bucket.iter_object_chunks(obj.key, etag=obj.etag) if data is None else data
+            )
             extras.steps = steps
             step_index = timing.StepIndex(steps)
         except (timing.TimingError, ValueError) as problem:
@@ -971,15 +974,15 @@ def header_extra_columns(
         if data is not None:
             head = data[:HEADER_PEEK_BYTES]
         elif opened is not None and not opened:
-            lines = bucket.iter_object_lines(source.stats.key)
+            lines = bucket.iter_object_lines(source.stats.key, etag=source.stats.etag)
             try:
                 head = next(lines, b"")
             except bucket.LineTooLong:  # the parse says so, in its turn
-                head = bucket.read_head(source.stats.key, HEADER_PEEK_BYTES)
+                head = bucket.read_head(source.stats.key, HEADER_PEEK_BYTES, etag=source.stats.etag)
             else:
                 opened[source.stats.key] = chain([head], lines)
         else:
-            head = bucket.read_head(source.stats.key, HEADER_PEEK_BYTES)
+            head = bucket.read_head(source.stats.key, HEADER_PEEK_BYTES, etag=source.stats.etag)
         first_line = head.split(b"\n", 1)[0]
         extra = stats.first_line_extra_columns(first_line)
         if extra is not None:
