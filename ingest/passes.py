@@ -46,7 +46,8 @@ from types import MappingProxyType
 from botocore.exceptions import BotoCoreError, ClientError
 from django.conf import settings
 from django.db import DataError, IntegrityError, connection
-from django.db.models import Count, Func, IntegerField, Q, Sum
+from django.db.models import Count, Func, IntegerField, Q, Sum, TextField
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from ingest import bucket, processes, stats, timing
@@ -442,8 +443,10 @@ def runs_to_look_at(run_ids: list[str], *, reparse: bool = False) -> list[str]:
 def ready_runs_changed(run_ids: list[str]) -> list[str]:
     """Ready runs whose metadata.json changed since they were parsed: re-uploaded.
 
-    One HEAD request per ready run whose recheck is due (every CASCADE_READY_RECHECK_SECONDS),
-    never a listing: metadata.json is written last, so a re-upload rewrites it.
+    One HEAD request per ready run whose recheck is due (every CASCADE_READY_RECHECK_SECONDS,
+    each run at its own moment: traces_recheck_ready_later), never a listing: metadata.json is
+    written last, so a re-upload rewrites it. The database sends the one ETag compared, never
+    the run's file list (thousands of entries for some runs).
     """
     present = set(run_ids)
     due = Trace.objects.filter(state=TraceState.READY).filter(
@@ -451,10 +454,10 @@ def ready_runs_changed(run_ids: list[str]) -> list[str]:
     )
     changed, checked = [], []
     parsed_etags = {}  # trace id -> (its metadata.json's key, the ETag it was parsed with)
-    for trace_id, files in due.values_list("id", "files"):
+    listed = due.annotate(parsed_etag=listed_etag(METADATA_NAME)).order_by()
+    for trace_id, parsed_etag in listed.values_list("id", "parsed_etag"):
         if trace_id in present:
-            key = bucket.run_prefix(trace_id) + METADATA_NAME
-            parsed_etags[trace_id] = key, next((item["etag"] for item in files if item["key"] == key), None)
+            parsed_etags[trace_id] = bucket.run_prefix(trace_id) + METADATA_NAME, parsed_etag
     heads = bucket.overlapped(
         lambda trace_id: bucket.head_etag(parsed_etags[trace_id][0]), list(parsed_etags)
     )
@@ -471,6 +474,23 @@ def ready_runs_changed(run_ids: list[str]) -> list[str]:
             changed.append(trace_id)
     services.traces_recheck_ready_later(checked)
     return changed
+
+
+def listed_etag(name: str) -> RawSQL:
+    """The ETag of the trace's object `<prefix><id>/<name>` in its `files`, looked up by the
+    database (a JSON path on PostgreSQL, json_each on SQLite): NULL if it was not listed."""
+    params = [bucket.prefix(), "/" + name]
+    if connection.vendor == "postgresql":
+        sql = (
+            'jsonb_path_query_first("traces_trace"."files", \'$[*] ? (@.key == $key).etag\', '
+            "jsonb_build_object('key', %s || \"traces_trace\".\"id\" || %s)) #>> '{}'"
+        )
+    else:
+        sql = (
+            '(SELECT json_extract(entry.value, \'$.etag\') FROM json_each("traces_trace"."files") AS entry '
+            'WHERE json_extract(entry.value, \'$.key\') = %s || "traces_trace"."id" || %s)'
+        )
+    return RawSQL(sql, params, output_field=TextField())
 
 
 def outdated_trace_ids(limit: int | None = None) -> list[str]:
