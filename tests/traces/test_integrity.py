@@ -149,3 +149,29 @@ def test_a_deleted_newest_trace_never_hands_its_key_to_the_next(make_trace):
     Trace.objects.filter(pk="newest").delete()
     assert make_trace("next").key > newest.key
     assert min(next_trace_keys(2)) > newest.key  # the registration of many runs at once
+
+
+@pytest.mark.slow
+def test_the_command_exits_1_when_it_finds_something_and_0_once_repaired(tmp_path):
+    """As cron runs it: manage.py in a process of its own, on the embedded SQLite database."""
+    import sqlite3
+
+    from tests.test_commands import manage
+
+    var_dir = tmp_path / "var"
+    assert manage(var_dir, "migrate", "-v", "0").returncode == 0
+    clean = manage(var_dir, "check_integrity")
+    assert (clean.returncode, clean.stdout) == (0, "no integrity problem found\n"), clean.stderr
+    with sqlite3.connect(var_dir / "cascade.sqlite3") as database:  # a launch of a trace deleted by hand
+        database.execute(
+            "INSERT INTO traces_kernel (trace_key, context, kernel_id, name_id, grid_x, grid_y, grid_z, "
+            "block_x, block_y, block_z, blocks, threads, traced) VALUES (41, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0)"
+        )
+    found = manage(var_dir, "check_integrity")
+    assert found.returncode == 1
+    assert "launches without their trace: 1: of trace key 41" in found.stdout
+    assert "1 kind(s) of integrity problem found (--fix repairs them)" in found.stderr
+    assert "Traceback" not in found.stderr
+    repaired = manage(var_dir, "check_integrity", "--fix")
+    assert repaired.returncode == 1 and "-> 1 deleted" in repaired.stdout
+    assert manage(var_dir, "check_integrity").returncode == 0
