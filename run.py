@@ -13,6 +13,7 @@ requirements.txt changes.
 
 import hashlib
 import os
+import signal
 import subprocess
 import sys
 import venv
@@ -64,7 +65,14 @@ def main(argv: list[str]) -> int:
     arguments = argv[1:]
     if argv[0] == "test" and not chose_processes(arguments):
         arguments = ["-n", "auto", *arguments]  # pytest-xdist: one worker per core
-    process = subprocess.Popen([str(python), *commands[argv[0]], *arguments])
+    # The demo in a session of its own: a terminal's Ctrl-C reaches run.py alone, which passes
+    # it on once, as it passes on a `kill` of its PID (a service manager, a script), and the
+    # demo stops what it started. Tests and the bench stay in the terminal's process group.
+    own_session = argv[0] == "demo" and os.name == "posix"
+    process = subprocess.Popen([str(python), *commands[argv[0]], *arguments], start_new_session=own_session)
+    forwarded = (signal.SIGTERM, signal.SIGINT) if own_session else (signal.SIGTERM,)
+    for signum in forwarded:
+        signal.signal(signum, lambda signum, frame: process.send_signal(signum))
     while True:
         try:
             code = process.wait()

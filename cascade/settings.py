@@ -403,6 +403,9 @@ CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/
 # A deployment with Celery sets the broker: the admin's Re-ingest then queues a task instead
 # of starting a background thread in the web process.
 CASCADE_CELERY_CONFIGURED = bool(os.environ.get("CELERY_BROKER_URL"))
+# Without Celery, each web process re-ingests one trace at a time in a background thread; at
+# most this many more wait their turn, and the admin refuses the rest (ingest/reingest.py).
+CASCADE_REINGEST_QUEUE = env_int("CASCADE_REINGEST_QUEUE", 20)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Nobody waits on a task: its outcome is the trace's state in the database.
 CELERY_RESULT_BACKEND = None

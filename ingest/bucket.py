@@ -337,14 +337,27 @@ def head_etag(key: str) -> str | None:
         raise
 
 
-def read_object(key: str, max_bytes: int) -> bytes:
+def get_object(key: str, etag: str | None = None, **kwargs) -> dict:
+    """A GET of `key`; with `etag`, of that version only (`IfMatch`).
+
+    A parse reads the objects of one listing: every read of it passes the listed ETag, so
+    that an object replaced since (a re-upload under way) fails the read with S3's 412
+    PreconditionFailed, a botocore ClientError that the pass retries on its next listing,
+    instead of mixing two uploads' files in one trace.
+    """
+    if etag:
+        kwargs["IfMatch"] = etag
+    return client().get_object(Bucket=bucket_name(), Key=key, **kwargs)
+
+
+def read_object(key: str, max_bytes: int, *, etag: str | None = None) -> bytes:
     """A small object whole; raises ValueError past `max_bytes`, before reading it."""
-    return read_object_and_etag(key, max_bytes)[0]
+    return read_object_and_etag(key, max_bytes, etag=etag)[0]
 
 
-def read_object_and_etag(key: str, max_bytes: int) -> tuple[bytes, str]:
+def read_object_and_etag(key: str, max_bytes: int, *, etag: str | None = None) -> tuple[bytes, str]:
     """A small object whole and the ETag of what was read; ValueError past `max_bytes`."""
-    response = client().get_object(Bucket=bucket_name(), Key=key)
+    response = get_object(key, etag)
     if response["ContentLength"] > max_bytes:
         response["Body"].close()
         raise too_large(response["ContentLength"], max_bytes)
@@ -355,13 +368,14 @@ def too_large(size: int, max_bytes: int) -> ValueError:
     return ValueError(f"{size} bytes, more than the {max_bytes} expected")
 
 
-def iter_object_lines(key: str, max_line: int | None = None) -> Iterator[bytes]:
+def iter_object_lines(key: str, max_line: int | None = None, *, etag: str | None = None) -> Iterator[bytes]:
     """An object's lines as they stream in, each with its line ending (if it had one).
 
     Memory stays within a chunk and `max_line`: a line longer than that raises LineTooLong
     as soon as it is seen, however long the file (a file without newlines is one line).
+    With `etag`, that version or a ClientError (get_object).
     """
-    body = client().get_object(Bucket=bucket_name(), Key=key)["Body"]
+    body = get_object(key, etag)["Body"]
     try:
         yield from _lines(body.iter_chunks(READ_CHUNK), max_line or settings.CASCADE_MAX_STATS_LINE)
     finally:
@@ -422,15 +436,15 @@ def ensure_bucket() -> None:
         s3.create_bucket(Bucket=bucket_name())
 
 
-def read_head(key: str, nbytes: int) -> bytes:
-    """The first `nbytes` of an object, with a ranged GET."""
-    response = client().get_object(Bucket=bucket_name(), Key=key, Range=f"bytes=0-{nbytes - 1}")
+def read_head(key: str, nbytes: int, *, etag: str | None = None) -> bytes:
+    """The first `nbytes` of an object, with a ranged GET (of version `etag`, get_object)."""
+    response = get_object(key, etag, Range=f"bytes=0-{nbytes - 1}")
     return response["Body"].read()
 
 
-def iter_object_chunks(key: str, size: int = 64 * 1024) -> Iterator[bytes]:
-    """An object's bytes as they stream in, `size` at a time."""
-    body = client().get_object(Bucket=bucket_name(), Key=key)["Body"]
+def iter_object_chunks(key: str, size: int = 64 * 1024, *, etag: str | None = None) -> Iterator[bytes]:
+    """An object's bytes as they stream in, `size` at a time (of version `etag`, get_object)."""
+    body = get_object(key, etag)["Body"]
     try:
         yield from body.iter_chunks(size)
     finally:

@@ -46,7 +46,8 @@ from types import MappingProxyType
 from botocore.exceptions import BotoCoreError, ClientError
 from django.conf import settings
 from django.db import DataError, IntegrityError, connection
-from django.db.models import Count, Func, IntegerField, Q, Sum
+from django.db.models import Count, Func, IntegerField, Q, Sum, TextField
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from ingest import bucket, processes, stats, timing
@@ -442,8 +443,10 @@ def runs_to_look_at(run_ids: list[str], *, reparse: bool = False) -> list[str]:
 def ready_runs_changed(run_ids: list[str]) -> list[str]:
     """Ready runs whose metadata.json changed since they were parsed: re-uploaded.
 
-    One HEAD request per ready run whose recheck is due (every CASCADE_READY_RECHECK_SECONDS),
-    never a listing: metadata.json is written last, so a re-upload rewrites it.
+    One HEAD request per ready run whose recheck is due (every CASCADE_READY_RECHECK_SECONDS,
+    each run at its own moment: traces_recheck_ready_later), never a listing: metadata.json is
+    written last, so a re-upload rewrites it. The database sends the one ETag compared, never
+    the run's file list (thousands of entries for some runs).
     """
     present = set(run_ids)
     due = Trace.objects.filter(state=TraceState.READY).filter(
@@ -451,10 +454,10 @@ def ready_runs_changed(run_ids: list[str]) -> list[str]:
     )
     changed, checked = [], []
     parsed_etags = {}  # trace id -> (its metadata.json's key, the ETag it was parsed with)
-    for trace_id, files in due.values_list("id", "files"):
+    listed = due.annotate(parsed_etag=listed_etag(METADATA_NAME)).order_by()
+    for trace_id, parsed_etag in listed.values_list("id", "parsed_etag"):
         if trace_id in present:
-            key = bucket.run_prefix(trace_id) + METADATA_NAME
-            parsed_etags[trace_id] = key, next((item["etag"] for item in files if item["key"] == key), None)
+            parsed_etags[trace_id] = bucket.run_prefix(trace_id) + METADATA_NAME, parsed_etag
     heads = bucket.overlapped(
         lambda trace_id: bucket.head_etag(parsed_etags[trace_id][0]), list(parsed_etags)
     )
@@ -471,6 +474,23 @@ def ready_runs_changed(run_ids: list[str]) -> list[str]:
             changed.append(trace_id)
     services.traces_recheck_ready_later(checked)
     return changed
+
+
+def listed_etag(name: str) -> RawSQL:
+    """The ETag of the trace's object `<prefix><id>/<name>` in its `files`, looked up by the
+    database (a JSON path on PostgreSQL, json_each on SQLite): NULL if it was not listed."""
+    params = [bucket.prefix(), "/" + name]
+    if connection.vendor == "postgresql":
+        sql = (
+            'jsonb_path_query_first("traces_trace"."files", \'$[*] ? (@.key == $key).etag\', '
+            "jsonb_build_object('key', %s || \"traces_trace\".\"id\" || %s)) #>> '{}'"
+        )
+    else:
+        sql = (
+            '(SELECT json_extract(entry.value, \'$.etag\') FROM json_each("traces_trace"."files") AS entry '
+            'WHERE json_extract(entry.value, \'$.key\') = %s || "traces_trace"."id" || %s)'
+        )
+    return RawSQL(sql, params, output_field=TextField())
 
 
 def outdated_trace_ids(limit: int | None = None) -> list[str]:
@@ -680,16 +700,17 @@ def read_whole(obj: S3Object, max_bytes: int, bodies: Bodies) -> bytes:
     """A small object whole, from `bodies` if it was read ahead; ValueError past `max_bytes`."""
     data = bodies.get((obj.key, obj.etag))
     if data is None:
-        return bucket.read_object(obj.key, max_bytes)
+        return bucket.read_object(obj.key, max_bytes, etag=obj.etag)
     if len(data) > max_bytes:
         raise bucket.too_large(len(data), max_bytes)
     return data
 
 
 def read_lines(obj: S3Object, bodies: Bodies) -> Iterator[bytes]:
-    """An object's lines, from `bodies` if it was read ahead, else streamed from S3."""
+    """An object's lines, from `bodies` if it was read ahead, else streamed from S3: the listed
+    version only (a replaced object raises ClientError, bucket.get_object)."""
     data = bodies.get((obj.key, obj.etag))
-    return bucket.iter_object_lines(obj.key) if data is None else bucket.iter_lines(data)
+    return bucket.iter_object_lines(obj.key, etag=obj.etag) if data is None else bucket.iter_lines(data)
 
 
 # --- Decision (downloads) ------------------------------------------------------------------
@@ -896,7 +917,9 @@ def read_steps_and_timing(
             if obj.size > settings.CASCADE_METADATA_MAX_BYTES * 8:
                 raise bucket.too_large(obj.size, settings.CASCADE_METADATA_MAX_BYTES * 8)
             data = bodies.get((obj.key, obj.etag))
-            steps = timing.parse_timeline(bucket.iter_object_chunks(obj.key) if data is None else data)
+            steps = timing.parse_timeline(
+                bucket.iter_object_chunks(obj.key, etag=obj.etag) if data is None else data
+            )
             extras.steps = steps
             step_index = timing.StepIndex(steps)
         except (timing.TimingError, ValueError) as problem:
@@ -971,15 +994,15 @@ def header_extra_columns(
         if data is not None:
             head = data[:HEADER_PEEK_BYTES]
         elif opened is not None and not opened:
-            lines = bucket.iter_object_lines(source.stats.key)
+            lines = bucket.iter_object_lines(source.stats.key, etag=source.stats.etag)
             try:
                 head = next(lines, b"")
             except bucket.LineTooLong:  # the parse says so, in its turn
-                head = bucket.read_head(source.stats.key, HEADER_PEEK_BYTES)
+                head = bucket.read_head(source.stats.key, HEADER_PEEK_BYTES, etag=source.stats.etag)
             else:
                 opened[source.stats.key] = chain([head], lines)
         else:
-            head = bucket.read_head(source.stats.key, HEADER_PEEK_BYTES)
+            head = bucket.read_head(source.stats.key, HEADER_PEEK_BYTES, etag=source.stats.etag)
         first_line = head.split(b"\n", 1)[0]
         extra = stats.first_line_extra_columns(first_line)
         if extra is not None:

@@ -1,13 +1,20 @@
-"""Re-ingestion asked for by an operator: queued for Celery, or in a background thread.
+"""Re-ingestion asked for by an operator: queued for Celery, or for the process's one
+background worker.
 
 Never in the web request: a large trace takes longer to parse than a web server lets a
-request run (gunicorn's timeout would kill the worker mid-COPY). The trace's lock makes the
-parse safe whoever runs it, and a parse cut short leaves `parsing`, which the next pass
-finishes.
+request run (gunicorn's timeout would kill the worker mid-COPY). Without Celery, a web
+process parses one trace at a time on one thread of its own, the others waiting in a queue of
+at most CASCADE_REINGEST_QUEUE traces: a selection of hundreds of traces must not start
+hundreds of threads, each with a database connection and a whole parse. The trace's lock
+makes the parse safe whoever runs it, and a parse cut short leaves `parsing`, which the next
+pass finishes.
 """
 
 import logging
+import os
 import threading
+from collections import deque
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import connections
@@ -16,23 +23,108 @@ from ingest import passes
 
 logger = logging.getLogger(__name__)
 
-# The last background re-ingest started, for tests and for a clean shutdown.
-background: list[threading.Thread] = []
+
+@dataclass
+class Queued:
+    """What became of one request: traces started at once, waiting, refused (queue full)."""
+
+    started: int = 0
+    waiting: int = 0
+    refused: int = 0
 
 
-def request_reingest(sender=None, *, trace_id: str, **kwargs) -> str:
+class ReingestQueue:
+    """One worker thread per process, and the traces waiting for it (each at most once)."""
+
+    def __init__(self):
+        self._changed = threading.Condition()
+        self.running: str | None = None
+        self.waiting: deque[str] = deque()
+        self._worker: tuple[int, threading.Thread] | None = None  # (pid, thread)
+
+    def submit(self, trace_ids: list[str], capacity: int) -> Queued:
+        """Hand the traces to the worker: the first starts if it is idle, the others wait
+        while fewer than `capacity` do; a trace already waiting is not added again."""
+        queued = Queued()
+        with self._changed:
+            self._start_worker()
+            for trace_id in trace_ids:
+                if trace_id in self.waiting:
+                    queued.waiting += 1
+                elif self.running is None and not self.waiting:
+                    self.running = trace_id
+                    queued.started += 1
+                elif len(self.waiting) < capacity:
+                    self.waiting.append(trace_id)
+                    queued.waiting += 1
+                else:
+                    queued.refused += 1
+            self._changed.notify_all()
+        return queued
+
+    def wait_idle(self, timeout: float) -> bool:
+        """True once nothing runs or waits (tests, a clean shutdown); False after `timeout` s."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self.running is None and not self.waiting, timeout)
+
+    def _start_worker(self) -> None:
+        # After a fork (a server that preloads the app) the child has no thread: it makes its own.
+        if self._worker is None or self._worker[0] != os.getpid() or not self._worker[1].is_alive():
+            thread = threading.Thread(target=self._work, name="cascade-reingest", daemon=True)
+            self._worker = (os.getpid(), thread)
+            thread.start()
+
+    def _work(self) -> None:
+        while True:
+            with self._changed:
+                while self.running is None:
+                    if self.waiting:
+                        self.running = self.waiting.popleft()
+                    else:
+                        self._changed.wait()
+                trace_id = self.running
+            try:
+                reingest_in_background(trace_id)
+            finally:
+                with self._changed:
+                    self.running = None
+                    self._changed.notify_all()
+
+
+queue = ReingestQueue()
+
+
+def request_reingest(sender=None, *, trace_ids: list[str], **kwargs) -> str:
     """Receiver of traces.signals.reingest_requested: says what it did, in a sentence."""
     if settings.CASCADE_CELERY_CONFIGURED:
-        from ingest.tasks import parse_trace_task
+        return queue_for_celery(trace_ids)
+    capacity = settings.CASCADE_REINGEST_QUEUE
+    queued = queue.submit(trace_ids, capacity)
+    said = f"re-ingest in the background: {queued.started} started, {queued.waiting} waiting"
+    if queued.refused:
+        said += (
+            f", {queued.refused} refused: {capacity} already wait (CASCADE_REINGEST_QUEUE), "
+            "ask again once they are done"
+        )
+    else:
+        said += ", 0 refused"
+    return said + "; reload the page to see the result"
 
-        parse_trace_task.delay(trace_id, reparse=True)
+
+def queue_for_celery(trace_ids: list[str]) -> str:
+    """A task per trace; a broker that fails half-way is said, with what was queued before."""
+    from ingest.tasks import parse_trace_task
+
+    for done, trace_id in enumerate(trace_ids):
+        try:
+            parse_trace_task.delay(trace_id, reparse=True)
+        except Exception as error:
+            if not done:
+                raise  # nothing queued: the caller says the broker's error
+            return f"{done} queued for re-ingestion, {len(trace_ids) - done} not: {error}"
+    if len(trace_ids) == 1:
         return "queued for re-ingestion; a Celery worker parses it"
-    thread = threading.Thread(
-        target=reingest_in_background, args=(trace_id,), name=f"reingest {trace_id}", daemon=True
-    )
-    thread.start()
-    background[:] = [thread]
-    return "re-ingesting in the background; reload the page to see the result"
+    return f"{len(trace_ids)} queued for re-ingestion; Celery workers parse them"
 
 
 def reingest_in_background(trace_id: str) -> None:

@@ -381,6 +381,10 @@ def main(argv: list[str]) -> int:
     demo = Demo(check=args.check, web_port=args.port, timeout=args.timeout)
 
     def interrupted(signum, frame):
+        # Once: a second signal (Ctrl-C pressed again, run.py passing one on) must not cut
+        # short the stop that the first one started; stop() kills what ignores SIGTERM.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupted)

@@ -1,7 +1,10 @@
 """One ingestion at a time per trace, across processes and machines.
 
 On PostgreSQL a session-level advisory lock: it is released when the holder's connection
-ends, so a killed pass frees its traces at once and the next pass picks them up. For the
+ends, so a killed pass frees its traces at once and the next pass picks them up. Its key is
+64 bits of the SHA-256 of the name (`advisory_key`): with a 32-bit hash (`hashtext`), two of
+100,000 traces share a key more often than not, and a pass would skip, or an operator's action
+refuse, a trace that nobody holds. 64 bits make a shared key as unlikely as a lost disk. For the
 embedded SQLite mode (one machine) an flock on a file under VAR_DIR does the same job, one
 file per (database, trace): installations that share VAR_DIR with different databases (the
 test suite's parallel workers) do not block each other.
@@ -14,25 +17,32 @@ from collections.abc import Iterator
 from django.conf import settings
 from django.db import connection
 
-# First key of the two-key advisory lock: Cascade's own namespace ("CA").
-ADVISORY_NAMESPACE = 0x4341
+# Hashed with each name: Cascade's keys are its own, not another application's on the same
+# database (PostgreSQL's single-bigint advisory keys have no namespace).
+ADVISORY_NAMESPACE = b"cascade trace lock\0"
+
+
+def advisory_key(trace_id: str) -> int:
+    """The PostgreSQL advisory lock key of `trace_id` (or of the poll, "/poll_bucket"): a signed
+    64-bit integer, the first 8 bytes of a SHA-256."""
+    digest = hashlib.sha256(ADVISORY_NAMESPACE + trace_id.encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
 
 
 @contextlib.contextmanager
 def trace_lock(trace_id: str) -> Iterator[bool]:
     """Yields True with the trace's lock held, or False at once if another process holds it."""
     if connection.vendor == "postgresql":
+        key = advisory_key(trace_id)
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", [ADVISORY_NAMESPACE, trace_id])
+            cursor.execute("SELECT pg_try_advisory_lock(%s::bigint)", [key])
             acquired = cursor.fetchone()[0]
         try:
             yield acquired
         finally:
             if acquired:
                 with connection.cursor() as cursor:
-                    cursor.execute(
-                        "SELECT pg_advisory_unlock(%s, hashtext(%s))", [ADVISORY_NAMESPACE, trace_id]
-                    )
+                    cursor.execute("SELECT pg_advisory_unlock(%s::bigint)", [key])
         return
     with _file_lock(trace_id) as acquired:
         yield acquired

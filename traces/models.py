@@ -129,17 +129,28 @@ def next_trace_key() -> int:
 
 
 def next_trace_keys(count: int) -> list[int]:
-    """`count` new Trace.keys: the sequence's next values on PostgreSQL; on SQLite, whose
-    writers take turns, the ones after the largest."""
-    from django.db import connection
+    """`count` new Trace.keys, never one a trace had before: a deleted trace's launches left
+    behind (kernel rows have no foreign key) must not reappear under a new trace.
+
+    The sequence's next values on PostgreSQL; on SQLite, whose writers take turns, those after
+    the last one handed out (the one-row table `traces_trace_key_seq`, migration 0010), or
+    after the largest key if a trace was given one by hand.
+    """
+    from django.db import connection, transaction
 
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute("SELECT nextval('traces_trace_key_seq') FROM generate_series(1, %s)", [count])
             return [key for (key,) in cursor.fetchall()]
-        cursor.execute("SELECT COALESCE(MAX(key), 0) FROM traces_trace")
-        largest = cursor.fetchone()[0]
-        return list(range(largest + 1, largest + 1 + count))
+        with transaction.atomic():
+            cursor.execute(
+                "UPDATE traces_trace_key_seq SET last = "
+                "MAX(last, (SELECT COALESCE(MAX(key), 0) FROM traces_trace)) + %s",
+                [count],
+            )
+            cursor.execute("SELECT last FROM traces_trace_key_seq")
+            last = cursor.fetchone()[0]
+        return list(range(last - count + 1, last + 1))
 
 
 def files_fingerprint(files: list[dict]) -> str:

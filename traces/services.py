@@ -8,11 +8,12 @@ inside the pass that holds it (everything ingestion calls); the row itself is lo
 """
 
 import dataclasses
+import hashlib
 import queue
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -249,10 +250,35 @@ def ready_recheck_after():
     return timezone.now() + timedelta(seconds=settings.CASCADE_READY_RECHECK_SECONDS)
 
 
+# Moments within CASCADE_READY_RECHECK_SECONDS that ready traces are spread over.
+RECHECK_SLOTS = 64
+
+
 def traces_recheck_ready_later(trace_ids: list[str]) -> None:
-    """Ready traces just compared with the bucket: the next look in CASCADE_READY_RECHECK_SECONDS."""
-    if trace_ids:
-        Trace.objects.filter(pk__in=trace_ids).update(recheck_after=ready_recheck_after())
+    """Ready traces just compared with the bucket: each looked at again once every
+    CASCADE_READY_RECHECK_SECONDS, at its own moment within it.
+
+    The moment is one of RECHECK_SLOTS, from a hash of the trace's name: traces that became
+    ready together (a bulk upload, the first pass after a restore) are not all compared in one
+    pass and then all again in another, and the next look is at most one interval away. One
+    UPDATE per slot, whatever the number of traces.
+    """
+    if not trace_ids:
+        return
+    interval = settings.CASCADE_READY_RECHECK_SECONDS
+    now = timezone.now()
+    if interval <= 0:  # every pass looks at every ready trace
+        Trace.objects.filter(pk__in=trace_ids).update(recheck_after=now)
+        return
+    by_slot: dict[int, list[str]] = {}
+    for trace_id in trace_ids:
+        slot = int.from_bytes(hashlib.sha256(trace_id.encode()).digest()[:4], "big") % RECHECK_SLOTS
+        by_slot.setdefault(slot, []).append(trace_id)
+    period = interval * 1_000_000  # microseconds: exact arithmetic, the same moment every time
+    elapsed = (now - datetime.fromtimestamp(0, UTC)) // timedelta(microseconds=1)
+    for slot, ids in by_slot.items():
+        wait = period - (elapsed - period * slot // RECHECK_SLOTS) % period  # in (0, period]
+        Trace.objects.filter(pk__in=ids).update(recheck_after=now + timedelta(microseconds=wait))
 
 
 def counting_without_totals(rows: Iterable, tally: list[int]) -> Iterator:

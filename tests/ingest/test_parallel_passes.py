@@ -151,7 +151,9 @@ def test_a_big_stats_file_is_streamed_on_the_pass_thread_not_read_ahead(db, s3, 
     monkeypatch.setattr(
         bucket, "read_object_and_etag", lambda key, m: read_ahead.append(key) or ahead(key, m)
     )
-    monkeypatch.setattr(bucket, "iter_object_lines", lambda key: streamed.append(key) or stream(key))
+    monkeypatch.setattr(
+        bucket, "iter_object_lines", lambda key, **kw: streamed.append(key) or stream(key, **kw)
+    )
     passes.poll_bucket()
     assert f"{PREFIX}r000/traces/stats_ctx_0x1" in read_ahead
     assert streamed == [f"{PREFIX}r001/traces/stats_ctx_0x1"]
@@ -172,7 +174,9 @@ def test_a_file_replaced_after_the_listing_is_read_again_not_taken_from_the_read
     monkeypatch.setattr(passes, "fetch_small_files", then_replaced)
     streamed = []
     stream = bucket.iter_object_lines
-    monkeypatch.setattr(bucket, "iter_object_lines", lambda key: streamed.append(key) or stream(key))
+    monkeypatch.setattr(
+        bucket, "iter_object_lines", lambda key, **kw: streamed.append(key) or stream(key, **kw)
+    )
     passes.poll_bucket()
     assert streamed == [f"{PREFIX}r000/traces/stats_ctx_0x1"]
     assert Trace.objects.get(pk="r000").kernel_count == 2

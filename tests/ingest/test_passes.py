@@ -116,7 +116,9 @@ def test_never_downloads_instruction_traces(db, upload, vecadd_files, monkeypatc
     read_keys = []
     # Streamed on the pass's thread, or read whole ahead on an S3 thread (small files).
     streamed, read_ahead = bucket.iter_object_lines, bucket.read_object_and_etag
-    monkeypatch.setattr(bucket, "iter_object_lines", lambda key: read_keys.append(key) or streamed(key))
+    monkeypatch.setattr(
+        bucket, "iter_object_lines", lambda key, **kw: read_keys.append(key) or streamed(key, **kw)
+    )
     monkeypatch.setattr(
         bucket, "read_object_and_etag", lambda key, limit: read_keys.append(key) or read_ahead(key, limit)
     )

@@ -628,9 +628,10 @@ def test_reingest_action_reads_the_trace_again_in_the_background(
     upload_minimal_run(s3, "vecadd")
 
     assert reingest(staff_client, "vecadd") == [
-        "Trace vecadd: re-ingesting in the background; reload the page to see the result"
+        "Trace vecadd: re-ingest in the background: 1 started, 0 waiting, 0 refused; "
+        "reload the page to see the result"
     ]
-    reingest_module.background[0].join(30)
+    assert reingest_module.queue.wait_idle(30)
     trace = Trace.objects.get(pk="vecadd")
     assert (trace.state, trace.kernel_count) == (TraceState.READY, 1)
     assert list(Kernel.objects.filter(trace=trace).values_list("ctx", "kernel_id", "total_insts")) == [
@@ -646,8 +647,7 @@ def test_reingest_never_parses_inside_the_web_request(staff_client, traces, monk
         passes, "ingest_trace", lambda trace_id, **kwargs: parsed_in.append(threading.current_thread())
     )
     reingest(staff_client, "bert-h100")
-    for thread in reingest_module.background:
-        thread.join(30)
+    assert reingest_module.queue.wait_idle(30)
     assert parsed_in and request_thread not in parsed_in
 
 

@@ -326,25 +326,31 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
 
     @admin.action(description="Re-ingest selected traces", permissions=("operate",))
     def reingest(self, request, queryset):
-        """Asks ingestion to read the traces again: queued or in the background, never here."""
+        """Asks ingestion to read the traces again, in one request: queued or in the
+        background (how many started, wait, were refused), never here."""
+        trace_ids = []
         for trace in queryset.only("id", "state", "metadata_json", "waiting_for"):
             if trace.state == TraceState.UPLOADING:
                 self.message_user(
                     request, f"Trace {trace.id}: not re-ingested: {nothing_to_parse(trace)}", messages.WARNING
                 )
-                continue
-            try:
-                answers = reingest_requested.send(sender=type(self), trace_id=trace.id)
-            except Exception as exc:  # the broker away: say so, the next poll still comes
-                self.message_user(request, f"Trace {trace.id}: not re-ingested: {exc}", messages.ERROR)
-                continue
-            said = "; ".join(answer for _, answer in answers if answer)
-            # "Trace <id>: ...": Django capitalises a message's first letter, not an id's.
-            self.message_user(
-                request,
-                f"Trace {trace.id}: {said or 'not re-ingested: no ingestion is installed'}",
-                messages.SUCCESS if said else messages.ERROR,
-            )
+            else:
+                trace_ids.append(trace.id)
+        if not trace_ids:
+            return
+        # "Trace <id>: ...": Django capitalises a message's first letter, not an id's.
+        which = f"Trace {trace_ids[0]}" if len(trace_ids) == 1 else f"{len(trace_ids)} traces"
+        try:
+            answers = reingest_requested.send(sender=type(self), trace_ids=trace_ids)
+        except Exception as exc:  # the broker away: say so, the next poll still comes
+            self.message_user(request, f"{which}: not re-ingested: {exc}", messages.ERROR)
+            return
+        said = "; ".join(answer for _, answer in answers if answer)
+        self.message_user(
+            request,
+            f"{which}: {said or 'not re-ingested: no ingestion is installed'}",
+            messages.SUCCESS if said else messages.ERROR,
+        )
 
     @admin.action(description="Mark failed", permissions=("operate",))
     def mark_failed(self, request, queryset):

@@ -133,6 +133,44 @@ def insert_names(connection, cursor, placeholders: str, batch: list[str]) -> Non
     )
 
 
+# Launches the new columns cannot hold (unsigned 32 bits): the parser refuses them since.
+OUT_OF_RANGE = " OR ".join(f"{column} NOT BETWEEN 0 AND 4294967295" for column in KERNEL_NUMBERS)
+# What undoes this migration's committed steps on PostgreSQL (the sequence goes with its column).
+UNDO_SQL = (
+    "DROP TABLE traces_kernel, traces_kernelcontext, traces_kernelname;",
+    "ALTER TABLE traces_kernel_old RENAME TO traces_kernel;",
+    "ALTER TABLE traces_trace DROP COLUMN key;",
+)
+# Run after UNDO_SQL: fail the traces with launches out of range, for the next pass to parse again.
+FAIL_OUT_OF_RANGE_SQL = (
+    "UPDATE traces_trace SET state = 'failed', kernel_count = 0, parsed_fingerprint = '', recheck_after = NULL, "
+    "error = 'launches out of the unsigned 32-bit range: parsed again' "
+    f"WHERE id IN (SELECT trace_id FROM traces_kernel WHERE {OUT_OF_RANGE});",
+    f"DELETE FROM traces_kernel WHERE trace_id IN (SELECT trace_id FROM traces_kernel WHERE {OUT_OF_RANGE});",
+)
+
+
+def copy_failed(connection, batch: list[str], error: Exception) -> str:
+    """What the operator must do now: the steps before this batch are committed (the new tables,
+    Trace.key, the launches of earlier batches), so `migrate` cannot simply run again."""
+    said = (
+        f"copying the launches of {len(batch)} trace(s) ({', '.join(batch[:5])}"
+        f"{', ...' if len(batch) > 5 else ''}) failed: {error}\n"
+        "Migration 0007's earlier steps are committed, so running `migrate` again as it is fails. "
+    )
+    if connection.vendor != "postgresql":
+        return said + "Put back the copy of the database file made before migrating, then migrate again."
+    return (
+        said
+        + "Restore the backup made before migrating, or undo those steps in psql:\n  "
+        + "\n  ".join(UNDO_SQL)
+        + f"\nIf the error is a value of {', '.join(KERNEL_NUMBERS)} below 0 or above 2**32 - 1 "
+        "(the parser refuses those since), then fail those traces (the next pass parses them again):\n  "
+        + "\n  ".join(FAIL_OUT_OF_RANGE_SQL)
+        + "\nthen migrate again."
+    )
+
+
 def copy_kernels_forward(apps, schema_editor):
     connection = schema_editor.connection
     started = time.monotonic()
@@ -141,18 +179,14 @@ def copy_kernels_forward(apps, schema_editor):
         batches = trace_batches(cursor)
     for batch in batches:
         placeholders = ", ".join(["%s"] * len(batch))
-        with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
-            insert_names(connection, cursor, placeholders, batch)
-            cursor.execute(CONTEXTS_SQL.format(traces=placeholders), batch)
-            try:
+        try:
+            with transaction.atomic(using=connection.alias), connection.cursor() as cursor:
+                insert_names(connection, cursor, placeholders, batch)
+                cursor.execute(CONTEXTS_SQL.format(traces=placeholders), batch)
                 cursor.execute(KERNELS_SQL.format(traces=placeholders), batch)
-            except Exception as error:
-                raise RuntimeError(
-                    f"copying the launches of {batch[:5]}: {error} (a value of "
-                    f"{', '.join(KERNEL_NUMBERS)} below 0 or above 2**32 - 1? the parser "
-                    "refuses those since; fail or delete the trace, then migrate again)"
-                ) from error
-            launches += cursor.rowcount
+                launches += cursor.rowcount
+        except Exception as error:
+            raise RuntimeError(copy_failed(connection, batch, error)) from error
     seconds = time.monotonic() - started
     if launches:
         sys.stdout.write(
@@ -222,7 +256,12 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name="KernelContext",
             fields=[
-                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
                 ("index", models.SmallIntegerField()),
                 ("ctx", models.CharField(blank=True, max_length=64, null=True)),
                 ("device", models.IntegerField(default=-1)),
@@ -253,12 +292,23 @@ class Migration(migrations.Migration):
                 (
                     "pk",
                     models.CompositePrimaryKey(
-                        "trace", "context", "kernel_id", blank=True, editable=False, primary_key=True, serialize=False
+                        "trace",
+                        "context",
+                        "kernel_id",
+                        blank=True,
+                        editable=False,
+                        primary_key=True,
+                        serialize=False,
                     ),
                 ),
                 ("kernel_id", models.BigIntegerField()),
                 ("duration_ns", models.BigIntegerField(blank=True, null=True)),
-                ("stream", models.BigIntegerField(blank=True, help_text="The device-id fork's stream id.", null=True)),
+                (
+                    "stream",
+                    models.BigIntegerField(
+                        blank=True, help_text="The device-id fork's stream id.", null=True
+                    ),
+                ),
                 (
                     "trace",
                     traces.models.TraceKeyForeignKey(
@@ -292,7 +342,9 @@ class Migration(migrations.Migration):
                 ("total_reported_insts", traces.models.UnsignedIntegerField(blank=True, null=True)),
                 (
                     "context",
-                    models.SmallIntegerField(help_text="KernelContext.index of the trace: its ctx and device."),
+                    models.SmallIntegerField(
+                        help_text="KernelContext.index of the trace: its ctx and device."
+                    ),
                 ),
                 ("step", models.SmallIntegerField(blank=True, null=True)),
                 ("traced", models.BooleanField(default=False)),
