@@ -21,15 +21,17 @@ from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
 from django.conf import settings
 
 import cascade.celery  # noqa: F401  (shared tasks bind to Cascade's app)
-from ingest import passes
+from ingest import failures, passes
 from traces.locks import trace_lock
 from traces.models import Trace
 from traces.services import TraceBusy, trace_mark_failed
 
 logger = logging.getLogger(__name__)
 
-# S3 or the network: worth another try. A trace's own faults do not raise: they fail it.
-RETRY_ON = (BotoCoreError, ClientError, ConnectionError)
+# S3, the network, the database away: worth another try (ingest.failures' policy). A trace's
+# own faults do not raise: they fail it; an error of ours is counted on the trace and raised
+# as ParseAttemptFailed, which the next poll's parse tries again.
+RETRY_ON = failures.TRANSIENT_ERRORS
 # Tries after the first, whether S3 or a killed worker ended the try (10 s, 20 s, ... apart).
 MAX_RETRIES = 5
 # The poll's lock, taken like a trace's: no run folder's name contains "/".
@@ -86,11 +88,18 @@ def poll_bucket_task() -> int:
 def parse_trace_task(self, trace_id: str, reparse: bool = False) -> str | None:
     """Bring one trace up to date with its objects, on whichever worker takes it.
 
-    Retried with backoff on S3 and network errors; a trace given up on is failed by
-    `parse_given_up`.
+    Retried with backoff on S3, network and database errors; a trace given up on is failed by
+    `parse_given_up`. Any other error goes through ingest.failures, as in `ingest_traces`:
+    counted, and the trace failed at the CASCADE_PARSE_ATTEMPTS-th; until then the next
+    poll queues it again.
     """
-    with passes.measured() as cost:
-        change = passes.ingest_trace(trace_id, reparse=reparse)
+    try:
+        with passes.measured() as cost:
+            change = passes.ingest_trace(trace_id, reparse=reparse)
+    except failures.ParseAttemptFailed as error:  # logged with its traceback, and counted
+        clear_queued(trace_id)
+        logger.warning("%s: %s", trace_id, error)
+        return None
     clear_queued(trace_id)
     if change is None:
         return None
@@ -124,9 +133,11 @@ def given_up_reason(exception: BaseException) -> str:
         return f"parsing took longer than CASCADE_PARSE_SECONDS ({settings.CASCADE_PARSE_SECONDS} s)"
     if isinstance(exception, WorkerLostError):
         return f"parsing was cut short {MAX_RETRIES + 1} times (worker killed, out of memory?): {exception}"
-    if isinstance(exception, RETRY_ON):
+    if isinstance(exception, BotoCoreError | ClientError | ConnectionError):
         return f"S3 unreachable after {MAX_RETRIES + 1} tries: {exception}"
-    return f"ingestion error: {type(exception).__name__}: {exception}"
+    if isinstance(exception, RETRY_ON):
+        return f"the database unreachable after {MAX_RETRIES + 1} tries: {exception}"
+    return failures.internal_message(exception)
 
 
 # --- Queue bookkeeping in the broker's Redis --------------------------------------------------
