@@ -609,6 +609,16 @@ def register_listings(
     return outcomes
 
 
+def register_samples(run_ids: list[str]) -> None:
+    """Register runs an operator loaded as samples (`load_samples`) and mark them `sample`:
+    the only way a trace becomes one (an uploader controls a run's name and files)."""
+    for run_id in run_ids:
+        objects = bucket.list_run_objects(run_id)
+        if objects:
+            register_objects(run_id, objects)
+    services.traces_mark_sample(run_ids)
+
+
 def storable_run_id(run_id: str) -> bool:
     """Whether the database can hold `run_id` as a trace's id (Trace.id: text of 1,024
     characters at most, no NUL, no lone surrogate)."""

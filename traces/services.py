@@ -752,6 +752,11 @@ def trace_mark_failed(trace_id: str, error: str, *, retry: bool = False) -> None
             )
 
 
+def traces_mark_sample(trace_ids: Iterable[str], *, sample: bool = True) -> int:
+    """Mark traces as samples (or not): an operator's word, which no pass changes. The count marked."""
+    return Trace.objects.filter(pk__in=list(trace_ids)).update(sample=sample)
+
+
 def trace_delete(trace_id: str, *, deleted_by: str = "") -> None:
     """Delete a trace and its kernels; it stays deleted until its files in the bucket change.
 
