@@ -555,7 +555,7 @@ class KernelWriter:
             if context[0] >= MAX_CONTEXTS:
                 raise TraceDataTooLarge(
                     f"more than {MAX_CONTEXTS:,} contexts (CUDA context and device pairs) in one run, "
-                    f"the most a trace can hold (the {MAX_CONTEXTS + 1:,}th: {ctx})"
+                    "the most a trace can hold (a context's number is a 16-bit integer in the database)"
                 )
             self.contexts[key] = context
             self.new_contexts.append(
