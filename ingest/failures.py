@@ -41,6 +41,11 @@ TRANSIENT = "transient"
 INPUT = "input"
 INTERNAL = "internal"
 TIMEOUT = "timeout"  # Celery's time limit (ingest.tasks)
+# Failures decided without an exception (ingest.passes.decide), and Celery's giving up (ingest.tasks).
+UPLOAD = "upload"  # files metadata.json lists did not arrive within CASCADE_UPLOAD_TIMEOUT
+PROFILER = "profiler"  # metadata.json's status is not "ok"
+WORKER_LOST = "worker_lost"  # Celery: the parse killed its worker MAX_RETRIES + 1 times
+UNREACHABLE = "unreachable"  # Celery: S3 or the database still away after MAX_RETRIES + 1 tries
 
 # S3 or the network, the database away, another pass at the trace: worth another try later.
 TRANSIENT_ERRORS = (
@@ -130,4 +135,14 @@ def count_attempt(trace: Trace) -> int:
 def trace_fail(trace: Trace, error: str, *, fingerprint: str) -> None:
     """Failed with `error`, with what the trace holds of its run (trace_fail stores what it can)."""
     services.trace_fail(trace, error, fingerprint=fingerprint, run={}, parser_version=trace.parser_version)
-    logger.info("%s: failed: %s", trace.id, error)
+    trace_failed(trace.id, failure_kind_of_message(error), error)
+
+
+def failure_kind_of_message(error: str) -> str:
+    return INTERNAL if error.startswith("internal error while parsing: ") else INPUT
+
+
+def trace_failed(trace_id: str, kind: str, error: str) -> None:
+    """Every trace ingestion fails passes here once it is written, with its kind (INPUT,
+    INTERNAL, UPLOAD, PROFILER, TIMEOUT, WORKER_LOST, UNREACHABLE): where failures are counted."""
+    logger.info("%s: failed (%s): %s", trace_id, kind, error)

@@ -790,7 +790,7 @@ def decide(
             f"upload incomplete: {len(missing)} file(s) listed in metadata.json did not arrive within "
             f"CASCADE_UPLOAD_TIMEOUT ({settings.CASCADE_UPLOAD_TIMEOUT} s) of the last new file: {shown}{more}"
         )
-        fail(trace, error, current, run=run)
+        fail(trace, error, current, run=run, kind=failures.UPLOAD)
         return
     if missing:
         services.trace_wait_for_files(trace, run=run, waiting_for=missing, fingerprint=current)
@@ -803,7 +803,7 @@ def decide(
         return
     profiler_failure = failure(metadata)
     if profiler_failure is not None:
-        fail(trace, profiler_failure, current, run=run)
+        fail(trace, profiler_failure, current, run=run, kind=failures.PROFILER)
         return
     run = with_derived_arch_and_config(run)
     listed = listed_files(metadata)
@@ -826,7 +826,9 @@ def decide(
     # Input the parser let through but the database refuses, and anything else: ingest.failures.
 
 
-def fail(trace: Trace, error: str, current: str, *, run: dict, parsed: bool = False) -> None:
+def fail(
+    trace: Trace, error: str, current: str, *, run: dict, parsed: bool = False, kind: str = failures.INPUT
+) -> None:
     services.trace_fail(
         trace,
         error,
@@ -834,7 +836,7 @@ def fail(trace: Trace, error: str, current: str, *, run: dict, parsed: bool = Fa
         run=run,
         parser_version=CURRENT_PARSER_VERSION if parsed else None,
     )
-    logger.info("%s: failed: %s", trace.id, error)
+    failures.trace_failed(trace.id, kind, error)
 
 
 def metadata_limits() -> MetadataLimits:

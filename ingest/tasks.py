@@ -121,23 +121,30 @@ def parse_given_up(sender=None, args=(), kwargs=None, exception=None, **_) -> No
     try:
         # Given up for S3 trouble: the next poll tries again. For a time limit or a worker
         # killed again and again: not until the trace's files change.
-        trace_mark_failed(trace_id, given_up_reason(exception), retry=isinstance(exception, RETRY_ON))
+        kind, reason = given_up_reason(exception)
+        trace_mark_failed(trace_id, reason, retry=isinstance(exception, RETRY_ON))
+        failures.trace_failed(trace_id, kind, reason)
     except Trace.DoesNotExist:
         logger.warning("%s: parse given up for a trace that does not exist", trace_id)
     except TraceBusy:
         logger.info("%s: parse given up here, but another pass is ingesting it: left to that one", trace_id)
 
 
-def given_up_reason(exception: BaseException) -> str:
+def given_up_reason(exception: BaseException) -> tuple[str, str]:
+    """(the failure's kind, as ingest.failures names them; the trace's error)."""
     if isinstance(exception, SoftTimeLimitExceeded | TimeLimitExceeded):
-        return f"parsing took longer than CASCADE_PARSE_SECONDS ({settings.CASCADE_PARSE_SECONDS} s)"
+        return failures.TIMEOUT, (
+            f"parsing took longer than CASCADE_PARSE_SECONDS ({settings.CASCADE_PARSE_SECONDS} s)"
+        )
     if isinstance(exception, WorkerLostError):
-        return f"parsing was cut short {MAX_RETRIES + 1} times (worker killed, out of memory?): {exception}"
+        return failures.WORKER_LOST, (
+            f"parsing was cut short {MAX_RETRIES + 1} times (worker killed, out of memory?): {exception}"
+        )
     if isinstance(exception, BotoCoreError | ClientError | ConnectionError):
-        return f"S3 unreachable after {MAX_RETRIES + 1} tries: {exception}"
+        return failures.UNREACHABLE, f"S3 unreachable after {MAX_RETRIES + 1} tries: {exception}"
     if isinstance(exception, RETRY_ON):
-        return f"the database unreachable after {MAX_RETRIES + 1} tries: {exception}"
-    return failures.internal_message(exception)
+        return failures.UNREACHABLE, f"the database unreachable after {MAX_RETRIES + 1} tries: {exception}"
+    return failures.INTERNAL, failures.internal_message(exception)
 
 
 # --- Queue bookkeeping in the broker's Redis --------------------------------------------------
