@@ -14,6 +14,7 @@ A failed trace is not downloaded again until its files change (`passes.needs_dec
 """
 
 import logging
+import re
 
 import psycopg
 from botocore.exceptions import BotoCoreError, ClientError
@@ -94,8 +95,19 @@ def failure_message(error: BaseException) -> str:
         return str(error)
     if kind == INPUT:
         detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return f"the database refused this trace's data: {detail}"
+        return f"the database refused this trace's data: {detail}{refused_column(error)}"
     return internal_message(error)
+
+
+def refused_column(error: BaseException) -> str:
+    """` (column C of a launch)` when PostgreSQL said which column of a COPY it refused."""
+    cause = error if isinstance(error, psycopg.Error) else error.__cause__
+    context = getattr(getattr(cause, "diag", None), "context", None) or ""
+    match = re.search(r"COPY (\w+), line \d+, column (\w+)", context)
+    if match is None:
+        return ""
+    table = {"traces_kernel": "a launch", "traces_step": "a step"}.get(match.group(1), match.group(1))
+    return f" (column {match.group(2)} of {table})"
 
 
 def internal_message(error: BaseException) -> str:

@@ -9,9 +9,11 @@ import io
 import json
 import logging
 
+import psycopg
 import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError
 from django.core.management import CommandError, call_command
-from django.db import OperationalError
+from django.db import DataError, OperationalError
 
 from ingest import failures, passes, stats
 from ingest.tasks import parse_trace_task
@@ -132,17 +134,33 @@ def test_a_transient_fault_leaves_the_trace_as_it_is(db, upload, vecadd_files, m
     "error",
     [
         OperationalError("connection lost"),
+        psycopg.OperationalError("server closed the connection unexpectedly"),
         ConnectionResetError(),
+        EndpointConnectionError(endpoint_url="http://s3"),
+        ClientError({"Error": {"Code": "InternalError"}}, "GetObject"),
         services.TraceBusy("held"),
     ],
 )
-def test_transient_faults_are_named_so(error):
-    import psycopg
-    from botocore.exceptions import EndpointConnectionError
-
+def test_transient_faults_are_retried_later(error):
     assert failures.failure_kind(error) == failures.TRANSIENT
-    assert failures.failure_kind(psycopg.OperationalError("gone")) == failures.TRANSIENT
-    assert failures.failure_kind(EndpointConnectionError(endpoint_url="http://s3")) == failures.TRANSIENT
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        passes.TraceInputError("bad"),
+        DataError("value too long"),
+        psycopg.errors.NumericValueOutOfRange("out of range"),  # from inside a COPY: psycopg's own
+        services.TraceDataTooLarge("too many contexts"),
+    ],
+)
+def test_bad_input_fails_at_once(error):
+    assert failures.failure_kind(error) == failures.INPUT
+
+
+def test_anything_else_is_ours():
+    assert failures.failure_kind(ValueError("Exceeds the limit (4300 digits)")) == failures.INTERNAL
+    assert failures.failure_message(KeyError("x")) == "internal error while parsing: KeyError: 'x'"
 
 
 @pytest.fixture
