@@ -5,6 +5,9 @@
       but not all there         -> uploading, until CASCADE_UPLOAD_TIMEOUT -> failed
     status != "ok"              -> failed
     status "ok"                 -> parsing -> ready (kernels stored) | failed (bad input)
+    an error while deciding     -> left as it is (S3 or the database away: retried next pass),
+                                   failed (bad input, data the database refuses), or counted and
+                                   failed at the CASCADE_PARSE_ATTEMPTS-th try (ours): ingest.failures
 
 Two callers, one implementation: `manage.py ingest_traces` runs `poll_bucket` (scan, then
 parse inline); the Celery poll task runs `scan_bucket` and fans `ingest_trace` out to
@@ -17,7 +20,8 @@ Cost: a pass lists the run folders (one request per thousand runs) and then only
 that are new or not finished (uploading, parsing): a listing each, or one listing of the whole
 prefix when that takes fewer requests (thousands of new runs). A failed trace's folder, and the folder of
 a trace an operator deleted, is listed again after a minute, then twice as late each time up
-to a day (a change of its files starts over). Ready traces are not listed again unless asked
+to a day (a change of its files starts over); so is a folder without metadata.json once its
+listing stops changing. Ready traces are not listed again unless asked
 (`--trace`, `--reparse`). Objects are downloaded only when a run's listing (keys, sizes,
 ETags) differs from the one its last decision was made on.
 

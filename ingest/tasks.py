@@ -5,8 +5,9 @@ Beat sends `poll_bucket_task` every CASCADE_POLL_SECONDS. It registers and updat
 runs `passes.ingest_trace`: the same functions as `manage.py ingest_traces`, split so that
 N workers parse N traces at once. One trace is never parsed twice at once, whoever asks:
 `ingest_trace` holds the trace's lock. This module adds what a queue needs on top: polls
-that do not overlap, no second message for a trace already queued, retries on S3 trouble,
-and a trace that ends failed, never stuck in `parsing`, when its parse is given up.
+that do not overlap, no second message for a trace already queued, retries on S3 and database
+trouble, and a trace that ends failed, never stuck in `parsing`, when its parse is given up.
+Any other error is ingest.failures' to judge, exactly as in `manage.py ingest_traces`.
 """
 
 import logging

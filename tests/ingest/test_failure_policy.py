@@ -252,3 +252,18 @@ def test_steps_past_the_columns_never_leave_the_trace_unfinished(transactional_d
     assert (trace.state == TraceState.FAILED and trace.error) or (
         trace.state == TraceState.READY and "40000 steps" in (trace.timing_error or "")
     ), (trace.state, trace.error, trace.timing_error)
+
+
+def test_a_failure_whose_run_fields_are_refused_is_written_without_them(db, make_trace, monkeypatch):
+    trace = make_trace("run", state=TraceState.UPLOADING)
+    real = services._write_failure
+
+    def refuse_run_fields(trace, *args):
+        if trace.model is not None:
+            raise DataError("the database refuses this model")
+        return real(trace, *args)
+
+    monkeypatch.setattr(services, "_write_failure", refuse_run_fields)
+    services.trace_fail(trace, "bad input", fingerprint="f", run={"model": "m", "layers": ["a"]})
+    trace.refresh_from_db()
+    assert (trace.state, trace.error, trace.model, trace.layers) == (TraceState.FAILED, "bad input", None, [])
