@@ -501,9 +501,11 @@ def ingest_trace(
     Returns None at once when another process holds the trace. What goes wrong while it is
     decided or parsed goes through ingest.failures: transient errors (S3, the network, the
     database away) are raised for the caller to retry; a trace's own bad input marks it failed;
-    an error of ours raises ParseAttemptFailed, and fails the trace at the last try. `fetched`, a listing and small files read ahead without the lock, saves
-    the listing if the trace's row still holds that listing once the lock is taken (else the
-    run is listed again, as without it), and the downloads of the files it holds.
+    an error of ours raises ParseAttemptFailed, and fails the trace at the last try.
+
+    `fetched`, a listing and small files read ahead without the lock, saves the listing if
+    the trace's row still holds that listing once the lock is taken (else the run is listed
+    again, as without it), and the downloads of the files it holds.
     """
     with trace_lock(trace_id) as acquired:
         if not acquired:
@@ -569,9 +571,11 @@ def register_listings(
     skipped with a log line, (None, None) as a deleted run's, and the others register together.
     """
     registered: list[tuple[Trace | None, str]] = [(None, "unstorable")] * len(listings)
-    storable = [index for index, (run_id, _) in enumerate(listings) if storable_run_id(run_id)]
+    storable = []  # indexes in `listings`
     for index, (run_id, _) in enumerate(listings):
-        if index not in storable:
+        if storable_run_id(run_id):
+            storable.append(index)
+        else:
             logger.warning("%r: a run folder name the database cannot store: skipped", run_id)
     try:
         with transaction.atomic():
