@@ -8,7 +8,6 @@ counted by moto's server (in this process) from its request log.
 
 import json
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -144,7 +143,13 @@ def test_no_run_wedges_the_watching_poller(transactional_db, upload, vecadd_file
     upload("healthy", vecadd_files, metadata=OK)
     every = [*runs, "healthy"]
 
-    watch = Watch({**child_env, "CASCADE_PARSE_ATTEMPTS": str(ATTEMPTS), "CASCADE_PARSE_PROCESSES": "1"})
+    # Two parse processes while two runs or more are to parse: the policy holds in both.
+    env = {
+        "CASCADE_PARSE_ATTEMPTS": str(ATTEMPTS),
+        "CASCADE_PARSE_PROCESSES": "2",
+        "CASCADE_PARSES_PER_PROCESS": "1",
+    }
+    watch = Watch({**child_env, **env})
     try:
         deadline = time.monotonic() + SETTLE_SECONDS
         while not settled(every):
@@ -182,4 +187,4 @@ def test_no_run_wedges_the_watching_poller(transactional_db, upload, vecadd_file
         sys.stderr.write(
             f"{run_id}: {traces[run_id].state}: {traces[run_id].error or traces[run_id].timing_error}\n"
         )
-    assert os.environ.get("DJANGO_SETTINGS_MODULE")
+    assert any("parsing 6 traces in 2 processes" in line for line in watch.output), "".join(watch.output[:40])
