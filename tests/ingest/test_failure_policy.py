@@ -267,3 +267,18 @@ def test_a_failure_whose_run_fields_are_refused_is_written_without_them(db, make
     services.trace_fail(trace, "bad input", fingerprint="f", run={"model": "m", "layers": ["a"]})
     trace.refresh_from_db()
     assert (trace.state, trace.error, trace.model, trace.layers) == (TraceState.FAILED, "bad input", None, [])
+
+
+def test_ingest_traces_trace_goes_through_the_same_policy(
+    transactional_db, upload, vecadd_files, broken_parser, settings
+):
+    settings.CASCADE_PARSE_ATTEMPTS = 2
+    upload("run", vecadd_files, metadata=OK)
+    run_pass("--trace", "run")
+    assert Trace.objects.get(pk="run").parse_attempts == 1
+    run_pass("--trace", "run")
+    trace = Trace.objects.get(pk="run")
+    assert (trace.state, trace.error) == (
+        TraceState.FAILED,
+        "internal error while parsing: ZeroDivisionError: a bug of ours",
+    )
