@@ -62,7 +62,12 @@ S3_ERRORS = Counter(
     "S3 requests that failed: the S3 error code (or HTTP status), or the exception for no answer",
     ["operation", "error"],
 )
-PARSE_FAILURES = Counter("cascade_parse_failures", "Traces whose parse failed, by kind", ["kind"])
+PARSE_FAILURES = Counter(
+    "cascade_parse_failures",
+    "Parse failures by kind: a trace failed (input, internal, upload, profiler, timeout, worker_lost,"
+    " unreachable), or a try left for later (transient, retry)",
+    ["kind"],
+)
 HTTP_REQUESTS = Counter(
     "cascade_http_requests",
     "Requests answered, by route (URL pattern) and status",

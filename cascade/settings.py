@@ -291,6 +291,11 @@ CASCADE_METADATA_MAX_DEPTH = env_int("CASCADE_METADATA_MAX_DEPTH", 32)
 CASCADE_METADATA_MAX_STRING = env_int("CASCADE_METADATA_MAX_STRING", 256)
 CASCADE_METADATA_MAX_LAYERS = env_int("CASCADE_METADATA_MAX_LAYERS", 1000)
 CASCADE_POLL_SECONDS = env_int("CASCADE_POLL_SECONDS", 30)
+# A trace whose parse raises something that is neither bad input nor a passing fault of S3 or
+# the database (a bug of ours) is tried this many times, then failed (ingest.failures).
+CASCADE_PARSE_ATTEMPTS = env_int("CASCADE_PARSE_ATTEMPTS", 3)
+if CASCADE_PARSE_ATTEMPTS < 1:
+    raise ImproperlyConfigured(f"CASCADE_PARSE_ATTEMPTS must be at least 1, got {CASCADE_PARSE_ATTEMPTS}")
 # A ready run's metadata.json is compared with the bucket's (one HEAD request) this often: a
 # re-uploaded run is noticed and parsed again.
 CASCADE_READY_RECHECK_SECONDS = env_int("CASCADE_READY_RECHECK_SECONDS", 600)

@@ -14,7 +14,6 @@ METADATA_NAME = "metadata.json"
 TIMELINE_NAME = "timeline.json"
 TIMING_NAME = "timing.csv"
 METADATA_STRINGS = ("model", "source_gpu", "trace_gpu_arch", "suggested_sim_config")
-SAMPLE_PREFIX = "sample__"
 
 # Accel-Sim's tested configs, by the SASS architecture they model.
 SIM_CONFIG_FOR_ARCH = {
@@ -204,11 +203,6 @@ def failure(metadata: dict) -> str | None:
     return f"profiler reported status '{status[:200]}' in metadata.json"
 
 
-def is_sample(run_id: str) -> bool:
-    """The shipped sample runs (`sample__...`), which the demo loads."""
-    return run_id.startswith(SAMPLE_PREFIX)
-
-
 def run_fields(metadata: dict | None, names: set[str], run_id: str) -> dict:
     """The trace's description from metadata.json and the run's file names (relative to its
     folder). With `metadata` None (unreadable), what it described is cleared."""
@@ -223,7 +217,6 @@ def run_fields(metadata: dict | None, names: set[str], run_id: str) -> dict:
         "suggested_sim_config": metadata.get("suggested_sim_config"),
         "has_step_timeline": TIMELINE_NAME in names,
         "has_real_timing": TIMING_NAME in names,
-        "sample": is_sample(run_id),
     }
 
 

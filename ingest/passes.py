@@ -5,6 +5,9 @@
       but not all there         -> uploading, until CASCADE_UPLOAD_TIMEOUT -> failed
     status != "ok"              -> failed
     status "ok"                 -> parsing -> ready (kernels stored) | failed (bad input)
+    an error while deciding     -> left as it is (S3 or the database away: retried next pass),
+                                   failed (bad input, data the database refuses), or counted and
+                                   failed at the CASCADE_PARSE_ATTEMPTS-th try (ours): ingest.failures
 
 Two callers, one implementation: `manage.py ingest_traces` runs `poll_bucket` (scan, then
 parse inline); the Celery poll task runs `scan_bucket` and fans `ingest_trace` out to
@@ -17,7 +20,8 @@ Cost: a pass lists the run folders (one request per thousand runs) and then only
 that are new or not finished (uploading, parsing): a listing each, or one listing of the whole
 prefix when that takes fewer requests (thousands of new runs). A failed trace's folder, and the folder of
 a trace an operator deleted, is listed again after a minute, then twice as late each time up
-to a day (a change of its files starts over). Ready traces are not listed again unless asked
+to a day (a change of its files starts over); so is a folder without metadata.json once its
+listing stops changing. Ready traces are not listed again unless asked
 (`--trace`, `--reparse`). Objects are downloaded only when a run's listing (keys, sizes,
 ETags) differs from the one its last decision was made on.
 
@@ -45,13 +49,14 @@ from types import MappingProxyType
 
 from botocore.exceptions import BotoCoreError, ClientError
 from django.conf import settings
-from django.db import DataError, IntegrityError, connection
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Count, Func, IntegerField, Q, Sum, TextField
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
-from ingest import bucket, processes, stats, timing
+from ingest import bucket, failures, processes, stats, timing
 from ingest.bucket import S3Object
+from ingest.failures import TraceInputError
 from ingest.launch_text import LaunchText
 from ingest.metadata import (
     METADATA_NAME,
@@ -60,7 +65,6 @@ from ingest.metadata import (
     MetadataError,
     MetadataLimits,
     failure,
-    is_sample,
     listed_files,
     listed_keys,
     missing_listed_files,
@@ -96,11 +100,6 @@ WHOLE_PREFIX_MIN_RUNS = 50
 # past this many objects, a parse lists its run again, as it would without them.
 KEPT_LISTING_OBJECTS = 200_000
 MISSING_KEYS_SHOWN = 10
-UNFINISHED_STATES = (TraceState.UPLOADING, TraceState.PARSING)
-
-
-class TraceInputError(Exception):
-    """The upload itself is wrong (the trace's own fault): the trace fails with this message."""
 
 
 @dataclass(frozen=True)
@@ -273,7 +272,10 @@ def parse_traces(
             change = ingest_trace(
                 ready_id, reparse=ready_id in to_reparse, progress=progress, fetched=fetched.result()
             )
-        except Exception as error:  # S3 trouble, or a bug: the other traces still get their turn
+        except failures.ParseAttemptFailed as error:  # logged, with its traceback, and counted
+            errors.append(f"{ready_id}: {error}")
+            continue
+        except Exception as error:  # S3 trouble: the other traces still get their turn
             logger.exception("%s: ingestion error, the next pass tries again", ready_id)
             errors.append(f"{ready_id}: {type(error).__name__}: {error}")
             continue
@@ -366,7 +368,12 @@ def scan_bucket(
                 if kept + len(objects) <= KEPT_LISTING_OBJECTS:
                     scan.listings[run_id] = objects
                     kept += len(objects)
-            elif trace.state == TraceState.FAILED and change is None:
+            elif change is None and (
+                trace.state == TraceState.FAILED
+                or (trace.state == TraceState.UPLOADING and not has_metadata(trace))
+            ):
+                # Looked at again after a while, not every pass: nothing will change unless
+                # its files do (a folder without metadata.json is no run yet).
                 services.trace_recheck_later(trace)
     if reparse_outdated and trace_id is None:
         for run_id in outdated_trace_ids(outdated_batch):
@@ -435,7 +442,10 @@ def runs_to_look_at(run_ids: list[str], *, reparse: bool = False) -> list[str]:
         if reparse or run_id not in traces:
             return True
         state, after = traces[run_id]
-        return state in UNFINISHED_STATES or (state == TraceState.FAILED and due(after))
+        # An uploading trace waits only while its folder has no metadata.json (scan_bucket).
+        return state == TraceState.PARSING or (
+            state in (TraceState.UPLOADING, TraceState.FAILED) and due(after)
+        )
 
     return [run_id for run_id in run_ids if worth_a_look(run_id)]
 
@@ -508,11 +518,14 @@ def ingest_trace(
 ) -> TraceChange | None:
     """Bring one trace up to date with its objects; None if there was nothing to do.
 
-    Returns None at once when another process holds the trace. Raises botocore errors
-    (S3 or network trouble) so that the caller can retry; a trace's own bad input marks it
-    failed instead. `fetched`, a listing and small files read ahead without the lock, saves
-    the listing if the trace's row still holds that listing once the lock is taken (else the
-    run is listed again, as without it), and the downloads of the files it holds.
+    Returns None at once when another process holds the trace. What goes wrong while it is
+    decided or parsed goes through ingest.failures: transient errors (S3, the network, the
+    database away) are raised for the caller to retry; a trace's own bad input marks it failed;
+    an error of ours raises ParseAttemptFailed, and fails the trace at the last try.
+
+    `fetched`, a listing and small files read ahead without the lock, saves the listing if
+    the trace's row still holds that listing once the lock is taken (else the run is listed
+    again, as without it), and the downloads of the files it holds.
     """
     with trace_lock(trace_id) as acquired:
         if not acquired:
@@ -530,13 +543,22 @@ def ingest_trace(
                 return None
             trace, registered = register_objects(trace_id, objects)
         if trace is None:
-            logger.info("%s: deleted by an operator, and its files have not changed: left alone", trace_id)
+            logger.info(
+                "%s: deleted by an operator and its files have not changed, or not storable: left alone",
+                trace_id,
+            )
             return None
         old_state = registered.old_state if registered else trace.state
         if not needs_decision(trace, reparse=reparse):
             return registered
         decided_on = trace.parsed_fingerprint, trace.kernel_count, trace.error
-        decide(trace, objects, progress=progress, bodies=fetched.bodies if fetched is not None else NO_BODIES)
+        try:
+            decide(
+                trace, objects, progress=progress, bodies=fetched.bodies if fetched is not None else NO_BODIES
+            )
+        except Exception as error:
+            # Retried later (raised), counted (ParseAttemptFailed raised) or failed: ingest.failures.
+            failures.trace_parse_error(trace, error, fingerprint=fingerprint(objects))
         unchanged = (trace.parsed_fingerprint, trace.kernel_count, trace.error) == decided_on
         if registered is None and trace.state == old_state and unchanged and not reparse:
             return None
@@ -563,10 +585,40 @@ def register_objects(run_id: str, objects: list[S3Object]) -> tuple[Trace | None
 def register_listings(
     listings: list[tuple[str, list[S3Object]]],
 ) -> list[tuple[Trace | None, TraceChange | None]]:
-    """`register_objects` for many runs, with a few queries whatever their number."""
-    registered = services.traces_register(
-        [(run_id, inventory(objects), is_sample(run_id)) for run_id, objects in listings]
-    )
+    """`register_objects` for many runs, with a few queries whatever their number.
+
+    Each run on its own: one the database cannot store (a NUL in its folder's name) is
+    skipped with a log line, (None, None) as a deleted run's, and the others register together.
+    """
+    registered: list[tuple[Trace | None, str]] = [(None, "unstorable")] * len(listings)
+    storable = []  # indexes in `listings`
+    for index, (run_id, _) in enumerate(listings):
+        if storable_run_id(run_id):
+            storable.append(index)
+        else:
+            logger.warning("%r: a run folder name the database cannot store: skipped", run_id)
+    try:
+        with transaction.atomic():
+            batch = services.traces_register(
+                [(listings[index][0], inventory(listings[index][1]), False) for index in storable]
+            )
+    except DatabaseError as batch_error:
+        if failures.failure_kind(batch_error) != failures.INPUT:
+            raise
+        # Which run the database refuses: each on its own, the others still registered.
+        batch = []
+        for index in storable:
+            run_id, objects = listings[index]
+            try:
+                with transaction.atomic():
+                    batch.append(services.trace_register(run_id, inventory(objects), sample=False))
+            except DatabaseError as error:
+                if failures.failure_kind(error) != failures.INPUT:
+                    raise
+                logger.warning("%r: the database refuses this run's listing, skipped: %s", run_id, error)
+                batch.append((None, "unstorable"))
+    for index, outcome in zip(storable, batch, strict=True):
+        registered[index] = outcome
     outcomes = []
     for (run_id, _), (trace, how) in zip(listings, registered, strict=True):
         if how == "created":
@@ -585,13 +637,33 @@ def register_listings(
     return outcomes
 
 
+def register_samples(run_ids: list[str]) -> None:
+    """Register runs an operator loaded as samples (`load_samples`) and mark them `sample`:
+    the only way a trace becomes one (an uploader controls a run's name and files)."""
+    for run_id in run_ids:
+        objects = bucket.list_run_objects(run_id)
+        if objects:
+            register_objects(run_id, objects)
+    services.traces_mark_sample(run_ids)
+
+
+def storable_run_id(run_id: str) -> bool:
+    """Whether the database can hold `run_id` as a trace's id (Trace.id: text of 1,024
+    characters at most, no NUL, no lone surrogate)."""
+    return len(run_id) <= Trace._meta.get_field("id").max_length and services.storable(run_id) == run_id
+
+
+def has_metadata(trace: Trace) -> bool:
+    metadata_key = bucket.run_prefix(trace.id) + METADATA_NAME
+    return any(item["key"] == metadata_key for item in trace.files)
+
+
 def needs_decision(trace: Trace, *, reparse: bool = False) -> bool:
     """Whether the trace's objects must be looked at (downloaded) again.
 
     Nothing is decided before metadata.json lands, even when asked to reparse.
     """
-    metadata_key = bucket.run_prefix(trace.id) + METADATA_NAME
-    if not any(item["key"] == metadata_key for item in trace.files):
+    if not has_metadata(trace):
         # Unless it sits one folder down: a run name with "/" in it, which fails at once.
         nested = any(item["key"].endswith("/" + METADATA_NAME) for item in trace.files)
         return nested and trace.state != TraceState.FAILED
@@ -747,7 +819,7 @@ def decide(
             f"upload incomplete: {len(missing)} file(s) listed in metadata.json did not arrive within "
             f"CASCADE_UPLOAD_TIMEOUT ({settings.CASCADE_UPLOAD_TIMEOUT} s) of the last new file: {shown}{more}"
         )
-        fail(trace, error, current, run=run)
+        fail(trace, error, current, run=run, kind=failures.UPLOAD)
         return
     if missing:
         services.trace_wait_for_files(trace, run=run, waiting_for=missing, fingerprint=current)
@@ -760,7 +832,7 @@ def decide(
         return
     profiler_failure = failure(metadata)
     if profiler_failure is not None:
-        fail(trace, profiler_failure, current, run=run)
+        fail(trace, profiler_failure, current, run=run, kind=failures.PROFILER)
         return
     run = with_derived_arch_and_config(run)
     listed = listed_files(metadata)
@@ -780,15 +852,12 @@ def decide(
         )
     except TraceInputError as problem:
         fail(trace, str(problem), current, run=run, parsed=True)
-    except (DataError, IntegrityError) as problem:
-        # Input the parser let through but the database refuses: still the upload's fault.
-        logger.exception("%s: the database refused the trace's data", trace.id)
-        fail(
-            trace, f"the database refused this trace's data: {problem}".strip(), current, run=run, parsed=True
-        )
+    # Input the parser let through but the database refuses, and anything else: ingest.failures.
 
 
-def fail(trace: Trace, error: str, current: str, *, run: dict, parsed: bool = False) -> None:
+def fail(
+    trace: Trace, error: str, current: str, *, run: dict, parsed: bool = False, kind: str = failures.INPUT
+) -> None:
     services.trace_fail(
         trace,
         error,
@@ -796,7 +865,7 @@ def fail(trace: Trace, error: str, current: str, *, run: dict, parsed: bool = Fa
         run=run,
         parser_version=CURRENT_PARSER_VERSION if parsed else None,
     )
-    logger.info("%s: failed: %s", trace.id, error)
+    failures.trace_failed(trace.id, kind, error)
 
 
 def metadata_limits() -> MetadataLimits:

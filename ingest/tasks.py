@@ -5,8 +5,9 @@ Beat sends `poll_bucket_task` every CASCADE_POLL_SECONDS. It registers and updat
 runs `passes.ingest_trace`: the same functions as `manage.py ingest_traces`, split so that
 N workers parse N traces at once. One trace is never parsed twice at once, whoever asks:
 `ingest_trace` holds the trace's lock. This module adds what a queue needs on top: polls
-that do not overlap, no second message for a trace already queued, retries on S3 trouble,
-and a trace that ends failed, never stuck in `parsing`, when its parse is given up.
+that do not overlap, no second message for a trace already queued, retries on S3 and database
+trouble, and a trace that ends failed, never stuck in `parsing`, when its parse is given up.
+Any other error is ingest.failures' to judge, exactly as in `manage.py ingest_traces`.
 """
 
 import logging
@@ -22,15 +23,17 @@ from django.conf import settings
 
 import cascade.celery  # noqa: F401  (shared tasks bind to Cascade's app)
 from cascade import metrics
-from ingest import passes
+from ingest import failures, passes
 from traces.locks import trace_lock
 from traces.models import Trace
 from traces.services import TraceBusy, trace_mark_failed
 
 logger = logging.getLogger(__name__)
 
-# S3 or the network: worth another try. A trace's own faults do not raise: they fail it.
-RETRY_ON = (BotoCoreError, ClientError, ConnectionError)
+# S3, the network, the database away: worth another try (ingest.failures' policy). A trace's
+# own faults do not raise: they fail it; an error of ours is counted on the trace and raised
+# as ParseAttemptFailed, which the next poll's parse tries again.
+RETRY_ON = failures.TRANSIENT_ERRORS
 # Tries after the first, whether S3 or a killed worker ended the try (10 s, 20 s, ... apart).
 MAX_RETRIES = 5
 # The poll's lock, taken like a trace's: no run folder's name contains "/".
@@ -88,11 +91,18 @@ def poll_bucket_task() -> int:
 def parse_trace_task(self, trace_id: str, reparse: bool = False) -> str | None:
     """Bring one trace up to date with its objects, on whichever worker takes it.
 
-    Retried with backoff on S3 and network errors; a trace given up on is failed by
-    `parse_given_up`.
+    Retried with backoff on S3, network and database errors; a trace given up on is failed by
+    `parse_given_up`. Any other error goes through ingest.failures, as in `ingest_traces`:
+    counted, and the trace failed at the CASCADE_PARSE_ATTEMPTS-th; until then the next
+    poll queues it again.
     """
-    with passes.measured() as cost:
-        change = passes.ingest_trace(trace_id, reparse=reparse)
+    try:
+        with passes.measured() as cost:
+            change = passes.ingest_trace(trace_id, reparse=reparse)
+    except failures.ParseAttemptFailed as error:  # logged with its traceback, and counted
+        clear_queued(trace_id)
+        logger.warning("%s: %s", trace_id, error)
+        return None
     clear_queued(trace_id)
     if change is None:
         return None
@@ -114,21 +124,30 @@ def parse_given_up(sender=None, args=(), kwargs=None, exception=None, **_) -> No
     try:
         # Given up for S3 trouble: the next poll tries again. For a time limit or a worker
         # killed again and again: not until the trace's files change.
-        trace_mark_failed(trace_id, given_up_reason(exception), retry=isinstance(exception, RETRY_ON))
+        kind, reason = given_up_reason(exception)
+        trace_mark_failed(trace_id, reason, retry=isinstance(exception, RETRY_ON))
+        failures.trace_failed(trace_id, kind, reason)
     except Trace.DoesNotExist:
         logger.warning("%s: parse given up for a trace that does not exist", trace_id)
     except TraceBusy:
         logger.info("%s: parse given up here, but another pass is ingesting it: left to that one", trace_id)
 
 
-def given_up_reason(exception: BaseException) -> str:
+def given_up_reason(exception: BaseException) -> tuple[str, str]:
+    """(the failure's kind, as ingest.failures names them; the trace's error)."""
     if isinstance(exception, SoftTimeLimitExceeded | TimeLimitExceeded):
-        return f"parsing took longer than CASCADE_PARSE_SECONDS ({settings.CASCADE_PARSE_SECONDS} s)"
+        return failures.TIMEOUT, (
+            f"parsing took longer than CASCADE_PARSE_SECONDS ({settings.CASCADE_PARSE_SECONDS} s)"
+        )
     if isinstance(exception, WorkerLostError):
-        return f"parsing was cut short {MAX_RETRIES + 1} times (worker killed, out of memory?): {exception}"
+        return failures.WORKER_LOST, (
+            f"parsing was cut short {MAX_RETRIES + 1} times (worker killed, out of memory?): {exception}"
+        )
+    if isinstance(exception, BotoCoreError | ClientError | ConnectionError):
+        return failures.UNREACHABLE, f"S3 unreachable after {MAX_RETRIES + 1} tries: {exception}"
     if isinstance(exception, RETRY_ON):
-        return f"S3 unreachable after {MAX_RETRIES + 1} tries: {exception}"
-    return f"ingestion error: {type(exception).__name__}: {exception}"
+        return failures.UNREACHABLE, f"the database unreachable after {MAX_RETRIES + 1} tries: {exception}"
+    return failures.INTERNAL, failures.internal_message(exception)
 
 
 # --- Queue bookkeeping in the broker's Redis --------------------------------------------------

@@ -88,6 +88,10 @@ class Trace(models.Model):
     recheck_seconds = models.PositiveIntegerField(
         default=0, help_text="The current wait between looks at a failed trace's unchanged listing."
     )
+    parse_attempts = models.PositiveSmallIntegerField(
+        default=0,
+        help_text="Tries of the current files that ended in an error of ours (CASCADE_PARSE_ATTEMPTS fails it).",
+    )
 
     class Meta:
         ordering = ["-created_at", "id"]

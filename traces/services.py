@@ -9,14 +9,16 @@ inside the pass that holds it (everything ingestion calls); the row itself is lo
 
 import dataclasses
 import hashlib
+import logging
 import queue
+import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 from psycopg.copy import QueuedLibpqWriter
 
@@ -35,6 +37,8 @@ from traces.models import (
     name_digest,
     next_trace_keys,
 )
+
+logger = logging.getLogger(__name__)
 
 TOTAL_INSTS = KERNEL_COLUMNS.index("total_insts")
 # A failed trace's (or a deleted run's) unchanged listing is looked at again after a minute,
@@ -63,12 +67,18 @@ DECISION_FIELDS = [
     "has_step_timeline",
     "has_real_timing",
     "timing_error",
-    "sample",
+    "parse_attempts",
 ]
+# A trace's (ctx, device) pairs are numbered in a smallint (KernelContext.index, Kernel.context).
+MAX_CONTEXTS = 32_768
 
 
 class TraceBusy(Exception):
     """Another process is ingesting the trace right now."""
+
+
+class TraceDataTooLarge(ValueError):
+    """The run holds more of something than the columns that store it can number: its fault."""
 
 
 # --- Registration: what the bucket holds ------------------------------------------------------
@@ -123,10 +133,18 @@ def traces_register(runs: list[tuple[str, list[dict], bool]]) -> list[tuple[Trac
             outcomes[run_id] = trace, "unchanged"
         else:
             trace.files, trace.bytes, trace.files_changed_at = files, size, now
-            # New files: a failed trace is worth a look at once, and its backoff starts over.
-            trace.recheck_after, trace.recheck_seconds = None, 0
+            # New files: a failed trace is worth a look at once, its backoff and its count
+            # of failed tries (ingest.failures) start over.
+            trace.recheck_after, trace.recheck_seconds, trace.parse_attempts = None, 0, 0
             trace.save(
-                update_fields=["files", "bytes", "files_changed_at", "recheck_after", "recheck_seconds"]
+                update_fields=[
+                    "files",
+                    "bytes",
+                    "files_changed_at",
+                    "recheck_after",
+                    "recheck_seconds",
+                    "parse_attempts",
+                ]
             )
             outcomes[run_id] = trace, "changed"
     if new:
@@ -143,7 +161,8 @@ def traces_register(runs: list[tuple[str, list[dict], bool]]) -> list[tuple[Trac
 
 
 def trace_recheck_later(trace: Trace) -> None:
-    """A failed trace's listing did not change: look again later, twice as late as last time."""
+    """A failed trace's listing, or that of a folder without metadata.json, did not change:
+    look again later, twice as late as last time."""
     _recheck_later(trace)
 
 
@@ -170,7 +189,18 @@ def trace_wait_for_files(trace: Trace, *, run: dict, waiting_for: list[str], fin
     trace.error = None
     trace.waiting_for = waiting_for
     trace.parsed_fingerprint = fingerprint
-    trace.save(update_fields=["state", "error", "waiting_for", "parsed_fingerprint", *run])
+    trace.recheck_after, trace.recheck_seconds = None, 0  # listed every pass until the files land
+    trace.save(
+        update_fields=[
+            "state",
+            "error",
+            "waiting_for",
+            "parsed_fingerprint",
+            "recheck_after",
+            "recheck_seconds",
+            *run,
+        ]
+    )
 
 
 def trace_start_parsing(trace: Trace, *, run: dict) -> None:
@@ -184,7 +214,18 @@ def trace_start_parsing(trace: Trace, *, run: dict) -> None:
     trace.error = None
     trace.waiting_for = []
     trace.parser_version = CURRENT_PARSER_VERSION
-    trace.save(update_fields=["state", "error", "waiting_for", "parser_version", *run])
+    trace.recheck_after, trace.recheck_seconds = None, 0  # a pass that dies here: the next one goes on
+    trace.save(
+        update_fields=[
+            "state",
+            "error",
+            "waiting_for",
+            "parser_version",
+            "recheck_after",
+            "recheck_seconds",
+            *run,
+        ]
+    )
 
 
 @dataclass
@@ -241,6 +282,7 @@ def trace_store_kernels(
         trace.kernels_without_totals = without_totals[0]
         trace.parsed_fingerprint = fingerprint
         trace.recheck_after, trace.recheck_seconds = ready_recheck_after(), 0
+        trace.parse_attempts = 0
         trace.save(update_fields=DECISION_FIELDS)
     return count
 
@@ -296,14 +338,57 @@ def trace_fail(
     The decision holds until the run's files change; the unchanged listing is looked at
     again with a growing wait (trace_recheck_later). `run` is what metadata.json described,
     cleared when it could not be read; `parser_version` is set when parsing failed.
+
+    Never refused for what it writes: characters PostgreSQL text cannot hold (NUL, lone
+    surrogates) are replaced, and if the run's fields are refused all the same, the failure
+    is written without them.
     """
     _apply(trace, run)
+    for name in RUN_FIELDS:
+        setattr(trace, name, storable(getattr(trace, name)))
+    trace.error = storable(error)
+    try:
+        _write_failure(trace, parser_version, fingerprint)
+    except DatabaseError:
+        logger.exception(
+            "%s: the run's fields cannot be stored: the failure is written without them", trace.id
+        )
+        for name, value in RUN_FIELDS.items():
+            setattr(trace, name, value)
+        _write_failure(trace, parser_version, fingerprint)
+
+
+# What metadata.json describes of a run, and each field's value when it could not be read.
+RUN_FIELDS = {
+    "metadata_json": None,
+    "model": None,
+    "layers": [],
+    "source_gpu": None,
+    "trace_gpu_arch": None,
+    "suggested_sim_config": None,
+}
+# What PostgreSQL's text and jsonb cannot hold: NUL, and surrogates (not UTF-8).
+UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable(value):
+    """`value` (a string, or JSON of them) with each character the database cannot store
+    replaced by U+FFFD."""
+    if isinstance(value, str):
+        return UNSTORABLE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [storable(item) for item in value]
+    if isinstance(value, dict):
+        return {storable(key): storable(item) for key, item in value.items()}
+    return value
+
+
+def _write_failure(trace: Trace, parser_version: int | None, fingerprint: str) -> None:
     with transaction.atomic():
         kernels_delete(trace.key)
         Step.objects.filter(trace_id=trace.id).delete()
         trace.timing_error = None
         trace.state = TraceState.FAILED
-        trace.error = error
         trace.kernel_count = 0
         trace.kernels_without_totals = 0
         trace.parser_version = parser_version
@@ -493,8 +578,11 @@ class KernelWriter:
         context = self.contexts.get(key)
         if context is None:
             context = (len(self.contexts), trace_file_suffix(trace_file, kernel_id))
-            if context[0] > 32767:
-                raise ValueError("more than 32,768 (ctx, device) pairs in one trace")
+            if context[0] >= MAX_CONTEXTS:
+                raise TraceDataTooLarge(
+                    f"more than {MAX_CONTEXTS:,} contexts (CUDA context and device pairs) in one run, "
+                    "the most a trace can hold (a context's number is a 16-bit integer in the database)"
+                )
             self.contexts[key] = context
             self.new_contexts.append(
                 KernelContext(
@@ -688,6 +776,11 @@ def trace_mark_failed(trace_id: str, error: str, *, retry: bool = False) -> None
                     "recheck_seconds",
                 ]
             )
+
+
+def traces_mark_sample(trace_ids: Iterable[str], *, sample: bool = True) -> int:
+    """Mark traces as samples (or not): an operator's word, which no pass changes. The count marked."""
+    return Trace.objects.filter(pk__in=list(trace_ids)).update(sample=sample)
 
 
 def trace_delete(trace_id: str, *, deleted_by: str = "") -> None:

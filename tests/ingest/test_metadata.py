@@ -94,7 +94,8 @@ def test_unreadable_metadata_clears_what_it_described():
     fields = run_fields(None, {"timing.csv"}, "sample__x")
     assert fields["metadata_json"] is None
     assert fields["model"] is None and fields["layers"] == []
-    assert (fields["has_real_timing"], fields["has_step_timeline"], fields["sample"]) == (True, False, True)
+    assert (fields["has_real_timing"], fields["has_step_timeline"]) == (True, False)
+    assert "sample" not in fields  # an operator's mark (load_samples), never the run's name
 
 
 # --- Read strictly, within bounds (issue 12, findings 1 and 6) ---------------------------------

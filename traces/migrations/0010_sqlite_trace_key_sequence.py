@@ -32,7 +32,7 @@ def drop_key_sequence(apps, schema_editor):
 class Migration(migrations.Migration):
     # 0009 is another change's (the lead orders the chain when merging).
     dependencies = [
-        ("traces", "0008_kernel_trace_without_constraint"),
+        ("traces", "0009_trace_parse_attempts"),
     ]
 
     operations = [migrations.RunPython(create_key_sequence, drop_key_sequence)]

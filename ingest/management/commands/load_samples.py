@@ -1,4 +1,5 @@
-"""Upload the sample traces shipped in samples/ to the configured bucket.
+"""Upload the sample traces shipped in samples/ to the configured bucket, registered as
+samples (`sample: true`): an operator's choice, never a run's name.
 
 For the demo and for real deployments alike: a new installation shows a ready trace and a
 failed one as soon as the poller has run. Idempotent: objects already in the bucket with the
@@ -11,7 +12,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from ingest import bucket
+from cascade.commands import require_migrated_database
+from ingest import bucket, passes
 from tools.upload import upload_run_folder
 
 
@@ -33,6 +35,7 @@ class Command(BaseCommand):
         runs = sorted(path for path in dir.iterdir() if path.is_dir()) if dir.is_dir() else []
         if not runs:
             raise CommandError(f"no sample run folders in {dir}")
+        require_migrated_database()
         if create_bucket:
             bucket.ensure_bucket()
         for run in runs:
@@ -40,3 +43,4 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"{bucket.run_prefix(run.name)}: {len(result.uploaded)} uploaded, {len(result.skipped)} unchanged"
             )
+        passes.register_samples([run.name for run in runs])

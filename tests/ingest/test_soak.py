@@ -1,0 +1,190 @@
+"""Issue 18's soak: `manage.py ingest_traces --watch`, a real process, over a bucket holding
+one run for each way a run used to wedge ingestion, and a healthy one, for ten passes and more.
+
+Each bad run must end `failed` with its reason after at most CASCADE_PARSE_ATTEMPTS tries, the
+healthy run `ready`, and no bad run's files downloaded again once it failed. Downloads are
+counted by moto's server (in this process) from its request log.
+"""
+
+import json
+import logging
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import PREFIX, STATS_HEADER, VECADD_CTX, stats_row
+from tools.tracer_format import DEVICE_STATS_HEADER, stats_launch_half, stats_totals
+from traces.models import Trace, TraceState
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+OK = {"status": "ok", "trace_gpu_arch": "sm_86"}
+ATTEMPTS = 3
+PASSES = 10
+SETTLE_SECONDS = 240
+
+
+def bad_runs() -> dict[str, tuple[dict, dict]]:
+    """Run id -> (files, metadata.json): finding 1's ways in, and a parse that breaks."""
+    steps = [
+        {
+            "name": f"step {n}",
+            "phase": "decode",
+            "ctx": VECADD_CTX,
+            "first_kernel_id": n + 1,
+            "last_kernel_id": n + 1,
+        }
+        for n in range(40_000)
+    ]
+    contexts = [DEVICE_STATS_HEADER] + [
+        stats_launch_half(
+            f"kernel-{device + 1}.trace", "k", (1, 1, 1), (32, 1, 1), device_id=device, stream_id=0
+        )
+        + stats_totals(10, 10)
+        for device in range(32_769)
+    ]
+    long_total = "9" * 4_301
+    stats_ctx = f"traces/stats_ctx_{VECADD_CTX}"
+    return {
+        "steps-40000": (
+            {stats_ctx: STATS_HEADER + stats_row(40_000), "timeline.json": json.dumps({"steps": steps})},
+            OK,
+        ),
+        "nul-metadata": (
+            {stats_ctx: STATS_HEADER + stats_row(1)},
+            {**OK, "model": "opt\u0000125m", "layers": ["prefill\u0000", "decode"]},
+        ),
+        "contexts-32769": ({"traces/stats.csv": "".join(contexts)}, OK),
+        "long-totals": (
+            {stats_ctx: STATS_HEADER + stats_row(1).replace("50066,50066", f"{long_total},1")},
+            OK,
+        ),
+        # A kernelslist id of 5,000 digits: it used to raise where nothing expected it.
+        "kernelslist-5000-digits": (
+            {
+                stats_ctx: STATS_HEADER + stats_row(1),
+                f"traces/kernelslist_ctx_{VECADD_CTX}": f"kernel-{'7' * 5000}-ctx_{VECADD_CTX}.trace.xz\n",
+            },
+            OK,
+        ),
+    }
+
+
+def downloads(caplog, run_id: str) -> int:
+    """GETs of the run's files other than metadata.json (listings are GETs of the bucket)."""
+    count = 0
+    for record in caplog.records:
+        if record.name == "werkzeug" and record.args:
+            verb, _, rest = str(record.args[0]).strip('"').partition(" ")
+            path = rest.rsplit(" ", 1)[0]
+            count += verb == "GET" and f"/{PREFIX}{run_id}/" in path and not path.endswith("/metadata.json")
+    return count
+
+
+class Watch:
+    """`ingest_traces --watch` in its own process; counts the passes it reports."""
+
+    def __init__(self, env: dict):
+        self.process = subprocess.Popen(
+            [sys.executable, "manage.py", "ingest_traces", "--watch", "--interval", "0.2"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.passes = 0
+        self.output: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self.output.append(line)
+            if line.startswith("pass: "):
+                self.passes += 1
+
+    def wait_for_passes(self, count: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.passes < count:
+            assert self.process.poll() is None, "".join(self.output[-40:])
+            assert time.monotonic() < deadline, f"{self.passes} passes only\n" + "".join(self.output[-40:])
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.reader.join(timeout=5)
+
+
+def settled(run_ids: list[str]) -> bool:
+    states = dict(Trace.objects.filter(pk__in=run_ids).values_list("id", "state"))
+    return len(states) == len(run_ids) and all(
+        state in (TraceState.FAILED, TraceState.READY) for state in states.values()
+    )
+
+
+def test_no_run_wedges_the_watching_poller(transactional_db, upload, vecadd_files, child_env, caplog):
+    caplog.set_level(logging.INFO, logger="werkzeug")
+    runs = bad_runs()
+    for run_id, (files, metadata) in runs.items():
+        upload(run_id, files, metadata=metadata)
+    upload("healthy", vecadd_files, metadata=OK)
+    every = [*runs, "healthy"]
+
+    # Two parse processes while two runs or more are to parse: the policy holds in both.
+    env = {
+        "CASCADE_PARSE_ATTEMPTS": str(ATTEMPTS),
+        "CASCADE_PARSE_PROCESSES": "2",
+        "CASCADE_PARSES_PER_PROCESS": "1",
+    }
+    watch = Watch({**child_env, **env})
+    try:
+        deadline = time.monotonic() + SETTLE_SECONDS
+        while not settled(every):
+            assert watch.process.poll() is None, "".join(watch.output[-40:])
+            assert time.monotonic() < deadline, (
+                dict(Trace.objects.values_list("id", "state")),
+                "".join(watch.output[-60:]),
+            )
+            time.sleep(0.2)
+        settled_at = watch.passes
+        downloaded = {run_id: downloads(caplog, run_id) for run_id in runs}
+        watch.wait_for_passes(max(PASSES, settled_at + 5), timeout=SETTLE_SECONDS)
+        after = {run_id: downloads(caplog, run_id) for run_id in runs}
+    finally:
+        watch.stop()
+
+    traces = {trace.id: trace for trace in Trace.objects.all()}
+    assert traces["healthy"].state == TraceState.READY and traces["healthy"].kernel_count == 1
+    for run_id in runs:
+        trace = traces[run_id]
+        if run_id == "steps-40000" and trace.state == TraceState.READY:
+            # The timeline's reader refuses the steps (unused, said so), the launches kept.
+            assert "steps" in trace.timing_error, trace.timing_error
+            continue
+        assert trace.state == TraceState.FAILED, (run_id, trace.state, trace.error)
+        assert trace.error, run_id
+        assert trace.parse_attempts <= ATTEMPTS, (run_id, trace.parse_attempts)
+    assert "NUL" in traces["nul-metadata"].error or "model" in traces["nul-metadata"].error
+    assert traces["contexts-32769"].error.startswith("more than 32,768 contexts")
+    assert after == downloaded, "a failed run's files are not downloaded again"
+    # At most one download of each file a try.
+    for run_id, (files, _) in runs.items():
+        assert downloaded[run_id] <= ATTEMPTS * len(files), (run_id, downloaded[run_id])
+    for run_id in runs:
+        sys.stderr.write(
+            f"{run_id}: {traces[run_id].state}: {traces[run_id].error or traces[run_id].timing_error}\n"
+        )
+    assert any("parsing 6 traces in 2 processes" in line for line in watch.output), "".join(watch.output[:40])
