@@ -779,8 +779,11 @@ def trace_mark_failed(trace_id: str, error: str, *, retry: bool = False) -> None
 
 
 def traces_mark_sample(trace_ids: Iterable[str], *, sample: bool = True) -> int:
-    """Mark traces as samples (or not): an operator's word, which no pass changes. The count marked."""
-    return Trace.objects.filter(pk__in=list(trace_ids)).update(sample=sample)
+    """Mark traces as samples (or not): an operator's word, which no pass changes. The count marked.
+
+    `updated_at` moves with it: `sample` is in the API's answers, whose ETags follow it."""
+    changed = Trace.objects.filter(pk__in=list(trace_ids)).exclude(sample=sample)
+    return changed.update(sample=sample, updated_at=timezone.now())
 
 
 def trace_delete(trace_id: str, *, deleted_by: str = "") -> None:

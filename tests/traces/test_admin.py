@@ -696,6 +696,23 @@ def test_mark_failed_action_records_who_did_it(staff_client, traces, admin_user)
     assert Trace.objects.get(pk="broken.run+v2@x=1").error.startswith("traces/stats_ctx_0x1")
 
 
+def test_operators_mark_samples_and_the_api_shows_it_at_once(staff_client, traces, api):
+    """`sample` is an operator's word (issue 18, finding 15): the admin sets and clears it,
+    and a client holding the trace's old ETag gets the new answer, not a 304."""
+    before = api.get("/api/traces/bert-h100")
+    assert before.json()["sample"] is False
+    others = dict(Trace.objects.exclude(pk="bert-h100").values_list("pk", "sample"))
+
+    staff_client.post(CHANGELIST, {"action": "mark_sample", "_selected_action": ["bert-h100"]}, follow=True)
+    after = api.get("/api/traces/bert-h100", HTTP_IF_NONE_MATCH=before["ETag"])
+    assert after.status_code == 200
+    assert after.json()["sample"] is True
+    assert dict(Trace.objects.exclude(pk="bert-h100").values_list("pk", "sample")) == others
+
+    staff_client.post(CHANGELIST, {"action": "unmark_sample", "_selected_action": ["bert-h100"]}, follow=True)
+    assert Trace.objects.get(pk="bert-h100").sample is False
+
+
 def test_change_page_offers_the_actions_as_buttons(staff_client, traces, settings, monkeypatch):
     page = read(staff_client.get(change_url("bert-h100")))
     assert {"Re-ingest this trace", "Mark failed"} <= set(buttons(page))

@@ -35,7 +35,7 @@ from traces.admin.display import (
 )
 from traces.admin.filters import ParserVersionFilter, StorableLookups
 from traces.models import CURRENT_PARSER_VERSION, Kernel, Trace, TraceState
-from traces.services import TraceBusy, trace_delete, trace_mark_failed
+from traces.services import TraceBusy, trace_delete, trace_mark_failed, traces_mark_sample
 from traces.signals import reingest_requested
 
 
@@ -67,7 +67,7 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
     )
     search_fields = ("id", "model", "source_gpu")
     ordering = ("-created_at", "id")
-    actions = ("compare", "reingest", "mark_failed")
+    actions = ("compare", "reingest", "mark_failed", "mark_sample", "unmark_sample")
     fieldsets = (
         (None, {"fields": ("id", "state_display", "error", "created_at", "updated_at")}),
         (
@@ -94,7 +94,7 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
         ("Files", {"fields": ("files_table",)}),
         (
             "Ingestion bookkeeping",
-            {"classes": ("collapse",), "fields": ("files_changed_at", "parsed_fingerprint")},
+            {"classes": ("collapse",), "fields": ("files_changed_at", "parsed_fingerprint", "parse_attempts")},
         ),
     )
     readonly_fields = (
@@ -364,6 +364,17 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
                 self.message_user(request, f"Trace {trace_id}: not marked failed: {busy}", messages.WARNING)
         if marked:
             self.message_user(request, f"Marked {marked} trace(s) failed.", messages.SUCCESS)
+
+    @admin.action(description="Mark as samples", permissions=("operate",))
+    def mark_sample(self, request, queryset):
+        """`sample` is an operator's word (no run's name or file sets it): shown in the API."""
+        marked = traces_mark_sample(queryset.values_list("pk", flat=True), sample=True)
+        self.message_user(request, f"Marked {marked} trace(s) as samples.", messages.SUCCESS)
+
+    @admin.action(description="Unmark samples", permissions=("operate",))
+    def unmark_sample(self, request, queryset):
+        unmarked = traces_mark_sample(queryset.values_list("pk", flat=True), sample=False)
+        self.message_user(request, f"{unmarked} trace(s) are no longer samples.", messages.SUCCESS)
 
     # --- deleting: count the kernels, never collect them -------------------------------
 
