@@ -29,6 +29,8 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from ingest.text import unstorable_character
+
 CASCADE_COLUMNS = ("ctx", "kernel_id", "start_ns", "end_ns", "duration_ns")
 NSYS_REQUIRED = (
     "Start (ns)",
@@ -43,7 +45,12 @@ NSYS_REQUIRED = (
     "Name",
 )
 NO_DURATION = 2**32 - 1  # in the 4-byte arrays: no duration, or one kept in the overflow dict
-MAX_STEPS = 100_000
+# A step's index is a smallint in the database (Step.index, Kernel.step): 0 .. 2^15 - 1. A longer
+# timeline is refused here, as timing that cannot be used, not by the COPY that stores launches.
+MAX_STEPS = 2**15
+MAX_CTX = 64  # Step.ctx's length
+# Cascade's timing.csv holds a context's durations in an array indexed by kernel id: 200 MB at most.
+MAX_TIMED_KERNEL_ID = 50_000_000
 INT64 = range(-(2**63), 2**63)
 
 
@@ -103,9 +110,9 @@ def _json_object(pairs: list[tuple]) -> _JsonObject:
 
 
 class Steps(Sequence):
-    """A timeline's steps in columns: kernel ids and times in arrays of 8-byte integers (a list
-    where a value does not fit), names in a list, phase and ctx shared. Some 120 bytes a step,
-    where Step objects cost 300: a 100,000-step timeline is 12 MB, not 30."""
+    """A timeline's steps in columns: kernel ids and times in arrays of 8-byte integers, names
+    in a list, phase and ctx shared. Some 120 bytes a step, where Step objects cost 300: a
+    32,768-step timeline (MAX_STEPS) is 4 MB, not 10."""
 
     _COLUMNS = ("first_kernel_id", "last_kernel_id", "start_ns", "end_ns")
 
@@ -124,11 +131,7 @@ class Steps(Sequence):
             if column in self.known:
                 self.known[column].append(value is not None)
                 value = value or 0
-            values = self.columns[column]
-            try:
-                values.append(value)
-            except OverflowError:  # JSON integers have no bounds
-                values = self.columns[column] = [*values, value]
+            self.columns[column].append(value)  # _add_step checked that it fits in 64 bits
 
     def __len__(self) -> int:
         return len(self.names)
@@ -165,7 +168,10 @@ def parse_timeline(raw: bytes | Iterable[bytes]) -> Steps:
     if steps is None:
         raise TimingError('timeline.json: expected an object with a "steps" list')
     if count > MAX_STEPS:
-        raise TimingError(f"timeline.json: {count} steps, more than {MAX_STEPS}")
+        raise TimingError(
+            f"timeline.json: {count} steps, more than {MAX_STEPS}, the most a trace holds "
+            "(a step's index is a 16-bit integer in the database)"
+        )
     if isinstance(steps, TimingError):
         raise steps
     return steps
@@ -313,9 +319,10 @@ def _add_step(steps: Steps, index: int, step) -> Steps | TimingError:
     if not isinstance(step, _JsonObject):
         return TimingError(f"timeline.json: step {index} is not an object")
     first, last = step.get("first_kernel_id"), step.get("last_kernel_id")
-    if not (is_int(first) and is_int(last) and 0 < first <= last):
+    if not (is_int(first) and is_int(last) and 0 < first <= last <= INT64.stop - 1):
         return TimingError(
-            f"timeline.json: step {index} needs first_kernel_id <= last_kernel_id, positive integers"
+            f"timeline.json: step {index} needs first_kernel_id <= last_kernel_id, positive integers "
+            "of 64 bits"
         )
     name = step.get("name")
     phase = step.get("phase")
@@ -326,7 +333,23 @@ def _add_step(steps: Steps, index: int, step) -> Steps | TimingError:
     if name is None:  # absent or null: the step's number says which it is
         number = step.get("step", index)
         name = f"step {index if isinstance(number, _JsonObject) else number}"
+    # What the step columns (traces.models.Step) cannot hold at all is refused here, not by the
+    # database while the launches are stored (a name and a phase are cut to their lengths).
+    for field, value in (("name", name), ("phase", phase), ("ctx", ctx)):
+        what = None if value is None else unstorable_character(value)
+        if what is not None:
+            return TimingError(
+                f"timeline.json: step {index}'s {field} holds {what}, which the database cannot store"
+            )
+    if ctx is not None and len(ctx) > MAX_CTX:
+        return TimingError(
+            f"timeline.json: step {index}'s ctx is {len(ctx)} characters long, more than {MAX_CTX} "
+            "(a CUDA context is 0x and at most 62 hex digits)"
+        )
     start, end = step.get("start_ns"), step.get("end_ns")
+    for field, value in (("start_ns", start), ("end_ns", end)):
+        if is_int(value) and value not in INT64:
+            return TimingError(f"timeline.json: step {index}'s {field} does not fit in 64 bits")
     steps.append(
         name[:200],
         sys.intern(phase[:32]) if phase else None,
@@ -422,9 +445,11 @@ class CascadeDurations:
                 raise TimingError(
                     f"timing.csv line {number}: expected ctx,kernel_id,start_ns,end_ns,duration_ns"
                 ) from None
-            if kernel_id <= 0 or kernel_id > 50_000_000 or duration < 0:
+            if not (0 < kernel_id <= MAX_TIMED_KERNEL_ID and 0 <= duration <= INT64.stop - 1):
                 raise TimingError(
-                    f"timing.csv line {number}: kernel id {kernel_id} or duration {duration} out of range"
+                    f"timing.csv line {number}: kernel id {row[1].strip()[:20]} or duration "
+                    f"{row[4].strip()[:20]} out of range (kernel ids 1 to {MAX_TIMED_KERNEL_ID}, "
+                    "durations 0 to 2^63 - 1 ns)"
                 )
             durations = self._by_ctx.get(ctx)
             if durations is None:
