@@ -38,6 +38,7 @@ LAUNCH_NUMBERS = 8
 TOTALS = 2
 UINT32 = 2**32
 INT64_MAX = 2**63 - 1
+DEVICE_MAX = 2**31 - 1  # a CUDA device ordinal is an int (and KernelContext.device's column)
 
 # kernel-<n>.trace (v4), kernel-<n>-ctx_0x<ctx>.trace (v5), kernel-<id>_<gpu>.trace (the
 # distributed fork), each maybe .xz, .traceg after post-processing.
@@ -276,6 +277,10 @@ def parse_stats_lines(lines: Iterable[bytes], *, extra_columns: int = 0, launch_
                 raise StatsError(number, f"a number too long for a tracer's value: {line[:120]!r}") from None
         for row in rows:
             device = row[13]
+            if device is not None and device > DEVICE_MAX:
+                raise StatsError(
+                    number, f"device id {device} is not a CUDA device ordinal (an int: at most {DEVICE_MAX})"
+                )
             if device is None:
                 if row[0] <= last_id:
                     raise order_error(row, number, (last_id, last_line))

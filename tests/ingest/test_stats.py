@@ -367,3 +367,20 @@ def test_a_number_longer_than_python_reads_is_a_stats_error():
     data = b"kernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, " + b"9" * 5000 + b",5\n"
     with pytest.raises(StatsError, match="^line 1: "):
         rows(data)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"kernel-1_2147483648.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n",
+        b"2147483648, 7, kernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n",
+    ],
+    ids=["distributed-fork-gpu", "device-fork-device-id"],
+)
+def test_a_device_id_past_any_cuda_device_is_refused(line):
+    """A CUDA device ordinal is an int: 2^31 and more is damage (and no device column holds it)."""
+    with pytest.raises(StatsError) as problem:
+        list(parse_stats_lines([line]))
+    assert str(problem.value) == (
+        "line 1: device id 2147483648 is not a CUDA device ordinal (an int: at most 2147483647)"
+    )
