@@ -465,7 +465,7 @@ class CascadeDurations:
 
     def duration_of(self, ctx: str | None, kernel_id: int, grid: tuple, block: tuple) -> int | None:
         durations = self._by_ctx.get(ctx or "")
-        if durations is None or kernel_id > len(durations):
+        if durations is None or not 0 < kernel_id <= len(durations):  # never another launch's
             return None
         value = durations[kernel_id - 1]
         return value if value != NO_DURATION else self._long.get((ctx or "", kernel_id))

@@ -132,3 +132,33 @@ def test_a_duration_the_column_cannot_hold_leaves_the_trace_ready_without_timing
         "timing.csv line 2: kernel id 1 or duration 9223372036854775808 out of range "
         "(kernel ids 1 to 50000000, durations 0 to 2^63 - 1 ns)"
     )
+
+
+# --- Kernel ids the tracer never writes (findings 4 and 13) --------------------------------------
+
+
+def test_a_launch_with_kernel_id_0_fails_its_trace_and_takes_no_duration(db, upload):
+    """It took the duration of its context's last timing.csv row (a negative index)."""
+    stats = STATS_HEADER + stats_row(0) + stats_row(1)
+    timing_csv = (
+        f"ctx,kernel_id,start_ns,end_ns,duration_ns\n{VECADD_CTX},1,0,30,30\n{VECADD_CTX},2,0,70,70\n"
+    )
+    upload("run", {f"traces/stats_ctx_{VECADD_CTX}": stats, "timing.csv": timing_csv}, OK)
+    passes.poll_bucket()
+    trace = Trace.objects.get(pk="run")
+    assert (trace.state, trace.kernel_count) == (TraceState.FAILED, 0)
+    assert trace.error == (
+        f"traces/stats_ctx_{VECADD_CTX}: line 2: kernel id 0 in 'kernel-0-ctx_{VECADD_CTX}.trace.xz' is 0: "
+        "the tracer numbers each context's kernels from 1"
+    )
+
+
+def test_a_kernelslist_id_of_5000_digits_fails_its_trace(db, upload, vecadd_files):
+    kernelslist = b"MemcpyHtoD,0x00007f0000000000,800\nkernel-" + b"9" * 5000 + b"-ctx_0x1.trace.xz\n"
+    upload("run", {**vecadd_files, f"traces/kernelslist_ctx_{VECADD_CTX}": kernelslist}, OK)
+    passes.poll_bucket()
+    trace = Trace.objects.get(pk="run")
+    assert trace.state == TraceState.FAILED
+    assert trace.error.startswith(
+        f"traces/kernelslist_ctx_{VECADD_CTX}: line 2: kernel id 99999999999999999999... (5000 digits) in "
+    ), trace.error

@@ -204,6 +204,26 @@ def test_very_long_numbers_are_refused_alike(data: bytes, extra_columns: int):
 
 
 @pytest.mark.parametrize(
+    "data",
+    [
+        b"kernel-0.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n",
+        b"kernel-0.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, kernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n",
+        b"kernel-0.trace, void f<1, 2>(int), 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n",
+    ],
+    ids=["common-line", "graph-captured-half", "demangled-name"],
+)
+def test_a_launch_with_kernel_id_0_is_refused_alike_and_takes_no_duration(data: bytes):
+    """Id 0 would read the last timing.csv row of its context (a negative index): the tracer
+    numbers kernels from 1, so both paths refuse it, with the parser's message."""
+    timing_csv = "ctx,kernel_id,start_ns,end_ns,duration_ns\n0x3e8,1,0,30,30\n0x3e8,2,0,70,70\n"
+    result, _ = assert_stored_alike([data], 0, timing_csv=timing_csv)
+    assert result == (
+        "TraceInputError: stats_ctx_0x3e8: line 1: kernel id 0 in 'kernel-0.trace' is 0: "
+        "the tracer numbers each context's kernels from 1"
+    )
+
+
+@pytest.mark.parametrize(
     "path",
     sorted(p for p in DATA.rglob("*stats*") if p.is_file()),
     ids=lambda p: p.name[-40:],

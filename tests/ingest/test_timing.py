@@ -126,3 +126,17 @@ def test_a_graph_replay_s_kernels_share_a_correlation_id_and_keep_their_order():
         33,
         44,
     ]
+
+
+def test_kernel_id_0_or_below_has_no_cascade_duration_never_another_launch_s():
+    """Durations are held by kernel id in an array: id 0 must not read the last one (index -1)."""
+    durations = read_timing(
+        lines("ctx,kernel_id,start_ns,end_ns,duration_ns\n0x1,1,0,30,30\n0x1,2,0,70,70\n")
+    )
+    assert [durations.duration_of("0x1", kernel_id, None, None) for kernel_id in (0, -1, 1, 2, 3)] == [
+        None,
+        None,
+        30,
+        70,
+        None,
+    ]
