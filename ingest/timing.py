@@ -8,8 +8,8 @@ Two timing formats (docs/trace-a-workload.md, "Steps and timing"):
   untraced run of the workload: one row per GPU operation (kernels, memcpy, memset) with
   `Start (ns)`, `Duration (ns)`, `CorrId`, grid and block dimensions, `Ctx` and `Name`. Its
   kernel rows are matched to the launches in correlation-id order per context, checking each
-  pair's grid and block; the first mismatch drops the timing (the trace stays ready) and
-  says where.
+  pair's grid and block; the first mismatch, or kernels left over once every launch is
+  matched, drops the timing (the trace stays ready) and says where.
 
 Memory is what ingestion's stays flat with: durations are held in one array of 4-byte integers
 per context, indexed by kernel id (a million launches cost 4 MB, not a dictionary of a million
@@ -427,6 +427,10 @@ def timing_format(header: str) -> str:
 class CascadeDurations:
     """Durations from Cascade's own timing.csv, by (ctx, kernel id)."""
 
+    def unmatched(self) -> None:
+        """Rows are looked up by (ctx, kernel id): a row for no launch is never another's."""
+        return None
+
     # A launch's duration is its (ctx, kernel id)'s alone, whatever was asked before: a reader
     # may ask again, or without the grid and block (ingest.launch_text does).
     by_kernel_id = True
@@ -475,9 +479,10 @@ class NsysContext:
     """One Nsight context's kernels in correlation-id order: ids, shapes (indexes into the
     export's distinct (grid, block) pairs) and durations, in arrays of 8, 4 and 8 bytes."""
 
-    __slots__ = ("corr", "shape", "duration")
+    __slots__ = ("name", "corr", "shape", "duration")
 
-    def __init__(self):
+    def __init__(self, name: str):
+        self.name = name  # the export's `Ctx`: Nsight numbers contexts 1, 2...
         self.corr, self.shape, self.duration = array("q"), array("I"), array("q")
 
     def __len__(self) -> int:
@@ -490,7 +495,7 @@ class NsysContext:
         if all(corr[i] <= corr[i + 1] for i in range(len(corr) - 1)):
             return self
         order = sorted(range(len(corr)), key=corr.__getitem__)  # stable
-        ordered = NsysContext()
+        ordered = NsysContext(self.name)
         ordered.corr = array("q", (corr[i] for i in order))
         ordered.shape = array("I", (self.shape[i] for i in order))
         ordered.duration = array("q", (self.duration[i] for i in order))
@@ -502,7 +507,8 @@ class NsysDurations:
 
     Each of the trace's contexts takes the first unused nsys context whose first kernel has
     the shape of the context's first launch, and its kernel rows one by one; a pair whose
-    grid or block differs raises TimingError naming both.
+    grid or block differs raises TimingError naming both. Kernels left over once every launch
+    is matched are refused as well (`unmatched`, which the reader asks at the end).
     """
 
     by_kernel_id = False  # matched in order: each launch asked once, in the file's order
@@ -531,13 +537,14 @@ class NsysDurations:
                 self._shapes.append(shape)
             kernels = contexts.get(ctx := (row.get("Ctx") or "").strip())
             if kernels is None:
-                kernels = contexts[ctx] = NsysContext()
+                kernels = contexts[ctx] = NsysContext(ctx)
             kernels.corr.append(corr)
             kernels.shape.append(index)
             kernels.duration.append(duration)
         self._contexts = [kernels.in_corr_order() for kernels in contexts.values()]
         self._assigned: dict[str | None, NsysContext] = {}
         self._next: dict[str | None, int] = {}
+        self._last_id: dict[str | None, int] = {}  # of each trace context, the last launch matched
 
     def duration_of(self, ctx: str | None, kernel_id: int, grid: tuple, block: tuple) -> int | None:
         kernels = self._assigned.get(ctx)
@@ -564,7 +571,37 @@ class NsysDurations:
                 f"at CorrId {kernels.corr[position]}"
             )
         self._next[ctx] = position + 1
+        self._last_id[ctx] = kernel_id
         return kernels.duration[position]
+
+    def unmatched(self) -> TimingError | None:
+        """Once every launch has been matched: the Nsight kernels that no launch took, as the
+        TimingError that drops the timing (None if there are none).
+
+        More kernels in the export than launches in the trace means the two runs differ (a
+        longer run, launches the tracer does not see): matched in order, the pairs are not to
+        be trusted, so the timing is not used, as for a mismatch.
+        """
+        parts, surplus = [], 0
+        for ctx, kernels in self._assigned.items():
+            used = self._next[ctx]
+            if used < len(kernels):
+                surplus += len(kernels) - used
+                parts.append(
+                    f"{len(kernels) - used} in Nsight context {kernels.name[:20]!r} after the trace's context "
+                    f"{ctx} kernel {self._last_id.get(ctx)} (the first at CorrId {kernels.corr[used]})"
+                )
+        for kernels in self._contexts:
+            surplus += len(kernels)
+            parts.append(
+                f"{len(kernels)} in Nsight context {kernels.name[:20]!r}, which no context of the trace took"
+            )
+        if not parts:
+            return None
+        return TimingError(
+            f"timing.csv (nsys) has {surplus} more kernels than the trace has launches, so its timing "
+            f"is not used: {'; '.join(parts)}"
+        )
 
 
 def read_timing(lines: Iterable[bytes]):
