@@ -305,8 +305,8 @@ def parse_stats_lines(lines: Iterable[bytes], *, extra_columns: int = 0, launch_
 def kernel_id_number(digits: str, line_number: int, trace_file: str) -> int:
     """The kernel id `digits` spell (of a trace file's name), or StatsError past what Cascade
     reads (2^63 - 1: also beyond int()'s 4,300 digits)."""
-    significant = digits.lstrip("0")
-    if len(significant) <= 19 and (kernel_id := int(digits)) <= INT64_MAX:
+    significant = digits.lstrip("0") or "0"  # int() counts leading zeros toward its limit too
+    if len(significant) <= 19 and (kernel_id := int(significant)) <= INT64_MAX:
         return kernel_id
     raise kernel_id_error(digits, line_number, trace_file)
 
@@ -520,7 +520,8 @@ def parse_launches(line: str, number: int, *, is_last: bool, extra_columns: int)
         gx, gy, gz, blocks, bx, by, bz, threads = numbers
         values = unsigned_numbers([gx, gy, gz, bx, by, bz, blocks, threads, *totals], number)
         gpu = file_match.group(2)
-        # Kernel id 0 is refused with the line's other launches read, as the common lines are.
+        # Id 0 is refused by parse_stats_lines once the whole line is read, as on the common
+        # lines' path: the same error comes first either way.
         kernel_id = kernel_id_number(file_match.group(1), number, fields[file_index].strip())
         rows.append(
             KernelRow(

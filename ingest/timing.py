@@ -427,10 +427,6 @@ def timing_format(header: str) -> str:
 class CascadeDurations:
     """Durations from Cascade's own timing.csv, by (ctx, kernel id)."""
 
-    def unmatched(self) -> None:
-        """Rows are looked up by (ctx, kernel id): a row for no launch is never another's."""
-        return None
-
     # A launch's duration is its (ctx, kernel id)'s alone, whatever was asked before: a reader
     # may ask again, or without the grid and block (ingest.launch_text does).
     by_kernel_id = True
@@ -473,6 +469,10 @@ class CascadeDurations:
             return None
         value = durations[kernel_id - 1]
         return value if value != NO_DURATION else self._long.get((ctx or "", kernel_id))
+
+    def unmatched(self) -> None:
+        """Rows are looked up by (ctx, kernel id): a row for no launch is never another's."""
+        return None
 
 
 class NsysContext:

@@ -477,3 +477,7 @@ def test_a_kernelslist_id_out_of_the_tracer_s_range_is_a_stats_error(line, messa
 def test_kernelslist_ids_of_the_tracer_s_range_are_read():
     lines = [b"kernel-1-ctx_0x1.trace.xz\n", b"kernel-9223372036854775807.trace\n", b"kernel-007.trace\n"]
     assert parse_kernelslist_lines(lines) == {1, 2**63 - 1, 7}
+
+
+def test_leading_zeros_past_python_s_int_limit_still_spell_a_kernel_id():
+    assert parse_kernelslist_lines([b"kernel-" + b"0" * 5000 + b"7.trace\n"]) == {7}
