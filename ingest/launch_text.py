@@ -139,7 +139,10 @@ class LaunchText:
             insts, _, reported = totals.partition(b",")
             if not (insts.isdigit() and reported.isdigit()):
                 return None  # negative (%d of 2^31 or more), a fork's extra columns, damage
-            if (len(insts) > 9 and int(insts) >= UINT32) or (len(reported) > 9 and int(reported) >= UINT32):
+            # Past 32 bits, or past what int() reads (4,300 digits): parse_stats_lines says which.
+            if any(
+                len(total) > 9 and (len(total) > 20 or int(total) >= UINT32) for total in (insts, reported)
+            ):
                 return None
             rows.append(
                 shape + (kernel_id + b"\t" + insts + b"\t" + reported + (self.tail or self._tail(number)))

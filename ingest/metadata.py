@@ -10,6 +10,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from ingest.text import unstorable_character
+
 METADATA_NAME = "metadata.json"
 TIMELINE_NAME = "timeline.json"
 TIMING_NAME = "timing.csv"
@@ -52,8 +54,9 @@ class MetadataError(ValueError):
 def parse_metadata(raw: bytes, limits: MetadataLimits = MetadataLimits()) -> dict:
     """metadata.json's object, read strictly and checked against the contract and `limits`.
 
-    Strict: a key given twice, a number JSON cannot hold (NaN, Infinity, 1e999) and an
-    integer of more than MAX_INTEGER_DIGITS digits are errors, never silently resolved.
+    Strict: a key given twice, a number JSON cannot hold (NaN, Infinity, 1e999), an
+    integer of more than MAX_INTEGER_DIGITS digits and a character the database cannot store
+    (NUL, an unpaired surrogate: metadata.json is stored whole) are errors, never silently resolved.
     """
     if len(raw) > limits.max_bytes:
         raise MetadataError(
@@ -79,6 +82,10 @@ def parse_metadata(raw: bytes, limits: MetadataLimits = MetadataLimits()) -> dic
         raise MetadataError(
             f"metadata.json is nested more than CASCADE_METADATA_MAX_DEPTH ({limits.max_depth}) levels deep"
         )
+    unstorable = first_unstorable_string(metadata)
+    if unstorable is not None:
+        where, what = unstorable
+        raise MetadataError(f"metadata.json: {where} holds {what}, which the database cannot store")
     for key in METADATA_STRINGS:
         value = metadata.get(key)
         if value is not None and not isinstance(value, str):
@@ -145,6 +152,31 @@ def nesting_depth(value) -> int:
         deepest = max(deepest, depth)
         stack.extend((child, depth + 1) for child in item if isinstance(child, dict | list))
     return deepest
+
+
+def first_unstorable_string(metadata: dict) -> tuple[str, str] | None:
+    """(where, what) of the first key or string, in document order, holding a character the
+    database cannot store (ingest.text); None if every one can be stored. `where` names the
+    field as a path (`'files'[2]['key']`), keys shown escaped."""
+    stack: list[tuple[str, object]] = [("", metadata)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            what = unstorable_character(value)
+            if what is not None:
+                return path, what
+        elif isinstance(value, dict):
+            for key in value:
+                what = unstorable_character(key)
+                if what is not None:
+                    return f"the key {key[:80]!r} {f'in {path}' if path else 'at the top level'}", what
+            stack.extend(
+                (f"{path}[{key[:80]!r}]" if path else repr(key[:80]), item)
+                for key, item in reversed(value.items())
+            )
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{index}]", item) for index, item in reversed(list(enumerate(value))))
+    return None
 
 
 def listed_files(metadata: dict) -> list[dict]:

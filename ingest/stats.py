@@ -38,6 +38,7 @@ LAUNCH_NUMBERS = 8
 TOTALS = 2
 UINT32 = 2**32
 INT64_MAX = 2**63 - 1
+DEVICE_MAX = 2**31 - 1  # a CUDA device ordinal is an int (and KernelContext.device's column)
 
 # kernel-<n>.trace (v4), kernel-<n>-ctx_0x<ctx>.trace (v5), kernel-<id>_<gpu>.trace (the
 # distributed fork), each maybe .xz, .traceg after post-processing.
@@ -137,14 +138,6 @@ def as_unsigned(value: int, line_number: int, column: str) -> int:
     return value
 
 
-def kernel_id_from_trace_file(trace_file: str) -> int | None:
-    match = TRACE_FILE_ID.match(trace_file)
-    if match is None:
-        return None
-    kernel_id = int(match.group(1))
-    return kernel_id if kernel_id <= INT64_MAX else None
-
-
 def parse_stats_lines(lines: Iterable[bytes], *, extra_columns: int = 0, launch_text=None) -> Iterator:
     """Every kernel launch in one stats file, in file order.
 
@@ -164,7 +157,7 @@ def parse_stats_lines(lines: Iterable[bytes], *, extra_columns: int = 0, launch_
     """
     line_match, half_match, tail_match = fast_patterns(extra_columns)
     # Kernel ids increase: the last one of the files without devices, and per device.
-    last_id, last_line = -1, 0
+    last_id, last_line = 0, 0  # the tracer numbers kernels from 1
     previous_ids: dict[int, tuple[int, int]] = {}
     # A run launches a few hundred kernels in a few shapes: each name and shape is read once.
     launches: dict[bytes, tuple] = {}
@@ -177,6 +170,19 @@ def parse_stats_lines(lines: Iterable[bytes], *, extra_columns: int = 0, launch_
     while following is not None:
         raw = following
         number += 1
+        if raw.isspace():
+            # Blank lines, skipped in a loop of their own. A line source may give a run of them
+            # as one piece (so that they cost per byte what rows cost): each of its lines counts.
+            number += raw.count(b"\n") - raw.endswith(b"\n")
+            for following in lines:
+                if not following.isspace():
+                    break
+                number += 1 if following == b"\n" else 1 + following.count(b"\n") - following.endswith(b"\n")
+            else:
+                following = None
+            if following is not None and (b"\x00" in following or not following.isascii()):
+                check_text(following, number + 1)
+            continue
         following = next(lines, None)
         if following is not None and (b"\x00" in following or not following.isascii()):
             check_text(following, number + 1)
@@ -275,7 +281,13 @@ def parse_stats_lines(lines: Iterable[bytes], *, extra_columns: int = 0, launch_
             except ValueError:  # int() of a number longer than Python reads (4,300 digits)
                 raise StatsError(number, f"a number too long for a tracer's value: {line[:120]!r}") from None
         for row in rows:
+            if row[0] < 1:
+                raise kernel_id_error(str(row[0]), number, row[2])
             device = row[13]
+            if device is not None and device > DEVICE_MAX:
+                raise StatsError(
+                    number, f"device id {device} is not a CUDA device ordinal (an int: at most {DEVICE_MAX})"
+                )
             if device is None:
                 if row[0] <= last_id:
                     raise order_error(row, number, (last_id, last_line))
@@ -288,6 +300,27 @@ def parse_stats_lines(lines: Iterable[bytes], *, extra_columns: int = 0, launch_
             yield row
     if launch_text is not None and (block := launch_text.take()) is not None:
         yield block
+
+
+def kernel_id_number(digits: str, line_number: int, trace_file: str) -> int:
+    """The kernel id `digits` spell (of a trace file's name), or StatsError past what Cascade
+    reads (2^63 - 1: also beyond int()'s 4,300 digits)."""
+    significant = digits.lstrip("0") or "0"  # int() counts leading zeros toward its limit too
+    if len(significant) <= 19 and (kernel_id := int(significant)) <= INT64_MAX:
+        return kernel_id
+    raise kernel_id_error(digits, line_number, trace_file)
+
+
+def kernel_id_error(digits: str, line_number: int, trace_file: str) -> StatsError:
+    """The tracer numbers each context's kernels 1, 2, 3... (an `int`, printed with `%d`): an id
+    of 0 or past 2^63 - 1 is not one it wrote."""
+    shown = digits if len(digits) <= 24 else f"{digits[:20]}... ({len(digits)} digits)"
+    problem = "is too large (at most 2^63 - 1)" if digits.strip("0") else "is 0"
+    return StatsError(
+        line_number,
+        f"kernel id {shown} in {trace_file[:80]!r} {problem}: the tracer numbers each context's "
+        "kernels from 1",
+    )
 
 
 def check_text(raw: bytes, number: int) -> None:
@@ -487,11 +520,9 @@ def parse_launches(line: str, number: int, *, is_last: bool, extra_columns: int)
         gx, gy, gz, blocks, bx, by, bz, threads = numbers
         values = unsigned_numbers([gx, gy, gz, bx, by, bz, blocks, threads, *totals], number)
         gpu = file_match.group(2)
-        kernel_id = int(file_match.group(1))
-        if kernel_id > INT64_MAX:
-            raise StatsError(
-                number, f"kernel id {kernel_id} in {fields[file_index].strip()[:80]!r} is too large"
-            )
+        # Id 0 is refused by parse_stats_lines once the whole line is read, as on the common
+        # lines' path: the same error comes first either way.
+        kernel_id = kernel_id_number(file_match.group(1), number, fields[file_index].strip())
         rows.append(
             KernelRow(
                 kernel_id,
@@ -533,8 +564,11 @@ def parse_kernelslist_lines(lines: Iterable[bytes]) -> set[int]:
     skipped; v5 (`.trace.xz`), v4 (`.trace`) and post-processed (`.traceg`) names all count.
     """
     traced: set[int] = set()
-    for _number, line, _is_last in decode_lines(lines):
+    for number, line, _is_last in decode_lines(lines):
         match = TRACE_FILE_ID.match(line.strip())
         if match:
-            traced.add(int(match.group(1)))
+            kernel_id = kernel_id_number(match.group(1), number, line.strip())
+            if kernel_id < 1:
+                raise kernel_id_error(match.group(1), number, line.strip())
+            traced.add(kernel_id)
     return traced

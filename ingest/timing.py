@@ -8,8 +8,8 @@ Two timing formats (docs/trace-a-workload.md, "Steps and timing"):
   untraced run of the workload: one row per GPU operation (kernels, memcpy, memset) with
   `Start (ns)`, `Duration (ns)`, `CorrId`, grid and block dimensions, `Ctx` and `Name`. Its
   kernel rows are matched to the launches in correlation-id order per context, checking each
-  pair's grid and block; the first mismatch drops the timing (the trace stays ready) and
-  says where.
+  pair's grid and block; the first mismatch, or kernels left over once every launch is
+  matched, drops the timing (the trace stays ready) and says where.
 
 Memory is what ingestion's stays flat with: durations are held in one array of 4-byte integers
 per context, indexed by kernel id (a million launches cost 4 MB, not a dictionary of a million
@@ -29,6 +29,8 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from ingest.text import unstorable_character
+
 CASCADE_COLUMNS = ("ctx", "kernel_id", "start_ns", "end_ns", "duration_ns")
 NSYS_REQUIRED = (
     "Start (ns)",
@@ -43,7 +45,12 @@ NSYS_REQUIRED = (
     "Name",
 )
 NO_DURATION = 2**32 - 1  # in the 4-byte arrays: no duration, or one kept in the overflow dict
-MAX_STEPS = 100_000
+# A step's index is a smallint in the database (Step.index, Kernel.step): 0 .. 2^15 - 1. A longer
+# timeline is refused here, as timing that cannot be used, not by the COPY that stores launches.
+MAX_STEPS = 2**15
+MAX_CTX = 64  # Step.ctx's length
+# Cascade's timing.csv holds a context's durations in an array indexed by kernel id: 200 MB at most.
+MAX_TIMED_KERNEL_ID = 50_000_000
 INT64 = range(-(2**63), 2**63)
 
 
@@ -103,9 +110,9 @@ def _json_object(pairs: list[tuple]) -> _JsonObject:
 
 
 class Steps(Sequence):
-    """A timeline's steps in columns: kernel ids and times in arrays of 8-byte integers (a list
-    where a value does not fit), names in a list, phase and ctx shared. Some 120 bytes a step,
-    where Step objects cost 300: a 100,000-step timeline is 12 MB, not 30."""
+    """A timeline's steps in columns: kernel ids and times in arrays of 8-byte integers, names
+    in a list, phase and ctx shared. Some 120 bytes a step, where Step objects cost 300: a
+    32,768-step timeline (MAX_STEPS) is 4 MB, not 10."""
 
     _COLUMNS = ("first_kernel_id", "last_kernel_id", "start_ns", "end_ns")
 
@@ -124,11 +131,7 @@ class Steps(Sequence):
             if column in self.known:
                 self.known[column].append(value is not None)
                 value = value or 0
-            values = self.columns[column]
-            try:
-                values.append(value)
-            except OverflowError:  # JSON integers have no bounds
-                values = self.columns[column] = [*values, value]
+            self.columns[column].append(value)  # _add_step checked that it fits in 64 bits
 
     def __len__(self) -> int:
         return len(self.names)
@@ -165,7 +168,10 @@ def parse_timeline(raw: bytes | Iterable[bytes]) -> Steps:
     if steps is None:
         raise TimingError('timeline.json: expected an object with a "steps" list')
     if count > MAX_STEPS:
-        raise TimingError(f"timeline.json: {count} steps, more than {MAX_STEPS}")
+        raise TimingError(
+            f"timeline.json: {count} steps, more than {MAX_STEPS}, the most a trace holds "
+            "(a step's index is a 16-bit integer in the database)"
+        )
     if isinstance(steps, TimingError):
         raise steps
     return steps
@@ -313,9 +319,10 @@ def _add_step(steps: Steps, index: int, step) -> Steps | TimingError:
     if not isinstance(step, _JsonObject):
         return TimingError(f"timeline.json: step {index} is not an object")
     first, last = step.get("first_kernel_id"), step.get("last_kernel_id")
-    if not (is_int(first) and is_int(last) and 0 < first <= last):
+    if not (is_int(first) and is_int(last) and 0 < first <= last <= INT64.stop - 1):
         return TimingError(
-            f"timeline.json: step {index} needs first_kernel_id <= last_kernel_id, positive integers"
+            f"timeline.json: step {index} needs first_kernel_id <= last_kernel_id, positive integers "
+            "of 64 bits"
         )
     name = step.get("name")
     phase = step.get("phase")
@@ -326,7 +333,23 @@ def _add_step(steps: Steps, index: int, step) -> Steps | TimingError:
     if name is None:  # absent or null: the step's number says which it is
         number = step.get("step", index)
         name = f"step {index if isinstance(number, _JsonObject) else number}"
+    # What the step columns (traces.models.Step) cannot hold at all is refused here, not by the
+    # database while the launches are stored (a name and a phase are cut to their lengths).
+    for field, value in (("name", name), ("phase", phase), ("ctx", ctx)):
+        what = None if value is None else unstorable_character(value)
+        if what is not None:
+            return TimingError(
+                f"timeline.json: step {index}'s {field} holds {what}, which the database cannot store"
+            )
+    if ctx is not None and len(ctx) > MAX_CTX:
+        return TimingError(
+            f"timeline.json: step {index}'s ctx is {len(ctx)} characters long, more than {MAX_CTX} "
+            "(a CUDA context is 0x and at most 62 hex digits)"
+        )
     start, end = step.get("start_ns"), step.get("end_ns")
+    for field, value in (("start_ns", start), ("end_ns", end)):
+        if is_int(value) and value not in INT64:
+            return TimingError(f"timeline.json: step {index}'s {field} does not fit in 64 bits")
     steps.append(
         name[:200],
         sys.intern(phase[:32]) if phase else None,
@@ -422,9 +445,11 @@ class CascadeDurations:
                 raise TimingError(
                     f"timing.csv line {number}: expected ctx,kernel_id,start_ns,end_ns,duration_ns"
                 ) from None
-            if kernel_id <= 0 or kernel_id > 50_000_000 or duration < 0:
+            if not (0 < kernel_id <= MAX_TIMED_KERNEL_ID and 0 <= duration <= INT64.stop - 1):
                 raise TimingError(
-                    f"timing.csv line {number}: kernel id {kernel_id} or duration {duration} out of range"
+                    f"timing.csv line {number}: kernel id {row[1].strip()[:20]} or duration "
+                    f"{row[4].strip()[:20]} out of range (kernel ids 1 to {MAX_TIMED_KERNEL_ID}, "
+                    "durations 0 to 2^63 - 1 ns)"
                 )
             durations = self._by_ctx.get(ctx)
             if durations is None:
@@ -440,19 +465,24 @@ class CascadeDurations:
 
     def duration_of(self, ctx: str | None, kernel_id: int, grid: tuple, block: tuple) -> int | None:
         durations = self._by_ctx.get(ctx or "")
-        if durations is None or kernel_id > len(durations):
+        if durations is None or not 0 < kernel_id <= len(durations):  # never another launch's
             return None
         value = durations[kernel_id - 1]
         return value if value != NO_DURATION else self._long.get((ctx or "", kernel_id))
+
+    def unmatched(self) -> None:
+        """Rows are looked up by (ctx, kernel id): a row for no launch is never another's."""
+        return None
 
 
 class NsysContext:
     """One Nsight context's kernels in correlation-id order: ids, shapes (indexes into the
     export's distinct (grid, block) pairs) and durations, in arrays of 8, 4 and 8 bytes."""
 
-    __slots__ = ("corr", "shape", "duration")
+    __slots__ = ("name", "corr", "shape", "duration")
 
-    def __init__(self):
+    def __init__(self, name: str):
+        self.name = name  # the export's `Ctx`: Nsight numbers contexts 1, 2...
         self.corr, self.shape, self.duration = array("q"), array("I"), array("q")
 
     def __len__(self) -> int:
@@ -465,7 +495,7 @@ class NsysContext:
         if all(corr[i] <= corr[i + 1] for i in range(len(corr) - 1)):
             return self
         order = sorted(range(len(corr)), key=corr.__getitem__)  # stable
-        ordered = NsysContext()
+        ordered = NsysContext(self.name)
         ordered.corr = array("q", (corr[i] for i in order))
         ordered.shape = array("I", (self.shape[i] for i in order))
         ordered.duration = array("q", (self.duration[i] for i in order))
@@ -477,7 +507,8 @@ class NsysDurations:
 
     Each of the trace's contexts takes the first unused nsys context whose first kernel has
     the shape of the context's first launch, and its kernel rows one by one; a pair whose
-    grid or block differs raises TimingError naming both.
+    grid or block differs raises TimingError naming both. Kernels left over once every launch
+    is matched are refused as well (`unmatched`, which the reader asks at the end).
     """
 
     by_kernel_id = False  # matched in order: each launch asked once, in the file's order
@@ -506,13 +537,14 @@ class NsysDurations:
                 self._shapes.append(shape)
             kernels = contexts.get(ctx := (row.get("Ctx") or "").strip())
             if kernels is None:
-                kernels = contexts[ctx] = NsysContext()
+                kernels = contexts[ctx] = NsysContext(ctx)
             kernels.corr.append(corr)
             kernels.shape.append(index)
             kernels.duration.append(duration)
         self._contexts = [kernels.in_corr_order() for kernels in contexts.values()]
         self._assigned: dict[str | None, NsysContext] = {}
         self._next: dict[str | None, int] = {}
+        self._last_id: dict[str | None, int] = {}  # of each trace context, the last launch matched
 
     def duration_of(self, ctx: str | None, kernel_id: int, grid: tuple, block: tuple) -> int | None:
         kernels = self._assigned.get(ctx)
@@ -539,7 +571,37 @@ class NsysDurations:
                 f"at CorrId {kernels.corr[position]}"
             )
         self._next[ctx] = position + 1
+        self._last_id[ctx] = kernel_id
         return kernels.duration[position]
+
+    def unmatched(self) -> TimingError | None:
+        """Once every launch has been matched: the Nsight kernels that no launch took, as the
+        TimingError that drops the timing (None if there are none).
+
+        More kernels in the export than launches in the trace means the two runs differ (a
+        longer run, launches the tracer does not see): matched in order, the pairs are not to
+        be trusted, so the timing is not used, as for a mismatch.
+        """
+        parts, surplus = [], 0
+        for ctx, kernels in self._assigned.items():
+            used = self._next[ctx]
+            if used < len(kernels):
+                surplus += len(kernels) - used
+                parts.append(
+                    f"{len(kernels) - used} in Nsight context {kernels.name[:20]!r} after the trace's context "
+                    f"{ctx} kernel {self._last_id.get(ctx)} (the first at CorrId {kernels.corr[used]})"
+                )
+        for kernels in self._contexts:
+            surplus += len(kernels)
+            parts.append(
+                f"{len(kernels)} in Nsight context {kernels.name[:20]!r}, which no context of the trace took"
+            )
+        if not parts:
+            return None
+        return TimingError(
+            f"timing.csv (nsys) has {surplus} more kernels than the trace has launches, so its timing "
+            f"is not used: {'; '.join(parts)}"
+        )
 
 
 def read_timing(lines: Iterable[bytes]):

@@ -20,7 +20,17 @@ from hypothesis import strategies as st
 from ingest import passes, timing
 from ingest.bucket import S3Object
 from ingest.launch_text import LaunchText
-from tests.ingest.test_stats_properties import EXAMPLES, PROPERTY, SOUP, mutated_files, stats_files
+from tests.ingest.test_stats_properties import (
+    EXAMPLES,
+    LONG_GRID,
+    LONG_KERNEL_ID,
+    LONG_TOTALS,
+    PROPERTY,
+    SOUP,
+    long_numbers,
+    mutated_files,
+    stats_files,
+)
 from traces import services
 from traces.models import Kernel, Trace
 
@@ -174,6 +184,43 @@ def test_what_the_tracer_writes_is_stored_alike(files, data):
 )
 def test_damaged_files_are_stored_or_refused_alike(data: bytes, extra_columns: int):
     assert_stored_alike([data], extra_columns)
+
+
+@CASES
+@given(long_numbers(), st.integers(0, 3))
+@example(LONG_TOTALS, 0)
+@example(b"kernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5," + b"9" * 4301 + b"\n", 0)
+@example(b"kernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, " + b"0" * 5000 + b"1,5\n", 0)
+@example(LONG_GRID, 0)
+@example(LONG_KERNEL_ID, 0)
+@example(b"kernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n" + LONG_KERNEL_ID.replace(b"-9", b"-29"), 0)
+@example(b"kernel-1_2147483648.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n", 0)  # no CUDA device
+def test_very_long_numbers_are_refused_alike(data: bytes, extra_columns: int):
+    """Totals, dimensions and kernel ids of thousands of digits (past Python's int() limit of
+    4,300): the same StatsError whichever path reads the line, never a bare ValueError."""
+    result, _ = assert_stored_alike([data], extra_columns)
+    if data in (LONG_TOTALS, LONG_GRID, LONG_KERNEL_ID):
+        assert isinstance(result, str) and result.startswith("TraceInputError: stats_ctx_0x3e8: line 1: ")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"kernel-0.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n",
+        b"kernel-0.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, kernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n",
+        b"kernel-0.trace, void f<1, 2>(int), 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n",
+    ],
+    ids=["common-line", "graph-captured-half", "demangled-name"],
+)
+def test_a_launch_with_kernel_id_0_is_refused_alike_and_takes_no_duration(data: bytes):
+    """Id 0 would read the last timing.csv row of its context (a negative index): the tracer
+    numbers kernels from 1, so both paths refuse it, with the parser's message."""
+    timing_csv = "ctx,kernel_id,start_ns,end_ns,duration_ns\n0x3e8,1,0,30,30\n0x3e8,2,0,70,70\n"
+    result, _ = assert_stored_alike([data], 0, timing_csv=timing_csv)
+    assert result == (
+        "TraceInputError: stats_ctx_0x3e8: line 1: kernel id 0 in 'kernel-0.trace' is 0: "
+        "the tracer numbers each context's kernels from 1"
+    )
 
 
 @pytest.mark.parametrize(

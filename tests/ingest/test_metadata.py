@@ -166,3 +166,65 @@ def test_metadata_is_read_strictly_and_within_bounds(raw, message):
 def test_within_the_bounds_everything_is_kept():
     raw = b'{"status": "ok", "layers": ["a", "b", "c"], "model": "' + b"m" * 20 + b'", "n": [[[[[[[1]]]]]]]}'
     assert parse_metadata(raw, LIMITS)["n"] == [[[[[[[1]]]]]]]
+
+
+# --- Characters the database cannot store (issue 18, finding 1) -------------------------------
+# PostgreSQL's text and jsonb refuse NUL; a surrogate alone is not a character and has no UTF-8.
+# metadata.json is stored whole (`metadata_json`), so every key and string counts.
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (
+            b'{"status": "ok", "model": "opt\\u0000"}',
+            "metadata.json: 'model' holds a NUL character (\\u0000), which the database cannot store",
+        ),
+        (
+            b'{"status": "ok", "layers": ["a", "b\\u0000"]}',
+            "metadata.json: 'layers'[1] holds a NUL character (\\u0000), which the database cannot store",
+        ),
+        (
+            b'{"status": "ok", "source_gpu": "\\ud800"}',
+            "metadata.json: 'source_gpu' holds an unpaired surrogate (\\ud800), which is not a character, "
+            "which the database cannot store",
+        ),
+        (
+            # Raw UTF-8 bytes of a surrogate: Python's JSON reader lets them through as well.
+            b'{"status": "ok", "notes": "\xed\xb0\x80"}',
+            "metadata.json: 'notes' holds an unpaired surrogate (\\udc00), which is not a character, "
+            "which the database cannot store",
+        ),
+        (
+            b'{"status": "ok", "files": [{"key": "a", "bytes": 1}, {"key": "traces/\\u0000", "bytes": 2}]}',
+            "metadata.json: 'files'[1]['key'] holds a NUL character (\\u0000), which the database cannot store",
+        ),
+        (
+            b'{"status": "ok", "env": {"x": {"CUDA\\u0000": "1"}}}',
+            "metadata.json: the key 'CUDA\\x00' in 'env'['x'] holds a NUL character (\\u0000), "
+            "which the database cannot store",
+        ),
+        (
+            b'{"status": "ok", "\\u0000": 1}',
+            "metadata.json: the key '\\x00' at the top level holds a NUL character (\\u0000), "
+            "which the database cannot store",
+        ),
+        (
+            # The profiler's failure is written into the trace's error: checked like the rest.
+            b'{"status": "oom\\u0000"}',
+            "metadata.json: 'status' holds a NUL character (\\u0000), which the database cannot store",
+        ),
+    ],
+    ids=["model", "layer", "surrogate", "utf8-surrogate", "listed-key", "nested-key", "top-key", "status"],
+)
+def test_a_character_the_database_cannot_store_is_refused_naming_the_field(raw, message):
+    with pytest.raises(MetadataError) as problem:
+        parse_metadata(raw)
+    assert str(problem.value) == message
+    assert "\x00" not in str(problem.value)
+    str(problem.value).encode("utf-8")  # the error itself is stored: it must be storable
+
+
+def test_escaped_surrogate_pairs_and_other_control_characters_are_kept():
+    metadata = parse_metadata(b'{"status": "ok", "model": "\\ud83d\\ude00 \\u0001\\u2028"}')
+    assert metadata["model"] == "\U0001f600 \x01\u2028"

@@ -1,5 +1,7 @@
 """The stats parser on bytes, exactly as the tracer (and its forks) write them. No database."""
 
+import time
+
 import pytest
 
 from ingest.stats import KernelRow, StatsError, parse_kernelslist_lines, parse_stats_lines
@@ -367,3 +369,115 @@ def test_a_number_longer_than_python_reads_is_a_stats_error():
     data = b"kernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, " + b"9" * 5000 + b",5\n"
     with pytest.raises(StatsError, match="^line 1: "):
         rows(data)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"kernel-1_2147483648.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n",
+        b"2147483648, 7, kernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n",
+    ],
+    ids=["distributed-fork-gpu", "device-fork-device-id"],
+)
+def test_a_device_id_past_any_cuda_device_is_refused(line):
+    """A CUDA device ordinal is an int: 2^31 and more is damage (and no device column holds it)."""
+    with pytest.raises(StatsError) as problem:
+        list(parse_stats_lines([line]))
+    assert str(problem.value) == (
+        "line 1: device id 2147483648 is not a CUDA device ordinal (an int: at most 2147483647)"
+    )
+
+
+# --- Blank lines, kernel ids the tracer never writes (issue 18, findings 4 and 13) -------------------
+
+ROW = b"kernel-%d.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n"
+
+
+def test_a_run_of_blank_lines_given_as_one_piece_counts_every_line():
+    """A line source may hand a run of blank lines over whole: the lines after it keep their numbers."""
+    pieces = [HEADER, ROW % 2, b"\n" * 5, b"  \r\n\t\n", ROW % 2]
+    with pytest.raises(StatsError) as problem:
+        list(parse_stats_lines(pieces))
+    assert str(problem.value).startswith("line 10: kernel id 2 after kernel id 2 (line 2)")
+
+
+def test_blank_lines_keep_the_line_numbers_of_what_follows():
+    data = HEADER + b"\n\r\n   \n" + ROW % 1 + b"\n" * 1000 + b"kernel-2.trace, _Z1av, 1, x\n"
+    with pytest.raises(StatsError, match="^line 1006: "):
+        rows(data)
+
+
+def bytes_per_second(data: bytes) -> float:
+    """The best of three parses of `data`, line by line as ingest.bucket gives them."""
+    lines = data.splitlines(keepends=True)
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        for _ in parse_stats_lines(lines):
+            pass
+        best = min(best, time.perf_counter() - started)
+    return len(data) / best
+
+
+def test_blank_lines_are_skipped_at_a_cost_near_that_of_real_rows():
+    """A file of blank lines parsed 35-45 times slower per byte than real rows (one line each,
+    through the whole loop): now each blank line is one step of a loop of its own, within a few
+    times a real row's cost per byte (a line source that gives a run as one piece makes it free)."""
+    real = HEADER + b"".join(
+        b"kernel-%d-ctx_0x6165bdd7ec90.trace.xz, _Z6vecAddPdS_S_i, 98, 1, 1, 98, 1024, 1, 1, 1024, 50066,50066\n"
+        % n
+        for n in range(1, 20_001)
+    )
+    blank = b"\n" * len(real)
+    assert bytes_per_second(blank) > bytes_per_second(real) / 8
+
+
+def test_kernel_id_0_is_refused_on_both_readings():
+    """The tracer numbers each context's kernels from 1 (`ctx_kernelid[ctx] = 1` in tracer_tool.cu,
+    then +1 a launch): a timing.csv row or a step would otherwise be matched to nothing, or, by a
+    negative index, to another launch."""
+    expected = (
+        "line 2: kernel id 0 in 'kernel-0.trace' is 0: the tracer numbers each context's kernels from 1"
+    )
+    for data in (
+        HEADER + ROW % 0,  # the common line
+        HEADER
+        + b"kernel-0.trace, void f<int, 2>(int), 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n",  # the general reader
+        HEADER + b"kernel-0.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, " + ROW % 1,  # a graph-captured half
+    ):
+        with pytest.raises(StatsError) as problem:
+            rows(data)
+        assert str(problem.value).startswith(expected), str(problem.value)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (
+            b"kernel-" + b"7" * 5000 + b"-ctx_0x1.trace.xz\n",
+            "line 2: kernel id 77777777777777777777... (5000 digits) in 'kernel-"
+            + "7" * 73
+            + "' is too large "
+            "(at most 2^63 - 1): the tracer numbers each context's kernels from 1",
+        ),
+        (
+            b"kernel-9223372036854775808.trace\n",
+            "line 2: kernel id 9223372036854775808 in 'kernel-9223372036854775808.trace' is too large",
+        ),
+        (b"kernel-0.traceg\n", "line 2: kernel id 0 in 'kernel-0.traceg' is 0"),
+    ],
+    ids=["5000-digits", "past-64-bits", "zero"],
+)
+def test_a_kernelslist_id_out_of_the_tracer_s_range_is_a_stats_error(line, message):
+    with pytest.raises(StatsError) as problem:
+        parse_kernelslist_lines([b"MemcpyHtoD,0x00007f0000000000,800\n", line])
+    assert str(problem.value).startswith(message), str(problem.value)
+
+
+def test_kernelslist_ids_of_the_tracer_s_range_are_read():
+    lines = [b"kernel-1-ctx_0x1.trace.xz\n", b"kernel-9223372036854775807.trace\n", b"kernel-007.trace\n"]
+    assert parse_kernelslist_lines(lines) == {1, 2**63 - 1, 7}
+
+
+def test_leading_zeros_past_python_s_int_limit_still_spell_a_kernel_id():
+    assert parse_kernelslist_lines([b"kernel-" + b"0" * 5000 + b"7.trace\n"]) == {7}

@@ -308,6 +308,25 @@ def mutated_files(draw):
     return data
 
 
+# Digit strings past what any reader takes in one go: 20 digits (past 64 bits), Python's own limit
+# for int() (4,300 digits) and beyond. The tracer prints none of them.
+LONG_DIGITS = st.one_of(st.sampled_from([19, 20, 21, 4300, 4301, 5000]), st.integers(19, 6000)).map(
+    lambda length: b"9" * length
+)
+
+
+@st.composite
+def long_numbers(draw):
+    """A file the tracer wrote, with one of its numbers (a kernel id, grid, block, a total, a
+    latency) replaced by a very long digit string."""
+    data = draw(stats_files(min_launches=1)).data
+    numbers = list(re.finditer(rb"[0-9]+", data))
+    if not numbers:
+        return data
+    number = draw(st.sampled_from(numbers))
+    return data[: number.start()] + draw(LONG_DIGITS) + data[number.end() :]
+
+
 def assert_rows_or_stats_error(data: bytes, extra_columns: int) -> None:
     lines = data.splitlines(keepends=True)
     try:
@@ -409,4 +428,19 @@ def test_the_fast_reading_is_the_general_one_on_what_the_tracer_writes(file: Sta
 @example(b"kernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n\x00", 0)
 @example(b"kernel-1.trace, _Z1av, 1, 1, 1, -1, 32, 1, 1, 32, -5,4294967295\n", 0)
 def test_the_fast_reading_is_the_general_one_on_damaged_files(data: bytes, extra_columns: int):
+    assert_read_as_the_general_reader_reads(data, extra_columns)
+
+
+LONG_TOTALS = b"kernel-1.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, " + b"9" * 5000 + b",5\n"
+LONG_GRID = b"kernel-1.trace, _Z1av, " + b"9" * 5000 + b", 1, 1, 1, 32, 1, 1, 32, 5,5\n"
+LONG_KERNEL_ID = b"kernel-" + b"9" * 5000 + b".trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n"
+
+
+@PROPERTY
+@given(long_numbers(), st.integers(0, 3))
+@example(LONG_TOTALS, 0)
+@example(LONG_GRID, 0)
+@example(LONG_KERNEL_ID, 0)
+def test_very_long_numbers_give_the_same_stats_error_on_both_readings(data: bytes, extra_columns: int):
+    assert_rows_or_stats_error(data, extra_columns)
     assert_read_as_the_general_reader_reads(data, extra_columns)

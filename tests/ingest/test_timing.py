@@ -1,5 +1,8 @@
 """Steps and measured times: the two timing formats, matched to launches. Pure: no S3, no database."""
 
+import csv
+from pathlib import Path
+
 import pytest
 
 from ingest.timing import StepIndex, TimingError, parse_timeline, read_timing
@@ -126,3 +129,80 @@ def test_a_graph_replay_s_kernels_share_a_correlation_id_and_keep_their_order():
         33,
         44,
     ]
+
+
+def test_kernel_id_0_or_below_has_no_cascade_duration_never_another_launch_s():
+    """Durations are held by kernel id in an array: id 0 must not read the last one (index -1)."""
+    durations = read_timing(
+        lines("ctx,kernel_id,start_ns,end_ns,duration_ns\n0x1,1,0,30,30\n0x1,2,0,70,70\n")
+    )
+    assert [durations.duration_of("0x1", kernel_id, None, None) for kernel_id in (0, -1, 1, 2, 3)] == [
+        None,
+        None,
+        30,
+        70,
+        None,
+    ]
+
+
+# --- Nsight exports with kernels left over (issue 18, finding 4) -----------------------------------
+
+REAL_NSYS = Path(__file__).parent.parent / "data" / "real-nsys"
+BEEHIVE = REAL_NSYS / "beehive-lab+TornadoVM__docs__perf__cuda-streams__chains_after_cuda_gpu_trace.csv"
+ATOPOS = REAL_NSYS / "Atopos0313+cuda_learning__doc__day09__results__day09_cuda_gpu_trace.csv"
+
+
+def real_kernels(path: Path) -> list[dict]:
+    """The export's kernel rows (a grid), in CorrId order: read with the csv module alone."""
+    with path.open(newline="") as file:
+        kernels = [row for row in csv.DictReader(file) if row["GrdX"].strip()]
+    return sorted(kernels, key=lambda row: int(row["CorrId"]))
+
+
+def shape(row: dict) -> tuple[tuple, tuple]:
+    return tuple(int(row[f"Grd{a}"]) for a in "XYZ"), tuple(int(row[f"Blk{a}"]) for a in "XYZ")
+
+
+def test_a_real_export_with_as_many_kernels_as_launches_matches_whole():
+    kernels = real_kernels(ATOPOS)
+    durations = read_timing(ATOPOS.read_bytes().splitlines(keepends=True))
+    measured = [durations.duration_of("0xa", n, *shape(row)) for n, row in enumerate(kernels, start=1)]
+    assert measured == [int(row["Duration (ns)"]) for row in kernels]
+    assert durations.unmatched() is None
+
+
+def test_a_real_export_with_more_kernels_than_launches_is_not_used_and_says_where():
+    """The trace launched 9 kernels; the export's context 1 holds 12: the timing is dropped, naming
+    how many were left, after which launch, in which Nsight context."""
+    kernels = real_kernels(BEEHIVE)
+    assert len(kernels) == 12 and {row["Ctx"] for row in kernels} == {"1"}
+    durations = read_timing(BEEHIVE.read_bytes().splitlines(keepends=True))
+    measured = [durations.duration_of("0xa", n, *shape(row)) for n, row in enumerate(kernels[:9], start=1)]
+    assert measured == [int(row["Duration (ns)"]) for row in kernels[:9]]
+    assert str(durations.unmatched()) == (
+        "timing.csv (nsys) has 3 more kernels than the trace has launches, so its timing is not used: "
+        f"3 in Nsight context '1' after the trace's context 0xa kernel 9 (the first at CorrId {kernels[9]['CorrId']})"
+    )
+
+
+def test_an_nsight_context_no_trace_context_took_is_left_over_too():
+    text = (
+        NSYS_HEADER
+        + nsys_row(100, 11, 5, (1, 1, 1), (32, 1, 1), "_Z1av", ctx=1)
+        + nsys_row(200, 22, 6, (7, 1, 1), (64, 1, 1), "_Z1bv", ctx=2)
+        + nsys_row(300, 33, 8, (7, 1, 1), (64, 1, 1), "_Z1bv", ctx=2)
+    )
+    durations = read_timing(lines(text))
+    assert durations.duration_of("0xa", 1, (1, 1, 1), (32, 1, 1)) == 11
+    assert str(durations.unmatched()) == (
+        "timing.csv (nsys) has 2 more kernels than the trace has launches, so its timing is not used: "
+        "2 in Nsight context '2', which no context of the trace took"
+    )
+
+
+def test_cascade_timing_rows_for_no_launch_are_not_another_s():
+    durations = read_timing(
+        lines("ctx,kernel_id,start_ns,end_ns,duration_ns\n0x1,1,0,30,30\n0x1,9,0,70,70\n")
+    )
+    assert durations.duration_of("0x1", 1, None, None) == 30
+    assert durations.unmatched() is None

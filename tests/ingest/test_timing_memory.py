@@ -120,14 +120,14 @@ def reference_steps(raw: bytes) -> list[Step] | str:
     if not isinstance(steps, list):
         return 'expected an object with a "steps" list'
     if len(steps) > MAX_STEPS:
-        return f"{len(steps)} steps, more than {MAX_STEPS}"
+        return f"{len(steps)} steps, more than {MAX_STEPS}, the most a trace holds (a step's index is a 16-bit integer in the database)"
     parsed = []
     for index, step in enumerate(steps):
         if not isinstance(step, dict):
             return f"step {index} is not an object"
         first, last = step.get("first_kernel_id"), step.get("last_kernel_id")
-        if not (is_int(first) and is_int(last) and 0 < first <= last):
-            return f"step {index} needs first_kernel_id <= last_kernel_id, positive integers"
+        if not (is_int(first) and is_int(last) and 0 < first <= last < 2**63):
+            return f"step {index} needs first_kernel_id <= last_kernel_id, positive integers of 64 bits"
         name, phase, ctx = step.get("name"), step.get("phase"), step.get("ctx")
         for field, value in (("name", name), ("phase", phase), ("ctx", ctx)):
             if value is not None and not isinstance(value, str):
@@ -135,7 +135,17 @@ def reference_steps(raw: bytes) -> list[Step] | str:
         if name is None:
             number = step.get("step", index)
             name = f"step {index if isinstance(number, dict) else number}"
+        # What Step's columns cannot hold: NUL and surrogates anywhere, a ctx past 64 characters.
+        for field, value in (("name", name), ("phase", phase), ("ctx", ctx)):
+            bad = next((c for c in value or "" if c == "\x00" or 0xD800 <= ord(c) <= 0xDFFF), None)
+            if bad is not None:
+                return f"step {index}'s {field} holds {'a NUL character' if bad == chr(0) else 'an unpaired surrogate'}"
+        if ctx is not None and len(ctx) > 64:
+            return f"step {index}'s ctx is {len(ctx)} characters long, more than 64"
         start, end = step.get("start_ns"), step.get("end_ns")
+        for field, value in (("start_ns", start), ("end_ns", end)):
+            if is_int(value) and not -(2**63) <= value < 2**63:
+                return f"step {index}'s {field} does not fit in 64 bits"
         parsed.append(
             Step(
                 index,
@@ -158,6 +168,8 @@ def read(raw: bytes, chunk: int | None = None) -> list[Step] | str:
         return list(parse_timeline(given))
     except TimingError as problem:
         message = str(problem).removeprefix("timeline.json: ")
+        if "s holds a" in message or "characters long" in message:  # the reference says less
+            message = message.split(" (", 1)[0]
         return "not valid JSON" if message.startswith("timeline.json is not valid JSON") else message
 
 
@@ -167,7 +179,7 @@ SCALAR = st.one_of(
     st.integers(-3, 3),
     st.integers(-(2**70), 2**70),
     st.floats(allow_nan=False, allow_infinity=False),
-    st.sampled_from(["decode", "prefill", "0x1", "", "step", "é\\u2028"]),
+    st.sampled_from(["decode", "prefill", "0x1", "", "step", "é\\u2028", "a\x00", "\ud800", "0x" + "f" * 63]),
 )
 FIELD = st.sampled_from(
     [
@@ -253,4 +265,5 @@ def test_too_many_steps_are_counted_not_kept(monkeypatch):
     monkeypatch.setattr("ingest.timing.MAX_STEPS", 3)
     monkeypatch.setattr("tests.ingest.test_timing_memory.MAX_STEPS", 3)
     raw = json.dumps({"steps": [{"first_kernel_id": 1, "last_kernel_id": 1}] * 5 + ["x"]}).encode()
-    assert read(raw) == reference_steps(raw) == "6 steps, more than 3"
+    assert read(raw) == reference_steps(raw)
+    assert read(raw).startswith("6 steps, more than 3, the most a trace holds")

@@ -1,0 +1,164 @@
+"""Inputs the parsers let through but the database cannot hold: each ends in a state a person can read.
+
+Issue 18, findings 1, 4 and 13: a timeline.json of more steps than the step column holds, a NUL
+character or an unpaired surrogate in metadata.json or a step's name, a kernelslist id of
+thousands of digits, a launch with kernel id 0. Each upload goes through the poll pass into
+PostgreSQL, as an operator would meet it: a bad metadata.json or stats file fails its trace with
+a message that says why; a bad timeline.json or timing.csv leaves the trace ready, its
+`timing_error` saying why.
+"""
+
+import json
+
+import orjson
+import pytest
+
+from ingest import passes
+from ingest.timing import MAX_STEPS
+from tests.helpers import STATS_HEADER, VECADD_CTX, stats_row
+from traces.models import Kernel, Step, Trace, TraceState
+
+pytestmark = pytest.mark.usefixtures("on_postgres")
+
+OK = {"status": "ok", "trace_gpu_arch": "sm_90"}
+SMALLINT_MAX = 2**15 - 1  # PostgreSQL's smallint: Step.index and Kernel.step
+
+
+def one_launch(kernel_id: int) -> dict:
+    return {f"traces/stats_ctx_{VECADD_CTX}": STATS_HEADER + stats_row(kernel_id)}
+
+
+def timeline(count: int) -> bytes:
+    """`count` steps of one kernel each: step i is kernel id i + 1."""
+    return orjson.dumps(
+        {
+            "steps": [
+                {"ctx": VECADD_CTX, "first_kernel_id": i + 1, "last_kernel_id": i + 1} for i in range(count)
+            ]
+        }
+    )
+
+
+# --- Steps: as many as the column holds, and no more (finding 1) ---------------------------------
+
+
+def test_the_step_limit_is_what_the_step_columns_hold():
+    assert MAX_STEPS == SMALLINT_MAX + 1  # indexes 0 .. 32,767
+
+
+def test_a_timeline_of_as_many_steps_as_the_column_holds_is_stored(db, upload):
+    upload("steps", {**one_launch(MAX_STEPS), "timeline.json": timeline(MAX_STEPS)}, OK)
+    passes.poll_bucket()
+    trace = Trace.objects.get(pk="steps")
+    assert (trace.state, trace.timing_error, trace.has_step_timeline) == (TraceState.READY, None, True)
+    assert Step.objects.filter(trace=trace).count() == MAX_STEPS
+    assert Kernel.objects.get(trace=trace.key).step == SMALLINT_MAX
+
+
+def test_a_timeline_of_more_steps_than_the_column_holds_is_not_used_and_says_why(db, upload):
+    upload("steps", {**one_launch(MAX_STEPS + 1), "timeline.json": timeline(MAX_STEPS + 1)}, OK)
+    passes.poll_bucket()
+    trace = Trace.objects.get(pk="steps")
+    assert (trace.state, trace.has_step_timeline, trace.kernel_count) == (TraceState.READY, False, 1)
+    assert trace.timing_error == (
+        "timeline.json: 32769 steps, more than 32768, the most a trace holds "
+        "(a step's index is a 16-bit integer in the database)"
+    )
+    assert Kernel.objects.get(trace=trace.key).step is None
+
+
+# --- Characters PostgreSQL cannot store (finding 1) ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("metadata", "error"),
+    [
+        (
+            b'{"status": "ok", "model": "opt-125m\\u0000"}',
+            "metadata.json: 'model' holds a NUL character (\\u0000), which the database cannot store",
+        ),
+        (
+            b'{"status": "ok", "layers": ["decode", "\\ud800"]}',
+            "metadata.json: 'layers'[1] holds an unpaired surrogate (\\ud800), which is not a character, "
+            "which the database cannot store",
+        ),
+    ],
+    ids=["nul-model", "surrogate-layer"],
+)
+def test_metadata_the_database_cannot_store_fails_its_trace_saying_which_field(
+    db, upload, vecadd_files, metadata, error
+):
+    upload("good", vecadd_files, OK)
+    upload("bad", vecadd_files, metadata)
+    passes.poll_bucket()
+    bad = Trace.objects.get(pk="bad")
+    assert (bad.state, bad.error) == (TraceState.FAILED, error)
+    assert (bad.metadata_json, bad.layers, bad.model) == (None, [], None)
+    assert Trace.objects.get(pk="good").state == TraceState.READY
+
+
+@pytest.mark.parametrize(
+    ("step", "error"),
+    [
+        ({"name": "decode\u0000"}, "timeline.json: step 1's name holds a NUL character (\\u0000)"),
+        ({"phase": "\ud800"}, "timeline.json: step 1's phase holds an unpaired surrogate (\\ud800)"),
+        ({"step": "7\u0000"}, "timeline.json: step 1's name holds a NUL character (\\u0000)"),
+        ({"ctx": "0x" + "a" * 63}, "timeline.json: step 1's ctx is 65 characters long, more than 64"),
+        ({"last_kernel_id": 2**63}, "timeline.json: step 1 needs first_kernel_id <= last_kernel_id"),
+        ({"start_ns": 2**63}, "timeline.json: step 1's start_ns does not fit in 64 bits"),
+    ],
+    ids=["nul-name", "surrogate-phase", "nul-step-number", "long-ctx", "huge-kernel-id", "huge-start"],
+)
+def test_a_step_the_database_cannot_store_leaves_the_trace_ready_without_steps(db, upload, step, error):
+    first = {"ctx": VECADD_CTX, "first_kernel_id": 1, "last_kernel_id": 1, "name": "prefill"}
+    second = {"ctx": VECADD_CTX, "first_kernel_id": 2, "last_kernel_id": 2**62, **step}
+    raw = json.dumps({"steps": [first, second]}).encode()  # ASCII: `\\u0000`, `\\ud800` as JSON spells them
+    files = {f"traces/stats_ctx_{VECADD_CTX}": STATS_HEADER + stats_row(1) + stats_row(2)}
+    upload("run", {**files, "timeline.json": raw}, OK)
+    passes.poll_bucket()
+    trace = Trace.objects.get(pk="run")
+    assert (trace.state, trace.kernel_count, trace.has_step_timeline) == (TraceState.READY, 2, False)
+    assert trace.timing_error.startswith(error), trace.timing_error
+    assert not Step.objects.filter(trace=trace).exists()
+
+
+def test_a_duration_the_column_cannot_hold_leaves_the_trace_ready_without_timing(db, upload):
+    timing_csv = f"ctx,kernel_id,start_ns,end_ns,duration_ns\n{VECADD_CTX},1,0,1,{2**63}\n"
+    upload("run", {**one_launch(1), "timing.csv": timing_csv}, OK)
+    passes.poll_bucket()
+    trace = Trace.objects.get(pk="run")
+    assert (trace.state, trace.kernel_count, trace.has_real_timing) == (TraceState.READY, 1, False)
+    assert trace.timing_error == (
+        "timing.csv line 2: kernel id 1 or duration 9223372036854775808 out of range "
+        "(kernel ids 1 to 50000000, durations 0 to 2^63 - 1 ns)"
+    )
+
+
+# --- Kernel ids the tracer never writes (findings 4 and 13) --------------------------------------
+
+
+def test_a_launch_with_kernel_id_0_fails_its_trace_and_takes_no_duration(db, upload):
+    """It took the duration of its context's last timing.csv row (a negative index)."""
+    stats = STATS_HEADER + stats_row(0) + stats_row(1)
+    timing_csv = (
+        f"ctx,kernel_id,start_ns,end_ns,duration_ns\n{VECADD_CTX},1,0,30,30\n{VECADD_CTX},2,0,70,70\n"
+    )
+    upload("run", {f"traces/stats_ctx_{VECADD_CTX}": stats, "timing.csv": timing_csv}, OK)
+    passes.poll_bucket()
+    trace = Trace.objects.get(pk="run")
+    assert (trace.state, trace.kernel_count) == (TraceState.FAILED, 0)
+    assert trace.error == (
+        f"traces/stats_ctx_{VECADD_CTX}: line 2: kernel id 0 in 'kernel-0-ctx_{VECADD_CTX}.trace.xz' is 0: "
+        "the tracer numbers each context's kernels from 1"
+    )
+
+
+def test_a_kernelslist_id_of_5000_digits_fails_its_trace(db, upload, vecadd_files):
+    kernelslist = b"MemcpyHtoD,0x00007f0000000000,800\nkernel-" + b"9" * 5000 + b"-ctx_0x1.trace.xz\n"
+    upload("run", {**vecadd_files, f"traces/kernelslist_ctx_{VECADD_CTX}": kernelslist}, OK)
+    passes.poll_bucket()
+    trace = Trace.objects.get(pk="run")
+    assert trace.state == TraceState.FAILED
+    assert trace.error.startswith(
+        f"traces/kernelslist_ctx_{VECADD_CTX}: line 2: kernel id 99999999999999999999... (5000 digits) in "
+    ), trace.error
