@@ -1030,6 +1030,9 @@ def with_steps_and_durations(rows: Iterator[tuple], step_index, durations, extra
                 extras.timing_error = "; ".join(filter(None, (extras.timing_error, str(problem))))
                 durations = None
         yield (*row, step, duration)
+    # Every launch matched: Nsight kernels left over drop the timing too (timing.NsysDurations).
+    if durations is not None and (left_over := durations.unmatched()) is not None:
+        extras.timing_error = "; ".join(filter(None, (extras.timing_error, str(left_over))))
 
 
 def at_least_one_launch(rows: Iterator[tuple]) -> Iterator[tuple]:

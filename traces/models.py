@@ -21,8 +21,9 @@ class TraceState(models.TextChoices):
 # version read can be found (admin filter) and read again (`ingest_traces --reparse-outdated`).
 # 1: until 2026-11 (graph-captured launches merged, killed runs refused); 2: every launch;
 # 3: each launch with its step (timeline.json) and measured time (timing.csv); 4: values
-# past the tracer's unsigned 32 bits refused (they were stored as read).
-CURRENT_PARSER_VERSION = 4
+# past the tracer's unsigned 32 bits refused (they were stored as read); 5: kernel id 0 and
+# kernelslist ids past 2^63 - 1 refused, Nsight exports with kernels left over not used.
+CURRENT_PARSER_VERSION = 5
 
 
 class Trace(models.Model):

@@ -9,6 +9,7 @@ a message that says why; a bad timeline.json or timing.csv leaves the trace read
 """
 
 import json
+from pathlib import Path
 
 import orjson
 import pytest
@@ -16,12 +17,18 @@ import pytest
 from ingest import passes
 from ingest.timing import MAX_STEPS
 from tests.helpers import STATS_HEADER, VECADD_CTX, stats_row
+from tools.tracer_format import stats_launch_half, stats_totals
 from traces.models import Kernel, Step, Trace, TraceState
 
 pytestmark = pytest.mark.usefixtures("on_postgres")
 
 OK = {"status": "ok", "trace_gpu_arch": "sm_90"}
 SMALLINT_MAX = 2**15 - 1  # PostgreSQL's smallint: Step.index and Kernel.step
+# A real `nsys stats --report cuda_gpu_trace` export: 12 kernels of grid 32, block 1024 (SOURCES.md).
+BEEHIVE = (
+    Path(__file__).parents[1]
+    / "data/real-nsys/beehive-lab+TornadoVM__docs__perf__cuda-streams__chains_after_cuda_gpu_trace.csv"
+)
 
 
 def one_launch(kernel_id: int) -> dict:
@@ -162,3 +169,35 @@ def test_a_kernelslist_id_of_5000_digits_fails_its_trace(db, upload, vecadd_file
     assert trace.error.startswith(
         f"traces/kernelslist_ctx_{VECADD_CTX}: line 2: kernel id 99999999999999999999... (5000 digits) in "
     ), trace.error
+
+
+def nsys_shaped_launches(count: int) -> str:
+    """`count` launches of the export's one shape (grid 32, block 1024)."""
+    return STATS_HEADER + "".join(
+        stats_launch_half(f"kernel-{n}-ctx_{VECADD_CTX}.trace.xz", "scale", (32, 1, 1), (1024, 1, 1))
+        + stats_totals(7, 7)
+        for n in range(1, count + 1)
+    )
+
+
+def test_an_nsight_export_with_more_kernels_than_launches_is_not_used_and_says_why(db, upload):
+    upload(
+        "run",
+        {f"traces/stats_ctx_{VECADD_CTX}": nsys_shaped_launches(9), "timing.csv": BEEHIVE.read_bytes()},
+        OK,
+    )
+    upload(
+        "whole",
+        {f"traces/stats_ctx_{VECADD_CTX}": nsys_shaped_launches(12), "timing.csv": BEEHIVE.read_bytes()},
+        OK,
+    )
+    passes.poll_bucket()
+    trace = Trace.objects.get(pk="run")
+    assert (trace.state, trace.kernel_count, trace.has_real_timing) == (TraceState.READY, 9, False)
+    assert trace.timing_error == (
+        "timing.csv (nsys) has 3 more kernels than the trace has launches, so its timing is not used: "
+        f"3 in Nsight context '1' after the trace's context {VECADD_CTX} kernel 9 (the first at CorrId 269)"
+    )
+    assert not Kernel.objects.filter(trace=trace.key, duration_ns__isnull=False).exists()
+    whole = Trace.objects.get(pk="whole")
+    assert (whole.has_real_timing, whole.timing_error) == (True, None)
