@@ -8,6 +8,7 @@ Against moto's S3 server and PostgreSQL; S3 requests counted from the server's o
 import io
 import json
 import logging
+import traceback
 
 import psycopg
 import pytest
@@ -15,7 +16,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from django.core.management import CommandError, call_command
 from django.db import DataError, OperationalError
 
-from ingest import failures, passes, stats
+from ingest import failures, passes, reingest, stats
 from ingest.tasks import parse_trace_task
 from tests.helpers import PREFIX, STATS_HEADER, VECADD_CTX, stats_row
 from tools.tracer_format import DEVICE_STATS_HEADER, stats_launch_half, stats_totals
@@ -282,3 +283,39 @@ def test_ingest_traces_trace_goes_through_the_same_policy(
         TraceState.FAILED,
         "internal error while parsing: ZeroDivisionError: a bug of ours",
     )
+
+
+@pytest.fixture
+def ingest_log():
+    """The records the `ingest` loggers write (it does not propagate: caplog sees nothing)."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = records.append
+    logger = logging.getLogger("ingest")
+    logger.addHandler(handler)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+
+
+def test_the_admins_reingest_without_celery_logs_an_error_of_ours_with_one_traceback(
+    transactional_db, upload, vecadd_files, broken_parser, settings, ingest_log
+):
+    settings.CASCADE_PARSE_ATTEMPTS = 3
+    upload("run", vecadd_files, metadata=OK)
+    passes.scan_bucket()
+
+    reingest.reingest_in_background("run")  # what the admin's background worker runs
+
+    assert Trace.objects.get(pk="run").parse_attempts == 1
+    with_traceback = [record for record in ingest_log if record.exc_info is not None]
+    assert len(with_traceback) == 1, "the policy logs the try with its traceback, once"
+    assert "ZeroDivisionError: a bug of ours" in "".join(
+        traceback.format_exception(*with_traceback[0].exc_info)
+    )
+    said = [record for record in ingest_log if record.name == "ingest.reingest"]
+    assert [record.getMessage() for record in said] == [
+        "run: re-ingest: try 1 of 3 failed, the next pass tries again: "
+        "internal error while parsing: ZeroDivisionError: a bug of ours"
+    ]
