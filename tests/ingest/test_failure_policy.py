@@ -285,28 +285,16 @@ def test_ingest_traces_trace_goes_through_the_same_policy(
     )
 
 
-@pytest.fixture
-def ingest_log():
-    """The records the `ingest` loggers write (it does not propagate: caplog sees nothing)."""
-    records: list[logging.LogRecord] = []
-    handler = logging.Handler(logging.DEBUG)
-    handler.emit = records.append
-    logger = logging.getLogger("ingest")
-    logger.addHandler(handler)
-    try:
-        yield records
-    finally:
-        logger.removeHandler(handler)
-
-
 def test_the_admins_reingest_without_celery_logs_an_error_of_ours_with_one_traceback(
-    transactional_db, upload, vecadd_files, broken_parser, settings, ingest_log
+    transactional_db, upload, vecadd_files, broken_parser, settings, caplog
 ):
     settings.CASCADE_PARSE_ATTEMPTS = 3
     upload("run", vecadd_files, metadata=OK)
     passes.scan_bucket()
 
-    reingest.reingest_in_background("run")  # what the admin's background worker runs
+    with caplog.at_level(logging.DEBUG, logger="ingest"):  # pytest's handler is on `ingest` too
+        reingest.reingest_in_background("run")  # what the admin's background worker runs
+    ingest_log = [record for record in caplog.records if record.name.startswith("ingest")]
 
     assert Trace.objects.get(pk="run").parse_attempts == 1
     with_traceback = [record for record in ingest_log if record.exc_info is not None]
