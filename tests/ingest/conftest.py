@@ -1,4 +1,4 @@
-"""Uploading run folders to the test bucket, the way the profiler does."""
+"""Uploading run folders to the test bucket, the way the profiler does; Celery run inline."""
 
 import orjson
 import pytest
@@ -42,3 +42,14 @@ def vecadd_files() -> dict:
         f"traces/kernel-1-ctx_{VECADD_CTX}.trace.xz": b"\xfd7zXZ\x00 not downloaded",
         "configs/gpgpusim.config": "-gpgpu_n_clusters 46\n",
     }
+
+
+@pytest.fixture
+def eager(settings):
+    """Celery tasks run inline where they are queued; a memory broker, so no queue markers."""
+    from cascade import celery_app  # Celery loaded by the tests that use it, as in production
+
+    settings.CELERY_BROKER_URL = "memory://"
+    celery_app.conf.task_always_eager = True
+    yield
+    celery_app.conf.task_always_eager = False

@@ -164,17 +164,6 @@ def test_anything_else_is_ours():
     assert failures.failure_message(KeyError("x")) == "internal error while parsing: KeyError: 'x'"
 
 
-@pytest.fixture
-def eager(settings):
-    """Tasks run inline where they are queued (as tests/ingest/test_tasks.py's)."""
-    from cascade.celery import app as celery_app
-
-    settings.CELERY_BROKER_URL = "memory://"
-    celery_app.conf.task_always_eager = True
-    yield
-    celery_app.conf.task_always_eager = False
-
-
 def test_celery_goes_through_the_same_policy(db, eager, upload, vecadd_files, broken_parser, settings):
     settings.CASCADE_PARSE_ATTEMPTS = 2
     upload("run", vecadd_files, metadata=OK)
