@@ -6,7 +6,6 @@ Against moto's S3 server and PostgreSQL; S3 requests counted from the server's o
 """
 
 import io
-import json
 import logging
 import traceback
 
@@ -18,8 +17,7 @@ from django.db import DataError, OperationalError
 
 from ingest import failures, passes, reingest, stats
 from ingest.tasks import parse_trace_task
-from tests.helpers import PREFIX, STATS_HEADER, VECADD_CTX, stats_row
-from tools.tracer_format import DEVICE_STATS_HEADER, stats_launch_half, stats_totals
+from tests.helpers import PREFIX, run_with_contexts, run_with_steps
 from traces import services
 from traces.models import Trace, TraceState
 
@@ -204,15 +202,7 @@ def test_the_failure_is_written_whatever_the_run_fields_hold(db, make_trace):
 
 
 def test_more_contexts_than_a_trace_holds_fail_it_in_the_users_terms(transactional_db, upload, settings):
-    count = services.MAX_CONTEXTS + 1
-    lines = [DEVICE_STATS_HEADER] + [
-        stats_launch_half(
-            f"kernel-{device + 1}.trace", "k", (1, 1, 1), (32, 1, 1), device_id=device, stream_id=0
-        )
-        + stats_totals(10, 10)
-        for device in range(count)
-    ]
-    upload("contexts", {"traces/stats.csv": "".join(lines)}, metadata=OK)
+    upload("contexts", run_with_contexts(services.MAX_CONTEXTS + 1), metadata=OK)
     run_pass()
     trace = Trace.objects.get(pk="contexts")
     assert trace.state == TraceState.FAILED
@@ -220,22 +210,7 @@ def test_more_contexts_than_a_trace_holds_fail_it_in_the_users_terms(transaction
 
 
 def test_steps_past_the_columns_never_leave_the_trace_unfinished(transactional_db, upload):
-    steps = [
-        {
-            "name": f"step {n}",
-            "phase": "decode",
-            "ctx": VECADD_CTX,
-            "first_kernel_id": n + 1,
-            "last_kernel_id": n + 1,
-        }
-        for n in range(40_000)
-    ]
-    stats_text = STATS_HEADER + stats_row(40_000)
-    upload(
-        "steps",
-        {f"traces/stats_ctx_{VECADD_CTX}": stats_text, "timeline.json": json.dumps({"steps": steps})},
-        metadata=OK,
-    )
+    upload("steps", run_with_steps(40_000), metadata=OK)
     run_pass()
     trace = Trace.objects.get(pk="steps")
     # Refused by the timeline's reader (its steps unused) or by the database: never stuck.
