@@ -1,4 +1,7 @@
-"""Uploading run folders to the test bucket, the way the profiler does; Celery run inline."""
+"""Uploading run folders to the test bucket, the way the profiler does; the requests the bucket
+answered; Celery run inline."""
+
+import logging
 
 import orjson
 import pytest
@@ -53,3 +56,24 @@ def eager(settings):
     celery_app.conf.task_always_eager = True
     yield
     celery_app.conf.task_always_eager = False
+
+
+@pytest.fixture
+def s3_log(caplog):
+    """`s3_log(method, under)`: the paths (query included) of the `method` requests that moto's
+    server, in this process, answered with `under` in their path, from its request log."""
+    caplog.set_level(logging.INFO, logger="werkzeug")
+
+    def requests(method: str = "GET", under: str = "") -> list[str]:
+        found = []
+        for record in caplog.records:
+            if record.name != "werkzeug" or not record.args:
+                continue
+            line = str(record.args[0])  # '"GET /bucket/key HTTP/1.1"'
+            verb, _, rest = line.strip('"').partition(" ")
+            path = rest.rsplit(" ", 1)[0]
+            if verb == method and under in path:
+                found.append(path)
+        return found
+
+    return requests

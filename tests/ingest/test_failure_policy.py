@@ -24,26 +24,6 @@ from traces.models import Trace, TraceState
 OK = {"status": "ok", "trace_gpu_arch": "sm_86"}
 
 
-@pytest.fixture
-def s3_log(caplog):
-    """The requests moto's server answered, as (method, path) pairs, from its log."""
-    caplog.set_level(logging.INFO, logger="werkzeug")
-
-    def requests(method: str = "GET", under: str = "") -> list[str]:
-        found = []
-        for record in caplog.records:
-            if record.name != "werkzeug" or not record.args:
-                continue
-            line = str(record.args[0])  # '"GET /bucket/key HTTP/1.1"'
-            verb, _, rest = line.strip('"').partition(" ")
-            path = rest.rsplit(" ", 1)[0]
-            if verb == method and under in path:
-                found.append(path)
-        return found
-
-    return requests
-
-
 def run_pass(*args) -> str:
     out, err = io.StringIO(), io.StringIO()
     try:

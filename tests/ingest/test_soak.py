@@ -6,7 +6,6 @@ healthy run `ready`, and no bad run's files downloaded again once it failed. Dow
 counted by moto's server (in this process) from its request log.
 """
 
-import logging
 import signal
 import subprocess
 import sys
@@ -54,15 +53,9 @@ def bad_runs() -> dict[str, tuple[dict, dict]]:
     }
 
 
-def downloads(caplog, run_id: str) -> int:
+def downloads(s3_log, run_id: str) -> int:
     """GETs of the run's files other than metadata.json (listings are GETs of the bucket)."""
-    count = 0
-    for record in caplog.records:
-        if record.name == "werkzeug" and record.args:
-            verb, _, rest = str(record.args[0]).strip('"').partition(" ")
-            path = rest.rsplit(" ", 1)[0]
-            count += verb == "GET" and f"/{PREFIX}{run_id}/" in path and not path.endswith("/metadata.json")
-    return count
+    return sum(not path.endswith("/metadata.json") for path in s3_log("GET", f"/{PREFIX}{run_id}/"))
 
 
 class Watch:
@@ -113,8 +106,7 @@ def settled(run_ids: list[str]) -> bool:
     )
 
 
-def test_no_run_wedges_the_watching_poller(transactional_db, upload, vecadd_files, child_env, caplog):
-    caplog.set_level(logging.INFO, logger="werkzeug")
+def test_no_run_wedges_the_watching_poller(transactional_db, upload, vecadd_files, child_env, s3_log):
     runs = bad_runs()
     for run_id, (files, metadata) in runs.items():
         upload(run_id, files, metadata=metadata)
@@ -138,9 +130,9 @@ def test_no_run_wedges_the_watching_poller(transactional_db, upload, vecadd_file
             )
             time.sleep(0.2)
         settled_at = watch.passes
-        downloaded = {run_id: downloads(caplog, run_id) for run_id in runs}
+        downloaded = {run_id: downloads(s3_log, run_id) for run_id in runs}
         watch.wait_for_passes(max(PASSES, settled_at + 5), timeout=SETTLE_SECONDS)
-        after = {run_id: downloads(caplog, run_id) for run_id in runs}
+        after = {run_id: downloads(s3_log, run_id) for run_id in runs}
     finally:
         watch.stop()
 
