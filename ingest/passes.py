@@ -83,6 +83,7 @@ from traces.models import (
     TraceState,
     files_fingerprint,
 )
+from traces.text import is_storable
 
 logger = logging.getLogger(__name__)
 
@@ -650,7 +651,7 @@ def register_samples(run_ids: list[str]) -> None:
 def storable_run_id(run_id: str) -> bool:
     """Whether the database can hold `run_id` as a trace's id (Trace.id: text of 1,024
     characters at most, no NUL, no lone surrogate)."""
-    return len(run_id) <= Trace._meta.get_field("id").max_length and services.storable(run_id) == run_id
+    return len(run_id) <= Trace._meta.get_field("id").max_length and is_storable(run_id)
 
 
 def has_metadata(trace: Trace) -> bool:

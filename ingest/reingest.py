@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import connections
 
-from ingest import passes
+from ingest import failures, passes
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +131,8 @@ def reingest_in_background(trace_id: str) -> None:
     try:
         change = passes.ingest_trace(trace_id, reparse=True)
         logger.info("%s: re-ingested: %s", trace_id, change or "nothing to do")
+    except failures.ParseAttemptFailed as error:  # logged with its traceback, and counted
+        logger.warning("%s: re-ingest: %s", trace_id, error)
     except Exception:  # S3 away: the next pass tries again
         logger.exception("%s: re-ingest failed, the next pass tries again", trace_id)
     finally:

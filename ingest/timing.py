@@ -29,7 +29,7 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from ingest.text import unstorable_character
+from traces.text import unstorable_character
 
 CASCADE_COLUMNS = ("ctx", "kernel_id", "start_ns", "end_ns", "duration_ns")
 NSYS_REQUIRED = (

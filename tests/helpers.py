@@ -1,12 +1,14 @@
-"""What tests import: constants, stats rows, the storage setting, a lock held elsewhere. Fixtures stay in conftest.py."""
+"""What tests import: constants, stats rows, run folders past the columns, the storage setting, a lock held
+elsewhere. Fixtures stay in conftest.py."""
 
 import contextlib
+import json
 import threading
 from pathlib import Path
 
 from django.db import connection
 
-from tools.tracer_format import STATS_HEADER, stats_launch_half, stats_totals
+from tools.tracer_format import DEVICE_STATS_HEADER, STATS_HEADER, stats_launch_half, stats_totals
 
 __all__ = [
     "DATA",
@@ -16,6 +18,8 @@ __all__ = [
     "VECADD_CTX",
     "lock_held_elsewhere",
     "point_traces_storage_at",
+    "run_with_contexts",
+    "run_with_steps",
     "stats_row",
 ]
 
@@ -32,6 +36,38 @@ def stats_row(
     `ctx=None` gives the legacy `kernel-<id>.trace` file name."""
     trace_file = f"kernel-{kernel_id}-ctx_{ctx}.trace.xz" if ctx else f"kernel-{kernel_id}.trace"
     return stats_launch_half(trace_file, name, (98, 1, 1), (1024, 1, 1)) + stats_totals(insts, insts)
+
+
+def run_with_steps(count: int) -> dict[str, str]:
+    """A run folder whose timeline.json has `count` steps of one launch each (issue 18: more
+    than a smallint's 32,767 used to wedge the trace in `parsing`)."""
+    steps = [
+        {
+            "name": f"step {n}",
+            "phase": "decode",
+            "ctx": VECADD_CTX,
+            "first_kernel_id": n + 1,
+            "last_kernel_id": n + 1,
+        }
+        for n in range(count)
+    ]
+    return {
+        f"traces/stats_ctx_{VECADD_CTX}": STATS_HEADER + stats_row(count),
+        "timeline.json": json.dumps({"steps": steps}),
+    }
+
+
+def run_with_contexts(count: int) -> dict[str, str]:
+    """A run folder whose one stats file has `count` launches, each on a device of its own: one
+    context apiece (issue 18: more than a trace holds used to raise a bare ValueError)."""
+    launches = (
+        stats_launch_half(
+            f"kernel-{device + 1}.trace", "k", (1, 1, 1), (32, 1, 1), device_id=device, stream_id=0
+        )
+        + stats_totals(10, 10)
+        for device in range(count)
+    )
+    return {"traces/stats.csv": DEVICE_STATS_HEADER + "".join(launches)}
 
 
 def kernel_row(

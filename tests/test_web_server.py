@@ -3,54 +3,25 @@
 Issue 12, finding 4: three connections sending a byte every 2 s stopped all three sync workers.
 """
 
-import os
-import signal
 import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests import gunicorn_process
+from tests.gunicorn_process import clean_environ
+
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
 def gunicorn(tmp_path):
-    port = free_port()
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "CASCADE_", "DATABASE_URL"))},
-        "CASCADE_VAR_DIR": str(tmp_path),
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
-        "CASCADE_BIND": f"127.0.0.1:{port}",
-        # As few workers as the README's old sync setup had slow clients to block.
-        "CASCADE_WEB_WORKERS": "1",
-    }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "cascade.wsgi"], cwd=ROOT, env=env, stderr=subprocess.PIPE
-    )
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(f"{base}/api/traces", timeout=1)
-        except urllib.error.HTTPError:
-            break  # 401: it answers
-        except OSError:
-            time.sleep(0.1)
-    yield port
-    # Quick shutdown: nothing is left to finish, and a graceful one waits seconds for idle workers.
-    process.send_signal(signal.SIGINT)
-    process.wait(30)
+    env = clean_environ(CASCADE_VAR_DIR=str(tmp_path), DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}")
+    # As few workers as the README's old sync setup had slow clients to block.
+    with gunicorn_process.gunicorn(env, tmp_path, workers=1) as server:
+        yield server.port
 
 
 def test_slow_clients_do_not_stop_the_server(gunicorn):

@@ -133,12 +133,7 @@ def stuck_parsing(fix: bool) -> Finding | None:
         with trace_lock(trace_id) as acquired:
             if acquired:
                 stuck.append(trace_id)
-    if not stuck:
-        return None
-    finding = Finding("traces stuck in parsing with no pass holding them", len(stuck), stuck[:SHOWN])
-    if fix:
-        finding.repaired = requeue(stuck, STUCK_ERROR)
-    return finding
+    return requeued_finding("traces stuck in parsing with no pass holding them", stuck, STUCK_ERROR, fix)
 
 
 def missing_names(fix: bool) -> Finding | None:
@@ -146,11 +141,19 @@ def missing_names(fix: bool) -> Finding | None:
     with connection.cursor() as cursor:
         cursor.execute(MISSING_NAMES_SQL)
         trace_ids = [trace_id for (trace_id,) in cursor.fetchall()]
+    return requeued_finding(
+        "traces with launches whose kernel name is gone", trace_ids, MISSING_NAME_ERROR, fix
+    )
+
+
+def requeued_finding(what: str, trace_ids: list[str], error: str, fix: bool) -> Finding | None:
+    """Traces that parsing again cures: a finding (None if there are none), and with `fix`
+    each one requeued with `error`."""
     if not trace_ids:
         return None
-    finding = Finding("traces with launches whose kernel name is gone", len(trace_ids), trace_ids[:SHOWN])
+    finding = Finding(what, len(trace_ids), trace_ids[:SHOWN])
     if fix:
-        finding.repaired = requeue(trace_ids, MISSING_NAME_ERROR)
+        finding.repaired = requeue(trace_ids, error)
     return finding
 
 

@@ -19,13 +19,6 @@ from django.db.models.functions import Cast
 from traces.filters import TraceFilter
 from traces.models import KERNEL_COLUMNS, Kernel, KernelContext, KernelName, Step, Trace, TraceState
 
-
-def storable(text: str) -> bool:
-    """Can a text column hold `text`? PostgreSQL's cannot hold NUL, and refuses a query that
-    compares with one: an id or a filter with a NUL names nothing, and asks nothing."""
-    return "\x00" not in text
-
-
 # --- the API -------------------------------------------------------------------------
 
 # A TraceSummary's fields in the API reference's order: the columns read, and the JSON keys.

@@ -11,7 +11,6 @@ import dataclasses
 import hashlib
 import logging
 import queue
-import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from traces.models import (
     name_digest,
     next_trace_keys,
 )
+from traces.text import replace_unstorable
 
 logger = logging.getLogger(__name__)
 
@@ -345,8 +345,8 @@ def trace_fail(
     """
     _apply(trace, run)
     for name in RUN_FIELDS:
-        setattr(trace, name, storable(getattr(trace, name)))
-    trace.error = storable(error)
+        setattr(trace, name, replace_unstorable(getattr(trace, name)))
+    trace.error = replace_unstorable(error)
     try:
         _write_failure(trace, parser_version, fingerprint)
     except DatabaseError:
@@ -367,20 +367,6 @@ RUN_FIELDS = {
     "trace_gpu_arch": None,
     "suggested_sim_config": None,
 }
-# What PostgreSQL's text and jsonb cannot hold: NUL, and surrogates (not UTF-8).
-UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-
-
-def storable(value):
-    """`value` (a string, or JSON of them) with each character the database cannot store
-    replaced by U+FFFD."""
-    if isinstance(value, str):
-        return UNSTORABLE.sub("\ufffd", value)
-    if isinstance(value, list):
-        return [storable(item) for item in value]
-    if isinstance(value, dict):
-        return {storable(key): storable(item) for key, item in value.items()}
-    return value
 
 
 def _write_failure(trace: Trace, parser_version: int | None, fingerprint: str) -> None:

@@ -14,6 +14,7 @@ from traces.filters import shown, trace_filters
 from traces.models import TraceState
 from traces.openapi import compare_schema, list_schema, retrieve_schema, summary_schema
 from traces.permissions import CanViewTraces
+from traces.text import is_storable
 
 # Below this many kernels a detail is sent in one piece, with a Content-Length.
 STREAM_KERNELS_ABOVE = 5000
@@ -75,7 +76,7 @@ class TraceViewSet(viewsets.ViewSet):
 
     @retrieve_schema
     def retrieve(self, request, trace_id=None):
-        if not selectors.storable(trace_id):
+        if not is_storable(trace_id):
             raise NotFound(f"trace {trace_id} not found")
         if not self.wants_json(request):
             row, rows = selectors.trace_detail_snapshot(trace_id, BROWSABLE_KERNELS_MAX)
@@ -124,7 +125,7 @@ class TraceViewSet(viewsets.ViewSet):
 
     def ready_traces(self, trace_ids: tuple[str, ...]) -> None:
         """404 naming the first trace that does not exist, 409 for one that is not ready."""
-        states = analysis.trace_states([trace_id for trace_id in trace_ids if selectors.storable(trace_id)])
+        states = analysis.trace_states([trace_id for trace_id in trace_ids if is_storable(trace_id)])
         for trace_id in trace_ids:
             if trace_id not in states:
                 raise NotFound(f"trace {trace_id} not found")

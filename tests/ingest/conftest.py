@@ -1,4 +1,7 @@
-"""Uploading run folders to the test bucket, the way the profiler does."""
+"""Uploading run folders to the test bucket, the way the profiler does; the requests the bucket
+answered; Celery run inline."""
+
+import logging
 
 import orjson
 import pytest
@@ -42,3 +45,35 @@ def vecadd_files() -> dict:
         f"traces/kernel-1-ctx_{VECADD_CTX}.trace.xz": b"\xfd7zXZ\x00 not downloaded",
         "configs/gpgpusim.config": "-gpgpu_n_clusters 46\n",
     }
+
+
+@pytest.fixture
+def eager(settings):
+    """Celery tasks run inline where they are queued; a memory broker, so no queue markers."""
+    from cascade import celery_app  # Celery loaded by the tests that use it, as in production
+
+    settings.CELERY_BROKER_URL = "memory://"
+    celery_app.conf.task_always_eager = True
+    yield
+    celery_app.conf.task_always_eager = False
+
+
+@pytest.fixture
+def s3_log(caplog):
+    """`s3_log(method, under)`: the paths (query included) of the `method` requests that moto's
+    server, in this process, answered with `under` in their path, from its request log."""
+    caplog.set_level(logging.INFO, logger="werkzeug")
+
+    def requests(method: str = "GET", under: str = "") -> list[str]:
+        found = []
+        for record in caplog.records:
+            if record.name != "werkzeug" or not record.args:
+                continue
+            line = str(record.args[0])  # '"GET /bucket/key HTTP/1.1"'
+            verb, _, rest = line.strip('"').partition(" ")
+            path = rest.rsplit(" ", 1)[0]
+            if verb == method and under in path:
+                found.append(path)
+        return found
+
+    return requests

@@ -6,8 +6,8 @@ Against moto's S3 server and PostgreSQL; S3 requests counted from the server's o
 """
 
 import io
-import json
 import logging
+import traceback
 
 import psycopg
 import pytest
@@ -15,34 +15,13 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from django.core.management import CommandError, call_command
 from django.db import DataError, OperationalError
 
-from ingest import failures, passes, stats
+from ingest import failures, passes, reingest, stats
 from ingest.tasks import parse_trace_task
-from tests.helpers import PREFIX, STATS_HEADER, VECADD_CTX, stats_row
-from tools.tracer_format import DEVICE_STATS_HEADER, stats_launch_half, stats_totals
+from tests.helpers import PREFIX, run_with_contexts, run_with_steps
 from traces import services
 from traces.models import Trace, TraceState
 
 OK = {"status": "ok", "trace_gpu_arch": "sm_86"}
-
-
-@pytest.fixture
-def s3_log(caplog):
-    """The requests moto's server answered, as (method, path) pairs, from its log."""
-    caplog.set_level(logging.INFO, logger="werkzeug")
-
-    def requests(method: str = "GET", under: str = "") -> list[str]:
-        found = []
-        for record in caplog.records:
-            if record.name != "werkzeug" or not record.args:
-                continue
-            line = str(record.args[0])  # '"GET /bucket/key HTTP/1.1"'
-            verb, _, rest = line.strip('"').partition(" ")
-            path = rest.rsplit(" ", 1)[0]
-            if verb == method and under in path:
-                found.append(path)
-        return found
-
-    return requests
 
 
 def run_pass(*args) -> str:
@@ -163,17 +142,6 @@ def test_anything_else_is_ours():
     assert failures.failure_message(KeyError("x")) == "internal error while parsing: KeyError: 'x'"
 
 
-@pytest.fixture
-def eager(settings):
-    """Tasks run inline where they are queued (as tests/ingest/test_tasks.py's)."""
-    from cascade.celery import app as celery_app
-
-    settings.CELERY_BROKER_URL = "memory://"
-    celery_app.conf.task_always_eager = True
-    yield
-    celery_app.conf.task_always_eager = False
-
-
 def test_celery_goes_through_the_same_policy(db, eager, upload, vecadd_files, broken_parser, settings):
     settings.CASCADE_PARSE_ATTEMPTS = 2
     upload("run", vecadd_files, metadata=OK)
@@ -214,15 +182,7 @@ def test_the_failure_is_written_whatever_the_run_fields_hold(db, make_trace):
 
 
 def test_more_contexts_than_a_trace_holds_fail_it_in_the_users_terms(transactional_db, upload, settings):
-    count = services.MAX_CONTEXTS + 1
-    lines = [DEVICE_STATS_HEADER] + [
-        stats_launch_half(
-            f"kernel-{device + 1}.trace", "k", (1, 1, 1), (32, 1, 1), device_id=device, stream_id=0
-        )
-        + stats_totals(10, 10)
-        for device in range(count)
-    ]
-    upload("contexts", {"traces/stats.csv": "".join(lines)}, metadata=OK)
+    upload("contexts", run_with_contexts(services.MAX_CONTEXTS + 1), metadata=OK)
     run_pass()
     trace = Trace.objects.get(pk="contexts")
     assert trace.state == TraceState.FAILED
@@ -230,22 +190,7 @@ def test_more_contexts_than_a_trace_holds_fail_it_in_the_users_terms(transaction
 
 
 def test_steps_past_the_columns_never_leave_the_trace_unfinished(transactional_db, upload):
-    steps = [
-        {
-            "name": f"step {n}",
-            "phase": "decode",
-            "ctx": VECADD_CTX,
-            "first_kernel_id": n + 1,
-            "last_kernel_id": n + 1,
-        }
-        for n in range(40_000)
-    ]
-    stats_text = STATS_HEADER + stats_row(40_000)
-    upload(
-        "steps",
-        {f"traces/stats_ctx_{VECADD_CTX}": stats_text, "timeline.json": json.dumps({"steps": steps})},
-        metadata=OK,
-    )
+    upload("steps", run_with_steps(40_000), metadata=OK)
     run_pass()
     trace = Trace.objects.get(pk="steps")
     # Refused by the timeline's reader (its steps unused) or by the database: never stuck.
@@ -282,3 +227,27 @@ def test_ingest_traces_trace_goes_through_the_same_policy(
         TraceState.FAILED,
         "internal error while parsing: ZeroDivisionError: a bug of ours",
     )
+
+
+def test_the_admins_reingest_without_celery_logs_an_error_of_ours_with_one_traceback(
+    transactional_db, upload, vecadd_files, broken_parser, settings, caplog
+):
+    settings.CASCADE_PARSE_ATTEMPTS = 3
+    upload("run", vecadd_files, metadata=OK)
+    passes.scan_bucket()
+
+    with caplog.at_level(logging.DEBUG, logger="ingest"):  # pytest's handler is on `ingest` too
+        reingest.reingest_in_background("run")  # what the admin's background worker runs
+    ingest_log = [record for record in caplog.records if record.name.startswith("ingest")]
+
+    assert Trace.objects.get(pk="run").parse_attempts == 1
+    with_traceback = [record for record in ingest_log if record.exc_info is not None]
+    assert len(with_traceback) == 1, "the policy logs the try with its traceback, once"
+    assert "ZeroDivisionError: a bug of ours" in "".join(
+        traceback.format_exception(*with_traceback[0].exc_info)
+    )
+    said = [record for record in ingest_log if record.name == "ingest.reingest"]
+    assert [record.getMessage() for record in said] == [
+        "run: re-ingest: try 1 of 3 failed, the next pass tries again: "
+        "internal error while parsing: ZeroDivisionError: a bug of ours"
+    ]

@@ -8,8 +8,6 @@ healthy run `ready`, and no bad run's files downloaded again once it failed. Dow
 counted by moto's server (in this process) from its request log.
 """
 
-import json
-import logging
 import signal
 import subprocess
 import sys
@@ -19,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import PREFIX, STATS_HEADER, VECADD_CTX, stats_row
-from tools.tracer_format import DEVICE_STATS_HEADER, stats_launch_half, stats_totals
+from tests.helpers import PREFIX, STATS_HEADER, VECADD_CTX, run_with_contexts, run_with_steps, stats_row
 from traces.models import Trace, TraceState
 
 pytestmark = pytest.mark.slow
@@ -34,35 +31,15 @@ SETTLE_SECONDS = 240
 
 def bad_runs() -> dict[str, tuple[dict, dict]]:
     """Run id -> (files, metadata.json): finding 1's ways in, and a parse that breaks."""
-    steps = [
-        {
-            "name": f"step {n}",
-            "phase": "decode",
-            "ctx": VECADD_CTX,
-            "first_kernel_id": n + 1,
-            "last_kernel_id": n + 1,
-        }
-        for n in range(40_000)
-    ]
-    contexts = [DEVICE_STATS_HEADER] + [
-        stats_launch_half(
-            f"kernel-{device + 1}.trace", "k", (1, 1, 1), (32, 1, 1), device_id=device, stream_id=0
-        )
-        + stats_totals(10, 10)
-        for device in range(32_769)
-    ]
     long_total = "9" * 4_301
     stats_ctx = f"traces/stats_ctx_{VECADD_CTX}"
     return {
-        "steps-40000": (
-            {stats_ctx: STATS_HEADER + stats_row(40_000), "timeline.json": json.dumps({"steps": steps})},
-            OK,
-        ),
+        "steps-40000": (run_with_steps(40_000), OK),
         "nul-metadata": (
             {stats_ctx: STATS_HEADER + stats_row(1)},
             {**OK, "model": "opt\u0000125m", "layers": ["prefill\u0000", "decode"]},
         ),
-        "contexts-32769": ({"traces/stats.csv": "".join(contexts)}, OK),
+        "contexts-32769": (run_with_contexts(32_769), OK),
         "long-totals": (
             {stats_ctx: STATS_HEADER + stats_row(1).replace("50066,50066", f"{long_total},1")},
             OK,
@@ -78,15 +55,9 @@ def bad_runs() -> dict[str, tuple[dict, dict]]:
     }
 
 
-def downloads(caplog, run_id: str) -> int:
+def downloads(s3_log, run_id: str) -> int:
     """GETs of the run's files other than metadata.json (listings are GETs of the bucket)."""
-    count = 0
-    for record in caplog.records:
-        if record.name == "werkzeug" and record.args:
-            verb, _, rest = str(record.args[0]).strip('"').partition(" ")
-            path = rest.rsplit(" ", 1)[0]
-            count += verb == "GET" and f"/{PREFIX}{run_id}/" in path and not path.endswith("/metadata.json")
-    return count
+    return sum(not path.endswith("/metadata.json") for path in s3_log("GET", f"/{PREFIX}{run_id}/"))
 
 
 class Watch:
@@ -137,8 +108,7 @@ def settled(run_ids: list[str]) -> bool:
     )
 
 
-def test_no_run_wedges_the_watching_poller(transactional_db, upload, vecadd_files, child_env, caplog):
-    caplog.set_level(logging.INFO, logger="werkzeug")
+def test_no_run_wedges_the_watching_poller(transactional_db, upload, vecadd_files, child_env, s3_log):
     runs = bad_runs()
     for run_id, (files, metadata) in runs.items():
         upload(run_id, files, metadata=metadata)
@@ -162,9 +132,9 @@ def test_no_run_wedges_the_watching_poller(transactional_db, upload, vecadd_file
             )
             time.sleep(0.2)
         settled_at = watch.passes
-        downloaded = {run_id: downloads(caplog, run_id) for run_id in runs}
+        downloaded = {run_id: downloads(s3_log, run_id) for run_id in runs}
         watch.wait_for_passes(max(PASSES, settled_at + 5), timeout=SETTLE_SECONDS)
-        after = {run_id: downloads(caplog, run_id) for run_id in runs}
+        after = {run_id: downloads(s3_log, run_id) for run_id in runs}
     finally:
         watch.stop()
 

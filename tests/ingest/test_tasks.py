@@ -22,15 +22,6 @@ METADATA = {"status": "ok", "trace_gpu_arch": "sm_86"}
 
 
 @pytest.fixture
-def eager(settings):
-    """Tasks run inline where they are queued; a memory broker, so no queue markers."""
-    settings.CELERY_BROKER_URL = "memory://"
-    celery_app.conf.task_always_eager = True
-    yield
-    celery_app.conf.task_always_eager = False
-
-
-@pytest.fixture
 def broker_redis(settings):
     """The real Redis on this machine, with a queue name of this test's own."""
     import redis

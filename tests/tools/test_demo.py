@@ -108,26 +108,35 @@ def read_lines(stream, lines: queue.Queue) -> None:
     lines.put(None)
 
 
-def test_interactive_demo_prints_a_working_curl_command_and_ctrl_c_stops_everything(demo_env):
+def start_demo(command: list[str], env: dict, **popen) -> tuple[subprocess.Popen, queue.Queue]:
+    """The interactive demo started by `command` in the repository, its output (stderr too)
+    read line by line on a thread: None once it ends."""
     demo = subprocess.Popen(
-        [sys.executable, "-m", "tools.demo"],
-        cwd=ROOT,
-        env=demo_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen
     )
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=read_lines, args=(demo.stdout, lines), daemon=True).start()
+    return demo, lines
+
+
+def wait_until_ready(lines: queue.Queue, output: list[str]) -> dict[str, int]:
+    """Reads the demo's lines into `output` until it says "Ctrl-C stops everything" (TIMEOUT s
+    at most): the processes it started, by name, as its `demo: processes:` line says."""
+    deadline = time.monotonic() + TIMEOUT
+    while not any("Ctrl-C stops everything" in line for line in output):
+        line = lines.get(timeout=max(1, deadline - time.monotonic()))
+        assert line is not None, "".join(output)
+        output.append(line)
+    named = "".join(output).split("demo: processes: ")[1].split("\n")[0].split()
+    return {name: int(pid) for name, pid in (item.split("=") for item in named)}
+
+
+def test_interactive_demo_prints_a_working_curl_command_and_ctrl_c_stops_everything(demo_env):
+    demo, lines = start_demo([sys.executable, "-m", "tools.demo"], demo_env)
     output = []
     try:
-        deadline = time.monotonic() + TIMEOUT
-        while not any("Ctrl-C stops everything" in line for line in output):
-            line = lines.get(timeout=max(1, deadline - time.monotonic()))
-            assert line is not None, "".join(output)
-            output.append(line)
+        pids = wait_until_ready(lines, output)
         text = "".join(output)
-        pids = dict(item.split("=") for item in text.split("demo: processes: ")[1].split("\n")[0].split())
         curl = next(line.strip() for line in output if line.strip().startswith("curl "))
         token = next(line.split()[-1] for line in output if "API token" in line)
 
@@ -153,5 +162,5 @@ def test_interactive_demo_prints_a_working_curl_command_and_ctrl_c_stops_everyth
         demo.send_signal(signal.SIGINT)
         returncode = demo.wait(timeout=60)
     assert returncode == 0
-    assert all(gone(int(pid)) for pid in pids.values()), pids
+    assert all(gone(pid) for pid in pids.values()), pids
     assert not listening(url)

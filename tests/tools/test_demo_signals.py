@@ -4,19 +4,15 @@ terminal's Ctrl-C reaches the whole process group, but a service manager, a scri
 ever (SIGINT) while the demo it had started went on running."""
 
 import os
-import queue
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.tools.test_demo import TIMEOUT, demo_env, gone, listening, read_lines  # noqa: F401 (fixture)
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.tools.test_demo import demo_env, gone, listening, start_demo, wait_until_ready  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -38,34 +34,13 @@ def kill(pid: int) -> None:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["TERM", "INT"])
 def test_a_signal_to_the_run_py_process_alone_stops_every_child(demo_env, signum):  # noqa: F811
     # Its own session: the signal below reaches run.py's PID only, never a process group.
-    run = subprocess.Popen(
-        [sys.executable, "run.py", "demo"],
-        cwd=ROOT,
-        env=demo_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    lines: queue.Queue = queue.Queue()
-    threading.Thread(target=read_lines, args=(run.stdout, lines), daemon=True).start()
+    run, lines = start_demo([sys.executable, "run.py", "demo"], demo_env, start_new_session=True)
     output: list[str] = []
     pids: dict[str, int] = {}
     survivors: dict[str, int] = {}
     returncode = None
     try:
-        deadline = time.monotonic() + TIMEOUT
-        while not any("Ctrl-C stops everything" in line for line in output):
-            line = lines.get(timeout=max(1, deadline - time.monotonic()))
-            assert line is not None, "".join(output)
-            output.append(line)
-        text = "".join(output)
-        pids = {
-            name: int(pid)
-            for name, pid in (
-                item.split("=") for item in text.split("demo: processes: ")[1].split("\n")[0].split()
-            )
-        }
+        pids = wait_until_ready(lines, output)
         pids["demo"] = next(iter(children(run.pid)))
         url = next(line.split()[1] for line in output if line.strip().startswith("URL"))
 

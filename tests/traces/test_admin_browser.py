@@ -3,6 +3,7 @@
 Debian's chromium and chromium-driver, headless; `.ci/install-browser` installs them.
 """
 
+import contextlib
 import shutil
 import tempfile
 from pathlib import Path
@@ -31,8 +32,10 @@ CHROMIUM_FLAGS = (
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def browser():
+@contextlib.contextmanager
+def chromium(*, implicit_wait: float, console: bool = False):
+    """Headless Chromium through chromedriver, with a profile of its own; the test is skipped
+    where they are not installed. `console`: keep what the page's console says (get_log)."""
     missing = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.exists()]
     if missing:
         pytest.skip(
@@ -46,11 +49,21 @@ def browser():
     options.binary_location = str(CHROMIUM)
     for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}"):
         options.add_argument(flag)
+    if console:
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
-    driver.implicitly_wait(5)
-    yield driver
-    driver.quit()
-    shutil.rmtree(profile, ignore_errors=True)
+    driver.implicitly_wait(implicit_wait)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture
+def browser():
+    with chromium(implicit_wait=5) as driver:
+        yield driver
 
 
 @pytest.fixture

@@ -4,14 +4,11 @@ violation on the admin (its charts too), the browsable API and Swagger UI (issue
 Debian's chromium and chromium-driver, headless, as tests/traces/test_admin_browser.py.
 """
 
-import shutil
-import tempfile
-
 import pytest
 from django.contrib.auth import get_user_model
 
 from tests.traces.test_admin_analysis import ADD, CUBLAS, GEMM, add_run, add_steps
-from tests.traces.test_admin_browser import CHROMEDRIVER, CHROMIUM, CHROMIUM_FLAGS
+from tests.traces.test_admin_browser import chromium
 from traces.models import Trace, TraceState
 
 pytestmark = pytest.mark.slow
@@ -19,26 +16,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def browser():
-    missing = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.exists()]
-    if missing:
-        pytest.skip(
-            f"needs Debian's chromium and chromium-driver ({', '.join(missing)} missing): run .ci/install-browser"
-        )
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    profile = tempfile.mkdtemp(prefix="cascade-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}"):
-        options.add_argument(flag)
     # The console, where Chromium reports what the policy refused.
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
-    driver.implicitly_wait(10)
-    yield driver
-    driver.quit()
-    shutil.rmtree(profile, ignore_errors=True)
+    with chromium(implicit_wait=10, console=True) as driver:
+        yield driver
 
 
 def violations(browser) -> list[str]:

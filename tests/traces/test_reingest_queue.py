@@ -8,8 +8,7 @@ import pytest
 
 from ingest import passes
 from ingest import reingest as reingest_module
-
-CHANGELIST = "/admin/traces/trace/"
+from tests.traces.test_admin import reingest
 
 
 class BlockingParses:
@@ -43,14 +42,6 @@ def parses(monkeypatch, settings):
     yield blocking
     blocking.release.set()
     assert reingest_module.queue.wait_idle(30)
-
-
-def reingest(client, *trace_ids):
-    response = client.post(
-        CHANGELIST, {"action": "reingest", "_selected_action": list(trace_ids)}, follow=True
-    )
-    assert response.status_code == 200
-    return [str(message) for message in response.context["messages"]]
 
 
 def test_a_selection_is_parsed_one_trace_at_a_time_and_the_queue_is_bounded(staff_client, make_trace, parses):

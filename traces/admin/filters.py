@@ -6,6 +6,7 @@ from django.http import HttpResponseBadRequest
 
 from traces import selectors
 from traces.models import CURRENT_PARSER_VERSION, KernelContext
+from traces.text import is_storable
 
 
 class ParserVersionFilter(admin.SimpleListFilter):
@@ -74,9 +75,7 @@ class StorableLookups:
     """
 
     def changelist_view(self, request, extra_context=None):
-        if not all(
-            selectors.storable(text) for key, values in request.GET.lists() for text in (key, *values)
-        ):
+        if not all(is_storable(text) for key, values in request.GET.lists() for text in (key, *values)):
             return HttpResponseBadRequest(
                 "A filter or search with a NUL character: no trace, kernel or token holds one.",
                 content_type="text/plain; charset=utf-8",
@@ -84,6 +83,6 @@ class StorableLookups:
         return super().changelist_view(request, extra_context)
 
     def get_object(self, request, object_id, from_field=None):
-        if not selectors.storable(object_id):
+        if not is_storable(object_id):
             return None
         return super().get_object(request, object_id, from_field)

@@ -37,6 +37,7 @@ from traces.admin.filters import ParserVersionFilter, StorableLookups
 from traces.models import CURRENT_PARSER_VERSION, Kernel, Trace, TraceState
 from traces.services import TraceBusy, trace_delete, trace_mark_failed, traces_mark_sample
 from traces.signals import reingest_requested
+from traces.text import is_storable
 
 
 def compare_url(a: str, b: str, by: str) -> str:
@@ -94,7 +95,10 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
         ("Files", {"fields": ("files_table",)}),
         (
             "Ingestion bookkeeping",
-            {"classes": ("collapse",), "fields": ("files_changed_at", "parsed_fingerprint", "parse_attempts")},
+            {
+                "classes": ("collapse",),
+                "fields": ("files_changed_at", "parsed_fingerprint", "parse_attempts"),
+            },
         ),
     )
     readonly_fields = (
@@ -289,7 +293,7 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
         # What the page shows of each; metadata.json and the file list can be long.
         traces = Trace.objects.only("id", "state", "model", "source_gpu")
         a_id, b_id = request.GET.get("a", ""), request.GET.get("b", "")
-        if not (selectors.storable(a_id) and selectors.storable(b_id)):
+        if not (is_storable(a_id) and is_storable(b_id)):
             raise Http404("No trace has an id with a NUL character.")
         a = get_object_or_404(traces, pk=a_id)
         b = get_object_or_404(traces, pk=b_id)
