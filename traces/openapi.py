@@ -18,7 +18,8 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 
-from traces import http
+from traces import analysis, http
+from traces.api_examples import LIST_EXAMPLE
 from traces.serializers import (
     ErrorSerializer,
     TraceAnalysisSerializer,
@@ -43,11 +44,15 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
         }
 
 
+# Text filters refuse NUL, as Django's CharField does (no S3 key or PostgreSQL text holds one).
+NO_NUL = "^[^\\u0000]*$"
+
+
 class TraceFilterParameters(DjangoFilterExtension):
     """The list's query parameters from the viewset's `filterset_class`, with what
     drf-spectacular cannot see there: the description is the filter's help_text as written
-    (no list of choices appended), and a text filter refuses NUL, as Django's CharField does
-    (no S3 key or PostgreSQL text holds one): a 400, as the pattern says."""
+    (no list of choices appended), a text filter's value has no NUL (else a 400), and an
+    empty value (`?state=`, as a blank form field sends) narrows nothing."""
 
     priority = 1
 
@@ -59,129 +64,8 @@ class TraceFilterParameters(DjangoFilterExtension):
             parameter["description"] = filter_field.extra["help_text"]
             if issubclass(filter_field.field_class, forms.CharField):
                 parameter["schema"]["pattern"] = NO_NUL
+            parameter["allowEmptyValue"] = True
         return parameters
-
-
-NO_NUL = "^[^\\u0000]*$"
-
-# --- the reference's examples ------------------------------------------------------------
-
-FAILED_SUMMARY = {
-    "id": "demo-failed",
-    "state": "failed",
-    "error": "profiler reported status 'failed' in metadata.json",
-    "created_at": "2026-11-08T08:59:02.590922Z",
-    "updated_at": "2026-11-08T08:59:02.592166Z",
-    "model": None,
-    "layers": [],
-    "source_gpu": None,
-    "trace_gpu_arch": "sm_86",
-    "suggested_sim_config": None,
-    "kernel_count": 0,
-    "bytes": 16650759,
-    "has_real_timing": False,
-    "has_step_timeline": False,
-    "sample": False,
-}
-DEMO_SUMMARY = {
-    "id": "demo",
-    "state": "ready",
-    "error": None,
-    "created_at": "2026-11-08T08:59:02.587743Z",
-    "updated_at": "2026-11-08T08:59:02.592073Z",
-    "model": None,
-    "layers": [],
-    "source_gpu": None,
-    "trace_gpu_arch": "sm_86",
-    "suggested_sim_config": "SM86_RTX3070",
-    "kernel_count": 20,
-    "bytes": 16890250,
-    "has_real_timing": False,
-    "has_step_timeline": True,
-    "sample": False,
-}
-SAMPLE_SUMMARY = {
-    "id": "sample__facebook_opt-125m__h100-e2e",
-    "state": "ready",
-    "error": None,
-    "created_at": "2026-11-08T06:19:57.515017Z",
-    "updated_at": "2026-11-08T06:19:57.515017Z",
-    "model": "facebook/opt-125m",
-    "layers": ["step 0 (prefill)", "step 2 (decode)", "step 10 (decode)", "step 26 (decode)"],
-    "source_gpu": "NVIDIA H100 80GB HBM3",
-    "trace_gpu_arch": "sm_90",
-    "suggested_sim_config": "SM90_H100",
-    "kernel_count": 712,
-    "bytes": 13065268,
-    "has_real_timing": True,
-    "has_step_timeline": True,
-    "sample": True,
-}
-DEMO_METADATA = {
-    "status": "ok",
-    "files": [
-        {"key": "accelsim-traces/demo/configs/config_hopper_islip.icnt", "bytes": 1352},
-        {"key": "accelsim-traces/demo/configs/gpgpusim.config", "bytes": 6028},
-        {"key": "accelsim-traces/demo/configs/trace.config", "bytes": 1085},
-    ],
-    "trace_gpu_arch": "sm_86",
-    "suggested_sim_config": "SM86_RTX3070",
-}
-
-
-def example_kernel(kernel_id: int, *, insts: int | None = 50066, device: int | None = None) -> dict:
-    kernel = {
-        "ctx": "0x6165bdd7ec90",
-        "kernel_id": kernel_id,
-        "name": "_Z6vecAddPdS_S_i",
-        "trace_file": f"kernel-{kernel_id}-ctx_0x6165bdd7ec90.trace.xz",
-        "grid_dim": [98, 1, 1],
-        "block_dim": [1024, 1, 1],
-        "blocks": 98,
-        "threads": 1024,
-        "total_insts": insts,
-        "total_reported_insts": insts,
-        "traced": True,
-        "step": "step 0 (prefill)",
-        "duration_ns": None if insts is None else 2816,
-    }
-    if device is not None:
-        kernel["device_id"] = device
-        kernel["stream_id"] = 7
-    return kernel
-
-
-LIST_EXAMPLE = [FAILED_SUMMARY, DEMO_SUMMARY, SAMPLE_SUMMARY]
-DETAIL_EXAMPLES = [
-    OpenApiExample(
-        "Demo",
-        summary="The reference's demo (kernels trimmed)",
-        value={**DEMO_SUMMARY, "metadata": DEMO_METADATA, "kernels": []},
-        response_only=True,
-    ),
-    OpenApiExample(
-        "NullTotals",
-        summary="Kernels: one without totals (captured into a CUDA graph)",
-        value={
-            **DEMO_SUMMARY,
-            "kernel_count": 2,
-            "metadata": DEMO_METADATA,
-            "kernels": [example_kernel(1), example_kernel(2, insts=None)],
-        },
-        response_only=True,
-    ),
-    OpenApiExample(
-        "DeviceIdFork",
-        summary="Kernels of the tracer fork that records devices",
-        value={
-            **DEMO_SUMMARY,
-            "kernel_count": 2,
-            "metadata": DEMO_METADATA,
-            "kernels": [example_kernel(1, device=0), example_kernel(1, device=1)],
-        },
-        response_only=True,
-    ),
-]
 
 
 def error_response(description: str, example: str) -> OpenApiResponse:
@@ -280,6 +164,16 @@ NOT_MODIFIED = OpenApiResponse(
 )
 
 
+def trace_parameter(name: str, description: str, example: str) -> OpenApiParameter:
+    return OpenApiParameter(
+        name,
+        OpenApiTypes.STR,
+        OpenApiParameter.PATH,
+        description=description,
+        examples=[OpenApiExample(example, value=example)],
+    )
+
+
 list_schema = extend_schema(
     operation_id="traces_list",
     summary="List traces",
@@ -315,97 +209,18 @@ retrieve_schema = extend_schema(
         "answers while the trace is unchanged."
     ),
     parameters=[
-        OpenApiParameter(
-            "trace_id",
-            OpenApiTypes.STR,
-            OpenApiParameter.PATH,
-            description="The trace's id, which is the profiler's run name.",
-            examples=[OpenApiExample("demo", value="demo")],
-        ),
+        trace_parameter("trace_id", "The trace's id, which is the profiler's run name.", "demo"),
         *CACHING_PARAMETERS,
         CHALLENGE,
     ],
     responses={
-        200: OpenApiResponse(TraceDetailSerializer, examples=DETAIL_EXAMPLES),
+        200: TraceDetailSerializer,
         304: NOT_MODIFIED,
         401: UNAUTHORIZED,
         404: error_response("No trace has this id.", "trace nope not found"),
         429: THROTTLED,
     },
 )
-
-
-GEMM_EXAMPLE = (
-    "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off"
-)
-SUMMARY_EXAMPLE = {
-    "id": "sample__facebook_opt-125m__h100-e2e",
-    "kernel_count": 3,
-    "total_insts": 2000,
-    "duration_ns": 800,
-    "steps": [
-        {
-            "name": "step 0 (prefill)",
-            "phase": "prefill",
-            "kernels": 3,
-            "total_insts": 2000,
-            "duration_ns": 800,
-        }
-    ],
-    "kernels": [
-        {
-            "name": GEMM_EXAMPLE,
-            "demangled": GEMM_EXAMPLE,
-            "launches": 2,
-            "traced": 1,
-            "total_insts": 1500,
-            "duration_ns": 600,
-            "insts_share": 0.75,
-            "time_share": 0.75,
-        },
-        {
-            "name": "_Z6vecAddPdS_S_i",
-            "demangled": "vecAdd(double*, double*, double*, int)",
-            "launches": 1,
-            "traced": 1,
-            "total_insts": 500,
-            "duration_ns": 200,
-            "insts_share": 0.25,
-            "time_share": 0.25,
-        },
-    ],
-}
-COMPARE_EXAMPLE = {
-    "a": {"id": "h100", "kernel_count": 3, "total_insts": 2000, "duration_ns": 800},
-    "b": {"id": "a100", "kernel_count": 2, "total_insts": 3000, "duration_ns": None},
-    "by": "name",
-    "kernels": [
-        {
-            "name": "_Z6vecAddPdS_S_i",
-            "names": ["_Z6vecAddPdS_S_i"],
-            "a": {"launches": 1, "total_insts": 500, "duration_ns": 200},
-            "b": {"launches": 2, "total_insts": 3000, "duration_ns": None},
-            "ratios": {"launches": 2.0, "total_insts": 6.0, "duration_ns": None},
-        },
-        {
-            "name": GEMM_EXAMPLE,
-            "names": [GEMM_EXAMPLE],
-            "a": {"launches": 2, "total_insts": 1500, "duration_ns": 600},
-            "b": {"launches": 0, "total_insts": 0, "duration_ns": None},
-            "ratios": {"launches": 0.0, "total_insts": 0.0, "duration_ns": None},
-        },
-    ],
-}
-
-
-def trace_parameter(name: str, description: str, example: str) -> OpenApiParameter:
-    return OpenApiParameter(
-        name,
-        OpenApiTypes.STR,
-        OpenApiParameter.PATH,
-        description=description,
-        examples=[OpenApiExample(example, value=example)],
-    )
 
 
 NOT_READY = error_response(
@@ -427,10 +242,7 @@ summary_schema = extend_schema(
         CHALLENGE,
     ],
     responses={
-        200: OpenApiResponse(
-            TraceAnalysisSerializer,
-            examples=[OpenApiExample("Summary", value=SUMMARY_EXAMPLE, response_only=True)],
-        ),
+        200: TraceAnalysisSerializer,
         401: UNAUTHORIZED,
         404: error_response("No trace has this id.", "trace nope not found"),
         409: NOT_READY,
@@ -453,17 +265,14 @@ compare_schema = extend_schema(
         OpenApiParameter(
             "by",
             OpenApiTypes.STR,
-            enum=["name", "demangled"],
-            default="name",
+            enum=analysis.COMPARE_BY,
+            default=analysis.BY_NAME,
             description="Match kernels by their name as traced (default) or demangled.",
         ),
         CHALLENGE,
     ],
     responses={
-        200: OpenApiResponse(
-            TraceComparisonSerializer,
-            examples=[OpenApiExample("Comparison", value=COMPARE_EXAMPLE, response_only=True)],
-        ),
+        200: TraceComparisonSerializer,
         400: error_response(
             "`by` is neither name nor demangled.", "by must be one of name, demangled, not 'x'"
         ),
@@ -485,36 +294,15 @@ def paths_without_slash(endpoints):
     return [(path.rstrip("/"), regex, method, callback) for path, regex, method, callback in endpoints]
 
 
-CLOSED_COMPONENTS = (
-    "Error",
-    "Kernel",
-    "TraceSummary",
-    "TraceDetail",
-    "TraceTotals",
-    "StepTotal",
-    "KernelMix",
-    "TraceAnalysis",
-    "KernelLaunches",
-    "KernelRatios",
-    "KernelComparison",
-    "TraceComparison",
-)
-
-
 def finish_schema(result, generator, request, public):
-    """Postprocessing hook: the documented objects have exactly the documented keys, a filter
-    may be empty, and the list's example is the reference's (OpenApiParameter and
-    OpenApiExample cannot say the last two)."""
+    """Postprocessing hook: the documented objects have exactly the documented keys, and the
+    list's example is the reference's."""
     schemas = result.get("components", {}).get("schemas", {})
-    for name in CLOSED_COMPONENTS:
-        if name in schemas:
-            schemas[name]["additionalProperties"] = False
+    for schema in schemas.values():
+        if schema.get("type") == "object":
+            schema["additionalProperties"] = False
     listing = result.get("paths", {}).get("/api/traces", {}).get("get")
     if listing is not None:
-        # `?state=` (an empty value, as a blank form field sends) narrows nothing.
-        for parameter in listing["parameters"]:
-            if parameter["in"] == "query":
-                parameter["allowEmptyValue"] = True
         listing["responses"]["200"]["content"]["application/json"]["examples"] = {
             "TracesInEachState": {"value": LIST_EXAMPLE, "summary": "Traces in each state"}
         }

@@ -7,8 +7,11 @@ and nullability from the Trace model; what no model holds (a kernel as the API w
 analysis's sums) is written here.
 """
 
+from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
+from traces.analysis import COMPARE_BY
+from traces.api_examples import COMPARISON_EXAMPLES, DETAIL_EXAMPLES, SUMMARY_EXAMPLES
 from traces.models import Trace
 from traces.selectors import TRACE_SUMMARY_COLUMNS
 
@@ -70,6 +73,7 @@ class TraceSummarySerializer(serializers.ModelSerializer):
         }
 
 
+@extend_schema_serializer(examples=DETAIL_EXAMPLES)
 class TraceDetailSerializer(TraceSummarySerializer):
     """A TraceSummary, then the parsed metadata.json and every kernel launch in (ctx, kernel_id)
     order; `kernels` is empty until the trace is ready."""
@@ -125,6 +129,7 @@ class KernelMixSerializer(serializers.Serializer):
         ref_name = "KernelMix"
 
 
+@extend_schema_serializer(examples=SUMMARY_EXAMPLES)
 class TraceAnalysisSerializer(TraceTotalsSerializer):
     """A ready trace's totals, its steps (empty without timeline.json) and its kernels by name,
     the most instructions first (ties by name)."""
@@ -172,13 +177,14 @@ class KernelComparisonSerializer(serializers.Serializer):
         ref_name = "KernelComparison"
 
 
+@extend_schema_serializer(examples=COMPARISON_EXAMPLES)
 class TraceComparisonSerializer(serializers.Serializer):
     """Two ready traces' totals, then a row per kernel name present in either, ordered by the
     larger of its two instruction counts, descending (ties by name)."""
 
     a = TraceTotalsSerializer()
     b = TraceTotalsSerializer()
-    by = serializers.ChoiceField(choices=["name", "demangled"])
+    by = serializers.ChoiceField(choices=COMPARE_BY)
     kernels = KernelComparisonSerializer(many=True)
 
     class Meta:
