@@ -82,13 +82,26 @@ class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
 
 
 class TraceFilter(django_filters.FilterSet):
-    state = django_filters.ChoiceFilter(choices=TraceState.choices)
-    model = django_filters.CharFilter()
-    source_gpu = django_filters.CharFilter()
-    trace_gpu_arch = django_filters.CharFilter()
-    sample = StrictBooleanFilter()
-    created_after = UtcDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_before = UtcDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    """The viewset's `filterset_class`: the OpenAPI schema's parameters are read from it, and
+    each `help_text` is its parameter's description."""
+
+    state = django_filters.ChoiceFilter(
+        choices=TraceState.choices, help_text=f"{ACCEPTS['state'].capitalize()}."
+    )
+    model = django_filters.CharFilter(help_text=f"Exact match: {ACCEPTS['model']}.")
+    source_gpu = django_filters.CharFilter(help_text=f"Exact match: {ACCEPTS['source_gpu']}.")
+    trace_gpu_arch = django_filters.CharFilter(help_text=f"Exact match: {ACCEPTS['trace_gpu_arch']}.")
+    sample = StrictBooleanFilter(help_text="Only the shipped samples, or none of them.")
+    created_after = UtcDateTimeFilter(
+        field_name="created_at",
+        lookup_expr="gte",
+        help_text=f"Created at or after this instant: {ACCEPTS['created_after']}.",
+    )
+    created_before = UtcDateTimeFilter(
+        field_name="created_at",
+        lookup_expr="lt",
+        help_text=f"Created strictly before this instant: {ACCEPTS['created_before']}.",
+    )
 
 
 def trace_filters(params: QueryDict) -> TraceFilter:

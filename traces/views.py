@@ -3,6 +3,7 @@
 
 from django.http import HttpResponse
 from django.utils.html import format_html
+from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, NotFound, ParseError
@@ -10,8 +11,8 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 from traces import analysis, encoders, http, selectors
-from traces.filters import shown, trace_filters
-from traces.models import TraceState
+from traces.filters import TraceFilter, shown, trace_filters
+from traces.models import Trace, TraceState
 from traces.openapi import compare_schema, list_schema, retrieve_schema, summary_schema
 from traces.permissions import CanViewTraces
 from traces.text import is_storable
@@ -46,6 +47,12 @@ class TraceViewSet(viewsets.ViewSet):
     )
 
     permission_classes = [CanViewTraces]
+    # Read by the OpenAPI schema (drf-spectacular's django-filter extension) for the list's
+    # parameters; `list` validates with the same TraceFilter (`trace_filters`) for the
+    # reference's 400 body, and reads through `selectors`, never this queryset.
+    queryset = Trace.objects.none()
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = TraceFilter
 
     # Trace ids are S3 folder names: dots, `+`, `@` and `=` included.
     lookup_value_regex = "[^/]+"

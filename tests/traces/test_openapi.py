@@ -232,6 +232,23 @@ def test_every_filter_is_a_documented_query_parameter(openapi):
     assert not any(p.get("required") for p in parameters.values())
 
 
+def test_each_filters_description_is_written_once_beside_it(openapi):
+    """The parameters are read from the viewset's filterset: a filter's prose is its help_text."""
+    parameters = {
+        p["name"]: p for p in openapi["paths"]["/api/traces"]["get"]["parameters"] if p["in"] == "query"
+    }
+    for name, trace_filter in TraceFilter.base_filters.items():
+        assert parameters[name]["description"] == trace_filter.extra["help_text"], name
+
+
+def test_sizes_and_counts_are_64_bit_integers(openapi):
+    # A trace's files pass 2 GiB: most client generators read an `integer` without a format
+    # into 32 bits.
+    summary = openapi["components"]["schemas"]["TraceSummary"]["properties"]
+    assert summary["bytes"]["format"] == "int64"
+    assert summary["kernel_count"]["format"] == "int64"
+
+
 def test_statuses_and_error_bodies_are_documented(openapi):
     listing = openapi["paths"]["/api/traces"]["get"]["responses"]
     detail = openapi["paths"]["/api/traces/{trace_id}"]["get"]["responses"]
