@@ -7,8 +7,9 @@
     python3 run.py bench    set up, then print the lab-scale benchmark table (`python -m bench`;
                             `--scale small` for a quick look, `--help` for the options)
 
-Setup is a virtualenv in .venv with requirements.txt installed; it is redone only when
-requirements.txt changes.
+Setup is a virtualenv in .venv with requirements.txt installed (what a deployment runs), and for
+`test` and `bench` requirements-dev.txt too (the tools that test, lint and measure it); it is
+redone only when one of the files it installs changes.
 """
 
 import hashlib
@@ -22,6 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 VENV = Path(os.environ.get("CASCADE_VENV", ROOT / ".venv"))
 REQUIREMENTS = ROOT / "requirements.txt"
+# Includes requirements.txt (`-r`): installing it installs both.
+DEV_REQUIREMENTS = ROOT / "requirements-dev.txt"
 MIN_PYTHON = (3, 11)
 
 
@@ -29,21 +32,26 @@ def venv_python() -> Path:
     return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
-def setup() -> Path:
-    """Create .venv and install requirements.txt unless it is already installed as is."""
+def setup(*, dev: bool) -> Path:
+    """Create .venv and install requirements.txt (and requirements-dev.txt when `dev`) unless
+    they are already installed as they are."""
     if sys.version_info < MIN_PYTHON:
         sys.exit(f"Cascade needs Python {'.'.join(map(str, MIN_PYTHON))}+, this is {sys.version.split()[0]}")
     python = venv_python()
     if not python.exists():
         print(f"run.py: creating a virtualenv in {VENV}", flush=True)
         venv.create(VENV, with_pip=True)
+    # One line per file installed, "<name> <sha256>": a demo after the tests finds requirements.txt
+    # installed as it is and installs nothing; a change to either file reinstalls what it lists.
     stamp = VENV / ".requirements.sha256"
-    wanted = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
-    if not stamp.exists() or stamp.read_text() != wanted:
-        print("run.py: installing requirements.txt", flush=True)
+    files = (REQUIREMENTS, DEV_REQUIREMENTS) if dev else (REQUIREMENTS,)
+    wanted = {f"{path.name} {hashlib.sha256(path.read_bytes()).hexdigest()}" for path in files}
+    installed = set(stamp.read_text().splitlines()) if stamp.exists() else set()
+    if not wanted <= installed:
+        print(f"run.py: installing {files[-1].name}", flush=True)
         pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--quiet"]
-        subprocess.run([*pip, "-r", str(REQUIREMENTS)], check=True)
-        stamp.write_text(wanted)
+        subprocess.run([*pip, "-r", str(files[-1])], check=True)
+        stamp.write_text("".join(f"{line}\n" for line in sorted(wanted)))
     return python
 
 
@@ -60,7 +68,7 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] not in commands:
         print(__doc__.strip(), file=sys.stderr)
         return 2
-    python = setup()
+    python = setup(dev=argv[0] in ("test", "bench"))
     os.chdir(ROOT)
     arguments = argv[1:]
     if argv[0] == "test" and not chose_processes(arguments):

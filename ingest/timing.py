@@ -160,6 +160,14 @@ def parse_timeline(raw: bytes | Iterable[bytes]) -> Steps:
     `raw` is the file's bytes, or its chunks as they stream in (lines from S3: the text is then
     never whole in memory). The document is decoded one value at a time and each step kept in
     columns as it comes (Steps), never a Python object per JSON value.
+
+    Not ijson (tried for issue 19, version 3.6 with its C backend, yajl): it reads an escaped
+    unpaired surrogate (`\\ud800`) as "?", so a name the database cannot store would be stored
+    altered instead of refused; it calls invalid JSON what json.loads reads (NaN, 1e400, a lone
+    `\\udc00`, an integer past 64 bits, which the checks below refuse saying why: "does not fit
+    in 64 bits") and accepts nesting of any depth; it reads UTF-8 only; and keeping the last of
+    repeated "steps" keys takes a Python loop over its events, slower than this decoder
+    (docs/performance.md).
     """
     try:
         steps, count = _decode_timeline(_Text(_text_pieces(raw)))

@@ -31,6 +31,7 @@ from datetime import datetime
 import zstandard
 from django.http import HttpResponse, HttpResponseNotModified, StreamingHttpResponse
 from django.utils.cache import patch_vary_headers
+from django.utils.http import parse_etags
 
 from traces.encoders import format_timestamp
 from traces.models import Trace
@@ -159,21 +160,16 @@ def etag(digest: str, coding: str) -> str:
 def if_none_match_hits(header: str | None, digest: str) -> bool:
     """Does If-None-Match name the current representation (in any coding)? `*` always does.
 
-    Weak comparison, as RFC 9110 asks for If-None-Match: `W/"x"` matches `"x"`. Entries that
-    are not entity tags are ignored.
+    Django's parse_etags reads the header (entries that are not entity tags are dropped); the
+    comparison is weak, as RFC 9110 asks for If-None-Match: `W/"x"` matches `"x"`.
     """
     if not header:
         return False
-    if header.strip() == "*":
+    tags = parse_etags(header)
+    if tags == ["*"]:
         return True
     current = {etag(digest, coding) for coding in (IDENTITY, *CODINGS)}
-    for item in header.split(","):
-        tag = item.strip()
-        if tag.startswith("W/"):
-            tag = tag[2:]
-        if tag in current:
-            return True
-    return False
+    return any(tag.removeprefix("W/") in current for tag in tags)
 
 
 def digest_of(*parts: str) -> str:
