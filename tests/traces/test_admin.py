@@ -873,8 +873,8 @@ def test_unfiltered_kernel_changelist_uses_the_planner_estimate_on_postgres(
     assert not [q["sql"] for q in captured.captured_queries if "COUNT(" in q["sql"].upper()]
     assert response.context["cl"].result_count == estimate
     # The planner can read the list's order straight from an index (on a table this small it
-    # would rather sort, so sorting is made to look expensive): no "-pk" appended to the
-    # order (KernelChangeList says why), no sort of any kind.
+    # would rather sort, so sorting is made to look expensive): the "-pk" Django appends to the
+    # order repeats the primary key's columns, which PostgreSQL drops; no sort of any kind.
     plan = explain(response.context["cl"].queryset[:100])
     assert "Index Scan using traces_kernel_pkey" in plan, plan
     assert "Sort" not in plan, plan
