@@ -11,7 +11,10 @@ from html.parser import HTMLParser
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from django.contrib import admin
+from django.contrib.admin import AdminSite
 from django.contrib.admin.utils import quote
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -20,8 +23,9 @@ from ingest import passes
 from ingest import reingest as reingest_module
 from ingest.tasks import parse_trace_task
 from traces import selectors
-from traces.admin import paginators
+from traces.admin import paginators, register_listed_only
 from traces.admin.chart import MAX_BARS, instruction_chart
+from traces.admin.kernel import KernelAdmin
 from traces.models import CURRENT_PARSER_VERSION, Kernel, KernelName, Trace, TraceState
 from traces.views import TraceViewSet
 
@@ -855,6 +859,20 @@ def test_kernels_are_read_only(staff_client, traces, make_kernels):
     assert [link for cell in row.values() for link in cell.links()] == [
         ("bert-h100", change_url("bert-h100"))
     ]
+
+
+def test_django_admin_still_refuses_composite_primary_keys():
+    # The day a Django registers them, `register_listed_only` can become `admin.site.register`.
+    with pytest.raises(ImproperlyConfigured, match="composite primary key"):
+        AdminSite().register(Kernel, KernelAdmin)
+
+
+def test_kernels_are_registered_with_the_admin_for_their_list():
+    site = AdminSite()
+    register_listed_only(site, Kernel, KernelAdmin)
+    assert site.is_registered(Kernel)
+    assert isinstance(site.get_model_admin(Kernel), KernelAdmin)
+    assert isinstance(admin.site.get_model_admin(Kernel), KernelAdmin)
 
 
 @pytest.mark.postgres
