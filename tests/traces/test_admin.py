@@ -875,6 +875,16 @@ def test_kernels_are_registered_with_the_admin_for_their_list():
     assert isinstance(admin.site.get_model_admin(Kernel), KernelAdmin)
 
 
+def test_a_list_is_unfiltered_until_a_filter_or_search_narrows_it(db, rf):
+    kernel_admin = admin.site.get_model_admin(Kernel)
+    listed = kernel_admin.get_queryset(rf.get(KERNELS))
+    assert paginators.lists_every_row(listed)
+    assert paginators.lists_every_row(listed.order_by("-kernel_id"))
+    assert not paginators.lists_every_row(listed.filter(traced=True))
+    searched, _ = kernel_admin.get_search_results(rf.get(KERNELS), listed, "vecAdd")
+    assert not paginators.lists_every_row(searched)
+
+
 @pytest.mark.postgres
 def test_unfiltered_kernel_changelist_uses_the_planner_estimate_on_postgres(
     on_postgres, staff_client, traces, make_kernels, monkeypatch
