@@ -1,4 +1,4 @@
-"""The kernel list: a million rows, read-only, a page at a time from the unique index."""
+"""The kernel list: a million rows, read-only, a page at a time in the primary key's order."""
 
 from django.contrib import admin
 from django.contrib.admin.utils import quote
