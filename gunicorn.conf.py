@@ -30,9 +30,6 @@ limit_request_field_size = 8190
 access_log_format = '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s" %({x-request-id}o)s'
 
 
-# gunicorn answers a request it cannot even parse (a 414 URI Too Long, 431 headers too large,
-# 400 bad request line) itself, before Django, with an HTML page; API clients read JSON.
-# Its one function that writes those answers is replaced, in the master before it forks.
 def _write_json_error(sock, status_int, reason, mesg):
     import json
 
@@ -46,13 +43,22 @@ def _write_json_error(sock, status_int, reason, mesg):
     write_nonblock(sock, head.encode("latin1") + body)
 
 
-def _json_errors():
+def answer_refusals_in_json():
+    """gunicorn's own refusals (400, 414 URI Too Long, 431 headers too large) in JSON.
+
+    gunicorn answers a request it cannot even parse itself, before Django, with an HTML page;
+    API clients read JSON. It has no setting or hook for that page: the public way, a worker
+    subclass overriding `handle_error`, would restate its ninety lines of which error is which
+    status. So its one function that writes the page, `gunicorn.util.write_error`, is replaced
+    (here, in the master, before it forks). tests/test_gunicorn_conf.py fails if an upgrade
+    stops gunicorn's workers from writing their refusals through it.
+    """
     import gunicorn.util
 
     gunicorn.util.write_error = _write_json_error
 
 
-_json_errors()
+answer_refusals_in_json()
 
 
 def post_worker_init(worker):
@@ -64,6 +70,10 @@ def post_worker_init(worker):
     and the worker lives on, holding the port and whatever it inherited (seen in a test run:
     `ThreadPoolExecutor.shutdown` under `handle_quit` under `ThreadPoolExecutor.submit`). The
     base worker's handler stops the same way, and the interpreter's exit joins the pool.
+    gunicorn has no setting for it; this hook (public) installs the base class's handler (its
+    public method, bypassing the threaded worker's override). tests/test_gunicorn_conf.py
+    fails if the base handler stops stopping the worker, and once gunicorn's threaded handler
+    no longer shuts the pool down (then this hook can go).
     """
     import signal
 

@@ -8,7 +8,6 @@ each CUDA context, so "launch order" is (ctx, kernel_id).
 """
 
 import math
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -71,8 +70,13 @@ def kernel_rows(trace_id: str, limit: int | None = None) -> Iterator[tuple]:
 def _cursor_rows(sql: str, params: list) -> Iterator[tuple]:
     with connection.chunked_cursor() as cursor:
         cursor.execute(sql, params)
-        while rows := cursor.fetchmany(KERNEL_FETCH_ROWS):
-            yield from rows
+        yield from _fetched_rows(cursor)
+
+
+def _fetched_rows(cursor) -> Iterator[tuple]:
+    """A Django cursor's rows, KERNEL_FETCH_ROWS a round trip."""
+    while rows := cursor.fetchmany(KERNEL_FETCH_ROWS):
+        yield from rows
 
 
 # A trace with more contexts than this (none known: a GPU's processes and devices, a few dozen
@@ -166,34 +170,41 @@ def trace_detail_snapshot(trace_id: str, limit: int | None = None) -> tuple[tupl
     parse committed in between. On PostgreSQL the row is read and the kernels' cursor
     declared in one REPEATABLE READ transaction; the cursor is held past its commit (WITH
     HOLD), so the response streams rows of that snapshot however long the client takes.
+
+    The cursor is Django's, so its query is counted and logged like any other and its errors
+    are django.db's: Django's server-side cursor is WITH HOLD when it is created in autocommit
+    mode (outside any transaction, as `QuerySet.iterator()` needs), so it is created just
+    before the transaction and declared inside it. test_api_snapshots checks both.
     """
     if connection.vendor != "postgresql":
         row = trace_detail_row(trace_id)
         serves = row is not None and row[STATE_COLUMN] in SERVES_KERNELS
         return row, kernel_rows(trace_id, limit) if serves else iter(())
     # Inside a caller's transaction (a test's), its snapshot rules: the level is set only
-    # as a transaction's first statement.
+    # as a transaction's first statement (and the cursor, not held, lives as long as it).
     own_transaction = not connection.in_atomic_block
-    with transaction.atomic():
-        if own_transaction:
-            with connection.cursor() as cursor:
-                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        row = trace_detail_row(trace_id)
-        if row is None or row[STATE_COLUMN] not in SERVES_KERNELS:
-            return row, iter(())
-        names = step_names(trace_id)
-        sql, params = kernels_sql(trace_id, limit)  # its contexts from the same snapshot
-        held = connection.connection.cursor(name=f"kernels_{uuid.uuid4().hex}", withhold=True)
-        held.itersize = KERNEL_FETCH_ROWS
-        held.execute(sql, params)
+    held = connection.chunked_cursor()
+    try:
+        with transaction.atomic():
+            if own_transaction:
+                with connection.cursor() as cursor:
+                    cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            row = trace_detail_row(trace_id)
+            if row is None or row[STATE_COLUMN] not in SERVES_KERNELS:
+                held.close()
+                return row, iter(())
+            names = step_names(trace_id)
+            sql, params = kernels_sql(trace_id, limit)  # its contexts from the same snapshot
+            held.execute(sql, params)
+    except BaseException:
+        held.close()
+        raise
     return row, with_step_names(_held_rows(held), names)
 
 
 def _held_rows(cursor) -> Iterator[tuple]:
-    try:
-        yield from cursor
-    finally:
-        cursor.close()
+    with cursor:  # closed when streamed or dropped (a client gone): its errors ignored
+        yield from _fetched_rows(cursor)
 
 
 # --- the admin's trace page -----------------------------------------------------------

@@ -342,14 +342,15 @@ def test_detail_query_count_does_not_grow_with_kernels(
     large = make_trace("large", state=TraceState.READY)
     add_kernels(large, STREAM_KERNELS_ABOVE + 1500)
     api.get("/api/traces/small")  # the token's first use is written once (then at most once a minute)
-    # Token, trace, its steps, its contexts, kernels (on PostgreSQL in one snapshot, whose cursor
-    # Django's count does not see): the same few queries whatever the size.
+    # Token, trace, its steps, its contexts, kernels (on PostgreSQL in one snapshot: its
+    # savepoint and release here, and the kernels' cursor, which Django counts once however
+    # many round trips fetch its rows): the same few queries whatever the size.
     counts = []
     for trace_id, count in [("small", 3), ("large", STREAM_KERNELS_ABOVE + 1500)]:
         with CaptureQueriesContext(connection) as queries:
             assert len(body(api.get(f"/api/traces/{trace_id}"))["kernels"]) == count
         counts.append(len(queries))
-    assert counts[0] == counts[1] <= 6, counts
+    assert counts[0] == counts[1] <= 7, counts
 
 
 def test_large_trace_is_streamed_and_complete(api, make_trace, add_kernels):

@@ -7,6 +7,7 @@ between the two reads.
 
 import threading
 
+import django.db
 import orjson
 import pytest
 from django.db import connection, connections
@@ -93,3 +94,46 @@ def test_a_detail_reads_its_trace_and_kernels_in_one_snapshot(api_token, make_tr
     assert Kernel.objects.filter(trace_id="run").count() == 3000, "the parse did commit meanwhile"
     assert detail["kernel_count"] == len(detail["kernels"]) == 1000
     assert {k["name"] for k in detail["kernels"]} == {"_Z3oldv"}
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_the_held_cursor_streams_after_its_commit_through_djangos_cursor(make_trace):
+    if connection.vendor != "postgresql":
+        pytest.skip("the held cursor is PostgreSQL's")
+    make_trace("run", state=TraceState.READY)
+    count = selectors.KERNEL_FETCH_ROWS * 2 + 1  # rows fetched in three round trips after the commit
+    store("run", count, "_Z3oldv")
+    seen = []
+
+    def record(execute, sql, params, many, context):
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        row, rows = selectors.trace_detail_snapshot("run")
+        assert not connection.in_atomic_block, "the snapshot's transaction has committed"
+        assert [kernel[1] for kernel in rows] == list(range(1, count + 1))
+    # Django sees the kernels' query (its query counts are true, its debug log shows it).
+    assert [sql for sql in seen if "FROM traces_kernel k" in sql], seen
+
+
+@pytest.mark.postgres
+def test_a_database_error_while_streaming_kernels_is_a_django_database_error(make_trace, monkeypatch):
+    if connection.vendor != "postgresql":
+        pytest.skip("the held cursor is PostgreSQL's")
+    make_trace("run", state=TraceState.READY)
+    store("run", selectors.KERNEL_FETCH_ROWS + 10, "_Z3oldv")
+    kernels_sql = selectors.kernels_sql
+
+    def failing_past_the_first_rows(trace_id, limit=None):
+        # Rows are computed as they are fetched (inside the test's transaction): the first
+        # round trip succeeds, the next one divides by zero.
+        sql, params = kernels_sql(trace_id, limit)
+        return f"SELECT *, 1 / ({selectors.KERNEL_FETCH_ROWS + 5} - kernel_id) FROM ({sql}) AS k", params
+
+    monkeypatch.setattr(selectors, "kernels_sql", failing_past_the_first_rows)
+    _, rows = selectors.trace_detail_snapshot("run")
+    assert next(rows)[1] == 1
+    with pytest.raises(django.db.DataError):
+        list(rows)

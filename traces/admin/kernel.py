@@ -1,8 +1,7 @@
-"""The kernel list: a million rows, read-only, a page at a time from the unique index."""
+"""The kernel list: a million rows, read-only, a page at a time in the primary key's order."""
 
 from django.contrib import admin
 from django.contrib.admin.utils import quote
-from django.contrib.admin.views.main import ChangeList
 from django.db.models import OuterRef, Subquery
 from django.urls import reverse
 from django.utils.html import format_html
@@ -12,31 +11,6 @@ from traces.admin.display import truncated
 from traces.admin.filters import ContextFilter, StorableLookups, TraceIdFilter
 from traces.admin.paginators import EstimatedCountPaginator
 from traces.models import Kernel, KernelName, Trace
-
-
-class KernelChangeList(ChangeList):
-    """Kernels in the (trace, ctx, device, kernel_id) unique index's order, nothing appended.
-
-    Django appends "-pk" to an admin ordering it cannot see is total. This one is (the
-    launch is unique, a NULL ctx included, through a second, partial index), but ChangeList
-    skips any unique constraint with a nullable field, and its only hook is the private
-    `_get_deterministic_ordering`. The public way, "pk" last in `ordering`, still reads
-    kernel_unique_launch, under an Incremental Sort that costs per row a page skips.
-    Measured on PostgreSQL 15 with 1,000,000 kernels (10 traces of 4 contexts), the page
-    query's median in repeated runs, without -> with "pk": page 1 0.2-0.3 ms either way; page
-    100 4-7 -> 11-15 ms; page 5,000 0.28-0.32 -> 0.70-0.88 s; the last page, which the
-    first links to, 0.26-0.67 -> 0.71-1.83 s; page 500 of one trace 12-31 -> 36-80 ms.
-    test_unfiltered_kernel_changelist_uses_the_planner_estimate_on_postgres asserts the
-    plan: a Django without this hook fails that test instead of quietly slowing down.
-    """
-
-    LAUNCH = {"trace_key", "context", "kernel_id"}
-
-    def _get_deterministic_ordering(self, ordering):
-        names = {part.lstrip("-") for part in ordering if isinstance(part, str)}
-        if self.LAUNCH <= {"trace_key" if name == "trace" else name for name in names}:
-            return list(ordering)
-        return super()._get_deterministic_ordering(ordering)
 
 
 class KernelAdmin(StorableLookups, admin.ModelAdmin):
@@ -58,7 +32,9 @@ class KernelAdmin(StorableLookups, admin.ModelAdmin):
     list_filter = (TraceIdFilter, ContextFilter, "traced")
     search_fields = ("name",)
     # The primary key's order (trace, context, kernel_id): contexts are numbered within a
-    # trace in (ctx, device) order, so this is the API's launch order.
+    # trace in (ctx, device) order, so this is the API's launch order. Django appends "-pk",
+    # the same columns, which PostgreSQL drops as redundant: the page is read from the primary
+    # key with no sort (test_unfiltered_kernel_changelist_uses_the_planner_estimate_on_postgres).
     ordering = ("trace_key", "context", "kernel_id")
     list_select_related = False
     paginator = EstimatedCountPaginator
@@ -82,9 +58,6 @@ class KernelAdmin(StorableLookups, admin.ModelAdmin):
             return queryset, False
         names = KernelName.objects.filter(name__icontains=search_term).values("id")
         return queryset.filter(kernel_name__in=names), False
-
-    def get_changelist(self, request, **kwargs):
-        return KernelChangeList
 
     def get_list_display(self, request):
         # One trace's kernels (the trace page links here): its id on every row would only take
