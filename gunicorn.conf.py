@@ -3,7 +3,7 @@
 Threads, not sync workers: a sync worker is one request at a time, so three clients sending
 their headers a byte every two seconds stopped all three workers, and `--timeout` killed a
 worker (and cut the download) whenever one response took longer than it, which a
-million-launch trace does for any client slower than ~3 MB/s. In the threaded worker the
+million-launch trace does for any slow client (docs/performance.md). In the threaded worker the
 timeout only watches that the worker process is alive; a slow download holds one thread, not
 the worker. In front of the Internet, put nginx before gunicorn (docs/production.md): it
 buffers slow clients' requests and responses so that no thread waits on them at all.

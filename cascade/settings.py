@@ -2,7 +2,7 @@
 
 The defaults are the embedded mode (SQLite in ./var, DEBUG off, a secret key generated
 once into ./var): safe to run on a laptop, and every value is overridden in production
-through the variables documented in the README's configuration table.
+through the variables documented in docs/configuration.md.
 """
 
 import ipaddress

@@ -228,7 +228,7 @@ def client():
 
     Built from the `traces` storage's options (django-storages' names, CLIENT_OPTIONS) rather
     than through django-storages' backend: its module imports `cryptography` for CloudFront
-    signing and its connection is a boto3 resource with a session per thread, 30 MB that a
+    signing and its connection is a boto3 resource with a session per thread, memory that a
     poll never uses. Sessions are not thread-safe, so clients are made under a lock; clients are.
     """
     current = getattr(_clients, "value", None)

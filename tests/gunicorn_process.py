@@ -1,4 +1,4 @@
-"""gunicorn as the README runs it (gunicorn.conf.py), in a child process the test can read."""
+"""gunicorn as docs/production.md runs it (gunicorn.conf.py), in a child process the test can read."""
 
 import os
 import signal

@@ -1,4 +1,4 @@
-"""The production web server as the README runs it: slow clients hold a thread, not the site.
+"""The production web server as docs/production.md runs it: slow clients hold a thread, not the site.
 
 Issue 12, finding 4: three connections sending a byte every 2 s stopped all three sync workers.
 """

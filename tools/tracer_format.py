@@ -1,9 +1,11 @@
 """The stats rows as the Accel-Sim NVBit tracer writes them: the one definition.
 
-The generator, the parser's tests and the benchmarks build rows with these functions, so a
-correction to the format is made once. `ingest/stats.py` reads the same format and keeps its
-own reading of it on purpose: it parses what the tracer wrote, and these write it, so a
-test that feeds one to the other checks both. What the tracer writes and why is in
+The generator, the tests' fixtures and the benchmarks build rows with these functions, so a
+correction to the format is made once. `ingest/stats.py` keeps its own reading of the format.
+These and the parser come from one reading of tracer_tool.cu, so a test that fed one to the
+other would pass on a shared mistake: the parser's exactness is checked on real tracer files
+(tests/ingest/test_stats_real.py) and on rows rendered from the tracer's own format strings
+(tests/ingest/test_stats_properties.py). What the tracer writes and why is in
 docs/trace-a-workload.md ("What the tracer writes").
 """
 

@@ -43,12 +43,9 @@ ZSTD = "zstd"
 CODINGS = (ZSTD, GZIP)
 ALIASES = {"x-gzip": GZIP}
 
-# Levels measured on a 100,000-launch generated trace (40.6 MB of JSON in chunks of 2,000
-# kernels, flushed per chunk; reading and encoding it takes 0.53 s of CPU, ~77 MB/s): gzip 1
-# gives 1/15 of the bytes at 620 MB/s, 6 gives 1/25 at 310 MB/s, 9 only 1/27 at 165 MB/s. 6 is
-# the knee: it keeps pace (a quarter more CPU than the encoding alone) and keeps a margin on
-# less repetitive traces (a one-context legacy run: 1/11 at level 1, 1/17 at 6). zstd 1 gives
-# 1/40 at 2.7 GB/s; its default, 3, gives less here (1/33), and slower.
+# gzip 6 is the knee: it keeps pace with the encoding and keeps a margin on less repetitive
+# traces; zstd 1 gives fewer bytes than its default, 3, on our JSON, and faster. The measurements:
+# docs/performance.md, "Compression levels".
 GZIP_LEVEL = 6
 ZSTD_LEVEL = 1
 # A list shorter than this is sent as is: a few traces' JSON would barely shrink.

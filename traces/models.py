@@ -296,9 +296,8 @@ class Kernel(models.Model):
     duration_ns = models.BigIntegerField(null=True, blank=True)
     stream = models.BigIntegerField(null=True, blank=True, help_text="The device-id fork's stream id.")
     # No database constraints on the trace and the name: PostgreSQL checks a foreign key with
-    # a trigger per row, which more than doubled a COPY's time (1,000,000 launches: 3.4 s
-    # without the trace's, 7.2-8.1 s with it; 200,000 launches: 111,000 rows/s without the
-    # name's, 63,000-85,000 with). Launches are written by KernelWriter alone, inside the
+    # a trigger per row, which more than doubled a COPY's time (docs/performance.md).
+    # Launches are written by KernelWriter alone, inside the
     # transaction that holds their trace; Django deletes them with their trace (CASCADE), and
     # trace keys come from a sequence, never reused. Names are only ever added, never deleted.
     trace = TraceKeyForeignKey(

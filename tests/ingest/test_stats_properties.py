@@ -2,9 +2,12 @@
 
 Launches are drawn at random (mangled and demangled names, 32-bit values printed negative by `%d`,
 CUDA-graph launches that only get their launch half, a run killed mid-kernel, CRLF copies,
-headerless later-context files, the latency and device-id forks) and rendered with the one
-definition of the row format, `tools.generator.stats_launch_half` / `stats_totals`: the tracer's
-own two fprintf calls. The expected rows come from the drawn launches, never from the parser.
+headerless later-context files, the latency and device-id forks) and rendered with the tracer's
+own fprintf format strings, copied here from tracer_tool.cu and applied as C's printf applies
+them (`tracer_launch_half`, `tracer_totals`). Not with tools.tracer_format, the generator's
+writer: it and the parser were written from one reading of the format, so a test feeding one to
+the other would pass on a shared mistake. The expected rows come from the drawn launches, never
+from the parser. tests/ingest/test_stats_real.py checks the parser on files the tracer wrote.
 
 The suite runs 300 examples per property, derandomized (the same examples on every run, no
 `.hypothesis/` database written). For a deeper run:
@@ -13,6 +16,7 @@ The suite runs 300 examples per property, derandomized (the same examples on eve
 """
 
 import contextlib
+import ctypes
 import os
 import re
 import signal
@@ -26,7 +30,6 @@ from hypothesis import strategies as st
 
 from ingest import stats
 from ingest.stats import KernelRow, StatsError, first_line_extra_columns, parse_stats_lines
-from tools.generator import STATS_HEADER, stats_launch_half, stats_totals
 
 EXAMPLES = int(os.environ.get("CASCADE_HYPOTHESIS_EXAMPLES", "300"))
 PROPERTY = settings(
@@ -38,6 +41,14 @@ PROPERTY = settings(
 )
 UINT32 = 2**32
 
+# tracer_tool.cu's header and fprintf formats, as its source spells them.
+STATS_HEADER = (
+    "kernel id, kernel mangled name, grid_dimX, grid_dimY, grid_dimZ, #blocks, "
+    "block_dimX, block_dimY, block_dimZ, #threads, total_insts, total_reported_insts\n"
+)
+LAUNCH_FORMAT = "%s, %s, %d, %d, %d, %d, %d, %d, %d, %d, "  # at launch: no newline
+EXIT_FORMAT = "%d,%d"  # at exit; a fork appends ",%.6f" (latency), then "\n"
+DEVICE_FORMAT = "%d, %d, "  # the device-id fork: device and stream before the launch half
 DEVICE_HEADER = "device_id, stream_id, " + STATS_HEADER
 LATENCY_HEADER = STATS_HEADER.rstrip("\n") + ", latency\n"
 
@@ -109,6 +120,29 @@ LATENCY = st.one_of(st.just(-1.0), st.floats(0, 1e9, allow_nan=False, allow_infi
 CTX = st.integers(2**20, 2**48).map(hex)
 
 
+def c_int(value: int) -> int:
+    """The int C's `%d` receives for an unsigned 32-bit value (2^31 and above print negative)."""
+    return ctypes.c_int32(value).value
+
+
+def tracer_launch_half(trace_file, name, grid, block, *, device_id=None, stream_id=None) -> str:
+    gx, gy, gz = grid
+    bx, by, bz = block
+    numbers = (gx, gy, gz, gx * gy * gz, bx, by, bz, bx * by * bz)
+    half = LAUNCH_FORMAT % (trace_file, name, *(c_int(n) for n in numbers))
+    if device_id is None:
+        return half
+    return DEVICE_FORMAT % (c_int(device_id), c_int(stream_id)) + half
+
+
+def tracer_totals(total_insts: int, total_reported_insts: int, *latency: str) -> str:
+    return (
+        EXIT_FORMAT % (c_int(total_insts), c_int(total_reported_insts))
+        + "".join(f",{v}" for v in latency)
+        + "\n"
+    )
+
+
 @dataclass(frozen=True)
 class StatsFile:
     data: bytes
@@ -163,12 +197,12 @@ def stats_files(draw, *, variants=("standard", "latency", "device", "distributed
             kinds.append((name, grid, block))
         # None: a launch captured into a CUDA graph, or the kernel a killed run never finished.
         totals = draw(st.one_of(st.none(), st.tuples(TOTAL, TOTAL)))
-        text += stats_launch_half(
+        text += tracer_launch_half(
             trace_file(kernel_id), name, grid, block, device_id=device, stream_id=stream
         )
         if totals is not None:
             latency = (f"{draw(LATENCY):.6f}",) if variant == "latency" else ()
-            text += stats_totals(*totals, *latency)
+            text += tracer_totals(*totals, *latency)
         expected.append(
             KernelRow(
                 kernel_id=kernel_id,

@@ -1,7 +1,6 @@
 """The trace generator writes what the tracer and the profiling harness upload, and Cascade reads it."""
 
 import json
-import lzma
 import re
 from ctypes import c_int32
 from pathlib import Path
@@ -14,11 +13,17 @@ from ingest import bucket, passes
 from tools import generator
 from tools.generator import RunSpec
 from tools.samples import SAMPLES, write_samples
-from tools.tracer_format import STATS_HEADER
+from tools.upload import upload_run_folder
 from traces.models import Kernel, Trace, TraceState
 
 REPO = Path(__file__).resolve().parents[2]
 OPT_SAMPLE = "sample__facebook_opt-125m__h100-e2e"
+# The header tracer_tool.cu writes at the top of a run's first stats file, spelled out here rather
+# than imported from tools.tracer_format, which the generator writes with.
+STATS_HEADER = (
+    "kernel id, kernel mangled name, grid_dimX, grid_dimY, grid_dimZ, #blocks, "
+    "block_dimX, block_dimY, block_dimZ, #threads, total_insts, total_reported_insts\n"
+)
 
 # The tracer's two fprintf formats (tracer_tool.cu), applied here with Python's `%`, as C's printf
 # would: the launch half when a kernel is launched (trailing ", ", no newline), the totals and the
@@ -26,8 +31,6 @@ OPT_SAMPLE = "sample__facebook_opt-125m__h100-e2e"
 # never gets the second.
 LAUNCH_FORMAT = "%s, %s, %d, %d, %d, %d, %d, %d, %d, %d, "
 EXIT_FORMAT = "%d,%d\n"
-# A launch that exited, alone on its line: ", " between fields, none before the last total.
-V5_ROW = re.compile(r"kernel-(\d+)-ctx_(0x[0-9a-f]+)\.trace\.xz, [A-Za-z_]\w*(, \d+){9},\d+")
 # One launch as the tracer wrote it: its launch half, then its totals if it exited.
 LAUNCH = re.compile(
     r"(kernel-\d+(?:-ctx_0x[0-9a-f]+)?\.trace(?:\.xz)?), ([A-Za-z_]\w*), ((?:-?\d+, ){8})(?:(-?\d+),(-?\d+)\n)?"
@@ -160,15 +163,6 @@ def test_stats_files_are_the_tracers_printf_output_byte_for_byte(tmp_path, spec)
         assert (run / "traces" / name).read_bytes() == text.encode()
 
 
-def test_every_instruction_is_counted_once_when_the_run_ends_with_an_ordinary_launch(tmp_path):
-    spec = RunSpec(kernels=700, contexts=2, seed=4)
-    generator.write_run(tmp_path / "run", spec)
-    written = [launch for f in stats_files(tmp_path / "run") for launch in written_launches(f)]
-    assert sum(launch.totals[0] for launch in written if launch.totals) == sum(
-        launch.total_insts for launch in generator.launches(spec)
-    )
-
-
 def test_the_legacy_formats_tracers_know_no_cuda_graphs(tmp_path):
     assert not RunSpec(format="legacy").decode_graphs and RunSpec().decode_graphs
     with pytest.raises(ValueError, match="predate CUDA graph support"):
@@ -177,159 +171,7 @@ def test_the_legacy_formats_tracers_know_no_cuda_graphs(tmp_path):
         call_command("generate_trace", "--out", str(tmp_path / "run"), "--format", "legacy", "--cuda-graphs")
 
 
-def test_a_killed_run_ends_in_the_launch_half_of_its_last_launch(tmp_path):
-    generator.write_run(tmp_path / "crashed", RunSpec(kernels=5, crashed=True))
-    (stats,) = stats_files(tmp_path / "crashed")
-    data = stats.read_bytes()
-    assert data.endswith(b", ") and not data.endswith(b"\n")
-    *finished, last = written_launches(stats)
-    assert last.totals is None and last.kernel_id == 5
-    assert len(finished) == 4 and all(launch.totals for launch in finished)
-    assert data.count(b"\n") == 1 + 4  # the header and the launches that exited
-
-
-def test_prefill_launches_are_one_row_per_line_and_a_decode_step_runs_together_on_one_line(tmp_path):
-    run = tmp_path / "run"
-    generator.write_run(run, RunSpec(kernels=332, seed=8))  # the prefill step and one decode step
-    (stats,) = stats_files(run)
-    lines = stats.read_text().split("\n")
-    assert lines[0] + "\n" == STATS_HEADER and lines[-1] == ""
-    prefill, graph_line, eager = lines[1:149], lines[149], lines[150:-1]
-    assert all(V5_ROW.fullmatch(row) for row in prefill), [r for r in prefill if not V5_ROW.fullmatch(r)][:1]
-    halves = re.findall(r"kernel-(\d+)-ctx_0x[0-9a-f]+\.trace\.xz, ", graph_line)
-    # The model's forward, 173 captured launches, then the first eager launch ends the line.
-    assert [int(kid) for kid in halves] == list(range(149, 149 + 174))
-    assert re.search(r"_ZN2at6native24index_elementwise_kernel\w+, (\d+, ){8}\d+,\d+$", graph_line)
-    assert len(eager) == 10 and all(re.search(r", \d+,\d+$", row) for row in eager)
-    assert "ArgMaxOps" in eager[-1]  # the sampler, outside the graph
-    launches = written_launches(stats)
-    assert [launch.totals is None for launch in launches] == [False] * 148 + [True] * 173 + [False] * 11
-
-
-def test_which_launches_a_decode_step_captures():
-    spec = RunSpec(kernels=700, seed=9)
-    by_step: dict[int, list[generator.Launch]] = {}
-    for launch in generator.launches(spec):
-        by_step.setdefault(launch.step, []).append(launch)
-    assert sorted(by_step) == [0, 2, 10, 26]
-    assert not any(launch.captured for launch in by_step[0])  # prefill: ordinary launches
-    for step in (2, 10, 26):
-        launches = by_step[step]
-        captured = [launch.captured for launch in launches]
-        assert captured == [True] * 173 + [False] * 11
-        eager = [launch.name for launch in launches if not launch.captured]
-        assert eager[0] == generator.K_GATHER and eager[-1] == generator.K_ARGMAX
-        assert generator.K_SOFTMAX in eager and generator.K_TOPK in eager
-        assert all(launch.name != generator.K_EMBED for launch in launches[-11:])
-    # A captured kernel never ran instrumented: it has no instruction trace.
-    assert not any(launch.traced and launch.captured for launch in generator.launches(spec))
-    assert any(launch.traced for launch in by_step[2])
-
-
-def test_a_run_may_end_in_captured_halves(tmp_path):
-    generator.write_run(tmp_path / "run", RunSpec(kernels=200, seed=10))
-    (stats,) = stats_files(tmp_path / "run")
-    assert stats.read_bytes().endswith(b", ")
-    launches = written_launches(stats)
-    assert len(launches) == 200 and launches[-1].totals is None
-
-
-def test_without_cuda_graphs_every_launch_is_a_row_of_its_own(tmp_path):
-    for name, graphs in (("eager", False), ("graphs", True), ("default", None)):
-        generator.write_run(tmp_path / name / "run", RunSpec(kernels=700, seed=3, cuda_graphs=graphs))
-    (eager,) = stats_files(tmp_path / "eager" / "run")
-    assert eager.read_text().count("\n") == 701
-    assert all(launch.totals for launch in written_launches(eager))
-    runs = {name: tree(tmp_path / name / "run") for name in ("eager", "graphs", "default")}
-    assert runs["graphs"] == runs["default"] != runs["eager"]
-    (graphs,) = stats_files(tmp_path / "graphs" / "run")
-    assert sum(launch.totals is None for launch in written_launches(graphs)) == 3 * 173
-
-
-def test_timing_and_timeline_list_every_launch_the_stats_files_hold(tmp_path):
-    run = tmp_path / "run"
-    generator.write_run(run, RunSpec(kernels=700, contexts=2, seed=6))
-    in_stats = {
-        (f.name.removeprefix("stats_ctx_"), launch.kernel_id, launch.totals is None)
-        for f in stats_files(run)
-        for launch in written_launches(f)
-    }
-    timing = (run / "timing.csv").read_text().splitlines()[1:]
-    assert {(line.split(",")[0], int(line.split(",")[1])) for line in timing} == {
-        (ctx, kid) for ctx, kid, _ in in_stats
-    }
-    steps = json.loads((run / "timeline.json").read_text())["steps"]
-    assert sum(step["kernels"] for step in steps) == len(in_stats) == 700
-    assert sum(step["captured_kernels"] for step in steps) == sum(c for _, _, c in in_stats) == 3 * 173
-    assert [step["cuda_graph"] for step in steps] == [False, True, True, True]
-    for step in steps:
-        ids = {kid for ctx, kid, _ in in_stats if ctx == step["ctx"]}
-        assert set(range(step["first_kernel_id"], step["last_kernel_id"] + 1)) <= ids
-
-
 # --- Local folders -----------------------------------------------------------------------------
-
-
-def test_v5_run_has_one_stats_and_kernelslist_per_context_and_the_header_only_in_the_first(tmp_path):
-    generator.write_run(tmp_path / "run", RunSpec(kernels=300, contexts=3, seed=1))
-    files = stats_files(tmp_path / "run")
-    assert len(files) == 3
-    ctxs = [f.name.removeprefix("stats_ctx_") for f in files]
-    assert all((tmp_path / "run" / "traces" / f"kernelslist_ctx_{ctx}").exists() for ctx in ctxs)
-    starts_with_header = [f.read_text().startswith("kernel id, kernel mangled name,") for f in files]
-    first = [f for f in files if f.read_text().startswith(STATS_HEADER)]
-    assert starts_with_header.count(True) == 1 and len(first) == 1
-    per_file = [written_launches(f) for f in files]
-    assert sum(map(len, per_file)) == 300
-    for f, launches in zip(files, per_file, strict=True):  # kernel ids restart at 1 in each context
-        assert all(
-            launch.trace_file.endswith(f"-ctx_{f.name.removeprefix('stats_ctx_')}.trace.xz")
-            for launch in launches
-        )
-        assert [launch.kernel_id for launch in launches] == list(range(1, len(launches) + 1))
-
-
-def test_stats_columns_are_consistent(tmp_path):
-    generator.write_run(tmp_path / "run", RunSpec(kernels=400, seed=2))
-    (stats,) = stats_files(tmp_path / "run")
-    launches = written_launches(stats)
-    assert len(launches) == 400
-    for launch in launches:
-        gx, gy, gz, blocks, bx, by, bz, threads = launch.numbers
-        assert blocks == gx * gy * gz and threads == bx * by * bz
-        if launch.totals is not None:
-            insts, reported = launch.totals
-            assert 0 < insts < 2**31 and reported == insts
-
-
-def test_names_are_real_pytorch_cublas_and_flash_attention_kernels(tmp_path):
-    generator.write_run(tmp_path / "run", RunSpec(seed=3))
-    text = "".join(f.read_text() for f in stats_files(tmp_path / "run"))
-    for marker in (
-        "_ZN2at6native",
-        "sm90_xmma_gemm",
-        "nvjet_hsh_",
-        "_ZN7cutlass13device_kernelIN5flash20enable_sm90_or_laterINS1_16FlashAttnFwdSm90",
-        "_ZN4vllm30reshape_and_cache_flash_kernel",
-    ):
-        assert marker in text
-
-
-def test_traced_kernels_are_listed_and_have_a_real_xz_instruction_trace(tmp_path):
-    run = tmp_path / "run"
-    generator.write_run(run, RunSpec(kernels=400, contexts=2, seed=4, max_traced=10))
-    listed = [
-        line
-        for f in sorted((run / "traces").glob("kernelslist_ctx_*"))
-        for line in f.read_text().splitlines()
-        if not line.startswith("MemcpyHtoD,")
-    ]
-    assert len(listed) == 10
-    xz_files = sorted(p.name for p in (run / "traces").glob("*.trace.xz"))
-    assert xz_files == sorted(listed)
-    header = lzma.decompress((run / "traces" / listed[0]).read_bytes()).decode()
-    assert header.startswith("-kernel name = ")
-    assert "-binary version = 90\n" in header and "-accelsim tracer version = 5\n" in header
 
 
 def test_metadata_is_written_last_and_lists_every_other_file_with_its_size(tmp_path):
@@ -352,26 +194,6 @@ def test_timeline_and_timing_are_optional(tmp_path):
     assert not {"timeline.json", "timing.csv"} & set(tree(tmp_path / "without"))
     timing = (tmp_path / "with" / "timing.csv").read_text().splitlines()
     assert timing[0] == "ctx,kernel_id,start_ns,end_ns,duration_ns" and len(timing) == 21
-
-
-def test_legacy_run_has_stats_csv_and_kernelslist(tmp_path):
-    run = tmp_path / "run"
-    generator.write_run(run, RunSpec(kernels=30, format="legacy", seed=6))
-    names = set(tree(run))
-    assert {"traces/stats.csv", "traces/kernelslist"} <= names
-    assert not any("ctx_" in name for name in names)
-    lines = (run / "traces" / "stats.csv").read_text().splitlines()
-    assert lines[0] + "\n" == STATS_HEADER
-    launches = written_launches(run / "traces" / "stats.csv")
-    assert len(lines) == 31 and len(launches) == 30
-    assert all(re.fullmatch(r"kernel-\d+\.trace", launch.trace_file) and launch.totals for launch in launches)
-
-
-def test_failed_and_unfinished_runs(tmp_path):
-    generator.write_run(tmp_path / "failed", RunSpec(kernels=5, status="failed"))
-    assert json.loads((tmp_path / "failed" / "metadata.json").read_text())["status"] == "failed"
-    generator.write_run(tmp_path / "unfinished", RunSpec(kernels=5, unfinished=True))
-    assert "metadata.json" not in tree(tmp_path / "unfinished")
 
 
 def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
@@ -468,9 +290,17 @@ def test_upload_puts_metadata_last(s3, db, monkeypatch):
         "unfinished",
     ],
 )
-def test_cascade_ingests_generated_runs(s3, db, spec, state, kernels, without_totals):
-    """Every launch becomes a kernel; one captured into a CUDA graph has unknown totals (null)."""
-    generator.upload_run("generated", spec)
+def test_cascade_ingests_generated_runs(s3, db, tmp_path, spec, state, kernels, without_totals):
+    """Every launch becomes a kernel with the totals its line holds; one the tracer wrote only the
+    launch half of (captured into a CUDA graph) has unknown totals (null).
+
+    What each launch should hold is read off the uploaded stats files with the tracer's printf
+    formats (`written_launches`), not taken from the generator's model of the run, which wrote
+    those files: a writer and a reader that shared one mistaken reading would pass otherwise.
+    """
+    folder = tmp_path / "generated"
+    generator.write_run(folder, spec, run_id="generated", key_prefix=bucket.prefix())
+    upload_run_folder(folder, "generated", skip_unchanged=False)
     passes.poll_bucket()
     trace = Trace.objects.get(pk="generated")
     assert (trace.state, trace.kernel_count, Kernel.objects.filter(trace=trace).count()) == (
@@ -482,9 +312,24 @@ def test_cascade_ingests_generated_runs(s3, db, spec, state, kernels, without_to
         traced = Kernel.objects.filter(trace=trace, traced=True).count()
         assert 0 < traced <= spec.max_traced
         assert trace.has_step_timeline and trace.has_real_timing
-        unknown = Kernel.objects.filter(trace=trace, total_insts__isnull=True)
-        assert set(unknown.values_list("ctx", "kernel_id")) == {
-            (launch.ctx, launch.kernel_id) for launch in generator.launches(spec) if launch.captured
+        stored = {
+            (ctx, kernel_id): (insts, reported)
+            for ctx, kernel_id, insts, reported in Kernel.objects.filter(trace=trace).values_list(
+                "ctx", "kernel_id", "total_insts", "total_reported_insts"
+            )
         }
-        assert unknown.count() == without_totals
-        assert not unknown.filter(total_reported_insts__isnull=False).exists()
+        assert stored == written_totals(folder)
+        assert sum(totals == (None, None) for totals in stored.values()) == without_totals
+
+
+def written_totals(folder: Path) -> dict[tuple[str | None, int], tuple[int | None, int | None]]:
+    """Each launch's totals as its stats file holds them: `%d` of an unsigned 32-bit value, read
+    back unsigned; (None, None) for a launch half without them. A legacy stats.csv has no context."""
+    files = stats_files(folder) or [folder / "traces" / "stats.csv"]
+    return {
+        (None if f.name == "stats.csv" else f.name.removeprefix("stats_ctx_"), launch.kernel_id): (
+            (None, None) if launch.totals is None else tuple(total % 2**32 for total in launch.totals)
+        )
+        for f in files
+        for launch in written_launches(f)
+    }

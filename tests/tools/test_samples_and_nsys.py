@@ -2,7 +2,6 @@
 
 import csv
 import json
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -97,92 +96,10 @@ def test_both_opt_samples_have_a_timeline_and_timing_and_stay_small():
 # --- timing.csv as Nsight Systems exports it ---------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def nsys_run(tmp_path_factory) -> tuple[RunSpec, list[dict], list[str]]:
-    spec = RunSpec(contexts=2, seed=21, timing_format="nsys")
-    folder = tmp_path_factory.mktemp("nsys") / "run"
-    generator.write_run(folder, spec)
-    lines = (folder / "timing.csv").read_text().splitlines()
-    with open(folder / "timing.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    return spec, rows, lines
-
-
-def test_the_nsys_header_is_the_documented_column_list(nsys_run):
-    _, _, lines = nsys_run
+def test_the_nsys_header_is_the_documented_column_list(tmp_path):
+    generator.write_run(tmp_path / "run", RunSpec(kernels=50, seed=21, timing_format="nsys"))
+    lines = (tmp_path / "run" / "timing.csv").read_text().splitlines()
     assert lines[0] == NSYS_2024_HEADER == ",".join(NSYS_GPU_TRACE_COLUMNS)
-
-
-def test_memcpy_and_memset_rows_have_no_grid_and_kernel_rows_no_bytes(nsys_run):
-    _, rows, _ = nsys_run
-    grid_columns = ("GrdX", "GrdY", "GrdZ", "BlkX", "BlkY", "BlkZ", "Reg/Trd", "StcSMem (MB)", "DymSMem (MB)")
-    memory = [row for row in rows if row["Name"].startswith("[CUDA mem")]
-    kinds = Counter(row["Name"] for row in memory)
-    assert set(kinds) == {"[CUDA memcpy Host-to-Device]", "[CUDA memcpy Device-to-Host]", "[CUDA memset]"}
-    for row in memory:
-        assert all(row[column] == "" for column in grid_columns)
-        assert float(row["Bytes (MB)"]) >= 0 and row["Throughput (MB/s)"] and row["SrcMemKd"]
-        assert (row["DstMemKd"] == "") == (row["Name"] == "[CUDA memset]")
-    for row in rows:
-        if not row["Name"].startswith("[CUDA mem"):
-            assert all(row[column] != "" for column in grid_columns)
-            assert row["Bytes (MB)"] == row["Throughput (MB/s)"] == row["SrcMemKd"] == ""
-        assert row["GreenCtx"] == "" and row["Device"] == "NVIDIA H100 80GB HBM3 (0)"
-
-
-def test_nsys_rows_are_by_start_and_correlation_ids_increase_one_id_per_graph_replay(nsys_run):
-    spec, rows, _ = nsys_run
-    starts = [int(row["Start (ns)"]) for row in rows]
-    assert starts == sorted(starts)
-    launches = list(generator.launches(spec))
-    by_ctx: dict[str, list[dict]] = {}
-    for row in rows:
-        by_ctx.setdefault(row["Ctx"], []).append(row)
-    assert sorted(by_ctx) == ["1", "2"]
-    ctx_order = list(dict.fromkeys(launch.ctx for launch in launches))
-    for nsys_ctx, ctx in zip(sorted(by_ctx), ctx_order, strict=True):
-        ctx_rows = by_ctx[nsys_ctx]
-        ids = [int(row["CorrId"]) for row in ctx_rows]
-        assert ids == sorted(ids)  # non-decreasing: a replay's kernels share the graph launch's id
-        kernels = [row for row in ctx_rows if row["GrdX"]]
-        ctx_launches = [launch for launch in launches if launch.ctx == ctx]
-        # Every execution in launch order, with the grid and block the tracer recorded.
-        assert [
-            (row["Name"], tuple(int(row[c]) for c in ("GrdX", "GrdY", "GrdZ", "BlkX", "BlkY", "BlkZ")))
-            for row in kernels
-        ] == [(launch.name, (*launch.grid, *launch.block)) for launch in ctx_launches]
-        eager = [
-            int(row["CorrId"])
-            for row, launch in zip(kernels, ctx_launches, strict=True)
-            if not launch.captured
-        ]
-        assert len(set(eager)) == len(eager)  # every ordinary launch is a call of its own
-        replays: dict[int, set[int]] = {}
-        for row, launch in zip(kernels, ctx_launches, strict=True):
-            if launch.captured:
-                replays.setdefault(launch.step, set()).add(int(row["CorrId"]))
-        assert replays and all(len(corr_ids) == 1 for corr_ids in replays.values())
-        assert not set().union(*replays.values()) & set(eager)
-
-
-def test_the_timing_format_changes_only_timing_csv(tmp_path):
-    generator.write_run(tmp_path / "cascade" / "run", RunSpec(kernels=300, seed=5))
-    generator.write_run(tmp_path / "nsys" / "run", RunSpec(kernels=300, seed=5, timing_format="nsys"))
-
-    def files(root: Path) -> dict[str, bytes]:
-        return {
-            p.relative_to(root).as_posix(): p.read_bytes()
-            for p in root.rglob("*")
-            if p.is_file() and p.name not in ("timing.csv", "metadata.json")
-        }
-
-    assert files(tmp_path / "cascade" / "run") == files(tmp_path / "nsys" / "run")
-    cascade = (tmp_path / "cascade" / "run" / "timing.csv").read_text().splitlines()
-    nsys = list(csv.DictReader((tmp_path / "nsys" / "run" / "timing.csv").read_text().splitlines()))
-    durations = [int(line.split(",")[4]) for line in cascade[1:]]
-    assert [int(row["Duration (ns)"]) for row in nsys if row["GrdX"]] == durations
-    with pytest.raises(ValueError, match="timing_format"):
-        RunSpec(timing_format="ncu")
 
 
 def test_generate_trace_command_writes_nsys_timing(tmp_path):

@@ -60,7 +60,7 @@ KERNEL_KEYS = [
     "duration_ns",
 ]
 FORK_KEYS = ["device_id", "stream_id"]
-# Generated requests per route and mode; CASCADE_FUZZ_EXAMPLES=2000 for a longer run (README).
+# Generated requests per route and mode; CASCADE_FUZZ_EXAMPLES=2000 for a longer run (docs/api.md).
 FUZZ_EXAMPLES = int(os.environ.get("CASCADE_FUZZ_EXAMPLES", "50"))
 
 

@@ -15,7 +15,7 @@ from ingest import bucket, passes
 
 class Command(BaseCommand):
     help = "Register new uploads in the S3 bucket and parse every trace that is ready."
-    # The system checks import the URLconf (views, DRF, drf-spectacular, the admin): 15 MB a
+    # The system checks import the URLconf (views, DRF, drf-spectacular, the admin): memory a
     # poller never uses. `manage.py check` and the web server run them.
     requires_system_checks = []
 
