@@ -11,7 +11,9 @@ session, and the pool's threads live as long as the process.
 """
 
 import logging
+import operator
 import os
+import re
 import threading
 import time
 import weakref
@@ -20,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import repeat
 from pathlib import Path
 
 from django.conf import settings
@@ -368,55 +371,110 @@ def too_large(size: int, max_bytes: int) -> ValueError:
     return ValueError(f"{size} bytes, more than the {max_bytes} expected")
 
 
-def iter_object_lines(key: str, max_line: int | None = None, *, etag: str | None = None) -> Iterator[bytes]:
+def iter_object_lines(
+    key: str, max_line: int | None = None, *, etag: str | None = None, blank_runs: bool = False
+) -> Iterator[bytes]:
     """An object's lines as they stream in, each with its line ending (if it had one).
 
     Memory stays within a chunk and `max_line`: a line longer than that raises LineTooLong
     as soon as it is seen, however long the file (a file without newlines is one line).
-    With `etag`, that version or a ClientError (get_object).
+    With `etag`, that version or a ClientError (get_object). With `blank_runs`, a run of
+    blank lines comes as one piece (see `_lines`): for a reader that counts its lines.
     """
     body = get_object(key, etag)["Body"]
     try:
-        yield from _lines(body.iter_chunks(READ_CHUNK), max_line or settings.CASCADE_MAX_STATS_LINE)
+        yield from _lines(
+            body.iter_chunks(READ_CHUNK), max_line or settings.CASCADE_MAX_STATS_LINE, blank_runs
+        )
     finally:
         body.close()
 
 
-def iter_lines(data: bytes, max_line: int | None = None) -> Iterator[bytes]:
+def iter_lines(data: bytes, max_line: int | None = None, *, blank_runs: bool = False) -> Iterator[bytes]:
     """The lines of an object already read whole, exactly as `iter_object_lines` gives them."""
     chunks = (data[start : start + READ_CHUNK] for start in range(0, len(data), READ_CHUNK))
-    return _lines(chunks, max_line or settings.CASCADE_MAX_STATS_LINE)
+    return _lines(chunks, max_line or settings.CASCADE_MAX_STATS_LINE, blank_runs)
 
 
-def _lines(chunks: Iterable[bytes], max_line: int) -> Iterator[bytes]:
+# What bytes.isspace calls blank (ingest.stats skips such lines), before a line's newline.
+BLANK_LINE = rb"[ \t\r\x0b\x0c]*\n"
+# A run of blank lines is handed over whole from this many lines on: a single blank line after
+# each row costs less as a line of its own than as a token of LINE_OR_BLANK_RUN.
+BLANK_RUN_LINES = 2
+BLANK_RUN_HERE = re.compile(rb"(?:" + BLANK_LINE + rb"){%d}" % BLANK_RUN_LINES).match
+BLANK_RUN_AFTER_NEWLINE = re.compile(rb"\n(?:" + BLANK_LINE + rb"){%d}" % BLANK_RUN_LINES).search
+# From a line's start: a run of blank lines (as far as the whitespace goes, back to its last
+# newline: one class repeated, not a group, which the regex engine steps through line by line),
+# or one line.
+LINE_OR_BLANK_RUN = re.compile(
+    rb"(?:" + BLANK_LINE + rb"){%d}(?:[ \t\r\x0b\x0c\n]*\n)?|[^\n]*\n" % BLANK_RUN_LINES
+).findall
+
+
+def _lines(chunks: Iterable[bytes], max_line: int, blank_runs: bool = False) -> Iterator[bytes]:
+    """Each line of the chunks' bytes with its newline; a line cut by a chunk's end is joined.
+
+    With `blank_runs`, each run of BLANK_RUN_LINES or more blank lines within a chunk is one
+    piece, the lines' bytes as they are: a file of blank lines then costs a few pieces a chunk,
+    not a step of the reader per line (ingest.stats counts the newlines of such a piece).
+    """
     pending: list[bytes] = []  # the start of a line that began in earlier chunks
     pending_size = 0
     offset = 0
     for chunk in chunks:
-        lines = chunk.split(b"\n")
-        if len(lines) > 1:
-            first = b"".join((*pending, lines[0])) if pending else lines[0]
-            if len(first) > max_line:
-                raise LineTooLong(
-                    f"a line of more than {max_line} bytes (CASCADE_MAX_STATS_LINE) at byte {offset - pending_size}"
-                )
-            yield first + b"\n"
-            for line in lines[1:-1]:
-                if len(line) > max_line:
-                    raise LineTooLong(f"a line of more than {max_line} bytes (CASCADE_MAX_STATS_LINE)")
-                yield line + b"\n"
-            pending, pending_size = [lines[-1]], len(lines[-1])
+        end = chunk.rfind(b"\n") + 1  # just after the chunk's last newline
+        if end:
+            start = 0
+            if pending:
+                start = chunk.find(b"\n") + 1
+                first = b"".join((*pending, chunk[:start]))
+                if len(first) - 1 > max_line:
+                    raise _line_too_long(max_line, offset - pending_size)
+                yield first
+            yield from (_pieces if blank_runs else _each_line)(chunk, start, end, max_line, offset)
+            pending, pending_size = ([chunk[end:]], len(chunk) - end) if end < len(chunk) else ([], 0)
         else:
             pending.append(chunk)
             pending_size += len(chunk)
         offset += len(chunk)
         if pending_size > max_line:
-            raise LineTooLong(
-                f"a line of more than {max_line} bytes (CASCADE_MAX_STATS_LINE) at byte {offset - pending_size}"
-            )
+            raise _line_too_long(max_line, offset - pending_size)
     last = b"".join(pending)
     if last:
         yield last
+
+
+def _each_line(chunk: bytes, start: int, end: int, max_line: int, offset: int) -> Iterator[bytes]:
+    """The lines of `chunk[start:end]` (from a line's start to just after a newline); `offset`:
+    the chunk's in the file."""
+    lines = chunk[start:end].split(b"\n")
+    lines.pop()  # what follows the last newline: nothing
+    if end - start > max_line:  # one of them may be too long
+        return _up_to_a_line_too_long(lines, max_line, offset + start)
+    return map(operator.add, lines, repeat(b"\n"))
+
+
+def _up_to_a_line_too_long(lines: list[bytes], max_line: int, at: int) -> Iterator[bytes]:
+    """`lines` (which start at byte `at`) with their newlines, up to LineTooLong for the first
+    longer than `max_line`: what comes before it first, so errors come in the file's order."""
+    for line in lines:
+        if len(line) > max_line:
+            raise _line_too_long(max_line, at)
+        at += len(line) + 1
+        yield line + b"\n"
+
+
+def _line_too_long(max_line: int, at: int) -> LineTooLong:
+    return LineTooLong(f"a line of more than {max_line} bytes (CASCADE_MAX_STATS_LINE) at byte {at}")
+
+
+def _pieces(chunk: bytes, start: int, end: int, max_line: int, offset: int) -> Iterator[bytes]:
+    """`_each_line`, but each run of BLANK_RUN_LINES blank lines or more as one piece."""
+    if end - start > max_line or (
+        BLANK_RUN_HERE(chunk, start, end) is None and BLANK_RUN_AFTER_NEWLINE(chunk, start, end) is None
+    ):
+        return _each_line(chunk, start, end, max_line, offset)  # (splitting is faster than the regex)
+    return iter(LINE_OR_BLANK_RUN(chunk, start, end))
 
 
 def put_object(key: str, body: bytes) -> None:
