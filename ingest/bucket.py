@@ -401,14 +401,12 @@ BLANK_LINE = rb"[ \t\r\x0b\x0c]*\n"
 # A run of blank lines is handed over whole from this many lines on: a single blank line after
 # each row costs less as a line of its own than as a token of LINE_OR_BLANK_RUN.
 BLANK_RUN_LINES = 2
-BLANK_RUN_HERE = re.compile(rb"(?:" + BLANK_LINE + rb"){%d}" % BLANK_RUN_LINES).match
-BLANK_RUN_AFTER_NEWLINE = re.compile(rb"\n(?:" + BLANK_LINE + rb"){%d}" % BLANK_RUN_LINES).search
+# (Written out, not `{2}`: a repeated group costs the regex engine more than its pieces.)
+BLANK_RUN_HERE = re.compile(BLANK_LINE * BLANK_RUN_LINES).match
+BLANK_RUN_AFTER_NEWLINE = re.compile(rb"\n" + BLANK_LINE * BLANK_RUN_LINES).search
 # From a line's start: a run of blank lines (as far as the whitespace goes, back to its last
-# newline: one class repeated, not a group, which the regex engine steps through line by line),
-# or one line.
-LINE_OR_BLANK_RUN = re.compile(
-    rb"(?:" + BLANK_LINE + rb"){%d}(?:[ \t\r\x0b\x0c\n]*\n)?|[^\n]*\n" % BLANK_RUN_LINES
-).findall
+# newline: one class repeated, where a repeated group would cost a step per line), or one line.
+LINE_OR_BLANK_RUN = re.compile(BLANK_LINE * BLANK_RUN_LINES + rb"(?:[ \t\r\x0b\x0c\n]*\n)?|[^\n]*\n").findall
 
 
 def _lines(chunks: Iterable[bytes], max_line: int, blank_runs: bool = False) -> Iterator[bytes]:
