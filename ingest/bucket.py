@@ -398,23 +398,22 @@ def iter_lines(data: bytes, max_line: int | None = None, *, blank_runs: bool = F
 
 # What bytes.isspace calls blank (ingest.stats skips such lines), before a line's newline.
 BLANK_LINE = rb"[ \t\r\x0b\x0c]*\n"
-# A run of blank lines is handed over whole from this many lines on: a single blank line after
-# each row costs less as a line of its own than as a token of LINE_OR_BLANK_RUN.
-BLANK_RUN_LINES = 2
-# (Written out, not `{2}`: a repeated group costs the regex engine more than its pieces.)
-BLANK_RUN_HERE = re.compile(BLANK_LINE * BLANK_RUN_LINES).match
-BLANK_RUN_AFTER_NEWLINE = re.compile(rb"\n" + BLANK_LINE * BLANK_RUN_LINES).search
-# From a line's start: a run of blank lines (as far as the whitespace goes, back to its last
-# newline: one class repeated, where a repeated group would cost a step per line), or one line.
-LINE_OR_BLANK_RUN = re.compile(BLANK_LINE * BLANK_RUN_LINES + rb"(?:[ \t\r\x0b\x0c\n]*\n)?|[^\n]*\n").findall
+# From a line's start: a run of two blank lines or more (as far as the whitespace goes, back to
+# its last newline: one class repeated, where a repeated group would cost a step per line), or
+# one line. A single blank line costs less as a line of its own.
+LINE_OR_BLANK_RUN = re.compile(BLANK_LINE * 2 + rb"(?:[ \t\r\x0b\x0c\n]*\n)?|[^\n]*\n").findall
+# Runs of blank lines are looked for only where lines average fewer bytes than this: elsewhere
+# a line at a time costs less per byte, blank lines included, than the rows around them, and
+# splitting is faster than the regex.
+SHORT_LINES = 32
 
 
 def _lines(chunks: Iterable[bytes], max_line: int, blank_runs: bool = False) -> Iterator[bytes]:
     """Each line of the chunks' bytes with its newline; a line cut by a chunk's end is joined.
 
-    With `blank_runs`, each run of BLANK_RUN_LINES or more blank lines within a chunk is one
-    piece, the lines' bytes as they are: a file of blank lines then costs a few pieces a chunk,
-    not a step of the reader per line (ingest.stats counts the newlines of such a piece).
+    With `blank_runs`, in a chunk of short lines (SHORT_LINES), each run of two blank lines or
+    more is one piece, the lines' bytes as they are: a file of blank lines then costs a few
+    pieces a chunk, not a step of the reader per line (ingest.stats counts a piece's newlines).
     """
     pending: list[bytes] = []  # the start of a line that began in earlier chunks
     pending_size = 0
@@ -429,7 +428,7 @@ def _lines(chunks: Iterable[bytes], max_line: int, blank_runs: bool = False) -> 
                 if len(first) - 1 > max_line:
                     raise _line_too_long(max_line, offset - pending_size)
                 yield first
-            yield from (_pieces if blank_runs else _each_line)(chunk, start, end, max_line, offset)
+            yield from _each_line(chunk, start, end, max_line, offset, blank_runs)
             pending, pending_size = ([chunk[end:]], len(chunk) - end) if end < len(chunk) else ([], 0)
         else:
             pending.append(chunk)
@@ -442,9 +441,13 @@ def _lines(chunks: Iterable[bytes], max_line: int, blank_runs: bool = False) -> 
         yield last
 
 
-def _each_line(chunk: bytes, start: int, end: int, max_line: int, offset: int) -> Iterator[bytes]:
+def _each_line(
+    chunk: bytes, start: int, end: int, max_line: int, offset: int, blank_runs: bool = False
+) -> Iterator[bytes]:
     """The lines of `chunk[start:end]` (from a line's start to just after a newline); `offset`:
-    the chunk's in the file."""
+    the chunk's in the file. `blank_runs`: see `_lines`."""
+    if blank_runs and end - start <= max_line and chunk.count(b"\n", start, end) * SHORT_LINES > end - start:
+        return iter(LINE_OR_BLANK_RUN(chunk, start, end))
     lines = chunk[start:end].split(b"\n")
     lines.pop()  # what follows the last newline: nothing
     if end - start > max_line:  # one of them may be too long
@@ -464,15 +467,6 @@ def _up_to_a_line_too_long(lines: list[bytes], max_line: int, at: int) -> Iterat
 
 def _line_too_long(max_line: int, at: int) -> LineTooLong:
     return LineTooLong(f"a line of more than {max_line} bytes (CASCADE_MAX_STATS_LINE) at byte {at}")
-
-
-def _pieces(chunk: bytes, start: int, end: int, max_line: int, offset: int) -> Iterator[bytes]:
-    """`_each_line`, but each run of BLANK_RUN_LINES blank lines or more as one piece."""
-    if end - start > max_line or (
-        BLANK_RUN_HERE(chunk, start, end) is None and BLANK_RUN_AFTER_NEWLINE(chunk, start, end) is None
-    ):
-        return _each_line(chunk, start, end, max_line, offset)  # (splitting is faster than the regex)
-    return iter(LINE_OR_BLANK_RUN(chunk, start, end))
 
 
 def put_object(key: str, body: bytes) -> None:

@@ -64,8 +64,15 @@ def test_an_error_after_1000_blank_lines_names_its_line(chunk, blank):
 
 
 def test_a_run_of_blank_lines_is_one_piece_and_every_other_line_its_own():
-    data = HEADER + row(1) + b"\n" + row(2) + b"\n\r\n  \n" + row(3) + b"\n\n"
-    assert pieces(data) == [HEADER, row(1), b"\n", row(2), b"\n\r\n  \n", row(3), b"\n\n"]
+    data = HEADER + row(1) + b"\n" + row(2) + b"\n\r\n  \n" * 100 + row(3) + b"\n\n"
+    assert pieces(data) == [HEADER, row(1), b"\n", row(2), b"\n\r\n  \n" * 100, row(3), b"\n\n"]
+
+
+def test_rows_with_a_few_blank_lines_between_come_one_line_at_a_time():
+    """Where lines are long on average, blank lines read one by one cost less than the rows."""
+    long_row = b"kernel-%d-ctx_0x6165bdd7ec90.trace.xz, _Z6vecAddPdS_S_i, 98, 1, 1, 98, 1024, 1, 1, 1024, 50066,50066\n"
+    data = HEADER + b"".join(long_row % n + b"\n\n" for n in range(1, 100))  # 34 bytes a line
+    assert pieces(data) == one_line_at_a_time(data)
 
 
 def test_other_readers_get_one_line_at_a_time():
