@@ -92,14 +92,17 @@ def reading_at(commit: str) -> Reading | None:
     return reading
 
 
-def megabytes_per_second(reading: Reading, data: bytes, repeat: int) -> float:
-    best = float("inf")
+def megabytes_per_second(readings: list[Reading], data: bytes, repeat: int) -> list[float]:
+    """Each reading's best of `repeat` parses of `data`, taken in turns (so that a busy
+    machine weighs on every reading alike)."""
+    best = [float("inf")] * len(readings)
     for _ in range(repeat):
-        started = time.perf_counter()
-        for _ in reading(data):
-            pass
-        best = min(best, time.perf_counter() - started)
-    return len(data) / best / 1e6
+        for index, reading in enumerate(readings):
+            started = time.perf_counter()
+            for _ in reading(data):
+                pass
+            best[index] = min(best[index], time.perf_counter() - started)
+    return [len(data) / seconds / 1e6 for seconds in best]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'workload':<36}" + "".join(f"{column:>26}" for column in columns) + f"{'now / real rows':>18}")
     reference = None
     for name, data in workloads(int(options.mb * 1e6)).items():
-        figures = [megabytes_per_second(reading, data, options.repeat) for _, reading in readings]
+        figures = megabytes_per_second([reading for _, reading in readings], data, options.repeat)
         reference = reference or figures[-1]
         print(
             f"{name:<36}"
