@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import repeat
+from itertools import islice, repeat
 from pathlib import Path
 
 from django.conf import settings
@@ -402,9 +402,9 @@ BLANK_LINE = rb"[ \t\r\x0b\x0c]*\n"
 # its last newline: one class repeated, where a repeated group would cost a step per line), or
 # one line. A single blank line costs less as a line of its own.
 LINE_OR_BLANK_RUN = re.compile(BLANK_LINE * 2 + rb"(?:[ \t\r\x0b\x0c\n]*\n)?|[^\n]*\n").findall
-# Runs of blank lines are looked for only where lines average fewer bytes than this: elsewhere
-# a line at a time costs less per byte, blank lines included, than the rows around them, and
-# splitting is faster than the regex.
+# Runs of blank lines are looked for only in a chunk whose lines average fewer bytes than this:
+# elsewhere a line at a time costs less per byte, blank lines included, than the rows around
+# them, and splitting is faster than the regex.
 SHORT_LINES = 32
 
 
@@ -421,14 +421,29 @@ def _lines(chunks: Iterable[bytes], max_line: int, blank_runs: bool = False) -> 
     for chunk in chunks:
         end = chunk.rfind(b"\n") + 1  # just after the chunk's last newline
         if end:
-            start = 0
+            start = 0  # where the chunk's first whole line starts
             if pending:
                 start = chunk.find(b"\n") + 1
                 first = b"".join((*pending, chunk[:start]))
                 if len(first) - 1 > max_line:
                     raise _line_too_long(max_line, offset - pending_size)
                 yield first
-            yield from _each_line(chunk, start, end, max_line, offset, blank_runs)
+            # The chunk split whole, as it came (a slice of it would be a copy). For `blank_runs`,
+            # no further than lines of SHORT_LINES bytes on average would go: a chunk of more
+            # lines (blank ones, maybe) is read by LINE_OR_BLANK_RUN instead.
+            most = -1  # no limit
+            if blank_runs and end - start <= max_line:
+                most = (end - start) // SHORT_LINES + (1 if start else 0)
+            lines = chunk.split(b"\n", most)
+            if len(lines) == most + 1 and b"\n" in lines[-1]:  # the limit was reached
+                yield from LINE_OR_BLANK_RUN(chunk, start, end)
+            else:
+                lines.pop()  # what follows the last newline
+                whole = islice(lines, 1, None) if start else lines  # less the line `first` ended
+                if end - start > max_line:  # one of them may be too long
+                    yield from _up_to_a_line_too_long(whole, max_line, offset + start)
+                else:
+                    yield from map(operator.add, whole, repeat(b"\n"))
             pending, pending_size = ([chunk[end:]], len(chunk) - end) if end < len(chunk) else ([], 0)
         else:
             pending.append(chunk)
@@ -441,21 +456,7 @@ def _lines(chunks: Iterable[bytes], max_line: int, blank_runs: bool = False) -> 
         yield last
 
 
-def _each_line(
-    chunk: bytes, start: int, end: int, max_line: int, offset: int, blank_runs: bool = False
-) -> Iterator[bytes]:
-    """The lines of `chunk[start:end]` (from a line's start to just after a newline); `offset`:
-    the chunk's in the file. `blank_runs`: see `_lines`."""
-    if blank_runs and end - start <= max_line and chunk.count(b"\n", start, end) * SHORT_LINES > end - start:
-        return iter(LINE_OR_BLANK_RUN(chunk, start, end))
-    lines = chunk[start:end].split(b"\n")
-    lines.pop()  # what follows the last newline: nothing
-    if end - start > max_line:  # one of them may be too long
-        return _up_to_a_line_too_long(lines, max_line, offset + start)
-    return map(operator.add, lines, repeat(b"\n"))
-
-
-def _up_to_a_line_too_long(lines: list[bytes], max_line: int, at: int) -> Iterator[bytes]:
+def _up_to_a_line_too_long(lines: Iterable[bytes], max_line: int, at: int) -> Iterator[bytes]:
     """`lines` (which start at byte `at`) with their newlines, up to LineTooLong for the first
     longer than `max_line`: what comes before it first, so errors come in the file's order."""
     for line in lines:
