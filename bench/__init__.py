@@ -2,5 +2,6 @@
 
 `python -m bench` (bench/lab.py) prints the lab-scale table of issue 11; the single-figure
 scripts (`ingest_bench.py`, `api_bench.py`, `analysis_bench.py`, `load.py`) still run as
-`.venv/bin/python bench/<name>.py`.
+`.venv/bin/python bench/<name>.py`. `python -m bench.blank_lines`: blank lines against real
+rows in a stats file's parse (issue 18, finding 13), beside the readings of earlier commits.
 """

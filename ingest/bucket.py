@@ -11,7 +11,9 @@ session, and the pool's threads live as long as the process.
 """
 
 import logging
+import operator
 import os
+import re
 import threading
 import time
 import weakref
@@ -20,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import islice, repeat
 from pathlib import Path
 
 from django.conf import settings
@@ -368,55 +371,103 @@ def too_large(size: int, max_bytes: int) -> ValueError:
     return ValueError(f"{size} bytes, more than the {max_bytes} expected")
 
 
-def iter_object_lines(key: str, max_line: int | None = None, *, etag: str | None = None) -> Iterator[bytes]:
+def iter_object_lines(
+    key: str, max_line: int | None = None, *, etag: str | None = None, blank_runs: bool = False
+) -> Iterator[bytes]:
     """An object's lines as they stream in, each with its line ending (if it had one).
 
     Memory stays within a chunk and `max_line`: a line longer than that raises LineTooLong
     as soon as it is seen, however long the file (a file without newlines is one line).
-    With `etag`, that version or a ClientError (get_object).
+    With `etag`, that version or a ClientError (get_object). With `blank_runs`, a run of
+    blank lines comes as one piece (see `_lines`): for a reader that counts its lines.
     """
     body = get_object(key, etag)["Body"]
     try:
-        yield from _lines(body.iter_chunks(READ_CHUNK), max_line or settings.CASCADE_MAX_STATS_LINE)
+        yield from _lines(
+            body.iter_chunks(READ_CHUNK), max_line or settings.CASCADE_MAX_STATS_LINE, blank_runs
+        )
     finally:
         body.close()
 
 
-def iter_lines(data: bytes, max_line: int | None = None) -> Iterator[bytes]:
+def iter_lines(data: bytes, max_line: int | None = None, *, blank_runs: bool = False) -> Iterator[bytes]:
     """The lines of an object already read whole, exactly as `iter_object_lines` gives them."""
     chunks = (data[start : start + READ_CHUNK] for start in range(0, len(data), READ_CHUNK))
-    return _lines(chunks, max_line or settings.CASCADE_MAX_STATS_LINE)
+    return _lines(chunks, max_line or settings.CASCADE_MAX_STATS_LINE, blank_runs)
 
 
-def _lines(chunks: Iterable[bytes], max_line: int) -> Iterator[bytes]:
+# What bytes.isspace calls blank (ingest.stats skips such lines), before a line's newline.
+BLANK_LINE = rb"[ \t\r\x0b\x0c]*\n"
+# From a line's start: a run of two blank lines or more (as far as the whitespace goes, back to
+# its last newline: one class repeated, where a repeated group would cost a step per line), or
+# one line. A single blank line costs less as a line of its own.
+LINE_OR_BLANK_RUN = re.compile(BLANK_LINE * 2 + rb"(?:[ \t\r\x0b\x0c\n]*\n)?|[^\n]*\n").findall
+# Runs of blank lines are looked for only in a chunk whose lines average fewer bytes than this:
+# elsewhere a line at a time costs less per byte, blank lines included, than the rows around
+# them, and splitting is faster than the regex.
+SHORT_LINES = 32
+
+
+def _lines(chunks: Iterable[bytes], max_line: int, blank_runs: bool = False) -> Iterator[bytes]:
+    """Each line of the chunks' bytes with its newline; a line cut by a chunk's end is joined.
+
+    With `blank_runs`, in a chunk of short lines (SHORT_LINES), each run of two blank lines or
+    more is one piece, the lines' bytes as they are: a file of blank lines then costs a few
+    pieces a chunk, not a step of the reader per line (ingest.stats counts a piece's newlines).
+    """
     pending: list[bytes] = []  # the start of a line that began in earlier chunks
     pending_size = 0
     offset = 0
     for chunk in chunks:
-        lines = chunk.split(b"\n")
-        if len(lines) > 1:
-            first = b"".join((*pending, lines[0])) if pending else lines[0]
-            if len(first) > max_line:
-                raise LineTooLong(
-                    f"a line of more than {max_line} bytes (CASCADE_MAX_STATS_LINE) at byte {offset - pending_size}"
-                )
-            yield first + b"\n"
-            for line in lines[1:-1]:
-                if len(line) > max_line:
-                    raise LineTooLong(f"a line of more than {max_line} bytes (CASCADE_MAX_STATS_LINE)")
-                yield line + b"\n"
-            pending, pending_size = [lines[-1]], len(lines[-1])
+        end = chunk.rfind(b"\n") + 1  # just after the chunk's last newline
+        if end:
+            start = 0  # where the chunk's first whole line starts
+            if pending:
+                start = chunk.find(b"\n") + 1
+                first = b"".join((*pending, chunk[:start]))
+                if len(first) - 1 > max_line:
+                    raise _line_too_long(max_line, offset - pending_size)
+                yield first
+            # The chunk split whole, as it came (a slice of it would be a copy). For `blank_runs`,
+            # no further than lines of SHORT_LINES bytes on average would go: a chunk of more
+            # lines (blank ones, maybe) is read by LINE_OR_BLANK_RUN instead.
+            most = -1  # no limit
+            if blank_runs and end - start <= max_line:
+                most = (end - start) // SHORT_LINES + (1 if start else 0)
+            lines = chunk.split(b"\n", most)
+            if len(lines) == most + 1 and b"\n" in lines[-1]:  # the limit was reached
+                yield from LINE_OR_BLANK_RUN(chunk, start, end)
+            else:
+                lines.pop()  # what follows the last newline
+                whole = islice(lines, 1, None) if start else lines  # less the line `first` ended
+                if end - start > max_line:  # one of them may be too long
+                    yield from _up_to_a_line_too_long(whole, max_line, offset + start)
+                else:
+                    yield from map(operator.add, whole, repeat(b"\n"))
+            pending, pending_size = ([chunk[end:]], len(chunk) - end) if end < len(chunk) else ([], 0)
         else:
             pending.append(chunk)
             pending_size += len(chunk)
         offset += len(chunk)
         if pending_size > max_line:
-            raise LineTooLong(
-                f"a line of more than {max_line} bytes (CASCADE_MAX_STATS_LINE) at byte {offset - pending_size}"
-            )
+            raise _line_too_long(max_line, offset - pending_size)
     last = b"".join(pending)
     if last:
         yield last
+
+
+def _up_to_a_line_too_long(lines: Iterable[bytes], max_line: int, at: int) -> Iterator[bytes]:
+    """`lines` (which start at byte `at`) with their newlines, up to LineTooLong for the first
+    longer than `max_line`: what comes before it first, so errors come in the file's order."""
+    for line in lines:
+        if len(line) > max_line:
+            raise _line_too_long(max_line, at)
+        at += len(line) + 1
+        yield line + b"\n"
+
+
+def _line_too_long(max_line: int, at: int) -> LineTooLong:
+    return LineTooLong(f"a line of more than {max_line} bytes (CASCADE_MAX_STATS_LINE) at byte {at}")
 
 
 def put_object(key: str, body: bytes) -> None:

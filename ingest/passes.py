@@ -779,11 +779,14 @@ def read_whole(obj: S3Object, max_bytes: int, bodies: Bodies) -> bytes:
     return data
 
 
-def read_lines(obj: S3Object, bodies: Bodies) -> Iterator[bytes]:
+def read_lines(obj: S3Object, bodies: Bodies, *, blank_runs: bool = False) -> Iterator[bytes]:
     """An object's lines, from `bodies` if it was read ahead, else streamed from S3: the listed
-    version only (a replaced object raises ClientError, bucket.get_object)."""
+    version only (a replaced object raises ClientError, bucket.get_object). `blank_runs`: runs
+    of blank lines as one piece each, for the stats parser (bucket._lines)."""
     data = bodies.get((obj.key, obj.etag))
-    return bucket.iter_object_lines(obj.key, etag=obj.etag) if data is None else bucket.iter_lines(data)
+    if data is None:
+        return bucket.iter_object_lines(obj.key, etag=obj.etag, blank_runs=blank_runs)
+    return bucket.iter_lines(data, blank_runs=blank_runs)
 
 
 # --- Decision (downloads) ------------------------------------------------------------------
@@ -1067,7 +1070,7 @@ def header_extra_columns(
         if data is not None:
             head = data[:HEADER_PEEK_BYTES]
         elif opened is not None and not opened:
-            lines = bucket.iter_object_lines(source.stats.key, etag=source.stats.etag)
+            lines = bucket.iter_object_lines(source.stats.key, etag=source.stats.etag, blank_runs=True)
             try:
                 head = next(lines, b"")
             except bucket.LineTooLong:  # the parse says so, in its turn
@@ -1110,7 +1113,9 @@ def kernel_rows(
             except (stats.StatsError, bucket.LineTooLong) as problem:
                 raise TraceInputError(f"{source.kernelslist.name}: {problem}") from None
         text = None if launch_text is None else launch_text(source, traced)
-        lines = (opened or {}).pop(source.stats.key, None) or read_lines(source.stats, bodies)
+        lines = (opened or {}).pop(source.stats.key, None) or read_lines(
+            source.stats, bodies, blank_runs=True
+        )
         try:
             for row in stats.parse_stats_lines(lines, extra_columns=extra_columns, launch_text=text):
                 if type(row) is services.LaunchBlock:

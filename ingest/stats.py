@@ -172,7 +172,8 @@ def parse_stats_lines(lines: Iterable[bytes], *, extra_columns: int = 0, launch_
         number += 1
         if raw.isspace():
             # Blank lines, skipped in a loop of their own. A line source may give a run of them
-            # as one piece (so that they cost per byte what rows cost): each of its lines counts.
+            # as one piece (ingest.bucket's `blank_runs`, so that they cost less per byte than
+            # rows): each of its lines counts.
             number += raw.count(b"\n") - raw.endswith(b"\n")
             for following in lines:
                 if not following.isspace():
