@@ -25,6 +25,7 @@ from django.db.models import F
 
 from cascade import metrics
 from traces import services
+from traces.kernel_store import TraceDataTooLarge
 from traces.models import Trace
 
 logger = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ REFUSED_ERRORS = (
     psycopg.IntegrityError,
     psycopg.errors.ProgramLimitExceeded,
 )
-INPUT_ERRORS = (TraceInputError, services.TraceDataTooLarge)
+INPUT_ERRORS = (TraceInputError, TraceDataTooLarge)
 
 
 def failure_kind(error: BaseException) -> str:

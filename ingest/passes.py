@@ -73,6 +73,7 @@ from ingest.metadata import (
     with_derived_arch_and_config,
 )
 from traces import services
+from traces.kernel_store import KernelWriter, LaunchBlock
 from traces.locks import trace_lock
 from traces.models import (
     CURRENT_PARSER_VERSION,
@@ -950,7 +951,7 @@ def parse_into(
     extras = services.RunExtras()
     step_index, durations = read_steps_and_timing(objects, extras, bodies)
 
-    def launches(writer: services.KernelWriter) -> Iterator:
+    def launches(writer: KernelWriter) -> Iterator:
         launch_text = None
         # Nsight's durations are matched launch by launch, in order: those runs are read row
         # by row; steps, and Cascade's timing.csv, are lookups by kernel id.
@@ -1018,7 +1019,7 @@ def with_steps_and_durations(rows: Iterator[tuple], step_index, durations, extra
     durations already given are cleared when the kernels are stored.
     """
     for row in rows:
-        if type(row) is services.LaunchBlock:  # LaunchText wrote the steps and durations
+        if type(row) is LaunchBlock:  # LaunchText wrote the steps and durations
             yield row
             continue
         ctx, kernel_id = row[0], row[1]
@@ -1113,7 +1114,7 @@ def kernel_rows(
         lines = (opened or {}).pop(source.stats.key, None) or read_lines(source.stats, bodies)
         try:
             for row in stats.parse_stats_lines(lines, extra_columns=extra_columns, launch_text=text):
-                if type(row) is services.LaunchBlock:
+                if type(row) is LaunchBlock:
                     yield row
                     count += row.launches
                 else:

@@ -18,7 +18,7 @@ from django.db import DataError, OperationalError
 from ingest import failures, passes, reingest, stats
 from ingest.tasks import parse_trace_task
 from tests.helpers import PREFIX, run_with_contexts, run_with_steps
-from traces import services
+from traces import kernel_store, services
 from traces.models import Trace, TraceState
 
 OK = {"status": "ok", "trace_gpu_arch": "sm_86"}
@@ -130,7 +130,7 @@ def test_transient_faults_are_retried_later(error):
         passes.TraceInputError("bad"),
         DataError("value too long"),
         psycopg.errors.NumericValueOutOfRange("out of range"),  # from inside a COPY: psycopg's own
-        services.TraceDataTooLarge("too many contexts"),
+        kernel_store.TraceDataTooLarge("too many contexts"),
     ],
 )
 def test_bad_input_fails_at_once(error):
@@ -182,7 +182,7 @@ def test_the_failure_is_written_whatever_the_run_fields_hold(db, make_trace):
 
 
 def test_more_contexts_than_a_trace_holds_fail_it_in_the_users_terms(transactional_db, upload, settings):
-    upload("contexts", run_with_contexts(services.MAX_CONTEXTS + 1), metadata=OK)
+    upload("contexts", run_with_contexts(kernel_store.MAX_CONTEXTS + 1), metadata=OK)
     run_pass()
     trace = Trace.objects.get(pk="contexts")
     assert trace.state == TraceState.FAILED

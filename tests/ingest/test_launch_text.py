@@ -31,7 +31,7 @@ from tests.ingest.test_stats_properties import (
     mutated_files,
     stats_files,
 )
-from traces import services
+from traces import kernel_store, services
 from traces.models import Kernel, Trace
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("on_postgres")]
@@ -49,7 +49,7 @@ LAUNCH = (
     "kernel_id",
     "name",
     "trace_file",
-    *services.KERNEL_COLUMNS[4:15],
+    *kernel_store.KERNEL_COLUMNS[4:15],
     "stream",
     "step",
     "duration_ns",
@@ -97,7 +97,7 @@ def stored(
             "run", sources, extra_columns, None, bodies, launch_text if fast else None
         )
         for row in passes.with_steps_and_durations(launches, step_index, durations, services.RunExtras()):
-            if type(row) is services.LaunchBlock:
+            if type(row) is kernel_store.LaunchBlock:
                 taken += row.launches
             yield row
 
@@ -105,7 +105,7 @@ def stored(
         with transaction.atomic():
             trace = Trace.objects.create(id="run")
             try:
-                count = services.kernels_replace(trace.id, rows, trace_key=trace.key)
+                count = kernel_store.kernels_replace(trace.id, rows, trace_key=trace.key)
             except passes.TraceInputError as problem:
                 result = f"TraceInputError: {problem}"
             else:
