@@ -10,7 +10,7 @@ run does to its trace, whoever runs the parse (`ingest_traces`, the scheduled po
   `internal error while parsing: <class>: <message>`. The count starts over when the run's
   files change or it becomes ready.
 
-A failed trace is not downloaded again until its files change (`passes.needs_decision`).
+A failed trace is not downloaded again until its files change (`scan.needs_decision`).
 """
 
 import logging
@@ -45,7 +45,7 @@ INPUT = "input"
 INTERNAL = "internal"
 RETRY = "retry"  # an error of ours before the CASCADE_PARSE_ATTEMPTS-th: counted, not failed
 TIMEOUT = "timeout"  # Celery's time limit (ingest.tasks)
-# Failures decided without an exception (ingest.passes.decide), and Celery's giving up (ingest.tasks).
+# Failures decided without an exception (ingest.decision.decide), and Celery's giving up (ingest.tasks).
 UPLOAD = "upload"  # files metadata.json lists did not arrive within CASCADE_UPLOAD_TIMEOUT
 PROFILER = "profiler"  # metadata.json's status is not "ok"
 WORKER_LOST = "worker_lost"  # Celery: the parse killed its worker MAX_RETRIES + 1 times

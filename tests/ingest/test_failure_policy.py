@@ -15,7 +15,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from django.core.management import CommandError, call_command
 from django.db import DataError, OperationalError
 
-from ingest import failures, passes, reingest, stats
+from ingest import decision, failures, passes, reingest, stats
 from ingest.tasks import parse_trace_task
 from tests.helpers import PREFIX, run_with_contexts, run_with_steps
 from traces import kernel_store, services
@@ -102,7 +102,7 @@ def test_a_transient_fault_leaves_the_trace_as_it_is(db, upload, vecadd_files, m
     def database_away(*args, **kwargs):
         raise OperationalError("server closed the connection unexpectedly")
 
-    monkeypatch.setattr(passes, "parse_into", database_away)
+    monkeypatch.setattr(decision, "parse_into", database_away)
     result = passes.poll_bucket()
     trace = Trace.objects.get(pk="run")
     assert (trace.state, trace.parse_attempts, trace.error) == (TraceState.UPLOADING, 0, None)
@@ -127,7 +127,7 @@ def test_transient_faults_are_retried_later(error):
 @pytest.mark.parametrize(
     "error",
     [
-        passes.TraceInputError("bad"),
+        failures.TraceInputError("bad"),
         DataError("value too long"),
         psycopg.errors.NumericValueOutOfRange("out of range"),  # from inside a COPY: psycopg's own
         kernel_store.TraceDataTooLarge("too many contexts"),
