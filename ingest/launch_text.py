@@ -100,6 +100,7 @@ class LaunchText:
         with `, <totals>`: graph-captured halves before it have none) onto `rows`; the last
         kernel id, or None to decline."""
         shapes, separator, rows = self.shapes, self.separator, self.rows
+        encode, encode_without_totals = launch_row, launch_row_without_totals  # the store's, looked up once
         final = len(halves) - 1
         without_totals = 0
         for i, half in enumerate(halves):
@@ -118,7 +119,7 @@ class LaunchText:
                 return None  # parse_stats_lines says why
             last_id = number
             if not totals:
-                rows.append(launch_row_without_totals(shape, kernel_id, self.tail or self._tail(number)))
+                rows.append(encode_without_totals(shape, kernel_id, self.tail or self._tail(number)))
                 without_totals += 1
                 continue
             insts, _, reported = totals.partition(b",")
@@ -129,7 +130,7 @@ class LaunchText:
                 len(total) > 9 and (len(total) > 20 or int(total) >= UINT32) for total in (insts, reported)
             ):
                 return None
-            rows.append(launch_row(shape, kernel_id, insts, reported, self.tail or self._tail(number)))
+            rows.append(encode(shape, kernel_id, insts, reported, self.tail or self._tail(number)))
         self.without_totals += without_totals
         self.launches += len(halves)
         return last_id

@@ -6,10 +6,9 @@ parser's), or, on its fast path (ingest.launch_text), the fields it split from a
 which `launch_row` encodes with the shape and tail texts KernelWriter gives. Everything that
 knows the stored layout (names as KernelName ids, (ctx, device) as the trace's context number,
 trace files dropped where the context's scheme derives them) lives here, and so does every
-COPY: the names connection, the threaded COPY writer, the renumbering of contexts.
-
-One piece, past 500 lines: the writer, the encoder of its COPY text and the columns they share
-must change together (a column moved in one and not the other stores launches wrongly).
+COPY: the names connection, the threaded COPY writer, the renumbering of contexts. The writer,
+the encoder of its COPY text and the columns they share change together: a column moved in one
+and not the other would store launches wrongly.
 """
 
 import queue
