@@ -10,7 +10,6 @@ Nsight's) are joined on each launch; neither ever fails a trace. Every file is r
 the run's ReadAhead (ingest.read_ahead).
 """
 
-import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -25,8 +24,6 @@ from ingest.read_ahead import ReadAhead
 from traces import services
 from traces.kernel_store import KernelWriter, LaunchBlock
 from traces.models import KERNEL_COLUMNS, NO_DEVICE, Trace
-
-logger = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
 
@@ -106,10 +103,7 @@ def parse_into(
         rows = with_steps_and_durations(rows, step_index, durations, extras)
         return at_least_one_launch(rows) if launches_expected else rows
 
-    count = services.trace_store_kernels(trace, launches, fingerprint=current, extras=extras)
-    logger.info(
-        "%s: ready, %d kernels%s", trace.id, count, f" ({extras.timing_error})" if extras.timing_error else ""
-    )
+    services.trace_store_kernels(trace, launches, fingerprint=current, extras=extras)
 
 
 def read_steps_and_timing(

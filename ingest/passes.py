@@ -268,6 +268,10 @@ def ingest_trace(
         except Exception as error:
             # Retried later (raised), counted (ParseAttemptFailed raised) or failed: ingest.failures.
             failures.trace_parse_error(trace, error, fingerprint=fingerprint(objects))
+        else:
+            if trace.state == TraceState.READY:  # a decision ends ready only by storing the kernels
+                timing_error = f" ({trace.timing_error})" if trace.timing_error else ""
+                logger.info("%s: ready, %d kernels%s", trace_id, trace.kernel_count, timing_error)
         unchanged = (trace.parsed_fingerprint, trace.kernel_count, trace.error) == decided_on
         if registered is None and trace.state == old_state and unchanged and not reparse:
             return None
