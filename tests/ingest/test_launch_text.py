@@ -77,7 +77,7 @@ def stored(
 ) -> tuple[list | str, int]:
     """The launches stored for `files` (one context each, by ctx, or 0x3e8, 0x3e9... in turn), or
     the error that refused them; and how many of them LaunchText wrote. Steps and durations as
-    ingest.passes adds them."""
+    ingest.parse adds them."""
     bodies: dict = {}
     if not isinstance(files, dict):
         files = {f"0x{1000 + i:x}": data for i, data in enumerate(files)}
