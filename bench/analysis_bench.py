@@ -3,7 +3,7 @@
     .venv/bin/python bench/analysis_bench.py [--kernels 1000000] [--repeat 5]
 
 Loads two generated runs (tools.generator: an H100 run and an A100 run, with steps and
-measured times) into the bench database with COPY (`traces.services.kernels_replace`),
+measured times) into the bench database with COPY (`traces.kernel_store.kernels_replace`),
 reusing them when they are already there, then requests `GET /api/traces/{a}/summary` and
 `GET /api/traces/{a}/compare/{b}` (by name and by demangled name) through Django's full
 stack: middleware, Bearer authentication, the view, JSON.
@@ -38,8 +38,8 @@ def load_run(run_id: str, arch: str, kernels: int) -> None:
     from django.db import transaction
 
     from tools import generator
+    from traces.kernel_store import kernels_replace
     from traces.models import CURRENT_PARSER_VERSION, Step, Trace, TraceState
-    from traces.services import kernels_replace
 
     spec = generator.RunSpec(kernels=kernels, contexts=4, seed=7, trace_gpu_arch=arch)
     platform = generator.platform_for(arch)

@@ -10,7 +10,7 @@ run does to its trace, whoever runs the parse (`ingest_traces`, the scheduled po
   `internal error while parsing: <class>: <message>`. The count starts over when the run's
   files change or it becomes ready.
 
-A failed trace is not downloaded again until its files change (`passes.needs_decision`).
+A failed trace is not downloaded again until its files change (`scan.needs_decision`).
 """
 
 import logging
@@ -25,6 +25,7 @@ from django.db.models import F
 
 from cascade import metrics
 from traces import services
+from traces.kernel_store import TraceDataTooLarge
 from traces.models import Trace
 
 logger = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ INPUT = "input"
 INTERNAL = "internal"
 RETRY = "retry"  # an error of ours before the CASCADE_PARSE_ATTEMPTS-th: counted, not failed
 TIMEOUT = "timeout"  # Celery's time limit (ingest.tasks)
-# Failures decided without an exception (ingest.passes.decide), and Celery's giving up (ingest.tasks).
+# Failures decided without an exception (ingest.decision.decide), and Celery's giving up (ingest.tasks).
 UPLOAD = "upload"  # files metadata.json lists did not arrive within CASCADE_UPLOAD_TIMEOUT
 PROFILER = "profiler"  # metadata.json's status is not "ok"
 WORKER_LOST = "worker_lost"  # Celery: the parse killed its worker MAX_RETRIES + 1 times
@@ -71,7 +72,7 @@ REFUSED_ERRORS = (
     psycopg.IntegrityError,
     psycopg.errors.ProgramLimitExceeded,
 )
-INPUT_ERRORS = (TraceInputError, services.TraceDataTooLarge)
+INPUT_ERRORS = (TraceInputError, TraceDataTooLarge)
 
 
 def failure_kind(error: BaseException) -> str:

@@ -1,21 +1,28 @@
-"""The common lines of a stats file written straight to COPY text, for PostgreSQL.
+"""The common lines of a stats file, recognised and split into fields for COPY, on PostgreSQL.
 
-A KernelRow costs about 2 µs to read and as much again to store; most lines of a run are
-the common shape, and written as COPY text rows (traces.services.KernelWriter's columns)
-they cost about 1 µs a launch, so that the parse keeps pace with PostgreSQL's COPY. Only
-the lines parse_stats_lines would read the same way are taken: launch halves as the tracer
-prints them (one with its totals, or graph-captured halves run together), names without
-commas, totals of 0 to 2^32 - 1, trace files `kernel-<id>` followed by the scheme the
-writer holds for the file's context (so that the file name is derived, never stored),
-kernel ids increasing. Any other line is left to parse_stats_lines: `line` never raises,
-it declines, and every error is said by the one parser.
+Most lines of a run are the common shape. Read into a KernelRow each, they cost as much to
+read as to store; recognised here and split into their fields, which traces.kernel_store
+encodes as COPY text rows (launch_row), they keep pace with PostgreSQL's COPY (the figures:
+docs/performance.md). Only the lines parse_stats_lines would read the same way are taken:
+launch halves as the tracer prints them (one with its totals, or graph-captured halves run
+together), names without commas, totals of 0 to 2^32 - 1, trace files `kernel-<id>` followed
+by the scheme the writer holds for the file's context (so that the file name is derived,
+never stored), kernel ids increasing. Any other line is left to parse_stats_lines: `line`
+never raises, it declines, and every error is said by the one parser.
 """
 
 import re
 
 from ingest.stats import LAUNCH_NUMBERS, LAUNCHES_CACHED, UINT32, StatsError, read_launch
+from traces.kernel_store import (
+    KernelWriter,
+    LaunchBlock,
+    PendingShape,
+    launch_block,
+    launch_row,
+    launch_row_without_totals,
+)
 from traces.models import NO_DEVICE
-from traces.services import KernelWriter, LaunchBlock
 
 # What a launch half holds after its trace file, as the fast path of parse_stats_lines takes it.
 LAUNCH = re.compile(rb"[^,]+" + rb", -?[0-9]{1,20}" * LAUNCH_NUMBERS).fullmatch
@@ -23,28 +30,10 @@ LAUNCH = re.compile(rb"[^,]+" + rb", -?[0-9]{1,20}" * LAUNCH_NUMBERS).fullmatch
 # `_<gpu>`, which names a device).
 SCHEME = re.compile(rb"(?:-ctx_0x[0-9a-fA-F]+)?\.trace[A-Za-z0-9.]*").fullmatch
 FIRST_FILE = re.compile(rb"([0-9]{1,18})(?:-ctx_0x[0-9a-fA-F]+)?\.trace[A-Za-z0-9.]*").fullmatch
-NO_TOTALS = b"\t\\N\t\\N"
 # Launches gathered before they are handed on: about 500 kB of COPY text; the first few go
 # at once, so that PostgreSQL starts loading while the rest is read.
 BLOCK_LAUNCHES = 8192
 FIRST_BLOCK_LAUNCHES = 256
-
-
-class PendingShape:
-    """A shape first seen in the block being gathered, whose name's id is looked up when the
-    block is handed on (one query for all the block's new names, not one a name).
-
-    `shape + text` is then a row to finish: (this, the launch's own text).
-    """
-
-    __slots__ = ("name", "dimensions", "text")
-
-    def __init__(self, name: str, dimensions: list[int]):
-        self.name, self.dimensions = name, dimensions
-        self.text = b""  # the shape's COPY text, once the name's id is known
-
-    def __add__(self, launch_text: bytes) -> tuple["PendingShape", bytes]:
-        return (self, launch_text)
 
 
 class LaunchText:
@@ -68,7 +57,6 @@ class LaunchText:
         # What follows the totals, when it is the same for every launch (no kernelslist, no steps).
         constant = not traced and step_of is None and duration_of is None
         self.tail = writer.launch_tail(False, None) if constant else None
-        self.no_totals = None if self.tail is None else NO_TOTALS + self.tail
         self.rows: list = []  # COPY text rows, one a launch (a tuple where its shape is pending)
         self.launches = 0
         self.without_totals = 0
@@ -82,16 +70,13 @@ class LaunchText:
         """The launches gathered so far, if any."""
         if not self.rows:
             return None
-        rows = self.rows
-        if self.pending:
-            self.writer.resolve_names({shape.name for shape in self.pending.values()})
-            for launch, shape in self.pending.items():
-                shape.text = self.shapes[launch] = self.writer.shape_text(
-                    self.context, shape.name, shape.dimensions
-                )
+        pending = self.pending
+        if pending:
+            self.writer.finish_shapes(self.context, pending.values())
+            for launch, shape in pending.items():
+                self.shapes[launch] = shape.text
             self.pending = {}
-            rows = (row if type(row) is bytes else row[0].text + row[1] for row in rows)
-        block = LaunchBlock(b"".join(rows), self.launches, self.without_totals)
+        block = launch_block(self.rows, self.launches, self.without_totals, pending=bool(pending))
         self.rows, self.launches, self.without_totals = [], 0, 0
         self.taken = True
         return block
@@ -115,6 +100,7 @@ class LaunchText:
         with `, <totals>`: graph-captured halves before it have none) onto `rows`; the last
         kernel id, or None to decline."""
         shapes, separator, rows = self.shapes, self.separator, self.rows
+        encode, encode_without_totals = launch_row, launch_row_without_totals  # the store's, looked up once
         final = len(halves) - 1
         without_totals = 0
         for i, half in enumerate(halves):
@@ -133,7 +119,7 @@ class LaunchText:
                 return None  # parse_stats_lines says why
             last_id = number
             if not totals:
-                rows.append(shape + (kernel_id + (self.no_totals or NO_TOTALS + self._tail(number))))
+                rows.append(encode_without_totals(shape, kernel_id, self.tail or self._tail(number)))
                 without_totals += 1
                 continue
             insts, _, reported = totals.partition(b",")
@@ -144,9 +130,7 @@ class LaunchText:
                 len(total) > 9 and (len(total) > 20 or int(total) >= UINT32) for total in (insts, reported)
             ):
                 return None
-            rows.append(
-                shape + (kernel_id + b"\t" + insts + b"\t" + reported + (self.tail or self._tail(number)))
-            )
+            rows.append(encode(shape, kernel_id, insts, reported, self.tail or self._tail(number)))
         self.without_totals += without_totals
         self.launches += len(halves)
         return last_id

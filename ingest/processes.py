@@ -1,9 +1,10 @@
 """A pass's parses shared among processes: each has its own interpreter, so that parsing,
 botocore's work for each S3 request and the database's round trips of one trace overlap with
-another's on every core.
+another's on every core. ingest.passes hands the pool its shares (passes.parse_share).
 
-The entry point imports nothing of Django's at module level: a spawned process imports this
-module before Django is set up, and sets it up from the same environment as the pass's.
+Imports nothing of Django's, nor of ingest's, at module level: a spawned process imports this
+module before Django is set up, and sets it up (`setup_django`, the pool's initializer) from
+the same environment as the pass's before it reads the work it is given.
 """
 
 import logging
@@ -29,19 +30,14 @@ def shares(run_ids: list[str], count: int) -> list[list[str]]:
 
 def pool(workers: int) -> ProcessPoolExecutor:
     # Spawned, not forked: the pass holds S3 threads and a database connection.
-    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    return ProcessPoolExecutor(
+        max_workers=workers, mp_context=multiprocessing.get_context("spawn"), initializer=setup_django
+    )
 
 
-def parse_share(run_ids: list[str], to_reparse: set[str], listings: dict, progress: bool):
-    """Parse `run_ids` in this process; (changes, errors, cost), as ingest.passes.parse_traces."""
+def setup_django() -> None:
+    """In a spawned process, before the first share arrives (whose function imports Django's models)."""
     import django
 
     django.setup()
-    from ingest import passes
-
-    logger.info("parse process %d: %d traces to parse", os.getpid(), len(run_ids))
-    with passes.measured() as cost:
-        changes, errors = passes.parse_traces(
-            run_ids, to_reparse, listings, passes.progress_to_stderr if progress else None
-        )
-    return changes, errors, cost
+    logger.info("parse process %d started", os.getpid())

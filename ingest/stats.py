@@ -24,6 +24,10 @@ tracer writes a launch (tracer_tool.cu; docs/trace-a-workload.md, "What the trac
 
 Whenever this module reads some input differently, bump `traces.models.CURRENT_PARSER_VERSION`:
 traces read by an older version are then re-read by `ingest_traces --reparse-outdated`.
+
+One piece, past 500 lines: one reading of the format. The rules above meet on one line (a
+name with commas before graph-captured halves, a fork's columns after the totals), and
+ingest.launch_text's fast path takes a line only where this reader would read it the same way.
 """
 
 import functools

@@ -23,7 +23,7 @@ from django.conf import settings
 
 import cascade.celery  # noqa: F401  (shared tasks bind to Cascade's app)
 from cascade import metrics
-from ingest import failures, passes
+from ingest import failures, metering, passes
 from traces.locks import trace_lock
 from traces.models import Trace
 from traces.services import TraceBusy, trace_mark_failed
@@ -54,7 +54,7 @@ def poll_bucket_task() -> int:
         if not acquired:
             logger.info("poll skipped: the previous poll is still running")
             return 0
-        with passes.measured() as cost:
+        with metering.measured() as cost:
             scan = passes.scan_bucket(
                 reparse_outdated=settings.CASCADE_REPARSE_OUTDATED,
                 outdated_batch=settings.CASCADE_REPARSE_OUTDATED_BATCH,
@@ -97,7 +97,7 @@ def parse_trace_task(self, trace_id: str, reparse: bool = False) -> str | None:
     poll queues it again.
     """
     try:
-        with passes.measured() as cost:
+        with metering.measured() as cost:
             change = passes.ingest_trace(trace_id, reparse=reparse)
     except failures.ParseAttemptFailed as error:  # logged with its traceback, and counted
         clear_queued(trace_id)

@@ -83,7 +83,7 @@ def kernel_row(
     step: int | None = None,
     duration_ns: int | None = None,
 ) -> tuple:
-    """A launch in KERNEL_COLUMNS order, as ingestion hands it to `traces.services` (vecadd's
+    """A launch in KERNEL_COLUMNS order, as ingestion hands it to `traces.kernel_store` (vecadd's
     shape by default; the trace file is the tracer's for `ctx`)."""
     if trace_file is None:
         trace_file = f"kernel-{kernel_id}-ctx_{ctx}.trace.xz" if ctx else f"kernel-{kernel_id}.trace"
@@ -115,12 +115,12 @@ def store_kernels(trace_id: str, launches) -> None:
     traced) to a trace, through the one path that stores kernels."""
     from django.db import transaction
 
-    from traces import services
+    from traces import kernel_store
     from traces.models import KERNEL_COLUMNS, NO_DEVICE
 
     defaults = {column: None for column in KERNEL_COLUMNS} | {"device": NO_DEVICE, "traced": False}
     with transaction.atomic():
-        services.kernels_append(
+        kernel_store.kernels_append(
             trace_id, (tuple((defaults | launch)[column] for column in KERNEL_COLUMNS) for launch in launches)
         )
 

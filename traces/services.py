@@ -1,4 +1,6 @@
-"""Every write to a trace and its kernels. Ingestion decides; the functions here write.
+"""Every change of a trace's state, and what it writes. Ingestion decides; the functions here write.
+
+A trace's launches are stored by traces.kernel_store, which these functions call.
 
 A trace's state changes here and nowhere else: registered (`uploading`), waiting for listed
 files, `parsing`, `ready` with its kernels, `failed`, deleted. Writes that a concurrent
@@ -10,37 +12,30 @@ inside the pass that holds it (everything ingestion calls); the row itself is lo
 import dataclasses
 import hashlib
 import logging
-import queue
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
-from psycopg.copy import QueuedLibpqWriter
 
+from traces.kernel_store import KernelWriter, counting_without_totals, kernels_delete, kernels_replace
 from traces.locks import trace_lock
 from traces.models import (
     CURRENT_PARSER_VERSION,
-    KERNEL_COLUMNS,
     DeletedTrace,
     Kernel,
-    KernelContext,
-    KernelName,
     Step,
     Trace,
     TraceState,
     files_fingerprint,
-    name_digest,
     next_trace_keys,
 )
 from traces.text import replace_unstorable
 
 logger = logging.getLogger(__name__)
 
-TOTAL_INSTS = KERNEL_COLUMNS.index("total_insts")
 # A failed trace's (or a deleted run's) unchanged listing is looked at again after a minute,
 # then twice as long each time, up to a day; a change of its files starts over.
 RECHECK_FIRST = timedelta(minutes=1)
@@ -69,16 +64,10 @@ DECISION_FIELDS = [
     "timing_error",
     "parse_attempts",
 ]
-# A trace's (ctx, device) pairs are numbered in a smallint (KernelContext.index, Kernel.context).
-MAX_CONTEXTS = 32_768
 
 
 class TraceBusy(Exception):
     """Another process is ingesting the trace right now."""
-
-
-class TraceDataTooLarge(ValueError):
-    """The run holds more of something than the columns that store it can number: its fault."""
 
 
 # --- Registration: what the bucket holds ------------------------------------------------------
@@ -243,7 +232,7 @@ class RunExtras:
 
 def trace_store_kernels(
     trace: Trace,
-    rows: Iterable | Callable[["KernelWriter"], Iterable],
+    rows: Iterable | Callable[[KernelWriter], Iterable],
     *,
     fingerprint: str,
     extras: RunExtras | None = None,
@@ -323,13 +312,6 @@ def traces_recheck_ready_later(trace_ids: list[str]) -> None:
         Trace.objects.filter(pk__in=ids).update(recheck_after=now + timedelta(microseconds=wait))
 
 
-def counting_without_totals(rows: Iterable, tally: list[int]) -> Iterator:
-    """`rows` as they come, counting into `tally[0]` the launches the tracer wrote no totals for."""
-    for row in rows:
-        tally[0] += row.without_totals if type(row) is LaunchBlock else row[TOTAL_INSTS] is None
-        yield row
-
-
 def trace_fail(
     trace: Trace, error: str, *, fingerprint: str, run: dict, parser_version: int | None = None
 ) -> None:
@@ -388,335 +370,6 @@ def _write_failure(trace: Trace, parser_version: int | None, fingerprint: str) -
 def _apply(trace: Trace, run: dict) -> None:
     for name, value in run.items():
         setattr(trace, name, value)
-
-
-def kernels_replace(
-    trace_id: str, rows: Iterable | Callable[["KernelWriter"], Iterable], *, trace_key: int | None = None
-) -> int:
-    """Replace a trace's kernels with `rows` (KERNEL_COLUMNS tuples); returns the count.
-
-    `rows` may also be a function that makes them from the KernelWriter that stores them:
-    ingestion's fast path writes launches as COPY text (LaunchBlock) with the writer's shapes.
-    Must run inside the caller's transaction. Launches go through one COPY on PostgreSQL
-    (several times faster than INSERTs), INSERTs elsewhere; memory holds one chunk of rows
-    and the trace's distinct names, whatever the launch count. `trace_key`, when the caller
-    holds the trace, saves looking it up.
-    """
-    if not transaction.get_connection().in_atomic_block:
-        raise RuntimeError("kernels_replace must run inside transaction.atomic()")
-    if trace_key is None:
-        trace_key = Trace.objects.filter(pk=trace_id).values_list("key", flat=True).get()
-    kernels_delete(trace_key)
-    writer = KernelWriter(trace_key, contexts={})
-    return writer.write(rows(writer) if callable(rows) else rows)
-
-
-def kernels_append(trace_id: str, rows: Iterable[tuple]) -> int:
-    """Add launches to a trace's (tests build traces context by context with it)."""
-    trace_key = Trace.objects.filter(pk=trace_id).values_list("key", flat=True).get()
-    return KernelWriter(trace_key).write(rows)
-
-
-def kernels_delete(trace_key: int) -> None:
-    """A trace's launches and contexts: two statements, whatever their number (names stay)."""
-    with connection.cursor() as cursor:
-        cursor.execute("DELETE FROM traces_kernel WHERE trace_key = %s", [trace_key])
-        cursor.execute("DELETE FROM traces_kernelcontext WHERE trace_key = %s", [trace_key])
-
-
-# Launches per chunk of rows: a chunk's new names are looked up in one round trip.
-KERNEL_CHUNK = 2_000
-NAME_BATCH = 1000
-# A launch's columns as written: its shape, which every launch of one name with the same
-# launch dimensions in one context shares, then what each launch has of its own.
-_ROW = {name: KERNEL_COLUMNS.index(name) for name in KERNEL_COLUMNS}
-# grid_x to threads, in the order of the rows the writer is given (KernelWriter slices them so).
-_DIMENSIONS = slice(_ROW["grid_x"], _ROW["threads"] + 1)
-SHAPE_COLUMNS = ("trace_key", "context", "name_id", *KERNEL_COLUMNS[_DIMENSIONS])
-LAUNCH_COLUMNS = (
-    "kernel_id",
-    "total_insts",
-    "total_reported_insts",
-    "traced",
-    "step",
-    "duration_ns",
-    "stream",
-    "trace_file",
-)
-STORED_COLUMNS = SHAPE_COLUMNS + LAUNCH_COLUMNS
-# COPY blocks (psycopg's, up to 128 KiB) queued between the parse and the thread that sends
-# them: the parse runs ahead of PostgreSQL by 2 MiB at most, whatever the trace's size.
-COPY_QUEUE_BLOCKS = 16
-
-
-@dataclass(slots=True)
-class LaunchBlock:
-    """Launches already written as COPY text rows in STORED_COLUMNS order: ingestion's fast
-    path builds them from KernelWriter.shape_text and launch_tail, on PostgreSQL."""
-
-    text: bytes
-    launches: int
-    without_totals: int
-
-
-def trace_file_suffix(trace_file: str, kernel_id: int) -> str | None:
-    """What follows `kernel-<id>` in a launch's trace file: its context's naming scheme.
-
-    None when the file does not start so, or a digit follows the id (`kernel-1` + `2.trace`
-    would read as kernel 12's).
-    """
-    prefix = f"kernel-{kernel_id}"
-    if not trace_file.startswith(prefix):
-        return None
-    suffix = trace_file[len(prefix) :]
-    return None if suffix[:1].isdigit() else suffix
-
-
-class _QueuedCopyWriter(QueuedLibpqWriter):
-    """psycopg's threaded COPY writer, so that the parse goes on while PostgreSQL loads, with
-    a queue of COPY_QUEUE_BLOCKS blocks instead of its 1,024 (128 MiB): memory stays flat."""
-
-    def __init__(self, cursor):
-        super().__init__(cursor)
-        self._queue = queue.Queue(maxsize=COPY_QUEUE_BLOCKS)
-
-
-class KernelWriter:
-    """Stores a trace's launches: names resolved to KernelName ids (a dict per trace,
-    bounded by its distinct names), (ctx, device) to the trace's context numbers (assigned
-    as they come, renumbered at the end in the rare case they did not come in (ctx, device)
-    order), trace files dropped where the context's scheme derives them.
-
-    On PostgreSQL all of a write goes through one COPY, opened at its first launch and sent
-    by a thread of psycopg's while the rows are still being parsed; names first seen once it
-    is open are looked up and added on a connection of their own.
-    """
-
-    def __init__(self, trace_key: int, contexts: dict | None = None):
-        """`contexts`: the trace's, if the caller knows them (none, after kernels_delete)."""
-        self.trace_key = trace_key
-        self.names: dict[str, int] = {}
-        self.contexts: dict[tuple, tuple[int, str | None]] = (
-            {
-                (ctx, device): (index, suffix)
-                for index, ctx, device, suffix in KernelContext.objects.filter(trace=trace_key).values_list(
-                    "index", "ctx", "device", "trace_file_suffix"
-                )
-            }
-            if contexts is None
-            else contexts
-        )
-        self.new_contexts: list[KernelContext] = []
-        # Whether LaunchBlocks can be written: COPY text is PostgreSQL's.
-        self.copies = connection.vendor == "postgresql"
-        self.names_connection = None
-        self._copy = None
-
-    def write(self, rows: Iterable) -> int:
-        """Store `rows` (KERNEL_COLUMNS tuples, and LaunchBlocks where `copies`); returns the launch count."""
-        count = 0
-        chunk: list[tuple] = []
-        try:
-            with ExitStack() as copying:
-                for row in rows:
-                    if type(row) is LaunchBlock:
-                        if self._copy is None:
-                            copying.enter_context(self._copying())
-                        self._copy.write(row.text)
-                        count += row.launches
-                        continue
-                    chunk.append(row)
-                    if len(chunk) == KERNEL_CHUNK:
-                        self._write_chunk(chunk, copying)
-                        count += len(chunk)
-                        chunk = []
-                if chunk:
-                    self._write_chunk(chunk, copying)
-                    count += len(chunk)
-        finally:
-            if self.names_connection is not None:
-                self.names_connection.close()
-                self.names_connection = None
-        if self.new_contexts:
-            KernelContext.objects.bulk_create(self.new_contexts)
-            self.new_contexts = []
-        self._launch_order()
-        return count
-
-    @contextmanager
-    def _copying(self) -> Iterator[None]:
-        columns = ", ".join(connection.ops.quote_name(c) for c in STORED_COLUMNS)
-        with connection.cursor() as cursor:
-            raw = cursor.cursor
-            with raw.copy(
-                f"COPY traces_kernel ({columns}) FROM STDIN", writer=_QueuedCopyWriter(raw)
-            ) as copy:
-                self._copy = copy
-                try:
-                    yield
-                finally:
-                    self._copy = None
-
-    def context_of(self, ctx: str, device: int, trace_file: str, kernel_id: int) -> tuple[int, str | None]:
-        """The trace's number for (ctx, device) and its trace files' scheme (what follows
-        `kernel-<id>`; None when its first launch's file followed none), new ones as they come."""
-        key = (ctx, device)
-        context = self.contexts.get(key)
-        if context is None:
-            context = (len(self.contexts), trace_file_suffix(trace_file, kernel_id))
-            if context[0] >= MAX_CONTEXTS:
-                raise TraceDataTooLarge(
-                    f"more than {MAX_CONTEXTS:,} contexts (CUDA context and device pairs) in one run, "
-                    "the most a trace can hold (a context's number is a 16-bit integer in the database)"
-                )
-            self.contexts[key] = context
-            self.new_contexts.append(
-                KernelContext(
-                    trace_key=self.trace_key,
-                    index=context[0],
-                    ctx=ctx,
-                    device=device,
-                    trace_file_suffix=context[1],
-                )
-            )
-        return context
-
-    def resolve_names(self, names: set[str]) -> None:
-        """Look up (and add) the ids of `names` at once, for shape_text: one query for all."""
-        self._resolve_names(names - self.names.keys())
-
-    def shape_text(self, context: int, name: str, dimensions: Iterable[int]) -> bytes:
-        """COPY text of SHAPE_COLUMNS, with the tab after them: for every launch of `name` with
-        these dimensions (KERNEL_COLUMNS' grid_x to threads) in the trace's context `context`."""
-        if name not in self.names:
-            self._resolve_names({name})
-        values = (self.trace_key, context, self.names[name], *dimensions)
-        return ("\t".join(map(str, values)) + "\t").encode()
-
-    @staticmethod
-    def launch_tail(traced: bool, step: int | None, duration: int | None = None) -> bytes:
-        """COPY text of LAUNCH_COLUMNS after the totals, from the tab before `traced` to the
-        row's end: for a launch with no stream and the trace file its scheme gives."""
-        return b"\t%s\t%s\t%s\t\\N\t\\N\n" % (
-            b"t" if traced else b"f",
-            b"\\N" if step is None else b"%d" % step,
-            b"\\N" if duration is None else b"%d" % duration,
-        )
-
-    def _write_chunk(self, chunk: list[tuple], copying: ExitStack) -> None:
-        self._resolve_names({row[_ROW["name"]] for row in chunk} - self.names.keys())
-        names, trace_key, context_of = self.names, self.trace_key, self.context_of
-        stored = []
-        for row in chunk:
-            kernel_id, trace_file = row[1], row[3]
-            context, suffix = context_of(row[0], row[_ROW["device"]], trace_file, kernel_id)
-            if suffix is not None and trace_file == f"kernel-{kernel_id}{suffix}":
-                trace_file = None
-            stored.append(
-                (
-                    trace_key,
-                    context,
-                    names[row[2]],
-                    *row[_DIMENSIONS],
-                    kernel_id,
-                    row[_ROW["total_insts"]],
-                    row[_ROW["total_reported_insts"]],
-                    row[_ROW["traced"]],
-                    row[_ROW["step"]],
-                    row[_ROW["duration_ns"]],
-                    row[_ROW["stream"]],
-                    trace_file,
-                )
-            )
-        if self.copies:
-            if self._copy is None:
-                copying.enter_context(self._copying())
-            write_row = self._copy.write_row  # formats in C
-            for row in stored:
-                write_row(row)
-        else:
-            columns = ", ".join(connection.ops.quote_name(c) for c in STORED_COLUMNS)
-            placeholders = ", ".join(["%s"] * len(STORED_COLUMNS))
-            with connection.cursor() as cursor:
-                cursor.executemany(f"INSERT INTO traces_kernel ({columns}) VALUES ({placeholders})", stored)
-
-    def _resolve_names(self, new: set[str]) -> None:
-        """Ids for `new` names: inserted where missing, then read back.
-
-        On PostgreSQL the names are inserted and committed on a connection of their own: in
-        the parse's transaction, a name two parses both add would make the second wait for
-        the first's whole parse, and two parses adding two such names in turn would deadlock.
-        Names are only ever added, so one a failed parse leaves behind is harmless.
-        """
-        by_digest = sorted((name_digest(name), name) for name in new)
-        for start in range(0, len(by_digest), NAME_BATCH):
-            batch = self._known_names(by_digest[start : start + NAME_BATCH])
-            if not batch:
-                continue
-            if self.copies:
-                with self._names_cursor() as cursor:
-                    cursor.execute(
-                        "INSERT INTO traces_kernelname (digest, name) "
-                        "SELECT * FROM unnest(%s::bytea[], %s::text[]) ON CONFLICT (digest) DO NOTHING",
-                        [[digest for digest, _ in batch], [name for _, name in batch]],
-                    )
-            else:  # one writer at a time
-                KernelName.objects.bulk_create(
-                    [KernelName(digest=digest, name=name) for digest, name in batch], ignore_conflicts=True
-                )
-            if lost := self._known_names(batch):
-                raise RuntimeError(f"kernel names inserted but not found: {[name for _, name in lost]}")
-
-    def _names_cursor(self):
-        if self.names_connection is None:
-            self.names_connection = connection.copy()
-        return self.names_connection.cursor()
-
-    def _known_names(self, batch: list[tuple[bytes, str]]) -> list[tuple[bytes, str]]:
-        """Take the ids of the names already stored (most of them, once a lab's kernels have been
-        seen); return the others. While the COPY is open, on the names connection."""
-        digests = [digest for digest, _ in batch]
-        if self._copy is None:
-            found_rows = KernelName.objects.filter(digest__in=digests).values_list("digest", "id")
-        else:
-            with self._names_cursor() as cursor:
-                cursor.execute("SELECT digest, id FROM traces_kernelname WHERE digest = ANY(%s)", [digests])
-                found_rows = cursor.fetchall()
-        found = {bytes(digest): key for digest, key in found_rows}
-        missing = []
-        for digest, name in batch:
-            if (key := found.get(digest)) is None:
-                missing.append((digest, name))
-            else:
-                self.names[name] = key
-        return missing
-
-    def _launch_order(self) -> None:
-        """Contexts numbered in the database's (ctx, device) order, as the API reads launches.
-
-        The parser reads contexts in that order, so this is one small query; otherwise the
-        trace's launches are renumbered through negative numbers (the primary key holds
-        at each row).
-        """
-        if len(self.contexts) < 2:
-            return
-        ordered = list(
-            KernelContext.objects.filter(trace=self.trace_key)
-            .order_by("ctx", "device")
-            .values_list("index", flat=True)
-        )
-        if ordered == sorted(ordered):
-            return
-        renumber = " ".join(f"WHEN {old} THEN {-1 - new}" for new, old in enumerate(ordered))
-        with connection.cursor() as cursor:
-            for table, column in (("traces_kernel", "context"), ("traces_kernelcontext", '"index"')):
-                cursor.execute(
-                    f"UPDATE {table} SET {column} = CASE {column} {renumber} END WHERE trace_key = %s",
-                    [self.trace_key],
-                )
-                cursor.execute(
-                    f"UPDATE {table} SET {column} = -1 - {column} WHERE trace_key = %s", [self.trace_key]
-                )
 
 
 # --- Operators: they wait for no pass, and no pass undoes them ------------------------------

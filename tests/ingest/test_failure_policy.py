@@ -15,10 +15,10 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from django.core.management import CommandError, call_command
 from django.db import DataError, OperationalError
 
-from ingest import failures, passes, reingest, stats
+from ingest import decision, failures, passes, reingest, stats
 from ingest.tasks import parse_trace_task
 from tests.helpers import PREFIX, run_with_contexts, run_with_steps
-from traces import services
+from traces import kernel_store, services
 from traces.models import Trace, TraceState
 
 OK = {"status": "ok", "trace_gpu_arch": "sm_86"}
@@ -102,7 +102,7 @@ def test_a_transient_fault_leaves_the_trace_as_it_is(db, upload, vecadd_files, m
     def database_away(*args, **kwargs):
         raise OperationalError("server closed the connection unexpectedly")
 
-    monkeypatch.setattr(passes, "parse_into", database_away)
+    monkeypatch.setattr(decision, "parse_into", database_away)
     result = passes.poll_bucket()
     trace = Trace.objects.get(pk="run")
     assert (trace.state, trace.parse_attempts, trace.error) == (TraceState.UPLOADING, 0, None)
@@ -127,10 +127,10 @@ def test_transient_faults_are_retried_later(error):
 @pytest.mark.parametrize(
     "error",
     [
-        passes.TraceInputError("bad"),
+        failures.TraceInputError("bad"),
         DataError("value too long"),
         psycopg.errors.NumericValueOutOfRange("out of range"),  # from inside a COPY: psycopg's own
-        services.TraceDataTooLarge("too many contexts"),
+        kernel_store.TraceDataTooLarge("too many contexts"),
     ],
 )
 def test_bad_input_fails_at_once(error):
@@ -182,7 +182,7 @@ def test_the_failure_is_written_whatever_the_run_fields_hold(db, make_trace):
 
 
 def test_more_contexts_than_a_trace_holds_fail_it_in_the_users_terms(transactional_db, upload, settings):
-    upload("contexts", run_with_contexts(services.MAX_CONTEXTS + 1), metadata=OK)
+    upload("contexts", run_with_contexts(kernel_store.MAX_CONTEXTS + 1), metadata=OK)
     run_pass()
     trace = Trace.objects.get(pk="contexts")
     assert trace.state == TraceState.FAILED

@@ -4,7 +4,7 @@ damaged files alike. The inputs are the stats parser's property strategies (rend
 tracer's own two fprintf calls, then damaged), and the real tracer files of tests/data.
 
 Each case is stored twice through KernelWriter, once with every line read into a KernelRow
-(ingest.passes.kernel_rows without a writer) and once with LaunchText taking the lines it can,
+(ingest.parse.kernel_rows without a writer) and once with LaunchText taking the lines it can,
 and read back through the API's view of a launch (`Kernel.objects`). PostgreSQL only: COPY text
 is its format.
 """
@@ -17,9 +17,10 @@ from django.db import transaction
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from ingest import passes, timing
+from ingest import parse, timing
 from ingest.bucket import S3Object
 from ingest.launch_text import LaunchText
+from ingest.read_ahead import ReadAhead
 from tests.ingest.test_stats_properties import (
     EXAMPLES,
     LONG_GRID,
@@ -31,7 +32,7 @@ from tests.ingest.test_stats_properties import (
     mutated_files,
     stats_files,
 )
-from traces import services
+from traces import kernel_store, services
 from traces.models import Kernel, Trace
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("on_postgres")]
@@ -49,7 +50,7 @@ LAUNCH = (
     "kernel_id",
     "name",
     "trace_file",
-    *services.KERNEL_COLUMNS[4:15],
+    *kernel_store.KERNEL_COLUMNS[4:15],
     "stream",
     "step",
     "duration_ns",
@@ -60,10 +61,10 @@ class Rollback(Exception):
     pass
 
 
-def source(ctx: str, data: bytes, bodies: dict) -> passes.StatsSource:
+def source(ctx: str, data: bytes, bodies: dict) -> parse.StatsSource:
     obj = S3Object(key=f"run/traces/stats_ctx_{ctx}", size=len(data), etag=f'"{ctx}"')
     bodies[(obj.key, obj.etag)] = data
-    return passes.StatsSource(stats=obj, kernelslist=None, ctx=ctx)
+    return parse.StatsSource(stats=obj, kernelslist=None, ctx=ctx)
 
 
 def stored(
@@ -76,7 +77,7 @@ def stored(
 ) -> tuple[list | str, int]:
     """The launches stored for `files` (one context each, by ctx, or 0x3e8, 0x3e9... in turn), or
     the error that refused them; and how many of them LaunchText wrote. Steps and durations as
-    ingest.passes adds them."""
+    ingest.parse adds them."""
     bodies: dict = {}
     if not isinstance(files, dict):
         files = {f"0x{1000 + i:x}": data for i, data in enumerate(files)}
@@ -93,11 +94,11 @@ def stored(
             step_of = None if step_index is None else step_index.step_of
             return LaunchText(source.ctx, writer, traced, step_of, duration_of)
 
-        launches = passes.kernel_rows(
-            "run", sources, extra_columns, None, bodies, launch_text if fast else None
+        launches = parse.kernel_rows(
+            "run", sources, extra_columns, None, ReadAhead(bodies), launch_text if fast else None
         )
-        for row in passes.with_steps_and_durations(launches, step_index, durations, services.RunExtras()):
-            if type(row) is services.LaunchBlock:
+        for row in parse.with_steps_and_durations(launches, step_index, durations, services.RunExtras()):
+            if type(row) is kernel_store.LaunchBlock:
                 taken += row.launches
             yield row
 
@@ -105,8 +106,8 @@ def stored(
         with transaction.atomic():
             trace = Trace.objects.create(id="run")
             try:
-                count = services.kernels_replace(trace.id, rows, trace_key=trace.key)
-            except passes.TraceInputError as problem:
+                count = kernel_store.kernels_replace(trace.id, rows, trace_key=trace.key)
+            except parse.TraceInputError as problem:
                 result = f"TraceInputError: {problem}"
             else:
                 result = list(Kernel.objects.filter(trace=trace.key).order_by("pk").values_list(*LAUNCH))

@@ -12,7 +12,9 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from ingest import bucket, passes
+from ingest import bucket, decision, passes
+from ingest.read_ahead import ReadAhead
+from ingest.scan import register_objects
 from tests.helpers import PREFIX, STATS_HEADER, TEST_BUCKET, stats_row
 from traces.models import Trace, TraceState
 
@@ -144,7 +146,7 @@ def test_the_pass_line_says_the_requests_a_run(db, s3):
 
 
 def test_a_big_stats_file_is_streamed_on_the_pass_thread_not_read_ahead(db, s3, monkeypatch):
-    monkeypatch.setattr(passes, "PREFETCH_FILE_BYTES", 1000)
+    monkeypatch.setattr("ingest.read_ahead.PREFETCH_FILE_BYTES", 1000)
     upload_runs(s3, 2, make=lambda n: ({"traces/stats_ctx_0x1": stats(40 if n else 2)}, OK))
     read_ahead, streamed = [], []
     ahead, stream = bucket.read_object_and_etag, bucket.iter_object_lines
@@ -162,16 +164,18 @@ def test_a_big_stats_file_is_streamed_on_the_pass_thread_not_read_ahead(db, s3, 
 
 def test_a_file_replaced_after_the_listing_is_read_again_not_taken_from_the_read_ahead(db, s3, monkeypatch):
     upload_runs(s3, 1, make=lambda n: ({"traces/stats_ctx_0x1": stats(2)}, OK))
-    real = passes.fetch_small_files
+    real = decision.fetch_small_files
 
     def then_replaced(run_id, objects):
         fetched = real(run_id, objects)
         # Replaced between the scan's listing and the parse: a read-ahead body of another version.
         key = f"{PREFIX}r000/traces/stats_ctx_0x1"
-        bodies = {(k, "stale" if k == key else etag): body for (k, etag), body in fetched.bodies.items()}
-        return passes.Fetched(fetched.objects, bodies)
+        bodies = {
+            (k, "stale" if k == key else etag): body for (k, etag), body in fetched.files.bodies.items()
+        }
+        return decision.Fetched(fetched.objects, ReadAhead(bodies))
 
-    monkeypatch.setattr(passes, "fetch_small_files", then_replaced)
+    monkeypatch.setattr(decision, "fetch_small_files", then_replaced)
     streamed = []
     stream = bucket.iter_object_lines
     monkeypatch.setattr(
@@ -188,8 +192,8 @@ def test_a_listing_another_pass_has_moved_past_is_listed_again(db, s3, upload):
     upload("run", {"traces/stats_ctx_0x1": stats(2)}, OK)
     scan = passes.scan_bucket()
     upload("run", {"traces/stats_ctx_0x1": stats(5)}, OK)
-    passes.register_objects("run", bucket.list_run_objects("run"))  # what another pass saw
-    fetched = passes.fetch_small_files("run", scan.listings["run"])
+    register_objects("run", bucket.list_run_objects("run"))  # what another pass saw
+    fetched = decision.fetch_small_files("run", scan.listings["run"])
     change = passes.ingest_trace("run", fetched=fetched)
     assert (change.new_state, change.kernel_count) == (TraceState.READY, 5)
 
@@ -222,7 +226,7 @@ def test_a_listing_that_fails_ends_the_pass_as_the_bucket_listing_does(db, s3, m
 
 
 def test_listings_past_what_a_scan_keeps_are_listed_again_by_their_parse(db, s3, monkeypatch):
-    monkeypatch.setattr(passes, "KEPT_LISTING_OBJECTS", 4)
+    monkeypatch.setattr("ingest.scan.KEPT_LISTING_OBJECTS", 4)
     upload_runs(s3, 3, make=lambda n: ({"traces/stats_ctx_0x1": stats(n + 1)}, OK))
     scan = passes.scan_bucket()
     assert (scan.to_parse, list(scan.listings)) == (["r000", "r001", "r002"], ["r000", "r001"])

@@ -13,7 +13,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from ingest import bucket, passes
+from ingest import bucket, decision, passes
 from tests.helpers import PREFIX, STATS_HEADER, TEST_BUCKET, VECADD_CTX, lock_held_elsewhere, stats_row
 from traces.models import DeletedTrace, Kernel, KernelContext, Trace, TraceState
 from traces.services import TraceBusy, trace_delete, trace_mark_failed
@@ -311,7 +311,7 @@ def test_header_extra_columns_apply_to_every_context(db, upload):
 def test_header_extra_columns_apply_to_files_streamed_from_s3(db, upload, monkeypatch, with_header):
     """Nothing read ahead: the first file's header comes from the stream its parse goes on with,
     another file's from a ranged GET."""
-    monkeypatch.setattr(passes, "PREFETCH_RUN_BYTES", 0)
+    monkeypatch.setattr(decision, "PREFETCH_RUN_BYTES", 0)
     header = STATS_HEADER.rstrip("\n") + ", latency\n"
     row = "kernel-{k}-ctx_{c}.trace.xz, void f<1, 2>(), 1, 1, 1, 1, 32, 1, 1, 32, 5,6, 777\n"
     files = {

@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from ingest import bucket, passes
+from ingest import bucket, scan
 from tests.helpers import PREFIX, TEST_BUCKET
 from traces.models import Trace, TraceState
 
@@ -38,7 +38,7 @@ def test_the_recheck_reads_the_metadata_etag_and_not_the_file_list(db, s3):
     )
 
     with CaptureQueriesContext(connection) as queries:
-        changed = passes.ready_runs_changed(["kept", "re-uploaded"])
+        changed = scan.ready_runs_changed(["kept", "re-uploaded"])
 
     assert changed == ["re-uploaded"]
     selects = [
@@ -53,7 +53,7 @@ def test_the_recheck_reads_the_metadata_etag_and_not_the_file_list(db, s3):
 def test_a_trace_without_a_metadata_entry_counts_as_changed(db, s3):
     ready_trace(s3, "odd")
     Trace.objects.filter(pk="odd").update(files=[])
-    assert passes.ready_runs_changed(["odd"]) == ["odd"]
+    assert scan.ready_runs_changed(["odd"]) == ["odd"]
 
 
 def test_next_rechecks_are_spread_over_the_interval(db, s3, settings):
@@ -62,7 +62,7 @@ def test_next_rechecks_are_spread_over_the_interval(db, s3, settings):
     for run_id in run_ids:
         ready_trace(s3, run_id)
     before = timezone.now()
-    assert passes.ready_runs_changed(run_ids) == []
+    assert scan.ready_runs_changed(run_ids) == []
     after = timezone.now()
 
     moments = list(Trace.objects.values_list("recheck_after", flat=True))
@@ -89,5 +89,5 @@ def test_each_trace_keeps_its_own_moment_one_interval_apart(db, s3, settings, mo
 def test_with_a_zero_interval_every_pass_rechecks(db, s3, settings):
     settings.CASCADE_READY_RECHECK_SECONDS = 0
     ready_trace(s3, "run")
-    passes.ready_runs_changed(["run"])
+    scan.ready_runs_changed(["run"])
     assert Trace.objects.get(pk="run").recheck_after <= timezone.now()

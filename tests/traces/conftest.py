@@ -6,7 +6,7 @@ from django.db import transaction
 from django.test import Client
 
 from tests.helpers import kernel_row
-from traces import services
+from traces import kernel_store
 from traces.models import Kernel, Trace
 
 
@@ -16,7 +16,7 @@ def make_kernels(db):
 
     def make(trace: Trace, insts: list[int | None], *, ctx: str | None = "0x6165bdd7ec90", first: int = 1):
         with transaction.atomic():
-            services.kernels_append(
+            kernel_store.kernels_append(
                 trace.pk,
                 (
                     kernel_row(

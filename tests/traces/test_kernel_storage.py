@@ -1,6 +1,7 @@
 """Kernel storage (issue 11): what a launch costs in PostgreSQL, and migration 0007 changing
 nothing the API says, byte for byte."""
 
+import queue
 import threading
 
 import pytest
@@ -9,7 +10,7 @@ from django.db.migrations.executor import MigrationExecutor
 from psycopg.copy import QueuedLibpqWriter
 
 from tests.helpers import kernel_row
-from traces import encoders, selectors, services
+from traces import encoders, kernel_store, selectors, services
 from traces.models import KERNEL_COLUMNS, KernelContext, KernelName, Trace, TraceState
 
 BEFORE = ("traces", "0006_steps_and_measured_time")
@@ -153,7 +154,7 @@ def test_a_launch_costs_at_most_150_bytes_in_postgres(db, on_postgres, make_trac
         for kernel_id in range(1, launches // 4 + 1)
     )
     with transaction.atomic():
-        assert services.kernels_replace("sized", rows) == launches
+        assert kernel_store.kernels_replace("sized", rows) == launches
     with connection.cursor() as cursor:
         cursor.execute(SIZES)
         database_after, tables_after = cursor.fetchone()
@@ -174,7 +175,7 @@ def test_launches_come_back_as_they_were_stored_whatever_their_order_and_files(d
     make_trace("mixed", state=TraceState.READY)
     shared = "void gemm<float, 128>(float const*, float*, int)"
     with transaction.atomic():
-        services.kernels_replace("other", [kernel_row(1, name=shared)])
+        kernel_store.kernels_replace("other", [kernel_row(1, name=shared)])
     launches = [
         kernel_row(1, ctx="0xb", name=shared, insts=2**32 - 1, step=0, duration_ns=5),
         kernel_row(2, ctx="0xb", trace_file="kernel-2.traceg"),  # off the scheme
@@ -186,7 +187,7 @@ def test_launches_come_back_as_they_were_stored_whatever_their_order_and_files(d
         kernel_row(6, ctx="0xc", trace_file="kernel-6.trace"),
     ]
     with transaction.atomic():
-        assert services.kernels_replace("mixed", iter(launches)) == len(launches)
+        assert kernel_store.kernels_replace("mixed", iter(launches)) == len(launches)
 
     stored = list(selectors.kernel_rows("mixed"))
     ctx, device, kernel_id = (KERNEL_COLUMNS.index(column) for column in ("ctx", "device", "kernel_id"))
@@ -217,7 +218,7 @@ def test_two_parses_adding_one_new_name_do_not_wait_for_each_other(on_postgres):
     def other_worker():
         try:
             with transaction.atomic():
-                services.kernels_replace(
+                kernel_store.kernels_replace(
                     "b", [kernel_row(1, name="_Z8brandnewv"), kernel_row(2, name="_Z5elsev")]
                 )
         except Exception as error:  # reported by the assertion below
@@ -226,7 +227,7 @@ def test_two_parses_adding_one_new_name_do_not_wait_for_each_other(on_postgres):
             connection.close()
 
     with transaction.atomic():
-        services.kernels_replace("a", [kernel_row(1, name="_Z8brandnewv")])
+        kernel_store.kernels_replace("a", [kernel_row(1, name="_Z8brandnewv")])
         worker = threading.Thread(target=other_worker)
         worker.start()
         worker.join(timeout=20)
@@ -243,8 +244,8 @@ def test_a_deleted_trace_leaves_no_launch_behind(db, make_trace, delete):
     make_trace("gone", state=TraceState.READY)
     make_trace("kept", state=TraceState.READY)
     with transaction.atomic():
-        services.kernels_replace("gone", [kernel_row(1), kernel_row(2, ctx="0xb")])
-        services.kernels_replace("kept", [kernel_row(1)])
+        kernel_store.kernels_replace("gone", [kernel_row(1), kernel_row(2, ctx="0xb")])
+        kernel_store.kernels_replace("kept", [kernel_row(1)])
     if delete == "services.trace_delete":
         services.trace_delete("gone")
     else:
@@ -260,7 +261,27 @@ def test_a_deleted_trace_leaves_no_launch_behind(db, make_trace, delete):
 def test_the_copy_queue_is_bounded(db, on_postgres):
     """The COPY writer's queue is psycopg's own attribute, replaced: an upgrade that renames it
     would bring back a queue of 1,024 blocks (128 MiB) when PostgreSQL is slower than the parse."""
+    Trace.objects.create(id="bounded")
+    with connection.cursor() as cursor, transaction.atomic():
+        with kernel_store.copy_from_stdin(cursor, "COPY traces_kernelname (digest, name) FROM STDIN") as copy:
+            writer = copy.writer
+            assert writer._queue.maxsize == kernel_store.COPY_QUEUE_BLOCKS
+            assert isinstance(writer, QueuedLibpqWriter)
+            assert hasattr(cursor.cursor, "_results"), "psycopg's writer records its result there"
+
+
+def test_the_private_apis_the_writer_needs_are_there(db, on_postgres):
+    """What kernel_store takes from psycopg's and Django's private parts: psycopg's cursor
+    behind Django's, its writer's queue, and a second connection with the same settings."""
+    writer = QueuedLibpqWriter.__new__(QueuedLibpqWriter)
     with connection.cursor() as cursor:
-        writer = services._QueuedCopyWriter(cursor.cursor)
-        assert writer._queue.maxsize == services.COPY_QUEUE_BLOCKS
-        assert isinstance(writer, QueuedLibpqWriter)
+        writer.__init__(cursor.cursor)
+    assert isinstance(writer._queue, queue.Queue)
+    other = kernel_store.another_connection()
+    try:
+        assert other is not connection and other.settings_dict["NAME"] == connection.settings_dict["NAME"]
+        with other.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            assert cursor.fetchone() == (1,)
+    finally:
+        other.close()

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from cascade.commands import require_migrated_database
-from ingest import bucket, passes
+from ingest import bucket, scan
 from tools.upload import upload_run_folder
 
 
@@ -43,4 +43,4 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"{bucket.run_prefix(run.name)}: {len(result.uploaded)} uploaded, {len(result.skipped)} unchanged"
             )
-        passes.register_samples([run.name for run in runs])
+        scan.register_samples([run.name for run in runs])

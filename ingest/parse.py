@@ -1,0 +1,251 @@
+"""Parsing a run into the store: its stats files, kernelslists, steps and timing, read as they
+stream and handed to traces.services.trace_store_kernels in one transaction.
+
+The stats files are read in ctx order, each with its context's kernelslist; the tracer writes
+the header into the first context's file only, so the run's width is peeked first
+(header_extra_columns). On PostgreSQL the common lines go the fast way (ingest.launch_text:
+split into fields, encoded by traces.kernel_store), the others as rows from
+stats.parse_stats_lines. Steps (timeline.json) and measured durations (timing.csv, or
+Nsight's) are joined on each launch; neither ever fails a trace. Every file is read through
+the run's ReadAhead (ingest.read_ahead).
+"""
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from ingest import bucket, stats, timing
+from ingest.bucket import S3Object
+from ingest.failures import TraceInputError
+from ingest.launch_text import LaunchText
+from ingest.metadata import TIMELINE_NAME, TIMING_NAME
+from ingest.read_ahead import ReadAhead
+from traces import services
+from traces.kernel_store import KernelWriter, LaunchBlock
+from traces.models import KERNEL_COLUMNS, NO_DEVICE, Trace
+
+Progress = Callable[[str], None]
+
+HEADER_PEEK_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class StatsSource:
+    stats: S3Object
+    kernelslist: S3Object | None
+    ctx: str | None
+
+
+def stats_sources(objects: list[S3Object]) -> list[StatsSource]:
+    """The stats files under traces/, each with its context's kernelslist, in ctx order."""
+    by_name = {obj.name: obj for obj in objects}
+    sources = []
+    for obj in objects:
+        folder, _, filename = obj.name.rpartition("/")
+        if folder != "traces":
+            continue
+        match = stats.STATS_CTX_NAME.match(filename)
+        if match:
+            ctx = match.group(1)
+            if not stats.CTX.match(ctx):
+                raise TraceInputError(
+                    f"{obj.name}: {ctx[:80]!r} is not a CUDA context (0x and at most 62 hex digits)"
+                )
+            sources.append(StatsSource(obj, by_name.get(f"traces/kernelslist_ctx_{ctx}"), ctx))
+        elif filename == "stats.csv":
+            kernelslist = by_name.get("traces/kernelslist") or by_name.get("traces/kernelslist.g")
+            sources.append(StatsSource(obj, kernelslist, None))
+    return sorted(sources, key=lambda source: (source.ctx is None, source.ctx or ""))
+
+
+def parse_into(
+    trace: Trace,
+    objects: list[S3Object],
+    current: str,
+    *,
+    run: dict,
+    launches_expected: bool = True,
+    progress: Progress | None,
+    files: ReadAhead,
+) -> None:
+    """Parse the run's stats files (and steps, timing) into the trace's kernels: `parsing`, then
+    `ready`; bad input raises TraceInputError. Every file is read through `files`."""
+    sources = stats_sources(objects)
+    if not sources:
+        raise TraceInputError(
+            "no stats file in the upload: expected traces/stats_ctx_0x<ctx> or traces/stats.csv"
+        )
+    for source in sources:
+        for obj in (source.stats, source.kernelslist):
+            if obj is not None and obj.size > settings.CASCADE_MAX_STATS_BYTES:
+                raise TraceInputError(
+                    f"{obj.name}: {obj.size} bytes is far too large for a tracer stats file "
+                    f"(CASCADE_MAX_STATS_BYTES is {settings.CASCADE_MAX_STATS_BYTES})"
+                )
+    services.trace_start_parsing(trace, run=run)
+    extra_columns = header_extra_columns(sources, files)
+    extras = services.RunExtras()
+    step_index, durations = read_steps_and_timing(objects, extras, files)
+
+    def launches(writer: KernelWriter) -> Iterator:
+        launch_text = None
+        # Nsight's durations are matched launch by launch, in order: those runs are read row
+        # by row; steps, and Cascade's timing.csv, are lookups by kernel id.
+        if writer.copies and (durations is None or durations.by_kernel_id):
+            step_of = None if step_index is None else step_index.step_of
+            duration_of = None if durations is None else durations.duration_of
+
+            def launch_text(source: StatsSource, traced: set[int]) -> LaunchText:
+                return LaunchText(source.ctx, writer, traced, step_of, duration_of)
+
+        rows = kernel_rows(trace.id, sources, extra_columns, progress, files, launch_text)
+        rows = with_steps_and_durations(rows, step_index, durations, extras)
+        return at_least_one_launch(rows) if launches_expected else rows
+
+    services.trace_store_kernels(trace, launches, fingerprint=current, extras=extras)
+
+
+def read_steps_and_timing(
+    objects: list[S3Object], extras, files: ReadAhead
+) -> tuple[timing.StepIndex | None, object | None]:
+    """timeline.json's steps and timing.csv's durations, if the run has them and they can be read.
+
+    Neither ever fails the trace: what could not be used is said in `extras.timing_error`.
+    """
+    by_name = {obj.name: obj for obj in objects}
+    problems = []
+    step_index = durations = None
+    if TIMELINE_NAME in by_name:
+        try:
+            obj = by_name[TIMELINE_NAME]
+            if obj.size > settings.CASCADE_METADATA_MAX_BYTES * 8:
+                raise bucket.too_large(obj.size, settings.CASCADE_METADATA_MAX_BYTES * 8)
+            data = files.body(obj)
+            steps = timing.parse_timeline(
+                bucket.iter_object_chunks(obj.key, etag=obj.etag) if data is None else data
+            )
+            extras.steps = steps
+            step_index = timing.StepIndex(steps)
+        except (timing.TimingError, ValueError) as problem:
+            problems.append(str(problem))
+    if TIMING_NAME in by_name:
+        obj = by_name[TIMING_NAME]
+        try:
+            if obj.size > settings.CASCADE_MAX_STATS_BYTES:
+                raise timing.TimingError(f"timing.csv: {obj.size} bytes, more than CASCADE_MAX_STATS_BYTES")
+            durations = timing.read_timing(files.read_lines(obj))
+            extras.timing_used = True
+        except (timing.TimingError, bucket.LineTooLong) as problem:
+            problems.append(str(problem))
+    extras.timing_error = "; ".join(problems) or None
+    return step_index, durations
+
+
+GRID = slice(KERNEL_COLUMNS.index("grid_x"), KERNEL_COLUMNS.index("grid_z") + 1)
+BLOCK = slice(KERNEL_COLUMNS.index("block_x"), KERNEL_COLUMNS.index("block_z") + 1)
+
+
+def with_steps_and_durations(rows: Iterator[tuple], step_index, durations, extras) -> Iterator[tuple]:
+    """Each row with its step and measured duration appended (KERNEL_COLUMNS' last two).
+
+    A timing that stops matching the stats drops out from there on, with the reason; the
+    durations already given are cleared when the kernels are stored.
+    """
+    for row in rows:
+        if type(row) is LaunchBlock:  # LaunchText wrote the steps and durations
+            yield row
+            continue
+        ctx, kernel_id = row[0], row[1]
+        step = step_index.step_of(ctx, kernel_id) if step_index is not None else None
+        duration = None
+        if durations is not None:
+            try:
+                duration = durations.duration_of(ctx, kernel_id, row[GRID], row[BLOCK])
+            except timing.TimingError as problem:
+                extras.timing_error = "; ".join(filter(None, (extras.timing_error, str(problem))))
+                durations = None
+        yield (*row, step, duration)
+    # Every launch matched: Nsight kernels left over drop the timing too (timing.NsysDurations).
+    if durations is not None and (left_over := durations.unmatched()) is not None:
+        extras.timing_error = "; ".join(filter(None, (extras.timing_error, str(left_over))))
+
+
+def at_least_one_launch(rows: Iterator[tuple]) -> Iterator[tuple]:
+    """`rows`, raising at the end if there were none: a blank stats file is not a run."""
+    empty = True
+    for row in rows:
+        empty = False
+        yield row
+    if empty:
+        raise TraceInputError(
+            "no kernel launches in the stats files; a run that launched none says so with "
+            '"kernel_count": 0 in metadata.json'
+        )
+
+
+def header_extra_columns(sources: list[StatsSource], files: ReadAhead) -> int:
+    """The run's extra stats columns, from the one file that has the header.
+
+    The tracer writes the header into the first context's file only, so files of later
+    contexts take its width. Reads only the first line of each file (ReadAhead.first_line:
+    the first one read from S3 is kept streaming for the parse).
+    """
+    if len(sources) == 1:
+        return 0  # the file's own header, if any, is read while parsing
+    for source in sources:
+        if source.stats.size == 0:
+            continue  # a context without launches; and S3 refuses a ranged GET of 0 bytes
+        first_line = files.first_line(source.stats, HEADER_PEEK_BYTES).split(b"\n", 1)[0]
+        extra = stats.first_line_extra_columns(first_line)
+        if extra is not None:
+            return extra
+    return 0
+
+
+def kernel_rows(
+    trace_id: str,
+    sources: list[StatsSource],
+    extra_columns: int,
+    progress: Progress | None,
+    files: ReadAhead,
+    launch_text: Callable[[StatsSource, set[int]], LaunchText] | None = None,
+) -> Iterator:
+    """Rows in KERNEL_COLUMNS order, streamed file after file; bad input raises TraceInputError.
+
+    With `launch_text` (a file's LaunchText, from its source and traced kernel ids), the
+    common lines come as LaunchBlocks of COPY text instead, steps and durations included,
+    among the rows of the others.
+    """
+    count = 0
+    every = settings.CASCADE_PROGRESS_EVERY
+    report_at = every
+    for source in sources:
+        traced = set()
+        if source.kernelslist is not None:
+            try:
+                traced = stats.parse_kernelslist_lines(files.read_lines(source.kernelslist))
+            except (stats.StatsError, bucket.LineTooLong) as problem:
+                raise TraceInputError(f"{source.kernelslist.name}: {problem}") from None
+        text = None if launch_text is None else launch_text(source, traced)
+        lines = files.read_lines(source.stats, blank_runs=True)
+        try:
+            for row in stats.parse_stats_lines(lines, extra_columns=extra_columns, launch_text=text):
+                if type(row) is LaunchBlock:
+                    yield row
+                    count += row.launches
+                else:
+                    *launch, device, stream = row
+                    yield (
+                        source.ctx,
+                        *launch,
+                        row.kernel_id in traced,
+                        NO_DEVICE if device is None else device,
+                        stream,
+                    )
+                    count += 1
+                if progress is not None and count >= report_at:
+                    progress(f"{trace_id}: {count} kernels read ({source.stats.name})")
+                    report_at = count + every - count % every
+        except (stats.StatsError, bucket.LineTooLong) as problem:
+            raise TraceInputError(f"{source.stats.name}: {problem}") from None
