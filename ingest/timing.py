@@ -17,6 +17,11 @@ tuples), an Nsight export in three arrays per context (20 bytes a kernel); timel
 decoded without a dictionary per step. Timing or a timeline that
 cannot be read never fails a trace: the reader raises TimingError, and ingestion keeps the
 kernels, says what was wrong, and serves them without it.
+
+One module for the three readers (timeline.json, Cascade's timing.csv, Nsight's export): they
+answer the one question a parse asks of a launch (its step, its duration: `step_of`,
+`duration_of`, `unmatched`), share TimingError and the per-context arrays, and are tested
+against each other's bounds; apart, that contract would be spread over three files.
 """
 
 import codecs
