@@ -162,7 +162,8 @@ def read_sim_log(lines: Iterable[bytes]) -> SimLog:
             raise SimLogError(f"line {number + 1}: {error}") from None
         number += 1
         last_line = line
-        if log.exit_detected or not line.startswith(LINE_STARTS):
+        # A line without its newline is the last, cut by a kill: a fragment, not read.
+        if log.exit_detected or not line.startswith(LINE_STARTS) or not line.endswith(b"\n"):
             continue
         try:
             if line.startswith(b"kernel_name ="):
@@ -283,7 +284,10 @@ def _uids(line: bytes) -> list[int]:
 
 
 def _header(log: SimLog, line: bytes, dims: dict[bytes, str]) -> None:
-    path = _name(HEADER.match(line)[1])
+    match = HEADER.match(line)
+    if match is None:
+        raise SimLogError(f"not a `Header info loaded for kernel command : PATH` line: {_text(line)!r}")
+    path = _name(match[1])
     match = TRACE_FILE.fullmatch(path)
     if match is None:
         raise SimLogError(f"not a kernel-N[-ctx_0x...].traceg[.xz] trace file: {path!r}")
