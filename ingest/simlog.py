@@ -22,7 +22,7 @@ Memory grows with the number of uids only: a block is reduced to a few numbers a
 """
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ingest.bucket import LineTooLong
@@ -152,86 +152,82 @@ def read_sim_log(lines: Iterable[bytes]) -> SimLog:
     last_block_uids: list[int] = []
     since_block_launches = True  # a launch or header read since the last complete block
     last_line = b"\n"
-    iterator: Iterator[bytes] = iter(lines)
-    while True:
-        try:
-            line = next(iterator)
-        except StopIteration:
-            break
-        except LineTooLong as error:
-            raise SimLogError(f"line {number + 1}: {error}") from None
-        number += 1
-        last_line = line
-        # A line without its newline is the last, cut by a kill: a fragment, not read.
-        if log.exit_detected or not line.startswith(LINE_STARTS) or not line.endswith(b"\n"):
-            continue
-        try:
-            if line.startswith(b"kernel_name ="):
-                if block is not None:
-                    raise SimLogError(f"a stat block begins before the one at line {block.line} ended")
-                block = _Block(line=number, destroyed=destroyed)
-                destroyed = None
-            elif block is not None and line.startswith(b"kernel_launch_uid ="):
-                if block.uids is not None:
-                    raise SimLogError("a second kernel_launch_uid in one stat block")
-                block.uids = _uids(line)
-            elif block is not None and line.startswith(BLOCK_COUNTS):
-                # Only `name = N` exactly: forks add lines such as `gpu_sim_insn calculated by ...`.
-                match = BLOCK_NUMBER.match(line)
-                if match is None:
-                    raise SimLogError(f"not a count: {_text(line)!r}")
-                setattr(block, match[1].decode()[4:], int(match[2]))
-            elif line.startswith(b"gpgpu_simulation_time"):
-                if block is not None:
-                    _end_block(log, block, own)
-                    last_block_uids, block = block.uids, None
-                    since_block_launches = False
-            elif line.startswith(b"Destroy streams"):
-                match = DESTROY.match(line)
-                if match is None:
-                    raise SimLogError(f"not a `Destroy streams for kernel U:` line: {_text(line)!r}")
-                destroyed = int(match[1])
-                _kernel(log, destroyed).finished = True
-            elif line.startswith(b"Header info"):
-                _header(log, line, dims)
-                since_block_launches = True
-            elif line.startswith((b"-grid dim", b"-block dim")):
-                match = DIM.match(line)
-                if match is not None:
-                    dims[match[1]] = match[2].decode()
-            elif line.startswith(b"launching kernel"):
-                _trace_launch(log, line)
-                since_block_launches = True
-            elif line.startswith(b"GPGPU-Sim"):
-                if line.startswith(b"GPGPU-Sim PTX: pushing kernel"):
-                    launched_ptx += 1
-                    _ptx_launch(log, line, launched_ptx)
+    try:
+        for line in lines:
+            number += 1
+            last_line = line
+            # A line without its newline is the last, cut by a kill: a fragment, not read.
+            if log.exit_detected or not line.startswith(LINE_STARTS) or not line.endswith(b"\n"):
+                continue
+            try:
+                if line.startswith(b"kernel_name ="):
+                    if block is not None:
+                        raise SimLogError(f"a stat block begins before the one at line {block.line} ended")
+                    block = _Block(line=number, destroyed=destroyed)
+                    destroyed = None
+                elif block is not None and line.startswith(b"kernel_launch_uid ="):
+                    if block.uids is not None:
+                        raise SimLogError("a second kernel_launch_uid in one stat block")
+                    block.uids = _uids(line)
+                elif block is not None and line.startswith(BLOCK_COUNTS):
+                    # Only `name = N` exactly: forks add lines such as `gpu_sim_insn calculated by ...`.
+                    match = BLOCK_NUMBER.match(line)
+                    if match is None:
+                        raise SimLogError(f"not a count: {_text(line)!r}")
+                    setattr(block, match[1].decode()[4:], int(match[2]))
+                elif line.startswith(b"gpgpu_simulation_time"):
+                    if block is not None:
+                        _end_block(log, block, own)
+                        last_block_uids, block = block.uids, None
+                        since_block_launches = False
+                elif line.startswith(b"Destroy streams"):
+                    match = DESTROY.match(line)
+                    if match is None:
+                        raise SimLogError(f"not a `Destroy streams for kernel U:` line: {_text(line)!r}")
+                    destroyed = int(match[1])
+                    _kernel(log, destroyed).finished = True
+                elif line.startswith(b"Header info"):
+                    _header(log, line, dims)
                     since_block_launches = True
-                elif line.startswith(b"GPGPU-Sim: *** exit detected ***"):
-                    log.exit_detected = True
-                elif line.startswith(b"GPGPU-Sim: ** break due to reaching the maximum"):
-                    broke = True
-                    if not since_block_launches:
-                        # Accel-Sim dev prints a block for the kernel the limit stopped: the
-                        # last block, when no launch came between it and the break line.
-                        for uid in last_block_uids:
-                            log.kernels[uid].interrupted = True
-            elif line.startswith(b"-gpgpu_clock_domains"):
-                match = CLOCK_DOMAINS.match(line)
-                if match is None:
-                    raise SimLogError(f"no core clock in {_text(line)!r}")
-                log.core_clock_mhz = float(match[1])
-            elif line.startswith(b"Accel-Sim"):
-                match = ACCELSIM_BUILD.match(line)
-                if match is not None and log.accelsim_build is None:
-                    log.accelsim_build = _name(match[1])
-            elif log.gpgpusim_version is None and b"GPGPU-Sim Simulator Version" in line:
-                match = GPGPUSIM_VERSION.search(line)
-                if match is not None:
-                    log.gpgpusim_version = _name(match[1])
-                    log.gpgpusim_build = _name(match[2])
-        except SimLogError as error:
-            raise SimLogError(f"line {number}: {error}") from None
+                elif line.startswith((b"-grid dim", b"-block dim")):
+                    match = DIM.match(line)
+                    if match is not None:
+                        dims[match[1]] = match[2].decode()
+                elif line.startswith(b"launching kernel"):
+                    _trace_launch(log, line)
+                    since_block_launches = True
+                elif line.startswith(b"GPGPU-Sim"):
+                    if line.startswith(b"GPGPU-Sim PTX: pushing kernel"):
+                        launched_ptx += 1
+                        _ptx_launch(log, line, launched_ptx)
+                        since_block_launches = True
+                    elif line.startswith(b"GPGPU-Sim: *** exit detected ***"):
+                        log.exit_detected = True
+                    elif line.startswith(b"GPGPU-Sim: ** break due to reaching the maximum"):
+                        broke = True
+                        if not since_block_launches:
+                            # Accel-Sim dev prints a block for the kernel the limit stopped: the
+                            # last block, when no launch came between it and the break line.
+                            for uid in last_block_uids:
+                                log.kernels[uid].interrupted = True
+                elif line.startswith(b"-gpgpu_clock_domains"):
+                    match = CLOCK_DOMAINS.match(line)
+                    if match is None:
+                        raise SimLogError(f"no core clock in {_text(line)!r}")
+                    log.core_clock_mhz = float(match[1])
+                elif line.startswith(b"Accel-Sim"):
+                    match = ACCELSIM_BUILD.match(line)
+                    if match is not None and log.accelsim_build is None:
+                        log.accelsim_build = _name(match[1])
+                elif log.gpgpusim_version is None and b"GPGPU-Sim Simulator Version" in line:
+                    match = GPGPUSIM_VERSION.search(line)
+                    if match is not None:
+                        log.gpgpusim_version = _name(match[1])
+                        log.gpgpusim_build = _name(match[2])
+            except SimLogError as error:
+                raise SimLogError(f"line {number}: {error}") from None
+    except LineTooLong as error:  # from the lines' iterator, before line `number + 1`
+        raise SimLogError(f"line {number + 1}: {error}") from None
     log.lines = number
     cut_mid_line = not last_line.endswith(b"\n")
     if cut_mid_line or not log.exit_detected:
