@@ -149,6 +149,7 @@ def read_sim_log(lines: Iterable[bytes]) -> SimLog:
     dims: dict[bytes, str] = {}
     launched_ptx = 0
     broke = False
+    stopped_in_block: list[int] = []
     last_block_uids: list[int] = []
     since_block_launches = True  # a launch or header read since the last complete block
     last_line = b"\n"
@@ -204,12 +205,10 @@ def read_sim_log(lines: Iterable[bytes]) -> SimLog:
                     elif line.startswith(b"GPGPU-Sim: *** exit detected ***"):
                         log.exit_detected = True
                     elif line.startswith(b"GPGPU-Sim: ** break due to reaching the maximum"):
+                        # Accel-Sim dev prints a block for the kernel the limit stopped: the
+                        # last block, when no launch came between it and the break line.
+                        stopped_in_block = [] if since_block_launches else last_block_uids
                         broke = True
-                        if not since_block_launches:
-                            # Accel-Sim dev prints a block for the kernel the limit stopped: the
-                            # last block, when no launch came between it and the break line.
-                            for uid in last_block_uids:
-                                log.kernels[uid].interrupted = True
                 elif line.startswith(b"-gpgpu_clock_domains"):
                     match = CLOCK_DOMAINS.match(line)
                     if match is None:
@@ -235,7 +234,7 @@ def read_sim_log(lines: Iterable[bytes]) -> SimLog:
     elif broke:
         log.stopped = STOPPED_MAX_CYCLES
         for kernel in log.kernels.values():  # launched, never in a block: the one the limit stopped
-            if kernel.name is not None and kernel.blocks == 0:
+            if kernel.uid in stopped_in_block or (kernel.name is not None and kernel.blocks == 0):
                 kernel.interrupted = True
     for uid, (cycles, insn) in own.items():
         kernel = log.kernels[uid]

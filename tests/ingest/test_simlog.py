@@ -395,3 +395,15 @@ def test_memory_grows_with_the_uids_only():
     large, log = peak(repeated(lines, 40, uid_of=lambda n: n + 1))
     assert [log.kernels[uid].sim_cycles for uid in (1, 40)] == [489, 489]  # line 4918
     assert large - small < 30 * 1024  # at most ~1 KiB per uid
+
+
+def test_a_log_killed_after_the_break_line_is_killed_and_keeps_its_blocks():
+    """Without `exit detected` the log just ends: `killed`, whose complete blocks all count."""
+    log = read(
+        text(
+            *block("1 ", 100, 100),
+            "GPGPU-Sim: ** break due to reaching the maximum cycles (or instructions) **",
+        )
+    )
+    assert log.stopped == STOPPED_KILLED
+    assert log.interrupted == [] and log.kernels[1].sim_cycles == 100
