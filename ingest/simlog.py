@@ -35,6 +35,8 @@ STOPPED_KILLED = "killed"
 # (and Python's int() of thousands of digits is slow, then refused).
 MAX_DIGITS = 20
 MAX_UIDS_PER_BLOCK = 100_000
+# Results are kept per uid; a log naming more uids than any run launches is hostile, not a run.
+MAX_UIDS = 2_000_000
 
 _INT = rb"(\d{1,20})"  # MAX_DIGITS
 ACCELSIM_BUILD = re.compile(rb"Accel-Sim \[build ([^\]]*)\]")
@@ -325,6 +327,8 @@ def _launched(log: SimLog, uid: int, name: str) -> SimKernel:
 def _kernel(log: SimLog, uid: int) -> SimKernel:
     kernel = log.kernels.get(uid)
     if kernel is None:
+        if len(log.kernels) >= MAX_UIDS:
+            raise SimLogError(f"more than {MAX_UIDS} uids")
         kernel = log.kernels[uid] = SimKernel(uid)
     return kernel
 

@@ -407,3 +407,10 @@ def test_a_log_killed_after_the_break_line_is_killed_and_keeps_its_blocks():
     )
     assert log.stopped == STOPPED_KILLED
     assert log.interrupted == [] and log.kernels[1].sim_cycles == 100
+
+
+def test_more_uids_than_a_run_launches_is_a_simlogerror(monkeypatch):
+    monkeypatch.setattr("ingest.simlog.MAX_UIDS", 3)
+    assert len(read(text(*block("1 2 3 ", 100, 100), "GPGPU-Sim: *** exit detected ***")).kernels) == 3
+    with pytest.raises(SimLogError, match=r"^line 12: more than 3 uids"):
+        read(text(*block("1 2 3 ", 100, 100), *block("4 ", 1, 101)))  # at the 2nd block's end
