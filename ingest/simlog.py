@@ -25,6 +25,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ingest import bucket
 from ingest.bucket import LineTooLong
 from traces.text import unstorable_character
 
@@ -138,6 +139,16 @@ class _Block:
     sim_cycle: int | None = None
     sim_insn: int | None = None
     tot_sim_cycle: int | None = None
+
+
+# A log's lines are short (option dump, counts, kernel names); a longer one is not a log.
+MAX_LINE = 1024**2
+
+
+def read_sim_log_chunks(chunks: Iterable[bytes]) -> SimLog:
+    """`read_sim_log` of a log's bytes as they stream in (S3, a decompressor): the reader
+    ingestion calls. A line longer than MAX_LINE is a SimLogError naming it."""
+    return read_sim_log(bucket.lines_of_chunks(chunks, MAX_LINE))
 
 
 def read_sim_log(lines: Iterable[bytes]) -> SimLog:
