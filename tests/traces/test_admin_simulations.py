@@ -15,7 +15,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from tests.traces.test_admin import read, result_rows, table_rows
+from tests.traces.test_admin import field, read, result_rows, table_rows
 from tests.traces.test_admin_analysis import ADD, CUBLAS, GEMM, add_run, add_steps
 from traces import accuracy
 from traces.admin import simulation_pages
@@ -363,8 +363,14 @@ def test_a_stopped_simulation_names_its_interrupted_kernels(staff_client, trace)
         complete=False,
         stopped="max_cycles",
         interrupted=[{"uid": 3, "ctx": "0xa", "kernel_id": 3, "name": CUBLAS}],
+        sim_total_cycles=12_345_678,
+        gpgpusim_build="4.2.0 [build gpgpu-sim_git-commit-90ec33997]",
     )
     page = read(staff_client.get(simulation_url(stopped)))
+    assert field(page, "Ended").text == "stopped: max_cycles"
+    assert field(page, "Core clock").text == "1000 MHz"
+    assert field(page, "Simulated cycles, whole run").text == "12,345,678"
+    assert field(page, "GPGPU-Sim build").text == "4.2.0 [build gpgpu-sim_git-commit-90ec33997]"
     rows = table_rows(page.find(id="simulation-interrupted-table"))
     assert [(r["uid"].text, r["context"].text, r["kernel id"].text, r["kernel"].text) for r in rows] == [
         ("3", "0xa", "3", CUBLAS)

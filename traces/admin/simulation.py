@@ -149,10 +149,10 @@ class SimulationAdmin(StorableLookups, SimulationColumns, admin.ModelAdmin):
                     "config",
                     "notes",
                     "simulator_build",
-                    "gpgpusim_build",
-                    "core_clock_mhz",
+                    "gpgpusim_display",
+                    "clock_display",
                     "ended_column",
-                    "sim_total_cycles",
+                    "cycles_display",
                     "kernels_simulated",
                     "kernels_compared",
                 )
@@ -167,7 +167,15 @@ class SimulationAdmin(StorableLookups, SimulationColumns, admin.ModelAdmin):
             },
         ),
     )
-    readonly_fields = ("trace_link", "state_display", "ended_column", "files_table")
+    readonly_fields = (
+        "trace_link",
+        "state_display",
+        "gpgpusim_display",
+        "clock_display",
+        "ended_column",
+        "cycles_display",
+        "files_table",
+    )
 
     # --- read-only: the bucket is the source of truth --------------------------------
 
@@ -193,6 +201,19 @@ class SimulationAdmin(StorableLookups, SimulationColumns, admin.ModelAdmin):
     @admin.display(description="GPGPU-Sim", ordering="gpgpusim_build", empty_value="-")
     def gpgpusim_column(self, obj: Simulation):
         return truncated(obj.gpgpusim_build, 28)
+
+    @admin.display(description="GPGPU-Sim build", empty_value="-")
+    def gpgpusim_display(self, obj: Simulation):
+        return obj.gpgpusim_build
+
+    @admin.display(description="core clock", empty_value="-")
+    def clock_display(self, obj: Simulation):
+        return None if obj.core_clock_mhz is None else f"{obj.core_clock_mhz:g} MHz"
+
+    @admin.display(description="simulated cycles, whole run", empty_value="-")
+    def cycles_display(self, obj: Simulation):
+        """The log's last complete gpu_tot_sim_cycle."""
+        return None if obj.sim_total_cycles is None else f"{obj.sim_total_cycles:,}"
 
     @admin.display(description="files")
     def files_table(self, obj: Simulation):
