@@ -286,12 +286,18 @@ def test_the_list_sorts_by_mape(staff_client, two_builds):
     assert [row["Name"].text for row in result_rows(page)] == ["h100-build-b", "h100-build-a"]
 
 
+def test_a_trace_without_simulations_says_so(staff_client, trace):
+    page = read(staff_client.get(reverse("admin:traces_trace_change", args=["opt-h100"])))
+    assert "No simulation of this trace yet" in page.find(id="simulations-group").text
+
+
 def test_a_trace_page_lists_its_simulations_with_links(staff_client, two_builds):
     a, b = two_builds
     page = read(staff_client.get(reverse("admin:traces_trace_change", args=["opt-h100"])))
     group = page.find(id="simulations-group")
     assert group is not None
     rows = {row["Name"].text: row for row in table_rows(group.find("table"))}
+    assert rows["h100-build-a"]["Config"].text == "SM90_H100"
     assert set(rows) == {"h100-build-a", "h100-build-b"}
     assert rows["h100-build-a"]["Name"].find("a").attrs["href"] == simulation_url(a)
     assert rows["h100-build-a"]["MAPE"].text == "18.00%"
@@ -610,7 +616,25 @@ def test_simulation_and_compare_pages_in_a_browser_under_the_policy(live_server,
         browser.find_element(By.NAME, "password").send_keys("operator-pass-123")
         browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
         browser.find_element(By.LINK_TEXT, "Simulations").click()
+        # Every column fits a 1400 px window: the list does not scroll sideways.
+        assert browser.execute_script(
+            "return document.getElementById('result_list').getBoundingClientRect().right"
+            " <= document.documentElement.clientWidth"
+        )
+        browser.save_screenshot(str(tmp_path / "list.png"))
         assert problems(browser) == []
+
+        # The trace's page lists both, each a link to its page.
+        browser.get(f"{live_server.url}/admin/traces/trace/opt-h100/change/")
+        simulations = browser.find_element(By.ID, "simulations-group")
+        simulations.screenshot(str(tmp_path / "trace-simulations.png"))
+        assert {link.text for link in simulations.find_elements(By.TAG_NAME, "a")} >= {
+            "h100-build-a",
+            "h100-build-b",
+        }
+        assert problems(browser) == []
+
+        browser.get(f"{live_server.url}{SIMULATIONS}")
 
         browser.find_element(By.LINK_TEXT, "h100-build-a").click()
         scatter = browser.find_element(By.ID, "simulation-scatter")

@@ -60,13 +60,14 @@ class SimulationColumns:
     def state_display(self, obj: Simulation):
         return state_badge(obj.state)
 
-    @admin.display(description="build", ordering="simulator_build", empty_value="-")
+    # "-" here, not empty_value: an inline's read-only field shows None as "None".
+    @admin.display(description="build", ordering="simulator_build")
     def build_column(self, obj: Simulation):
-        return truncated(obj.simulator_build, 20)
+        return truncated(obj.simulator_build, 20) or "-"
 
-    @admin.display(description="config", ordering="config", empty_value="-")
+    @admin.display(description="config", ordering="config")
     def config_column(self, obj: Simulation):
-        return truncated(obj.config, 20)
+        return truncated(obj.config, 20) or "-"
 
     @admin.display(description="compared", ordering="kernels_compared")
     def compared_column(self, obj: Simulation):
@@ -94,6 +95,7 @@ class SimulationInline(SimulationColumns, admin.TabularInline):
     """A trace's simulations on its page, each linking to its own."""
 
     model = Simulation
+    template = "admin/traces/simulation/inline.html"
     fields = readonly_fields = (
         "name_link",
         "state_display",
