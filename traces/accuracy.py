@@ -20,7 +20,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Case, Count, FloatField, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import Abs, Cast
 from django.db.models.lookups import GreaterThan, LessThanOrEqual
@@ -249,8 +249,25 @@ def _rows(rows: QuerySet[SimulatedKernel], steps: dict, *, stream: bool) -> Iter
 def simulation_kernels(simulation: Simulation) -> Iterator[SimKernelRow]:
     """Every launch of the simulation in the trace's order (context, kernel_id), streamed a
     chunk at a time (a server-side cursor on PostgreSQL)."""
-    rows = SimulatedKernel.objects.filter(simulation=simulation).order_by("context", "kernel_id")
-    return _rows(rows, _steps(simulation), stream=True)
+    steps = _steps(simulation)
+    contexts = _contexts(simulation)
+    for row in _stored_rows(_cursor_rows(*kernels_sql(simulation.pk))):
+        context, kernel_id, name, step, uid, cycles, insn, sim_ns, measured_ns, overlapped = row
+        step_name, phase = steps.get(step, (None, None)) if step is not None else (None, None)
+        yield SimKernelRow(
+            ctx=contexts.get(context),
+            kernel_id=kernel_id,
+            name=name,
+            step=step_name,
+            phase=phase,
+            uid=uid,
+            sim_cycles=cycles,
+            sim_insn=insn,
+            sim_ns=sim_ns,
+            measured_ns=measured_ns,
+            error=signed_error(sim_ns, measured_ns),
+            overlapped=overlapped,
+        )
 
 
 def worst_kernels(simulation: Simulation, count: int = 20) -> list[SimKernelRow]:
@@ -550,3 +567,197 @@ def accuracy_by(by: str, simulations: QuerySet[Simulation]) -> list[dict]:
         )
     rows.sort(key=lambda row: (row["mape"] is None, row["mape"] or 0, row[by] is None, row[by] or ""))
     return rows
+
+
+# --- the API's reads ---------------------------------------------------------------------------
+
+# A SimulationSummary's fields in the API's order: the columns read, and the JSON keys.
+SIMULATION_SUMMARY_COLUMNS = (
+    "name",
+    "state",
+    "error",
+    "created_at",
+    "updated_at",
+    "simulator",
+    "simulator_build",
+    "gpgpusim_build",
+    "config",
+    "core_clock_mhz",
+    "complete",
+    "stopped",
+    "kernels_simulated",
+    "kernels_compared",
+    "metrics",
+)
+# Simulation.metrics' keys in the API's order (simulation_metrics writes them).
+RUN_KEYS = ("run_sim_ns", "run_measured_ns", "run_error")
+SIMULATION_METRIC_KEYS = (*METRIC_KEYS, *RUN_KEYS)
+# A simulated launch as the API writes it.
+SIMULATED_KERNEL_KEYS = (
+    "ctx",
+    "kernel_id",
+    "name",
+    "step",
+    "uid",
+    "sim_cycles",
+    "sim_insn",
+    "sim_ns",
+    "measured_ns",
+    "error",
+    "overlapped",
+)
+# A simulation serves the launches of its last read while ready, and while it is read again.
+SERVES_KERNELS = (TraceState.READY, TraceState.PARSING)
+_STATE = SIMULATION_SUMMARY_COLUMNS.index("state")
+
+
+def simulation_summary_rows(trace_id: str) -> list[tuple]:
+    """The trace's simulations' SIMULATION_SUMMARY_COLUMNS, newest first: one query."""
+    return list(
+        Simulation.objects.filter(trace_id=trace_id)
+        .order_by("-created_at", "name")
+        .values_list(*SIMULATION_SUMMARY_COLUMNS)
+    )
+
+
+def simulation_list_rows(simulations: QuerySet[Simulation]) -> list[tuple]:
+    """(trace_id, *SIMULATION_SUMMARY_COLUMNS) of each of `simulations`, newest first (ties by
+    trace and name): one query."""
+    return list(
+        simulations.order_by("-created_at", "trace_id", "name").values_list(
+            "trace_id", *SIMULATION_SUMMARY_COLUMNS
+        )
+    )
+
+
+@dataclass(frozen=True)
+class SimulationDetail:
+    """A simulation's summary row, the launches its last read left out, its steps and
+    families, and its launches (API tuples, SIMULATED_KERNEL_KEYS), streamed."""
+
+    row: tuple
+    interrupted: list
+    steps: list[StepAccuracy]
+    families: list[FamilyAccuracy]
+    kernels: Iterator[tuple]
+
+
+def kernels_sql(simulation_id: int, limit: int | None = None) -> tuple[str, list]:
+    """A simulation's launches in the trace's order, on the (simulation, context, kernel_id)
+    unique index; the names joined (a few hundred), contexts and steps mapped in Python."""
+    table = SimulatedKernel._meta.db_table
+    names = KernelName._meta.db_table
+    sql = (
+        "SELECT k.context, k.kernel_id, n.name, k.step, k.uid, k.sim_cycles, k.sim_insn, k.sim_ns, "
+        f"k.measured_ns, k.overlapped FROM {table} k JOIN {names} n ON n.id = k.name_id "
+        "WHERE k.simulation_id = %s ORDER BY k.simulation_id, k.context, k.kernel_id"
+    )
+    params: list = [simulation_id]
+    if limit is not None:
+        sql += " LIMIT %s"
+        params.append(limit)
+    return sql, params
+
+
+def _fetched(cursor) -> Iterator[tuple]:
+    while rows := cursor.fetchmany(FETCH_ROWS):
+        yield from rows
+
+
+def _cursor_rows(sql: str, params: list) -> Iterator[tuple]:
+    with connection.chunked_cursor() as cursor:
+        cursor.execute(sql, params)
+        yield from _fetched(cursor)
+
+
+def _held_rows(cursor) -> Iterator[tuple]:
+    with cursor:  # closed when streamed or dropped (a client gone)
+        yield from _fetched(cursor)
+
+
+def _stored_rows(rows: Iterator[tuple]) -> Iterator[tuple]:
+    """SQLite answers booleans as 0 and 1."""
+    for row in rows:
+        yield (*row[:-1], bool(row[-1]))
+
+
+def api_kernels(
+    rows: Iterator[tuple], contexts: dict[int, str | None], steps: dict[int, tuple[str, str | None]]
+) -> Iterator[tuple]:
+    """Stored rows (kernels_sql) as the API's tuples (SIMULATED_KERNEL_KEYS)."""
+    for context, kernel_id, name, step, uid, cycles, insn, sim_ns, measured_ns, overlapped in rows:
+        yield (
+            contexts.get(context),
+            kernel_id,
+            name,
+            None if step is None else steps.get(step, (None,))[0],
+            uid,
+            cycles,
+            insn,
+            sim_ns,
+            measured_ns,
+            signed_error(sim_ns, measured_ns),
+            bool(overlapped),
+        )
+
+
+def _detail_parts(trace_id: str, name: str) -> tuple | None:
+    """The simulation's row (summary columns, interrupted, id), steps and families."""
+    found = (
+        Simulation.objects.filter(trace_id=trace_id, name=name)
+        .values_list(*SIMULATION_SUMMARY_COLUMNS, "interrupted", "id")
+        .first()
+    )
+    if found is None:
+        return None
+    simulation = Simulation(pk=found[-1], trace_id=trace_id)
+    serves = found[_STATE] in SERVES_KERNELS
+    steps = simulation_steps(simulation) if serves else []
+    families = simulation_families(simulation) if serves else []
+    return found, simulation, steps, families
+
+
+def simulation_detail(trace_id: str, name: str, limit: int | None = None) -> SimulationDetail | None:
+    """The simulation `name` of the trace, read from one snapshot of the database, or None.
+
+    As `selectors.trace_detail_snapshot` does for a trace: on PostgreSQL the row, the sums and
+    the launches' cursor are read and declared in one REPEATABLE READ transaction, the cursor
+    held past its commit (WITH HOLD), so that a simulation read again meanwhile cannot mix two
+    reads in one answer. Launches are served while the simulation is ready or read again.
+    """
+    if connection.vendor != "postgresql":
+        parts = _detail_parts(trace_id, name)
+        if parts is None:
+            return None
+        found, simulation, steps, families = parts
+        kernels = iter(())
+        if found[_STATE] in SERVES_KERNELS:
+            kernels = api_kernels(
+                _stored_rows(_cursor_rows(*kernels_sql(simulation.pk, limit))),
+                _contexts(simulation),
+                _steps(simulation),
+            )
+        return SimulationDetail(found[:-2], found[-2], steps, families, kernels)
+    own_transaction = not connection.in_atomic_block
+    held = connection.chunked_cursor()
+    try:
+        with transaction.atomic():
+            if own_transaction:
+                with connection.cursor() as cursor:
+                    cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            parts = _detail_parts(trace_id, name)
+            if parts is None:
+                held.close()
+                return None
+            found, simulation, steps, families = parts
+            if found[_STATE] not in SERVES_KERNELS:
+                held.close()
+                return SimulationDetail(found[:-2], found[-2], steps, families, iter(()))
+            contexts, step_names = _contexts(simulation), _steps(simulation)
+            held.execute(*kernels_sql(simulation.pk, limit))
+    except BaseException:
+        held.close()
+        raise
+    return SimulationDetail(
+        found[:-2], found[-2], steps, families, api_kernels(_held_rows(held), contexts, step_names)
+    )
