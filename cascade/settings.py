@@ -280,6 +280,8 @@ CASCADE_MAX_STATS_BYTES = env_int("CASCADE_MAX_STATS_BYTES", 2 * 1024**3)
 # A stats line longer than this fails its trace at once (the longest real kernel name is a
 # few kilobytes; a line of a CUDA graph's run-together launches holds about 400 bytes each).
 CASCADE_MAX_STATS_LINE = env_int("CASCADE_MAX_STATS_LINE", 16 * 1024**2)
+# A simulation's log (sim.log, or decompressed sim.log.gz / .xz) past this many bytes fails it.
+CASCADE_MAX_SIM_LOG_BYTES = env_int("CASCADE_MAX_SIM_LOG_BYTES", 8 * 1024**3)
 # A parse reports progress (ingest_traces prints it) every this many kernels.
 CASCADE_PROGRESS_EVERY = env_int("CASCADE_PROGRESS_EVERY", 100_000)
 if CASCADE_PROGRESS_EVERY < 1:

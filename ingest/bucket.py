@@ -290,23 +290,45 @@ def list_run_ids() -> Iterator[str]:
                 yield run_id
 
 
-def list_run_objects(run_id: str) -> list[S3Object]:
-    """Every object of one run, sorted by key."""
+# A run's simulations (issue 20) live in its folder but are not its trace's files.
+SIMULATIONS_FOLDER = "simulations/"
+
+
+def list_run_objects(run_id: str, *, simulations: list[S3Object] | None = None) -> list[S3Object]:
+    """Every object of one run's trace, sorted by key: its `simulations/` folder aside (added
+    to `simulations` when given, so that one listing serves both)."""
+    folder = run_prefix(run_id) + SIMULATIONS_FOLDER
+    trace_objects = []
+    for obj in _list(run_prefix(run_id)):
+        if not obj.key.startswith(folder):
+            trace_objects.append(obj)
+        elif simulations is not None:
+            simulations.append(obj)
+    return trace_objects
+
+
+def list_simulation_objects(run_id: str) -> list[S3Object]:
+    """Every object of one run's `simulations/` folder, sorted by key."""
+    return _list(run_prefix(run_id) + SIMULATIONS_FOLDER)
+
+
+def _list(key_prefix: str) -> list[S3Object]:
     paginator = client().get_paginator("list_objects_v2")
     objects = [
         S3Object(
             key=item["Key"], size=item["Size"], etag=item["ETag"], last_modified=item.get("LastModified")
         )
-        for page in paginator.paginate(
-            Bucket=bucket_name(), Prefix=run_prefix(run_id), PaginationConfig=paging()
-        )
+        for page in paginator.paginate(Bucket=bucket_name(), Prefix=key_prefix, PaginationConfig=paging())
         for item in page.get("Contents", ())
     ]
     return sorted(objects, key=lambda obj: obj.key)
 
 
-def list_runs_objects(run_ids: set[str]) -> dict[str, list[S3Object]]:
-    """Every object of the runs `run_ids`, sorted by key, from one listing of the whole prefix.
+def list_runs_objects(
+    run_ids: set[str], *, simulations: dict[str, list[S3Object]] | None = None
+) -> dict[str, list[S3Object]]:
+    """Every object of the runs' traces (`list_run_objects`), sorted by key, from one listing
+    of the whole prefix; their simulations' objects added to `simulations` when given.
 
     One request per CASCADE_S3_PAGE_SIZE objects under the prefix, whoever they belong to:
     cheaper than a listing per run when most of the prefix's objects are these runs'.
@@ -316,16 +338,16 @@ def list_runs_objects(run_ids: set[str]) -> dict[str, list[S3Object]]:
     objects: dict[str, list[S3Object]] = {}
     for page in paginator.paginate(Bucket=bucket_name(), Prefix=base, PaginationConfig=paging()):
         for item in page.get("Contents", ()):
-            run_id, slash, _ = item["Key"][len(base) :].partition("/")
-            if slash and run_id in run_ids:
-                objects.setdefault(run_id, []).append(
-                    S3Object(
-                        key=item["Key"],
-                        size=item["Size"],
-                        etag=item["ETag"],
-                        last_modified=item.get("LastModified"),
-                    )
-                )
+            run_id, slash, rest = item["Key"][len(base) :].partition("/")
+            if not slash or run_id not in run_ids:
+                continue
+            obj = S3Object(
+                key=item["Key"], size=item["Size"], etag=item["ETag"], last_modified=item.get("LastModified")
+            )
+            if not rest.startswith(SIMULATIONS_FOLDER):
+                objects.setdefault(run_id, []).append(obj)
+            elif simulations is not None:
+                simulations.setdefault(run_id, []).append(obj)
     return {run_id: sorted(found, key=lambda obj: obj.key) for run_id, found in objects.items()}
 
 

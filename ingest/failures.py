@@ -24,15 +24,20 @@ from django.conf import settings
 from django.db.models import F
 
 from cascade import metrics
-from traces import services
+from ingest.simlog import SimLogError
+from traces import services, simulations
 from traces.kernel_store import TraceDataTooLarge
-from traces.models import Trace
+from traces.models import Simulation, Trace
 
 logger = logging.getLogger(__name__)
 
 
 class TraceInputError(Exception):
     """The upload itself is wrong (the trace's own fault): the trace fails with this message."""
+
+
+class SimulationInputError(Exception):
+    """A simulation's upload is wrong (its marker, its log, its pairing): it fails with this message."""
 
 
 class ParseAttemptFailed(Exception):
@@ -72,7 +77,7 @@ REFUSED_ERRORS = (
     psycopg.IntegrityError,
     psycopg.errors.ProgramLimitExceeded,
 )
-INPUT_ERRORS = (TraceInputError, TraceDataTooLarge)
+INPUT_ERRORS = (TraceInputError, TraceDataTooLarge, SimulationInputError, SimLogError)
 
 
 def failure_kind(error: BaseException) -> str:
@@ -165,3 +170,30 @@ def trace_failed(trace_id: str, kind: str, error: str) -> None:
     INTERNAL, UPLOAD, PROFILER, TIMEOUT, WORKER_LOST, UNREACHABLE): where failures are counted."""
     logger.info("%s: failed (%s): %s", trace_id, kind, error)
     metrics.count_parse_failure(kind)
+
+
+def simulation_parse_error(
+    simulation: Simulation, error: Exception, *, fingerprint: str, trace_seen_at
+) -> None:
+    """The policy for a simulation (its lock held), as `trace_parse_error` for a trace: transient
+    errors re-raised (it stays `parsing`, and the next pass reads it again), bad input fails it,
+    an error of ours fails it at the CASCADE_PARSE_ATTEMPTS-th try."""
+    kind = failure_kind(error)
+    if kind in (TRANSIENT, TIMEOUT):
+        raise error
+    if kind == INPUT:
+        logger.info("%s: failed: %s", simulation, failure_message(error))
+        simulations.simulation_fail(
+            simulation, failure_message(error), fingerprint=fingerprint, trace_seen_at=trace_seen_at
+        )
+        return
+    attempts = simulations.count_attempt(simulation)
+    limit = settings.CASCADE_PARSE_ATTEMPTS
+    logger.exception("%s: internal error while reading it (try %d of %d)", simulation, attempts, limit)
+    if attempts < limit:
+        raise ParseAttemptFailed(
+            f"try {attempts} of {limit} failed, the next pass tries again: {internal_message(error)}"
+        ) from error
+    simulations.simulation_fail(
+        simulation, internal_message(error), fingerprint=fingerprint, trace_seen_at=trace_seen_at
+    )

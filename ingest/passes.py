@@ -14,6 +14,7 @@ picked up by the next pass.
     ingest.processes   a pass's parses shared among processes
     ingest.metering    what a pass cost, in S3 requests and database queries
     ingest.failures    what an error while deciding means for the trace
+    ingest.simulations the runs' simulations, once their traces are decided on
 
 Speed: S3 requests overlap on `CASCADE_S3_THREADS` threads (`bucket.overlapped`), each with its
 own client: the scan's listings and HEADs, and for each trace a pass parses, its listing's small
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.db import connection
 
-from ingest import bucket, decision, failures, processes
+from ingest import bucket, decision, failures, processes, simulations
 from ingest.bucket import S3Object
 from ingest.decision import Fetched, decide
 from ingest.metering import PassCost, measured
@@ -48,6 +49,7 @@ from ingest.scan import (
 )
 from traces.locks import trace_lock
 from traces.models import Trace, TraceState
+from traces.simulations import SimulationChange
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +62,7 @@ class PassResult:
     changes: list[TraceChange] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     cost: "PassCost | None" = None
+    simulation_changes: list[SimulationChange] = field(default_factory=list)
 
     def summary(self) -> str:
         states = [change.new_state for change in self.changes]
@@ -68,6 +71,10 @@ class PassResult:
             f"{states.count(TraceState.READY)} ready, {states.count(TraceState.FAILED)} failed, "
             f"{states.count(TraceState.UPLOADING)} uploading"
         )
+        if self.simulation_changes:
+            ready = [c for c in self.simulation_changes if c.new_state == TraceState.READY]
+            failed = [c for c in self.simulation_changes if c.new_state == TraceState.FAILED]
+            summary += f"; {len(self.simulation_changes)} simulations changed: {len(ready)} ready, {len(failed)} failed"
         if self.errors:
             summary += f"; {len(self.errors)} could not be ingested (retried next pass)"
         if self.cost is not None:
@@ -131,7 +138,19 @@ def _poll_bucket(
             change.bytes,
             change.error,
         )
-    return PassResult(listed=scan.listed, changes=list(changes.values()), errors=errors, cost=children)
+    # The runs' simulations, after their traces: a trace this pass made ready is paired at once.
+    simulation_changes = simulations.simulation_pass(
+        scan.looked_at, listings=scan.simulation_listings, trace_id=trace_id
+    )
+    for change in simulation_changes:
+        logger.info("%s", change)
+    return PassResult(
+        listed=scan.listed,
+        changes=list(changes.values()),
+        errors=errors,
+        cost=children,
+        simulation_changes=simulation_changes,
+    )
 
 
 def parse_traces(

@@ -67,6 +67,10 @@ class Scan:
     to_reparse: set[str] = field(default_factory=set)
     # The listing each trace of to_parse was registered with.
     listings: dict[str, list[S3Object]] = field(default_factory=dict)
+    # The runs listed, and the ready ones compared with the bucket: whose simulations a pass
+    # looks at too (ingest.simulations), with the `simulations/` objects the listings held.
+    looked_at: list[str] = field(default_factory=list)
+    simulation_listings: dict[str, list[S3Object]] = field(default_factory=dict)
 
 
 def scan_bucket(
@@ -91,15 +95,18 @@ def scan_bucket(
         run_ids = list(bucket.list_run_ids())
         candidates = runs_to_look_at(run_ids, reparse=reparse)
         if not reparse:
-            candidates += ready_runs_changed(run_ids)
+            candidates += ready_runs_changed(run_ids, checked=scan.looked_at)
     # Listed on the S3 threads, registered here in the bucket's order; a listing that fails
     # (S3 unreachable) ends the scan, as one listing of the bucket that fails does.
     kept = 0  # objects in scan.listings
-    listed = ((run_id, objects) for run_id, objects in run_listings(candidates) if objects)
+    listed = (
+        (run_id, objects) for run_id, objects in run_listings(candidates, scan.simulation_listings) if objects
+    )
     while listings := list(islice(listed, REGISTER_BATCH)):
         registered = register_listings(listings)
         for (run_id, objects), (trace, change) in zip(listings, registered, strict=True):
             scan.listed += 1
+            scan.looked_at.append(run_id)
             if trace is None:
                 continue  # deleted by an operator, and its files have not changed
             if change is not None:
@@ -128,16 +135,24 @@ def scan_bucket(
 REGISTER_BATCH = 500
 
 
-def run_listings(run_ids: list[str]) -> Iterator[tuple[str, list[S3Object]]]:
-    """Each run's objects, in the order of `run_ids`: a listing per run, on the S3 threads,
-    or one listing of the whole prefix when that takes fewer requests (thousands of new runs)."""
+def run_listings(
+    run_ids: list[str], simulations: dict[str, list[S3Object]]
+) -> Iterator[tuple[str, list[S3Object]]]:
+    """Each run's trace objects, in the order of `run_ids`: a listing per run, on the S3
+    threads, or one listing of the whole prefix when that takes fewer requests (thousands of
+    new runs). The `simulations/` objects they held go to `simulations`, by run."""
     if whole_prefix_is_cheaper(run_ids):
-        listed = bucket.list_runs_objects(set(run_ids))
+        listed = bucket.list_runs_objects(set(run_ids), simulations=simulations)
         for run_id in run_ids:
+            simulations.setdefault(run_id, [])
             yield run_id, listed.get(run_id, [])
         return
-    for run_id, listing in bucket.overlapped(bucket.list_run_objects, run_ids):
-        yield run_id, listing.result()
+
+    def listing(run_id: str) -> list[S3Object]:
+        return bucket.list_run_objects(run_id, simulations=simulations.setdefault(run_id, []))
+
+    for run_id, listed in bucket.overlapped(listing, run_ids):
+        yield run_id, listed.result()
 
 
 class JSONArrayLength(Func):
@@ -191,19 +206,19 @@ def runs_to_look_at(run_ids: list[str], *, reparse: bool = False) -> list[str]:
     return [run_id for run_id in run_ids if worth_a_look(run_id)]
 
 
-def ready_runs_changed(run_ids: list[str]) -> list[str]:
+def ready_runs_changed(run_ids: list[str], *, checked: list[str] | None = None) -> list[str]:
     """Ready runs whose metadata.json changed since they were parsed: re-uploaded.
 
     One HEAD request per ready run whose recheck is due (every CASCADE_READY_RECHECK_SECONDS,
     each run at its own moment: traces_recheck_ready_later), never a listing: metadata.json is
     written last, so a re-upload rewrites it. The database sends the one ETag compared, never
-    the run's file list (thousands of entries for some runs).
+    the run's file list (thousands of entries for some runs). `checked` gets the runs compared.
     """
     present = set(run_ids)
     due = Trace.objects.filter(state=TraceState.READY).filter(
         Q(recheck_after__isnull=True) | Q(recheck_after__lte=timezone.now())
     )
-    changed, checked = [], []
+    changed, compared = [], []
     parsed_etags = {}  # trace id -> (its metadata.json's key, the ETag it was parsed with)
     listed = due.annotate(parsed_etag=listed_etag(METADATA_NAME)).order_by()
     for trace_id, parsed_etag in listed.values_list("id", "parsed_etag"):
@@ -220,10 +235,12 @@ def ready_runs_changed(run_ids: list[str]) -> list[str]:
             # One run's S3 trouble (a 403, retries spent) must not stop the pass: next time.
             logger.warning("%s: cannot compare metadata.json with the bucket: %s", trace_id, problem)
             continue
-        checked.append(trace_id)
+        compared.append(trace_id)
         if etag != parsed_etag:
             changed.append(trace_id)
-    services.traces_recheck_ready_later(checked)
+    services.traces_recheck_ready_later(compared)
+    if checked is not None:
+        checked += compared
     return changed
 
 

@@ -23,7 +23,7 @@ from django.conf import settings
 
 import cascade.celery  # noqa: F401  (shared tasks bind to Cascade's app)
 from cascade import metrics
-from ingest import failures, metering, passes
+from ingest import failures, metering, passes, simulations
 from traces.locks import trace_lock
 from traces.models import Trace
 from traces.services import TraceBusy, trace_mark_failed
@@ -74,6 +74,10 @@ def poll_bucket_task() -> int:
             raise
         queued += 1
     logger.info("poll: %d traces looked at, %d parses queued; %s", scan.listed, queued, cost)
+    # Simulations are read here, in the poll: a trace a queued parse makes ready is paired on
+    # the next poll (its updated_at moved past its simulations').
+    for change in simulations.simulation_pass(scan.looked_at, listings=scan.simulation_listings):
+        logger.info("%s", change)
     return queued
 
 

@@ -189,3 +189,144 @@ COMPARE_EXAMPLE = {
 
 SUMMARY_EXAMPLES = [OpenApiExample("Summary", value=SUMMARY_EXAMPLE, response_only=True)]
 COMPARISON_EXAMPLES = [OpenApiExample("Comparison", value=COMPARE_EXAMPLE, response_only=True)]
+
+
+# --- simulations ------------------------------------------------------------------------------------
+
+# One simulation of the sample trace's first five launches at 1755 MHz: four compared, the fifth
+# overlapped (concurrent kernels share one stat block).
+SIMULATION_METRICS = {
+    "mape": 10.0587,
+    "aggregate_error": 11.2253,
+    "pearson_r": 0.9918,
+    "rpd": 9.8826,
+    "nrmse": 0.1433,
+    "within_10_percent": 2,
+    "kernels_compared": 4,
+    "sim_total_ns": 10317.3789,
+    "measured_total_ns": 10480,
+    "total_error": -1.5517,
+    "run_sim_ns": 10883.1909,
+    "run_measured_ns": 11120,
+    "run_error": -2.1296,
+}
+SIMULATION_SUMMARY = {
+    "name": "accelsim-2260456e-SM90_H100",
+    "state": "ready",
+    "error": None,
+    "created_at": "2026-11-09T10:12:40.114205Z",
+    "updated_at": "2026-11-09T10:12:41.020113Z",
+    "simulator": "accel-sim",
+    "simulator_build": "accelsim-commit-2260456ea5e6a1420f5734f145a4b7d8ab1d4737_modified_1.0",
+    "gpgpusim_build": "4.2.0 [build gpgpu-sim_git-commit-13c67115070dc2f0876254a790d0238073ca364a_modified_2.0]",
+    "config": "SM90_H100",
+    "core_clock_mhz": 1755.0,
+    "complete": True,
+    "stopped": None,
+    "kernels_simulated": 5,
+    "kernels_compared": 4,
+    "metrics": SIMULATION_METRICS,
+}
+UPLOADING_SIMULATION = {
+    **SIMULATION_SUMMARY,
+    "name": "accelsim-dev-SM90_H100",
+    "state": "uploading",
+    "created_at": "2026-11-09T11:02:03.000412Z",
+    "updated_at": "2026-11-09T11:02:03.000412Z",
+    "simulator": None,
+    "simulator_build": None,
+    "gpgpusim_build": None,
+    "config": None,
+    "core_clock_mhz": None,
+    "complete": None,
+    "kernels_simulated": 0,
+    "kernels_compared": 0,
+    "metrics": None,
+}
+SIMULATIONS_EXAMPLE = [UPLOADING_SIMULATION, SIMULATION_SUMMARY]
+SAMPLE_TRACE = "sample__facebook_opt-125m__h100-e2e"
+SIMULATION_LIST_EXAMPLE = [{"trace_id": SAMPLE_TRACE, **simulation} for simulation in SIMULATIONS_EXAMPLE]
+
+
+def example_simulated_kernel(
+    kernel_id: int, name: str, step: str, cycles: int | None, measured_ns: int, error: float | None
+) -> dict:
+    return {
+        "ctx": "0x6165bdd7ec90",
+        "kernel_id": kernel_id,
+        "name": name,
+        "step": step,
+        "uid": kernel_id,
+        "sim_cycles": cycles,
+        "sim_insn": None if cycles is None else cycles * 41,
+        "sim_ns": None if cycles is None else round(cycles * 1000 / 1755.0, 4),
+        "measured_ns": measured_ns,
+        "error": error,
+        "overlapped": cycles is None,
+    }
+
+
+SIMULATION_DETAIL_EXAMPLE = {
+    **SIMULATION_SUMMARY,
+    "interrupted": [],
+    "steps": [
+        {"step": "step 0 (prefill)", "sim_ns": 6835.3276, "measured_ns": 7220, "error": -5.3279},
+        {"step": "step 1 (decode)", "sim_ns": 3482.0513, "measured_ns": 3260, "error": 6.8114},
+    ],
+    "families": [
+        {"family": "vecAdd", "count": 2, "mape": 10.1197, "aggregate_error": 11.0371},
+        {"family": GEMM_EXAMPLE, "count": 2, "mape": 9.9977, "aggregate_error": 11.7465},
+    ],
+    "kernels": [
+        example_simulated_kernel(1, GEMM_EXAMPLE, "step 0 (prefill)", 3694, 1820, 15.6507),
+        example_simulated_kernel(2, "_Z6vecAddPdS_S_i", "step 0 (prefill)", 8302, 5400, -12.3984),
+        example_simulated_kernel(3, GEMM_EXAMPLE, "step 1 (decode)", 1758, 960, 4.3447),
+        example_simulated_kernel(4, "_Z6vecAddPdS_S_i", "step 1 (decode)", 4353, 2300, 7.841),
+        example_simulated_kernel(5, "_Z6vecAddPdS_S_i", "step 1 (decode)", None, 640, None),
+    ],
+}
+STOPPED_DETAIL_EXAMPLE = {
+    **SIMULATION_DETAIL_EXAMPLE,
+    "name": "accelsim-2260456e-SM90_H100-short",
+    "complete": False,
+    "stopped": "max_cycles",
+    "kernels_simulated": 4,
+    "interrupted": [{"uid": 5, "ctx": "0x6165bdd7ec90", "kernel_id": 5, "name": "_Z6vecAddPdS_S_i"}],
+    "metrics": {
+        **SIMULATION_METRICS,
+        "run_sim_ns": 10317.3789,
+        "run_measured_ns": 10480,
+        "run_error": -1.5517,
+    },
+    "kernels": SIMULATION_DETAIL_EXAMPLE["kernels"][:4],
+}
+ACCURACY_EXAMPLE = [
+    {
+        "simulator_build": "accelsim-commit-2260456ea5e6a1420f5734f145a4b7d8ab1d4737_modified_1.0",
+        "simulations": 12,
+        "traces": 6,
+        "kernels_compared": 48211,
+        "mape": 10.0587,
+        "aggregate_error": 11.2253,
+        "pearson_r": 0.9918,
+    },
+    {
+        "simulator_build": "accelsim-commit-73f9fac6_modified_0.0_24-10-08-10-02-11",
+        "simulations": 9,
+        "traces": 6,
+        "kernels_compared": 40102,
+        "mape": 14.7012,
+        "aggregate_error": 12.903,
+        "pearson_r": 0.9871,
+    },
+]
+
+SIMULATION_DETAIL_EXAMPLES = [
+    OpenApiExample("Simulation", value=SIMULATION_DETAIL_EXAMPLE, response_only=True),
+    OpenApiExample(
+        "StoppedAtMaxCycles",
+        summary="Stopped at the cycle limit: the interrupted launch left out",
+        value=STOPPED_DETAIL_EXAMPLE,
+        response_only=True,
+    ),
+]

@@ -12,6 +12,12 @@ from datetime import datetime
 
 import orjson
 
+from traces.accuracy import (
+    SIMULATED_KERNEL_KEYS,
+    SIMULATION_METRIC_KEYS,
+    SIMULATION_SUMMARY_COLUMNS,
+    SimulationDetail,
+)
 from traces.analysis import Comparison, Launches, Ratios, Summary, TraceTotals
 from traces.models import NO_DEVICE
 from traces.selectors import TRACE_SUMMARY_COLUMNS
@@ -193,3 +199,71 @@ def comparison_dict(comparison: Comparison) -> dict:
 
 def encode_json(value: dict) -> bytes:
     return orjson.dumps(value)
+
+
+# --- simulations (traces.accuracy) ----------------------------------------------------------------
+
+_INTERRUPTED_KEYS = ("uid", "ctx", "kernel_id", "name")
+
+
+def _ordered(value: dict | None, keys: tuple[str, ...]) -> dict | None:
+    """A stored JSON object with the documented keys in the documented order (PostgreSQL's
+    jsonb keeps no order); a key it lacks is null, one it has beyond them is not served."""
+    return None if value is None else {key: value.get(key) for key in keys}
+
+
+def simulation_summary_dict(row: tuple, *, columns: tuple[str, ...] = SIMULATION_SUMMARY_COLUMNS) -> dict:
+    """A SimulationSummary from `accuracy.simulation_summary_rows` (or, with `trace_id` first in
+    `columns`, a row of `accuracy.simulation_list_rows`)."""
+    summary = dict(zip(columns, row, strict=True))
+    for key in ("created_at", "updated_at"):
+        summary[key] = format_timestamp(summary[key])
+    summary["metrics"] = _ordered(summary["metrics"], SIMULATION_METRIC_KEYS)
+    return summary
+
+
+def simulation_list_dicts(rows: Iterable[tuple]) -> list[dict]:
+    columns = ("trace_id", *SIMULATION_SUMMARY_COLUMNS)
+    return [simulation_summary_dict(row, columns=columns) for row in rows]
+
+
+def simulation_detail_head(detail: SimulationDetail) -> dict:
+    """A SimulationDetail without its kernels: the summary, `interrupted`, `steps`, `families`."""
+    return {
+        **simulation_summary_dict(detail.row),
+        "interrupted": [_ordered(kernel, _INTERRUPTED_KEYS) for kernel in detail.interrupted or []],
+        "steps": [
+            {"step": step.step, "sim_ns": step.sim_ns, "measured_ns": step.measured_ns, "error": step.error}
+            for step in detail.steps
+        ],
+        "families": [
+            {
+                "family": family.family,
+                "count": family.count,
+                "mape": family.mape,
+                "aggregate_error": family.aggregate_error,
+            }
+            for family in detail.families
+        ],
+    }
+
+
+def simulated_kernel_dict(row: tuple) -> dict:
+    return dict(zip(SIMULATED_KERNEL_KEYS, row, strict=True))
+
+
+def encode_simulation_detail(head: dict, rows: Iterable[tuple]) -> Iterator[bytes]:
+    """The SimulationDetail JSON in pieces, kernels a chunk at a time (as `encode_trace_detail`)."""
+    head_json = orjson.dumps({**head, "kernels": []})
+    yield head_json[: -len(b"[]}")] + b"["
+    chunk: list[dict] = []
+    first = True
+    for row in rows:
+        chunk.append(simulated_kernel_dict(row))
+        if len(chunk) == KERNEL_CHUNK:
+            yield (b"" if first else b",") + orjson.dumps(chunk)[1:-1]
+            first = False
+            chunk = []
+    if chunk:
+        yield (b"" if first else b",") + orjson.dumps(chunk)[1:-1]
+    yield b"]}"

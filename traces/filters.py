@@ -1,4 +1,5 @@
-"""The query parameters that narrow `GET /api/traces`: a django-filter FilterSet.
+"""The query parameters that narrow `GET /api/traces` and `GET /api/simulations`: django-filter
+FilterSets.
 
 Every filter is optional and an absent or empty one narrows nothing; parameters that are not
 filters (`format`, a script's own) are ignored. A value a filter cannot read is a 400 whose
@@ -18,7 +19,7 @@ from django.http import QueryDict
 from rest_framework import status
 from rest_framework.exceptions import APIException
 
-from traces.models import Trace, TraceState
+from traces.models import Simulation, Trace, TraceState
 
 # What each parameter accepts, in the words of a 400's detail (and of the OpenAPI schema).
 ACCEPTS = {
@@ -114,6 +115,43 @@ def trace_filters(params: QueryDict) -> TraceFilter:
         raise InvalidFilter(
             " ".join(
                 f"{name} accepts {ACCEPTS[name]}; got {shown(params.get(name))}." for name in filters.errors
+            )
+        )
+    return filters
+
+
+# What each parameter of `GET /api/simulations` (and `/accuracy`) accepts.
+SIMULATION_ACCEPTS = {
+    "trace": "a trace's exact id (text without NUL characters)",
+    "simulator_build": "the exact Accel-Sim build, such as accelsim-commit-2260456e_modified_0.0 (text without NUL characters)",
+    "config": "the exact simulator config, such as SM90_H100 (text without NUL characters)",
+    "state": f"one of {', '.join(TraceState.values)}",
+}
+
+
+class SimulationFilter(django_filters.FilterSet):
+    """The simulations viewset's `filterset_class`, as TraceFilter is the traces'."""
+
+    trace = django_filters.CharFilter(
+        field_name="trace_id", help_text=f"Exact match: {SIMULATION_ACCEPTS['trace']}."
+    )
+    simulator_build = django_filters.CharFilter(
+        help_text=f"Exact match: {SIMULATION_ACCEPTS['simulator_build']}."
+    )
+    config = django_filters.CharFilter(help_text=f"Exact match: {SIMULATION_ACCEPTS['config']}.")
+    state = django_filters.ChoiceFilter(
+        choices=TraceState.choices, help_text=f"{SIMULATION_ACCEPTS['state'].capitalize()}."
+    )
+
+
+def simulation_filters(params: QueryDict) -> SimulationFilter:
+    """The filters `params` asks for, validated as `trace_filters` does (a 400 names every bad one)."""
+    filters = SimulationFilter(params, queryset=Simulation.objects.none())
+    if not filters.is_valid():
+        raise InvalidFilter(
+            " ".join(
+                f"{name} accepts {SIMULATION_ACCEPTS[name]}; got {shown(params.get(name))}."
+                for name in filters.errors
             )
         )
     return filters

@@ -466,6 +466,9 @@ class Simulation(models.Model):
     parsed_fingerprint = models.CharField(max_length=64, null=True, blank=True)
     reader_version = models.PositiveSmallIntegerField(default=0)
     parse_attempts = models.PositiveSmallIntegerField(default=0)
+    trace_seen_at = models.DateTimeField(
+        null=True, blank=True, help_text="The trace's updated_at when this simulation was last decided on."
+    )
 
     class Meta:
         ordering = ["-created_at", "name"]

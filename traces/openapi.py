@@ -18,10 +18,14 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 
-from traces import analysis, http
-from traces.api_examples import LIST_EXAMPLE
+from traces import accuracy, analysis, http
+from traces.api_examples import ACCURACY_EXAMPLE, LIST_EXAMPLE, SIMULATION_LIST_EXAMPLE, SIMULATIONS_EXAMPLE
 from traces.serializers import (
     ErrorSerializer,
+    SimulationAccuracySerializer,
+    SimulationDetailSerializer,
+    SimulationListItemSerializer,
+    SimulationSummarySerializer,
     TraceAnalysisSerializer,
     TraceComparisonSerializer,
     TraceDetailSerializer,
@@ -286,6 +290,112 @@ compare_schema = extend_schema(
 )
 
 
+# --- simulations ------------------------------------------------------------------------------
+
+SIMULATION_FILTER_400 = error_response(
+    "A filter's value cannot be read.", "state accepts one of uploading, parsing, ready, failed; got 'done'."
+)
+
+trace_simulations_schema = extend_schema(
+    operation_id="traces_simulations_list",
+    summary="List a trace's simulations",
+    description=(
+        "Every simulation of the trace (`<run>/simulations/<name>/` in the bucket), in every "
+        "state, newest first by created_at (ties by name). `metrics` is null until a simulation "
+        "is ready."
+    ),
+    parameters=[
+        trace_parameter("trace_id", "The trace's id, which is the profiler's run name.", "demo"),
+        CHALLENGE,
+    ],
+    responses={
+        200: SimulationSummarySerializer(many=True),
+        401: UNAUTHORIZED,
+        404: error_response("No trace has this id.", "trace nope not found"),
+        429: THROTTLED,
+    },
+)
+
+simulation_schema = extend_schema(
+    operation_id="traces_simulations_retrieve",
+    summary="Get a simulation",
+    description=(
+        "One simulation of the trace: its summary, the launches a cycle limit stopped "
+        "(`interrupted`), its accuracy per step of the trace and per kernel family, and every "
+        "simulated launch in the trace's order (ctx, kernel_id), each beside its measured time. "
+        "Large simulations are streamed (chunked transfer), compressed as they stream when "
+        "Accept-Encoding allows (zstd or gzip)."
+    ),
+    parameters=[
+        trace_parameter("trace_id", "The trace's id, which is the profiler's run name.", "demo"),
+        OpenApiParameter(
+            "name",
+            OpenApiTypes.STR,
+            OpenApiParameter.PATH,
+            description="The simulation's folder name under <run>/simulations/.",
+            examples=[OpenApiExample("accelsim-SM90_H100", value="accelsim-SM90_H100")],
+        ),
+        CHALLENGE,
+    ],
+    responses={
+        200: SimulationDetailSerializer,
+        401: UNAUTHORIZED,
+        404: error_response(
+            "No trace has this id, or the trace no simulation of this name.",
+            "simulation nope of trace demo not found",
+        ),
+        429: THROTTLED,
+    },
+)
+
+simulations_schema = extend_schema(
+    operation_id="simulations_list",
+    summary="List simulations",
+    description=(
+        "Every simulation of every trace, newest first by created_at (ties by trace and name), "
+        "each after its trace's id. The optional filters narrow the list; a value a filter cannot "
+        "read is a 400 that names it."
+    ),
+    parameters=[CHALLENGE],
+    responses={
+        200: SimulationListItemSerializer(many=True),
+        400: SIMULATION_FILTER_400,
+        401: UNAUTHORIZED,
+        429: THROTTLED,
+    },
+)
+
+accuracy_schema = extend_schema(
+    operation_id="simulations_accuracy",
+    summary="Accuracy by simulator build or config",
+    description=(
+        "One row per simulator build (or config, `by=config`) over its ready simulations among "
+        "those the filters select: how many simulations and traces, and MAPE, aggregate error and "
+        "Pearson's r pooled over every launch they compared (not a mean of their simulations'). "
+        "The most accurate (lowest MAPE) first; builds with nothing compared last."
+    ),
+    parameters=[
+        OpenApiParameter(
+            "by",
+            OpenApiTypes.STR,
+            enum=accuracy.ACCURACY_BY,
+            default=accuracy.ACCURACY_BY[0],
+            description="Group by the Accel-Sim build (default) or the simulator config.",
+        ),
+        CHALLENGE,
+    ],
+    responses={
+        200: SimulationAccuracySerializer(many=True),
+        400: error_response(
+            "`by` is neither simulator_build nor config, or a filter's value cannot be read.",
+            "by must be one of simulator_build, config, not 'x'",
+        ),
+        401: UNAUTHORIZED,
+        429: THROTTLED,
+    },
+)
+
+
 # --- hooks (SPECTACULAR_SETTINGS) ----------------------------------------------------------
 
 
@@ -296,14 +406,29 @@ def paths_without_slash(endpoints):
 
 def finish_schema(result, generator, request, public):
     """Postprocessing hook: the documented objects have exactly the documented keys, and the
-    list's example is the reference's."""
+    lists' examples are set (the traces list's is the reference's)."""
     schemas = result.get("components", {}).get("schemas", {})
     for schema in schemas.values():
         if schema.get("type") == "object":
             schema["additionalProperties"] = False
-    listing = result.get("paths", {}).get("/api/traces", {}).get("get")
-    if listing is not None:
-        listing["responses"]["200"]["content"]["application/json"]["examples"] = {
-            "TracesInEachState": {"value": LIST_EXAMPLE, "summary": "Traces in each state"}
-        }
+    lists = {
+        "/api/traces": ("TracesInEachState", LIST_EXAMPLE, "Traces in each state"),
+        "/api/traces/{trace_id}/simulations": (
+            "Simulations",
+            SIMULATIONS_EXAMPLE,
+            "A ready simulation, one arriving",
+        ),
+        "/api/simulations": ("Simulations", SIMULATION_LIST_EXAMPLE, "A ready simulation, one arriving"),
+        "/api/simulations/accuracy": (
+            "TwoBuilds",
+            ACCURACY_EXAMPLE,
+            "Two Accel-Sim builds, the more accurate first",
+        ),
+    }
+    for path, (name, value, summary) in lists.items():
+        listing = result.get("paths", {}).get(path, {}).get("get")
+        if listing is not None:
+            listing["responses"]["200"]["content"]["application/json"]["examples"] = {
+                name: {"value": value, "summary": summary}
+            }
     return result

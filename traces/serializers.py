@@ -10,9 +10,15 @@ analysis's sums) is written here.
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
+from traces.accuracy import SIMULATION_SUMMARY_COLUMNS
 from traces.analysis import COMPARE_BY
-from traces.api_examples import COMPARISON_EXAMPLES, DETAIL_EXAMPLES, SUMMARY_EXAMPLES
-from traces.models import Trace
+from traces.api_examples import (
+    COMPARISON_EXAMPLES,
+    DETAIL_EXAMPLES,
+    SIMULATION_DETAIL_EXAMPLES,
+    SUMMARY_EXAMPLES,
+)
+from traces.models import Simulation, Trace
 from traces.selectors import TRACE_SUMMARY_COLUMNS
 
 
@@ -189,3 +195,153 @@ class TraceComparisonSerializer(serializers.Serializer):
 
     class Meta:
         ref_name = "TraceComparison"
+
+
+# --- simulations (traces.accuracy) ---------------------------------------------------------------
+
+
+class SimulationMetricsSerializer(serializers.Serializer):
+    """Accel-Sim's metrics over the launches with both a measured (x) and a simulated (y) time
+    (docs/api.md has the formulas); null when none was compared, counts then 0."""
+
+    mape = serializers.FloatField(
+        allow_null=True, help_text="mean(|y-x|/x) in % (0 for x = 0): Accel-Sim's Err."
+    )
+    aggregate_error = serializers.FloatField(allow_null=True, help_text="sum|y-x| / sum x, in %.")
+    pearson_r = serializers.FloatField(
+        allow_null=True, help_text="Pearson's correlation (Correl); null under 2 points or a constant side."
+    )
+    rpd = serializers.FloatField(allow_null=True, help_text="mean(2|y-x|/(x+y)) in %.")
+    nrmse = serializers.FloatField(allow_null=True, help_text="sqrt(mean((y-x)^2)) / mean(x).")
+    within_10_percent = serializers.IntegerField(help_text="Launches with |y-x| <= 0.1 x.")
+    kernels_compared = serializers.IntegerField()
+    sim_total_ns = serializers.FloatField(allow_null=True)
+    measured_total_ns = serializers.IntegerField(allow_null=True)
+    total_error = serializers.FloatField(allow_null=True, help_text="(sum y - sum x) / sum x, in %, signed.")
+    run_sim_ns = serializers.FloatField(
+        allow_null=True, help_text="The run's last complete gpu_tot_sim_cycle at the core clock."
+    )
+    run_measured_ns = serializers.IntegerField(
+        allow_null=True,
+        help_text="Every simulated launch's measured time, overlapped ones included; null if one has none.",
+    )
+    run_error = serializers.FloatField(
+        allow_null=True, help_text="run_sim_ns against run_measured_ns, in %, signed."
+    )
+
+    class Meta:
+        ref_name = "SimulationMetrics"
+
+
+class SimulationSummarySerializer(serializers.ModelSerializer):
+    """A simulation of a trace, in any state, without its steps, families and kernels."""
+
+    metrics = SimulationMetricsSerializer(allow_null=True, help_text="Null until the simulation is ready.")
+
+    class Meta:
+        model = Simulation
+        fields = SIMULATION_SUMMARY_COLUMNS
+        ref_name = "SimulationSummary"
+        extra_kwargs = {
+            **{name: {"required": True} for name in SIMULATION_SUMMARY_COLUMNS},
+            "name": {"required": True, "help_text": "Its folder: <run>/simulations/<name>/."},
+            "stopped": {"required": True, "help_text": "null, max_cycles or killed."},
+        }
+
+
+class SimulationListItemSerializer(SimulationSummarySerializer):
+    """A SimulationSummary after the id of the trace it simulates."""
+
+    trace_id = serializers.CharField(help_text="The trace it simulates.")
+
+    class Meta(SimulationSummarySerializer.Meta):
+        fields = ("trace_id", *SIMULATION_SUMMARY_COLUMNS)
+        ref_name = "SimulationListItem"
+
+
+class InterruptedKernelSerializer(serializers.Serializer):
+    uid = serializers.IntegerField()
+    ctx = serializers.CharField(allow_null=True)
+    kernel_id = serializers.IntegerField()
+    name = serializers.CharField()
+
+    class Meta:
+        ref_name = "InterruptedKernel"
+
+
+class SimulationStepSerializer(serializers.Serializer):
+    """A step of the trace the simulation has launches in, summed over its compared launches."""
+
+    step = serializers.CharField()
+    sim_ns = serializers.FloatField(allow_null=True)
+    measured_ns = serializers.IntegerField(allow_null=True)
+    error = serializers.FloatField(allow_null=True, help_text="(sim - measured) / measured, in %, signed.")
+
+    class Meta:
+        ref_name = "SimulationStep"
+
+
+class KernelFamilySerializer(serializers.Serializer):
+    """The compared launches whose demangled names agree without parameters and return type."""
+
+    family = serializers.CharField()
+    count = serializers.IntegerField()
+    mape = serializers.FloatField(allow_null=True)
+    aggregate_error = serializers.FloatField(allow_null=True)
+
+    class Meta:
+        ref_name = "KernelFamily"
+
+
+class SimulatedKernelSerializer(serializers.Serializer):
+    """One simulated launch beside the trace's launch it pairs with."""
+
+    ctx = serializers.CharField(allow_null=True)
+    kernel_id = serializers.IntegerField()
+    name = serializers.CharField()
+    step = serializers.CharField(allow_null=True, help_text="The launch's step (its name in timeline.json).")
+    uid = serializers.IntegerField(help_text="The simulator's kernel uid.")
+    sim_cycles = serializers.IntegerField(allow_null=True, help_text="Null for an overlapped launch.")
+    sim_insn = serializers.IntegerField(allow_null=True)
+    sim_ns = serializers.FloatField(allow_null=True, help_text="sim_cycles * 1000 / core_clock_mhz.")
+    measured_ns = serializers.IntegerField(allow_null=True)
+    error = serializers.FloatField(
+        allow_null=True, help_text="(sim_ns - measured_ns) / measured_ns, in %, signed."
+    )
+    overlapped = serializers.BooleanField(help_text="Its stat block was shared with other kernels.")
+
+    class Meta:
+        ref_name = "SimulatedKernel"
+
+
+@extend_schema_serializer(examples=SIMULATION_DETAIL_EXAMPLES)
+class SimulationDetailSerializer(SimulationSummarySerializer):
+    """A SimulationSummary, the launches a cycle limit stopped, the steps (trace's order), the
+    kernel families (most measured time first) and every simulated launch in the trace's order
+    (steps, families and kernels empty unless the simulation is ready or being read again)."""
+
+    interrupted = InterruptedKernelSerializer(many=True)
+    steps = SimulationStepSerializer(many=True)
+    families = KernelFamilySerializer(many=True)
+    kernels = SimulatedKernelSerializer(many=True)
+
+    class Meta(SimulationSummarySerializer.Meta):
+        fields = (*SIMULATION_SUMMARY_COLUMNS, "interrupted", "steps", "families", "kernels")
+        ref_name = "SimulationDetail"
+
+
+class SimulationAccuracySerializer(serializers.Serializer):
+    """One simulator build (or config) over its ready simulations, pooled over every compared
+    launch; the key is `simulator_build` or `config`, as `by` asks."""
+
+    simulator_build = serializers.CharField(allow_null=True, required=False)
+    config = serializers.CharField(allow_null=True, required=False)
+    simulations = serializers.IntegerField()
+    traces = serializers.IntegerField()
+    kernels_compared = serializers.IntegerField()
+    mape = serializers.FloatField(allow_null=True)
+    aggregate_error = serializers.FloatField(allow_null=True)
+    pearson_r = serializers.FloatField(allow_null=True)
+
+    class Meta:
+        ref_name = "SimulationAccuracy"

@@ -3,12 +3,13 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import SimpleRouter
 
 from traces.errors import api_not_found
-from traces.views import TraceViewSet
+from traces.views import SimulationViewSet, TraceViewSet
 
 router = SimpleRouter()
 # Users' scripts call both `/api/traces` and `/api/traces/`.
 router.trailing_slash = "/?"
 router.register("traces", TraceViewSet, basename="trace")
+router.register("simulations", SimulationViewSet, basename="simulation")
 
 urlpatterns = [
     *router.urls,

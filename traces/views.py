@@ -1,7 +1,9 @@
-"""The Traces API: `GET /api/traces`, `GET /api/traces/{trace_id}`, and a trace's analysis:
-`GET /api/traces/{trace_id}/summary` and `GET /api/traces/{a}/compare/{b}`."""
+"""The Traces API: `GET /api/traces`, `GET /api/traces/{trace_id}`, a trace's analysis:
+`GET /api/traces/{trace_id}/summary` and `GET /api/traces/{a}/compare/{b}`, and simulations:
+`GET /api/traces/{trace_id}/simulations[/{name}]`, `GET /api/simulations[/accuracy]`."""
 
-from django.http import HttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
+from django.utils.cache import patch_vary_headers
 from django.utils.html import format_html
 from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import status, viewsets
@@ -10,10 +12,19 @@ from rest_framework.exceptions import APIException, NotFound, ParseError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from traces import analysis, encoders, http, selectors
-from traces.filters import TraceFilter, shown, trace_filters
-from traces.models import Trace, TraceState
-from traces.openapi import compare_schema, list_schema, retrieve_schema, summary_schema
+from traces import accuracy, analysis, encoders, http, selectors
+from traces.filters import SimulationFilter, TraceFilter, shown, simulation_filters, trace_filters
+from traces.models import Simulation, Trace, TraceState
+from traces.openapi import (
+    accuracy_schema,
+    compare_schema,
+    list_schema,
+    retrieve_schema,
+    simulation_schema,
+    simulations_schema,
+    summary_schema,
+    trace_simulations_schema,
+)
 from traces.permissions import CanViewTraces
 from traces.text import is_storable
 
@@ -159,3 +170,99 @@ class TraceViewSet(viewsets.ViewSet):
             self.ready_traces((trace_id, other_id))
             result = analysis.compare(trace_id, other_id, by)
         return self.json_or_browsable(request, encoders.comparison_dict(result))
+
+    # --- simulations ------------------------------------------------------------------------
+
+    def existing_trace(self, trace_id: str) -> None:
+        if not is_storable(trace_id) or not Trace.objects.filter(pk=trace_id).exists():
+            raise NotFound(f"trace {trace_id} not found")
+
+    @trace_simulations_schema
+    @action(detail=True, methods=["get"], url_path="simulations")
+    def simulations(self, request, trace_id=None):
+        self.existing_trace(trace_id)
+        rows = accuracy.simulation_summary_rows(trace_id)
+        return self.json_or_browsable(request, [encoders.simulation_summary_dict(row) for row in rows])
+
+    @simulation_schema
+    @action(detail=True, methods=["get"], url_path="simulations/(?P<name>[^/]+)")
+    def simulation(self, request, trace_id=None, name=None):
+        browsable = not self.wants_json(request)
+        detail = (
+            accuracy.simulation_detail(trace_id, name, BROWSABLE_KERNELS_MAX if browsable else None)
+            if is_storable(trace_id) and is_storable(name)
+            else None
+        )
+        if detail is None:
+            self.existing_trace(trace_id)
+            raise NotFound(f"simulation {name} of trace {trace_id} not found")
+        head = encoders.simulation_detail_head(detail)
+        if browsable:
+            return Response(
+                {**head, "kernels": [encoders.simulated_kernel_dict(row) for row in detail.kernels]}
+            )
+        body = encoders.encode_simulation_detail(head, detail.kernels)
+        coding = http.choose_coding(request.META.get("HTTP_ACCEPT_ENCODING"))
+        if head["kernels_simulated"] > STREAM_KERNELS_ABOVE:
+            return simulation_stream(body, coding)
+        body = b"".join(body)
+        response = HttpResponse(http.compress_bytes(body, coding) if coding != http.IDENTITY else body)
+        return with_coding(response, coding)
+
+
+def simulation_stream(chunks, coding: str) -> StreamingHttpResponse:
+    """A large simulation's JSON as it is read, compressed chunk by chunk when asked."""
+    if coding != http.IDENTITY:
+        chunks = http.compress_chunks(chunks, coding)
+    return with_coding(StreamingHttpResponse(chunks), coding)
+
+
+def with_coding(response, coding: str):
+    """JSON, its coding, and Vary as every answer of the API that may be compressed. No ETag:
+    a simulation's row says nothing of when its launches were last replaced."""
+    response["Content-Type"] = "application/json"
+    if coding != http.IDENTITY:
+        response["Content-Encoding"] = coding
+    patch_vary_headers(response, http.VARY)
+    return response
+
+
+class SimulationViewSet(viewsets.ViewSet):
+    """Every trace's simulations, and which simulator build or config is the most accurate."""
+
+    operator_description = (
+        "Simulations of every trace (<run>/simulations/<name>/ in the bucket). JSON clients: "
+        "Authorization: Bearer <token>; ?format=json for the raw JSON."
+    )
+
+    permission_classes = [CanViewTraces]
+    # Read by the OpenAPI schema for the list's parameters, as TraceViewSet's.
+    queryset = Simulation.objects.none()
+    filter_backends = [DjangoFilterBackend]
+    filterset_class = SimulationFilter
+
+    def get_view_description(self, html=False):
+        if not html:
+            return self.operator_description
+        return format_html("<p>{}</p>", self.operator_description)
+
+    def json_or_browsable(self, request, value):
+        if isinstance(request.accepted_renderer, JSONRenderer):
+            return HttpResponse(encoders.encode_json(value), content_type="application/json")
+        return Response(value)
+
+    @simulations_schema
+    def list(self, request):
+        filters = simulation_filters(request.query_params)
+        rows = accuracy.simulation_list_rows(filters.filter_queryset(Simulation.objects.all()))
+        return self.json_or_browsable(request, encoders.simulation_list_dicts(rows))
+
+    @accuracy_schema
+    @action(detail=False, methods=["get"], url_path="accuracy")
+    def accuracy_by(self, request):
+        by = request.query_params.get("by", accuracy.ACCURACY_BY[0])
+        if by not in accuracy.ACCURACY_BY:
+            raise ParseError(f"by must be one of {', '.join(accuracy.ACCURACY_BY)}, not {shown(by)}")
+        filters = simulation_filters(request.query_params)
+        rows = accuracy.accuracy_by(by, filters.filter_queryset(Simulation.objects.all()))
+        return self.json_or_browsable(request, rows)

@@ -216,7 +216,7 @@ def test_an_idle_pass_over_a_thousand_failed_runs_costs_one_listing(db, s3, sett
 def test_a_listing_that_fails_ends_the_pass_as_the_bucket_listing_does(db, s3, monkeypatch):
     upload_runs(s3, 4, make=lambda n: ({"traces/stats_ctx_0x1": stats(2)}, OK))
 
-    def unreachable(run_id):
+    def unreachable(run_id, **options):
         raise EndpointConnectionError(endpoint_url="http://s3.invalid")
 
     monkeypatch.setattr(bucket, "list_run_objects", unreachable)

@@ -83,13 +83,14 @@ def test_a_re_uploaded_ready_run_is_noticed_by_its_metadata_json(db, upload):
     assert Trace.objects.get(pk="run").model == "second upload"
 
 
-def test_an_unchanged_ready_run_costs_one_head_request_when_due(db, upload):
+def test_an_unchanged_ready_run_costs_a_head_and_a_simulations_listing_when_due(db, upload):
     for run in ("a", "b"):
         upload(run, {"traces/stats_ctx_0x1": stats(3)}, OK)
     passes.poll_bucket()
     recheck_ready_now("a")
     recheck_ready_now("b")
     due = passes.poll_bucket()
-    # The run folders' listing, then one HEAD of each ready run's metadata.json; no listing.
-    assert (due.cost.s3_requests, due.changes) == (3, [])
+    # The run folders' listing, then one HEAD of each ready run's metadata.json and one listing
+    # of its simulations/ folder (issue 20); never a listing of the run's trace files.
+    assert (due.cost.s3_requests, due.changes) == (1 + 2 * 2, [])
     assert passes.poll_bucket().cost.s3_requests == 1, "then not again before the next recheck"

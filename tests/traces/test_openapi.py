@@ -83,6 +83,8 @@ def nullable_to_json_schema(node):
             node["type"] = [node["type"], "null"]
         if "enum" in node:
             node["enum"] = [*node["enum"], None]
+        if "allOf" in node:  # a nullable object of a named shape (SimulationSummary's metrics)
+            node["anyOf"] = [{"allOf": node.pop("allOf")}, {"type": "null"}]
     return node
 
 
@@ -205,12 +207,16 @@ def test_schema_is_public_and_ignores_a_bad_token(client_anon, db):
 
 def test_every_route_is_described(openapi):
     assert sorted(openapi["paths"]) == [
+        "/api/simulations",
+        "/api/simulations/accuracy",
         "/api/traces",
         "/api/traces/{trace_id}",
         "/api/traces/{trace_id}/compare/{other_id}",
+        "/api/traces/{trace_id}/simulations",
+        "/api/traces/{trace_id}/simulations/{name}",
         "/api/traces/{trace_id}/summary",
     ]
-    assert [list(item) for item in openapi["paths"].values()] == [["get"]] * 4
+    assert [list(item) for item in openapi["paths"].values()] == [["get"]] * 8
 
 
 def test_bearer_auth_is_the_only_scheme(openapi):
@@ -421,6 +427,10 @@ def fuzzed_api(db, demo, api_token, settings):
         "/api/traces/{trace_id}",
         "/api/traces/{trace_id}/summary",
         "/api/traces/{trace_id}/compare/{other_id}",
+        "/api/traces/{trace_id}/simulations",
+        "/api/traces/{trace_id}/simulations/{name}",
+        "/api/simulations",
+        "/api/simulations/accuracy",
     ],
 )
 def test_generated_requests_get_documented_answers(fuzzed_api, path, mode):

@@ -1,0 +1,531 @@
+"""Simulations in the bucket (issue 20): `<prefix><run>/simulations/<name>/`, registered when
+their first file lands, read when their trace is ready, and again when either changes.
+
+A simulation folder holds the simulator's stdout (`sim.log`, `sim.log.gz` or `sim.log.xz`),
+maybe the `gpgpusim.config` it ran with, and last `simulation.json`, the completion marker.
+The log is streamed through ingest/simlog.py, then each simulated kernel is paired with the
+trace's launch:
+
+- trace-driven logs: uid k is the k-th trace header, `kernel-N[-ctx_0x...].traceg`, which
+  names kernel id N of that context (of the trace's only context when it names none);
+- PTX-mode logs (no trace headers): uid k is the trace's k-th launch, in the API's order,
+  as Accel-Sim's own scripts pair them;
+- every pair's kernel name is checked: the first mismatch fails the simulation, naming the
+  uid, the trace file and both names.
+
+Which runs a pass looks at (`simulation_pass`): those the trace scan listed or rechecked
+(new, unfinished, due for their ready recheck), runs with a simulation still uploading or
+parsing while its trace is ready, and runs whose trace changed since their simulations were
+read. A listing of `<run>/simulations/` each: the cost follows the work in progress, plus one
+listing per ready trace every CASCADE_READY_RECHECK_SECONDS.
+"""
+
+import json
+import logging
+import lzma
+import math
+import re
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from botocore.exceptions import BotoCoreError, ClientError
+from django.conf import settings
+from django.db.models import F, Q
+
+from ingest import bucket, failures
+from ingest.bucket import S3Object
+from ingest.failures import SimulationInputError
+from ingest.simlog import SimKernel, SimLog, read_sim_log_chunks
+from traces import simulations as services
+from traces.accuracy import simulation_metrics
+from traces.locks import trace_lock
+from traces.models import (
+    SIMULATION_NAME_MAX,
+    Kernel,
+    KernelContext,
+    KernelName,
+    SimulatedKernel,
+    Simulation,
+    Trace,
+    TraceState,
+)
+from traces.simulations import SimulationChange, simulation_fingerprint
+from traces.text import is_storable, unstorable_character
+
+logger = logging.getLogger(__name__)
+
+FOLDER = "simulations/"
+MARKER_NAME = "simulation.json"
+LOG_NAMES = ("sim.log", "sim.log.gz", "sim.log.xz")
+CONFIG_NAME = "gpgpusim.config"
+NAME = re.compile(rf"[A-Za-z0-9._-]{{1,{SIMULATION_NAME_MAX}}}")
+MAX_MARKER_BYTES = 64 * 1024
+MARKER_TEXT_MAX = {"simulator": 200, "config": 200, "notes": 10_000}
+MARKER_KEYS = ("status", "simulator", "config", "core_clock_mhz", "notes")
+STATUSES = ("ok", "failed")
+DECOMPRESSED_CHUNK = 1024 * 1024
+# Launches looked up in the trace per query.
+LOOKUP_BATCH = 5_000
+
+
+# --- Which runs, and their listings --------------------------------------------------------
+
+
+def simulation_pass(
+    run_ids: Iterable[str] = (),
+    *,
+    listings: dict[str, list[S3Object]] | None = None,
+    trace_id: str | None = None,
+) -> list[SimulationChange]:
+    """Register and read the simulations of `run_ids` (the runs a trace pass listed or
+    rechecked) and of the runs with simulation work (runs_with_simulation_work); with
+    `trace_id`, of that run only. `listings` holds the `simulations/` objects of runs already
+    listed this pass (no second listing). One run's S3 trouble is left to the next pass."""
+    listings = listings or {}
+    runs = {trace_id} if trace_id is not None else set(run_ids) | runs_with_simulation_work()
+    runs = {run_id for run_id in runs if is_storable(run_id)}  # no trace: scan.storable_run_id
+    runs = sorted(Trace.objects.filter(pk__in=runs).values_list("pk", flat=True)) if runs else []
+
+    def simulation_objects(run_id: str) -> list[S3Object]:  # on an S3 thread
+        known = listings.get(run_id)
+        return bucket.list_simulation_objects(run_id) if known is None else known
+
+    changes: list[SimulationChange] = []
+    for run_id, listed in bucket.overlapped(simulation_objects, runs):
+        try:
+            objects = listed.result()
+        except (BotoCoreError, ClientError) as problem:
+            logger.warning("%s: cannot list its simulations: %s", run_id, problem)
+            continue
+        changes += ingest_simulations(run_id, objects)
+    return changes
+
+
+def runs_with_simulation_work() -> set[str]:
+    """Runs whose simulations need a look without a listing telling so: one uploading or
+    parsing while its trace is ready, or one whose trace changed since it was decided on."""
+    work = Simulation.objects.filter(
+        Q(state__in=(TraceState.UPLOADING, TraceState.PARSING), trace__state=TraceState.READY)
+        | Q(trace_seen_at__isnull=True)
+        | Q(trace_seen_at__lt=F("trace__updated_at"))
+    )
+    return set(work.values_list("trace_id", flat=True).distinct())
+
+
+def folders(run_id: str, objects: list[S3Object]) -> tuple[dict[str, list[S3Object]], list[str]]:
+    """The listing of `<run>/simulations/` by simulation name, and the keys that are in no
+    simulation's folder (a file directly in `simulations/`, or one folder too deep)."""
+    base = bucket.run_prefix(run_id) + FOLDER
+    by_name: dict[str, list[S3Object]] = {}
+    stray = []
+    for obj in objects:
+        name, slash, rest = obj.key[len(base) :].partition("/")
+        if not slash or not rest or "/" in rest:
+            stray.append(obj.key)
+        else:
+            by_name.setdefault(name, []).append(obj)
+    return by_name, stray
+
+
+def inventory(objects: list[S3Object]) -> list[dict]:
+    return [
+        {"key": obj.key, "bytes": obj.size, "etag": obj.etag} for obj in sorted(objects, key=lambda o: o.key)
+    ]
+
+
+# --- One run's simulations -----------------------------------------------------------------
+
+
+def ingest_simulations(run_id: str, objects: list[S3Object]) -> list[SimulationChange]:
+    """Register the run's simulation folders from their listing, then decide on each."""
+    trace = Trace.objects.filter(pk=run_id).first()
+    if trace is None:
+        return []
+    by_name, stray = folders(run_id, objects)
+    if stray:
+        logger.warning("%s: not in a simulation's folder, ignored: %s", run_id, ", ".join(stray[:5]))
+    storable = {}
+    for name, listed in by_name.items():
+        if len(name) > SIMULATION_NAME_MAX or unstorable_character(name) is not None:
+            logger.warning("%s: simulation folder %r: a name the database cannot hold, ignored", run_id, name)
+        else:
+            storable[name] = listed
+    changes = []
+    registered = services.simulations_register(
+        trace, {name: inventory(listed) for name, listed in storable.items()}
+    )
+    for simulation, how in registered:
+        if how == "deleted":
+            logger.info("%s: its folder is gone: deleted", simulation)
+            changes.append(SimulationChange(run_id, simulation.name, simulation.state, "deleted"))
+            continue
+        old_state = None if how == "created" else simulation.state
+        try:
+            change = decide_simulation(trace, simulation.name, storable[simulation.name])
+        except Exception as error:  # transient (S3, the database): the next pass tries again
+            logger.warning("%s: %s: %s, the next pass tries again", simulation, type(error).__name__, error)
+            continue
+        if change is not None:
+            changes.append(SimulationChange(run_id, simulation.name, old_state, *change))
+        elif how != "unchanged":
+            changes.append(SimulationChange(run_id, simulation.name, old_state, simulation.state))
+    return changes
+
+
+def decide_simulation(trace: Trace, name: str, objects: list[S3Object]):
+    """Wait, fail or read one simulation, its lock held; (new state, kernels compared, error)
+    when it was decided on, None when another pass holds it or nothing changed."""
+    with trace_lock(f"{trace.id}/{FOLDER}{name}") as acquired:
+        if not acquired:
+            return None
+        simulation = Simulation.objects.filter(trace=trace, name=name).first()
+        if simulation is None or simulation.files != inventory(objects):
+            return None  # deleted, or a newer listing registered by another pass: it decides
+        trace = Trace.objects.get(pk=trace.pk)  # its state now
+        fingerprint = simulation_fingerprint(simulation.files, trace)
+        seen = trace.updated_at
+        if simulation.parsed_fingerprint == fingerprint and simulation.state != TraceState.PARSING:
+            if simulation.trace_seen_at != seen:
+                services.simulation_seen(simulation, seen)
+            return None
+        files = {obj.key.rsplit("/", 1)[1]: obj for obj in objects}
+        if not NAME.fullmatch(name):
+            services.simulation_fail(
+                simulation,
+                f"a simulation's folder name is letters, digits, '.', '_' and '-', at most "
+                f"{SIMULATION_NAME_MAX} characters: {name!r}",
+                fingerprint=fingerprint,
+                trace_seen_at=seen,
+            )
+        elif MARKER_NAME not in files or trace.state in (TraceState.UPLOADING, TraceState.PARSING):
+            # Its files are landing (simulation.json comes last), or its trace is not ready yet.
+            services.simulation_wait(simulation, fingerprint=fingerprint, trace_seen_at=seen)
+        elif trace.state == TraceState.FAILED:
+            services.simulation_fail(
+                simulation,
+                f"its trace failed ({trace.error}); the simulation is read once the trace is ready",
+                fingerprint=fingerprint,
+                trace_seen_at=seen,
+            )
+        else:
+            services.simulation_start_parsing(simulation)
+            try:
+                read_simulation(trace, simulation, files, fingerprint=fingerprint, trace_seen_at=seen)
+            except Exception as error:
+                failures.simulation_parse_error(
+                    simulation, error, fingerprint=fingerprint, trace_seen_at=seen
+                )
+        return simulation.state, simulation.kernels_compared, simulation.error
+
+
+# --- Reading it ------------------------------------------------------------------------------
+
+
+def read_simulation(
+    trace: Trace, simulation: Simulation, files: dict[str, S3Object], *, fingerprint, trace_seen_at
+):
+    """The marker, then the log, then the pairs: stored with the metrics, or failed."""
+    marker = read_marker(files[MARKER_NAME])
+    read = {key: marker.get(key) for key in ("status", "simulator", "config", "notes")}
+    if marker["status"] == "failed":
+        notes = f": {marker['notes']}" if marker.get("notes") else ""
+        services.simulation_fail(
+            simulation,
+            f'the simulator run failed (simulation.json says "status": "failed"){notes}',
+            fingerprint=fingerprint,
+            trace_seen_at=trace_seen_at,
+            read=read,
+        )
+        return
+    logs = [files[name] for name in LOG_NAMES if name in files]
+    if len(logs) != 1:
+        problem = (
+            "no log"
+            if not logs
+            else "more than one log (" + ", ".join(o.key.rsplit("/", 1)[1] for o in logs) + ")"
+        )
+        raise SimulationInputError(
+            f"{problem}: a simulation's folder holds the simulator's stdout as one of {', '.join(LOG_NAMES)}"
+        )
+    log = read_sim_log_chunks(log_chunks(logs[0]))
+    clock = marker.get("core_clock_mhz") or log.core_clock_mhz
+    if not clock:
+        raise SimulationInputError(
+            "no core clock: the log has no -gpgpu_clock_domains line and simulation.json no core_clock_mhz"
+        )
+    read.update(
+        simulator_build=log.accelsim_build,
+        gpgpusim_build=None
+        if log.gpgpusim_version is None
+        else f"{log.gpgpusim_version} [build {log.gpgpusim_build}]",
+        core_clock_mhz=clock,
+        complete=log.complete,
+        stopped=log.stopped,
+        sim_total_cycles=log.total_cycles,
+    )
+    pairing = Pairing(trace, log, clock)
+    rows = list(pairing.rows(simulation))  # checked whole before anything is replaced
+    read["interrupted"] = pairing.interrupted
+    services.simulation_store(
+        simulation,
+        rows,
+        read=read,
+        metrics=simulation_metrics,
+        fingerprint=fingerprint,
+        trace_seen_at=trace_seen_at,
+    )
+    logger.info(
+        "%s: ready, %d kernels simulated, %d compared", simulation, len(rows), simulation.kernels_compared
+    )
+
+
+def read_marker(obj: S3Object) -> dict:
+    """simulation.json, read strictly: an object of MARKER_KEYS, `status` required."""
+    if obj.size > MAX_MARKER_BYTES:
+        raise SimulationInputError(f"{MARKER_NAME} is {obj.size} bytes, more than {MAX_MARKER_BYTES}")
+    data = bucket.read_object(obj.key, MAX_MARKER_BYTES, etag=obj.etag)
+
+    def refuse_constant(name):
+        raise SimulationInputError(f"{MARKER_NAME}: {name} is not a number JSON allows")
+
+    try:
+        marker = json.loads(data, parse_constant=refuse_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise SimulationInputError(f"{MARKER_NAME} is not valid JSON: {error}") from None
+    if not isinstance(marker, dict):
+        raise SimulationInputError(f"{MARKER_NAME} must be a JSON object, not {type(marker).__name__}")
+    unknown = sorted(set(marker) - set(MARKER_KEYS))
+    if unknown:
+        raise SimulationInputError(
+            f"{MARKER_NAME}: unknown key {', '.join(map(repr, unknown))} (known: {', '.join(MARKER_KEYS)})"
+        )
+    status = marker.get("status")
+    if status not in STATUSES:
+        raise SimulationInputError(f'{MARKER_NAME}: "status" must be "ok" or "failed", not {status!r}')
+    for key, most in MARKER_TEXT_MAX.items():
+        value = marker.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise SimulationInputError(f'{MARKER_NAME}: "{key}" must be a string or null')
+        if len(value) > most:
+            raise SimulationInputError(f'{MARKER_NAME}: "{key}" is longer than {most} characters')
+        problem = unstorable_character(value)
+        if problem is not None:
+            raise SimulationInputError(f'{MARKER_NAME}: "{key}" holds {problem}')
+    clock = marker.get("core_clock_mhz")
+    if clock is not None and (
+        isinstance(clock, bool)
+        or not isinstance(clock, int | float)
+        or not math.isfinite(clock)
+        or not 0 < clock < 1e6
+    ):
+        raise SimulationInputError(
+            f'{MARKER_NAME}: "core_clock_mhz" must be a number of MHz above 0, not {clock!r}'
+        )
+    return marker
+
+
+def log_chunks(obj: S3Object) -> Iterator[bytes]:
+    """The log's text as it streams in, decompressed (gzip, xz) within CASCADE_MAX_SIM_LOG_BYTES.
+
+    A compressed stream that just ends (a job killed while writing it) gives what it holds,
+    as a plain log cut by a kill does: the reader then says the log was killed.
+    """
+    limit = settings.CASCADE_MAX_SIM_LOG_BYTES
+    file_name = obj.key.rsplit("/", 1)[1]
+    if obj.size > limit:
+        raise SimulationInputError(
+            f"{file_name} is {obj.size} bytes, more than CASCADE_MAX_SIM_LOG_BYTES ({limit})"
+        )
+    chunks = bucket.iter_object_chunks(obj.key, 1024 * 1024, etag=obj.etag)
+    if file_name.endswith(".gz"):
+        chunks = _decompressed(
+            chunks, lambda: zlib.decompressobj(zlib.MAX_WBITS | 16), zlib.error, file_name, "gzip"
+        )
+    elif file_name.endswith(".xz"):
+        chunks = _decompressed(chunks, lzma.LZMADecompressor, lzma.LZMAError, file_name, "xz")
+    total = 0
+    for chunk in chunks:
+        total += len(chunk)
+        if total > limit:
+            raise SimulationInputError(
+                f"{file_name} holds more than CASCADE_MAX_SIM_LOG_BYTES ({limit}) bytes of log"
+            )
+        yield chunk
+
+
+def _decompressed(chunks, new, error_class, file_name: str, what: str) -> Iterator[bytes]:
+    """Decompressed output DECOMPRESSED_CHUNK bytes at most at a time, so that a small bomb
+    never expands whole; concatenated members (gzip, xz) are read one after another."""
+    decompressor = new()
+    try:
+        for chunk in chunks:
+            data = chunk
+            while True:
+                out = decompressor.decompress(data, DECOMPRESSED_CHUNK)
+                if out:
+                    yield out
+                if decompressor.eof:  # a member ended: another may follow
+                    data, decompressor = decompressor.unused_data, new()
+                    if data:
+                        continue
+                    break
+                # zlib hands back the input it could not take; lzma keeps it and says so.
+                data = getattr(decompressor, "unconsumed_tail", b"")
+                if not data and getattr(decompressor, "needs_input", True):
+                    break
+        flush = getattr(decompressor, "flush", None)
+        if flush is not None:
+            out = flush()
+            if out:
+                yield out
+    except error_class as error:
+        raise SimulationInputError(f"{file_name} is not a valid {what} file: {error}") from None
+
+
+# --- Pairing ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Launch:
+    context: int
+    kernel_id: int
+    name_id: int
+    step: int | None
+    duration_ns: int | None
+
+
+class Pairing:
+    """The log's kernels with the trace's launches: SimulatedKernel rows, checked."""
+
+    def __init__(self, trace: Trace, log: SimLog, clock_mhz: float):
+        self.trace, self.log, self.clock = trace, log, clock_mhz
+        self.contexts = list(
+            KernelContext.objects.filter(trace=trace.key).order_by("index").values_list("index", "ctx")
+        )
+        self.names: dict[int, str] = {}
+        self.interrupted: list[dict] = []
+
+    def rows(self, simulation: Simulation) -> Iterator[SimulatedKernel]:
+        launched = [kernel for kernel in self.log.in_uid_order() if kernel.name is not None]
+        for kernel in self.log.kernels.values():
+            if kernel.name is None and kernel.blocks:
+                raise SimulationInputError(f"uid {kernel.uid} has a stat block but no launch line in the log")
+        pairs = self.trace_driven(launched) if self.log.headers else self.in_launch_order(launched)
+        seen: dict[tuple[int, int], int] = {}
+        for kernel, launch in pairs:
+            self.check_name(kernel, launch)
+            key = (launch.context, launch.kernel_id)
+            if key in seen:
+                raise SimulationInputError(
+                    f"uid {seen[key]} and uid {kernel.uid} are both paired with launch {self.where(launch)}"
+                )
+            seen[key] = kernel.uid
+            if kernel.interrupted:
+                self.interrupted.append(
+                    {
+                        "uid": kernel.uid,
+                        "ctx": self.ctx(launch.context),
+                        "kernel_id": launch.kernel_id,
+                        "name": kernel.name,
+                    }
+                )
+                continue
+            cycles = None if kernel.overlapped else kernel.sim_cycles
+            yield SimulatedKernel(
+                simulation=simulation,
+                trace_key=self.trace.key,
+                context=launch.context,
+                kernel_id=launch.kernel_id,
+                uid=kernel.uid,
+                kernel_name_id=launch.name_id,
+                step=launch.step,
+                measured_ns=launch.duration_ns,
+                sim_cycles=cycles,
+                sim_insn=None if kernel.overlapped else kernel.sim_insn,
+                sim_ns=None if cycles is None else cycles * 1000 / self.clock,
+                overlapped=kernel.overlapped,
+            )
+
+    def trace_driven(self, launched: list[SimKernel]) -> Iterator[tuple[SimKernel, Launch]]:
+        """uid k: the launch its trace header names (kernel-N of its context)."""
+        for start in range(0, len(launched), LOOKUP_BATCH):
+            batch = launched[start : start + LOOKUP_BATCH]
+            wanted: dict[int, list[int]] = {}
+            for kernel in batch:
+                wanted.setdefault(self.context_of(kernel), []).append(kernel.kernel_id)
+            found = {}
+            for context, ids in wanted.items():
+                for launch in self.launches(
+                    Kernel.stored.filter(trace=self.trace.key, context=context, kernel_id__in=ids)
+                ):
+                    found[launch.context, launch.kernel_id] = launch
+            for kernel in batch:
+                launch = found.get((self.context_of(kernel), kernel.kernel_id))
+                if launch is None:
+                    raise SimulationInputError(
+                        f"uid {kernel.uid} ({kernel.trace_file}): the trace has no launch with kernel id "
+                        f"{kernel.kernel_id}{' in context ' + kernel.ctx if kernel.ctx else ''}"
+                    )
+                yield kernel, launch
+
+    def in_launch_order(self, launched: list[SimKernel]) -> Iterator[tuple[SimKernel, Launch]]:
+        """PTX mode: uid k, the trace's k-th launch (Accel-Sim's positional pairing)."""
+        ordered = Kernel.stored.filter(trace=self.trace.key).order_by("context", "kernel_id")
+        launches = self.launches(ordered)
+        position = 0
+        launch = None
+        for kernel in launched:
+            while position < kernel.uid:
+                launch = next(launches, None)
+                position += 1
+                if launch is None:
+                    raise SimulationInputError(
+                        f"uid {kernel.uid} ({kernel.name}): the trace has only {position - 1} launches"
+                    )
+            yield kernel, launch
+
+    def launches(self, queryset) -> Iterator[Launch]:
+        columns = ("context", "kernel_id", "kernel_name_id", "step", "duration_ns")
+        for row in queryset.values_list(*columns).iterator(chunk_size=LOOKUP_BATCH):
+            yield Launch(*row)
+
+    def context_of(self, kernel: SimKernel) -> int:
+        if kernel.ctx is None:
+            if len(self.contexts) != 1:
+                raise SimulationInputError(
+                    f"uid {kernel.uid} ({kernel.trace_file}) names no context, and the trace has "
+                    f"{len(self.contexts)}: trace-driven logs of several contexts name kernel-N-ctx_0x... files"
+                )
+            return self.contexts[0][0]
+        matches = [
+            index for index, ctx in self.contexts if ctx is not None and ctx.lower() == kernel.ctx.lower()
+        ]
+        if len(matches) != 1:
+            problem = "no" if not matches else f"{len(matches)} (one per device)"
+            raise SimulationInputError(
+                f"uid {kernel.uid} ({kernel.trace_file}): the trace has {problem} context {kernel.ctx}"
+            )
+        return matches[0]
+
+    def check_name(self, kernel: SimKernel, launch: Launch) -> None:
+        name = self.names.get(launch.name_id)
+        if name is None:
+            name = self.names[launch.name_id] = KernelName.objects.values_list("name", flat=True).get(
+                pk=launch.name_id
+            )
+        if name != kernel.name:
+            source = kernel.trace_file or "launch order"
+            raise SimulationInputError(
+                f"uid {kernel.uid} ({source}): the log simulates {kernel.name!r}, "
+                f"but the trace's launch {self.where(launch)} is {name!r}"
+            )
+
+    def where(self, launch: Launch) -> str:
+        ctx = self.ctx(launch.context)
+        return f"{ctx}/{launch.kernel_id}" if ctx else str(launch.kernel_id)
+
+    def ctx(self, context: int) -> str | None:
+        return dict(self.contexts).get(context)

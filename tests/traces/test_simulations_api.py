@@ -1,0 +1,533 @@
+"""The simulations' routes, as docs/api.md and the OpenAPI schema state their contract:
+
+- `GET /api/traces/{trace_id}/simulations`: SimulationSummary objects, newest first, keys in
+  the documented order, `metrics` null until ready; 404 as the trace detail's for an unknown trace;
+- `GET /api/traces/{trace_id}/simulations/{name}`: the summary's keys, then `interrupted`,
+  `steps`, `families` and every launch in the trace's order; 404 for an unknown trace or name;
+- `GET /api/simulations` (filters `trace`, `simulator_build`, `config`, `state`; a bad value a
+  400 as the trace list's): `trace_id` then the summary's keys;
+- `GET /api/simulations/accuracy?by=simulator_build|config`: builds ranked by MAPE pooled over
+  every compared launch; a bad `by` a 400;
+- every route needs a token, and every answer conforms to the schema.
+
+Simulations are made with the ORM (ingestion is tested with it).
+"""
+
+import gzip
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.traces.test_openapi import assert_conforms, openapi  # noqa: F401 (a fixture)
+from traces import accuracy
+from traces.models import (
+    KernelContext,
+    KernelName,
+    SimulatedKernel,
+    Simulation,
+    Step,
+    TraceState,
+    name_digest,
+)
+from traces.views import STREAM_KERNELS_ABOVE
+
+T0 = datetime(2026, 11, 9, 10, 0, tzinfo=UTC)
+CTX = "0x6165bdd7ec90"
+SUMMARY_KEYS = [
+    "name",
+    "state",
+    "error",
+    "created_at",
+    "updated_at",
+    "simulator",
+    "simulator_build",
+    "gpgpusim_build",
+    "config",
+    "core_clock_mhz",
+    "complete",
+    "stopped",
+    "kernels_simulated",
+    "kernels_compared",
+    "metrics",
+]
+METRIC_KEYS = [
+    "mape",
+    "aggregate_error",
+    "pearson_r",
+    "rpd",
+    "nrmse",
+    "within_10_percent",
+    "kernels_compared",
+    "sim_total_ns",
+    "measured_total_ns",
+    "total_error",
+    "run_sim_ns",
+    "run_measured_ns",
+    "run_error",
+]
+KERNEL_KEYS = [
+    "ctx",
+    "kernel_id",
+    "name",
+    "step",
+    "uid",
+    "sim_cycles",
+    "sim_insn",
+    "sim_ns",
+    "measured_ns",
+    "error",
+    "overlapped",
+]
+GEMM = "sm90_xmma_gemm_f16f16_f32"
+VECADD = "_Z6vecAddPdS_S_i"
+
+
+def names(*values: str) -> dict[str, KernelName]:
+    return {
+        value: KernelName.objects.get_or_create(digest=name_digest(value), defaults={"name": value})[0]
+        for value in values
+    }
+
+
+def simulate(trace, name: str, launches: list[tuple], *, minutes: int = 0, **fields) -> Simulation:
+    """A ready simulation at 1000 MHz (a cycle is a ns) of `launches`:
+    (context, kernel_id, name, step, measured_ns, cycles or None for an overlapped launch)."""
+    fields = {
+        "state": TraceState.READY,
+        "simulator": "accel-sim",
+        "simulator_build": "build-a",
+        "gpgpusim_build": "4.2.0 [build gpgpu-sim_git-commit-13c6711_modified_2.0]",
+        "config": "SM90_H100",
+        "core_clock_mhz": 1000.0,
+        "complete": True,
+        "created_at": T0 + timedelta(minutes=minutes),
+        **fields,
+    }
+    simulation = Simulation.objects.create(trace=trace, name=name, **fields)
+    known = names(*{launch[2] for launch in launches})
+    SimulatedKernel.objects.bulk_create(
+        SimulatedKernel(
+            simulation=simulation,
+            trace_key=trace.key,
+            context=context,
+            kernel_id=kernel_id,
+            uid=uid,
+            kernel_name=known[kernel_name],
+            step=step,
+            measured_ns=measured,
+            sim_cycles=cycles,
+            sim_insn=None if cycles is None else cycles * 3,
+            sim_ns=None if cycles is None else float(cycles),
+            overlapped=cycles is None,
+        )
+        for uid, (context, kernel_id, kernel_name, step, measured, cycles) in enumerate(launches, start=1)
+    )
+    compared = sum(1 for launch in launches if launch[5] is not None and launch[4] is not None)
+    simulation.kernels_simulated = len(launches)
+    simulation.kernels_compared = compared
+    simulation.sim_total_cycles = sum(launch[5] or 0 for launch in launches)
+    if simulation.state == TraceState.READY:
+        simulation.metrics = accuracy.simulation_metrics(simulation)
+    simulation.save()
+    return simulation
+
+
+@pytest.fixture
+def demo(make_trace):
+    """A ready trace with two contexts and two steps, a ready simulation of five of its
+    launches (one overlapped) and a newer one still uploading."""
+    trace = make_trace("demo", state=TraceState.READY)
+    KernelContext.objects.create(trace=trace, index=0, ctx=CTX)
+    KernelContext.objects.create(trace=trace, index=1, ctx="0x7")
+    Step.objects.create(
+        trace=trace, index=0, name="step 0 (prefill)", phase="prefill", first_kernel_id=1, last_kernel_id=2
+    )
+    Step.objects.create(
+        trace=trace, index=1, name="step 1 (decode)", phase="decode", first_kernel_id=3, last_kernel_id=5
+    )
+    # Written out of the trace's order: uids are the log's order.
+    simulate(
+        trace,
+        "sim-a",
+        [
+            (1, 1, GEMM, None, 400, 500),
+            (0, 2, VECADD, 0, 200, 150),
+            (0, 1, GEMM, 0, 100, 120),
+            (0, 3, VECADD, 1, 300, 330),
+            (0, 4, VECADD, 1, 250, None),
+        ],
+        interrupted=[{"uid": 6, "ctx": CTX, "kernel_id": 5, "name": GEMM}],
+        complete=False,
+        stopped="max_cycles",
+    )
+    simulate(
+        trace,
+        "sim-new",
+        [],
+        minutes=5,
+        state=TraceState.UPLOADING,
+        simulator=None,
+        simulator_build=None,
+        gpgpusim_build=None,
+        config=None,
+        core_clock_mhz=None,
+        complete=None,
+    )
+    return trace
+
+
+def get_json(api, path: str, params=None, status: int = 200):
+    response = api.get(path, params or {})
+    assert response.status_code == status, response.content
+    assert response["Content-Type"] == "application/json"
+    content = b"".join(response.streaming_content) if response.streaming else response.content
+    return json.loads(content)
+
+
+# --- a trace's simulations ----------------------------------------------------------------------------
+
+
+def test_a_traces_simulations_newest_first_with_the_summary_keys_in_order(api, demo):
+    body = get_json(api, "/api/traces/demo/simulations")
+
+    assert [simulation["name"] for simulation in body] == ["sim-new", "sim-a"]
+    assert [list(simulation) for simulation in body] == [SUMMARY_KEYS, SUMMARY_KEYS]
+    new, ready = body
+    assert new["state"] == "uploading"
+    assert new["metrics"] is None  # null until ready
+    assert ready["created_at"] == "2026-11-09T10:00:00.000000Z"
+    assert (ready["complete"], ready["stopped"]) == (False, "max_cycles")
+    assert (ready["kernels_simulated"], ready["kernels_compared"]) == (5, 4)
+    assert list(ready["metrics"]) == METRIC_KEYS
+    # x = 100, 200, 300, 400 against y = 120, 150, 330, 500: |err| 20, 25, 10, 25 %.
+    assert ready["metrics"]["mape"] == pytest.approx(20.0)
+    assert ready["metrics"]["aggregate_error"] == pytest.approx((20 + 50 + 30 + 100) / 1000 * 100)
+    assert ready["metrics"]["within_10_percent"] == 1
+    assert ready["metrics"]["run_sim_ns"] == pytest.approx(1100.0)
+    assert ready["metrics"]["run_measured_ns"] == 1250  # the overlapped launch included
+
+
+def test_a_trace_without_simulations_has_an_empty_list(api, make_trace):
+    make_trace("bare", state=TraceState.READY)
+    assert get_json(api, "/api/traces/bare/simulations") == []
+
+
+def test_an_unknown_traces_simulations_are_a_404_as_its_detail(api, db):
+    body = get_json(api, "/api/traces/nope/simulations", status=404)
+    assert body == {"detail": "trace nope not found"}
+    assert body == get_json(api, "/api/traces/nope", status=404)
+
+
+def test_the_stored_metrics_keys_come_in_the_documented_order_whatever_the_database_keeps(api, demo):
+    # PostgreSQL's jsonb keeps its own key order; a key the contract lacks is not served.
+    Simulation.objects.filter(name="sim-a").update(metrics={"total_error": 1.0, "mape": 2.0, "extra": 3})
+    (metrics,) = [s["metrics"] for s in get_json(api, "/api/traces/demo/simulations") if s["metrics"]]
+    assert list(metrics) == METRIC_KEYS
+    assert (metrics["mape"], metrics["total_error"], metrics["pearson_r"]) == (2.0, 1.0, None)
+
+
+# --- one simulation -----------------------------------------------------------------------------------
+
+
+def test_a_simulation_has_its_steps_families_and_kernels_in_the_traces_order(api, demo):
+    body = get_json(api, "/api/traces/demo/simulations/sim-a")
+
+    assert list(body) == [*SUMMARY_KEYS, "interrupted", "steps", "families", "kernels"]
+    assert body["interrupted"] == [{"uid": 6, "ctx": CTX, "kernel_id": 5, "name": GEMM}]
+    assert list(body["interrupted"][0]) == ["uid", "ctx", "kernel_id", "name"]
+    assert body["steps"] == [
+        {"step": "step 0 (prefill)", "sim_ns": 270.0, "measured_ns": 300, "error": pytest.approx(-10.0)},
+        {"step": "step 1 (decode)", "sim_ns": 330.0, "measured_ns": 300, "error": pytest.approx(10.0)},
+    ]
+    # Most measured time first: the GEMM's 500 ns, then vecAdd's 500 ns, ties by family.
+    assert [(f["family"], f["count"]) for f in body["families"]] == [(GEMM, 2), ("vecAdd", 2)]
+    assert [list(f) for f in body["families"]] == [["family", "count", "mape", "aggregate_error"]] * 2
+    assert body["families"][0]["mape"] == pytest.approx(22.5)  # 20 % and 25 %
+    assert body["families"][0]["aggregate_error"] == pytest.approx(120 / 500 * 100)
+    kernels = body["kernels"]
+    assert [list(kernel) for kernel in kernels] == [KERNEL_KEYS] * 5
+    assert [(k["ctx"], k["kernel_id"], k["uid"]) for k in kernels] == [
+        (CTX, 1, 3),
+        (CTX, 2, 2),
+        (CTX, 3, 4),
+        (CTX, 4, 5),
+        ("0x7", 1, 1),
+    ]
+    assert kernels[0] == {
+        "ctx": CTX,
+        "kernel_id": 1,
+        "name": GEMM,
+        "step": "step 0 (prefill)",
+        "uid": 3,
+        "sim_cycles": 120,
+        "sim_insn": 360,
+        "sim_ns": 120.0,
+        "measured_ns": 100,
+        "error": pytest.approx(20.0),
+        "overlapped": False,
+    }
+    overlapped = kernels[3]
+    assert (
+        overlapped["overlapped"],
+        overlapped["sim_cycles"],
+        overlapped["sim_ns"],
+        overlapped["error"],
+    ) == (
+        True,
+        None,
+        None,
+        None,
+    )
+    assert kernels[4]["step"] is None
+    assert kernels[1]["error"] == pytest.approx(-25.0)
+
+
+def test_a_simulation_not_yet_read_has_no_steps_families_or_kernels(api, demo):
+    body = get_json(api, "/api/traces/demo/simulations/sim-new")
+    assert (body["state"], body["metrics"], body["interrupted"]) == ("uploading", None, [])
+    assert (body["steps"], body["families"], body["kernels"]) == ([], [], [])
+
+
+def test_an_unknown_simulation_or_trace_is_a_404(api, demo):
+    assert get_json(api, "/api/traces/demo/simulations/nope", status=404) == {
+        "detail": "simulation nope of trace demo not found"
+    }
+    assert get_json(api, "/api/traces/nope/simulations/sim-a", status=404) == {
+        "detail": "trace nope not found"
+    }
+    assert get_json(api, "/api/traces/demo/simulations/sim%00a", status=404) == {
+        "detail": "simulation sim\x00a of trace demo not found"
+    }
+
+
+def test_a_large_simulation_streams_and_compresses_to_the_same_json(api, demo):
+    launches = [(0, n, VECADD, None, 1000 + n, 1100 + n) for n in range(1, STREAM_KERNELS_ABOVE + 2)]
+    simulate(demo, "big", launches)
+
+    plain = api.get("/api/traces/demo/simulations/big")
+    compressed = api.get("/api/traces/demo/simulations/big", HTTP_ACCEPT_ENCODING="gzip")
+
+    assert plain.streaming and compressed.streaming
+    body = b"".join(plain.streaming_content)
+    assert compressed["Content-Encoding"] == "gzip"
+    assert gzip.decompress(b"".join(compressed.streaming_content)) == body
+    kernels = json.loads(body)["kernels"]
+    assert [kernel["kernel_id"] for kernel in kernels] == list(range(1, STREAM_KERNELS_ABOVE + 2))
+
+
+# --- every simulation ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def builds(demo, make_trace):
+    """Two builds over two traces: build-a 20 % off on sim-a's kernels and 0 % on 'other'
+    (pooled: 16 %), build-b 50 % off on one kernel; a failed one of build-c."""
+    other = make_trace("other", state=TraceState.READY)
+    KernelContext.objects.create(trace=other, index=0, ctx=CTX)
+    simulate(other, "sim-a", [(0, 1, GEMM, None, 100, 100)], minutes=1, config="SM80_A100")
+    simulate(demo, "sim-b", [(0, 1, GEMM, 0, 100, 150)], minutes=2, simulator_build="build-b")
+    simulate(
+        other,
+        "sim-c",
+        [],
+        minutes=3,
+        simulator_build="build-c",
+        state=TraceState.FAILED,
+        error="names differ",
+    )
+
+
+def test_every_simulation_with_its_trace_id_first_newest_first(api, builds):
+    body = get_json(api, "/api/simulations")
+
+    assert [(s["trace_id"], s["name"]) for s in body] == [
+        ("demo", "sim-new"),
+        ("other", "sim-c"),
+        ("demo", "sim-b"),
+        ("other", "sim-a"),
+        ("demo", "sim-a"),
+    ]
+    assert all(list(s) == ["trace_id", *SUMMARY_KEYS] for s in body)
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ({"trace": "other"}, [("other", "sim-c"), ("other", "sim-a")]),
+        ({"simulator_build": "build-a"}, [("other", "sim-a"), ("demo", "sim-a")]),
+        ({"config": "SM80_A100"}, [("other", "sim-a")]),
+        ({"state": "failed"}, [("other", "sim-c")]),
+        ({"trace": "demo", "state": "ready"}, [("demo", "sim-b"), ("demo", "sim-a")]),
+        ({"trace": "", "state": ""}, None),  # empty values narrow nothing
+        ({"trace": "nope"}, []),
+    ],
+)
+def test_each_filter_narrows_the_list(api, builds, params, expected):
+    body = get_json(api, "/api/simulations", params)
+    if expected is None:
+        assert len(body) == 5
+    else:
+        assert [(s["trace_id"], s["name"]) for s in body] == expected
+
+
+def test_a_bad_filter_value_is_a_400_as_the_trace_lists(api, builds):
+    body = get_json(api, "/api/simulations", {"state": "done"}, status=400)
+    assert body == {"detail": "state accepts one of uploading, parsing, ready, failed; got 'done'."}
+    traces = get_json(api, "/api/traces", {"state": "done"}, status=400)
+    assert body == traces  # the same words for the same parameter
+    nul = get_json(api, "/api/simulations", {"config": "SM\x0090"}, status=400)
+    assert nul["detail"].startswith("config accepts the exact simulator config")
+    both = get_json(api, "/api/simulations", {"state": "x", "trace": "a\x00"}, status=400)
+    assert (
+        list(both) == ["detail"] and "state accepts" in both["detail"] and "trace accepts" in both["detail"]
+    )
+
+
+def test_accuracy_ranks_the_builds_most_accurate_first(api, builds):
+    body = get_json(api, "/api/simulations/accuracy")
+
+    assert [list(row) for row in body] == [
+        [
+            "simulator_build",
+            "simulations",
+            "traces",
+            "kernels_compared",
+            "mape",
+            "aggregate_error",
+            "pearson_r",
+        ]
+    ] * 2
+    build_a, build_b = body
+    # build-a pooled over five launches: (20 + 25 + 10 + 25 + 0) / 5 = 16 %, not the mean of 20 and 0.
+    assert (build_a["simulator_build"], build_a["simulations"], build_a["traces"]) == ("build-a", 2, 2)
+    assert build_a["kernels_compared"] == 5
+    assert build_a["mape"] == pytest.approx(16.0)
+    assert build_a["aggregate_error"] == pytest.approx(200 / 1100 * 100)
+    assert build_a["pearson_r"] is not None
+    assert (build_b["simulator_build"], build_b["kernels_compared"], build_b["mape"]) == (
+        "build-b",
+        1,
+        pytest.approx(50.0),
+    )
+    # The failed build-c and the uploading simulation have no row: only ready simulations count.
+    assert get_json(api, "/api/simulations/accuracy", {"by": "simulator_build"}) == body
+
+
+def test_accuracy_by_config_with_the_lists_filters(api, builds):
+    by_config = get_json(api, "/api/simulations/accuracy", {"by": "config"})
+    assert [(row["config"], row["simulations"], row["kernels_compared"]) for row in by_config] == [
+        ("SM80_A100", 1, 1),
+        ("SM90_H100", 2, 5),
+    ]
+    only_demo = get_json(api, "/api/simulations/accuracy", {"by": "config", "trace": "demo"})
+    assert [(row["config"], row["simulations"]) for row in only_demo] == [("SM90_H100", 2)]
+    assert only_demo[0]["mape"] == pytest.approx((20 + 25 + 10 + 25 + 50) / 5)
+
+
+def test_a_bad_by_or_filter_is_a_400(api, builds):
+    assert get_json(api, "/api/simulations/accuracy", {"by": "notes"}, status=400) == {
+        "detail": "by must be one of simulator_build, config, not 'notes'"
+    }
+    assert get_json(api, "/api/simulations/accuracy", {"state": "done"}, status=400) == {
+        "detail": "state accepts one of uploading, parsing, ready, failed; got 'done'."
+    }
+
+
+# --- tokens -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/traces/demo/simulations",
+        "/api/traces/demo/simulations/sim-a",
+        "/api/simulations",
+        "/api/simulations/",
+        "/api/simulations/accuracy",
+    ],
+)
+def test_every_route_needs_a_token(client_anon, demo, path):
+    response = client_anon.get(path)
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == "Bearer"
+    assert response.json() == client_anon.get("/api/traces").json()
+    client_anon.credentials(HTTP_AUTHORIZATION="Bearer cas_wrong")
+    assert client_anon.get(path).status_code == 401
+
+
+# --- the schema ---------------------------------------------------------------------------------------
+
+
+def test_the_routes_are_in_the_schema_with_their_filters(openapi):  # noqa: F811
+    paths = openapi["paths"]
+    for path in [
+        "/api/traces/{trace_id}/simulations",
+        "/api/traces/{trace_id}/simulations/{name}",
+        "/api/simulations",
+        "/api/simulations/accuracy",
+    ]:
+        assert list(paths[path]) == ["get"], path
+        assert paths[path]["get"]["security"] == [{"bearerAuth": []}]
+    for path in ["/api/simulations", "/api/simulations/accuracy"]:
+        query = {p["name"] for p in paths[path]["get"]["parameters"] if p["in"] == "query"}
+        assert {"trace", "simulator_build", "config", "state"} <= query, path
+    schemas = openapi["components"]["schemas"]
+    assert list(schemas["SimulationSummary"]["properties"]) == SUMMARY_KEYS
+    assert list(schemas["SimulationListItem"]["properties"]) == ["trace_id", *SUMMARY_KEYS]
+    assert list(schemas["SimulationDetail"]["properties"]) == [
+        *SUMMARY_KEYS,
+        "interrupted",
+        "steps",
+        "families",
+        "kernels",
+    ]
+    assert list(schemas["SimulatedKernel"]["properties"]) == KERNEL_KEYS
+    assert list(schemas["SimulationMetrics"]["properties"]) == METRIC_KEYS
+
+
+def test_the_examples_conform(openapi):  # noqa: F811
+    from tests.traces.test_openapi import response_validator
+
+    for path in [
+        "/api/traces/{trace_id}/simulations",
+        "/api/traces/{trace_id}/simulations/{name}",
+        "/api/simulations",
+        "/api/simulations/accuracy",
+    ]:
+        examples = openapi["paths"][path]["get"]["responses"]["200"]["content"]["application/json"][
+            "examples"
+        ]
+        assert examples, path
+        for example in examples.values():
+            response_validator(openapi, path, 200).validate(example["value"])
+
+
+def test_real_answers_conform_to_the_schema(api, builds, openapi):  # noqa: F811
+    assert_conforms(openapi, "/api/traces/{trace_id}/simulations", api.get("/api/traces/demo/simulations"))
+    for name in ["sim-a", "sim-new"]:
+        assert_conforms(
+            openapi,
+            "/api/traces/{trace_id}/simulations/{name}",
+            api.get(f"/api/traces/demo/simulations/{name}"),
+        )
+    assert_conforms(
+        openapi, "/api/traces/{trace_id}/simulations/{name}", api.get("/api/traces/demo/simulations/x")
+    )
+    assert_conforms(openapi, "/api/simulations", api.get("/api/simulations"))
+    assert_conforms(openapi, "/api/simulations", api.get("/api/simulations", {"state": "x"}))
+    for by in ["simulator_build", "config", "x"]:
+        assert_conforms(
+            openapi, "/api/simulations/accuracy", api.get("/api/simulations/accuracy", {"by": by})
+        )
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/api/traces/demo/simulations", "/api/traces/demo/simulations/sim-a", "/api/simulations/accuracy"],
+)
+def test_operators_browse_the_routes_in_html(staff_client, demo, path):
+    response = staff_client.get(path, HTTP_ACCEPT="text/html")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/html")
+    assert b"sim-a" in response.content or b"simulator_build" in response.content
