@@ -8,6 +8,7 @@ expected numbers are worked out here from the launches' times, not by the code u
 import math
 
 import pytest
+from django.contrib.admin import site as admin_site
 from django.contrib.admin.utils import quote
 from django.contrib.auth import get_user_model
 from django.db import connection
@@ -15,10 +16,13 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from ingest import simulations as ingest_simulations
+from tests.helpers import lock_held_elsewhere
 from tests.traces.test_admin import field, read, result_rows, table_rows
 from tests.traces.test_admin_analysis import ADD, CUBLAS, GEMM, add_run, add_steps
 from traces import accuracy
 from traces.admin import simulation_pages
+from traces.admin.simulation import SimulationAdmin
 from traces.admin.simulation_charts import (
     MEASURED_COLOUR,
     PHASE_COLOURS,
@@ -553,7 +557,8 @@ def test_deleting_a_simulation_counts_then_removes_its_kernels_and_leaves_its_tr
     before = Trace.objects.get(pk=trace.pk)
     confirm = read(staff_client.get(reverse("admin:traces_simulation_delete", args=[a.pk])))
     assert "Simulated kernels: 5" in confirm.text
-    assert "its trace is not touched" in confirm.text
+    assert "Its trace is not touched" in confirm.text
+    assert "the next poll reads it again unless the folder is gone" in confirm.text
     with CaptureQueriesContext(connection) as queries:
         response = staff_client.post(reverse("admin:traces_simulation_delete", args=[a.pk]), {"post": "yes"})
     assert response.status_code == 302
@@ -570,6 +575,35 @@ def test_deleting_a_simulation_counts_then_removes_its_kernels_and_leaves_its_tr
         before.kernel_count,
     )
     assert Kernel.objects.filter(trace=trace).count() == 5
+
+
+def test_a_simulation_being_read_is_not_deleted(staff_client, two_builds, transactional_db):
+    a, b = two_builds
+    # The lock ingestion reads a simulation under.
+    with lock_held_elsewhere(f"{a.trace_id}/{ingest_simulations.FOLDER}{a.name}"):
+        response = staff_client.post(
+            reverse("admin:traces_simulation_delete", args=[a.pk]), {"post": "yes"}, follow=True
+        )
+    assert any("not deleted: it is being read right now" in m for m in messages_of(response)), messages_of(
+        response
+    )
+    assert SimulatedKernel.objects.filter(simulation=a).count() == 5
+    # Once the read is done, it goes.
+    staff_client.post(reverse("admin:traces_simulation_delete", args=[a.pk]), {"post": "yes"})
+    assert not Simulation.objects.filter(pk=a.pk).exists()
+
+
+def test_a_deleted_simulation_whose_folder_stays_is_registered_again(two_builds, trace):
+    """What the confirmation page promises: the next listing of the run registers it anew."""
+    from traces.simulations import simulations_register
+
+    a, b = two_builds
+    files = [{"key": f"{trace.id}/simulations/{a.name}/simulation.json", "bytes": 20, "etag": '"m"'}]
+    Simulation.objects.filter(pk=a.pk).update(files=files)
+    Simulation.objects.filter(pk=b.pk).update(files=[])
+    SimulationAdmin(Simulation, admin_site).delete_queryset(None, Simulation.objects.filter(pk=a.pk))
+    outcomes = {sim.name: how for sim, how in simulations_register(trace, {a.name: files, b.name: []})}
+    assert outcomes == {a.name: "created", b.name: "unchanged"}
 
 
 def test_deleting_selected_simulations_from_the_list(staff_client, two_builds):

@@ -2,9 +2,11 @@
 simulations on its page.
 
 Simulations come from the bucket like traces, so nothing here adds or edits one. Deleting
-is allowed: the simulation and its simulated kernels go in one transaction, the kernels in
-one statement (counted, never listed, on the confirmation page); its folder in the bucket is
-left alone. The numbers are `traces.accuracy`'s; `simulation_pages` reads and lays them out,
+is allowed, under the lock ingestion reads the simulation with (one being read is left, with
+a message): the simulation and its simulated kernels go in one transaction, the kernels in
+one statement (counted, never listed, on the confirmation page). Its trace is not touched and
+its folder stays in the bucket, so the next poll registers it anew and reads it again: a
+delete is a fresh read, and a simulation is gone for good once its folder is. The numbers are `traces.accuracy`'s; `simulation_pages` reads and lays them out,
 `simulation_charts` draws them.
 """
 
@@ -25,8 +27,11 @@ from django.utils.http import urlencode
 from traces.admin.display import state_badge, truncated
 from traces.admin.filters import StorableLookups
 from traces.admin.simulation_pages import compare_page, compare_problem, show, simulation_page
+from traces.locks import trace_lock
 from traces.models import SimulatedKernel, Simulation, TraceState
 
+# A simulation's lock is its folder's path under its run: ingest.simulations.decide_simulation's.
+SIMULATIONS_FOLDER = "simulations/"
 # The interrupted launches a page lists (a cycle limit stops one kernel, or a few running
 # concurrently; the list is the log's, so it is cut all the same).
 INTERRUPTED_SHOWN = 100
@@ -335,8 +340,8 @@ class SimulationAdmin(StorableLookups, SimulationColumns, admin.ModelAdmin):
         kernel_count = SimulatedKernel.objects.filter(simulation__in=[sim.pk for sim in simulations]).count()
         to_delete = [
             format_html(
-                'Simulation: <a href="{}">{}</a> and its simulated kernels (its trace is not touched; its '
-                "folder stays in the bucket)",
+                'Simulation: <a href="{}">{}</a> and its simulated kernels. Its trace is not touched; its '
+                "folder stays in the bucket, and the next poll reads it again unless the folder is gone",
                 simulation_url(sim),
                 str(sim),
             )
@@ -353,13 +358,23 @@ class SimulationAdmin(StorableLookups, SimulationColumns, admin.ModelAdmin):
         self.delete_queryset(request, Simulation.objects.filter(pk=obj.pk))
 
     def delete_queryset(self, request, queryset):
-        """The kernels, then the simulations, in one transaction: never a simulation without
-        its kernels, nor kernels left behind."""
-        ids = list(queryset.values_list("pk", flat=True))
-        with transaction.atomic():
-            # No model refers to a simulated kernel: Django deletes them in one statement.
-            SimulatedKernel.objects.filter(simulation__in=ids).delete()
-            Simulation.objects.filter(pk__in=ids).delete()
+        """Each simulation under its lock, its kernels then itself in one transaction: never
+        a simulation without its kernels, nor kernels left behind, nor a read storing pairs
+        for a simulation gone meanwhile. One being read is left, with a message."""
+        for simulation in queryset.only("pk", "trace", "name"):
+            with trace_lock(f"{simulation.trace_id}/{SIMULATIONS_FOLDER}{simulation.name}") as acquired:
+                if not acquired:
+                    self.message_user(
+                        request,
+                        f"Simulation {simulation}: not deleted: it is being read right now; try again when "
+                        "it is done",
+                        messages.ERROR,
+                    )
+                    continue
+                with transaction.atomic():
+                    # No model refers to a simulated kernel: Django deletes them in one statement.
+                    SimulatedKernel.objects.filter(simulation=simulation).delete()
+                    Simulation.objects.filter(pk=simulation.pk).delete()
 
 
 def ordered(*simulations: Simulation) -> tuple[Simulation, Simulation]:
