@@ -370,3 +370,16 @@ def test_a_deleted_simulation_folder_deletes_the_simulation(s3, upload, hal_log)
         s3.delete_object(Bucket=TEST_BUCKET, Key=f"{PREFIX}hal/simulations/titanv/{key}")
     passes.poll_bucket(trace_id="hal")
     assert not Simulation.objects.filter(trace_id="hal").exists()
+
+
+@pytest.mark.django_db
+def test_deleting_a_trace_deletes_its_simulations_and_their_pairs(s3, upload, hal_log):
+    from traces.services import trace_delete
+
+    upload("hal", hal_trace(hal_log), metadata={"status": "ok"})
+    upload_simulation(s3, "hal", "titanv", hal_log)
+    passes.poll_bucket()
+    assert SimulatedKernel.objects.exists()
+    trace_delete("hal")
+    assert not Simulation.objects.exists()
+    assert not SimulatedKernel.objects.exists()
