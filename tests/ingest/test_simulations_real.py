@@ -163,7 +163,9 @@ def test_a_trace_driven_log_whose_kernelslist_skips_launches_pairs_uid_k_with_th
     kernel-3, not launch 1. The halUW log with its trace files renamed so."""
     log = real_log("halUW__benchmark_1_stream_clean.log.gz")
     renamed = {1: 3, 2: 5, 3: 9, 4: 10}
-    log = re.sub(rb"traces/kernel-(\d+)\.traceg", lambda m: b"traces/kernel-%d.traceg" % renamed[int(m[1])], log)
+    log = re.sub(
+        rb"traces/kernel-(\d+)\.traceg", lambda m: b"traces/kernel-%d.traceg" % renamed[int(m[1])], log
+    )
     _, launches = spec_of(log)
     assert [(uid, kernel_id) for uid, kernel_id, _ in launches] == [(1, 3), (2, 5), (3, 9), (4, 10)]
     names = {kernel_id: name for _, kernel_id, name in launches}
