@@ -266,18 +266,16 @@ def read_simulation(
         sim_total_cycles=log.total_cycles,
     )
     pairing = Pairing(trace, log, clock)
-    rows = list(pairing.rows(simulation))  # checked whole before anything is replaced
-    read["interrupted"] = pairing.interrupted
-    services.simulation_store(
+    count = services.simulation_store(
         simulation,
-        rows,
-        read=read,
+        pairing.rows(simulation),
+        read=lambda: {**read, "interrupted": pairing.interrupted},
         metrics=simulation_metrics,
         fingerprint=fingerprint,
         trace_seen_at=trace_seen_at,
     )
     logger.info(
-        "%s: ready, %d kernels simulated, %d compared", simulation, len(rows), simulation.kernels_compared
+        "%s: ready, %d kernels simulated, %d compared", simulation, count, simulation.kernels_compared
     )
 
 
