@@ -73,7 +73,11 @@ def upload_run_folder(directory: Path, run_id: str, *, skip_unchanged: bool = Tr
     """
     directory = Path(directory)
     base = bucket.run_prefix(run_id)
-    existing = {obj.key: obj for obj in bucket.list_run_objects(run_id)} if skip_unchanged else {}
+    existing = {}
+    if skip_unchanged:
+        simulations = []
+        trace_objects = bucket.list_run_objects(run_id, simulations=simulations)
+        existing = {obj.key: obj for obj in (*trace_objects, *simulations)}
     paths = sorted((p for p in directory.rglob("*") if p.is_file()), key=lambda p: upload_order(p, directory))
     result = UploadResult()
     for path in paths:
