@@ -422,3 +422,17 @@ def test_a_ptx_log_with_more_kernels_than_the_trace_has_launches_fails_naming_th
     sim = simulation("lud", "ptx")
     assert sim.state == TraceState.FAILED
     assert "uid 11" in sim.error and "only 10 launches" in sim.error
+
+
+@pytest.mark.django_db
+def test_the_runs_total_is_compared_with_every_simulated_launchs_measured_time(s3, upload, hal_log):
+    measured = {1: 700, 2: 400, 3: 650, 4: 500}
+    upload("hal", hal_trace(hal_log, measured), metadata={"status": "ok"})
+    upload_simulation(s3, "hal", "titanv", hal_log)
+    passes.poll_bucket()
+    metrics = simulation("hal", "titanv").metrics
+    total_cycles = int(re.findall(rb"^gpu_tot_sim_cycle = (\d+)", hal_log, re.M)[-1])
+    assert metrics["run_sim_ns"] == pytest.approx(total_cycles * 1000 / 1200.0)
+    assert metrics["run_measured_ns"] == sum(measured.values())
+    expected = (total_cycles * 1000 / 1200.0 - 2250) / 2250 * 100
+    assert metrics["run_error"] == pytest.approx(expected)
