@@ -39,6 +39,7 @@ from ingest.failures import SimulationInputError
 from ingest.simlog import SimKernel, SimLog, read_sim_log_chunks
 from traces import simulations as services
 from traces.accuracy import simulation_metrics
+from traces.demangle import demangle
 from traces.locks import trace_lock
 from traces.models import (
     SIMULATION_NAME_MAX,
@@ -250,7 +251,7 @@ def read_simulation(
         )
     log = read_sim_log_chunks(log_chunks(logs[0]))
     clock = marker.get("core_clock_mhz") or log.core_clock_mhz
-    if not clock:
+    if not clock and any(kernel.sim_cycles is not None for kernel in log.kernels.values()):
         raise SimulationInputError(
             "no core clock: the log has no -gpgpu_clock_domains line and simulation.json no core_clock_mhz"
         )
@@ -265,18 +266,16 @@ def read_simulation(
         sim_total_cycles=log.total_cycles,
     )
     pairing = Pairing(trace, log, clock)
-    rows = list(pairing.rows(simulation))  # checked whole before anything is replaced
-    read["interrupted"] = pairing.interrupted
-    services.simulation_store(
+    count = services.simulation_store(
         simulation,
-        rows,
-        read=read,
+        pairing.rows(simulation),
+        read=lambda: {**read, "interrupted": pairing.interrupted},
         metrics=simulation_metrics,
         fingerprint=fingerprint,
         trace_seen_at=trace_seen_at,
     )
     logger.info(
-        "%s: ready, %d kernels simulated, %d compared", simulation, len(rows), simulation.kernels_compared
+        "%s: ready, %d kernels simulated, %d compared", simulation, count, simulation.kernels_compared
     )
 
 
@@ -405,7 +404,7 @@ class Pairing:
         self.contexts = list(
             KernelContext.objects.filter(trace=trace.key).order_by("index").values_list("index", "ctx")
         )
-        self.names: dict[int, str] = {}
+        self.names: dict[int, tuple[str, str]] = {}  # name id: (name, demangled without spaces)
         self.interrupted: list[dict] = []
 
     def rows(self, simulation: Simulation) -> Iterator[SimulatedKernel]:
@@ -511,16 +510,17 @@ class Pairing:
         return matches[0]
 
     def check_name(self, kernel: SimKernel, launch: Launch) -> None:
-        name = self.names.get(launch.name_id)
-        if name is None:
-            name = self.names[launch.name_id] = KernelName.objects.values_list("name", flat=True).get(
-                pk=launch.name_id
-            )
-        if name != kernel.name:
+        """The log's name is the launch's, as the tracer's stats file has it (mangled) or
+        demangled (Accel-Sim prints the trace header's name, which newer tracers demangle)."""
+        names = self.names.get(launch.name_id)
+        if names is None:
+            name = KernelName.objects.values_list("name", flat=True).get(pk=launch.name_id)
+            names = self.names[launch.name_id] = (name, _spaceless(demangle(name)))
+        if kernel.name != names[0] and _spaceless(kernel.name) != names[1]:
             source = kernel.trace_file or "launch order"
             raise SimulationInputError(
                 f"uid {kernel.uid} ({source}): the log simulates {kernel.name!r}, "
-                f"but the trace's launch {self.where(launch)} is {name!r}"
+                f"but the trace's launch {self.where(launch)} is {names[0]!r}"
             )
 
     def where(self, launch: Launch) -> str:
@@ -529,3 +529,8 @@ class Pairing:
 
     def ctx(self, context: int) -> str | None:
         return dict(self.contexts).get(context)
+
+
+def _spaceless(name: str) -> str:
+    """A demangled name without its spaces: demanglers differ in `> >` and `, `."""
+    return "".join(name.split())

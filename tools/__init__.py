@@ -2,6 +2,7 @@
 
 `tracer_format` is the one definition of the stats rows the NVBit tracer writes; `generator`
 writes whole run folders with it (the tests, the samples and the benchmarks use it);
+`simulation` writes a simulator run of a generated run (Accel-Sim's stdout for its kernelslists);
 `upload` puts a run folder into the bucket the way the harness does; `samples` is the spec
 of the shipped `samples/`; `demo` is `python3 run.py demo`. What Cascade runs (the poller,
 the tasks, the API, the admin) never imports from here. Only the operator commands

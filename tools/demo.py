@@ -58,6 +58,15 @@ def expected_states() -> dict[str, str]:
     return states
 
 
+def expected_simulations() -> dict[tuple[str, str], str]:
+    """Each shipped sample's simulations, (run, name), and the state its simulation.json should lead to."""
+    states = {}
+    for marker in sorted(SAMPLES.glob("*/simulations/*/simulation.json")):
+        status = json.loads(marker.read_text()).get("status")
+        states[marker.parents[2].name, marker.parent.name] = "ready" if status == "ok" else "failed"
+    return states
+
+
 def expected_launches(run_id: str) -> tuple[int, int] | None:
     """(launches, launches captured into CUDA graphs) the harness recorded in a sample's timeline.json.
 
@@ -262,7 +271,32 @@ class Demo:
         wrong = {t["id"]: (t["state"], t["error"]) for t in traces if t["state"] != expected[t["id"]]}
         if wrong:
             raise RuntimeError(f"samples ingested, but not as expected: {wrong}")
+        self.wait_for_simulations(deadline)
         return traces
+
+    def wait_for_simulations(self, deadline: float) -> list[dict]:
+        """The samples' simulations, once each is ready or failed as its simulation.json says."""
+        expected = expected_simulations()
+        while True:
+            self.ensure_running()
+            found = {}
+            for run_id in sorted({run_id for run_id, _ in expected}):
+                for simulation in self.api(f"/api/traces/{run_id}/simulations"):
+                    found[run_id, simulation["name"]] = simulation
+            states = {key: found.get(key, {}).get("state", "not seen") for key in expected}
+            if all(state in FINAL_STATES for state in states.values()):
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"sample simulations not read within {self.timeout:.0f} s: {states}")
+            time.sleep(0.5)
+        wrong = {
+            f"{run_id}/{name}": (found[run_id, name]["state"], found[run_id, name]["error"])
+            for (run_id, name), state in expected.items()
+            if found[run_id, name]["state"] != state
+        }
+        if wrong:
+            raise RuntimeError(f"sample simulations read, but not as expected: {wrong}")
+        return [found[key] for key in expected]
 
     # --- stopping ----------------------------------------------------------------------------
 
@@ -348,6 +382,20 @@ class Demo:
                 f"{SHOWCASE}: {detail['kernel_count']} kernels, {without_totals} without totals; "
                 f"its timeline.json says {expected[0]} launches, {expected[1]} captured into CUDA graphs"
             )
+        simulations = self.api(f"/api/traces/{SHOWCASE}/simulations")
+        expected_names = sorted(name for run_id, name in expected_simulations() if run_id == SHOWCASE)
+        ready = [sim for sim in simulations if sim["state"] == "ready" and sim["metrics"] is not None]
+        if sorted(sim["name"] for sim in ready) != expected_names:
+            problems.append(f"{SHOWCASE}: simulations {[(s['name'], s['state']) for s in simulations]}")
+        ranked = self.api(f"/api/simulations/accuracy?by=simulator_build&trace={SHOWCASE}")
+        if len(ranked) != len(expected_names):
+            problems.append(f"{SHOWCASE}: /api/simulations/accuracy ranks {len(ranked)} builds")
+        if self.api(f"/api/traces/{SHOWCASE}")["updated_at"] != detail["updated_at"]:
+            problems.append(f"{SHOWCASE}: its simulations changed the trace")
+        detail["simulations"] = [
+            {key: sim[key] for key in ("name", "state", "metrics")} for sim in simulations
+        ]
+        detail["accuracy"] = ranked
         detail["kernels_received"] = len(kernels)
         detail["kernels_without_totals"] = without_totals
         detail["first_kernel"] = kernels[0] if kernels else None

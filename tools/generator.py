@@ -34,6 +34,9 @@ launches one for one, in order, with the same grid and block. Correlation ids in
 API calls; every kernel of one replay carries its `cuGraphLaunch`'s id, so within a context they
 are non-decreasing, and rows must be matched in start (file) order, not by sorting on CorrId.
 
+Simulations of a generated run (the simulator's stdout for its kernelslists, beside the run as
+`simulations/<name>/`) are written by `tools.simulation.write_simulation`.
+
 Everything is drawn from `random.Random(seed)`: the same spec gives the same bytes, so the
 shipped samples can be regenerated and a benchmark's input is reproducible. Rows are streamed
 to disk, so a million kernels cost a few hundred megabytes of file, not of memory.
@@ -53,6 +56,7 @@ from typing import TYPE_CHECKING
 from tools.tracer_format import STATS_HEADER, stats_launch_half, stats_totals
 
 if TYPE_CHECKING:
+    from tools.simulation import SimSpec
     from tools.upload import UploadResult
 
 DEFAULT_KEY_PREFIX = "accelsim-traces/"
@@ -995,15 +999,18 @@ def write_run(
 # --- The bucket -------------------------------------------------------------------------------------
 
 
-def upload_run(run_id: str, spec: RunSpec) -> "UploadResult":
-    """Generate a run and upload it to the configured bucket as `run_id`.
+def upload_run(run_id: str, spec: RunSpec, simulations: Iterable["SimSpec"] = ()) -> "UploadResult":
+    """Generate a run (and simulations of it) and upload it to the configured bucket as `run_id`.
 
     Django and the bucket are imported here, not above: writing folders needs neither.
     """
     from ingest import bucket
+    from tools.simulation import write_simulation
     from tools.upload import upload_run_folder
 
     with tempfile.TemporaryDirectory(prefix="cascade-run-") as tmp:
         folder = Path(tmp) / "run"
         write_run(folder, spec, run_id=run_id, key_prefix=bucket.prefix())
+        for simulation in simulations:
+            write_simulation(folder, spec, simulation, run_id=run_id)
         return upload_run_folder(folder, run_id, skip_unchanged=False)

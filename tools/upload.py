@@ -1,4 +1,5 @@
-"""Put a run folder into the bucket the way the profiling harness does: metadata.json last.
+"""Put a run folder into the bucket the way the profiling harness does: metadata.json last,
+then the simulations of the run (`simulations/<name>/`), each with its simulation.json last.
 
 What `load_samples` and the generator's `upload_run` use. Uploading is the harness's side of
 the bucket, so it lives with the tools; the writes themselves go through `ingest.bucket`,
@@ -51,17 +52,33 @@ def metadata_for_prefix(data: bytes, run_id: str, run_prefix: str) -> bytes:
     return (json.dumps(metadata, indent=2) + "\n").encode() if changed else data
 
 
+def upload_order(path: Path, directory: Path) -> tuple:
+    """The trace first, metadata.json last of it; then each simulation, simulation.json last of it.
+
+    Each marker says its folder is complete, so it follows what it vouches for; a simulation is
+    uploaded after its trace, as one is run after the trace is made.
+    """
+    parts = path.relative_to(directory).parts
+    if len(parts) >= 3 and parts[0] == "simulations":
+        return (1, parts[1], parts[2:] == ("simulation.json",), parts[2:])
+    return (0, "", parts == ("metadata.json",), parts)
+
+
 def upload_run_folder(directory: Path, run_id: str, *, skip_unchanged: bool = True) -> UploadResult:
-    """Upload a local run folder as run `run_id`, metadata.json last (it tells Cascade the run is complete).
+    """Upload a local run folder as run `run_id`, metadata.json last (it tells Cascade the run is
+    complete), then its `simulations/<name>/` folders, each with simulation.json last.
 
     With `skip_unchanged`, an object already in the bucket with the same size and ETag is left
     alone, so uploading the same folder twice changes nothing.
     """
     directory = Path(directory)
     base = bucket.run_prefix(run_id)
-    existing = {obj.key: obj for obj in bucket.list_run_objects(run_id)} if skip_unchanged else {}
-    paths = sorted(p for p in directory.rglob("*") if p.is_file())
-    paths.sort(key=lambda p: p.relative_to(directory).as_posix() == "metadata.json")
+    existing = {}
+    if skip_unchanged:
+        simulations = []
+        trace_objects = bucket.list_run_objects(run_id, simulations=simulations)
+        existing = {obj.key: obj for obj in (*trace_objects, *simulations)}
+    paths = sorted((p for p in directory.rglob("*") if p.is_file()), key=lambda p: upload_order(p, directory))
     result = UploadResult()
     for path in paths:
         name = path.relative_to(directory).as_posix()

@@ -6,7 +6,7 @@ launches are SimulatedKernel rows, replaced in one transaction with the simulati
 state, so readers see the old pairing or the new one, never a mix.
 """
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from django.db import transaction
@@ -159,13 +159,17 @@ def simulation_store(
     simulation: Simulation,
     rows: Iterable[SimulatedKernel],
     *,
-    read: dict,
-    metrics,
+    read: Callable[[], dict],
+    metrics: Callable[[Simulation], dict],
     fingerprint: str,
     trace_seen_at,
 ) -> int:
-    """Replace the simulation's pairs with `rows` and make it ready, with what was `read` and
-    the `metrics` (a function of the simulation, run once its rows are stored)."""
+    """Replace the simulation's pairs with `rows` and make it ready, with what was `read`
+    and its `metrics`, both asked for once the rows are stored.
+
+    `rows` are consumed as they come, in batches: an error raised while they are produced
+    (a name that does not match) rolls the whole replacement back.
+    """
     count = 0
     with transaction.atomic():
         SimulatedKernel.objects.filter(simulation=simulation).delete()
@@ -178,20 +182,18 @@ def simulation_store(
                 batch = []
         SimulatedKernel.objects.bulk_create(batch)
         count += len(batch)
+        facts = {**read(), "kernels_simulated": count}
+        for key, value in facts.items():  # what the metrics read of it (its clock, its total)
+            setattr(simulation, key, value)
         values = metrics(simulation)
-        read = {
-            **read,
-            "kernels_simulated": count,
-            "metrics": values,
-            "kernels_compared": values["kernels_compared"],
-        }
+        facts.update(metrics=values, kernels_compared=values["kernels_compared"])
         _decided(
             simulation,
             TraceState.READY,
             None,
             fingerprint=fingerprint,
             trace_seen_at=trace_seen_at,
-            read=read,
+            read=facts,
         )
     return count
 

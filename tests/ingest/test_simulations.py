@@ -370,3 +370,69 @@ def test_a_deleted_simulation_folder_deletes_the_simulation(s3, upload, hal_log)
         s3.delete_object(Bucket=TEST_BUCKET, Key=f"{PREFIX}hal/simulations/titanv/{key}")
     passes.poll_bucket(trace_id="hal")
     assert not Simulation.objects.filter(trace_id="hal").exists()
+
+
+@pytest.mark.django_db
+def test_deleting_a_trace_deletes_its_simulations_and_their_pairs(s3, upload, hal_log):
+    from traces.services import trace_delete
+
+    upload("hal", hal_trace(hal_log), metadata={"status": "ok"})
+    upload_simulation(s3, "hal", "titanv", hal_log)
+    passes.poll_bucket()
+    assert SimulatedKernel.objects.exists()
+    trace_delete("hal")
+    assert not Simulation.objects.exists()
+    assert not SimulatedKernel.objects.exists()
+
+
+# --- Hostile logs: failed with a clear error, or a documented partial result; never stuck ----
+
+
+@pytest.mark.django_db
+def test_a_million_character_line_is_read_past_and_a_longer_one_than_the_limit_fails(s3, upload, hal_log):
+    upload("hal", hal_trace(hal_log), metadata={"status": "ok"})
+    cut = hal_log.index(b"Header info")
+    upload_simulation(s3, "hal", "long", hal_log[:cut] + b"x" * 1_000_000 + b"\n" + hal_log[cut:])
+    upload_simulation(s3, "hal", "plain", hal_log)
+    upload_simulation(s3, "hal", "too-long", hal_log[:cut] + b"x" * 2_000_000 + b"\n" + hal_log[cut:])
+    passes.poll_bucket()
+    assert simulation("hal", "long").state == TraceState.READY
+    assert pairs(simulation("hal", "long")) == pairs(simulation("hal", "plain"))
+    failed = simulation("hal", "too-long")
+    assert failed.state == TraceState.FAILED
+    assert "line" in failed.error
+
+
+@pytest.mark.django_db
+def test_binary_junk_as_a_plain_log_is_ready_killed_with_nothing_simulated(s3, upload, hal_log):
+    upload("hal", hal_trace(hal_log), metadata={"status": "ok"})
+    upload_simulation(s3, "hal", "junk", bytes(range(256)) * 4096)
+    passes.poll_bucket()
+    sim = simulation("hal", "junk")
+    assert (sim.state, sim.stopped, sim.kernels_simulated) == (TraceState.READY, "killed", 0)
+
+
+@pytest.mark.django_db
+def test_a_ptx_log_with_more_kernels_than_the_trace_has_launches_fails_naming_the_uid(s3, upload):
+    log = real_log("bcpark__rodinia_lud_output.txt.gz")
+    names = [m.decode() for m in re.findall(rb"pushing kernel '([^']*)'", log)]
+    upload("lud", trace_of([(k, names[k - 1]) for k in range(1, 11)]), metadata={"status": "ok"})
+    upload_simulation(s3, "lud", "ptx", log)
+    passes.poll_bucket()
+    sim = simulation("lud", "ptx")
+    assert sim.state == TraceState.FAILED
+    assert "uid 11" in sim.error and "only 10 launches" in sim.error
+
+
+@pytest.mark.django_db
+def test_the_runs_total_is_compared_with_every_simulated_launchs_measured_time(s3, upload, hal_log):
+    measured = {1: 700, 2: 400, 3: 650, 4: 500}
+    upload("hal", hal_trace(hal_log, measured), metadata={"status": "ok"})
+    upload_simulation(s3, "hal", "titanv", hal_log)
+    passes.poll_bucket()
+    metrics = simulation("hal", "titanv").metrics
+    total_cycles = int(re.findall(rb"^gpu_tot_sim_cycle = (\d+)", hal_log, re.M)[-1])
+    assert metrics["run_sim_ns"] == pytest.approx(total_cycles * 1000 / 1200.0)
+    assert metrics["run_measured_ns"] == sum(measured.values())
+    expected = (total_cycles * 1000 / 1200.0 - 2250) / 2250 * 100
+    assert metrics["run_error"] == pytest.approx(expected)

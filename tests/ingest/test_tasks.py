@@ -216,3 +216,18 @@ def test_a_trace_whose_message_the_broker_refused_is_queued_by_the_next_poll(
     monkeypatch.setattr(parse_trace_task, "delay", lambda trace_id, reparse=False: queued.append(trace_id))
     assert poll_bucket_task() == 1
     assert queued == ["run-a"]
+
+
+def test_the_scheduled_poll_reads_a_ready_traces_simulation_on_the_next_poll(eager, s3, upload):
+    """Celery's way: the poll queues the trace's parse (run inline here); its simulation is
+    read by the poll, once the trace is ready (issue 20)."""
+    from tests.ingest.test_simulations import hal_trace, real_log, upload_simulation
+    from traces.models import Simulation
+
+    log = real_log("halUW__benchmark_1_stream_clean.log.gz")
+    upload("hal", hal_trace(log), METADATA)
+    upload_simulation(s3, "hal", "titanv", log)
+    poll_bucket_task()
+    poll_bucket_task()
+    assert Trace.objects.get(pk="hal").state == TraceState.READY
+    assert Simulation.objects.get(trace_id="hal", name="titanv").state == TraceState.READY

@@ -22,6 +22,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOWCASE = "sample__facebook_opt-125m__h100-e2e"
+SAMPLES = ROOT / "samples"
 # The showcase's launches: a prefill step and three decode steps, whose model forward (173
 # launches each) was captured into a CUDA graph and so has no totals in the stats files.
 SHOWCASE_LAUNCHES, SHOWCASE_WITHOUT_TOTALS = 700, 3 * 173
@@ -97,6 +98,15 @@ def test_check_mode_ingests_the_samples_through_the_api_and_stops_everything(dem
     assert detail["kernels_without_totals"] == SHOWCASE_WITHOUT_TOTALS
     assert detail["metadata"]["status"] == "ok"
     assert detail["first_kernel"]["ctx"].startswith("0x")
+    # The showcase's two simulations (issue 20): ready, scored, two builds ranked by MAPE.
+    simulations = {sim["name"]: sim for sim in detail["simulations"]}
+    markers = sorted((SAMPLES / SHOWCASE / "simulations").glob("*/simulation.json"))
+    assert sorted(simulations) == sorted(marker.parent.name for marker in markers)
+    assert all(
+        sim["state"] == "ready" and sim["metrics"]["kernels_compared"] > 0 for sim in simulations.values()
+    )
+    mapes = [row["mape"] for row in detail["accuracy"]]
+    assert len(mapes) == 2 and mapes == sorted(mapes)
     assert set(report["pids"]) == {"s3", "poller", "web"}
     assert all(gone(pid) for pid in report["pids"].values()), report["pids"]
     assert not listening(report["url"])

@@ -1,16 +1,25 @@
-"""Write a realistic trace folder of any size: for tests, demos and benchmarks (tools.generator)."""
+"""Write a realistic trace folder of any size: for tests, demos and benchmarks (tools.generator),
+and simulations of it: the simulator's stdout for its kernelslists (tools.simulation)."""
 
 import argparse
+import tempfile
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
 from ingest import bucket
-from tools import generator
+from tools import generator, simulation
 
 
 class Command(BaseCommand):
-    help = "Generate an Accel-Sim run folder (deterministic for a seed) into a local folder or the bucket."
+    help = (
+        "Generate an Accel-Sim run folder (deterministic for a seed) into a local folder or the bucket; "
+        "with --simulation NAME, also the folder simulations/NAME/ of a simulator run of it: sim.log "
+        "(Accel-Sim's stdout for the run's kernelslists, one uid per traced launch, each kernel's cycles "
+        "its measured time at the config's clock times the build's error), gpgpusim.config, and last "
+        "simulation.json. Given --out DIR holding a run generated earlier with the same options, only the "
+        "simulation is added to it."
+    )
 
     def add_arguments(self, parser):
         where = parser.add_mutually_exclusive_group(required=True)
@@ -56,6 +65,56 @@ class Command(BaseCommand):
             "--layers", default=",".join(generator.OPT_125M_LAYERS), help="comma-separated step labels"
         )
 
+        sim = parser.add_argument_group("simulation (with --simulation NAME)")
+        sim.add_argument(
+            "--simulation",
+            metavar="NAME",
+            help="also write simulations/NAME/ (NAME: letters, digits, '.', '_', '-')",
+        )
+        sim.add_argument(
+            "--simulation-build",
+            choices=simulation.BUILDS,
+            default=simulation.DEFAULT_BUILD,
+            help="the Accel-Sim build, which sets the synthetic error (default %(default)s: about 10-20%% "
+            "MAPE; dev-618c2ef: about 25-40%%, prefill and decode erring differently)",
+        )
+        sim.add_argument(
+            "--simulation-config",
+            choices=simulation.CONFIGS,
+            help="the simulator config, which sets the core clock (default: --sim-config, else by --arch)",
+        )
+        sim.add_argument("--simulation-gzip", action="store_true", help="write sim.log.gz instead of sim.log")
+        sim.add_argument(
+            "--simulation-status", default="ok", help='simulation.json\'s status ("ok" or "failed")'
+        )
+        sim.add_argument("--simulation-notes", help="simulation.json's notes")
+        sim.add_argument("--simulation-no-config", action="store_true", help="leave out gpgpusim.config")
+        sim.add_argument(
+            "--simulation-max-cycle",
+            type=int,
+            metavar="CYCLES",
+            help="-gpgpu_max_cycle: stop when the run's total reaches CYCLES (a block for the "
+            "interrupted kernel, then the break line and the exit lines)",
+        )
+        sim.add_argument(
+            "--simulation-killed",
+            type=float,
+            metavar="FRACTION",
+            help="a killed run: the log cut at a 4 KiB boundary inside a line, at about FRACTION (0-1) of it",
+        )
+        sim.add_argument(
+            "--simulation-wrong-name",
+            type=int,
+            metavar="UID",
+            help="the trace loaded as UID names another kernel (a trace file from another run)",
+        )
+        sim.add_argument(
+            "--simulation-concurrent",
+            type=int,
+            metavar="UID",
+            help="UID and UID+1 run concurrently, on two streams: one stat block lists both",
+        )
+
     def handle(self, *args, out, upload, **options):
         try:
             spec = generator.RunSpec(
@@ -77,14 +136,58 @@ class Command(BaseCommand):
                 suggested_sim_config=options["sim_config"] or None,
                 layers=tuple(layer.strip() for layer in options["layers"].split(",") if layer.strip()),
             )
+            sim = self.simulation_spec(options)
         except ValueError as problem:
             raise CommandError(str(problem)) from None
-        if out is not None:
-            if out.exists() and any(out.iterdir()):
+        if out is None:
+            result = generator.upload_run(upload, spec, [sim] if sim else [])
+            self.stdout.write(f"{bucket.run_prefix(upload)}: {len(result.uploaded)} objects uploaded")
+            return
+        if out.exists() and any(out.iterdir()):
+            if sim is None:
                 # Old files would be uploaded with the new run and parsed as part of it.
                 raise CommandError(f"{out} is not empty: give a new folder, or empty this one first")
+            self.check_same_run(out, spec, sim)
+        else:
             files = generator.write_run(out, spec)
             self.stdout.write(f"{out}: {len(files)} files, {sum(f.bytes for f in files)} bytes")
-        else:
-            result = generator.upload_run(upload, spec)
-            self.stdout.write(f"{bucket.run_prefix(upload)}: {len(result.uploaded)} objects uploaded")
+        if sim is not None:
+            written = simulation.write_simulation(out, spec, sim)
+            self.stdout.write(
+                f"{written.folder}: {', '.join(written.files)}; {len(written.launches)} kernels simulated"
+            )
+
+    @staticmethod
+    def simulation_spec(options) -> "simulation.SimSpec | None":
+        if options["simulation"] is None:
+            return None
+        return simulation.SimSpec(
+            name=options["simulation"],
+            build=options["simulation_build"],
+            config=options["simulation_config"],
+            compress=options["simulation_gzip"],
+            with_config=not options["simulation_no_config"],
+            status=options["simulation_status"],
+            notes=options["simulation_notes"],
+            max_cycle=options["simulation_max_cycle"],
+            killed=options["simulation_killed"],
+            wrong_name_uid=options["simulation_wrong_name"],
+            concurrent_uid=options["simulation_concurrent"],
+        )
+
+    @staticmethod
+    def check_same_run(out: Path, spec, sim) -> None:
+        """A simulation is added to a run folder only if these options made that run: its trace
+        headers and measured times come from the spec."""
+        if (out / "simulations" / sim.name).exists():
+            raise CommandError(f"{out / 'simulations' / sim.name} exists: give another --simulation name")
+        with tempfile.TemporaryDirectory(prefix="cascade-run-") as tmp:
+            expected = Path(tmp) / out.name
+            generator.write_run(expected, spec)
+            for path in expected.rglob("*"):
+                twin = out / path.relative_to(expected)
+                if path.is_file() and (not twin.is_file() or twin.read_bytes() != path.read_bytes()):
+                    raise CommandError(
+                        f"{out} is not the run these options generate ({twin.name} differs): "
+                        "give the options it was generated with, or a new folder"
+                    )
