@@ -14,13 +14,24 @@ rules that shape this reader:
   (no cycles of its own). The run's total is the last complete block's `gpu_tot_sim_cycle`.
 - A block counts once its `gpgpu_simulation_time` footer is read: a killed log's last block,
   cut before it, does not.
+- A block's statistics (after its `gpu_tot_sim_cycle`, up to its `gpgpu_simulation_time`
+  footer: the cache statistics, most of a log's bytes) are skipped, but for the lines another
+  thread may print there: PTX mode's launches (`GPGPU-Sim PTX: pushing kernel '`, as in bcpark's
+  lud, line 21794), the break line and `exit detected`. So `read_sim_log_chunks` skips them
+  with a find of the footer and a memchr for `'` and `*` (which statistics never print).
 - `exit detected` is printed after a cycle-limit break too: `stopped` is "max_cycles" when the
   break line was read, "killed" when the log just ends (no `exit detected`, or cut mid-line, as
   a killed job's block-buffered stdout is at a 4 KiB boundary), None for a normal end.
+- GPGPU-Sim 3.x prints no end marker at all, even for a normal run (its log ends with the
+  application's output): a 3.x log is complete (None) when it ends with a newline, no block is
+  left open and every launched kernel (at least one) has a complete block; "max_cycles" after
+  the break line; "killed" otherwise.
 
-Memory grows with the number of uids only: a block is reduced to a few numbers as it is read.
+Memory grows with the number of uids only (at most MAX_UIDS): a block is reduced to a few
+numbers as it is read, names recurring are one str.
 """
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -36,7 +47,7 @@ STOPPED_KILLED = "killed"
 MAX_DIGITS = 20
 MAX_UIDS_PER_BLOCK = 100_000
 # Results are kept per uid; a log naming more uids than any run launches is hostile, not a run.
-MAX_UIDS = 2_000_000
+MAX_UIDS = 80_000  # ~650 bytes each at most: under 100 MB of RSS with the reader's own (measured)
 
 _INT = rb"(\d{1,20})"  # MAX_DIGITS
 ACCELSIM_BUILD = re.compile(rb"Accel-Sim \[build ([^\]]*)\]")
@@ -407,7 +418,7 @@ class _Reader:
         elif line.startswith((b"-grid dim", b"-block dim")):
             match = DIM.match(line)
             if match is not None:
-                self.dims[match[1]] = match[2].decode()
+                self.dims[match[1]] = _dim(match[2])
         elif line.startswith(b"launching kernel"):
             _trace_launch(log, line)
             self.since_block_launches = True
@@ -517,7 +528,7 @@ def _header(log: SimLog, line: bytes, dims: dict[bytes, str]) -> None:
         raise SimLogError(f"not a kernel-N[-ctx_0x...].traceg[.xz] trace file: {path!r}")
     log.headers += 1
     kernel = _kernel(log, log.headers)
-    kernel.kernel_id, kernel.ctx, kernel.trace_file = int(match[1]), match[2], path
+    kernel.kernel_id, kernel.ctx, kernel.trace_file = int(match[1]), _ctx(match[2]), path
     # The dims are printed with the header, before it (a window of headers may be loaded before
     # any of their launches).
     kernel.grid, kernel.block = dims.pop(b"grid", None), dims.pop(b"block", None)
@@ -540,7 +551,7 @@ def _ptx_launch(log: SimLog, line: bytes, uid: int) -> None:
     if match is None:
         raise SimLogError(f"not a `pushing kernel 'NAME' to stream S, gridDim= ...` line: {_text(line)!r}")
     kernel = _launched(log, uid, _name(match[1]))
-    kernel.stream, kernel.grid, kernel.block = int(match[2]), match[3].decode(), match[4].decode()
+    kernel.stream, kernel.grid, kernel.block = int(match[2]), _dim(match[3]), _dim(match[4])
 
 
 def _launched(log: SimLog, uid: int, name: str) -> SimKernel:
@@ -560,12 +571,23 @@ def _kernel(log: SimLog, uid: int) -> SimKernel:
     return kernel
 
 
+@functools.lru_cache(maxsize=4096)  # one str for a name that recurs: memory grows with the uids
 def _name(raw: bytes) -> str:
     text = raw.decode("utf-8", "replace").strip()
     problem = unstorable_character(text)
     if problem is not None:
         raise SimLogError(f"{problem} in {text!r}")
     return text
+
+
+@functools.lru_cache(maxsize=64)
+def _ctx(ctx: str | None) -> str | None:
+    return ctx
+
+
+@functools.lru_cache(maxsize=4096)
+def _dim(raw: bytes) -> str:
+    return raw.decode()
 
 
 def _text(raw: bytes) -> str:
