@@ -62,6 +62,8 @@ LOG_NAMES = ("sim.log", "sim.log.gz", "sim.log.xz")
 CONFIG_NAME = "gpgpusim.config"
 NAME = re.compile(rf"[A-Za-z0-9._-]{{1,{SIMULATION_NAME_MAX}}}")
 MAX_MARKER_BYTES = 64 * 1024
+# A core clock is a few hundred to a few thousand MHz; past this (or 0) it is not one.
+MAX_CLOCK_MHZ = 1e6
 MARKER_TEXT_MAX = {"simulator": 200, "config": 200, "notes": 10_000}
 MARKER_KEYS = ("status", "simulator", "config", "core_clock_mhz", "notes")
 STATUSES = ("ok", "failed")
@@ -251,6 +253,8 @@ def read_simulation(
         )
     log = read_sim_log_chunks(log_chunks(logs[0]))
     clock = marker.get("core_clock_mhz") or log.core_clock_mhz
+    if clock is not None and not 0 < clock < MAX_CLOCK_MHZ:
+        raise SimulationInputError(f"the log's core clock ({clock} MHz, -gpgpu_clock_domains) is not a clock")
     if not clock and any(kernel.sim_cycles is not None for kernel in log.kernels.values()):
         raise SimulationInputError(
             "no core clock: the log has no -gpgpu_clock_domains line and simulation.json no core_clock_mhz"
@@ -318,7 +322,7 @@ def read_marker(obj: S3Object) -> dict:
         isinstance(clock, bool)
         or not isinstance(clock, int | float)
         or not math.isfinite(clock)
-        or not 0 < clock < 1e6
+        or not 0 < clock < MAX_CLOCK_MHZ
     ):
         raise SimulationInputError(
             f'{MARKER_NAME}: "core_clock_mhz" must be a number of MHz above 0, not {clock!r}'

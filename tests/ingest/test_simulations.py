@@ -436,3 +436,15 @@ def test_the_runs_total_is_compared_with_every_simulated_launchs_measured_time(s
     assert metrics["run_measured_ns"] == sum(measured.values())
     expected = (total_cycles * 1000 / 1200.0 - 2250) / 2250 * 100
     assert metrics["run_error"] == pytest.approx(expected)
+
+
+@pytest.mark.django_db
+def test_a_log_whose_core_clock_is_zero_fails_saying_so(s3, upload, hal_log):
+    upload("hal", hal_trace(hal_log), metadata={"status": "ok"})
+    upload_simulation(
+        s3, "hal", "zero", hal_log.replace(b"-gpgpu_clock_domains 1200.0:", b"-gpgpu_clock_domains 0.0:")
+    )
+    passes.poll_bucket()
+    sim = simulation("hal", "zero")
+    assert sim.state == TraceState.FAILED
+    assert "core clock" in sim.error
