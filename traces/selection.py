@@ -106,7 +106,7 @@ def shown(value: str, limit: int = 80) -> str:
 
 def parse_cover(value: str | None) -> Fraction:
     """`cover` as an exact fraction in (0, 1]: `0.9` is 9/10, so that the cut is exact."""
-    if value is None or value == "":
+    if value is None:
         return Fraction(1)
     try:
         cover = Fraction(value.strip())
@@ -118,7 +118,7 @@ def parse_cover(value: str | None) -> Fraction:
 
 
 def parse_members(value: str | None) -> bool:
-    if value is None or value == "":
+    if value is None:
         return True
     flag = {"true": True, "1": True, "false": False, "0": False}.get(value.strip().lower())
     if flag is None:
@@ -127,7 +127,7 @@ def parse_members(value: str | None) -> bool:
 
 
 def parse_by(by: str | None, step: str | None) -> tuple[str, str | None]:
-    by = BY_UNIQUE if by is None or by == "" else by
+    by = BY_UNIQUE if by is None else by
     if by not in SELECT_BY:
         raise SelectionError(f"by accepts one of {', '.join(SELECT_BY)}; got {shown(by)}.")
     if by == BY_STEP and not step:

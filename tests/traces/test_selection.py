@@ -354,6 +354,9 @@ def small(make_trace):
         ({"cover": "inf"}, "cover accepts"),
         ({"cover": "ninety"}, "cover accepts"),
         ({"members": "maybe"}, "members accepts true or false"),
+        ({"by": ""}, "by accepts one of unique, step; got ''."),
+        ({"cover": ""}, "cover accepts"),
+        ({"members": ""}, "members accepts"),
     ],
 )
 def test_bad_parameters_are_400s_as_the_lists_filters(api, small, params, detail_starts):
