@@ -6,6 +6,8 @@ So `traces.selectors` reads rows in a fixed order, they are turned into the docu
 here, and kernels are encoded in chunks as they arrive from a server-side cursor.
 """
 
+import csv
+import io
 import json
 from collections.abc import Iterable, Iterator
 from datetime import datetime
@@ -19,7 +21,7 @@ from traces.accuracy import (
     SimulationDetail,
 )
 from traces.analysis import Comparison, Launches, Ratios, Summary, TraceTotals
-from traces.models import NO_DEVICE
+from traces.models import KERNEL_COLUMNS, NO_DEVICE
 from traces.selectors import TRACE_SUMMARY_COLUMNS
 
 _TIMESTAMPS = frozenset(
@@ -267,3 +269,41 @@ def encode_simulation_detail(head: dict, rows: Iterable[tuple]) -> Iterator[byte
     if chunk:
         yield (b"" if first else b",") + orjson.dumps(chunk)[1:-1]
     yield b"]}"
+
+
+# --- kernels.csv ------------------------------------------------------------------------------
+
+# The detail's kernel keys in its order, grid and block unfolded (the columns the API reads);
+# `device` and `stream` empty for a launch outside the device-id fork (the detail has no
+# `device_id` key for it).
+KERNEL_CSV_HEADER = KERNEL_COLUMNS
+_TRACED = KERNEL_CSV_HEADER.index("traced")
+_DEVICE = KERNEL_CSV_HEADER.index("device")
+
+
+def _csv_row(row: tuple) -> tuple:
+    """A kernel row (selectors.KERNEL_COLUMNS, the CSV's order) with `traced` as true/false and
+    no device or stream outside the fork; csv.writer writes None as an empty field."""
+    if row[_DEVICE] == NO_DEVICE:
+        return (*row[:_TRACED], "true" if row[_TRACED] else "false", None, None, *row[_DEVICE + 2 :])
+    return (*row[:_TRACED], "true" if row[_TRACED] else "false", *row[_TRACED + 1 :])
+
+
+def encode_kernels_csv(rows: Iterable[tuple]) -> Iterator[bytes]:
+    """The launches as CSV (RFC 4180, as Python's csv module writes it: CRLF, a field quoted
+    when it holds a comma, a quote or a line break), UTF-8, the header first, then KERNEL_CHUNK
+    rows a piece: memory stays at one chunk, as `encode_trace_detail`'s."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(KERNEL_CSV_HEADER)
+    chunk: list[tuple] = []
+    for row in rows:
+        chunk.append(_csv_row(row))
+        if len(chunk) == KERNEL_CHUNK:
+            writer.writerows(chunk)
+            chunk = []
+            yield buffer.getvalue().encode()
+            buffer.seek(0)
+            buffer.truncate()
+    writer.writerows(chunk)
+    yield buffer.getvalue().encode()
