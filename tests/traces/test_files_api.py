@@ -321,3 +321,16 @@ def test_without_a_token_is_401(client_anon, vecadd_run):
 def test_with_a_wrong_token_is_401(client_anon, vecadd_run):
     client_anon.credentials(HTTP_AUTHORIZATION="Bearer cas_wrong")
     assert client_anon.get(f"/api/traces/{RUN}/files").status_code == 401
+
+
+def test_the_answer_conforms_to_the_schema(api, client_anon, vecadd_run):
+    from tests.traces.test_openapi import response_validator
+
+    openapi = client_anon.get("/api/schema", HTTP_ACCEPT="application/json").json()
+    validator = response_validator(openapi, "/api/traces/{trace_id}/files", 200)
+    validator.validate(api.get(f"/api/traces/{RUN}/files").json())
+    content = openapi["paths"]["/api/traces/{trace_id}/files"]["get"]["responses"]["200"]["content"]
+    (example,) = content["application/json"]["examples"].values()
+    validator.validate(example["value"])
+    with pytest.raises(Exception, match="Additional properties"):
+        validator.validate({**api.get(f"/api/traces/{RUN}/files").json(), "extra": 1})
