@@ -21,10 +21,12 @@ from pathlib import Path
 import orjson
 import pytest
 import zstandard
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ingest.passes import poll_bucket
 from tests.helpers import DATA, PREFIX, TEST_BUCKET, kernel_row, store_kernels
-from traces import services
+from traces import encoders, services
 from traces.models import Trace, TraceState
 
 HEADER = (
@@ -203,6 +205,53 @@ def test_a_trace_not_ready_has_the_header_alone(api, make_trace, make_kernels):
     make_kernels(trace, [1, 2])  # stored, but an uploading trace serves none, as the detail
     body = content(api.get("/api/traces/arriving/kernels.csv"))
     assert body == (",".join(HEADER) + "\r\n").encode()
+
+
+TEXT = st.text(alphabet=st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"))
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.none() | TEXT,  # ctx
+            st.integers(0, 2**63 - 1),
+            TEXT,  # name
+            TEXT,  # trace_file
+            st.lists(st.integers(0, 2**31 - 1), min_size=8, max_size=8),
+            st.none() | st.integers(0, 2**64),  # total_insts, total_reported_insts
+            st.booleans(),
+            st.sampled_from([(-1, None), (0, None), (3, 7)]),  # (device, stream)
+            st.none() | TEXT,  # step
+            st.none() | st.integers(0, 2**63 - 1),
+        ),
+        max_size=5,
+    )
+)
+def test_the_bytes_are_what_csv_writer_writes(launches):
+    """Any text (commas, quotes, CR, LF, unicode) as Python's csv module writes it, written
+    here from the columns' rules: None empty, true/false, no device outside the fork."""
+    rows = [
+        (ctx, kernel_id, name, trace_file, *dims, insts, insts, traced, device, stream, step, duration)
+        for ctx, kernel_id, name, trace_file, dims, insts, traced, (
+            device,
+            stream,
+        ), step, duration in launches
+    ]
+    written = io.StringIO()
+    writer = csv.writer(written)
+    writer.writerow(HEADER)
+    for row in rows:
+        forked = row[15] != -1
+        writer.writerow(
+            [
+                *row[:14],
+                "true" if row[14] else "false",
+                row[15] if forked else None,
+                row[16] if forked else None,
+                *row[17:],
+            ]
+        )
+    assert b"".join(encoders.encode_kernels_csv(iter(rows))) == written.getvalue().encode()
 
 
 # --- a large trace: chunks, codings, memory -----------------------------------------------------------
