@@ -233,6 +233,15 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 CASCADE_S3_BUCKET = os.environ.get("CASCADE_S3_BUCKET", "")
 CASCADE_S3_ENDPOINT_URL = os.environ.get("CASCADE_S3_ENDPOINT_URL") or None
 CASCADE_S3_PREFIX = os.environ.get("CASCADE_S3_PREFIX", "accelsim-traces/")
+# The address clients reach the bucket at, when it is not CASCADE_S3_ENDPOINT_URL (the
+# server's, inside a private network): GET /api/traces/{id}/files signs its URLs for it.
+CASCADE_S3_PUBLIC_ENDPOINT_URL = os.environ.get("CASCADE_S3_PUBLIC_ENDPOINT_URL") or None
+# How long those presigned URLs stay valid; Signature Version 4 allows at most 7 days.
+CASCADE_PRESIGN_SECONDS = env_int("CASCADE_PRESIGN_SECONDS", 3600)
+if not 1 <= CASCADE_PRESIGN_SECONDS <= 7 * 24 * 3600:
+    raise ImproperlyConfigured(
+        f"CASCADE_PRESIGN_SECONDS must be between 1 and 604800 (7 days), got {CASCADE_PRESIGN_SECONDS}"
+    )
 # Keys per listing request: 1,000 is S3's maximum. The tests list with a few, to page cheaply.
 CASCADE_S3_PAGE_SIZE = env_int("CASCADE_S3_PAGE_SIZE", 1000)
 if CASCADE_S3_PAGE_SIZE < 1:

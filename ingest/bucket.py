@@ -522,3 +522,45 @@ def iter_object_chunks(key: str, size: int = 64 * 1024, *, etag: str | None = No
         yield from body.iter_chunks(size)
     finally:
         body.close()
+
+
+# --- Presigned GETs: how clients download a run's files without passing them through Cascade ----
+
+_presigners = threading.local()  # this thread's (generation, endpoint, client)
+
+
+def presigning_client(*, public: bool = True):
+    """A client that only signs URLs, never sends a request: Signature Version 4 always (botocore
+    still presigns S3 URLs with version 2 unless told, which AWS no longer accepts in most
+    regions), and, with `public`, signed for `CASCADE_S3_PUBLIC_ENDPOINT_URL` when it is set:
+    the host is part of the signature, so a URL signed for the address the server reaches the
+    bucket at cannot be rewritten to the one clients reach it at."""
+    from botocore.config import Config
+
+    endpoint = (settings.CASCADE_S3_PUBLIC_ENDPOINT_URL if public else None) or None
+    current = getattr(_presigners, "value", None)
+    if current is None or current[:2] != (_generation, endpoint):
+        options = settings.STORAGES["traces"]["OPTIONS"]
+        kwargs = {arg: options[name] for name, arg in CLIENT_OPTIONS.items() if options.get(name) is not None}
+        if endpoint:
+            kwargs["endpoint_url"] = endpoint
+        kwargs["config"] = (kwargs.get("config") or Config()).merge(Config(signature_version="s3v4"))
+        with _session_lock:
+            current = (_generation, endpoint, _boto3_session().client("s3", **kwargs))
+        _presigners.value = current
+    return current[2]
+
+
+def presigned_gets(keys: Iterable[str], seconds: int, *, public: bool = True) -> list[str]:
+    """A presigned GET URL for each key, valid `seconds` from now: local computation (an HMAC
+    per key from the credentials), no request to S3, whatever the number of keys."""
+    keys = list(keys)
+    if not keys:
+        return []
+    require_bucket()
+    s3 = presigning_client(public=public)
+    bucket = bucket_name()
+    return [
+        s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=seconds)
+        for key in keys
+    ]

@@ -16,7 +16,7 @@ from django.db import connection
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow  # starts manage.py, gunicorn and moto's server: ~30 s
 
-ROWS = ["ingest", "memory", "storage", "growth", "api", "gzip", "zstd", "etag", "runs", "idle"]
+ROWS = ["ingest", "memory", "storage", "growth", "api", "gzip", "zstd", "etag", "dataframe", "runs", "idle"]
 
 
 def test_the_lab_bench_measures_every_figure_at_the_tiny_scale(on_postgres, tmp_path):
@@ -54,6 +54,12 @@ def test_the_lab_bench_measures_every_figure_at_the_tiny_scale(on_postgres, tmp_
     api = by_key["api"]["values"]
     assert 0.9 < api["json_agg_bytes"] / api["bytes"] < 1.3
     assert api["same_json"] is True
+    # Both DataFrames hold every launch, the CSV's with the grid and block unfolded (19 columns).
+    frames = by_key["dataframe"]["values"]
+    assert frames["csv_rows"] == frames["json_rows"] == 2_000
+    assert frames["csv_columns"] == 19
+    assert 0 < frames["csv_bytes"] < frames["json_bytes"]
+    assert frames["ratio"] == frames["csv_seconds"] / frames["json_seconds"]
     assert by_key["runs"]["values"]["s3_requests"] > 0
     assert by_key["idle"]["values"]["s3_requests"] is not None
     assert saved["machine"]["cores"] >= 1 and saved["machine"]["postgresql"]
