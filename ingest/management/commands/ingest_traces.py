@@ -70,6 +70,8 @@ class Command(BaseCommand):
                 raise CommandError("some traces could not be ingested (see above); a new pass retries them")
             return
         try:
+            if events:  # what is queued first (since the last run), then the reconciling poll
+                self.events_until(time.monotonic() + interval, until_empty=True)
             while True:
                 # Idle between passes, the connection may have been dropped (a restart, a
                 # failover): Django reconnects only once an unusable one is closed.
@@ -129,15 +131,17 @@ class Command(BaseCommand):
         while self.run_events_batch().received:
             pass
 
-    def events_until(self, deadline: float) -> None:
-        """Batches until `deadline` (the next poll): each a long poll, so an idle queue costs a
-        request every CASCADE_SQS_WAIT_SECONDS."""
+    def events_until(self, deadline: float, *, until_empty: bool = False) -> None:
+        """Batches until `deadline` (the next poll), or a receive that finds the queue empty:
+        each a long poll, so an idle queue costs a request every CASCADE_SQS_WAIT_SECONDS."""
         while time.monotonic() < deadline:
             close_old_connections()
             try:
-                self.run_events_batch(
+                batch = self.run_events_batch(
                     wait=min(settings.CASCADE_SQS_WAIT_SECONDS, deadline - time.monotonic())
                 )
+                if until_empty and not batch.received:
+                    return
             except KeyboardInterrupt:
                 raise
             except Exception as error:  # SQS, S3 or the database away: keep watching
