@@ -95,3 +95,26 @@ def test_the_simulator_log_bench_runs_at_a_small_scale(tmp_path):
         assert row["grep_seconds"] > 0 and row["reader_seconds"] > 0 and row["peak_rss"] > 0
     assert rows[1]["inflate_seconds"] > 0
     assert sum(line.startswith("| log") for line in bench.stdout.splitlines()) == 2
+
+
+def test_the_events_bench_times_both_modes_at_a_small_scale(tmp_path):
+    """bench/events.py: moto's S3 and SQS, two runs a mode; events within their 3 s target."""
+    results = tmp_path / "events.json"
+    bench = subprocess.run(
+        [sys.executable, "-m", "bench.events", "--scale", "small", "--json", str(results)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    saved = json.loads(results.read_text())
+    assert [len(saved["seconds"][mode]) for mode in ("events", "polling")] == [2, 2]
+    assert all(0 < seconds <= 3 for seconds in saved["seconds"]["events"])
+    assert (
+        sum(
+            line.startswith("| S3 events") or line.startswith("| polling")
+            for line in bench.stdout.splitlines()
+        )
+        == 2
+    )
