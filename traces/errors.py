@@ -11,7 +11,11 @@ from django.views import defaults
 
 from cascade.logs import current_request_id
 
-ROUTES = "the API's routes are /api/traces, /api/traces/{trace_id}, its /summary, /api/traces/{a}/compare/{b}; /api/docs describes them"
+ROUTES = (
+    "the API's routes are /api/traces, /api/traces/{trace_id}, its /summary, /selection, /files, "
+    "/kernels.csv and /simulations[/{name}], /api/traces/{a}/compare/{b}, /api/simulations[/accuracy]; "
+    "/api/docs describes them"
+)
 
 
 def api_not_found(request, path: str = ""):

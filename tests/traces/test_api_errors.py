@@ -11,11 +11,11 @@ from traces import selectors
     [
         (
             "/api/",
-            "not found: /api/ (the API's routes are /api/traces, /api/traces/{trace_id}, its /summary, /api/traces/{a}/compare/{b}; /api/docs describes them)",
+            "not found: /api/ (the API's routes are /api/traces, /api/traces/{trace_id}, its /summary, /selection, /files, /kernels.csv and /simulations[/{name}], /api/traces/{a}/compare/{b}, /api/simulations[/accuracy]; /api/docs describes them)",
         ),
         (
             "/api/nope",
-            "not found: /api/nope (the API's routes are /api/traces, /api/traces/{trace_id}, its /summary, /api/traces/{a}/compare/{b}; /api/docs describes them)",
+            "not found: /api/nope (the API's routes are /api/traces, /api/traces/{trace_id}, its /summary, /selection, /files, /kernels.csv and /simulations[/{name}], /api/traces/{a}/compare/{b}, /api/simulations[/accuracy]; /api/docs describes them)",
         ),
         ("/api/traces/team%2Frun-7", "trace team/run-7 not found"),
         ("/api/traces/a/b/", "trace a/b not found"),
