@@ -35,7 +35,7 @@ from traces.admin.display import (
 )
 from traces.admin.filters import ParserVersionFilter, StorableLookups
 from traces.admin.simulation import SimulationInline
-from traces.models import CURRENT_PARSER_VERSION, Kernel, Trace, TraceState
+from traces.models import CURRENT_PARSER_VERSION, Kernel, Simulation, Trace, TraceState
 from traces.services import TraceBusy, trace_delete, trace_mark_failed, traces_mark_sample
 from traces.signals import reingest_requested
 from traces.text import is_storable
@@ -389,10 +389,11 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
         traces = list(objs)
         ids = [trace.pk for trace in traces]
         kernel_count = Kernel.stored.filter(trace__id__in=ids).count()
+        simulation_count = Simulation.objects.filter(trace__in=ids).count()
         to_delete = [
             format_html(
-                'Trace: <a href="{}">{}</a> and its kernels. Its folder stays in the bucket: the trace '
-                "does not come back unless the folder's files change",
+                'Trace: <a href="{}">{}</a>, its kernels and its simulations. Its folder stays in the '
+                "bucket: the trace does not come back unless the folder's files change",
                 reverse("admin:traces_trace_change", args=[quote(trace.pk)]),
                 trace.pk,
             )
@@ -401,6 +402,7 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
         model_count = {
             Trace._meta.verbose_name_plural: len(traces),
             Kernel._meta.verbose_name_plural: kernel_count,
+            Simulation._meta.verbose_name_plural: simulation_count,
         }
         perms_needed = set() if self.has_delete_permission(request) else {Trace._meta.verbose_name}
         return to_delete, model_count, perms_needed, []
