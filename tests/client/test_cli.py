@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from tests.client.conftest import TOKEN, selection_of
+from tests.client.conftest import TOKEN
 
 
 @pytest.fixture
@@ -106,6 +106,7 @@ def test_a_file_changed_in_the_bucket_is_status_7(run, fake, tmp_path):
 
 def test_an_unreachable_server_is_status_6(monkeypatch, capsys):
     from cascade_client import cli
+
     from tests.gunicorn_process import free_port
 
     monkeypatch.setenv("CASCADE_URL", f"http://127.0.0.1:{free_port()}")

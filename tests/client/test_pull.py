@@ -131,8 +131,8 @@ def test_a_selection_fetches_the_representatives_and_names_only_them(cascade, fa
 
 def test_a_post_processed_run_keeps_its_list_beside_the_selected_one(tmp_path):
     import httpx
-
     from cascade_client import Cascade
+
     from tests.client.conftest import TOKEN, FakeCascade
     from tests.helpers import DATA
 
