@@ -478,12 +478,6 @@ def _lines(chunks: Iterable[bytes], max_line: int, blank_runs: bool = False) -> 
         yield last
 
 
-def lines_of_chunks(chunks: Iterable[bytes], max_line: int) -> Iterator[bytes]:
-    """The lines of bytes that stream in as chunks (a decompressor's), as `iter_object_lines`
-    gives an object's: a line longer than `max_line` raises LineTooLong."""
-    return _lines(chunks, max_line)
-
-
 def _up_to_a_line_too_long(lines: Iterable[bytes], max_line: int, at: int) -> Iterator[bytes]:
     """`lines` (which start at byte `at`) with their newlines, up to LineTooLong for the first
     longer than `max_line`: what comes before it first, so errors come in the file's order."""

@@ -14,18 +14,28 @@ rules that shape this reader:
   (no cycles of its own). The run's total is the last complete block's `gpu_tot_sim_cycle`.
 - A block counts once its `gpgpu_simulation_time` footer is read: a killed log's last block,
   cut before it, does not.
+- A block's statistics (after its `gpu_tot_sim_cycle`, up to its `gpgpu_simulation_time`
+  footer: the cache statistics, most of a log's bytes) are skipped, but for the lines another
+  thread may print there: PTX mode's launches (`GPGPU-Sim PTX: pushing kernel '`, as in bcpark's
+  lud, line 21794), the break line and `exit detected`. So `read_sim_log_chunks` skips them
+  with a find of the footer and a memchr for `'` and `*` (which statistics never print).
 - `exit detected` is printed after a cycle-limit break too: `stopped` is "max_cycles" when the
   break line was read, "killed" when the log just ends (no `exit detected`, or cut mid-line, as
   a killed job's block-buffered stdout is at a 4 KiB boundary), None for a normal end.
+- GPGPU-Sim 3.x prints no end marker at all, even for a normal run (its log ends with the
+  application's output): a 3.x log is complete (None) when it ends with a newline, no block is
+  left open and every launched kernel (at least one) has a complete block; "max_cycles" after
+  the break line; "killed" otherwise.
 
-Memory grows with the number of uids only: a block is reduced to a few numbers as it is read.
+Memory grows with the number of uids only (at most MAX_UIDS): a block is reduced to a few
+numbers as it is read, names recurring are one str.
 """
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ingest import bucket
 from ingest.bucket import LineTooLong
 from traces.text import unstorable_character
 
@@ -37,7 +47,7 @@ STOPPED_KILLED = "killed"
 MAX_DIGITS = 20
 MAX_UIDS_PER_BLOCK = 100_000
 # Results are kept per uid; a log naming more uids than any run launches is hostile, not a run.
-MAX_UIDS = 2_000_000
+MAX_UIDS = 80_000  # ~650 bytes each at most: under 100 MB of RSS with the reader's own (measured)
 
 _INT = rb"(\d{1,20})"  # MAX_DIGITS
 ACCELSIM_BUILD = re.compile(rb"Accel-Sim \[build ([^\]]*)\]")
@@ -144,116 +154,333 @@ class _Block:
 # A log's lines are short (option dump, counts, kernel names); a longer one is not a log.
 MAX_LINE = 1024**2
 
+# The lines a block's statistics may hold that are read (see the module's docstring): each has
+# a `'` or a `*`, which the statistics of real logs never do, so that a memchr for those two
+# bytes skips a block's statistics whole.
+STATS_LINES = (
+    b"GPGPU-Sim PTX: pushing kernel '",
+    b"GPGPU-Sim: ** break due to reaching the maximum",
+    b"GPGPU-Sim: *** exit detected ***",
+)
+FOOTER = b"gpgpu_simulation_time"
+NEWLINE_FOOTER = b"\n" + FOOTER
+# Outside a block's statistics, the lines that do something: any other is a no-op (but the
+# version line, looked for apart while it has not been read).
+READ_LINES = (
+    b"kernel_name =",
+    b"kernel_launch_uid =",
+    b"gpu_sim_cycle",
+    b"gpu_sim_insn",
+    b"gpu_tot_sim_cycle",
+    FOOTER,
+    b"Destroy streams",
+    b"Header info",
+    b"-grid dim",
+    b"-block dim",
+    b"launching kernel",
+    b"GPGPU-Sim PTX: pushing kernel",
+    b"GPGPU-Sim: **",
+    b"-gpgpu_clock_domains",
+    b"Accel-Sim",
+)
+VERSION_TEXT = b"GPGPU-Sim Simulator Version"
+
+
+def _starting(prefixes: tuple[bytes, ...]) -> tuple[re.Pattern, re.Pattern]:
+    """Patterns for a line starting with one of `prefixes`: after a newline, and at a position."""
+    alternatives = b"|".join(re.escape(prefix) for prefix in prefixes)
+    return re.compile(rb"\n(?:" + alternatives + rb")"), re.compile(rb"(?:" + alternatives + rb")")
+
+
+READ_LINE = _starting(READ_LINES)
+# Each such line after a newline, up to its own newline (which may begin the next match).
+READ_LINE_IN_A_ROW = re.compile(
+    rb"\n(?:" + b"|".join(re.escape(prefix) for prefix in READ_LINES) + rb")[^\n]*"
+).finditer
+STATS_LINE = _starting(STATS_LINES)
+
+
+def _next_line(patterns: tuple[re.Pattern, re.Pattern], buffer: bytes, start: int, end: int) -> int:
+    """Where the first line in buffer[start:end] (start: a line's) matching `patterns` starts, or -1."""
+    after_newline, at = patterns
+    if start == 0 or buffer[start - 1] != 10:  # 10: b"\n"
+        if at.match(buffer, start, end):
+            return start
+        match = after_newline.search(buffer, start, end)
+    else:
+        match = after_newline.search(buffer, start - 1, end)
+    return -1 if match is None else match.start() + 1
+
+
+def _next_footer(buffer: bytes, start: int, end: int) -> int:
+    """`_next_line` of the footer: bytes.find, faster than a regular expression's search."""
+    if (start == 0 or buffer[start - 1] != 10) and buffer.startswith(FOOTER, start, end):
+        return start
+    found = buffer.find(NEWLINE_FOOTER, start - 1 if start else 0, end)
+    return found + 1 if found >= 0 else -1
+
 
 def read_sim_log_chunks(chunks: Iterable[bytes]) -> SimLog:
     """`read_sim_log` of a log's bytes as they stream in (S3, a decompressor): the reader
-    ingestion calls. A line longer than MAX_LINE is a SimLogError naming it."""
-    return read_sim_log(bucket.lines_of_chunks(chunks, MAX_LINE))
+    ingestion calls. A line longer than MAX_LINE is a SimLogError naming it.
+
+    Fast: the lines that matter are found with C searches over each chunk (a regular expression
+    over the lines between blocks, bytes.find and memchr over a block's statistics, most of a
+    log), then read one by one as `read_sim_log` reads them; the others are only counted. The
+    same results as `read_sim_log` over the same bytes' lines, errors and their line included.
+    """
+    reader = _Reader()
+    pending: list[bytes] = []  # the start of a line that began in earlier chunks
+    pending_size = 0
+    offset = 0  # of the chunk in the log
+    for chunk in chunks:
+        if not chunk:
+            continue
+        start = 0  # where the chunk's first line not yet read starts
+        if pending:
+            newline = chunk.find(b"\n")
+            if newline < 0:
+                pending.append(chunk)
+                pending_size += len(chunk)
+                offset += len(chunk)
+                if pending_size > MAX_LINE:
+                    raise reader.line_too_long(offset - pending_size)
+                continue
+            start = newline + 1
+            first = b"".join((*pending, chunk[:start]))
+            if len(first) - 1 > MAX_LINE:
+                raise reader.line_too_long(offset - pending_size)
+            reader.scan(first, 0, len(first))
+            pending, pending_size = [], 0
+        end = chunk.rfind(b"\n", start) + 1  # just after the chunk's last newline
+        if end:
+            too_long = _first_line_too_long(chunk, start, end)
+            reader.scan(chunk, start, end if too_long < 0 else too_long)
+            if too_long >= 0:
+                raise reader.line_too_long(offset + too_long)
+        else:
+            end = start
+        if end < len(chunk):
+            pending.append(chunk[end:])
+            pending_size += len(chunk) - end
+        offset += len(chunk)
+        if pending_size > MAX_LINE:
+            raise reader.line_too_long(offset - pending_size)
+    if pending:
+        reader.number += 1  # the last line, cut: a fragment, not read
+    return reader.end(cut_mid_line=bool(pending))
+
+
+def _first_line_too_long(buffer: bytes, start: int, end: int) -> int:
+    """Where the first line of buffer[start:end] (whole lines) longer than MAX_LINE starts, or -1:
+    a window of MAX_LINE + 1 bytes without a newline, looked for a window at a time."""
+    while end - start > MAX_LINE + 1:
+        last = buffer.rfind(b"\n", start, start + MAX_LINE + 1)
+        if last < 0:
+            return start
+        start = last + 1
+    return -1
 
 
 def read_sim_log(lines: Iterable[bytes]) -> SimLog:
     """Read a simulator's stdout, line by line, into a SimLog; SimLogError names the bad line."""
-    log = SimLog()
-    number = 0
-    # The single-uid blocks' numbers, until the end says whether another block lists the uid too.
-    own: dict[int, tuple[int, int | None]] = {}
-    block: _Block | None = None
-    destroyed: int | None = None
-    dims: dict[bytes, str] = {}
-    launched_ptx = 0
-    broke = False
-    stopped_in_block: list[int] = []
-    last_block_uids: list[int] = []
-    since_block_launches = True  # a launch or header read since the last complete block
+    reader = _Reader()
     last_line = b"\n"
     try:
         for line in lines:
-            number += 1
+            reader.number += 1
             last_line = line
             # A line without its newline is the last, cut by a kill: a fragment, not read.
-            if log.exit_detected or not line.startswith(LINE_STARTS) or not line.endswith(b"\n"):
-                continue
-            try:
-                if line.startswith(b"kernel_name ="):
-                    if block is not None:
-                        raise SimLogError(f"a stat block begins before the one at line {block.line} ended")
-                    block = _Block(line=number, destroyed=destroyed)
-                    destroyed = None
-                elif block is not None and line.startswith(b"kernel_launch_uid ="):
-                    if block.uids is not None:
-                        raise SimLogError("a second kernel_launch_uid in one stat block")
-                    block.uids = _uids(line)
-                elif block is not None and line.startswith(BLOCK_COUNTS):
-                    # Only `name = N` exactly: forks add lines such as `gpu_sim_insn calculated by ...`.
-                    match = BLOCK_NUMBER.match(line)
-                    if match is None:
-                        raise SimLogError(f"not a count: {_text(line)!r}")
-                    setattr(block, match[1].decode()[4:], int(match[2]))
-                elif line.startswith(b"gpgpu_simulation_time"):
-                    if block is not None:
-                        _end_block(log, block, own)
-                        last_block_uids, block = block.uids, None
-                        since_block_launches = False
-                elif line.startswith(b"Destroy streams"):
-                    match = DESTROY.match(line)
-                    if match is None:
-                        raise SimLogError(f"not a `Destroy streams for kernel U:` line: {_text(line)!r}")
-                    destroyed = int(match[1])
-                    _kernel(log, destroyed).finished = True
-                elif line.startswith(b"Header info"):
-                    _header(log, line, dims)
-                    since_block_launches = True
-                elif line.startswith((b"-grid dim", b"-block dim")):
-                    match = DIM.match(line)
-                    if match is not None:
-                        dims[match[1]] = match[2].decode()
-                elif line.startswith(b"launching kernel"):
-                    _trace_launch(log, line)
-                    since_block_launches = True
-                elif line.startswith(b"GPGPU-Sim"):
-                    if line.startswith(b"GPGPU-Sim PTX: pushing kernel"):
-                        launched_ptx += 1
-                        _ptx_launch(log, line, launched_ptx)
-                        since_block_launches = True
-                    elif line.startswith(b"GPGPU-Sim: *** exit detected ***"):
-                        log.exit_detected = True
-                    elif line.startswith(b"GPGPU-Sim: ** break due to reaching the maximum"):
-                        # Accel-Sim dev prints a block for the kernel the limit stopped: the
-                        # last block, when no launch came between it and the break line.
-                        stopped_in_block = [] if since_block_launches else last_block_uids
-                        broke = True
-                elif line.startswith(b"-gpgpu_clock_domains"):
-                    match = CLOCK_DOMAINS.match(line)
-                    if match is None:
-                        raise SimLogError(f"no core clock in {_text(line)!r}")
-                    log.core_clock_mhz = float(match[1])
-                elif line.startswith(b"Accel-Sim"):
-                    match = ACCELSIM_BUILD.match(line)
-                    if match is not None and log.accelsim_build is None:
-                        log.accelsim_build = _name(match[1])
-                elif log.gpgpusim_version is None and b"GPGPU-Sim Simulator Version" in line:
-                    match = GPGPUSIM_VERSION.search(line)
-                    if match is not None:
-                        log.gpgpusim_version = _name(match[1])
-                        log.gpgpusim_build = _name(match[2])
-            except SimLogError as error:
-                raise SimLogError(f"line {number}: {error}") from None
+            if line.endswith(b"\n"):
+                reader.read(line)
     except LineTooLong as error:  # from the lines' iterator, before line `number + 1`
-        raise SimLogError(f"line {number + 1}: {error}") from None
-    log.lines = number
-    cut_mid_line = not last_line.endswith(b"\n")
-    if cut_mid_line or not log.exit_detected:
-        log.stopped = STOPPED_KILLED
-    elif broke:
-        log.stopped = STOPPED_MAX_CYCLES
-        for kernel in log.kernels.values():  # launched, never in a block: the one the limit stopped
-            if kernel.uid in stopped_in_block or (kernel.name is not None and kernel.blocks == 0):
-                kernel.interrupted = True
-    for uid, (cycles, insn) in own.items():
-        kernel = log.kernels[uid]
-        if not kernel.overlapped and not kernel.interrupted:
-            kernel.sim_cycles, kernel.sim_insn = cycles, insn
-    return log
+        raise SimLogError(f"line {reader.number + 1}: {error}") from None
+    return reader.end(cut_mid_line=not last_line.endswith(b"\n"))
+
+
+class _Reader:
+    """The reading of one log: `read` takes its lines that matter, in order, with `number` the
+    line's; `scan` finds them in a buffer of whole lines; `end` gives the SimLog."""
+
+    def __init__(self):
+        self.log = SimLog()
+        self.number = 0  # lines read (or counted) so far
+        # The single-uid blocks' numbers, until the end says whether another block lists the uid too.
+        self.own: dict[int, tuple[int, int | None]] = {}
+        self.block: _Block | None = None
+        self.in_stats = False  # in a block's statistics: after its gpu_tot_sim_cycle, before its footer
+        self.destroyed: int | None = None
+        self.dims: dict[bytes, str] = {}
+        self.launched_ptx = 0
+        self.broke = False
+        self.stopped_in_block: list[int] = []
+        self.last_block_uids: list[int] = []
+        self.since_block_launches = True  # a launch or header read since the last complete block
+
+    def line_too_long(self, at: int) -> SimLogError:
+        return SimLogError(
+            f"line {self.number + 1}: a line of more than {MAX_LINE} bytes (a simulator log's limit) at byte {at}"
+        )
+
+    def scan(self, buffer: bytes, start: int, end: int) -> None:
+        """Read the lines of buffer[start:end] (whole lines: `start` a line's, `end` after a
+        newline) that matter, counting the others."""
+        log = self.log
+        number = self.number
+        version_at = -2  # where VERSION_TEXT is next in the buffer (-1: nowhere), -2: not looked for
+        at = start
+        while at < end:
+            if log.exit_detected:  # nothing more is read
+                break
+            if self.in_stats:
+                footer = _next_footer(buffer, at, end)
+                stats_end = end if footer < 0 else footer
+                line = -1
+                if buffer.find(b"'", at, stats_end) >= 0 or buffer.find(b"*", at, stats_end) >= 0:
+                    line = _next_line(STATS_LINE, buffer, at, stats_end)
+                if line < 0:
+                    line = footer
+            elif log.gpgpusim_version is not None and at and buffer[at - 1] == 10:  # 10: b"\n"
+                # The lines between blocks' statistics, in a row: most of the lines read.
+                for match in READ_LINE_IN_A_ROW(buffer, at - 1, end):
+                    number += buffer.count(b"\n", at, match.start() + 1) + 1
+                    self.number = number
+                    at = match.end() + 1  # after the line's newline, left to the next match
+                    self.read(buffer[match.start() + 1 : at])
+                    if self.in_stats or log.exit_detected:
+                        break
+                else:
+                    break
+                continue
+            else:
+                line = _next_line(READ_LINE, buffer, at, end)
+                if log.gpgpusim_version is None:
+                    if version_at == -2 or 0 <= version_at < at:
+                        version_at = buffer.find(VERSION_TEXT, at, end)
+                    if version_at >= 0:
+                        version_line = buffer.rfind(b"\n", at, version_at) + 1 or at
+                        if line < 0 or version_line < line:
+                            line = version_line
+            if line < 0:
+                break
+            line_end = buffer.index(b"\n", line) + 1
+            number += buffer.count(b"\n", at, line) + 1
+            self.number = number
+            self.read(buffer[line:line_end])
+            at = line_end
+        self.number = number + buffer.count(b"\n", at, end)
+
+    def read(self, line: bytes) -> None:
+        """One whole line, line `self.number`: what it says, if anything."""
+        log = self.log
+        if log.exit_detected or not line.startswith(LINE_STARTS):
+            return
+        if self.in_stats and not line.startswith((FOOTER, *STATS_LINES)):
+            return
+        try:
+            self._read(log, line)
+        except SimLogError as error:
+            raise SimLogError(f"line {self.number}: {error}") from None
+
+    def _read(self, log: SimLog, line: bytes) -> None:
+        block = self.block
+        if line.startswith(b"kernel_name ="):
+            if block is not None:
+                raise SimLogError(f"a stat block begins before the one at line {block.line} ended")
+            self.block = _Block(line=self.number, destroyed=self.destroyed)
+            self.destroyed = None
+        elif block is not None and line.startswith(b"kernel_launch_uid ="):
+            if block.uids is not None:
+                raise SimLogError("a second kernel_launch_uid in one stat block")
+            block.uids = _uids(line)
+        elif block is not None and line.startswith(BLOCK_COUNTS):
+            # Only `name = N` exactly: forks add lines such as `gpu_sim_insn calculated by ...`.
+            match = BLOCK_NUMBER.match(line)
+            if match is None:
+                raise SimLogError(f"not a count: {_text(line)!r}")
+            setattr(block, match[1].decode()[4:], int(match[2]))
+            if match[1] == b"gpu_tot_sim_cycle":
+                self.in_stats = True
+        elif line.startswith(FOOTER):
+            if block is not None:
+                _end_block(log, block, self.own)
+                self.last_block_uids, self.block = block.uids, None
+                self.in_stats = self.since_block_launches = False
+        elif line.startswith(b"Destroy streams"):
+            match = DESTROY.match(line)
+            if match is None:
+                raise SimLogError(f"not a `Destroy streams for kernel U:` line: {_text(line)!r}")
+            self.destroyed = int(match[1])
+            _kernel(log, self.destroyed).finished = True
+        elif line.startswith(b"Header info"):
+            _header(log, line, self.dims)
+            self.since_block_launches = True
+        elif line.startswith((b"-grid dim", b"-block dim")):
+            match = DIM.match(line)
+            if match is not None:
+                self.dims[match[1]] = _dim(match[2])
+        elif line.startswith(b"launching kernel"):
+            _trace_launch(log, line)
+            self.since_block_launches = True
+        elif line.startswith(b"GPGPU-Sim"):
+            if line.startswith(b"GPGPU-Sim PTX: pushing kernel"):
+                self.launched_ptx += 1
+                _ptx_launch(log, line, self.launched_ptx)
+                self.since_block_launches = True
+            elif line.startswith(b"GPGPU-Sim: *** exit detected ***"):
+                log.exit_detected = True
+            elif line.startswith(b"GPGPU-Sim: ** break due to reaching the maximum"):
+                # Accel-Sim dev prints a block for the kernel the limit stopped: the
+                # last block, when no launch came between it and the break line.
+                self.stopped_in_block = [] if self.since_block_launches else self.last_block_uids
+                self.broke = True
+        elif line.startswith(b"-gpgpu_clock_domains"):
+            match = CLOCK_DOMAINS.match(line)
+            if match is None:
+                raise SimLogError(f"no core clock in {_text(line)!r}")
+            log.core_clock_mhz = float(match[1])
+        elif line.startswith(b"Accel-Sim"):
+            match = ACCELSIM_BUILD.match(line)
+            if match is not None and log.accelsim_build is None:
+                log.accelsim_build = _name(match[1])
+        elif log.gpgpusim_version is None and VERSION_TEXT in line:
+            match = GPGPUSIM_VERSION.search(line)
+            if match is not None:
+                log.gpgpusim_version = _name(match[1])
+                log.gpgpusim_build = _name(match[2])
+
+    def end(self, cut_mid_line: bool) -> SimLog:
+        log = self.log
+        log.lines = self.number
+        if cut_mid_line:
+            log.stopped = STOPPED_KILLED
+        elif log.exit_detected or _is_3x(log):
+            if self.broke:
+                log.stopped = STOPPED_MAX_CYCLES
+                for kernel in log.kernels.values():  # launched, never in a block: the one the limit stopped
+                    if kernel.uid in self.stopped_in_block or (
+                        kernel.name is not None and kernel.blocks == 0
+                    ):
+                        kernel.interrupted = True
+            elif not log.exit_detected and (self.block is not None or not _every_launch_in_a_block(log)):
+                log.stopped = STOPPED_KILLED
+        else:
+            log.stopped = STOPPED_KILLED
+        for uid, (cycles, insn) in self.own.items():
+            kernel = log.kernels[uid]
+            if not kernel.overlapped and not kernel.interrupted:
+                kernel.sim_cycles, kernel.sim_insn = cycles, insn
+        return log
+
+
+def _is_3x(log: SimLog) -> bool:
+    """GPGPU-Sim 3.x prints no end marker, not even for a normal run (gpgpu-sim-output.md §7)."""
+    return log.gpgpusim_version is not None and log.gpgpusim_version.startswith("3.")
+
+
+def _every_launch_in_a_block(log: SimLog) -> bool:
+    launched = [kernel for kernel in log.kernels.values() if kernel.name is not None]
+    return bool(launched) and all(kernel.blocks > 0 for kernel in launched)
 
 
 def _end_block(log: SimLog, block: _Block, own: dict[int, tuple[int, int | None]]) -> None:
@@ -301,7 +528,7 @@ def _header(log: SimLog, line: bytes, dims: dict[bytes, str]) -> None:
         raise SimLogError(f"not a kernel-N[-ctx_0x...].traceg[.xz] trace file: {path!r}")
     log.headers += 1
     kernel = _kernel(log, log.headers)
-    kernel.kernel_id, kernel.ctx, kernel.trace_file = int(match[1]), match[2], path
+    kernel.kernel_id, kernel.ctx, kernel.trace_file = int(match[1]), _ctx(match[2]), path
     # The dims are printed with the header, before it (a window of headers may be loaded before
     # any of their launches).
     kernel.grid, kernel.block = dims.pop(b"grid", None), dims.pop(b"block", None)
@@ -324,7 +551,7 @@ def _ptx_launch(log: SimLog, line: bytes, uid: int) -> None:
     if match is None:
         raise SimLogError(f"not a `pushing kernel 'NAME' to stream S, gridDim= ...` line: {_text(line)!r}")
     kernel = _launched(log, uid, _name(match[1]))
-    kernel.stream, kernel.grid, kernel.block = int(match[2]), match[3].decode(), match[4].decode()
+    kernel.stream, kernel.grid, kernel.block = int(match[2]), _dim(match[3]), _dim(match[4])
 
 
 def _launched(log: SimLog, uid: int, name: str) -> SimKernel:
@@ -344,12 +571,23 @@ def _kernel(log: SimLog, uid: int) -> SimKernel:
     return kernel
 
 
+@functools.lru_cache(maxsize=4096)  # one str for a name that recurs: memory grows with the uids
 def _name(raw: bytes) -> str:
     text = raw.decode("utf-8", "replace").strip()
     problem = unstorable_character(text)
     if problem is not None:
         raise SimLogError(f"{problem} in {text!r}")
     return text
+
+
+@functools.lru_cache(maxsize=64)
+def _ctx(ctx: str | None) -> str | None:
+    return ctx
+
+
+@functools.lru_cache(maxsize=4096)
+def _dim(raw: bytes) -> str:
+    return raw.decode()
 
 
 def _text(raw: bytes) -> str:

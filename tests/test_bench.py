@@ -69,3 +69,23 @@ def test_the_lab_bench_measures_every_figure_at_the_tiny_scale(on_postgres, tmp_
             (f"cascade\\_bench\\_%\\_{bench.pid}\\_%",),
         ).fetchall()
     assert left == []
+
+
+def test_the_simulator_log_bench_runs_at_a_small_scale(tmp_path):
+    """bench/simlog.py: a few MB, one reading; the reader read every block grep counted."""
+    results = tmp_path / "simlog.json"
+    bench = subprocess.run(
+        [sys.executable, "-m", "bench.simlog", "--scale", "small", "--repeat", "1", "--json", str(results)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    rows = json.loads(results.read_text())["rows"]
+    assert [row["file"] for row in rows] == ["log", "log.gz"]
+    for row in rows:
+        assert row["blocks"] == row["uids"] > 50  # a block per kernel, each its own uid
+        assert row["grep_seconds"] > 0 and row["reader_seconds"] > 0 and row["peak_rss"] > 0
+    assert rows[1]["inflate_seconds"] > 0
+    assert sum(line.startswith("| log") for line in bench.stdout.splitlines()) == 2

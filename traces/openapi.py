@@ -298,6 +298,8 @@ SIMULATION_FILTER_400 = error_response(
 
 trace_simulations_schema = extend_schema(
     operation_id="traces_simulations_list",
+    # A list, but of one trace's simulations: the trace list's filters are not its parameters.
+    filters=False,
     summary="List a trace's simulations",
     description=(
         "Every simulation of the trace (`<run>/simulations/<name>/` in the bucket), in every "
@@ -367,6 +369,7 @@ simulations_schema = extend_schema(
 
 accuracy_schema = extend_schema(
     operation_id="simulations_accuracy",
+    filters=True,  # the list's filters narrow the simulations added up
     summary="Accuracy by simulator build or config",
     description=(
         "One row per simulator build (or config, `by=config`) over its ready simulations among "

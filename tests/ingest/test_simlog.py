@@ -197,16 +197,35 @@ def test_a_killed_log_ends_mid_line_at_a_4_kib_boundary():
     assert log.blocks == 0 and log.total_cycles is None and not log.kernels
 
 
-def test_a_log_without_exit_detected_is_killed_even_after_complete_blocks():
-    """akj10 (GPGPU-Sim 3.2.2) ends with the application's output: no marker (doc §7, §8)."""
+def test_a_3x_log_is_complete_without_a_marker_when_every_launch_has_its_block():
+    """akj10 (GPGPU-Sim 3.2.2) ends with the application's output: 3.x prints no end marker,
+    even for a normal run (doc §7, §9); its one kernel has its block, so it is complete."""
     log = read(raw(MATRIXMUL))
     assert log.gpgpusim_version == "3.2.2" and log.gpgpusim_build == "0"
-    assert log.accelsim_build is None
-    assert log.stopped == STOPPED_KILLED
+    assert log.accelsim_build is None and not log.exit_detected
+    assert log.stopped is None and log.complete
     (kernel,) = log.in_uid_order()
     # line 222: pushing kernel '_Z12matrixMulGPUPiS_S_i' ... gridDim= (8,8,1) blockDim = (16,16,1)
     assert (kernel.name, kernel.grid, kernel.block) == ("_Z12matrixMulGPUPiS_S_i", "(8,8,1)", "(16,16,1)")
     assert (kernel.sim_cycles, kernel.sim_insn) == (54010, 9109504)  # lines 503-504
+
+
+def test_a_3x_log_cut_before_its_launch_has_a_block_is_killed():
+    """The same log cut at a line's end: inside the stat block (line 503's end, before its footer),
+    and after the launch (line 222) but before any block."""
+    lines = raw(MATRIXMUL).splitlines(keepends=True)
+    for kept in (503, 222):
+        log = read(b"".join(lines[:kept]))
+        assert log.gpgpusim_version == "3.2.2"
+        assert log.stopped == STOPPED_KILLED and not log.complete, kept
+        assert log.blocks == 0 and log.kernels[1].name == "_Z12matrixMulGPUPiS_S_i"
+
+
+def test_a_3x_log_cut_before_any_launch_is_killed():
+    lines = raw(MATRIXMUL).splitlines(keepends=True)
+    log = read(b"".join(lines[:100]))
+    assert log.gpgpusim_version == "3.2.2" and not log.kernels
+    assert log.stopped == STOPPED_KILLED
 
 
 def test_ptx_mode_uids_are_launch_order():

@@ -1,0 +1,271 @@
+"""Reading a simulator log against `grep`: issue 20's bar, "at most 3x the grep time, peak RSS under 100 MB".
+
+    python -m bench.simlog [--mb 1024] [--scale small] [--keep DIR]
+
+Builds a log of about `--mb` MB in a temp dir from a real one (halUW's, tests/data/real-sim-logs:
+its build lines and option dump, then kernel after kernel as Accel-Sim prints them: the trace
+header, the launch line, the chatter, `Destroy streams`, the whole stat block with its cache
+statistics, its footer), each kernel with the next uid and kernel-N, its cycles adding up; and a
+gzip'd copy. Then prints, side by side, the wall time of `grep -c '^gpu_sim_cycle'` over the file
+(`zcat | grep -c` over the .gz), the reader's (`ingest.simlog.read_sim_log_chunks` over the file
+read in chunks, a zlib decompressor's for the .gz), their ratio, and the reader's peak RSS. The
+reader runs in a child process of its own (its peak RSS is its own high-water mark), best of
+`--repeat`; so does grep. The file is read once before any timing, so both read it from the page cache.
+"""
+
+import argparse
+import gzip
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+REAL_LOG = ROOT / "tests" / "data" / "real-sim-logs" / "halUW__benchmark_1_stream_clean.log.gz"
+CHUNK = 1024**2  # what the reader is given at a time (an S3 body's or a decompressor's chunks)
+SCALES = {"small": 8, "full": 1024}  # MB
+
+
+def _real_lines() -> list[bytes]:
+    return gzip.decompress(REAL_LOG.read_bytes()).split(b"\n")
+
+
+def log_pieces(size: int):
+    """The bytes of a log of about `size` bytes, piece by piece (a kernel at a time)."""
+    lines = _real_lines()
+    # halUW, by line number: 1-271 the build lines and option dump, 276-289 the trace header of
+    # kernel-1, 4905-4914 the chatter after a launch, 4916-7179 uid 2's stat block and footer.
+    yield b"\n".join(lines[:271]) + b"\n"
+    header = b"\n".join(lines[275:289]) + b"\n"
+    chatter = b"\n".join(lines[4904:4914]) + b"\n"
+    block = lines[4915:7179]
+    counts = ("gpu_sim_cycle = ", "gpu_sim_insn = ", "gpu_tot_sim_cycle = ", "kernel_launch_uid = ")
+    at = {name: next(i for i, line in enumerate(block) if line.startswith(name.encode())) for name in counts}
+    head = b"\n".join(block[: at["kernel_launch_uid = "]]) + b"\n"
+    # Between the uid and the first count, and between the counts: as printed.
+    gap1 = b"\n".join(block[at["kernel_launch_uid = "] + 1 : at["gpu_sim_cycle = "]])
+    gap2 = b"\n".join(block[at["gpu_sim_insn = "] + 1 : at["gpu_tot_sim_cycle = "]]) + b"\n"
+    rest = b"\n".join(block[at["gpu_tot_sim_cycle = "] + 1 :]) + b"\n"
+    written = 0
+    uid = 0
+    total = 0
+    while written < size:
+        uid += 1
+        cycles = 400 + uid % 997
+        total += cycles
+        kernel_header = header.replace(b"kernel-1.traceg", b"kernel-%d.traceg" % uid).replace(
+            b"-kernel id = 1\n", b"-kernel id = %d\n" % uid
+        )
+        piece = b"".join(
+            (
+                kernel_header,
+                b"launching kernel name: _Z5scaleifPf uid: %d\n" % uid,
+                chatter,
+                b"Destroy streams for kernel %d: size 0\n" % uid,
+                head,
+                b"kernel_launch_uid = %d \n" % uid,
+                gap1 + (b"\n" if gap1 else b""),
+                b"gpu_sim_cycle = %d\ngpu_sim_insn = %d\n" % (cycles, cycles * 46),
+                gap2,
+                b"gpu_tot_sim_cycle = %d\n" % total,
+                rest,
+            )
+        )
+        written += len(piece)
+        yield piece
+    yield b"GPGPU-Sim: *** simulation thread exiting ***\nGPGPU-Sim: *** exit detected ***\n"
+
+
+def write_log(path: Path, size: int) -> int:
+    """Write the log; its number of stat blocks."""
+    blocks = 0
+    with open(path, "wb") as out:
+        for piece in log_pieces(size):
+            blocks += piece.count(b"\ngpgpu_simulation_time = ")
+            out.write(piece)
+    return blocks
+
+
+def write_gzip(path: Path, gz: Path) -> None:
+    if shutil.which("gzip"):
+        with open(gz, "wb") as out:
+            subprocess.run(["gzip", "-c", "-6", str(path)], stdout=out, check=True)
+    else:
+        with open(path, "rb") as src, gzip.open(gz, "wb", 6) as out:
+            shutil.copyfileobj(src, out, CHUNK)
+
+
+# --- the child: one reading, its time and peak RSS as JSON on stdout ---------------------------
+
+
+def _chunks(path: str, compressed: bool):
+    with open(path, "rb") as source:
+        if not compressed:
+            while chunk := source.read(CHUNK):
+                yield chunk
+            return
+        inflate = zlib.decompressobj(31)  # wbits 31: a gzip member
+        while chunk := source.read(CHUNK // 4):
+            yield inflate.decompress(chunk)
+        yield inflate.flush()
+
+
+def _peak_rss() -> int:
+    """This process's high-water mark, bytes (VmHWM; ru_maxrss where /proc is not)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+
+
+def child(path: str, mode: str) -> int:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cascade.settings")
+    from ingest.simlog import read_sim_log_chunks
+
+    started, cpu = time.perf_counter(), time.process_time()
+    if mode == "inflate":  # the decompressor alone: what zlib costs before the reader
+        size = sum(len(chunk) for chunk in _chunks(path, True))
+        result = {"bytes": size}
+    else:
+        log = read_sim_log_chunks(_chunks(path, mode == "gzip"))
+        result = {"blocks": log.blocks, "uids": len(log.kernels), "lines": log.lines, "stopped": log.stopped}
+    result.update(
+        seconds=time.perf_counter() - started, cpu_seconds=time.process_time() - cpu, peak_rss=_peak_rss()
+    )
+    print(json.dumps(result))
+    return 0
+
+
+# --- the parent ---------------------------------------------------------------------------------
+
+
+def _cpu_of_children() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _grep(command: str) -> tuple[float, float, int]:
+    """Wall time, CPU time (the shell's children's, zcat's included) and the count."""
+    started, cpu = time.perf_counter(), _cpu_of_children()
+    out = subprocess.run(["sh", "-c", command], capture_output=True, check=True).stdout
+    return time.perf_counter() - started, _cpu_of_children() - cpu, int(out)
+
+
+def _reader(path: Path, mode: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.simlog", "--child", str(path), mode],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+        text=True,
+    ).stdout
+    return json.loads(out)
+
+
+def measure(path: Path, gz: Path, repeat: int) -> list[dict]:
+    with open(path, "rb") as warm:  # into the page cache, for grep and the reader alike
+        while warm.read(16 * CHUNK):
+            pass
+    quoted, quoted_gz = (re.sub(r"'", r"'\\''", str(p)) for p in (path, gz))
+    rows = []
+    for label, grep, mode, source in (
+        ("log", f"grep -c '^gpu_sim_cycle' '{quoted}'", "plain", path),
+        ("log.gz", f"zcat '{quoted_gz}' | grep -c '^gpu_sim_cycle'", "gzip", gz),
+    ):
+        grep_best, grep_cpu, reader_best, inflate_best = float("inf"), float("inf"), None, None
+        for _ in range(repeat):  # in turns, so that a busy machine weighs on both alike
+            seconds, cpu, count = _grep(grep)
+            grep_best, grep_cpu = min(grep_best, seconds), min(grep_cpu, cpu)
+            reading = _reader(source, mode)
+            if reader_best is None or reading["seconds"] < reader_best["seconds"]:
+                reader_best = reading
+            if mode == "gzip":
+                inflate = _reader(source, "inflate")
+                if inflate_best is None or inflate["seconds"] < inflate_best["seconds"]:
+                    inflate_best = inflate
+        if reader_best["blocks"] != count:
+            raise RuntimeError(
+                f"{label}: the reader read {reader_best['blocks']} blocks, grep counted {count}"
+            )
+        rows.append(
+            {
+                "file": label,
+                "bytes": source.stat().st_size,
+                "grep_seconds": grep_best,
+                "reader_seconds": reader_best["seconds"],
+                "ratio": reader_best["seconds"] / grep_best,
+                "grep_cpu_seconds": grep_cpu,
+                "reader_cpu_seconds": reader_best["cpu_seconds"],
+                "peak_rss": reader_best["peak_rss"],
+                "blocks": count,
+                "uids": reader_best["uids"],
+                "inflate_seconds": inflate_best["seconds"] if inflate_best else None,
+            }
+        )
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| file | size | stat blocks | grep -c '^gpu_sim_cycle' | reader | ratio (target <= 3x) "
+        "| reader's peak RSS (target < 100 MB) | zlib alone | CPU: grep, reader |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        inflate = f"{row['inflate_seconds']:.2f} s" if row["inflate_seconds"] is not None else ""
+        lines.append(
+            f"| {row['file']} | {row['bytes'] / 1e6:,.1f} MB | {row['blocks']:,} | {row['grep_seconds']:.3f} s "
+            f"| {row['reader_seconds']:.3f} s | {row['ratio']:.2f}x | {row['peak_rss'] / 1e6:.1f} MB | {inflate} "
+            f"| {row['grep_cpu_seconds']:.2f} s, {row['reader_cpu_seconds']:.2f} s |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        return child(*argv[1:3])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mb", type=float, help="size of the log, MB (default: the scale's)")
+    parser.add_argument("--scale", choices=sorted(SCALES), default="full", help="small: 8 MB, full: 1 GB")
+    parser.add_argument("--repeat", type=int, default=3, help="readings of each; the best is shown")
+    parser.add_argument("--json", type=Path, help="also write the rows to this file")
+    parser.add_argument("--keep", type=Path, help="build the log in this directory and leave it there")
+    options = parser.parse_args(argv)
+    size = int((options.mb or SCALES[options.scale]) * 1024**2)
+    directory = options.keep or Path(tempfile.mkdtemp(prefix="bench-simlog-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        path, gz = directory / "sim.log", directory / "sim.log.gz"
+        started = time.perf_counter()
+        blocks = write_log(path, size)
+        write_gzip(path, gz)
+        print(
+            f"[{time.strftime('%H:%M:%S')}] built {path} ({path.stat().st_size / 1e6:,.1f} MB, {blocks:,} stat blocks)"
+            f" and its .gz ({gz.stat().st_size / 1e6:,.1f} MB) in {time.perf_counter() - started:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+        rows = measure(path, gz, options.repeat)
+    finally:
+        if options.keep is None:
+            shutil.rmtree(directory, ignore_errors=True)
+    print(table(rows))
+    if options.json:
+        options.json.write_text(json.dumps({"rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
