@@ -89,3 +89,23 @@ def test_the_simulator_log_bench_runs_at_a_small_scale(tmp_path):
         assert row["grep_seconds"] > 0 and row["reader_seconds"] > 0 and row["peak_rss"] > 0
     assert rows[1]["inflate_seconds"] > 0
     assert sum(line.startswith("| log") for line in bench.stdout.splitlines()) == 2
+
+
+def test_the_pull_bench_runs_at_a_small_scale(tmp_path):
+    """bench/pull.py: two small runs pulled through gunicorn; every byte arrived, and the server's
+    worker grew by far less than what passed (the files went around it)."""
+    results = tmp_path / "pull.json"
+    bench = subprocess.run(
+        [sys.executable, "-m", "bench.pull", "--scale", "small", "--json", str(results)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    rows = json.loads(results.read_text())["rows"]
+    assert [row["bytes"] for row in rows] == [8_000_000, 32_000_000]
+    for row in rows:
+        assert row["seconds"] > 0 and row["worker_rss_before"] > 0
+        assert row["worker_peak"] - row["worker_rss_before"] < row["bytes"] / 4
+    assert sum(line.startswith("| pull-") for line in bench.stdout.splitlines()) == 2
