@@ -184,3 +184,30 @@ def test_md5_is_taken_from_quoted_32_hex_etags_only():
     assert expected_md5(f'"{digest}-3"') is None
     assert expected_md5(digest) is None  # unquoted: not S3's form
     assert expected_md5(None) is None
+
+
+def test_select_step_asks_for_that_step_and_unknown_forms_are_refused(cascade, fake):
+    fake.selection = selection_of([(CTX_A, 6, 3)])
+    cascade.selection("opt", "step:step 0 (prefill)", cover=0.9)
+    params = dict(fake.requests[-1].url.params)
+    assert params == {"by": "step", "step": "step 0 (prefill)", "cover": "0.9", "members": "0"}
+    for wrong in ("step:", "steps", "unique:x"):
+        with pytest.raises(ValueError, match="unique' or 'step:<name>'"):
+            cascade.selection("opt", wrong)
+
+
+def test_the_progress_bar_redraws_one_line_on_a_terminal():
+    import io
+
+    from cascade_client.progress import Progress
+
+    out = io.StringIO()
+    bar = Progress(2, 3000, out, bar=True)
+    bar.advance(1000)
+    bar.file_done("a", 1000)
+    bar.advance(2000)
+    bar.file_done("b", 2000)
+    bar.close()
+    drawn = out.getvalue()
+    assert drawn.count("\n") == 1 and drawn.endswith("\n")
+    assert drawn.rstrip("\n").split("\r")[-1].startswith("[" + "#" * 30 + "] 100%  2/2 files  3.0 KB/3.0 KB")
