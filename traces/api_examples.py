@@ -330,3 +330,69 @@ SIMULATION_DETAIL_EXAMPLES = [
         response_only=True,
     ),
 ]
+
+
+# --- representative kernels (traces.selection) --------------------------------------------------------
+
+# The OPT-125m H100 sample at cover=0.5 (four groups, trimmed to two, members to three each): its
+# two GEMMs of the twelve layers' prefill lead, each stood for by its first (traced) launch.
+SAMPLE_CTX = "0x648ae66a3730"
+
+
+def selection_group(name: str, grid: list, count: int, insts: int, ns: int, share: float, ids: list) -> dict:
+    return {
+        "name": name,
+        "grid": grid,
+        "block": [384, 1, 1],
+        "count": count,
+        "total_insts": insts,
+        "duration_ns": ns,
+        "share": share,
+        "representative": {
+            "ctx": SAMPLE_CTX,
+            "kernel_id": ids[0],
+            "trace_file": f"kernel-{ids[0]}-ctx_{SAMPLE_CTX}.trace.xz",
+            "traced": True,
+        },
+        "members": [{"ctx": SAMPLE_CTX, "kernel_id": kernel_id} for kernel_id in ids],
+    }
+
+
+SELECTION_EXAMPLE = {
+    "trace_id": "sample__facebook_opt-125m__h100-e2e",
+    "by": "unique",
+    "step": None,
+    "cover": 0.5,
+    "tolerance": 0.2,
+    "launches": 700,
+    "basis": "time",
+    "covered": 0.5598,
+    "groups": [
+        selection_group(
+            "nvjet_hsh_128x128_64x5_2x1_v_bz_coopA_TNT",
+            [6, 8, 1],
+            12,
+            52162362,
+            1304054,
+            0.1898,
+            [14, 25, 36],
+        ),
+        selection_group(
+            "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+            [18, 8, 1],
+            12,
+            40016115,
+            1000398,
+            0.1456,
+            [6, 17, 28],
+        ),
+    ],
+}
+SELECTION_EXAMPLES = [
+    OpenApiExample(
+        "Selection",
+        value=SELECTION_EXAMPLE,
+        summary="The OPT-125m sample at cover=0.5 (groups and members trimmed)",
+        response_only=True,
+    )
+]

@@ -18,10 +18,11 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 
-from traces import accuracy, analysis, http
+from traces import accuracy, analysis, http, selection
 from traces.api_examples import ACCURACY_EXAMPLE, LIST_EXAMPLE, SIMULATION_LIST_EXAMPLE, SIMULATIONS_EXAMPLE
 from traces.serializers import (
     ErrorSerializer,
+    SelectionSerializer,
     SimulationAccuracySerializer,
     SimulationDetailSerializer,
     SimulationListItemSerializer,
@@ -284,6 +285,64 @@ compare_schema = extend_schema(
         404: error_response(
             "No trace has one of the ids (the first missing is named).", "trace nope not found"
         ),
+        409: NOT_READY,
+        429: THROTTLED,
+    },
+)
+
+
+selection_schema = extend_schema(
+    operation_id="traces_selection",
+    summary="Representative kernels",
+    description=(
+        "A ready trace's launches (or one step's) grouped by the work they do: one kernel name, "
+        "grid and block, instruction counts within `tolerance` above the group's smallest (launches "
+        "without counts together). Each group names the launch to simulate for it (traced when the "
+        "group has a traced launch, the nearest its median count), its `count` (the weight), "
+        "instructions, measured time and share of the run's time (else instructions, `basis`), "
+        "the largest share first, cut at `cover`. The run's time is estimated as the sum over groups "
+        "of count times the representative's simulated time. Large answers are streamed, "
+        "compressed as they stream when Accept-Encoding allows (zstd or gzip)."
+    ),
+    parameters=[
+        trace_parameter("trace_id", "The trace's id, which is the profiler's run name.", "demo"),
+        OpenApiParameter(
+            "by",
+            OpenApiTypes.STR,
+            enum=selection.SELECT_BY,
+            default=selection.BY_UNIQUE,
+            description="Every launch of the run (default), or one step's (`step`).",
+        ),
+        OpenApiParameter(
+            "step",
+            OpenApiTypes.STR,
+            description="With by=step only: the step's name in timeline.json (the detail's `step`).",
+        ),
+        OpenApiParameter(
+            "cover",
+            {"type": "number", "minimum": 0, "exclusiveMinimum": True, "maximum": 1},
+            default=1.0,
+            description=(
+                "Greater than 0, at most 1: the fewest largest groups whose shares reach it (1: every group)."
+            ),
+        ),
+        OpenApiParameter(
+            "members",
+            OpenApiTypes.BOOL,
+            default=True,
+            description="false (or 0) leaves out each group's `members`.",
+        ),
+        CHALLENGE,
+    ],
+    responses={
+        200: SelectionSerializer,
+        400: error_response(
+            "`by` is neither unique nor step, `step` is missing or not one of the trace's steps with "
+            "by=step (or given without it), or `cover` or `members` cannot be read.",
+            "cover accepts a number greater than 0 and at most 1; got '1.5'.",
+        ),
+        401: UNAUTHORIZED,
+        404: error_response("No trace has this id.", "trace nope not found"),
         409: NOT_READY,
         429: THROTTLED,
     },

@@ -15,10 +15,12 @@ from traces.analysis import COMPARE_BY
 from traces.api_examples import (
     COMPARISON_EXAMPLES,
     DETAIL_EXAMPLES,
+    SELECTION_EXAMPLES,
     SIMULATION_DETAIL_EXAMPLES,
     SUMMARY_EXAMPLES,
 )
 from traces.models import Simulation, Trace
+from traces.selection import BASIS_INSTS, BASIS_LAUNCHES, BASIS_TIME, SELECT_BY
 from traces.selectors import TRACE_SUMMARY_COLUMNS
 
 
@@ -195,6 +197,78 @@ class TraceComparisonSerializer(serializers.Serializer):
 
     class Meta:
         ref_name = "TraceComparison"
+
+
+# --- representative kernels (traces.selection) ----------------------------------------------------
+
+
+class SelectionMemberSerializer(serializers.Serializer):
+    """A launch of the group, as the detail's kernels name it."""
+
+    ctx = serializers.CharField(allow_null=True)
+    kernel_id = serializers.IntegerField()
+    device_id = serializers.IntegerField(required=False, help_text="Only the device-id fork's kernels.")
+
+    class Meta:
+        ref_name = "SelectionMember"
+
+
+class SelectionRepresentativeSerializer(SelectionMemberSerializer):
+    """The launch to simulate for the group: a traced one when the group has one, the nearest
+    the group's (lower) median instruction count, ties to the first in the trace's order."""
+
+    trace_file = serializers.CharField()
+    traced = serializers.BooleanField(help_text="Its trace file is in the run (kernelslist lists it).")
+
+    class Meta:
+        ref_name = "SelectionRepresentative"
+
+
+class SelectionGroupSerializer(serializers.Serializer):
+    """Launches of one name, grid and block whose instruction counts are within the tolerance
+    of the group's smallest (or all without counts): the same work."""
+
+    name = serializers.CharField()
+    grid = serializers.ListField(child=serializers.IntegerField(), min_length=3, max_length=3)
+    block = serializers.ListField(child=serializers.IntegerField(), min_length=3, max_length=3)
+    count = serializers.IntegerField(help_text="Launches in the group: the representative's weight.")
+    total_insts = serializers.IntegerField(allow_null=True, help_text="Null for launches without counts.")
+    duration_ns = serializers.IntegerField(allow_null=True, help_text="Measured time, summed; null without.")
+    share = serializers.FloatField(help_text="The group's part of the run's (or step's) basis.")
+    representative = SelectionRepresentativeSerializer()
+    members = SelectionMemberSerializer(
+        many=True,
+        required=False,
+        help_text="Every launch of the group in the trace's order; absent with members=0.",
+    )
+
+    class Meta:
+        ref_name = "SelectionGroup"
+
+
+@extend_schema_serializer(examples=SELECTION_EXAMPLES)
+class SelectionSerializer(serializers.Serializer):
+    """A ready trace's (or step's) launches grouped, the largest share first, cut at `cover`."""
+
+    trace_id = serializers.CharField()
+    by = serializers.ChoiceField(choices=SELECT_BY)
+    step = serializers.CharField(allow_null=True, help_text="The step's name with by=step; null otherwise.")
+    cover = serializers.FloatField()
+    tolerance = serializers.FloatField(
+        help_text="A count joins a group up to (1 + tolerance) times the group's smallest."
+    )
+    launches = serializers.IntegerField(
+        help_text="Launches of the run (or the step): the weights' sum at cover 1."
+    )
+    basis = serializers.ChoiceField(
+        choices=(BASIS_TIME, BASIS_INSTS, BASIS_LAUNCHES),
+        help_text="What shares are of: measured time, else instructions, else launches.",
+    )
+    covered = serializers.FloatField(help_text="The returned groups' shares, summed.")
+    groups = SelectionGroupSerializer(many=True)
+
+    class Meta:
+        ref_name = "Selection"
 
 
 # --- simulations (traces.accuracy) ---------------------------------------------------------------

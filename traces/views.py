@@ -1,5 +1,6 @@
 """The Traces API: `GET /api/traces`, `GET /api/traces/{trace_id}`, a trace's analysis:
-`GET /api/traces/{trace_id}/summary` and `GET /api/traces/{a}/compare/{b}`, and simulations:
+`GET /api/traces/{trace_id}/summary`, `GET /api/traces/{a}/compare/{b}` and
+`GET /api/traces/{trace_id}/selection` (representative kernels), and simulations:
 `GET /api/traces/{trace_id}/simulations[/{name}]`, `GET /api/simulations[/accuracy]`."""
 
 from django.http import HttpResponse, StreamingHttpResponse
@@ -13,19 +14,37 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 from traces import accuracy, analysis, encoders, http, selectors
-from traces.filters import SimulationFilter, TraceFilter, shown, simulation_filters, trace_filters
+from traces.filters import (
+    InvalidFilter,
+    SimulationFilter,
+    TraceFilter,
+    shown,
+    simulation_filters,
+    trace_filters,
+)
 from traces.models import Simulation, Trace, TraceState
 from traces.openapi import (
     accuracy_schema,
     compare_schema,
     list_schema,
     retrieve_schema,
+    selection_schema,
     simulation_schema,
     simulations_schema,
     summary_schema,
     trace_simulations_schema,
 )
 from traces.permissions import CanViewTraces
+from traces.selection import (
+    SelectionError,
+    encode_selection,
+    group_dict,
+    head_dict,
+    parse_by,
+    parse_cover,
+    parse_members,
+    select,
+)
 from traces.text import is_storable
 
 # Below this many kernels a detail is sent in one piece, with a Content-Length.
@@ -170,6 +189,35 @@ class TraceViewSet(viewsets.ViewSet):
             self.ready_traces((trace_id, other_id))
             result = analysis.compare(trace_id, other_id, by)
         return self.json_or_browsable(request, encoders.comparison_dict(result))
+
+    @selection_schema
+    @action(detail=True, methods=["get"], url_path="selection")
+    def selection(self, request, trace_id=None):
+        params = request.query_params
+        try:
+            by, step = parse_by(params.get("by"), params.get("step"))
+            cover, members = parse_cover(params.get("cover")), parse_members(params.get("members"))
+            browsable = not self.wants_json(request)
+            result = select(
+                trace_id,
+                by=by,
+                step=step,
+                cover=cover,
+                # A browser is shown the groups alone: a million members would hang it.
+                members=members and not browsable,
+                check=lambda: self.ready_traces((trace_id,)),
+            )
+        except SelectionError as error:
+            raise InvalidFilter(str(error)) from None
+        if browsable:
+            return Response({**head_dict(result), "groups": [group_dict(g) for g in result.groups]})
+        coding = http.choose_coding(request.META.get("HTTP_ACCEPT_ENCODING"))
+        body = encode_selection(result)
+        if members and result.launches > STREAM_KERNELS_ABOVE:
+            return simulation_stream(body, coding)
+        body = b"".join(body)
+        response = HttpResponse(http.compress_bytes(body, coding) if coding != http.IDENTITY else body)
+        return with_coding(response, coding)
 
     # --- simulations ------------------------------------------------------------------------
 

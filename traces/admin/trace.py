@@ -34,6 +34,7 @@ from traces.admin.display import (
     upload_notice,
 )
 from traces.admin.filters import ParserVersionFilter, StorableLookups
+from traces.admin.simulation import SimulationInline
 from traces.models import CURRENT_PARSER_VERSION, Kernel, Trace, TraceState
 from traces.services import TraceBusy, trace_delete, trace_mark_failed, traces_mark_sample
 from traces.signals import reingest_requested
@@ -69,6 +70,8 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
     search_fields = ("id", "model", "source_gpu")
     ordering = ("-created_at", "id")
     actions = ("compare", "reingest", "mark_failed", "mark_sample", "unmark_sample")
+    # Its simulations, each linking to its page (traces.admin.simulation).
+    inlines = (SimulationInline,)
     fieldsets = (
         (None, {"fields": ("id", "state_display", "error", "created_at", "updated_at")}),
         (
