@@ -317,3 +317,19 @@ def test_each_error_is_one_line_with_its_exit_status(live, tmp_path, args, kwarg
     done = live.run(*args, **kwargs)
     assert (done.returncode, done.stdout) == (status, "")
     assert done.stderr.count("\n") == 1 and message in done.stderr, done.stderr
+
+
+def test_kernels_as_a_dataframe_hold_the_detail_launch_for_launch(live):
+    """kernels.csv into pandas (pandas is pinned in requirements-dev.txt for the bench)."""
+    detail = live.client().trace(OPT)
+    frame = live.client().kernels(OPT, as_frame=True)
+    assert len(frame) == detail["kernel_count"]
+    assert list(zip(frame["ctx"], frame["kernel_id"], strict=True)) == [
+        (k["ctx"], k["kernel_id"]) for k in detail["kernels"]
+    ]
+    assert frame["total_insts"].fillna(-1).tolist() == [
+        -1 if k["total_insts"] is None else k["total_insts"] for k in detail["kernels"]
+    ]
+    assert list(zip(frame["grid_x"], frame["block_x"], strict=True)) == [
+        (k["grid_dim"][0], k["block_dim"][0]) for k in detail["kernels"]
+    ]
