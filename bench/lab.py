@@ -16,6 +16,8 @@ table, in Markdown, to stdout. The figures (docs/performance.md says how to read
 - api      `GET /api/traces/{id}` of that run through gunicorn beside PostgreSQL's json_agg
            of the same JSON (bench/api_bench.py), then with gzip and zstd accepted;
 - etag     the same GET again with If-None-Match;
+- dataframe  that run's launches into a pandas DataFrame through `kernels.csv` beside through
+           the JSON detail (bench/dataframe.py);
 - runs     one pass over many new small runs: seconds, S3 requests per run;
 - idle     the second pass over a bucket of failed runs: S3 requests.
 """
@@ -35,8 +37,8 @@ from pathlib import Path
 from bench import common
 from bench.common import log
 
-FIGURES = ("ingest", "memory", "storage", "api", "etag", "runs", "idle")
-BIG_TRACE_FIGURES = {"ingest", "memory", "storage", "api", "etag"}
+FIGURES = ("ingest", "memory", "storage", "api", "etag", "dataframe", "runs", "idle")
+BIG_TRACE_FIGURES = {"ingest", "memory", "storage", "api", "etag", "dataframe"}
 # The rows each figure gives, in the table's order.
 ROW_KEYS = {
     "ingest": ["ingest"],
@@ -44,6 +46,7 @@ ROW_KEYS = {
     "storage": ["storage", "growth"],
     "api": ["api", "gzip", "zstd"],
     "etag": ["etag"],
+    "dataframe": ["dataframe"],
     "runs": ["runs"],
     "idle": ["idle"],
 }
@@ -80,6 +83,7 @@ BEFORE = {
     "gzip": "348 MB (no compression)",
     "zstd": "348 MB (no compression)",
     "etag": "200, full 348 MB again",
+    "dataframe": "no kernels.csv: the JSON detail only",
     "runs": f"{RECORDED_RUNS_SECONDS} s for {RECORDED_RUNS:,} runs",
     "idle": "1,000+ S3 listings",
 }
@@ -226,7 +230,7 @@ class Lab:
                         },
                     )
                 )
-            if figures & {"api", "etag"}:
+            if figures & {"api", "etag", "dataframe"}:
                 self.api(db, prefix, run_id, n, figures)
 
     def storage(self, db: str, n: int, stats_bytes: int, size_before: int) -> None:
@@ -320,6 +324,12 @@ class Lab:
             if etag:
                 log(f"GET {path}, If-None-Match: {etag}")
                 again = http_get(port, path, {**auth, "Accept-Encoding": "identity", "If-None-Match": etag})
+            frames = None
+            if "dataframe" in figures:
+                from bench.dataframe import measure
+
+                log(f"{path}/kernels.csv and {path} into pandas DataFrames")
+                frames = measure(port, run_id, auth)
         if plain.status != 200:
             raise RuntimeError(f"GET {path} answered {plain.status}")
         if "api" in figures:
@@ -391,6 +401,27 @@ class Lab:
                     values,
                 )
             )
+
+        if frames is not None:
+            self.dataframe(frames, n)
+
+    def dataframe(self, frames: dict, n: int) -> None:
+        if not frames["csv_rows"] == frames["json_rows"] == n:
+            raise RuntimeError(f"DataFrames of {frames['csv_rows']} and {frames['json_rows']} rows, not {n}")
+        self.add(
+            Row(
+                "dataframe",
+                f"{n:,} launches into a pandas DataFrame: `read_csv` of `kernels.csv`",
+                f"{secs(frames['csv_seconds'])}, {mb(frames['csv_bytes'])}",
+                f"JSON detail, `json.loads` + `DataFrame` {secs(frames['json_seconds'])}, "
+                f"{mb(frames['json_bytes'])} (`orjson.loads` {secs(frames['orjson_seconds'])})",
+                f"{frames['ratio']:.2f}x",
+                "≤ 1/3",
+                frames["ratio"] <= 1 / 3,
+                BEFORE["dataframe"],
+                frames,
+            )
+        )
 
     def memory(self) -> None:
         if self.large_rss is None:

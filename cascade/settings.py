@@ -233,6 +233,15 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 CASCADE_S3_BUCKET = os.environ.get("CASCADE_S3_BUCKET", "")
 CASCADE_S3_ENDPOINT_URL = os.environ.get("CASCADE_S3_ENDPOINT_URL") or None
 CASCADE_S3_PREFIX = os.environ.get("CASCADE_S3_PREFIX", "accelsim-traces/")
+# The address clients reach the bucket at, when it is not CASCADE_S3_ENDPOINT_URL (the
+# server's, inside a private network): GET /api/traces/{id}/files signs its URLs for it.
+CASCADE_S3_PUBLIC_ENDPOINT_URL = os.environ.get("CASCADE_S3_PUBLIC_ENDPOINT_URL") or None
+# How long those presigned URLs stay valid; Signature Version 4 allows at most 7 days.
+CASCADE_PRESIGN_SECONDS = env_int("CASCADE_PRESIGN_SECONDS", 3600)
+if not 1 <= CASCADE_PRESIGN_SECONDS <= 7 * 24 * 3600:
+    raise ImproperlyConfigured(
+        f"CASCADE_PRESIGN_SECONDS must be between 1 and 604800 (7 days), got {CASCADE_PRESIGN_SECONDS}"
+    )
 # Keys per listing request: 1,000 is S3's maximum. The tests list with a few, to page cheaply.
 CASCADE_S3_PAGE_SIZE = env_int("CASCADE_S3_PAGE_SIZE", 1000)
 if CASCADE_S3_PAGE_SIZE < 1:
@@ -293,6 +302,19 @@ CASCADE_METADATA_MAX_DEPTH = env_int("CASCADE_METADATA_MAX_DEPTH", 32)
 CASCADE_METADATA_MAX_STRING = env_int("CASCADE_METADATA_MAX_STRING", 256)
 CASCADE_METADATA_MAX_LAYERS = env_int("CASCADE_METADATA_MAX_LAYERS", 1000)
 CASCADE_POLL_SECONDS = env_int("CASCADE_POLL_SECONDS", 30)
+# S3's event notifications through an SQS queue (ingest.events): with a queue, a run is ingested
+# as its files land, and the poll only reconciles, every CASCADE_POLL_SECONDS_WITH_EVENTS.
+CASCADE_SQS_QUEUE_URL = os.environ.get("CASCADE_SQS_QUEUE_URL", "")
+# Where SQS answers; unset: the S3 endpoint (CASCADE_S3_ENDPOINT_URL), or AWS's for the region.
+CASCADE_SQS_ENDPOINT_URL = os.environ.get("CASCADE_SQS_ENDPOINT_URL") or None
+# A receive waits this long for a first message (a long poll; SQS allows 0 to 20).
+CASCADE_SQS_WAIT_SECONDS = env_int("CASCADE_SQS_WAIT_SECONDS", 20)
+if not 0 <= CASCADE_SQS_WAIT_SECONDS <= 20:
+    raise ImproperlyConfigured(f"CASCADE_SQS_WAIT_SECONDS must be 0 to 20, got {CASCADE_SQS_WAIT_SECONDS}")
+CASCADE_POLL_SECONDS_WITH_EVENTS = env_int("CASCADE_POLL_SECONDS_WITH_EVENTS", 600)
+for _name in ("CASCADE_POLL_SECONDS", "CASCADE_POLL_SECONDS_WITH_EVENTS"):
+    if globals()[_name] < 1:
+        raise ImproperlyConfigured(f"{_name} must be at least 1, got {globals()[_name]}")
 # A trace whose parse raises something that is neither bad input nor a passing fault of S3 or
 # the database (a bug of ours) is tried this many times, then failed (ingest.failures).
 CASCADE_PARSE_ATTEMPTS = env_int("CASCADE_PARSE_ATTEMPTS", 3)
@@ -441,11 +463,21 @@ if CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] <= CELERY_TASK_TIME_LIM
         "CASCADE_VISIBILITY_TIMEOUT must be longer than CASCADE_PARSE_SECONDS + 60, or Redis would "
         "hand a parse that is still running to a second worker"
     )
+# With events on, the poll reconciles (a lost or unconfigured notification) at a longer interval.
+_POLL_EVERY = CASCADE_POLL_SECONDS_WITH_EVENTS if CASCADE_SQS_QUEUE_URL else CASCADE_POLL_SECONDS
 CELERY_BEAT_SCHEDULE = {
     "poll-bucket": {
         "task": "ingest.tasks.poll_bucket_task",
-        "schedule": CASCADE_POLL_SECONDS,
+        "schedule": _POLL_EVERY,
         # After an outage the backlog holds one poll, not one per missed interval.
-        "options": {"expires": CASCADE_POLL_SECONDS},
+        "options": {"expires": _POLL_EVERY},
     },
 }
+# A batch of events every few seconds; one at a time (a lock): the others return at once.
+CASCADE_EVENTS_TASK_SECONDS = 5
+if CASCADE_SQS_QUEUE_URL:
+    CELERY_BEAT_SCHEDULE["s3-events"] = {
+        "task": "ingest.tasks.s3_events_task",
+        "schedule": CASCADE_EVENTS_TASK_SECONDS,
+        "options": {"expires": CASCADE_EVENTS_TASK_SECONDS},
+    }

@@ -522,3 +522,99 @@ def iter_object_chunks(key: str, size: int = 64 * 1024, *, etag: str | None = No
         yield from body.iter_chunks(size)
     finally:
         body.close()
+
+
+# --- Presigned GETs: how clients download a run's files without passing them through Cascade ----
+
+_presigners = threading.local()  # this thread's (generation, endpoint, client)
+
+
+def presigning_client(*, public: bool = True):
+    """A client that only signs URLs, never sends a request: Signature Version 4 always (botocore
+    still presigns S3 URLs with version 2 unless told, which AWS no longer accepts in most
+    regions), and, with `public`, signed for `CASCADE_S3_PUBLIC_ENDPOINT_URL` when it is set:
+    the host is part of the signature, so a URL signed for the address the server reaches the
+    bucket at cannot be rewritten to the one clients reach it at."""
+    from botocore.config import Config
+
+    endpoint = (settings.CASCADE_S3_PUBLIC_ENDPOINT_URL if public else None) or None
+    current = getattr(_presigners, "value", None)
+    if current is None or current[:2] != (_generation, endpoint):
+        options = settings.STORAGES["traces"]["OPTIONS"]
+        kwargs = {arg: options[name] for name, arg in CLIENT_OPTIONS.items() if options.get(name) is not None}
+        if endpoint:
+            kwargs["endpoint_url"] = endpoint
+        kwargs["config"] = (kwargs.get("config") or Config()).merge(Config(signature_version="s3v4"))
+        with _session_lock:
+            current = (_generation, endpoint, _boto3_session().client("s3", **kwargs))
+        _presigners.value = current
+    return current[2]
+
+
+def presigned_gets(keys: Iterable[str], seconds: int, *, public: bool = True) -> list[str]:
+    """A presigned GET URL for each key, valid `seconds` from now: local computation (an HMAC
+    per key from the credentials), no request to S3, whatever the number of keys."""
+    keys = list(keys)
+    if not keys:
+        return []
+    require_bucket()
+    s3 = presigning_client(public=public)
+    bucket = bucket_name()
+    return [
+        s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=seconds)
+        for key in keys
+    ]
+
+
+# --- S3's event notifications, read from an SQS queue (ingest.events) ------------------------
+
+_sqs: tuple[int, object] | None = None  # (generation, client)
+
+
+def sqs_client():
+    """The SQS client the events loop reads with: made as `client()` is, from the `traces`
+    storage's options (region, credentials, client config), at CASCADE_SQS_ENDPOINT_URL, else
+    at the S3 endpoint (moto's and LocalStack's servers answer both; on AWS both are None and
+    boto3 finds the region's). One per process: only the events loop's thread uses it."""
+    global _sqs
+    if _sqs is None or _sqs[0] != _generation:
+        options = settings.STORAGES["traces"]["OPTIONS"]
+        kwargs = {arg: options[name] for name, arg in CLIENT_OPTIONS.items() if options.get(name) is not None}
+        endpoint = settings.CASCADE_SQS_ENDPOINT_URL or options.get("endpoint_url")
+        kwargs.pop("endpoint_url", None)
+        if endpoint:
+            kwargs["endpoint_url"] = endpoint
+        with _session_lock:
+            _sqs = (_generation, _boto3_session().client("sqs", **kwargs))
+    return _sqs[1]
+
+
+@dataclass(frozen=True)
+class QueueMessage:
+    message_id: str
+    receipt: str
+    body: str
+
+
+def receive_messages(queue_url: str, *, wait_seconds: int, max_messages: int = 10) -> list[QueueMessage]:
+    """Up to `max_messages` (SQS's most: 10) of the queue's messages, waiting up to `wait_seconds`
+    for the first (a long poll: one request, not one a second)."""
+    response = sqs_client().receive_message(
+        QueueUrl=queue_url, MaxNumberOfMessages=max_messages, WaitTimeSeconds=wait_seconds
+    )
+    return [
+        QueueMessage(message["MessageId"], message["ReceiptHandle"], message.get("Body") or "")
+        for message in response.get("Messages", ())
+    ]
+
+
+def delete_messages(queue_url: str, messages: list[QueueMessage]) -> list[str]:
+    """Delete `messages` (at most 10: one request); the ids of those SQS did not delete (their
+    receipt expired: redelivered, and the next delivery finds nothing left to do)."""
+    if not messages:
+        return []
+    response = sqs_client().delete_message_batch(
+        QueueUrl=queue_url,
+        Entries=[{"Id": str(index), "ReceiptHandle": m.receipt} for index, m in enumerate(messages)],
+    )
+    return [messages[int(failed["Id"])].message_id for failed in response.get("Failed", ())]

@@ -93,6 +93,7 @@ def poll_bucket(
     outdated_batch: int | None = None,
     progress: Progress | None = None,
     processes: int = 1,
+    undelete: bool = True,
 ) -> PassResult:
     """One whole pass: register what landed, then parse every trace that is ready, inline.
 
@@ -100,9 +101,12 @@ def poll_bucket(
     processes (ingest.processes); `manage.py ingest_traces` passes CASCADE_PARSE_PROCESSES.
     A caller that is not a command's main module (a Celery task, a script without a main
     guard) keeps the default: a spawned process imports the caller's main module again.
+    `undelete` as in scan_bucket.
     """
     with measured() as cost:
-        result = _poll_bucket(trace_id, reparse, reparse_outdated, outdated_batch, progress, processes)
+        result = _poll_bucket(
+            trace_id, reparse, reparse_outdated, outdated_batch, progress, processes, undelete
+        )
     cost.add(result.cost)  # the parse processes', if any
     cost.runs = result.listed
     result.cost = cost
@@ -110,10 +114,14 @@ def poll_bucket(
 
 
 def _poll_bucket(
-    trace_id, reparse, reparse_outdated, outdated_batch, progress, processes_wanted
+    trace_id, reparse, reparse_outdated, outdated_batch, progress, processes_wanted, undelete=True
 ) -> PassResult:
     scan = scan_bucket(
-        trace_id=trace_id, reparse=reparse, reparse_outdated=reparse_outdated, outdated_batch=outdated_batch
+        trace_id=trace_id,
+        reparse=reparse,
+        reparse_outdated=reparse_outdated,
+        outdated_batch=outdated_batch,
+        undelete=undelete,
     )
     changes = {change.trace_id: change for change in scan.changes}
     to_reparse = scan.to_reparse | (set(scan.to_parse) if reparse else set())

@@ -79,17 +79,21 @@ def scan_bucket(
     reparse: bool = False,
     reparse_outdated: bool = False,
     outdated_batch: int | None = None,
+    undelete: bool = True,
 ) -> Scan:
     """Register new runs, follow the ones in progress, and say which are ready to parse.
 
     Downloads nothing: it lists. `trace_id` limits the scan to that run (in any state);
     `reparse` also lists ready traces and asks for every one to be parsed again;
     `reparse_outdated` asks for the traces an older parser read (`outdated_batch` of them
-    at most, the least recently updated first) to be parsed again.
+    at most, the least recently updated first) to be parsed again. `undelete=False` leaves a
+    trace an operator deleted gone while its files are those it was deleted with (an S3 event
+    names a run, but does not ask for it back).
     """
     scan = Scan()
     if trace_id is not None:
-        services.trace_undelete(trace_id)  # asked for by name: a deleted trace comes back
+        if undelete:
+            services.trace_undelete(trace_id)  # asked for by name: a deleted trace comes back
         candidates = [trace_id]
     else:
         run_ids = list(bucket.list_run_ids())

@@ -8,6 +8,9 @@ N workers parse N traces at once. One trace is never parsed twice at once, whoev
 that do not overlap, no second message for a trace already queued, retries on S3 and database
 trouble, and a trace that ends failed, never stuck in `parsing`, when its parse is given up.
 Any other error is ingest.failures' to judge, exactly as in `manage.py ingest_traces`.
+
+With CASCADE_SQS_QUEUE_URL, beat also sends `s3_events_task` every few seconds: a batch of S3
+events (ingest.events), its runs ingested in the task, as `ingest_traces --events` does.
 """
 
 import logging
@@ -23,7 +26,7 @@ from django.conf import settings
 
 import cascade.celery  # noqa: F401  (shared tasks bind to Cascade's app)
 from cascade import metrics
-from ingest import failures, metering, passes, simulations
+from ingest import events, failures, metering, passes, simulations
 from traces.locks import trace_lock
 from traces.models import Trace
 from traces.services import TraceBusy, trace_mark_failed
@@ -39,6 +42,7 @@ MAX_RETRIES = 5
 # The poll's lock, taken like a trace's: no run folder's name contains "/".
 POLL_LOCK = "/poll_bucket"
 POLL_TIME_LIMIT = 600
+EVENTS_LOCK = "/s3_events"
 
 
 @shared_task(acks_late=False, soft_time_limit=POLL_TIME_LIMIT, time_limit=POLL_TIME_LIMIT + 60)
@@ -79,6 +83,28 @@ def poll_bucket_task() -> int:
     for change in simulations.simulation_pass(scan.looked_at, listings=scan.simulation_listings):
         logger.info("%s", change)
     return queued
+
+
+@shared_task(acks_late=False)
+@metrics.measured_pass("s3_events_task")
+def s3_events_task() -> events.BatchResult | None:
+    """Ingest the runs one batch of S3 events names; delete the messages of those settled.
+
+    One batch at a time, whichever worker takes it (the lock): the others return at once, and
+    beat's expiry drops those nobody took. The runs are ingested in this task, not queued as
+    parses: a message is deleted only once its run's change is committed, and a failed ingest
+    leaves it for SQS to hand out again. A long parse holds the batch (the queue's visibility
+    timeout must outlast it, or its message comes back meanwhile and finds the run held).
+    """
+    with trace_lock(EVENTS_LOCK) as acquired:
+        if not acquired:
+            return None
+        result = events.consume_batch(settings.CASCADE_SQS_QUEUE_URL)
+    for change in result.changes:
+        logger.info("%s", change)
+    if result.received:
+        logger.info("events: %s", result.summary())
+    return result
 
 
 @shared_task(

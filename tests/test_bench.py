@@ -16,7 +16,7 @@ from django.db import connection
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow  # starts manage.py, gunicorn and moto's server: ~30 s
 
-ROWS = ["ingest", "memory", "storage", "growth", "api", "gzip", "zstd", "etag", "runs", "idle"]
+ROWS = ["ingest", "memory", "storage", "growth", "api", "gzip", "zstd", "etag", "dataframe", "runs", "idle"]
 
 
 def test_the_lab_bench_measures_every_figure_at_the_tiny_scale(on_postgres, tmp_path):
@@ -54,6 +54,12 @@ def test_the_lab_bench_measures_every_figure_at_the_tiny_scale(on_postgres, tmp_
     api = by_key["api"]["values"]
     assert 0.9 < api["json_agg_bytes"] / api["bytes"] < 1.3
     assert api["same_json"] is True
+    # Both DataFrames hold every launch, the CSV's with the grid and block unfolded (19 columns).
+    frames = by_key["dataframe"]["values"]
+    assert frames["csv_rows"] == frames["json_rows"] == 2_000
+    assert frames["csv_columns"] == 19
+    assert 0 < frames["csv_bytes"] < frames["json_bytes"]
+    assert frames["ratio"] == frames["csv_seconds"] / frames["json_seconds"]
     assert by_key["runs"]["values"]["s3_requests"] > 0
     assert by_key["idle"]["values"]["s3_requests"] is not None
     assert saved["machine"]["cores"] >= 1 and saved["machine"]["postgresql"]
@@ -109,3 +115,26 @@ def test_the_pull_bench_runs_at_a_small_scale(tmp_path):
         assert row["seconds"] > 0 and row["worker_rss_before"] > 0
         assert row["worker_peak"] - row["worker_rss_before"] < row["bytes"] / 4
     assert sum(line.startswith("| pull-") for line in bench.stdout.splitlines()) == 2
+
+
+def test_the_events_bench_times_both_modes_at_a_small_scale(tmp_path):
+    """bench/events.py: moto's S3 and SQS, two runs a mode; events within their 3 s target."""
+    results = tmp_path / "events.json"
+    bench = subprocess.run(
+        [sys.executable, "-m", "bench.events", "--scale", "small", "--json", str(results)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    saved = json.loads(results.read_text())
+    assert [len(saved["seconds"][mode]) for mode in ("events", "polling")] == [2, 2]
+    assert all(0 < seconds <= 3 for seconds in saved["seconds"]["events"])
+    assert (
+        sum(
+            line.startswith("| S3 events") or line.startswith("| polling")
+            for line in bench.stdout.splitlines()
+        )
+        == 2
+    )

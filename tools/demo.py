@@ -10,6 +10,12 @@ ready *through the API*, and prints how to use it. Ctrl-C stops everything it st
 everything, and exit 0 only if the samples came out as expected (the showcase with every launch
 its timeline.json lists, those captured into CUDA graphs without totals). Its last line on stdout is
 a JSON report (the API's answers and the pids it started), for the test that runs it.
+
+`--events` runs the poller on S3's event notifications (`ingest_traces --watch --events`): on the
+embedded S3, moto's SQS holds the queue the bucket notifies before the samples are uploaded; the
+poller reads the queue before its first (reconciling) poll, so the samples are ingested from their
+events alone (the report counts the traces made ready before that poll). On another endpoint,
+CASCADE_SQS_QUEUE_URL names a queue already notified (docs/production.md).
 """
 
 import argparse
@@ -49,6 +55,25 @@ def port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+def notify_queue(endpoint: str) -> str:
+    """A queue on the embedded endpoint (moto's SQS) that the bucket sends its created and
+    removed events to, as docs/production.md sets one up on AWS; its URL."""
+    import boto3
+
+    from ingest import bucket
+
+    sqs = boto3.client("sqs", endpoint_url=endpoint)
+    url = sqs.create_queue(QueueName="cascade-demo-events")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    bucket.client().put_bucket_notification_configuration(
+        Bucket=bucket.bucket_name(),
+        NotificationConfiguration={
+            "QueueConfigurations": [{"QueueArn": arn, "Events": ["s3:ObjectCreated:*", "s3:ObjectRemoved:*"]}]
+        },
+    )
+    return url
+
+
 def expected_states() -> dict[str, str]:
     """Each shipped sample and the state its metadata.json should lead to."""
     states = {}
@@ -82,8 +107,11 @@ def expected_launches(run_id: str) -> tuple[int, int] | None:
 
 
 class Demo:
-    def __init__(self, *, check: bool, web_port: int | None, timeout: float):
+    def __init__(self, *, check: bool, web_port: int | None, timeout: float, events: bool = False):
         self.check = check
+        self.events = events
+        self.first_pass = threading.Event()  # the poller's first poll is over
+        self.ready_before_first_pass = 0  # traces the poller made ready from events alone
         self.timeout = timeout
         self.processes: dict[str, subprocess.Popen] = {}
         self.threads: list[threading.Thread] = []
@@ -178,6 +206,10 @@ class Demo:
             for line in process.stdout:
                 log.write(line)
                 log.flush()
+                if name == "poller" and line.startswith("pass: "):
+                    self.first_pass.set()
+                elif name == "poller" and " -> ready, " in line and not self.first_pass.is_set():
+                    self.ready_before_first_pass += 1
                 # The poller's per-pass summary and INFO log lines would drown its news.
                 if echo and not self.check and not line.startswith("pass: ") and not LOG_INFO.match(line):
                     print(f"{name}: {line}", end="", flush=True)
@@ -216,6 +248,8 @@ class Demo:
         call_command("collectstatic", verbosity=0, interactive=False)
         if self.embedded_s3 or self.env.get("CASCADE_S3_ENDPOINT_URL"):
             bucket.ensure_bucket()
+        if self.events:
+            self.notify_queue()
         out = StringIO()
         call_command("load_samples", stdout=out)
         for line in out.getvalue().splitlines():
@@ -240,11 +274,20 @@ class Demo:
         connections.close_all()  # the children use the database from here on
 
         manage = str(ROOT / "manage.py")
-        self.start("poller", [manage, "ingest_traces", "--watch", "--interval", "2"], echo=True)
+        poller = ["--watch", "--events"] if self.events else ["--watch", "--interval", "2"]
+        self.start("poller", [manage, "ingest_traces", *poller], echo=True)
         self.start("web", [manage, "runserver", f"127.0.0.1:{self.web_port}", "--noreload"])
         self.wait_for_port("web", self.web_port)
         self.say("processes: " + " ".join(f"{name}={p.pid}" for name, p in self.processes.items()))
         return "admin", password
+
+    def notify_queue(self) -> None:
+        """The queue the bucket notifies, made on the embedded S3 (before the samples land)."""
+        if self.embedded_s3:
+            self.env["CASCADE_SQS_QUEUE_URL"] = notify_queue(self.env["CASCADE_S3_ENDPOINT_URL"])
+        elif not self.env.get("CASCADE_SQS_QUEUE_URL"):
+            raise RuntimeError("--events on your own bucket needs CASCADE_SQS_QUEUE_URL (docs/production.md)")
+        self.say(f"S3 events through {self.env['CASCADE_SQS_QUEUE_URL']}")
 
     # --- the API ----------------------------------------------------------------------------
 
@@ -404,6 +447,8 @@ class Demo:
             "token": self.token,
             "curl": curl,
             "pids": {name: p.pid for name, p in self.processes.items()},
+            "events": self.events,
+            "ready_before_first_poll": self.ready_before_first_pass,
             "traces": traces,
             "detail": detail,
             "problems": problems,
@@ -422,11 +467,14 @@ def main(argv: list[str]) -> int:
         "--port", type=int, help="the web server's port (default: CASCADE_DEMO_PORT or a free one)"
     )
     parser.add_argument("--timeout", type=float, default=180, help="seconds to wait for the samples (180)")
+    parser.add_argument(
+        "--events", action="store_true", help="ingest from S3's event notifications (moto's SQS), not polls"
+    )
     args = parser.parse_args(argv)
     if not SAMPLES.is_dir():
         print(f"demo: no samples in {SAMPLES}", file=sys.stderr)
         return 2
-    demo = Demo(check=args.check, web_port=args.port, timeout=args.timeout)
+    demo = Demo(check=args.check, web_port=args.port, timeout=args.timeout, events=args.events)
 
     def interrupted(signum, frame):
         # Once: a second signal (Ctrl-C pressed again, run.py passing one on) must not cut

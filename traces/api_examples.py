@@ -396,3 +396,41 @@ SELECTION_EXAMPLES = [
         response_only=True,
     )
 ]
+# --- a trace's downloads -------------------------------------------------------------------------
+
+
+def _presigned(key: str) -> str:
+    return (
+        f"https://cascade-traces.s3.amazonaws.com/{key}?X-Amz-Algorithm=AWS4-HMAC-SHA256"
+        "&X-Amz-Credential=AKIAIOSFODNN7EXAMPLE%2F20261108%2Fus-east-1%2Fs3%2Faws4_request"
+        "&X-Amz-Date=20261108T085902Z&X-Amz-Expires=3600&X-Amz-SignedHeaders=host"
+        "&X-Amz-Signature=5d672d79c15b13162d9279b0855cfba6789a8edb4c82c400e06b5924a6f2b5d7"
+    )
+
+
+def _example_file(path: str, size: int, etag: str) -> dict:
+    key = f"accelsim-traces/demo/{path}"
+    return {"path": path, "key": key, "bytes": size, "etag": etag, "url": _presigned(key)}
+
+
+FILES_EXAMPLE = {
+    "trace_id": "demo",
+    "expires_at": "2026-11-08T09:59:02Z",
+    "files": [
+        _example_file("configs/config_hopper_islip.icnt", 1352, '"3c1f2a0e5b9d4c7e8f6a1b2c3d4e5f60"'),
+        _example_file("configs/gpgpusim.config", 6028, '"9b8a7c6d5e4f3a2b1c0d9e8f7a6b5c4d"'),
+        _example_file("configs/trace.config", 1085, '"0f1e2d3c4b5a69788796a5b4c3d2e1f0"'),
+        _example_file("metadata.json", 412, '"5e4d3c2b1a0f9e8d7c6b5a4938271605"'),
+    ],
+}
+FILES_EXAMPLES = [
+    OpenApiExample("Files", summary="The reference's demo", value=FILES_EXAMPLE, response_only=True)
+]
+KERNELS_CSV_EXAMPLE = (
+    "ctx,kernel_id,name,trace_file,grid_x,grid_y,grid_z,block_x,block_y,block_z,blocks,threads,"
+    "total_insts,total_reported_insts,traced,device,stream,step,duration_ns\r\n"
+    "0x6165bdd7ec90,1,_Z6vecAddPdS_S_i,kernel-1-ctx_0x6165bdd7ec90.trace.xz,98,1,1,1024,1,1,98,1024,"
+    "50066,50066,true,,,step 0 (prefill),2816\r\n"
+    "0x6165bdd7ec90,2,_Z6vecAddPdS_S_i,kernel-2-ctx_0x6165bdd7ec90.trace.xz,98,1,1,1024,1,1,98,1024,"
+    ",,true,,,step 0 (prefill),\r\n"
+)

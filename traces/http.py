@@ -31,7 +31,7 @@ from datetime import datetime
 import zstandard
 from django.http import HttpResponse, HttpResponseNotModified, StreamingHttpResponse
 from django.utils.cache import patch_vary_headers
-from django.utils.http import parse_etags
+from django.utils.http import content_disposition_header, parse_etags
 
 from traces.encoders import format_timestamp
 from traces.models import Trace
@@ -178,6 +178,16 @@ def trace_digest(trace_id: str, updated_at: datetime) -> str:
     return digest_of(REPRESENTATION_VERSION, trace_id, format_timestamp(updated_at))
 
 
+# Bump when the CSV sent for an unchanged trace row changes (a column added, another format).
+CSV_REPRESENTATION_VERSION = "1"
+
+
+def kernels_csv_digest(trace_id: str, updated_at: datetime) -> str:
+    """What identifies a trace's kernels.csv: the detail's rule (its row's id and `updated_at`),
+    as another representation, so that the detail's ETag never matches the CSV's."""
+    return digest_of("kernels.csv", CSV_REPRESENTATION_VERSION, trace_id, format_timestamp(updated_at))
+
+
 def trace_updated_at(trace_id: str) -> datetime | None:
     """The trace's `updated_at`, or None when there is no such trace: one query on the trace table."""
     return Trace.objects.filter(pk=trace_id).values_list("updated_at", flat=True).first()
@@ -225,3 +235,28 @@ def streaming_json_response(chunks: Iterable[bytes], *, digest: str, coding: str
     if coding != IDENTITY:
         chunks = compress_chunks(chunks, coding)
     return cacheable(StreamingHttpResponse(chunks, content_type="application/json"), digest, coding)
+
+
+CSV_CONTENT_TYPE = "text/csv; charset=utf-8"
+
+
+def csv_attachment(response: HttpResponse, filename: str) -> HttpResponse:
+    """Content-Type and Content-Disposition of a CSV download: Django quotes the name (RFC
+    6266), or writes it as `filename*=utf-8''...` when it is not printable ASCII."""
+    response["Content-Type"] = CSV_CONTENT_TYPE
+    response["Content-Disposition"] = content_disposition_header(True, filename)
+    return response
+
+
+def streaming_csv_response(
+    chunks: Iterable[bytes], *, digest: str, coding: str, filename: str
+) -> StreamingHttpResponse:
+    """CSV in chunks (chunked transfer), compressed chunk by chunk as the detail's JSON."""
+    if coding != IDENTITY:
+        chunks = compress_chunks(chunks, coding)
+    return cacheable(csv_attachment(StreamingHttpResponse(chunks), filename), digest, coding)
+
+
+def csv_head_response(digest: str, coding: str, filename: str) -> StreamingHttpResponse:
+    """A HEAD's answer for the CSV: the 200's headers, no kernel read."""
+    return cacheable(csv_attachment(StreamingHttpResponse(()), filename), digest, coding)

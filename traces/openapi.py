@@ -19,7 +19,13 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 
 from traces import accuracy, analysis, http, selection
-from traces.api_examples import ACCURACY_EXAMPLE, LIST_EXAMPLE, SIMULATION_LIST_EXAMPLE, SIMULATIONS_EXAMPLE
+from traces.api_examples import (
+    ACCURACY_EXAMPLE,
+    KERNELS_CSV_EXAMPLE,
+    LIST_EXAMPLE,
+    SIMULATION_LIST_EXAMPLE,
+    SIMULATIONS_EXAMPLE,
+)
 from traces.serializers import (
     ErrorSerializer,
     SelectionSerializer,
@@ -30,6 +36,7 @@ from traces.serializers import (
     TraceAnalysisSerializer,
     TraceComparisonSerializer,
     TraceDetailSerializer,
+    TraceFilesSerializer,
     TraceSummarySerializer,
 )
 
@@ -453,6 +460,70 @@ accuracy_schema = extend_schema(
             "by must be one of simulator_build, config, not 'x'",
         ),
         401: UNAUTHORIZED,
+        429: THROTTLED,
+    },
+)
+
+
+# --- a trace's downloads (traces.files, kernels.csv) ------------------------------------------------
+
+files_schema = extend_schema(
+    operation_id="traces_files",
+    summary="Download a trace's files",
+    description=(
+        "The run's files, each with a presigned S3 GET valid until `expires_at` "
+        "(CASCADE_PRESIGN_SECONDS, an hour by default): download them from the bucket with no "
+        "Authorization header; no byte of them passes through Cascade. The files metadata.json "
+        "lists and metadata.json itself (for a run without a list, every file of its folder), "
+        "never its `simulations/` folder, in path order, from the trace's last listing: a trace "
+        "still uploading answers with what has landed. `etag` is S3's, quotes included, to check "
+        "a download against."
+    ),
+    parameters=[
+        trace_parameter("trace_id", "The trace's id, which is the profiler's run name.", "demo"),
+        CHALLENGE,
+    ],
+    responses={
+        200: TraceFilesSerializer,
+        401: UNAUTHORIZED,
+        404: error_response("No trace has this id.", "trace nope not found"),
+        429: THROTTLED,
+    },
+)
+
+kernels_csv_schema = extend_schema(
+    operation_id="traces_kernels_csv",
+    summary="A trace's launches as CSV",
+    description=(
+        "Every launch of the detail's `kernels`, in its order, as CSV for pandas "
+        '(`pandas.read_csv(url, storage_options={"Authorization": "Bearer ..."})`): a header '
+        "row, the detail's keys with grid and block unfolded (`grid_x`...`block_z`), `traced` as "
+        "`true`/`false`, an empty field for null (and for `device`, `stream` outside the "
+        "device-id fork). Quoted as Python's csv module does (a name with a comma, a quote or a "
+        "line break). Streamed, compressed as it streams (zstd or gzip), with the detail's ETag "
+        "rules: a 304 while the trace is unchanged. Only the header until the trace is ready."
+    ),
+    parameters=[
+        trace_parameter("trace_id", "The trace's id, which is the profiler's run name.", "demo"),
+        *CACHING_PARAMETERS,
+        OpenApiParameter(
+            "Content-Disposition",
+            OpenApiTypes.STR,
+            OpenApiParameter.HEADER,
+            response=[200],
+            description='`attachment; filename="<trace_id>.csv"` (RFC 6266).',
+        ),
+        CHALLENGE,
+    ],
+    responses={
+        (200, "text/csv"): OpenApiResponse(
+            OpenApiTypes.STR,
+            description="The launches, a header row first.",
+            examples=[OpenApiExample("Two launches", value=KERNELS_CSV_EXAMPLE, response_only=True)],
+        ),
+        304: NOT_MODIFIED,
+        401: UNAUTHORIZED,
+        404: error_response("No trace has this id.", "trace nope not found"),
         429: THROTTLED,
     },
 )

@@ -15,6 +15,7 @@ from traces.analysis import COMPARE_BY
 from traces.api_examples import (
     COMPARISON_EXAMPLES,
     DETAIL_EXAMPLES,
+    FILES_EXAMPLES,
     SELECTION_EXAMPLES,
     SIMULATION_DETAIL_EXAMPLES,
     SUMMARY_EXAMPLES,
@@ -419,3 +420,34 @@ class SimulationAccuracySerializer(serializers.Serializer):
 
     class Meta:
         ref_name = "SimulationAccuracy"
+
+
+# --- a trace's downloads (traces.files) -----------------------------------------------------------
+
+
+class TraceFileSerializer(serializers.Serializer):
+    path = serializers.CharField(help_text="Relative to the run's folder: `traces/...`, `configs/...`.")
+    key = serializers.CharField(help_text="The object's key in the bucket.")
+    # 64 bits: a stats file passes 2 GiB (drf-spectacular writes format int64 for this bound).
+    bytes = serializers.IntegerField(
+        min_value=0, max_value=2**63 - 1, help_text="Its size, as the bucket listed it."
+    )
+    etag = serializers.CharField(
+        help_text='Its ETag as S3 lists it, quotes included (`"<md5>"` for an object uploaded in one part).'
+    )
+    url = serializers.URLField(help_text="A presigned GET: no Authorization header, valid until expires_at.")
+
+    class Meta:
+        ref_name = "TraceFile"
+
+
+@extend_schema_serializer(examples=FILES_EXAMPLES)
+class TraceFilesSerializer(serializers.Serializer):
+    """A run's files, each with a presigned download URL, in path order."""
+
+    trace_id = serializers.CharField()
+    expires_at = serializers.DateTimeField(help_text="UTC; every URL is valid at least until then.")
+    files = TraceFileSerializer(many=True)
+
+    class Meta:
+        ref_name = "TraceFiles"

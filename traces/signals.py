@@ -3,10 +3,18 @@
 `ingest` depends on `traces`, never the other way round: the admin asks for a re-ingest by
 sending `reingest_requested` once for the traces selected, and whatever ingestion is installed
 answers with a sentence saying what it did (queued; started, waiting or refused in the
-background).
+background). The API asks for a run's files with presigned download URLs by sending
+`files_requested`: which keys a run's files are and how a URL is signed is ingestion's
+knowledge (and boto3 its dependency), so `traces` never imports it.
 """
 
 from django.dispatch import Signal
 
 # sender: the requester's class; trace_ids: the traces to read again from the bucket.
 reingest_requested = Signal()
+
+# sender: the requester's class; trace_id, files (Trace.files: the run's last listing),
+# metadata_json (Trace.metadata_json), seconds: how long the URLs stay valid. The answer: the
+# files a client downloads, `[{"path", "key", "bytes", "etag", "url"}]` in path order
+# (`GET /api/traces/{trace_id}/files`), URLs presigned without a request to S3.
+files_requested = Signal()

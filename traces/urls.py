@@ -3,12 +3,14 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import SimpleRouter
 
 from traces.errors import api_not_found
-from traces.views import SimulationViewSet, TraceViewSet
+from traces.views import SimulationViewSet, TraceDownloadsViewSet, TraceViewSet
 
 router = SimpleRouter()
 # Users' scripts call both `/api/traces` and `/api/traces/`.
 router.trailing_slash = "/?"
 router.register("traces", TraceViewSet, basename="trace")
+# /files and /kernels.csv: detail routes of their own viewset under the same prefix.
+router.register("traces", TraceDownloadsViewSet, basename="trace-downloads")
 router.register("simulations", SimulationViewSet, basename="simulation")
 
 urlpatterns = [

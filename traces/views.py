@@ -1,7 +1,8 @@
 """The Traces API: `GET /api/traces`, `GET /api/traces/{trace_id}`, a trace's analysis:
 `GET /api/traces/{trace_id}/summary`, `GET /api/traces/{a}/compare/{b}` and
 `GET /api/traces/{trace_id}/selection` (representative kernels), and simulations:
-`GET /api/traces/{trace_id}/simulations[/{name}]`, `GET /api/simulations[/accuracy]`."""
+`GET /api/traces/{trace_id}/simulations[/{name}]`, `GET /api/simulations[/accuracy]`; a trace's
+downloads: `GET /api/traces/{trace_id}/files` (presigned URLs) and `.../kernels.csv`."""
 
 from django.http import HttpResponse, StreamingHttpResponse
 from django.utils.cache import patch_vary_headers
@@ -10,10 +11,12 @@ from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, NotFound, ParseError
+from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 from traces import accuracy, analysis, encoders, http, selectors
+from traces.files import trace_files
 from traces.filters import (
     InvalidFilter,
     SimulationFilter,
@@ -26,6 +29,8 @@ from traces.models import Simulation, Trace, TraceState
 from traces.openapi import (
     accuracy_schema,
     compare_schema,
+    files_schema,
+    kernels_csv_schema,
     list_schema,
     retrieve_schema,
     selection_schema,
@@ -314,3 +319,76 @@ class SimulationViewSet(viewsets.ViewSet):
         filters = simulation_filters(request.query_params)
         rows = accuracy.accuracy_by(by, filters.filter_queryset(Simulation.objects.all()))
         return self.json_or_browsable(request, rows)
+
+
+# --- a trace's downloads: its files (presigned), its launches as CSV ---------------------------
+
+
+class JsonErrorsOnly(BaseContentNegotiation):
+    """kernels.csv is CSV whatever Accept asks for (a browser's, pandas'); its errors are JSON,
+    as every error of the API."""
+
+    def select_parser(self, request, parsers):
+        return parsers[0]
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
+class TraceDownloadsViewSet(viewsets.ViewSet):
+    """What a client downloads of a trace: its run's files from the bucket, through presigned
+    URLs (`traces.files`; no byte of them passes through Cascade), and its launches as CSV for
+    pandas (streamed and compressed as the detail's JSON, with the same ETag rules)."""
+
+    operator_description = TraceViewSet.operator_description
+    permission_classes = [CanViewTraces]
+    lookup_value_regex = TraceViewSet.lookup_value_regex
+    lookup_url_kwarg = TraceViewSet.lookup_url_kwarg
+
+    def get_view_description(self, html=False):
+        if not html:
+            return self.operator_description
+        return format_html("<p>{}</p>", self.operator_description)
+
+    @files_schema
+    @action(detail=True, methods=["get"], url_path="files")
+    def files(self, request, trace_id=None):
+        answer = trace_files(trace_id) if is_storable(trace_id) else None
+        if answer is None:
+            raise NotFound(f"trace {trace_id} not found")
+        if isinstance(request.accepted_renderer, JSONRenderer):
+            return HttpResponse(encoders.encode_json(answer), content_type="application/json")
+        return Response(answer)
+
+    @kernels_csv_schema
+    @action(
+        detail=True,
+        methods=["get"],
+        url_path=r"kernels\.csv",
+        url_name="kernels-csv",
+        renderer_classes=[JSONRenderer],
+        content_negotiation_class=JsonErrorsOnly,
+    )
+    def kernels_csv(self, request, trace_id=None):
+        if not is_storable(trace_id):
+            raise NotFound(f"trace {trace_id} not found")
+        filename = f"{trace_id}.csv"
+        coding = http.choose_coding(request.META.get("HTTP_ACCEPT_ENCODING"))
+        conditional = request.META.get("HTTP_IF_NONE_MATCH")
+        if conditional or request.method == "HEAD":
+            # As the detail: one query on the trace table, no kernel read.
+            updated_at = http.trace_updated_at(trace_id)
+            if updated_at is None:
+                raise NotFound(f"trace {trace_id} not found")
+            digest = http.kernels_csv_digest(trace_id, updated_at)
+            if http.if_none_match_hits(conditional, digest):
+                return http.not_modified(digest, coding)
+            if request.method == "HEAD":
+                return http.csv_head_response(digest, coding, filename)
+        row, rows = selectors.trace_detail_snapshot(trace_id)
+        if row is None:
+            raise NotFound(f"trace {trace_id} not found")
+        digest = http.kernels_csv_digest(trace_id, row[UPDATED_AT_COLUMN])
+        return http.streaming_csv_response(
+            encoders.encode_kernels_csv(rows), digest=digest, coding=coding, filename=filename
+        )

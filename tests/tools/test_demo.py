@@ -174,3 +174,23 @@ def test_interactive_demo_prints_a_working_curl_command_and_ctrl_c_stops_everyth
     assert returncode == 0
     assert all(gone(pid) for pid in pids.values()), pids
     assert not listening(url)
+
+
+def test_check_mode_with_events_ingests_the_samples_from_their_events_alone(demo_env):
+    """`--events`: moto's SQS notified by the bucket; the samples are ready before the poller's
+    first (reconciling) poll, so from their events."""
+    result = subprocess.run(
+        [sys.executable, "-m", "tools.demo", "--check", "--events"],
+        cwd=ROOT,
+        env=demo_env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["problems"] == [] and report["events"] is True
+    assert_samples(report["traces"])
+    ready = [trace for trace in report["traces"] if trace["state"] == "ready"]
+    assert report["ready_before_first_poll"] >= len(ready) > 0
+    assert all(gone(pid) for pid in report["pids"].values()), report["pids"]

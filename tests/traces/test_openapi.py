@@ -212,12 +212,14 @@ def test_every_route_is_described(openapi):
         "/api/traces",
         "/api/traces/{trace_id}",
         "/api/traces/{trace_id}/compare/{other_id}",
+        "/api/traces/{trace_id}/files",
+        "/api/traces/{trace_id}/kernels.csv",
         "/api/traces/{trace_id}/selection",
         "/api/traces/{trace_id}/simulations",
         "/api/traces/{trace_id}/simulations/{name}",
         "/api/traces/{trace_id}/summary",
     ]
-    assert [list(item) for item in openapi["paths"].values()] == [["get"]] * 9
+    assert [list(item) for item in openapi["paths"].values()] == [["get"]] * 11
 
 
 def test_bearer_auth_is_the_only_scheme(openapi):
@@ -451,6 +453,8 @@ def fuzzed_api(db, demo, api_token, settings):
         "/api/traces/{trace_id}/summary",
         "/api/traces/{trace_id}/compare/{other_id}",
         "/api/traces/{trace_id}/selection",
+        "/api/traces/{trace_id}/files",
+        "/api/traces/{trace_id}/kernels.csv",
         "/api/traces/{trace_id}/simulations",
         "/api/traces/{trace_id}/simulations/{name}",
         "/api/simulations",

@@ -1,4 +1,6 @@
-"""Poll the bucket: one pass, or `--watch` to keep polling (the embedded mode's poller)."""
+"""Poll the bucket: one pass, or `--watch` to keep polling (the embedded mode's poller);
+`--events` ingests the runs S3's event notifications name (ingest.events), `--watch --events`
+does so with a reconciling poll every CASCADE_POLL_SECONDS_WITH_EVENTS."""
 
 import time
 
@@ -10,7 +12,7 @@ from django.db import close_old_connections
 
 from cascade import metrics
 from cascade.commands import require_migrated_database
-from ingest import bucket, passes
+from ingest import bucket, events, passes
 
 
 class Command(BaseCommand):
@@ -33,10 +35,16 @@ class Command(BaseCommand):
             type=float,
             default=None,
             metavar="N",
-            help="seconds between passes with --watch (5)",
+            help="seconds between passes with --watch (5; with --events CASCADE_POLL_SECONDS_WITH_EVENTS)",
+        )
+        parser.add_argument(
+            "--events",
+            action="store_true",
+            help="ingest the runs named by S3 events in CASCADE_SQS_QUEUE_URL, until the queue is empty "
+            "(with --watch: until interrupted, polling every --interval)",
         )
 
-    def handle(self, *args, trace, reparse, reparse_outdated, watch, interval, **options):
+    def handle(self, *args, trace, reparse, reparse_outdated, watch, interval, events, **options):
         if interval is not None and not watch:
             raise CommandError("--interval goes with --watch")
         if interval is not None and interval <= 0:
@@ -48,11 +56,22 @@ class Command(BaseCommand):
             raise CommandError(str(problem)) from None
         if reparse_outdated and trace is not None:
             raise CommandError("--reparse-outdated goes over every trace; without --trace")
+        if events:
+            if not settings.CASCADE_SQS_QUEUE_URL:
+                raise CommandError("--events needs CASCADE_SQS_QUEUE_URL: the queue S3 sends its events to")
+            if trace is not None:
+                raise CommandError("--events ingests the runs the events name; without --trace")
+            if not watch:
+                self.drain_events()
+                return
+            interval = interval or settings.CASCADE_POLL_SECONDS_WITH_EVENTS
         if not watch:
             if self.run_pass(trace, reparse, outdated=reparse_outdated).errors:
                 raise CommandError("some traces could not be ingested (see above); a new pass retries them")
             return
         try:
+            if events:  # what is queued first (since the last run), then the reconciling poll
+                self.events_until(time.monotonic() + interval, until_empty=True)
             while True:
                 # Idle between passes, the connection may have been dropped (a restart, a
                 # failover): Django reconnects only once an unusable one is closed.
@@ -71,7 +90,10 @@ class Command(BaseCommand):
                     raise
                 except Exception as error:  # S3 or the database away: keep watching
                     self.stderr.write(f"pass failed, retrying: {type(error).__name__}: {error}")
-                time.sleep(interval or 5)
+                if events:
+                    self.events_until(time.monotonic() + interval)
+                else:
+                    time.sleep(interval or 5)
         except KeyboardInterrupt:
             self.stdout.write("stopped")
 
@@ -101,6 +123,49 @@ class Command(BaseCommand):
             self.stdout.write(f"{trace_id}: nothing new")
         seconds = time.monotonic() - started
         self.stdout.write(f"pass: {result.summary()} in {seconds:.{1 if seconds >= 10 else 2}f} s")
+        self.stdout.flush()
+        return result
+
+    def drain_events(self):
+        """Batches until a receive finds the queue empty."""
+        while self.run_events_batch().received:
+            pass
+
+    def events_until(self, deadline: float, *, until_empty: bool = False) -> None:
+        """Batches until `deadline` (the next poll), or a receive that finds the queue empty:
+        each a long poll, so an idle queue costs a request every CASCADE_SQS_WAIT_SECONDS."""
+        while time.monotonic() < deadline:
+            close_old_connections()
+            try:
+                batch = self.run_events_batch(
+                    wait=min(settings.CASCADE_SQS_WAIT_SECONDS, deadline - time.monotonic())
+                )
+                if until_empty and not batch.received:
+                    return
+            except KeyboardInterrupt:
+                raise
+            except Exception as error:  # SQS, S3 or the database away: keep watching
+                self.stderr.write(f"events failed, retrying: {type(error).__name__}: {error}")
+                time.sleep(min(5, max(0, deadline - time.monotonic())))
+
+    @metrics.measured_pass("ingest_traces_events")
+    def run_events_batch(self, wait: float | None = None) -> events.BatchResult:
+        started = time.monotonic()
+        wait_seconds = None if wait is None else max(0, int(wait))
+        try:
+            result = events.consume_batch(
+                settings.CASCADE_SQS_QUEUE_URL, wait_seconds=wait_seconds, progress=self.progress
+            )
+        except (BotoCoreError, ClientError) as problem:
+            raise CommandError(f"cannot read the queue {settings.CASCADE_SQS_QUEUE_URL}: {problem}") from None
+        if not result.received:
+            return result
+        for change in result.changes:
+            self.stdout.write(str(change))
+        for error in result.errors:
+            self.stderr.write(f"error: {error}")
+        seconds = time.monotonic() - started
+        self.stdout.write(f"events: {result.summary()} in {seconds:.2f} s")
         self.stdout.flush()
         return result
 

@@ -1,0 +1,53 @@
+"""A run's files as clients download them (`GET /api/traces/{trace_id}/files`): which files,
+their paths in the run's folder, and a presigned GET for each.
+
+`traces` asks for them through a signal (`traces.signals.files_requested`), as it asks for a
+re-ingest: what the keys mean (the run's folder under CASCADE_S3_PREFIX, metadata.json's
+`files`, full keys or relative ones) and how to sign a URL are this app's knowledge. The
+answer is built from the trace's last listing (`Trace.files`), never from a request to S3.
+"""
+
+import json
+
+from ingest import bucket
+from ingest.metadata import METADATA_NAME, MetadataError, listed_files, listed_keys
+
+
+def run_downloads(*, trace_id: str, files: list[dict], metadata_json: str | None, seconds: int, **kwargs):
+    """`[{"path", "key", "bytes", "etag", "url"}]` in path order: the files metadata.json lists
+    and metadata.json itself (a client rebuilds the folder Accel-Sim runs, and the list says
+    what the upload is complete with), or every file of the listing for a run without a list
+    (or whose list cannot be read). Never the run's `simulations/` folder; a trace still
+    uploading answers with the listed files that have landed."""
+    run_prefix = bucket.run_prefix(trace_id)
+    in_folder = [
+        item
+        for item in files
+        if item["key"].startswith(run_prefix)
+        and not item["key"][len(run_prefix) :].startswith(bucket.SIMULATIONS_FOLDER)
+    ]
+    listed = _listed(metadata_json)
+    if listed:
+        keys = listed_keys(listed, in_folder, run_prefix) | {run_prefix + METADATA_NAME}
+        in_folder = [item for item in in_folder if item["key"] in keys]
+    chosen = sorted(in_folder, key=lambda item: item["key"][len(run_prefix) :])
+    urls = bucket.presigned_gets([item["key"] for item in chosen], seconds)
+    return [
+        {
+            "path": item["key"][len(run_prefix) :],
+            "key": item["key"],
+            "bytes": item["bytes"],
+            "etag": item["etag"],
+            "url": url,
+        }
+        for item, url in zip(chosen, urls, strict=True)
+    ]
+
+
+def _listed(metadata_json: str | None) -> list[dict]:
+    if metadata_json is None:
+        return []
+    try:
+        return listed_files(json.loads(metadata_json))
+    except (MetadataError, ValueError, AttributeError):
+        return []

@@ -1,0 +1,336 @@
+"""`GET /api/traces/{trace_id}/files`: a run's files as presigned S3 GETs (issue 21).
+
+The contract, as these tests check it against moto's server and a real tracer run:
+- the files metadata.json lists and metadata.json itself (or, without a list, every file of
+  the run's folder), never its `simulations/` folder, in path order, each with its path in the
+  folder, its key, its size and its ETag as the bucket has them;
+- each URL downloads the file's exact bytes with no Authorization header, from the bucket:
+  the request costs no S3 request and no byte passes through Cascade;
+- each URL is a valid Signature Version 4 presigned GET for the host it names, valid for
+  CASCADE_PRESIGN_SECONDS from `expires_at` at the latest, signed for
+  CASCADE_S3_PUBLIC_ENDPOINT_URL's host when that is set;
+- 404 and 401 as the detail's; a trace still uploading answers with what has landed.
+
+moto's server checks neither the signature nor the expiry of a presigned URL (it authenticates
+only requests with an Authorization header, and only when its IAM checks are on; moto 5.2):
+`sigv4_refusal` below is the check S3 makes, written from AWS's Signature Version 4
+specification, and the expiry is checked with it.
+"""
+
+import hashlib
+import hmac
+import time
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
+
+import orjson
+import pytest
+
+from ingest import bucket
+from ingest.passes import poll_bucket
+from tests.helpers import DATA, PREFIX, TEST_BUCKET, VECADD_CTX
+from traces.models import Trace, TraceState
+
+RUN = "vecadd-files"
+# The credentials tests/conftest.py's s3_server fixture puts in the environment.
+SECRET_KEY = "testing"
+
+
+# --- an independent check of a presigned URL: AWS Signature Version 4, query-string form ------
+
+
+def _hmac(key: bytes, message: str) -> bytes:
+    return hmac.new(key, message.encode(), hashlib.sha256).digest()
+
+
+def sigv4_refusal(url: str, *, secret_key: str = SECRET_KEY, now: datetime | None = None) -> str | None:
+    """Why S3 would refuse this presigned GET (None: it would accept it), from AWS's
+    "Authenticating Requests: Using Query Parameters (AWS Signature Version 4)": the canonical
+    request (method, URI, sorted query without the signature, the signed `host` header,
+    UNSIGNED-PAYLOAD), the string to sign, the key derived from the secret, date, region and
+    service, and the expiry, X-Amz-Date plus X-Amz-Expires."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    if query.get("X-Amz-Algorithm") != "AWS4-HMAC-SHA256":
+        return "not Signature Version 4"
+    if query.get("X-Amz-SignedHeaders") != "host":
+        return f"signs {query.get('X-Amz-SignedHeaders')}, not the host alone"
+    signed_at = datetime.strptime(query["X-Amz-Date"], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+    expires = int(query["X-Amz-Expires"])
+    if not 1 <= expires <= 604800:
+        return "X-Amz-Expires out of range"
+    if (now or datetime.now(UTC)) > signed_at + timedelta(seconds=expires):
+        return "Request has expired"
+    canonical_query = "&".join(
+        f"{quote(name, safe='-_.~')}={quote(value, safe='-_.~')}"
+        for name, value in sorted(query.items())
+        if name != "X-Amz-Signature"
+    )
+    canonical_request = "\n".join(
+        ["GET", parts.path, canonical_query, f"host:{parts.netloc}", "", "host", "UNSIGNED-PAYLOAD"]
+    )
+    scope = query["X-Amz-Credential"].split("/", 1)[1]
+    date, region, service, _ = scope.split("/")
+    string_to_sign = "\n".join(
+        [
+            "AWS4-HMAC-SHA256",
+            query["X-Amz-Date"],
+            scope,
+            hashlib.sha256(canonical_request.encode()).hexdigest(),
+        ]
+    )
+    key = _hmac(f"AWS4{secret_key}".encode(), date)
+    for part in (region, service, "aws4_request"):
+        key = _hmac(key, part)
+    expected = hmac.new(key, string_to_sign.encode(), hashlib.sha256).hexdigest()
+    return None if hmac.compare_digest(expected, query["X-Amz-Signature"]) else "SignatureDoesNotMatch"
+
+
+def download(url: str) -> bytes:
+    """A GET with urllib and nothing else: no Authorization header, no session."""
+    request = urllib.request.Request(url)
+    assert "Authorization" not in request.headers
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return response.read()
+
+
+# --- runs in the bucket ---------------------------------------------------------------------------
+
+
+def vecadd_files() -> dict[str, bytes]:
+    """A real tracer run (tests/data/accelsim-vecadd-v5) and what the tracer writes beside it."""
+    folder = DATA / "accelsim-vecadd-v5"
+    return {
+        f"traces/stats_ctx_{VECADD_CTX}": (folder / f"stats_ctx_{VECADD_CTX}").read_bytes(),
+        f"traces/kernelslist_ctx_{VECADD_CTX}": (folder / f"kernelslist_ctx_{VECADD_CTX}").read_bytes(),
+        "traces/kernelslist.g": (folder / "kernelslist.g").read_bytes(),
+        f"traces/kernel-1-ctx_{VECADD_CTX}.trace.xz": b"\xfd7zXZ\x00" + bytes(range(256)) * 4,
+        "configs/gpgpusim.config": b"-gpgpu_n_clusters 46\n",
+        "configs/trace.config": b"-trace_opcode_latency_initiation_int 4,1\n",
+    }
+
+
+def put(s3, run_id: str, name: str, body: bytes) -> None:
+    s3.put_object(Bucket=TEST_BUCKET, Key=f"{PREFIX}{run_id}/{name}", Body=body)
+
+
+def upload_run(s3, run_id: str, files: dict[str, bytes], *, listed: list[str] | None, extra=None) -> bytes:
+    """The files, then anything `extra` (left behind, not listed), then metadata.json listing
+    `listed` (full keys and relative ones, as the contract allows; None: no list). Returns
+    metadata.json's bytes."""
+    for name, body in {**files, **(extra or {})}.items():
+        put(s3, run_id, name, body)
+    metadata = {"status": "ok"}
+    if listed is not None:
+        metadata["files"] = [
+            {"key": f"{PREFIX}{run_id}/{name}" if n % 2 else name, "bytes": len(files[name])}
+            for n, name in enumerate(listed)
+        ]
+    raw = orjson.dumps(metadata)
+    put(s3, run_id, "metadata.json", raw)
+    return raw
+
+
+def expected_files(s3, run_id: str, names: dict[str, bytes]) -> list[dict]:
+    """What the bucket itself says of these files (path order): key, size, ETag."""
+    expected = []
+    for name in sorted(names):
+        key = f"{PREFIX}{run_id}/{name}"
+        head = s3.head_object(Bucket=TEST_BUCKET, Key=key)
+        expected.append({"path": name, "key": key, "bytes": head["ContentLength"], "etag": head["ETag"]})
+    return expected
+
+
+def without_urls(answer: dict) -> list[dict]:
+    return [{key: value for key, value in item.items() if key != "url"} for item in answer["files"]]
+
+
+@pytest.fixture
+def vecadd_run(s3, db):
+    """The vecadd run, ready, its metadata.json listing its files; a stale file beside them and a
+    simulation in its folder, neither listed. Returns {path: bytes} of what must be served."""
+    files = vecadd_files()
+    raw = upload_run(
+        s3,
+        RUN,
+        files,
+        listed=list(files),
+        extra={
+            "traces/stats_ctx_0xold": b"left by an earlier upload\n",
+            "simulations/accelsim-SM90_H100/sim.log": b"GPGPU-Sim ...\n",
+        },
+    )
+    poll_bucket()
+    assert Trace.objects.get(pk=RUN).state == TraceState.READY
+    return {**files, "metadata.json": raw}
+
+
+# --- the listed files ---------------------------------------------------------------------------------
+
+
+def test_the_listed_files_and_metadata_json_in_path_order(api, s3, vecadd_run):
+    response = api.get(f"/api/traces/{RUN}/files")
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+    answer = response.json()
+    assert list(answer) == ["trace_id", "expires_at", "files"]
+    assert answer["trace_id"] == RUN
+    assert without_urls(answer) == expected_files(s3, RUN, vecadd_run)
+    paths = [item["path"] for item in answer["files"]]
+    assert paths == sorted(paths)
+    assert "metadata.json" in paths
+    assert not any(path.startswith("simulations/") or path.endswith("0xold") for path in paths)
+
+
+def test_each_url_downloads_the_exact_bytes_without_a_token(api, vecadd_run):
+    answer = api.get(f"/api/traces/{RUN}/files").json()
+    assert len(answer["files"]) == len(vecadd_run)
+    for item in answer["files"]:
+        assert download(item["url"]) == vecadd_run[item["path"]], item["path"]
+        assert hashlib.md5(vecadd_run[item["path"]]).hexdigest() == item["etag"].strip('"')
+
+
+def test_the_urls_are_valid_sigv4_until_expires_at(api, vecadd_run, settings):
+    settings.CASCADE_PRESIGN_SECONDS = 900
+    before = datetime.now(UTC).replace(microsecond=0)
+    answer = api.get(f"/api/traces/{RUN}/files").json()
+    after = datetime.now(UTC)
+    expires_at = datetime.strptime(answer["expires_at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    assert before + timedelta(seconds=900) <= expires_at <= after + timedelta(seconds=900)
+    for item in answer["files"]:
+        query = dict(parse_qsl(urlsplit(item["url"]).query))
+        assert query["X-Amz-Expires"] == "900"
+        signed_at = datetime.strptime(query["X-Amz-Date"], "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+        assert expires_at <= signed_at + timedelta(seconds=900)  # valid at least until expires_at
+        assert sigv4_refusal(item["url"]) is None
+        assert sigv4_refusal(item["url"], now=expires_at) is None
+        assert sigv4_refusal(item["url"], now=expires_at + timedelta(seconds=2)) == "Request has expired"
+        assert sigv4_refusal(item["url"], secret_key="another") == "SignatureDoesNotMatch"
+
+
+@pytest.mark.slow
+def test_a_url_past_its_expiry_is_refused(api, vecadd_run, settings):
+    settings.CASCADE_PRESIGN_SECONDS = 1
+    url = api.get(f"/api/traces/{RUN}/files").json()["files"][0]["url"]
+    assert sigv4_refusal(url) is None
+    time.sleep(2)
+    assert sigv4_refusal(url) == "Request has expired"
+
+
+def test_the_public_endpoint_is_the_urls_host_and_signed(api, vecadd_run, settings, s3_server):
+    settings.CASCADE_S3_PUBLIC_ENDPOINT_URL = "https://downloads.example.org:8443"
+    answer = api.get(f"/api/traces/{RUN}/files").json()
+    internal = urlsplit(s3_server).netloc
+    for item in answer["files"]:
+        url = urlsplit(item["url"])
+        assert (url.scheme, url.netloc) == ("https", "downloads.example.org:8443")
+        assert sigv4_refusal(item["url"]) is None
+        # The host is signed: the same URL sent to the server's own address is refused.
+        assert sigv4_refusal(urlunsplit(url._replace(netloc=internal))) == "SignatureDoesNotMatch"
+    settings.CASCADE_S3_PUBLIC_ENDPOINT_URL = None
+    for item in api.get(f"/api/traces/{RUN}/files").json()["files"]:
+        assert urlsplit(item["url"]).netloc == internal
+
+
+def test_no_s3_request_and_one_query_per_answer(api, vecadd_run, django_assert_num_queries):
+    api.get("/api/traces")  # the token's first use is recorded once
+    requests_before, _ = bucket.meter.snapshot()
+    with django_assert_num_queries(2):  # the token, the trace's row
+        assert api.get(f"/api/traces/{RUN}/files").status_code == 200
+    assert bucket.meter.snapshot()[0] == requests_before
+
+
+def test_keys_with_spaces_and_symbols_download(api, s3, db):
+    files = {"configs/my config+v2 (copy).txt": b"-gpgpu_n_clusters 46\n", "traces/ü.txt": b"x"}
+    upload_run(s3, "odd keys+1", files, listed=list(files))
+    poll_bucket()
+    answer = api.get("/api/traces/odd keys+1/files").json()
+    got = {item["path"]: item for item in answer["files"]}
+    assert sorted(got) == sorted([*files, "metadata.json"])
+    for name, body in files.items():
+        assert download(got[name]["url"]) == body
+        assert sigv4_refusal(got[name]["url"]) is None
+
+
+# --- runs without a list, uploads under way --------------------------------------------------------
+
+
+def test_a_run_without_a_list_serves_its_whole_folder_but_simulations(api, s3, db):
+    files = vecadd_files()
+    raw = upload_run(s3, "unlisted", files, listed=None, extra={"simulations/a/sim.log": b"log"})
+    poll_bucket()
+    answer = api.get("/api/traces/unlisted/files").json()
+    assert without_urls(answer) == expected_files(s3, "unlisted", {**files, "metadata.json": raw})
+
+
+def test_an_uploading_trace_answers_with_what_has_landed(api, s3, db):
+    files = vecadd_files()
+    landed = dict(list(files.items())[:2])
+    for name, body in landed.items():
+        put(s3, "arriving", name, body)
+    poll_bucket()
+    assert Trace.objects.get(pk="arriving").state == TraceState.UPLOADING
+    answer = api.get("/api/traces/arriving/files").json()
+    assert without_urls(answer) == expected_files(s3, "arriving", landed)
+    for item in answer["files"]:
+        assert download(item["url"]) == landed[item["path"]]
+
+
+def test_an_upload_waiting_for_listed_files_answers_with_those_landed(api, s3, db):
+    files = vecadd_files()
+    landed = dict(list(files.items())[:3])
+    for name, body in landed.items():
+        put(s3, "waiting", name, body)
+    metadata = orjson.dumps(
+        {"status": "ok", "files": [{"key": name, "bytes": len(body)} for name, body in files.items()]}
+    )
+    put(s3, "waiting", "metadata.json", metadata)
+    put(s3, "waiting", "traces/not-listed", b"?")
+    poll_bucket()
+    assert Trace.objects.get(pk="waiting").state == TraceState.UPLOADING
+    answer = api.get("/api/traces/waiting/files").json()
+    assert without_urls(answer) == expected_files(s3, "waiting", {**landed, "metadata.json": metadata})
+
+
+def test_a_trace_with_no_files_listed_yet(api, make_trace):
+    make_trace("empty")
+    answer = api.get("/api/traces/empty/files").json()
+    assert answer["trace_id"] == "empty"
+    assert answer["files"] == []
+
+
+# --- errors -------------------------------------------------------------------------------------------
+
+
+def test_unknown_trace_is_404_as_the_detail(api, db):
+    response = api.get("/api/traces/nope/files")
+    assert response.status_code == 404
+    assert response.json() == {"detail": "trace nope not found"}
+    assert response.json() == api.get("/api/traces/nope").json()
+
+
+def test_without_a_token_is_401(client_anon, vecadd_run):
+    response = client_anon.get(f"/api/traces/{RUN}/files")
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == "Bearer"
+    assert "url" not in response.content.decode()
+
+
+def test_with_a_wrong_token_is_401(client_anon, vecadd_run):
+    client_anon.credentials(HTTP_AUTHORIZATION="Bearer cas_wrong")
+    assert client_anon.get(f"/api/traces/{RUN}/files").status_code == 401
+
+
+def test_the_answer_conforms_to_the_schema(api, client_anon, vecadd_run):
+    from tests.traces.test_openapi import response_validator
+
+    openapi = client_anon.get("/api/schema", HTTP_ACCEPT="application/json").json()
+    validator = response_validator(openapi, "/api/traces/{trace_id}/files", 200)
+    validator.validate(api.get(f"/api/traces/{RUN}/files").json())
+    content = openapi["paths"]["/api/traces/{trace_id}/files"]["get"]["responses"]["200"]["content"]
+    (example,) = content["application/json"]["examples"].values()
+    validator.validate(example["value"])
+    with pytest.raises(Exception, match="Additional properties"):
+        validator.validate({**api.get(f"/api/traces/{RUN}/files").json(), "extra": 1})
