@@ -110,7 +110,8 @@ def test_the_pull_bench_runs_at_a_small_scale(tmp_path):
     )
     assert bench.returncode == 0, bench.stderr[-3000:]
     rows = json.loads(results.read_text())["rows"]
-    assert [row["bytes"] for row in rows] == [8_000_000, 32_000_000]
+    # The trace files' megabytes, and a few hundred bytes of stats, kernelslist and config.
+    assert [row["bytes"] // 1_000_000 for row in rows] == [8, 32]
     for row in rows:
         assert row["seconds"] > 0 and row["worker_rss_before"] > 0
         assert row["worker_peak"] - row["worker_rss_before"] < row["bytes"] / 4
