@@ -191,8 +191,10 @@ def pull(cascade: Cascade, args) -> None:
     )
     if result.groups:
         weight = sum(g["weight"] for g in result.groups)
+        listed = sum(g["in_kernelslist"] for g in result.groups)
         print(
-            f"{len(result.groups)} representative launches standing for {weight:,} launches (weights in cascade.json)"
+            f"{len(result.groups)} groups standing for {weight:,} launches (weights in cascade.json); "
+            f"{listed} representatives in kernelslist.g"
         )
     suggested = None
     try:

@@ -83,8 +83,13 @@ def pull(client, trace_id: str, dest=None, *, select=None, cover=1.0, jobs=8, pr
             if stem:
                 stems.add(stem)
         on_disk = {kernelslist.trace_stem(p) for p in paths if kernelslist.is_kernel_trace(p)}
-        for stem in sorted(stems - on_disk):
-            result.warnings.append(f"{stem}: a representative without a trace file in the run (not traced)")
+        missing = sorted(stems - on_disk)
+        if missing:
+            result.warnings.append(
+                f"{len(missing)} of {len(selection['groups'])} representatives have no trace file in the run "
+                f"(not traced: {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): "
+                "their groups are weighed in cascade.json but cannot be simulated from this run"
+            )
     wanted = [
         e
         for e in entries

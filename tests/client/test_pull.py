@@ -211,3 +211,22 @@ def test_the_progress_bar_redraws_one_line_on_a_terminal():
     drawn = out.getvalue()
     assert drawn.count("\n") == 1 and drawn.endswith("\n")
     assert drawn.rstrip("\n").split("\r")[-1].startswith("[" + "#" * 30 + "] 100%  2/2 files  3.0 KB/3.0 KB")
+
+
+def test_an_untraced_representative_is_weighed_but_not_listed_and_said_once(cascade, fake, tmp_path):
+    fake.selection = selection_of([(CTX_A, 6, 3), (CTX_A, 900, 5), (CTX_B, 901, 1)])
+    result = cascade.pull("opt", tmp_path, select="unique")
+    assert [(g["representative"]["kernel_id"], g["in_kernelslist"]) for g in result.groups] == [
+        (6, True),
+        (900, False),
+        (901, False),
+    ]
+    assert len(result.warnings) == 1 and result.warnings[0].startswith(
+        "2 of 3 representatives have no trace file"
+    )
+    kernels = [
+        line
+        for line in (tmp_path / "traces/kernelslist.g").read_text().splitlines()
+        if line.startswith("kernel")
+    ]
+    assert kernels == [f"kernel-6-ctx_{CTX_A}.traceg.xz"]
