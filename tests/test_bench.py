@@ -97,6 +97,27 @@ def test_the_simulator_log_bench_runs_at_a_small_scale(tmp_path):
     assert sum(line.startswith("| log") for line in bench.stdout.splitlines()) == 2
 
 
+def test_the_pull_bench_runs_at_a_small_scale(tmp_path):
+    """bench/pull.py: two small runs pulled through gunicorn; every byte arrived, and the server's
+    worker grew by far less than what passed (the files went around it)."""
+    results = tmp_path / "pull.json"
+    bench = subprocess.run(
+        [sys.executable, "-m", "bench.pull", "--scale", "small", "--json", str(results)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    rows = json.loads(results.read_text())["rows"]
+    # The trace files' megabytes, and a few hundred bytes of stats, kernelslist and config.
+    assert [row["bytes"] // 1_000_000 for row in rows] == [8, 32]
+    for row in rows:
+        assert row["seconds"] > 0 and row["worker_rss_before"] > 0
+        assert row["worker_peak"] - row["worker_rss_before"] < row["bytes"] / 4
+    assert sum(line.startswith("| pull-") for line in bench.stdout.splitlines()) == 2
+
+
 def test_the_events_bench_times_both_modes_at_a_small_scale(tmp_path):
     """bench/events.py: moto's S3 and SQS, two runs a mode; events within their 3 s target."""
     results = tmp_path / "events.json"

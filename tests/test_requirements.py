@@ -13,7 +13,7 @@ import pytest
 import run
 
 ROOT = Path(__file__).resolve().parent.parent
-OWN_PACKAGES = {"cascade", "ingest", "traces", "tools", "tests", "bench", "run"}
+OWN_PACKAGES = {"cascade", "ingest", "traces", "tools", "tests", "bench", "run", "cascade_client"}
 # Imported by the tests, the bench or CI, never by what a deployment runs.
 DEV_TOOLS = {"pytest", "pytest-django", "pytest-xdist", "hypothesis", "schemathesis", "selenium", "ruff"}
 

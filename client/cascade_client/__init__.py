@@ -1,0 +1,23 @@
+"""Cascade's client: `Cascade` for Python, `cascade` on the command line (cli.py)."""
+
+from cascade_client.api import Cascade
+from cascade_client.errors import (
+    BadToken,
+    CascadeError,
+    FileChanged,
+    NotFound,
+    NoToken,
+    NotReady,
+    Unreachable,
+)
+
+__all__ = [
+    "BadToken",
+    "Cascade",
+    "CascadeError",
+    "FileChanged",
+    "NoToken",
+    "NotFound",
+    "NotReady",
+    "Unreachable",
+]

@@ -1,0 +1,205 @@
+"""`Cascade`: the published API (docs/api.md) from Python, with errors a person can read.
+
+Only the routes the reference publishes, plus issue 21's `/files`, `/selection` and
+`kernels.csv`. The token goes to Cascade only: the presigned links `/files` hands out are
+fetched without it (pull.py), so a trace's bytes never pass through the web server.
+"""
+
+import csv
+import io
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+
+from cascade_client.errors import BadToken, CascadeError, NotFound, NoToken, NotReady, Unreachable
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+# The filters GET /api/traces reads; `arch` and `gpu` are the command line's short names.
+FILTERS = {"state", "model", "source_gpu", "trace_gpu_arch", "sample", "created_after", "created_before"}
+ALIASES = {"arch": "trace_gpu_arch", "gpu": "source_gpu"}
+
+
+class Cascade:
+    """A Cascade server: `CASCADE_URL` and `CASCADE_TOKEN` unless given.
+
+    >>> Cascade().traces(state="ready", trace_gpu_arch="sm_90")
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = 60.0,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        self.url = (url or os.environ.get("CASCADE_URL") or DEFAULT_URL).rstrip("/")
+        self.token = token if token is not None else os.environ.get("CASCADE_TOKEN", "")
+        # One transport for Cascade and the bucket's links alike (tests hand in a MockTransport).
+        self.transport = transport
+        self._http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # --- the routes ---------------------------------------------------------------------
+
+    def traces(self, **filters) -> list[dict]:
+        """Every trace, newest first, narrowed by GET /api/traces's filters (`state`, `model`,
+        `source_gpu`, `trace_gpu_arch`, `sample`, `created_after`, `created_before`)."""
+        params = {}
+        for name, value in filters.items():
+            name = ALIASES.get(name, name)
+            if name not in FILTERS:
+                raise TypeError(f"unknown filter {name!r}: one of {', '.join(sorted(FILTERS))}")
+            if value is not None:
+                params[name] = str(value).lower() if isinstance(value, bool) else str(value)
+        return self._get("/api/traces", params=params).json()
+
+    def trace(self, trace_id: str) -> dict:
+        """The trace's detail: its fields, `metadata` and every launch in `kernels`."""
+        return self._get(self._path(trace_id)).json()
+
+    def summary(self, trace_id: str) -> dict:
+        """A ready trace's kernel mix and steps (`/summary`)."""
+        return self._get(self._path(trace_id, "summary")).json()
+
+    def files(self, trace_id: str) -> dict:
+        """The run's files, each with a presigned link (`/files`)."""
+        return self._get(self._path(trace_id, "files")).json()
+
+    def selection(self, trace_id: str, select: str = "unique", *, cover: float = 1.0) -> dict:
+        """Representative launches (`/selection`): `select` is `unique` or `step:<name>`."""
+        params = {"cover": repr(float(cover)), "members": "0"}
+        if select == "unique":
+            params["by"] = "unique"
+        elif select.startswith("step:") and select[5:]:
+            params |= {"by": "step", "step": select[5:]}
+        else:
+            raise ValueError(f"select must be 'unique' or 'step:<name>', not {select!r}")
+        return self._get(self._path(trace_id, "selection"), params=params).json()
+
+    def kernels(self, trace_id: str, *, as_frame: bool = False):
+        """Every launch of the trace: a list of dicts (the detail's `kernels`), or with
+        `as_frame=True` a pandas DataFrame read from `kernels.csv` (far cheaper than JSON)."""
+        if not as_frame:
+            return self.trace(trace_id)["kernels"]
+        try:
+            import pandas
+        except ImportError:
+            raise CascadeError("as_frame=True needs pandas: pip install 'cascade-client[pandas]'") from None
+        body = b"".join(self.kernels_csv(trace_id))
+        return pandas.read_csv(io.BytesIO(body), keep_default_na=False, na_values=[""])
+
+    def kernels_csv(self, trace_id: str) -> Iterator[bytes]:
+        """`kernels.csv` as it arrives (decompressed), chunk by chunk."""
+        with self._stream(self._path(trace_id, "kernels.csv")) as response:
+            yield from response.iter_bytes()
+
+    def kernel_rows(self, trace_id: str) -> Iterator[dict[str, str]]:
+        """`kernels.csv` read row by row with the csv module: strings, "" for null."""
+        yield from csv.DictReader(_lines(self.kernels_csv(trace_id)))
+
+    def pull(
+        self,
+        trace_id: str,
+        dest: str | Path | None = None,
+        *,
+        select: str | None = None,
+        cover: float = 1.0,
+        jobs: int = 8,
+        progress=None,
+    ):
+        """The run into `dest` (default `./<trace_id>`), ready for Accel-Sim; see pull.py."""
+        from cascade_client.pull import pull
+
+        return pull(self, trace_id, dest, select=select, cover=cover, jobs=jobs, progress=progress)
+
+    # --- HTTP -----------------------------------------------------------------------------
+
+    def _path(self, trace_id: str, *rest: str) -> str:
+        return "/".join(["/api/traces", quote(trace_id, safe=""), *rest])
+
+    def _headers(self) -> dict[str, str]:
+        if not self.token:
+            raise NoToken(
+                "no token: set CASCADE_TOKEN (an operator makes one with `python manage.py create_token NAME`)"
+            )
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def _get(self, path: str, params: dict | None = None) -> httpx.Response:
+        headers = self._headers()
+        try:
+            response = self._http.get(path, params=params, headers=headers)
+        except httpx.TransportError as error:
+            raise self._unreachable(error) from None
+        check(response, self.url)
+        return response
+
+    def _stream(self, path: str):
+        client = self
+
+        class Stream:
+            def __enter__(self):
+                headers = client._headers()
+                try:
+                    self.response = client._http.send(
+                        client._http.build_request("GET", path, headers=headers), stream=True
+                    )
+                except httpx.TransportError as error:
+                    raise client._unreachable(error) from None
+                if self.response.status_code >= 400:
+                    self.response.read()
+                    self.response.close()
+                    check(self.response, client.url)
+                return self.response
+
+            def __exit__(self, *exc):
+                self.response.close()
+
+        return Stream()
+
+    def _unreachable(self, error: Exception) -> Unreachable:
+        reason = str(error) or type(error).__name__
+        return Unreachable(f"cannot reach Cascade at {self.url}: {reason} (is CASCADE_URL right?)")
+
+
+def check(response: httpx.Response, url: str) -> None:
+    """Raise the error an answer stands for, with the server's own `detail` when it has one."""
+    status = response.status_code
+    if status < 400:
+        return
+    try:
+        detail = response.json().get("detail") or ""
+    except ValueError:
+        detail = response.text.strip()[:200]
+    if status == 401:
+        raise BadToken(
+            f"the server at {url} refused the token (401): {detail or 'wrong token'}; check CASCADE_TOKEN"
+        )
+    if status == 404:
+        raise NotFound(detail or f"not found: {response.request.url.path}")
+    if status == 409:
+        raise NotReady(detail or "the trace is not ready")
+    raise CascadeError(f"the server answered {status}: {detail or response.reason_phrase}")
+
+
+def _lines(chunks: Iterator[bytes]) -> Iterator[str]:
+    """Text lines (with their endings, as csv wants them) from byte chunks."""
+    pending = b""
+    for chunk in chunks:
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        for line in complete:
+            yield line.decode() + "\n"
+    if pending:
+        yield pending.decode()

@@ -1,0 +1,238 @@
+"""`cascade`: the client's command line. Thin: parse, call `Cascade`, print for a person.
+
+Errors are one line on stderr, `cascade: <what went wrong>`, and the exit status says which
+(errors.py lists the codes).
+"""
+
+import argparse
+import json
+import sys
+
+from cascade_client.api import Cascade
+from cascade_client.errors import CascadeError
+from cascade_client.progress import size
+
+EPILOG = """environment: CASCADE_URL (default http://127.0.0.1:8000), CASCADE_TOKEN (required).
+exit status: 0 done, 1 other error, 2 wrong arguments, 3 no token, 4 token refused,
+5 no such trace, 6 server unreachable, 7 file changed in the bucket, 8 trace not ready."""
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="cascade",
+        description="Find GPU traces in Cascade, read their kernels, pull a run for Accel-Sim.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    traces = commands.add_parser("traces", help="list traces, newest first")
+    traces.add_argument("--state", choices=["uploading", "parsing", "ready", "failed"])
+    traces.add_argument("--model", help="exact model name, e.g. facebook/opt-125m")
+    traces.add_argument("--arch", help="the traced GPU's SASS architecture, e.g. sm_90")
+    traces.add_argument("--gpu", help="the source GPU's name, exactly")
+    traces.add_argument("--json", action="store_true", help="the API's JSON instead of a table")
+
+    show = commands.add_parser("show", help="a trace: its summary, kernel mix and steps")
+    show.add_argument("trace_id", metavar="ID")
+    show.add_argument("--top", type=int, default=15, help="kernels shown in the mix (default 15)")
+
+    kernels = commands.add_parser("kernels", help="every kernel launch of a trace")
+    kernels.add_argument("trace_id", metavar="ID")
+    kernels.add_argument("--format", choices=["csv", "json"], default="csv")
+    kernels.add_argument("--output", "-o", metavar="FILE", help="write there instead of stdout")
+
+    pull = commands.add_parser(
+        "pull",
+        help="download a run into a folder Accel-Sim simulates",
+        description="Download a run's traces/ and configs/ through presigned links, checked and "
+        "resumable; with --select, only representative launches and their weights.",
+    )
+    pull.add_argument("trace_id", metavar="ID")
+    pull.add_argument("dest", metavar="DEST", nargs="?", help="folder (default ./ID)")
+    pull.add_argument(
+        "--select", metavar="unique|step:NAME", help="only one launch per group of identical work"
+    )
+    pull.add_argument(
+        "--cover", type=float, default=1.0, help="share of the run the groups cover (default 1.0)"
+    )
+    pull.add_argument("--jobs", type=int, default=8, help="downloads at once (default 8)")
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        with Cascade() as cascade:
+            return COMMANDS[args.command](cascade, args) or 0
+    except CascadeError as error:
+        print(f"cascade: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        print("cascade: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `cascade kernels ID | head`
+        sys.stderr.close()
+        return 0
+
+
+def traces(cascade: Cascade, args) -> None:
+    rows = cascade.traces(state=args.state, model=args.model, trace_gpu_arch=args.arch, source_gpu=args.gpu)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = [
+        [
+            t["id"],
+            t["state"],
+            t["model"] or "-",
+            t["trace_gpu_arch"] or "-",
+            t["source_gpu"] or "-",
+            f"{t['kernel_count']:,}",
+            size(t["bytes"] or 0),
+            t["created_at"][:16].replace("T", " "),
+        ]
+        for t in rows
+    ]
+    print_table(
+        ["ID", "STATE", "MODEL", "ARCH", "GPU", "KERNELS", "SIZE", "CREATED (UTC)"], table, right={5, 6}
+    )
+    print(f"{len(rows)} trace{'s' * (len(rows) != 1)}", file=sys.stderr)
+
+
+def show(cascade: Cascade, args) -> None:
+    trace = next((t for t in cascade.traces() if t["id"] == args.trace_id), None)
+    if trace is None:
+        cascade.trace(args.trace_id)  # the server's own 404
+        return
+    fields = [
+        ("id", trace["id"]),
+        ("state", trace["state"] + (f" ({trace['error']})" if trace["error"] else "")),
+        ("model", trace["model"] or "-"),
+        ("gpu", f"{trace['source_gpu'] or '-'}, traced for {trace['trace_gpu_arch'] or '?'}"),
+        ("simulate with", trace["suggested_sim_config"] or "-"),
+        ("size", size(trace["bytes"] or 0)),
+        ("created", trace["created_at"]),
+    ]
+    if trace["state"] != "ready":
+        print_fields(fields + [("kernels", "none yet: the trace is not ready")])
+        return
+    summary = cascade.summary(args.trace_id)
+    measured = (
+        f", {summary['duration_ns'] / 1e6:,.3f} ms measured" if summary["duration_ns"] is not None else ""
+    )
+    fields.append(
+        ("launches", f"{summary['kernel_count']:,}, {summary['total_insts'] or 0:,} instructions{measured}")
+    )
+    print_fields(fields)
+
+    print(
+        f"\nkernel mix ({min(args.top, len(summary['kernels']))} of {len(summary['kernels'])} kernels, most instructions first)"
+    )
+    print_table(
+        ["INSTS %", "TIME %", "LAUNCHES", "INSTRUCTIONS", "KERNEL"],
+        [
+            [
+                percent(k["insts_share"]),
+                percent(k["time_share"]),
+                f"{k['launches']:,}",
+                f"{k['total_insts'] or 0:,}",
+                shorten(k["demangled"] or k["name"], 70),
+            ]
+            for k in summary["kernels"][: args.top]
+        ],
+        right={0, 1, 2, 3},
+    )
+    print(f"\nsteps ({len(summary['steps'])})")
+    if summary["steps"]:
+        print_table(
+            ["STEP", "PHASE", "LAUNCHES", "INSTRUCTIONS", "TIME (ms)"],
+            [
+                [
+                    s["name"],
+                    s["phase"] or "-",
+                    f"{s['kernels']:,}",
+                    f"{s['total_insts'] or 0:,}",
+                    "-" if s["duration_ns"] is None else f"{s['duration_ns'] / 1e6:,.3f}",
+                ]
+                for s in summary["steps"]
+            ],
+            right={2, 3, 4},
+        )
+    else:
+        print("  none: the run has no timeline.json")
+
+
+def kernels(cascade: Cascade, args) -> None:
+    out = open(args.output, "wb") if args.output else sys.stdout.buffer  # noqa: SIM115
+    try:
+        if args.format == "csv":
+            for chunk in cascade.kernels_csv(args.trace_id):
+                out.write(chunk)
+        else:
+            out.write(json.dumps(cascade.kernels(args.trace_id)).encode() + b"\n")
+        out.flush()
+    finally:
+        if args.output:
+            out.close()
+
+
+def pull(cascade: Cascade, args) -> None:
+    if args.select and args.select != "unique" and not (args.select.startswith("step:") and args.select[5:]):
+        raise CascadeError(f"--select takes unique or step:NAME, not {args.select!r}")
+    result = cascade.pull(
+        args.trace_id, args.dest, select=args.select, cover=args.cover, jobs=args.jobs, progress=True
+    )
+    for warning in result.warnings:
+        print(f"cascade: warning: {warning}", file=sys.stderr)
+    print(
+        f"pulled {args.trace_id} into {result.dest}: {result.downloaded} files downloaded "
+        f"({size(result.bytes)}), {result.skipped} already there"
+    )
+    if result.groups:
+        weight = sum(g["weight"] for g in result.groups)
+        listed = sum(g["in_kernelslist"] for g in result.groups)
+        print(
+            f"{len(result.groups)} groups standing for {weight:,} launches (weights in cascade.json); "
+            f"{listed} representatives in kernelslist.g"
+        )
+    suggested = None
+    try:
+        suggested = next(
+            (t["suggested_sim_config"] for t in cascade.traces() if t["id"] == args.trace_id), None
+        )
+    except CascadeError:
+        pass
+    steps = result.next_steps(suggested)
+    print("next, from your accel-sim-framework checkout:")
+    if result.postprocess:
+        print("  # the run holds raw traces: post-process the listed ones (writes traces/kernelslist.g)")
+    for step in steps:
+        print(f"  {step}")
+
+
+COMMANDS = {"traces": traces, "show": show, "kernels": kernels, "pull": pull}
+
+
+def print_fields(fields: list[tuple[str, str]]) -> None:
+    width = max(len(name) for name, _ in fields)
+    for name, value in fields:
+        print(f"{name:<{width}}  {value}")
+
+
+def print_table(header: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> None:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=False)]
+    for row in [header, *rows]:
+        cells = [
+            str(cell).rjust(width) if i in right else str(cell).ljust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        print("  ".join(cells).rstrip())
+
+
+def percent(share: float | None) -> str:
+    return "-" if share is None else f"{share * 100:.1f}"
+
+
+def shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"

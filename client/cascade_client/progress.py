@@ -1,0 +1,72 @@
+"""The pull's progress on stderr: one bar redrawn on a terminal, plain lines otherwise (a log
+or CI reads one line per file, never carriage returns)."""
+
+import sys
+import threading
+import time
+
+
+def size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+class Progress:
+    def __init__(self, files: int, total: int, stream=None, *, bar: bool | None = None):
+        self.stream = stream or sys.stderr
+        self.bar = self.stream.isatty() if bar is None else bar
+        self.files, self.total = files, total
+        self.done_files = self.done = 0
+        self.started = time.monotonic()
+        self._drawn = 0.0
+        self._lock = threading.Lock()
+
+    def advance(self, n: int) -> None:
+        with self._lock:
+            self.done += n
+            if self.bar and time.monotonic() - self._drawn > 0.1:
+                self._draw()
+
+    def file_done(self, path: str, n: int, *, skipped: bool = False) -> None:
+        with self._lock:
+            self.done_files += 1
+            if skipped:
+                self.done += n
+            if self.bar:
+                self._draw()
+            else:
+                what = "already here" if skipped else "downloaded"
+                print(f"{what} {path} ({size(n)})", file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar:
+            with self._lock:
+                self._draw()
+                print(file=self.stream, flush=True)
+
+    def _draw(self) -> None:
+        self._drawn = time.monotonic()
+        share = self.done / self.total if self.total else 1.0
+        width = 30
+        filled = int(width * share)
+        rate = self.done / max(self._drawn - self.started, 1e-6)
+        line = (
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {share:4.0%}  "
+            f"{self.done_files}/{self.files} files  {size(self.done)}/{size(self.total)}  {size(rate)}/s"
+        )
+        self.stream.write(line)
+        self.stream.flush()
+
+
+class Silent:
+    def advance(self, n: int) -> None:
+        pass
+
+    def file_done(self, path: str, n: int, *, skipped: bool = False) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
