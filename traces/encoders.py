@@ -111,6 +111,28 @@ def encode_summaries(summaries: list[dict]) -> bytes:
     return orjson.dumps(summaries)
 
 
+def encode_summary_chunks(rows: Iterable[tuple]) -> Iterator[bytes]:
+    """The list's JSON array in pieces, KERNEL_CHUNK summaries at a time (as the detail's
+    kernels): concatenated, exactly `encode_summaries(trace_summaries(rows))`."""
+    yield b"["
+    chunk: list[dict] = []
+    first = True
+    try:
+        for row in rows:
+            chunk.append(trace_row_to_dict(TRACE_SUMMARY_COLUMNS, row))
+            if len(chunk) == KERNEL_CHUNK:
+                yield (b"" if first else b",") + orjson.dumps(chunk)[1:-1]
+                first = False
+                chunk = []
+        if chunk:
+            yield (b"" if first else b",") + orjson.dumps(chunk)[1:-1]
+        yield b"]"
+    finally:
+        close = getattr(rows, "close", None)
+        if close is not None:  # a client gone: the rows' cursor with it
+            close()
+
+
 def encode_trace_detail(head: dict, rows: Iterable[tuple]) -> Iterator[bytes]:
     """The TraceDetail JSON in pieces: the head, then kernels a chunk at a time.
 

@@ -225,3 +225,33 @@ def streaming_json_response(chunks: Iterable[bytes], *, digest: str, coding: str
     if coding != IDENTITY:
         chunks = compress_chunks(chunks, coding)
     return cacheable(StreamingHttpResponse(chunks, content_type="application/json"), digest, coding)
+
+
+# --- the list (`GET /api/traces`) -------------------------------------------------------------
+
+# A list of more traces than this is compressed when asked: a TraceSummary is never under 280
+# bytes of JSON, so 4 are over COMPRESS_ABOVE. Counted, not measured, so that a 304 knows the
+# coding its 200 would have without building the body.
+COMPRESS_TRACES_ABOVE = 3
+
+
+def list_coding(coding: str, traces: int) -> str:
+    """The coding of a list of `traces` traces, given the one Accept-Encoding chose."""
+    return coding if traces > COMPRESS_TRACES_ABOVE else IDENTITY
+
+
+def list_digest(filters: str, page: str, version) -> str:
+    """What identifies a list's answer without its body: its filters, its page, and the
+    `selectors.ListVersion` of its rows (whose docstring says why these numbers suffice)."""
+    latest = "" if version.latest is None else format_timestamp(version.latest)
+    return digest_of(
+        REPRESENTATION_VERSION,
+        "list",
+        filters,
+        page,
+        str(version.count),
+        latest,
+        str(version.key_sum),
+        str(version.stamp_sum),
+        "more" if version.more else "",
+    )

@@ -10,12 +10,14 @@ each CUDA context, so "launch order" is (ctx, kernel_id).
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from django.db import connection, transaction
-from django.db.models import BigIntegerField, Count, ExpressionWrapper, F, Max, Min, Q, Sum, Value
+from django.db.models import BigIntegerField, Count, ExpressionWrapper, F, Max, Min, Q, Sum, Value, Window
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 
-from traces.filters import TraceFilter
+from traces.filters import ListPage, TraceFilter
 from traces.models import KERNEL_COLUMNS, Kernel, KernelContext, KernelName, Step, Trace, TraceState
 
 # --- the API -------------------------------------------------------------------------
@@ -44,15 +46,146 @@ TRACE_DETAIL_COLUMNS = (*TRACE_SUMMARY_COLUMNS, "metadata_json")
 KERNEL_FETCH_ROWS = 2000
 
 
-def trace_summary_rows(filters: TraceFilter | None = None) -> list[tuple]:
-    """Every trace's TRACE_SUMMARY_COLUMNS, newest first: one query.
+# --- the list: `GET /api/traces`, whole or a page at a time ------------------------------
 
-    `filters` (validated by `traces.filters.trace_filters`) narrows the traces in that query.
+# Rows per round trip of the list's server-side cursor; a list of at most this many traces is
+# sent in one piece (with a Content-Length).
+LIST_FETCH_ROWS = 2000
+SUMMARY_WIDTH = len(TRACE_SUMMARY_COLUMNS)
+CREATED_AT_COLUMN = TRACE_SUMMARY_COLUMNS.index("created_at")
+UPDATED_AT_COLUMN = TRACE_SUMMARY_COLUMNS.index("updated_at")
+# A row's `updated_at` as a number that fits 100,000,000 rows' sum in 64 bits (SQLite's sum
+# errs past them): microseconds since 1970, modulo 2**31 (about 36 minutes).
+STAMP_MODULUS = 2**31
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_STAMP_SQL = {
+    "postgresql": "(CAST(EXTRACT(EPOCH FROM updated_at) * 1000000 AS BIGINT) %% 2147483648)",
+    # Django stores a datetime as UTC text, `2026-11-08 08:59:02.590922` (no fraction at .000000).
+    "sqlite": (
+        "((CAST(strftime('%%s', updated_at) AS INTEGER) * 1000000"
+        " + CAST(substr(updated_at, 21, 6) AS INTEGER)) %% 2147483648)"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class ListVersion:
+    """What identifies the rows a list answers, read without them (`trace_list_version`).
+
+    Every write to a trace saves its row, which sets `updated_at` (as the detail's ETag
+    assumes), and a trace's `key` is never reused. So among the listed rows: a new trace
+    raises `count`; a deleted one lowers it; a delete and a create together raise `key_sum`
+    (a new key is larger than every older one); a change moves its row's `updated_at`, and
+    with it `stamp_sum`, even when `latest` stays (a worker whose clock is behind, or whose
+    save commits after a later one). A trace that enters or leaves the filtered set was
+    saved. Nothing else moves these numbers: a write to a trace the list does not show, or
+    bookkeeping that keeps `updated_at` (`recheck_after`), which the list does not show.
     """
+
+    count: int
+    latest: datetime | None
+    key_sum: int
+    stamp_sum: int
+    more: bool = False  # a page: more rows follow it
+
+
+EVERY_TRACE = ListPage()
+
+
+def updated_stamp(updated_at: datetime) -> int:
+    """`_STAMP_SQL` in Python, for a page's rows."""
+    return ((updated_at - _EPOCH) // timedelta(microseconds=1)) % STAMP_MODULUS
+
+
+def _listed(filters: TraceFilter | None, page: ListPage):
+    """The traces the list shows, newest first (ties by id), after `page.after`."""
     traces = Trace.objects.order_by("-created_at", "id")
     if filters is not None:
         traces = filters.filter_queryset(traces)
-    return list(traces.values_list(*TRACE_SUMMARY_COLUMNS))
+    if page.after is not None:
+        created_at, trace_id = page.after
+        # `created_at <= c` bounds the index scan (trace_newest_first); the rest is the tie.
+        traces = traces.filter(created_at__lte=created_at).filter(
+            Q(created_at__lt=created_at) | Q(id__gt=trace_id)
+        )
+    return traces
+
+
+def _page_version(page_rows: list[tuple], limit: int, *, key: int, updated_at: int) -> ListVersion:
+    """The version of a page read with one row past its end (which only says `more`)."""
+    shown = page_rows[:limit]
+    return ListVersion(
+        count=len(shown),
+        latest=max((row[updated_at] for row in shown), default=None),
+        key_sum=sum(row[key] for row in shown),
+        stamp_sum=sum(updated_stamp(row[updated_at]) for row in shown),
+        more=len(page_rows) > limit,
+    )
+
+
+def _stamp() -> RawSQL:
+    return RawSQL(_STAMP_SQL[connection.vendor], (), output_field=BigIntegerField())
+
+
+def trace_list_version(filters: TraceFilter | None, page: ListPage) -> ListVersion:
+    """The list's ListVersion without its rows: one query (a 304's, a HEAD's)."""
+    traces = _listed(filters, page)
+    if page.limit is not None:
+        rows = list(traces.values_list("key", "updated_at")[: page.limit + 1])
+        return _page_version(rows, page.limit, key=0, updated_at=1)
+    totals = traces.order_by().aggregate(
+        count=Count("*"), latest=Max("updated_at"), key_sum=Sum("key"), stamp_sum=Sum(_stamp())
+    )
+    return ListVersion(
+        count=totals["count"],
+        latest=totals["latest"],
+        key_sum=int(totals["key_sum"] or 0),
+        stamp_sum=int(totals["stamp_sum"] or 0),
+    )
+
+
+def trace_summary_rows(
+    filters: TraceFilter | None = None, page: ListPage = EVERY_TRACE
+) -> tuple[ListVersion, Iterator[tuple]]:
+    """The list's ListVersion and its TRACE_SUMMARY_COLUMNS rows, newest first: one query.
+
+    `filters` (validated by `traces.filters.trace_filters`) narrows the traces in that query.
+    A page (at most 1,000 rows) is read at once. The whole list comes through a server-side
+    cursor, LIST_FETCH_ROWS a round trip, each row with the version's numbers as window
+    aggregates over the same rows: the ETag is known from the first fetch, before anything
+    is sent, and says exactly what the rows say (one statement, one snapshot).
+    """
+    traces = _listed(filters, page)
+    if page.limit is not None:
+        rows = list(traces.values_list(*TRACE_SUMMARY_COLUMNS, "key")[: page.limit + 1])
+        version = _page_version(rows, page.limit, key=SUMMARY_WIDTH, updated_at=UPDATED_AT_COLUMN)
+        return version, (row[:SUMMARY_WIDTH] for row in rows[: page.limit])
+    rows = (
+        traces.annotate(
+            list_count=Window(Count("*")),
+            list_latest=Window(Max("updated_at")),
+            list_key_sum=Window(Sum("key")),
+            list_stamp_sum=Window(Sum(_stamp())),
+        )
+        .values_list(*TRACE_SUMMARY_COLUMNS, "list_count", "list_latest", "list_key_sum", "list_stamp_sum")
+        .iterator(chunk_size=LIST_FETCH_ROWS)
+    )
+    first = next(rows, None)
+    if first is None:
+        return ListVersion(count=0, latest=None, key_sum=0, stamp_sum=0), iter(())
+    count, latest, key_sum, stamp_sum = first[SUMMARY_WIDTH:]
+    version = ListVersion(count=count, latest=latest, key_sum=int(key_sum), stamp_sum=int(stamp_sum))
+    return version, _summaries(first, rows)
+
+
+def _summaries(first: tuple, rows: Iterator[tuple]) -> Iterator[tuple]:
+    """The rows without their window columns; closing it closes the cursor."""
+    try:
+        yield first[:SUMMARY_WIDTH]
+        for row in rows:
+            yield row[:SUMMARY_WIDTH]
+    finally:
+        rows.close()
 
 
 def trace_detail_row(trace_id: str) -> tuple | None:
