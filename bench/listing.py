@@ -55,7 +55,7 @@ SELECT
     (n * 104729) %% 100000000,
     n %% 4 <> 0, n %% 8 = 1, n %% 100 = 0,
     5, NULL, 0, NULL, '[]'::jsonb, NULL, '', '[]'::jsonb, NULL, 0, 0
-FROM generate_series(1, %s) AS n
+FROM generate_series(1::bigint, %s) AS n
 """
 
 

@@ -183,13 +183,18 @@ class ListPage:
         """What of the page its answer depends on, for its ETag."""
         if self.limit is None and self.after is None:
             return ""
-        return f"limit={self.limit or ''}&after={encode_cursor(*self.after) if self.after else ''}"
+        if self.after is None:
+            return f"limit={self.limit}&after="
+        created_at, trace_id = self.after
+        return (
+            f"limit={self.limit or ''}&after={encode_cursor(created_at.strftime(_CURSOR_FORMAT), trace_id)}"
+        )
 
 
-def encode_cursor(created_at: datetime.datetime, trace_id: str) -> str:
-    """An opaque `after`: the row's sort key as URL-safe base64 of a JSON pair, unpadded."""
-    created = created_at.astimezone(datetime.UTC).strftime(_CURSOR_FORMAT)
-    return base64.urlsafe_b64encode(orjson.dumps([created, trace_id])).rstrip(b"=").decode()
+def encode_cursor(created_at: str, trace_id: str) -> str:
+    """An opaque `after`: the row's sort key (`created_at` as the API writes it, and `id`) as
+    URL-safe base64 of a JSON pair, unpadded."""
+    return base64.urlsafe_b64encode(orjson.dumps([created_at, trace_id])).rstrip(b"=").decode()
 
 
 def decode_cursor(cursor: str) -> tuple[datetime.datetime, str]:

@@ -243,14 +243,12 @@ def list_coding(coding: str, traces: int) -> str:
 def list_digest(filters: str, page: str, version) -> str:
     """What identifies a list's answer without its body: its filters, its page, and the
     `selectors.ListVersion` of its rows (whose docstring says why these numbers suffice)."""
-    latest = "" if version.latest is None else format_timestamp(version.latest)
     return digest_of(
         REPRESENTATION_VERSION,
         "list",
         filters,
         page,
         str(version.count),
-        latest,
         str(version.key_sum),
         str(version.stamp_sum),
         "more" if version.more else "",

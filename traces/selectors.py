@@ -13,7 +13,21 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.db import connection, transaction
-from django.db.models import BigIntegerField, Count, ExpressionWrapper, F, Max, Min, Q, Sum, Value, Window
+from django.db.models import (
+    BigIntegerField,
+    CharField,
+    Count,
+    ExpressionWrapper,
+    F,
+    Func,
+    Max,
+    Min,
+    Q,
+    Sum,
+    TextField,
+    Value,
+    Window,
+)
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 
@@ -53,7 +67,6 @@ KERNEL_FETCH_ROWS = 2000
 LIST_FETCH_ROWS = 2000
 SUMMARY_WIDTH = len(TRACE_SUMMARY_COLUMNS)
 CREATED_AT_COLUMN = TRACE_SUMMARY_COLUMNS.index("created_at")
-UPDATED_AT_COLUMN = TRACE_SUMMARY_COLUMNS.index("updated_at")
 # A row's `updated_at` as a number that fits 100,000,000 rows' sum in 64 bits (SQLite's sum
 # errs past them): microseconds since 1970, modulo 2**31 (about 36 minutes).
 STAMP_MODULUS = 2**31
@@ -66,6 +79,8 @@ _STAMP_SQL = {
         " + CAST(substr(updated_at, 21, 6) AS INTEGER)) %% 2147483648)"
     ),
 }
+# Past this many rows, the list's delta table (migration 0012) is folded into one row.
+LIST_DELTAS_MAX = 1000
 
 
 @dataclass(frozen=True)
@@ -74,16 +89,15 @@ class ListVersion:
 
     Every write to a trace saves its row, which sets `updated_at` (as the detail's ETag
     assumes), and a trace's `key` is never reused. So among the listed rows: a new trace
-    raises `count`; a deleted one lowers it; a delete and a create together raise `key_sum`
-    (a new key is larger than every older one); a change moves its row's `updated_at`, and
-    with it `stamp_sum`, even when `latest` stays (a worker whose clock is behind, or whose
-    save commits after a later one). A trace that enters or leaves the filtered set was
-    saved. Nothing else moves these numbers: a write to a trace the list does not show, or
-    bookkeeping that keeps `updated_at` (`recheck_after`), which the list does not show.
+    raises `count`; a deleted one lowers it; deletes and creates that keep the count raise
+    `key_sum` (a new key is larger than every older one); a change moves its row's
+    `updated_at`, and with it `stamp_sum`, whatever it moves it to (max(updated_at) would miss
+    a worker whose clock is behind, or a save that commits after a later one's). A trace that
+    enters or leaves a filtered set was saved. Nothing else moves these numbers: a write to a
+    trace the list does not show, or bookkeeping that keeps `updated_at` (`recheck_after`).
     """
 
     count: int
-    latest: datetime | None
     key_sum: int
     stamp_sum: int
     more: bool = False  # a page: more rows follow it
@@ -95,6 +109,35 @@ EVERY_TRACE = ListPage()
 def updated_stamp(updated_at: datetime) -> int:
     """`_STAMP_SQL` in Python, for a page's rows."""
     return ((updated_at - _EPOCH) // timedelta(microseconds=1)) % STAMP_MODULUS
+
+
+class UtcText(Func):
+    """A timestamp as the API writes it (`encoders.format_timestamp`), formatted by the
+    database: 100,000 datetimes parsed, then formatted again, cost the list a second."""
+
+    output_field = CharField()
+
+    def as_postgresql(self, compiler, connection, **extra):
+        template = "to_char(%(expressions)s AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+        return self.as_sql(compiler, connection, template=template, **extra)
+
+    def as_sqlite(self, compiler, connection, **extra):
+        template = "(replace(substr(%(expressions)s || '.000000', 1, 26), ' ', 'T') || 'Z')"
+        return self.as_sql(compiler, connection, template=template, **extra)
+
+
+# The list's rows: TRACE_SUMMARY_COLUMNS with the timestamps as the API's text and `layers` as
+# JSON text (`encoders.list_row_to_dict`).
+_LIST_TEXT = {"created_at": "list_created_at", "updated_at": "list_updated_at", "layers": "list_layers"}
+LIST_ROW_COLUMNS = tuple(_LIST_TEXT.get(name, name) for name in TRACE_SUMMARY_COLUMNS)
+
+
+def _list_rows(traces):
+    return traces.annotate(
+        list_created_at=UtcText("created_at"),
+        list_updated_at=UtcText("updated_at"),
+        list_layers=Cast("layers", TextField()),
+    )
 
 
 def _listed(filters: TraceFilter | None, page: ListPage):
@@ -111,14 +154,22 @@ def _listed(filters: TraceFilter | None, page: ListPage):
     return traces
 
 
-def _page_version(page_rows: list[tuple], limit: int, *, key: int, updated_at: int) -> ListVersion:
-    """The version of a page read with one row past its end (which only says `more`)."""
+def _every_trace(filters: TraceFilter | None, page: ListPage) -> bool:
+    """Is this the whole, unfiltered list, whose version PostgreSQL keeps (migration 0012)?"""
+    unfiltered = filters is None or not any(
+        value not in (None, "") for value in filters.form.cleaned_data.values()
+    )
+    return connection.vendor == "postgresql" and unfiltered and page == EVERY_TRACE
+
+
+def _page_version(page_rows: list[tuple], limit: int) -> ListVersion:
+    """The version of a page read with one row past its end (which only says `more`); each
+    row ends with its key and updated_at."""
     shown = page_rows[:limit]
     return ListVersion(
         count=len(shown),
-        latest=max((row[updated_at] for row in shown), default=None),
-        key_sum=sum(row[key] for row in shown),
-        stamp_sum=sum(updated_stamp(row[updated_at]) for row in shown),
+        key_sum=sum(row[-2] for row in shown),
+        stamp_sum=sum(updated_stamp(row[-1]) for row in shown),
         more=len(page_rows) > limit,
     )
 
@@ -127,59 +178,89 @@ def _stamp() -> RawSQL:
     return RawSQL(_STAMP_SQL[connection.vendor], (), output_field=BigIntegerField())
 
 
+_DELTA_SUMS = {
+    "list_count": "(SELECT COALESCE(SUM(traces), 0) FROM traces_tracelistdelta)",
+    "list_key_sum": "(SELECT COALESCE(SUM(key_sum), 0) FROM traces_tracelistdelta)",
+    "list_stamp_sum": "(SELECT COALESCE(SUM(stamp_sum), 0) FROM traces_tracelistdelta)",
+}
+_FOLD_DELTAS = (
+    "WITH gone AS (DELETE FROM traces_tracelistdelta RETURNING traces, key_sum, stamp_sum) "
+    "INSERT INTO traces_tracelistdelta (traces, key_sum, stamp_sum) "
+    "SELECT COALESCE(SUM(traces), 0), COALESCE(SUM(key_sum), 0), COALESCE(SUM(stamp_sum), 0) FROM gone"
+)
+
+
 def trace_list_version(filters: TraceFilter | None, page: ListPage) -> ListVersion:
-    """The list's ListVersion without its rows: one query (a 304's, a HEAD's)."""
+    """The list's ListVersion without its rows: one query (a 304's).
+
+    The whole list's on PostgreSQL is the sum of a few rows that triggers add on every
+    write to the trace table (migration 0012): a 304 at 100,000 traces costs what one at 10
+    does. A filtered list's is read from its rows' keys and `updated_at` (through the indexes
+    its filters allow); a page's from its at most 1,001 rows.
+    """
+    if _every_trace(filters, page):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT COUNT(*), COALESCE(SUM(traces), 0), COALESCE(SUM(key_sum), 0), "
+                "COALESCE(SUM(stamp_sum), 0) FROM traces_tracelistdelta"
+            )
+            deltas, count, key_sum, stamp_sum = cursor.fetchone()
+            if deltas > LIST_DELTAS_MAX:
+                cursor.execute(_FOLD_DELTAS)
+        return ListVersion(count=int(count), key_sum=int(key_sum), stamp_sum=int(stamp_sum))
     traces = _listed(filters, page)
     if page.limit is not None:
-        rows = list(traces.values_list("key", "updated_at")[: page.limit + 1])
-        return _page_version(rows, page.limit, key=0, updated_at=1)
-    totals = traces.order_by().aggregate(
-        count=Count("*"), latest=Max("updated_at"), key_sum=Sum("key"), stamp_sum=Sum(_stamp())
-    )
+        return _page_version(list(traces.values_list("key", "updated_at")[: page.limit + 1]), page.limit)
+    totals = traces.order_by().aggregate(count=Count("*"), key_sum=Sum("key"), stamp_sum=Sum(_stamp()))
     return ListVersion(
-        count=totals["count"],
-        latest=totals["latest"],
-        key_sum=int(totals["key_sum"] or 0),
-        stamp_sum=int(totals["stamp_sum"] or 0),
+        count=totals["count"], key_sum=int(totals["key_sum"] or 0), stamp_sum=int(totals["stamp_sum"] or 0)
     )
 
 
 def trace_summary_rows(
     filters: TraceFilter | None = None, page: ListPage = EVERY_TRACE
 ) -> tuple[ListVersion, Iterator[tuple]]:
-    """The list's ListVersion and its TRACE_SUMMARY_COLUMNS rows, newest first: one query.
+    """The list's ListVersion and its LIST_ROW_COLUMNS rows, newest first: one query.
 
     `filters` (validated by `traces.filters.trace_filters`) narrows the traces in that query.
-    A page (at most 1,000 rows) is read at once. The whole list comes through a server-side
-    cursor, LIST_FETCH_ROWS a round trip, each row with the version's numbers as window
-    aggregates over the same rows: the ETag is known from the first fetch, before anything
-    is sent, and says exactly what the rows say (one statement, one snapshot).
+    A page (at most 1,000 rows) is read at once. A whole list comes through a server-side
+    cursor, LIST_FETCH_ROWS a round trip, each row with its version's numbers (the kept sums,
+    or window aggregates over the same rows): the ETag is known from the first fetch, before
+    anything is sent, and says exactly what the rows say (one statement, one snapshot).
     """
-    traces = _listed(filters, page)
+    traces = _list_rows(_listed(filters, page))
     if page.limit is not None:
-        rows = list(traces.values_list(*TRACE_SUMMARY_COLUMNS, "key")[: page.limit + 1])
-        version = _page_version(rows, page.limit, key=SUMMARY_WIDTH, updated_at=UPDATED_AT_COLUMN)
-        return version, (row[:SUMMARY_WIDTH] for row in rows[: page.limit])
-    rows = (
-        traces.annotate(
-            list_count=Window(Count("*")),
-            list_latest=Window(Max("updated_at")),
-            list_key_sum=Window(Sum("key")),
-            list_stamp_sum=Window(Sum(_stamp())),
-        )
-        .values_list(*TRACE_SUMMARY_COLUMNS, "list_count", "list_latest", "list_key_sum", "list_stamp_sum")
-        .iterator(chunk_size=LIST_FETCH_ROWS)
-    )
+        rows = list(traces.values_list(*LIST_ROW_COLUMNS, "key", "updated_at")[: page.limit + 1])
+        return _page_version(rows, page.limit), (row[:SUMMARY_WIDTH] for row in rows[: page.limit])
+    if _every_trace(filters, page):
+        sums = {name: RawSQL(sql, (), output_field=BigIntegerField()) for name, sql in _DELTA_SUMS.items()}
+    else:
+        sums = {
+            "list_count": Window(Count("*")),
+            "list_key_sum": Window(Sum("key")),
+            "list_stamp_sum": Window(Sum(_stamp())),
+        }
+    rows = _fetched(traces.annotate(**sums).values_list(*LIST_ROW_COLUMNS, *sums))
     first = next(rows, None)
     if first is None:
-        return ListVersion(count=0, latest=None, key_sum=0, stamp_sum=0), iter(())
-    count, latest, key_sum, stamp_sum = first[SUMMARY_WIDTH:]
-    version = ListVersion(count=count, latest=latest, key_sum=int(key_sum), stamp_sum=int(stamp_sum))
-    return version, _summaries(first, rows)
+        rows.close()
+        return ListVersion(count=0, key_sum=0, stamp_sum=0), iter(())
+    count, key_sum, stamp_sum = (int(value) for value in first[SUMMARY_WIDTH:])
+    return ListVersion(count=count, key_sum=key_sum, stamp_sum=stamp_sum), _summaries(first, rows)
+
+
+def _fetched(rows) -> Iterator[tuple]:
+    """A values_list's rows through a server-side cursor, LIST_FETCH_ROWS a round trip. On
+    PostgreSQL straight from psycopg: every column is already what the JSON says (text,
+    numbers, booleans), and Django's converters per value cost a third of the list."""
+    if connection.vendor != "postgresql":
+        return rows.iterator(chunk_size=LIST_FETCH_ROWS)
+    sql, params = rows.query.sql_with_params()
+    return _cursor_rows(sql, params)
 
 
 def _summaries(first: tuple, rows: Iterator[tuple]) -> Iterator[tuple]:
-    """The rows without their window columns; closing it closes the cursor."""
+    """The rows without their version's columns; closing it closes the cursor."""
     try:
         yield first[:SUMMARY_WIDTH]
         for row in rows:

@@ -107,7 +107,9 @@ class TraceViewSet(viewsets.ViewSet):
         if not self.wants_json(request):
             version, rows = selectors.trace_summary_rows(filters, page)
             rows = list(rows)
-            return with_next_link(Response(encoders.trace_summaries(rows)), request, version, rows)
+            return with_next_link(
+                Response([encoders.list_row_to_dict(row) for row in rows]), request, version, rows
+            )
         coding = http.choose_coding(request.META.get("HTTP_ACCEPT_ENCODING"))
         keys = (filters_key(filters), page.key())
         if conditional := request.META.get("HTTP_IF_NONE_MATCH"):
