@@ -113,7 +113,8 @@ def test_the_list_bench_runs_at_the_tiny_scale(on_postgres, tmp_path):
     # The same rows as PostgreSQL's json_agg, give or take its spacing.
     assert 0.8 < saved["copy_list"]["bytes"] / saved["list"]["bytes"] < 1.3
     assert saved["list_gzip"]["bytes"] < saved["list"]["bytes"] / 4
+    assert saved["list_zstd"]["bytes"] < saved["list"]["bytes"] / 4
     for figure in ("list", "page", "deep_page", "304", "page_304"):
         assert saved[figure]["seconds"] > 0, figure
     assert saved["rss"]["after"] >= saved["rss"]["before"] > 0
-    assert sum(line.startswith("|") for line in bench.stdout.splitlines()) == 2 + 7
+    assert sum(line.startswith("|") for line in bench.stdout.splitlines()) == 2 + 8
