@@ -122,7 +122,7 @@ CACHING_PARAMETERS = [
         description=(
             "`zstd` and `gzip` are served (zstd when both are accepted with the same q; q=0 "
             "refuses a coding; without the header, none). Large details are compressed chunk "
-            f"by chunk as they stream; a list only when longer than {http.COMPRESS_ABOVE} bytes."
+            f"by chunk as they stream; a list only of more than {http.COMPRESS_TRACES_ABOVE} traces."
         ),
     ),
     OpenApiParameter(

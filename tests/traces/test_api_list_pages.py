@@ -483,3 +483,23 @@ def test_the_kept_version_is_the_aggregate_of_the_rows(db):
     Trace.objects.filter(pk__startswith="bulk-00001").delete()
     kept, summed = both()
     assert kept == summed and kept.count == Trace.objects.count() == 50 + 1 - 1 - 10
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_the_kept_version_survives_a_flush(api_token):
+    """Django's flush (between transactional tests) TRUNCATEs the trace table: the kept sums
+    start again from nothing, as the table does."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the triggers are PostgreSQL's")
+    from django.core.management import call_command
+
+    from traces import selectors
+    from traces.filters import ListPage
+
+    bulk_traces(5)
+    call_command("flush", interactive=False, verbosity=0)
+    Trace.objects.create(pk="after-the-flush")
+
+    version = selectors.trace_list_version(None, ListPage())
+    assert (version.count, version.key_sum) == (1, Trace.objects.get().key)
