@@ -11,8 +11,8 @@ already holds it should not download it again. Three constraints shape this modu
 - A detail's ETag must be known before its kernels are read, so that a 304 costs one query on
   the trace table. Every write to a trace or its kernels saves the trace row, which bumps its
   `updated_at` (`Trace.save`, called by every service in `traces.services`): the row's id and
-  `updated_at` identify what the detail says. The list is one query anyway: its ETag is a
-  digest of the body itself, so it changes exactly when the list does.
+  `updated_at` identify what the detail says. A list's ETag is known without its body
+  too: from its rows' count, keys and `updated_at` (`selectors.ListVersion`, `list_digest`).
 - Each coding is a different representation with its own strong ETag (`"<digest>-gzip"`,
   `"<digest>-zstd"`); `If-None-Match` matches any coding of the current digest (a client that
   cached the gzip answer and now accepts zstd still holds the current content).
