@@ -139,3 +139,32 @@ def test_the_events_bench_times_both_modes_at_a_small_scale(tmp_path):
         )
         == 2
     )
+
+
+def test_the_list_bench_runs_at_the_tiny_scale(on_postgres, tmp_path):
+    """bench/listing.py: every figure taken through gunicorn, the scratch database dropped."""
+    db = connection.settings_dict
+    login = db["USER"] or "postgres"
+    if db["PASSWORD"]:
+        login += f":{db['PASSWORD']}"
+    server = f"postgres://{login}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
+    results = tmp_path / "listing.json"
+    bench = subprocess.run(
+        [sys.executable, "-m", "bench.listing", "--scale", "tiny", "--repeat", "1", "--server", server]
+        + ["--json", str(results)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    saved = json.loads(results.read_text())
+    assert saved["traces"] == 3_000
+    # The same rows as PostgreSQL's json_agg, give or take its spacing.
+    assert 0.8 < saved["copy_list"]["bytes"] / saved["list"]["bytes"] < 1.3
+    assert saved["list_gzip"]["bytes"] < saved["list"]["bytes"] / 4
+    assert saved["list_zstd"]["bytes"] < saved["list"]["bytes"] / 4
+    for figure in ("list", "page", "deep_page", "304", "page_304"):
+        assert saved[figure]["seconds"] > 0, figure
+    assert saved["rss"]["after"] >= saved["rss"]["before"] > 0
+    assert sum(line.startswith("|") for line in bench.stdout.splitlines()) == 2 + 8

@@ -112,6 +112,49 @@ def encode_summaries(summaries: list[dict]) -> bytes:
     return orjson.dumps(summaries)
 
 
+_LAYERS = TRACE_SUMMARY_COLUMNS.index("layers")
+
+
+def list_row_to_dict(row: tuple, layers: dict[str, list] | None = None) -> dict:
+    """A TraceSummary from a row of `selectors.trace_summary_rows` (timestamps already the
+    API's text, `layers` JSON text). `layers`: lists already read, by their text (traces
+    share a handful of them), to be only encoded again."""
+    summary = dict(zip(TRACE_SUMMARY_COLUMNS, row, strict=True))
+    text = row[_LAYERS]
+    if layers is None:
+        summary["layers"] = orjson.loads(text)
+    elif (read := layers.get(text)) is not None:
+        summary["layers"] = read
+    else:
+        summary["layers"] = layers[text] = orjson.loads(text)
+    return summary
+
+
+def encode_summary_chunks(rows: Iterable[tuple]) -> Iterator[bytes]:
+    """The list's JSON array in pieces, KERNEL_CHUNK summaries at a time (as the detail's
+    kernels): concatenated, exactly `orjson.dumps` of the list of `list_row_to_dict`s."""
+    yield b"["
+    chunk: list[dict] = []
+    first = True
+    layers: dict[str, list] = {}
+    try:
+        for row in rows:
+            if len(layers) > 1000:  # distinct layer lists: a bound, whatever they are
+                layers.clear()
+            chunk.append(list_row_to_dict(row, layers))
+            if len(chunk) == KERNEL_CHUNK:
+                yield (b"" if first else b",") + orjson.dumps(chunk)[1:-1]
+                first = False
+                chunk = []
+        if chunk:
+            yield (b"" if first else b",") + orjson.dumps(chunk)[1:-1]
+        yield b"]"
+    finally:
+        close = getattr(rows, "close", None)
+        if close is not None:  # a client gone: the rows' cursor with it
+            close()
+
+
 def encode_trace_detail(head: dict, rows: Iterable[tuple]) -> Iterator[bytes]:
     """The TraceDetail JSON in pieces: the head, then kernels a chunk at a time.
 

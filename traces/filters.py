@@ -10,9 +10,13 @@ asking for `sample=yes` must not get every trace.
 (`created_after=A&created_before=B`, then `created_after=B&...`) list each trace once.
 """
 
+import base64
+import binascii
 import datetime
+from dataclasses import dataclass
 
 import django_filters
+import orjson
 from django import forms
 from django.core.exceptions import ValidationError
 from django.http import QueryDict
@@ -155,6 +159,86 @@ def simulation_filters(params: QueryDict) -> SimulationFilter:
             )
         )
     return filters
+
+
+# --- pages of `GET /api/traces`: ?limit= and ?after= ---------------------------------------
+
+LIMIT_MAX = 1000
+PAGE_ACCEPTS = {
+    "limit": f"an integer from 1 to {LIMIT_MAX}",
+    "after": "the cursor of a Link header of this list",
+}
+_CURSOR_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+@dataclass(frozen=True)
+class ListPage:
+    """`?limit=` (None: every trace) and `?after=` (the sort key, `created_at` and `id`, of the
+    last row of the previous page)."""
+
+    limit: int | None = None
+    after: tuple[datetime.datetime, str] | None = None
+
+    def key(self) -> str:
+        """What of the page its answer depends on, for its ETag."""
+        if self.limit is None and self.after is None:
+            return ""
+        if self.after is None:
+            return f"limit={self.limit}&after="
+        created_at, trace_id = self.after
+        return (
+            f"limit={self.limit or ''}&after={encode_cursor(created_at.strftime(_CURSOR_FORMAT), trace_id)}"
+        )
+
+
+def encode_cursor(created_at: str, trace_id: str) -> str:
+    """An opaque `after`: the row's sort key (`created_at` as the API writes it, and `id`) as
+    URL-safe base64 of a JSON pair, unpadded."""
+    return base64.urlsafe_b64encode(orjson.dumps([created_at, trace_id])).rstrip(b"=").decode()
+
+
+def decode_cursor(cursor: str) -> tuple[datetime.datetime, str]:
+    """`encode_cursor`'s pair; ValueError for anything it did not write."""
+    try:
+        data = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created, trace_id = orjson.loads(data)
+        if not isinstance(created, str) or not isinstance(trace_id, str) or "\0" in trace_id:
+            raise ValueError("not a cursor")
+        moment = datetime.datetime.strptime(created, _CURSOR_FORMAT).replace(tzinfo=datetime.UTC)
+    except (binascii.Error, orjson.JSONDecodeError, TypeError, ValueError):
+        raise ValueError("not a cursor") from None
+    return moment, trace_id
+
+
+def trace_list_page(params: QueryDict) -> ListPage:
+    """`limit` and `after` as `params` gives them; InvalidFilter (a 400) names each bad one, as
+    a filter's. An absent or empty one is no page: the whole list."""
+    errors, limit, after = [], None, None
+    if raw := params.get("limit"):
+        limit = int(raw) if raw.isascii() and raw.isdigit() else 0
+        if not 1 <= limit <= LIMIT_MAX:
+            errors.append("limit")
+    if raw := params.get("after"):
+        try:
+            after = decode_cursor(raw)
+        except ValueError:
+            errors.append("after")
+    if errors:
+        raise InvalidFilter(
+            " ".join(
+                f"{name} accepts {PAGE_ACCEPTS[name]}; got {shown(params.get(name))}." for name in errors
+            )
+        )
+    return ListPage(limit=limit, after=after)
+
+
+def filters_key(filters: TraceFilter) -> str:
+    """The filters that narrow the list (empty ones and other parameters left out), for its ETag."""
+    return "&".join(
+        f"{name}={value.isoformat() if isinstance(value, datetime.datetime) else value}"
+        for name, value in sorted(filters.form.cleaned_data.items())
+        if value is not None and value != ""
+    )
 
 
 def shown(value: str, limit: int = 80) -> str:

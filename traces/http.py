@@ -11,8 +11,8 @@ already holds it should not download it again. Three constraints shape this modu
 - A detail's ETag must be known before its kernels are read, so that a 304 costs one query on
   the trace table. Every write to a trace or its kernels saves the trace row, which bumps its
   `updated_at` (`Trace.save`, called by every service in `traces.services`): the row's id and
-  `updated_at` identify what the detail says. The list is one query anyway: its ETag is a
-  digest of the body itself, so it changes exactly when the list does.
+  `updated_at` identify what the detail says. A list's ETag is known without its body
+  too: from its rows' count, keys and `updated_at` (`selectors.ListVersion`, `list_digest`).
 - Each coding is a different representation with its own strong ETag (`"<digest>-gzip"`,
   `"<digest>-zstd"`); `If-None-Match` matches any coding of the current digest (a client that
   cached the gzip answer and now accepts zstd still holds the current content).
@@ -260,3 +260,31 @@ def streaming_csv_response(
 def csv_head_response(digest: str, coding: str, filename: str) -> StreamingHttpResponse:
     """A HEAD's answer for the CSV: the 200's headers, no kernel read."""
     return cacheable(csv_attachment(StreamingHttpResponse(()), filename), digest, coding)
+
+
+# --- the list (`GET /api/traces`) -------------------------------------------------------------
+
+# A list of more traces than this is compressed when asked: a TraceSummary is never under 280
+# bytes of JSON, so 4 are over COMPRESS_ABOVE. Counted, not measured, so that a 304 knows the
+# coding its 200 would have without building the body.
+COMPRESS_TRACES_ABOVE = 3
+
+
+def list_coding(coding: str, traces: int) -> str:
+    """The coding of a list of `traces` traces, given the one Accept-Encoding chose."""
+    return coding if traces > COMPRESS_TRACES_ABOVE else IDENTITY
+
+
+def list_digest(filters: str, page: str, version) -> str:
+    """What identifies a list's answer without its body: its filters, its page, and the
+    `selectors.ListVersion` of its rows (whose docstring says why these numbers suffice)."""
+    return digest_of(
+        REPRESENTATION_VERSION,
+        "list",
+        filters,
+        page,
+        str(version.count),
+        str(version.key_sum),
+        str(version.stamp_sum),
+        "more" if version.more else "",
+    )

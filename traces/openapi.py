@@ -26,6 +26,7 @@ from traces.api_examples import (
     SIMULATION_LIST_EXAMPLE,
     SIMULATIONS_EXAMPLE,
 )
+from traces.filters import LIMIT_MAX, PAGE_ACCEPTS
 from traces.serializers import (
     ErrorSerializer,
     SelectionSerializer,
@@ -128,7 +129,7 @@ CACHING_PARAMETERS = [
         description=(
             "`zstd` and `gzip` are served (zstd when both are accepted with the same q; q=0 "
             "refuses a coding; without the header, none). Large details are compressed chunk "
-            f"by chunk as they stream; a list only when longer than {http.COMPRESS_ABOVE} bytes."
+            f"by chunk as they stream; a list only of more than {http.COMPRESS_TRACES_ABOVE} traces."
         ),
     ),
     OpenApiParameter(
@@ -186,6 +187,38 @@ def trace_parameter(name: str, description: str, example: str) -> OpenApiParamet
     )
 
 
+# Pages of the list (traces.filters.trace_list_page): optional, GitHub's Link convention.
+LIST_PAGE_PARAMETERS = [
+    OpenApiParameter(
+        "limit",
+        {"type": "integer", "minimum": 1, "maximum": LIMIT_MAX},
+        OpenApiParameter.QUERY,
+        description=(
+            f"At most this many traces ({PAGE_ACCEPTS['limit']}); without it, every trace. Any "
+            "other value is a 400."
+        ),
+    ),
+    OpenApiParameter(
+        "after",
+        OpenApiTypes.STR,
+        OpenApiParameter.QUERY,
+        description=(
+            "Only the traces after this cursor in the list's order: an opaque value, taken from "
+            "the `Link` header of the previous page. One this API did not write is a 400."
+        ),
+    ),
+    OpenApiParameter(
+        "Link",
+        OpenApiTypes.STR,
+        OpenApiParameter.HEADER,
+        response=[200],
+        description=(
+            '`<URL>; rel="next"` when more traces follow this page: this URL with the same '
+            "filters and `limit` and the next `after`. Absent on the last page and without `limit`."
+        ),
+    ),
+]
+
 list_schema = extend_schema(
     operation_id="traces_list",
     summary="List traces",
@@ -193,9 +226,10 @@ list_schema = extend_schema(
         "Every trace the app has registered, in every state, newest first by created_at (ties by "
         "id). A trace appears as soon as its first file lands in the bucket. The optional filters "
         "narrow the list; a value a filter cannot read is a 400 that names it, and parameters that "
-        "are not filters are ignored."
+        "are not filters are ignored. Without `limit` the answer is every trace (streamed when "
+        "large); with it, a page, and a `Link` header to the next one while rows follow."
     ),
-    parameters=[*CACHING_PARAMETERS, CHALLENGE],
+    parameters=[*CACHING_PARAMETERS, *LIST_PAGE_PARAMETERS, CHALLENGE],
     responses={
         # Its example (the reference's list) is set by finish_schema: spectacular would wrap a list
         # example into a list of lists.

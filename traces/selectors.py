@@ -10,12 +10,28 @@ each CUDA context, so "launch order" is (ctx, kernel_id).
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from django.db import connection, transaction
-from django.db.models import BigIntegerField, Count, ExpressionWrapper, F, Max, Min, Q, Sum, Value
+from django.db.models import (
+    BigIntegerField,
+    CharField,
+    Count,
+    ExpressionWrapper,
+    F,
+    Func,
+    Max,
+    Min,
+    Q,
+    Sum,
+    TextField,
+    Value,
+    Window,
+)
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 
-from traces.filters import TraceFilter
+from traces.filters import ListPage, TraceFilter
 from traces.models import KERNEL_COLUMNS, Kernel, KernelContext, KernelName, Step, Trace, TraceState
 
 # --- the API -------------------------------------------------------------------------
@@ -44,15 +60,213 @@ TRACE_DETAIL_COLUMNS = (*TRACE_SUMMARY_COLUMNS, "metadata_json")
 KERNEL_FETCH_ROWS = 2000
 
 
-def trace_summary_rows(filters: TraceFilter | None = None) -> list[tuple]:
-    """Every trace's TRACE_SUMMARY_COLUMNS, newest first: one query.
+# --- the list: `GET /api/traces`, whole or a page at a time ------------------------------
 
-    `filters` (validated by `traces.filters.trace_filters`) narrows the traces in that query.
+# Rows per round trip of the list's server-side cursor; a list of at most this many traces is
+# sent in one piece (with a Content-Length).
+LIST_FETCH_ROWS = 2000
+SUMMARY_WIDTH = len(TRACE_SUMMARY_COLUMNS)
+CREATED_AT_COLUMN = TRACE_SUMMARY_COLUMNS.index("created_at")
+# A row's `updated_at` as a number that fits 100,000,000 rows' sum in 64 bits (SQLite's sum
+# errs past them): microseconds since 1970, modulo 2**31 (about 36 minutes).
+STAMP_MODULUS = 2**31
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_STAMP_SQL = {
+    "postgresql": "(CAST(EXTRACT(EPOCH FROM updated_at) * 1000000 AS BIGINT) %% 2147483648)",
+    # Django stores a datetime as UTC text, `2026-11-08 08:59:02.590922` (no fraction at .000000).
+    "sqlite": (
+        "((CAST(strftime('%%s', updated_at) AS INTEGER) * 1000000"
+        " + CAST(substr(updated_at, 21, 6) AS INTEGER)) %% 2147483648)"
+    ),
+}
+# Past this many rows, the list's delta table (migration 0012) is folded into one row.
+LIST_DELTAS_MAX = 1000
+
+
+@dataclass(frozen=True)
+class ListVersion:
+    """What identifies the rows a list answers, read without them (`trace_list_version`).
+
+    Every write to a trace saves its row, which sets `updated_at` (as the detail's ETag
+    assumes), and a trace's `key` is never reused. So among the listed rows: a new trace
+    raises `count`; a deleted one lowers it; deletes and creates that keep the count raise
+    `key_sum` (a new key is larger than every older one); a change moves its row's
+    `updated_at`, and with it `stamp_sum`, whatever it moves it to (max(updated_at) would miss
+    a worker whose clock is behind, or a save that commits after a later one's). A trace that
+    enters or leaves a filtered set was saved. Nothing else moves these numbers: a write to a
+    trace the list does not show, or bookkeeping that keeps `updated_at` (`recheck_after`).
     """
+
+    count: int
+    key_sum: int
+    stamp_sum: int
+    more: bool = False  # a page: more rows follow it
+
+
+EVERY_TRACE = ListPage()
+
+
+def updated_stamp(updated_at: datetime) -> int:
+    """`_STAMP_SQL` in Python, for a page's rows."""
+    return ((updated_at - _EPOCH) // timedelta(microseconds=1)) % STAMP_MODULUS
+
+
+class UtcText(Func):
+    """A timestamp as the API writes it (`encoders.format_timestamp`), formatted by the
+    database: 100,000 datetimes parsed, then formatted again, cost the list a second."""
+
+    output_field = CharField()
+
+    def as_postgresql(self, compiler, connection, **extra):
+        template = "to_char(%(expressions)s AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+        return self.as_sql(compiler, connection, template=template, **extra)
+
+    def as_sqlite(self, compiler, connection, **extra):
+        template = "(replace(substr(%(expressions)s || '.000000', 1, 26), ' ', 'T') || 'Z')"
+        return self.as_sql(compiler, connection, template=template, **extra)
+
+
+# The list's rows: TRACE_SUMMARY_COLUMNS with the timestamps as the API's text and `layers` as
+# JSON text (`encoders.list_row_to_dict`).
+_LIST_TEXT = {"created_at": "list_created_at", "updated_at": "list_updated_at", "layers": "list_layers"}
+LIST_ROW_COLUMNS = tuple(_LIST_TEXT.get(name, name) for name in TRACE_SUMMARY_COLUMNS)
+
+
+def _list_rows(traces):
+    return traces.annotate(
+        list_created_at=UtcText("created_at"),
+        list_updated_at=UtcText("updated_at"),
+        list_layers=Cast("layers", TextField()),
+    )
+
+
+def _listed(filters: TraceFilter | None, page: ListPage):
+    """The traces the list shows, newest first (ties by id), after `page.after`."""
     traces = Trace.objects.order_by("-created_at", "id")
     if filters is not None:
         traces = filters.filter_queryset(traces)
-    return list(traces.values_list(*TRACE_SUMMARY_COLUMNS))
+    if page.after is not None:
+        created_at, trace_id = page.after
+        # `created_at <= c` bounds the index scan (trace_newest_first); the rest is the tie.
+        traces = traces.filter(created_at__lte=created_at).filter(
+            Q(created_at__lt=created_at) | Q(id__gt=trace_id)
+        )
+    return traces
+
+
+def _every_trace(filters: TraceFilter | None, page: ListPage) -> bool:
+    """Is this the whole, unfiltered list, whose version PostgreSQL keeps (migration 0012)?"""
+    unfiltered = filters is None or not any(
+        value not in (None, "") for value in filters.form.cleaned_data.values()
+    )
+    return connection.vendor == "postgresql" and unfiltered and page == EVERY_TRACE
+
+
+def _page_version(page_rows: list[tuple], limit: int) -> ListVersion:
+    """The version of a page read with one row past its end (which only says `more`); each
+    row ends with its key and updated_at."""
+    shown = page_rows[:limit]
+    return ListVersion(
+        count=len(shown),
+        key_sum=sum(row[-2] for row in shown),
+        stamp_sum=sum(updated_stamp(row[-1]) for row in shown),
+        more=len(page_rows) > limit,
+    )
+
+
+def _stamp() -> RawSQL:
+    return RawSQL(_STAMP_SQL[connection.vendor], (), output_field=BigIntegerField())
+
+
+_DELTA_SUMS = {
+    "list_count": "(SELECT COALESCE(SUM(traces), 0) FROM traces_tracelistdelta)",
+    "list_key_sum": "(SELECT COALESCE(SUM(key_sum), 0) FROM traces_tracelistdelta)",
+    "list_stamp_sum": "(SELECT COALESCE(SUM(stamp_sum), 0) FROM traces_tracelistdelta)",
+}
+_FOLD_DELTAS = (
+    "WITH gone AS (DELETE FROM traces_tracelistdelta RETURNING traces, key_sum, stamp_sum) "
+    "INSERT INTO traces_tracelistdelta (traces, key_sum, stamp_sum) "
+    "SELECT COALESCE(SUM(traces), 0), COALESCE(SUM(key_sum), 0), COALESCE(SUM(stamp_sum), 0) FROM gone"
+)
+
+
+def trace_list_version(filters: TraceFilter | None, page: ListPage) -> ListVersion:
+    """The list's ListVersion without its rows: one query (a 304's).
+
+    The whole list's on PostgreSQL is the sum of a few rows that triggers add on every
+    write to the trace table (migration 0012): a 304 at 100,000 traces costs what one at 10
+    does. A filtered list's is read from its rows' keys and `updated_at` (through the indexes
+    its filters allow); a page's from its at most 1,001 rows.
+    """
+    if _every_trace(filters, page):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT COUNT(*), COALESCE(SUM(traces), 0), COALESCE(SUM(key_sum), 0), "
+                "COALESCE(SUM(stamp_sum), 0) FROM traces_tracelistdelta"
+            )
+            deltas, count, key_sum, stamp_sum = cursor.fetchone()
+            if deltas > LIST_DELTAS_MAX:
+                cursor.execute(_FOLD_DELTAS)
+        return ListVersion(count=int(count), key_sum=int(key_sum), stamp_sum=int(stamp_sum))
+    traces = _listed(filters, page)
+    if page.limit is not None:
+        return _page_version(list(traces.values_list("key", "updated_at")[: page.limit + 1]), page.limit)
+    totals = traces.order_by().aggregate(count=Count("*"), key_sum=Sum("key"), stamp_sum=Sum(_stamp()))
+    return ListVersion(
+        count=totals["count"], key_sum=int(totals["key_sum"] or 0), stamp_sum=int(totals["stamp_sum"] or 0)
+    )
+
+
+def trace_summary_rows(
+    filters: TraceFilter | None = None, page: ListPage = EVERY_TRACE
+) -> tuple[ListVersion, Iterator[tuple]]:
+    """The list's ListVersion and its LIST_ROW_COLUMNS rows, newest first: one query.
+
+    `filters` (validated by `traces.filters.trace_filters`) narrows the traces in that query.
+    A page (at most 1,000 rows) is read at once. A whole list comes through a server-side
+    cursor, LIST_FETCH_ROWS a round trip, each row with its version's numbers (the kept sums,
+    or window aggregates over the same rows): the ETag is known from the first fetch, before
+    anything is sent, and says exactly what the rows say (one statement, one snapshot).
+    """
+    traces = _list_rows(_listed(filters, page))
+    if page.limit is not None:
+        rows = list(traces.values_list(*LIST_ROW_COLUMNS, "key", "updated_at")[: page.limit + 1])
+        return _page_version(rows, page.limit), (row[:SUMMARY_WIDTH] for row in rows[: page.limit])
+    if _every_trace(filters, page):
+        sums = {name: RawSQL(sql, (), output_field=BigIntegerField()) for name, sql in _DELTA_SUMS.items()}
+    else:
+        sums = {
+            "list_count": Window(Count("*")),
+            "list_key_sum": Window(Sum("key")),
+            "list_stamp_sum": Window(Sum(_stamp())),
+        }
+    rows = _fetched(traces.annotate(**sums).values_list(*LIST_ROW_COLUMNS, *sums))
+    first = next(rows, None)
+    if first is None:
+        rows.close()
+        return ListVersion(count=0, key_sum=0, stamp_sum=0), iter(())
+    count, key_sum, stamp_sum = (int(value) for value in first[SUMMARY_WIDTH:])
+    return ListVersion(count=count, key_sum=key_sum, stamp_sum=stamp_sum), _summaries(first, rows)
+
+
+def _fetched(rows) -> Iterator[tuple]:
+    """A values_list's rows through a server-side cursor, LIST_FETCH_ROWS a round trip. On
+    PostgreSQL straight from psycopg: every column is already what the JSON says (text,
+    numbers, booleans), and Django's converters per value cost a third of the list."""
+    if connection.vendor != "postgresql":
+        return rows.iterator(chunk_size=LIST_FETCH_ROWS)
+    sql, params = rows.query.sql_with_params()
+    return _cursor_rows(sql, params)
+
+
+def _summaries(first: tuple, rows: Iterator[tuple]) -> Iterator[tuple]:
+    """The rows without their version's columns; closing it closes the cursor."""
+    try:
+        yield first[:SUMMARY_WIDTH]
+        for row in rows:
+            yield row[:SUMMARY_WIDTH]
+    finally:
+        rows.close()
 
 
 def trace_detail_row(trace_id: str) -> tuple | None:

@@ -21,9 +21,12 @@ from traces.filters import (
     InvalidFilter,
     SimulationFilter,
     TraceFilter,
+    encode_cursor,
+    filters_key,
     shown,
     simulation_filters,
     trace_filters,
+    trace_list_page,
 )
 from traces.models import Simulation, Trace, TraceState
 from traces.openapi import (
@@ -103,18 +106,33 @@ class TraceViewSet(viewsets.ViewSet):
 
     @list_schema
     def list(self, request):
-        # ?state=ready&sample=false...: a value a filter cannot read is a 400, before any query.
-        filters = trace_filters(request.query_params)
-        summaries = encoders.trace_summaries(selectors.trace_summary_rows(filters))
+        # ?state=ready&sample=false&limit=100...: a value that cannot be read is a 400, before any query.
+        params = request.query_params
+        filters, page = trace_filters(params), trace_list_page(params)
         if not self.wants_json(request):
-            return Response(summaries)
-        body = encoders.encode_summaries(summaries)
-        # The list is one query whatever happens: its ETag is the digest of what it says.
-        digest = http.body_digest(body)
+            version, rows = selectors.trace_summary_rows(filters, page)
+            rows = list(rows)
+            return with_next_link(
+                Response([encoders.list_row_to_dict(row) for row in rows]), request, version, rows
+            )
         coding = http.choose_coding(request.META.get("HTTP_ACCEPT_ENCODING"))
-        if http.if_none_match_hits(request.META.get("HTTP_IF_NONE_MATCH"), digest):
-            return http.not_modified(digest, coding if len(body) > http.COMPRESS_ABOVE else http.IDENTITY)
-        return http.json_response(body, digest=digest, coding=coding, compress_above=http.COMPRESS_ABOVE)
+        keys = (filters_key(filters), page.key())
+        if conditional := request.META.get("HTTP_IF_NONE_MATCH"):
+            # One query that reads no row of the list: a 304 costs the same at any size.
+            version = selectors.trace_list_version(filters, page)
+            digest = http.list_digest(*keys, version)
+            if http.if_none_match_hits(conditional, digest):
+                return http.not_modified(digest, http.list_coding(coding, version.count))
+        version, rows = selectors.trace_summary_rows(filters, page)
+        digest, coding = http.list_digest(*keys, version), http.list_coding(coding, version.count)
+        if version.more:  # a page: the Link names its last row, so it is read before sending
+            rows = list(rows)
+        body = encoders.encode_summary_chunks(rows)
+        if version.count > selectors.LIST_FETCH_ROWS:
+            response = http.streaming_json_response(body, digest=digest, coding=coding)
+        else:
+            response = http.json_response(b"".join(body), digest=digest, coding=coding)
+        return with_next_link(response, request, version, rows)
 
     @retrieve_schema
     def retrieve(self, request, trace_id=None):
@@ -261,6 +279,17 @@ class TraceViewSet(viewsets.ViewSet):
         body = b"".join(body)
         response = HttpResponse(http.compress_bytes(body, coding) if coding != http.IDENTITY else body)
         return with_coding(response, coding)
+
+
+def with_next_link(response, request, version: selectors.ListVersion, rows):
+    """`Link: <this URL, after its last row>; rel="next"` when rows follow a page (GitHub's
+    convention): every other parameter, filters and limit included, as the client sent it."""
+    if version.more:
+        last = rows[-1]
+        params = request.query_params.copy()
+        params["after"] = encode_cursor(last[selectors.CREATED_AT_COLUMN], last[0])
+        response["Link"] = f'<{request.build_absolute_uri(request.path)}?{params.urlencode()}>; rel="next"'
+    return response
 
 
 def simulation_stream(chunks, coding: str) -> StreamingHttpResponse:

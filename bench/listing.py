@@ -1,0 +1,237 @@
+"""`GET /api/traces` at 100,000 traces (issue 22): the full list, a page of 100, a 304.
+
+    python -m bench.listing [--scale tiny|small|full] [--server postgres://...] [--json FILE]
+
+A scratch database (migrated, then dropped) gets `--scale` registered traces in one
+`INSERT ... SELECT generate_series` (most ready, a quarter still uploading, many tiny: rows
+only, no kernels, which the list never reads), and Cascade answers through gunicorn as
+deployed. Printed beside a reference: the full list (identity, gzip and zstd) beside `COPY (SELECT
+json_agg(...)) TO STDOUT` of the same rows and columns; the first page of 100 and one deep in
+the list (followed from a Link) beside the same COPY of 100 rows; the 304 of each; and the
+peak RSS (VmHWM) of the gunicorn worker that served them. Targets, from the issue: the full
+list under 2 s, a page under 50 ms, a 304 under 20 ms. Timings are the median of `--repeat`.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench import common
+from bench.api_bench import http_get
+from bench.common import log
+
+SCALES = {"tiny": 3_000, "small": 20_000, "full": 100_000}
+TARGETS = {"list": 2.0, "page": 0.050, "304": 0.020}
+COLUMNS = (
+    "id, state, error, created_at, updated_at, model, layers, source_gpu, trace_gpu_arch, "
+    "suggested_sim_config, kernel_count, bytes, has_real_timing, has_step_timeline, sample"
+)
+
+INSERT_SQL = """
+INSERT INTO traces_trace (
+    id, key, state, error, created_at, updated_at, model, layers, source_gpu, trace_gpu_arch,
+    suggested_sim_config, kernel_count, bytes, has_real_timing, has_step_timeline, sample,
+    parser_version, timing_error, kernels_without_totals, metadata_json, files, files_changed_at,
+    parsed_fingerprint, waiting_for, recheck_after, recheck_seconds, parse_attempts
+)
+SELECT
+    'community-' || lpad(n::text, 7, '0') || '__' || (ARRAY['opt-125m', 'llama-8b', 'qwen-7b'])[n %% 3 + 1],
+    nextval('traces_trace_key_seq'),
+    CASE WHEN n %% 4 = 0 THEN 'uploading' ELSE 'ready' END,
+    NULL,
+    timestamptz '2026-01-01' + n * interval '37 seconds',
+    timestamptz '2026-01-01' + n * interval '37 seconds' + interval '90 seconds',
+    CASE WHEN n %% 4 = 0 THEN NULL ELSE (ARRAY['facebook/opt-125m', 'meta-llama/Llama-3.1-8B', 'Qwen/Qwen2-7B'])[n %% 3 + 1] END,
+    CASE WHEN n %% 4 = 0 THEN '[]'::jsonb ELSE '["prefill", "decode"]'::jsonb END,
+    CASE WHEN n %% 4 = 0 THEN NULL ELSE 'NVIDIA H100 80GB HBM3' END,
+    CASE WHEN n %% 4 = 0 THEN NULL ELSE 'sm_90' END,
+    CASE WHEN n %% 4 = 0 THEN NULL ELSE 'SM90_H100' END,
+    CASE WHEN n %% 4 = 0 THEN 0 ELSE (n * 7919) %% 500000 END,
+    (n * 104729) %% 100000000,
+    n %% 4 <> 0, n %% 8 = 1, n %% 100 = 0,
+    5, NULL, 0, NULL, '[]'::jsonb, NULL, '', '[]'::jsonb, NULL, 0, 0
+FROM generate_series(1::bigint, %s) AS n
+"""
+
+
+def median_seconds(port: int, path: str, headers: dict, repeat: int, status: int = 200):
+    answers = [http_get(port, path, headers) for _ in range(repeat)]
+    for answer in answers:
+        if answer.status != status:
+            raise RuntimeError(f"GET {path} answered {answer.status}, not {status}")
+    return statistics.median(a.seconds for a in answers), answers[-1]
+
+
+def copy_seconds(db: str, limit: int | None, repeat: int) -> tuple[float, int]:
+    """The reference: PostgreSQL builds the same JSON array and sends it, COPY TO STDOUT."""
+    import psycopg
+
+    rows = f"SELECT {COLUMNS} FROM traces_trace ORDER BY created_at DESC, id" + (
+        f" LIMIT {limit}" if limit else ""
+    )
+    sql = f"COPY (SELECT json_agg(t) FROM ({rows}) t) TO STDOUT"
+    times, size = [], 0
+    with psycopg.connect(db, autocommit=True) as conn:
+        for _ in range(repeat):
+            started = time.perf_counter()
+            with conn.cursor().copy(sql) as copy:
+                size = sum(len(block) for block in copy)
+            times.append(time.perf_counter() - started)
+    return statistics.median(times), size
+
+
+def worker_hwm(port: int) -> dict[int, int]:
+    """VmHWM (bytes) of each gunicorn process bound to `port` (its environment says so)."""
+    found = {}
+    marker = f"CASCADE_BIND=127.0.0.1:{port}".encode()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker not in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                continue
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    found[int(pid)] = int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return found
+
+
+def measure(server: str, traces: int, repeat: int, tmp: Path) -> dict:
+    with common.scratch_database(server, "listing") as db:
+        env = common.child_env(DATABASE_URL=db, CASCADE_VAR_DIR=str(tmp))
+        common.manage("migrate", "--noinput", env=env)
+        log(f"{traces:,} traces, one INSERT ... SELECT")
+        with __import__("psycopg").connect(db, autocommit=True) as conn:
+            started = time.perf_counter()
+            conn.execute(INSERT_SQL, (traces,))
+            conn.execute("VACUUM ANALYZE traces_trace")
+            log(f"  inserted in {time.perf_counter() - started:.1f} s")
+        token = common.manage("create_token", "bench-listing", env=env).stdout.split()[-1]
+        auth = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        results: dict = {"traces": traces}
+        with common.gunicorn(env) as port:
+            for _ in range(4):  # each worker's first request pays for its imports
+                http_get(port, "/api/traces?limit=1", auth)
+            before = worker_hwm(port)
+            log("GET /api/traces")
+            seconds, full = median_seconds(port, "/api/traces", auth, repeat)
+            results["list"] = {"seconds": seconds, "bytes": full.nbytes}
+            gz_seconds, gz = median_seconds(port, "/api/traces", {**auth, "Accept-Encoding": "gzip"}, repeat)
+            results["list_gzip"] = {"seconds": gz_seconds, "bytes": gz.nbytes}
+            zs_seconds, zs = median_seconds(port, "/api/traces", {**auth, "Accept-Encoding": "zstd"}, repeat)
+            results["list_zstd"] = {"seconds": zs_seconds, "bytes": zs.nbytes}
+            after = worker_hwm(port)
+            results["rss"] = {"before": max(before.values()), "after": max(after.values())}
+            log("GET /api/traces?limit=100, then deep in the list")
+            seconds, page = median_seconds(port, "/api/traces?limit=100", auth, repeat * 5)
+            results["page"] = {"seconds": seconds, "bytes": page.nbytes}
+            deep = page
+            for _ in range(min(traces // 100 // 2, 500)):  # follow the links half way
+                deep_path = deep.headers["link"].split(">")[0].split("127.0.0.1:" + str(port))[1]
+                deep = http_get(port, deep_path, auth)
+            seconds, _ = median_seconds(port, deep_path, auth, repeat * 5)
+            results["deep_page"] = {"seconds": seconds, "path": deep_path}
+            log("304s")
+            tag = {**auth, "If-None-Match": full.headers["etag"]}
+            results["304"] = {"seconds": median_seconds(port, "/api/traces", tag, repeat * 5, 304)[0]}
+            tag = {**auth, "If-None-Match": page.headers["etag"]}
+            seconds = median_seconds(port, "/api/traces?limit=100", tag, repeat * 5, 304)[0]
+            results["page_304"] = {"seconds": seconds}
+        log("the reference: COPY (SELECT json_agg(...)) TO STDOUT")
+        results["copy_list"] = dict(zip(("seconds", "bytes"), copy_seconds(db, None, repeat), strict=True))
+        results["copy_page"] = dict(zip(("seconds", "bytes"), copy_seconds(db, 100, repeat * 5), strict=True))
+    return results
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:,.1f} ms" if seconds < 1 else f"{seconds:,.2f} s"
+
+
+def table(r: dict) -> str:
+    def row(figure, measured, reference, target, met):
+        return f"| {figure} | {measured} | {reference} | {target} | {'yes' if met else 'NO'} |"
+
+    n = r["traces"]
+    mb = 1e6
+    lines = [
+        "| figure | measured | reference | target | met? |",
+        "|---|---|---|---|---|",
+        row(
+            f"full list, {n:,} traces",
+            f"{ms(r['list']['seconds'])}, {r['list']['bytes'] / mb:,.1f} MB",
+            f"COPY json_agg {ms(r['copy_list']['seconds'])}, {r['copy_list']['bytes'] / mb:,.1f} MB",
+            "< 2 s",
+            r["list"]["seconds"] < TARGETS["list"],
+        ),
+        row(
+            "full list, gzip",
+            f"{ms(r['list_gzip']['seconds'])}, {r['list_gzip']['bytes'] / mb:,.1f} MB",
+            "",
+            "< 2 s",
+            r["list_gzip"]["seconds"] < TARGETS["list"],
+        ),
+        row(
+            "full list, zstd",
+            f"{ms(r['list_zstd']['seconds'])}, {r['list_zstd']['bytes'] / mb:,.1f} MB",
+            "",
+            "< 2 s",
+            r["list_zstd"]["seconds"] < TARGETS["list"],
+        ),
+        row(
+            "page of 100 (first)",
+            ms(r["page"]["seconds"]),
+            f"COPY json_agg {ms(r['copy_page']['seconds'])}",
+            "< 50 ms",
+            r["page"]["seconds"] < TARGETS["page"],
+        ),
+        row(
+            "page of 100 (half way, by Link)",
+            ms(r["deep_page"]["seconds"]),
+            "",
+            "< 50 ms",
+            r["deep_page"]["seconds"] < TARGETS["page"],
+        ),
+        row("304, full list", ms(r["304"]["seconds"]), "", "< 20 ms", r["304"]["seconds"] < TARGETS["304"]),
+        row(
+            "304, page of 100",
+            ms(r["page_304"]["seconds"]),
+            "",
+            "< 20 ms",
+            r["page_304"]["seconds"] < TARGETS["304"],
+        ),
+        row(
+            "web worker peak RSS",
+            f"{r['rss']['after'] / mb:,.0f} MB",
+            f"{r['rss']['before'] / mb:,.0f} MB before the full list",
+            "flat",
+            r["rss"]["after"] - r["rss"]["before"] < 50 * mb,
+        ),
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", choices=SCALES, default="full")
+    parser.add_argument(
+        "--server",
+        default=common.server_url(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432")),
+    )
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="cascade-bench-listing-") as tmp:
+        results = measure(args.server, SCALES[args.scale], args.repeat, Path(tmp))
+    print(table(results))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
