@@ -469,6 +469,7 @@ class CascadeDurations:
         self._long: dict[tuple[str, int], int] = {}  # durations of 2^32 - 1 ns (4.3 s) or more
         reader = csv.reader(lines)
         next(reader, None)
+        last_key = held = None
         for number, row in enumerate(reader, start=2):
             if not row:
                 continue
@@ -485,8 +486,10 @@ class CascadeDurations:
                     "durations 0 to 2^63 - 1 ns)"
                 )
             index = kernel_id - 1
-            held = self._chunk((ctx, index >> CHUNK_BITS), create=True)
-            held[1] = True
+            key = (ctx, index >> CHUNK_BITS)
+            if key != last_key:  # rows in launch order: the same chunk thousands of times
+                held, last_key = self._chunk(key, create=True), key
+                held[1] = True
             if duration < NO_DURATION:
                 held[0][index & CHUNK_MASK] = duration
                 self._long.pop((ctx, kernel_id), None)
