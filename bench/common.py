@@ -256,14 +256,17 @@ def child_env(**settings: str) -> dict:
 def manage(*args: str, env: dict, timeout: float = 600, tree: Path = ROOT) -> Child:
     """`python manage.py ARGS` in a child process, its peak RSS recorded by bench/hwm.py;
     `tree`: another checkout's manage.py (an earlier commit's, which has no bench/hwm.py)."""
-    if tree != ROOT or not Path("/proc/self/status").exists():
+    if not Path("/proc/self/status").exists():
         return run_child([sys.executable, "manage.py", *args], env=env, timeout=timeout, cwd=tree)
     with tempfile.TemporaryDirectory(prefix="cascade-bench-hwm-") as tmp:
         hwm = Path(tmp) / "vmhwm"
+        # This checkout's bench/hwm.py, run as a script, for another's manage.py too: its
+        # project on the path, so that its peak RSS is its own as well.
         return run_child(
-            [sys.executable, "-m", "bench.hwm", str(hwm), "manage.py", *args],
-            env=env,
+            [sys.executable, str(ROOT / "bench" / "hwm.py"), str(hwm), "manage.py", *args],
+            env={**env, "PYTHONPATH": str(tree)},
             timeout=timeout,
+            cwd=tree,
             hwm=hwm,
         )
 

@@ -12,6 +12,9 @@ table, in Markdown, to stdout. The figures (docs/performance.md says how to read
 - ingest   `ingest_traces` of one generated run beside `psql \\copy` of the rows it stored
            into an equivalent table (bench/ingest_bench.py);
 - memory   the peak RSS of that `ingest_traces`, and of one on a run four times as large;
+- traced   the peak RSS of `ingest_traces` on runs of one context whose kernelslist names every
+           launch (the tracer's default), with timing.csv and timeline.json: 1x, 2x and 4x the
+           large run's launches, side by side (issue 22);
 - storage  what PostgreSQL holds per launch, beside the stats text it came from;
 - api      `GET /api/traces/{id}` of that run through gunicorn beside PostgreSQL's json_agg
            of the same JSON (bench/api_bench.py), then with gzip and zstd accepted;
@@ -37,12 +40,13 @@ from pathlib import Path
 from bench import common
 from bench.common import log
 
-FIGURES = ("ingest", "memory", "storage", "api", "etag", "dataframe", "runs", "idle")
+FIGURES = ("ingest", "memory", "traced", "storage", "api", "etag", "dataframe", "runs", "idle")
 BIG_TRACE_FIGURES = {"ingest", "memory", "storage", "api", "etag", "dataframe"}
 # The rows each figure gives, in the table's order.
 ROW_KEYS = {
     "ingest": ["ingest"],
     "memory": ["memory"],
+    "traced": ["traced"],
     "storage": ["storage", "growth"],
     "api": ["api", "gzip", "zstd"],
     "etag": ["etag"],
@@ -77,6 +81,7 @@ RECORDED_RUNS_SECONDS, RECORDED_RUNS = 148.8, 2_000
 BEFORE = {
     "ingest": "29.5 s vs 14.2 s = 2.08x",
     "memory": "110 MB at 200k, 116 MB at 1M, 127 MB at 2M",
+    "traced": "issue 22: 108 MB at 1M launches in 8 contexts, 131 MB at 2M (traced ids in a set)",
     "storage": "398 B (326 heap + 72 index)",
     "growth": "465 B",
     "api": "12.3 s vs 18.0 s = 0.69x, 348 MB",
@@ -448,6 +453,63 @@ class Lab:
             )
         )
 
+    # --- every launch traced, one context (issue 22) --------------------------------------------
+
+    def traced_run(self, prefix: str, run_id: str, launches: int) -> None:
+        """A generated run of one context, timing.csv and timeline.json, whose kernelslist names
+        every launch, as the tracer's default kernel window does (the generator traces a few)."""
+        from tools import generator
+
+        spec = generator.RunSpec(kernels=launches, contexts=1, seed=2, timing=True, timeline=True)
+        started = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="cascade-bench-run-", dir=self.tmp) as tmp:
+            folder = Path(tmp) / run_id
+            generator.write_run(folder, spec, run_id=run_id, key_prefix=prefix)
+            every_launch_traced(folder)
+            common.upload_folder(self.s3, BUCKET, folder, f"{prefix}{run_id}/")
+        log(
+            f"{run_id}: {launches:,} launches, every one traced, generated and uploaded in "
+            f"{time.perf_counter() - started:.1f} s"
+        )
+
+    def traced(self) -> None:
+        sizes = [self.scale.launches, 2 * self.scale.launches, 4 * self.scale.launches]
+        rss = {}
+        for n in sizes:
+            run_id, prefix = f"lab-traced-{n}", f"lab-traced-{n}/"
+            with common.scratch_database(self.server, "traced", template=self.template) as db:
+                self.traced_run(prefix, run_id, n)
+                child = self.ingest(db, prefix, run_id)
+                state, count, traced, timed, stepped, timing_error = common.query(
+                    db,
+                    "SELECT t.state, t.kernel_count, count(*) FILTER (WHERE k.traced),"
+                    " count(k.duration_ns), count(k.step), t.timing_error"
+                    " FROM traces_trace t JOIN traces_kernel k ON k.trace_key = t.key"
+                    " WHERE t.id = %s GROUP BY t.key, t.state, t.kernel_count, t.timing_error",
+                    (run_id,),
+                )[0]
+            if state != "ready" or count != n or traced != n or timed != n or stepped != n:
+                raise RuntimeError(
+                    f"{run_id} came out {state} with {count} kernels, {traced} traced, {timed} timed, "
+                    f"{stepped} in a step, not ready with {n} of each ({timing_error or 'no timing error'})"
+                )
+            rss[n] = child.max_rss
+        growth = rss[sizes[-1]] - rss[sizes[0]]
+        self.add(
+            Row(
+                "traced",
+                f"Peak RSS of `ingest_traces`, one context, every launch traced, timing and steps: "
+                f"{', '.join(f'{n:,}' for n in sizes)} launches",
+                " and ".join(mb(rss[n]) for n in sizes),
+                f"4x the launches: {growth / MB:+,.1f} MB",
+                f"{rss[sizes[-1]] / rss[sizes[0]]:.2f}x",
+                "< 100 MB, flat (within 5 MB)",
+                max(rss.values()) < 100 * MB and abs(growth) <= 5 * MB,
+                BEFORE["traced"],
+                {"rss": rss},
+            )
+        )
+
     # --- many small runs -----------------------------------------------------------------------
 
     def upload_runs(self, prefix: str, count: int, spec) -> list[str]:
@@ -568,6 +630,30 @@ class Lab:
         )
 
 
+def every_launch_traced(folder: Path) -> None:
+    """Rewrite each kernelslist of the run in `folder` to name every launch of its context
+    (the instruction traces themselves are not written: ingestion reads only the names), and
+    metadata.json's sizes to match."""
+    metadata_path = folder / "metadata.json"
+    metadata = json.loads(metadata_path.read_text())
+    for kernelslist in sorted((folder / "traces").glob("kernelslist*")):
+        ctx = kernelslist.name.removeprefix("kernelslist").removeprefix("_ctx_")
+        stats = folder / "traces" / (f"stats_ctx_{ctx}" if ctx else "stats.csv")
+        with stats.open("rb") as lines:
+            launches = sum(line.count(b"kernel-") for line in lines)
+        kept = [
+            line for line in kernelslist.read_text().splitlines(keepends=True) if line.startswith("Memcpy")
+        ]
+        scheme = f"-ctx_{ctx}.trace.xz" if ctx else ".trace"
+        with kernelslist.open("w") as out:
+            out.writelines(kept)
+            out.writelines(f"kernel-{n}{scheme}\n" for n in range(1, launches + 1))
+        for entry in metadata["files"]:
+            if entry["key"].endswith(f"/traces/{kernelslist.name}"):
+                entry["bytes"] = kernelslist.stat().st_size
+    metadata_path.write_text(json.dumps(metadata, indent=2) + "\n")
+
+
 # --- The table ----------------------------------------------------------------------------------
 
 
@@ -661,6 +747,7 @@ def main(argv: list[str] | None = None) -> int:
         steps = [
             (args.figures & BIG_TRACE_FIGURES, lambda: lab.large_run(args.figures)),
             (args.figures & {"memory"}, lab.memory),
+            (args.figures & {"traced"}, lab.traced),
             (args.figures & {"runs"}, lab.new_runs),
             (args.figures & {"idle"}, lab.idle_pass),
         ]

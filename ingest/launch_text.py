@@ -12,6 +12,7 @@ never raises, it declines, and every error is said by the one parser.
 """
 
 import re
+from collections.abc import Set
 
 from ingest.stats import LAUNCH_NUMBERS, LAUNCHES_CACHED, UINT32, StatsError, read_launch
 from traces.kernel_store import (
@@ -39,8 +40,8 @@ FIRST_BLOCK_LAUNCHES = 256
 class LaunchText:
     """One stats file's common launches as COPY text (see the module's docstring)."""
 
-    def __init__(self, ctx: str, writer: KernelWriter, traced: set[int], step_of=None, duration_of=None):
-        """`traced`: the kernel ids kernelslist names; `step_of(ctx, kernel_id)`: the launch's
+    def __init__(self, ctx: str, writer: KernelWriter, traced: Set[int], step_of=None, duration_of=None):
+        """`traced`: the kernel ids kernelslist names (stats.TracedIds, or any set); `step_of(ctx, kernel_id)`: the launch's
         step; `duration_of(ctx, kernel_id, grid, block)`: its measured time, by kernel id alone
         (timing.CascadeDurations: a declined line's launches may be asked for again)."""
         self.ctx = ctx

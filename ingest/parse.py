@@ -96,7 +96,7 @@ def parse_into(
             step_of = None if step_index is None else step_index.step_of
             duration_of = None if durations is None else durations.duration_of
 
-            def launch_text(source: StatsSource, traced: set[int]) -> LaunchText:
+            def launch_text(source: StatsSource, traced: stats.TracedIds) -> LaunchText:
                 return LaunchText(source.ctx, writer, traced, step_of, duration_of)
 
         rows = kernel_rows(trace.id, sources, extra_columns, progress, files, launch_text)
@@ -209,7 +209,7 @@ def kernel_rows(
     extra_columns: int,
     progress: Progress | None,
     files: ReadAhead,
-    launch_text: Callable[[StatsSource, set[int]], LaunchText] | None = None,
+    launch_text: Callable[[StatsSource, stats.TracedIds], LaunchText] | None = None,
 ) -> Iterator:
     """Rows in KERNEL_COLUMNS order, streamed file after file; bad input raises TraceInputError.
 
@@ -221,7 +221,7 @@ def kernel_rows(
     every = settings.CASCADE_PROGRESS_EVERY
     report_at = every
     for source in sources:
-        traced = set()
+        traced = stats.TracedIds()
         if source.kernelslist is not None:
             try:
                 traced = stats.parse_kernelslist_lines(files.read_lines(source.kernelslist))

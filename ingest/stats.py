@@ -32,7 +32,9 @@ ingest.launch_text's fast path takes a line only where this reader would read it
 
 import functools
 import re
-from collections.abc import Callable, Iterable, Iterator
+from array import array
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator, Set
 from typing import NamedTuple
 
 STANDARD_COLUMNS = 12
@@ -562,13 +564,89 @@ def unfinished_message(fields: list[str], file_index: int, extra_columns: int) -
     )
 
 
-def parse_kernelslist_lines(lines: Iterable[bytes]) -> set[int]:
+class TracedIds(Set):
+    """A context's traced kernel ids as sorted, disjoint ranges (first and last id in two 8-byte
+    arrays): the tracer's default kernelslist names every launch, one range of 16 bytes where a
+    set of ints took about 60 bytes an id (issue 22). Ids arrive as kernelslist lists them;
+    consecutive ones extend the last range, anything else (a gap, a duplicate, an id out of
+    order) starts one, and `finish` sorts and merges them. Equal to the set of the same ids."""
+
+    __slots__ = ("_firsts", "_lasts", "_count", "_sorted")
+
+    def __init__(self, ids: Iterable[int] = ()):
+        self._firsts, self._lasts = array("q"), array("q")
+        self._count = 0  # ids, once finished
+        self._sorted = True  # every range so far after the previous one, not touching it
+        for kernel_id in ids:
+            self.add(kernel_id)
+        self.finish()
+
+    def add(self, kernel_id: int) -> None:
+        """One id (0 to 2^63 - 1); `finish` before asking anything."""
+        lasts = self._lasts
+        if lasts:
+            last = lasts[-1]
+            if kernel_id == last + 1:
+                lasts[-1] = kernel_id
+                return
+            if self._firsts[-1] <= kernel_id <= last:
+                return  # already in the last range
+            if kernel_id <= last:
+                self._sorted = False
+        self._firsts.append(kernel_id)
+        lasts.append(kernel_id)
+
+    def finish(self) -> "TracedIds":
+        """Sort and merge the ranges if ids came out of order, and count the ids."""
+        firsts, lasts = self._firsts, self._lasts
+        if not self._sorted:
+            order = sorted(range(len(firsts)), key=firsts.__getitem__)
+            merged_firsts, merged_lasts = array("q"), array("q")
+            for i in order:
+                first, last = firsts[i], lasts[i]
+                if merged_lasts and first <= merged_lasts[-1] + 1:
+                    merged_lasts[-1] = max(merged_lasts[-1], last)
+                else:
+                    merged_firsts.append(first)
+                    merged_lasts.append(last)
+            self._firsts, self._lasts, self._sorted = merged_firsts, merged_lasts, True
+        self._count = sum(last - first + 1 for first, last in zip(self._firsts, self._lasts, strict=True))
+        return self
+
+    def __contains__(self, kernel_id) -> bool:
+        at = bisect_right(self._firsts, kernel_id) - 1
+        return at >= 0 and kernel_id <= self._lasts[at]
+
+    def __iter__(self) -> Iterator[int]:
+        for first, last in zip(self._firsts, self._lasts, strict=True):
+            yield from range(first, last + 1)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __bool__(self) -> bool:
+        return bool(self._firsts)
+
+    @property
+    def ranges(self) -> int:
+        return len(self._firsts)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(
+            f"{first}" if first == last else f"{first}-{last}"
+            for first, last in zip(self._firsts[:8], self._lasts[:8], strict=True)
+        )
+        return f"TracedIds({shown}{', ...' if len(self._firsts) > 8 else ''})"
+
+
+def parse_kernelslist_lines(lines: Iterable[bytes]) -> TracedIds:
     """The ids of the kernels that were traced: the trace files a kernelslist names.
 
     `MemcpyHtoD,<addr>,<bytes>` lines and anything else that names no kernel trace are
     skipped; v5 (`.trace.xz`), v4 (`.trace`) and post-processed (`.traceg`) names all count.
+    Held as ranges (TracedIds), not a set: a kernelslist may name millions of launches.
     """
-    traced: set[int] = set()
+    traced = TracedIds()
     for number, line, _is_last in decode_lines(lines):
         match = TRACE_FILE_ID.match(line.strip())
         if match:
@@ -576,4 +654,4 @@ def parse_kernelslist_lines(lines: Iterable[bytes]) -> set[int]:
             if kernel_id < 1:
                 raise kernel_id_error(match.group(1), number, line.strip())
             traced.add(kernel_id)
-    return traced
+    return traced.finish()

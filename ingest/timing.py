@@ -11,9 +11,10 @@ Two timing formats (docs/trace-a-workload.md, "Steps and timing"):
   pair's grid and block; the first mismatch, or kernels left over once every launch is
   matched, drops the timing (the trace stays ready) and says where.
 
-Memory is what ingestion's stays flat with: durations are held in one array of 4-byte integers
-per context, indexed by kernel id (a million launches cost 4 MB, not a dictionary of a million
-tuples), an Nsight export in three arrays per context (20 bytes a kernel); timeline.json is
+Memory is what ingestion's stays flat with: durations are held as 4-byte integers indexed by
+kernel id, in chunks in a temporary file with a few in memory (not a dictionary of a million
+tuples, nor 4 MB of RAM a million launches), an Nsight export in three arrays per context (20
+bytes a kernel); timeline.json is
 decoded without a dictionary per step. Timing or a timeline that
 cannot be read never fails a trace: the reader raises TimingError, and ingestion keeps the
 kernels, says what was wrong, and serves them without it.
@@ -29,8 +30,11 @@ import csv
 import json
 import re
 import sys
+import tempfile
+import weakref
 from array import array
 from bisect import bisect_right
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -54,8 +58,13 @@ NO_DURATION = 2**32 - 1  # in the 4-byte arrays: no duration, or one kept in the
 # timeline is refused here, as timing that cannot be used, not by the COPY that stores launches.
 MAX_STEPS = 2**15
 MAX_CTX = 64  # Step.ctx's length
-# Cascade's timing.csv holds a context's durations in an array indexed by kernel id: 200 MB at most.
+# Cascade's timing.csv holds a context's durations indexed by kernel id, in a temporary file:
+# 200 MB of disk at most.
 MAX_TIMED_KERNEL_ID = 50_000_000
+CHUNK_BITS = 13
+CHUNK_IDS = 1 << CHUNK_BITS  # 32 kB of durations
+CHUNK_MASK = CHUNK_IDS - 1
+OPEN_CHUNKS = 32  # in memory at once: 1 MB, and contexts interleaved in timing.csv stay cheap
 INT64 = range(-(2**63), 2**63)
 
 
@@ -394,16 +403,29 @@ class StepIndex:
             ctxs = [step.ctx for step in steps]
             firsts = [step.first_kernel_id for step in steps]
             lasts = [step.last_kernel_id for step in steps]
-        self._by_ctx: dict[str | None, tuple] = {}
-        for i in sorted(range(len(ctxs)), key=lambda i: (ctxs[i] or "", firsts[i])):
-            found = self._by_ctx.get(ctxs[i])
+        # A timeline lists its steps in order: then no sort, and no list of keys or ints (at
+        # MAX_STEPS those were 6 MB more at the peak than the arrays, issue 22).
+        count = len(ctxs)
+        in_order = all(
+            (ctxs[i] or "", firsts[i]) <= (ctxs[i + 1] or "", firsts[i + 1]) for i in range(count - 1)
+        )
+        order = range(count) if in_order else sorted(range(count), key=lambda i: (ctxs[i] or "", firsts[i]))
+        try:
+            self._by_ctx = self._columns(order, ctxs, firsts, lasts, array)
+        except OverflowError:  # Step objects beyond 64 bits (Steps' are checked): in lists
+            self._by_ctx = self._columns(order, ctxs, firsts, lasts, lambda _code: [])
+
+    @staticmethod
+    def _columns(order, ctxs, firsts, lasts, column) -> dict[str | None, tuple]:
+        by_ctx: dict[str | None, tuple] = {}
+        for i in order:
+            found = by_ctx.get(ctxs[i])
             if found is None:
-                found = self._by_ctx[ctxs[i]] = ([], [], array("q"))
+                found = by_ctx[ctxs[i]] = (column("q"), column("q"), array("q"))
             found[0].append(firsts[i])
             found[1].append(lasts[i])
             found[2].append(i)
-        for ctx, (first, last, index) in self._by_ctx.items():
-            self._by_ctx[ctx] = (_compact(first), _compact(last), index)
+        return by_ctx
 
     def step_of(self, ctx: str | None, kernel_id: int) -> int | None:
         found = self._by_ctx.get(ctx) or self._by_ctx.get(None)
@@ -414,13 +436,6 @@ class StepIndex:
         if at < 0 or kernel_id > lasts[at]:
             return None
         return indexes[at]
-
-
-def _compact(values: list[int]) -> "array | list[int]":
-    try:
-        return array("q", values)
-    except OverflowError:
-        return values
 
 
 def timing_format(header: str) -> str:
@@ -438,17 +453,29 @@ def timing_format(header: str) -> str:
 
 
 class CascadeDurations:
-    """Durations from Cascade's own timing.csv, by (ctx, kernel id)."""
+    """Durations from Cascade's own timing.csv, by (ctx, kernel id).
+
+    Held in chunks of CHUNK_IDS 4-byte durations, indexed by kernel id, in an unnamed temporary
+    file: at most OPEN_CHUNKS of them in memory (1 MB), whatever the launches (issue 22: an
+    array per context in memory grew 4 bytes a launch, 12 MB from 1M to 4M launches). The
+    harness writes rows in launch order and the parse asks in kernel-id order, so each chunk
+    is written once and read once; rows out of order are right too, only slower.
+    """
 
     # A launch's duration is its (ctx, kernel id)'s alone, whatever was asked before: a reader
     # may ask again, or without the grid and block (ingest.launch_text does).
     by_kernel_id = True
 
     def __init__(self, lines: Iterable[str]):
-        self._by_ctx: dict[str, array] = {}
+        self._file = tempfile.TemporaryFile(prefix="cascade-durations-")  # noqa: SIM115
+        weakref.finalize(self, self._file.close)
+        self._offsets: dict[tuple[str, int], int] = {}  # (ctx, chunk) -> where in the file
+        self._open: OrderedDict[tuple[str, int], list] = OrderedDict()  # -> [durations, changed]
+        self._hit: tuple[tuple[str, int], array] | None = None  # the chunk last asked for
         self._long: dict[tuple[str, int], int] = {}  # durations of 2^32 - 1 ns (4.3 s) or more
         reader = csv.reader(lines)
         next(reader, None)
+        last_key = held = None
         for number, row in enumerate(reader, start=2):
             if not row:
                 continue
@@ -464,24 +491,65 @@ class CascadeDurations:
                     f"{row[4].strip()[:20]} out of range (kernel ids 1 to {MAX_TIMED_KERNEL_ID}, "
                     "durations 0 to 2^63 - 1 ns)"
                 )
-            durations = self._by_ctx.get(ctx)
-            if durations is None:
-                durations = self._by_ctx[ctx] = array("I")
-            if len(durations) < kernel_id:
-                durations.extend(array("I", [NO_DURATION]) * (kernel_id - len(durations)))
+            index = kernel_id - 1
+            key = (ctx, index >> CHUNK_BITS)
+            if key != last_key:  # rows in launch order: the same chunk thousands of times
+                held, last_key = self._chunk(key, create=True), key
+                held[1] = True
             if duration < NO_DURATION:
-                durations[kernel_id - 1] = duration
+                held[0][index & CHUNK_MASK] = duration
                 self._long.pop((ctx, kernel_id), None)
             else:
-                durations[kernel_id - 1] = NO_DURATION
+                held[0][index & CHUNK_MASK] = NO_DURATION
                 self._long[ctx, kernel_id] = duration
 
-    def duration_of(self, ctx: str | None, kernel_id: int, grid: tuple, block: tuple) -> int | None:
-        durations = self._by_ctx.get(ctx or "")
-        if durations is None or not 0 < kernel_id <= len(durations):  # never another launch's
+    def _chunk(self, key: tuple[str, int], create: bool = False) -> list | None:
+        """The chunk `key` in memory, read back or made (`create`) if it is not; None if the
+        file has no row in it. The least recently used one goes back to the file."""
+        held = self._open.get(key)
+        if held is not None:
+            self._open.move_to_end(key)
+            return held
+        offset = self._offsets.get(key)
+        if offset is None and not create:
             return None
-        value = durations[kernel_id - 1]
-        return value if value != NO_DURATION else self._long.get((ctx or "", kernel_id))
+        if len(self._open) >= OPEN_CHUNKS:
+            self._write_back(*self._open.popitem(last=False))
+        if offset is None:
+            held = [array("I", [NO_DURATION]) * CHUNK_IDS, False]
+        else:
+            self._file.seek(offset)
+            durations = array("I")
+            durations.frombytes(self._file.read(CHUNK_IDS * 4))
+            held = [durations, False]
+        self._open[key] = held
+        return held
+
+    def _write_back(self, key: tuple[str, int], held: list) -> None:
+        if not held[1]:
+            return
+        offset = self._offsets.get(key)
+        if offset is None:
+            offset = self._offsets[key] = self._file.seek(0, 2)
+        self._file.seek(offset)
+        self._file.write(held[0].tobytes())
+
+    def duration_of(self, ctx: str | None, kernel_id: int, grid: tuple, block: tuple) -> int | None:
+        if kernel_id < 1:  # never another launch's
+            return None
+        ctx, index = ctx or "", kernel_id - 1
+        key = (ctx, index >> CHUNK_BITS)
+        hit = self._hit
+        if hit is not None and hit[0] == key:
+            durations = hit[1]
+        else:
+            held = self._chunk(key)
+            if held is None:
+                return None
+            durations = held[0]
+            self._hit = (key, durations)
+        value = durations[index & CHUNK_MASK]
+        return value if value != NO_DURATION else self._long.get((ctx, kernel_id))
 
     def unmatched(self) -> None:
         """Rows are looked up by (ctx, kernel id): a row for no launch is never another's."""

@@ -16,7 +16,20 @@ from django.db import connection
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow  # starts manage.py, gunicorn and moto's server: ~30 s
 
-ROWS = ["ingest", "memory", "storage", "growth", "api", "gzip", "zstd", "etag", "dataframe", "runs", "idle"]
+ROWS = [
+    "ingest",
+    "memory",
+    "traced",
+    "storage",
+    "growth",
+    "api",
+    "gzip",
+    "zstd",
+    "etag",
+    "dataframe",
+    "runs",
+    "idle",
+]
 
 
 def test_the_lab_bench_measures_every_figure_at_the_tiny_scale(on_postgres, tmp_path):
@@ -49,6 +62,8 @@ def test_the_lab_bench_measures_every_figure_at_the_tiny_scale(on_postgres, tmp_
     assert by_key["ingest"]["values"]["launches"] == 2_000
     assert by_key["ingest"]["values"]["copy_seconds"] > 0
     assert set(by_key["memory"]["values"]["rss"]) == {"2000", "8000"}
+    # One context, every launch traced: 1x, 2x and 4x the large run, side by side.
+    assert set(by_key["traced"]["values"]["rss"]) == {"2000", "4000", "8000"}
     assert 0 < by_key["storage"]["values"]["bytes_per_launch"]
     # PostgreSQL's json_agg built the same JSON (compared whole), give or take its spacing.
     api = by_key["api"]["values"]
