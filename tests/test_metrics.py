@@ -229,11 +229,15 @@ def test_two_workers_and_a_poller_count_together(transactional_db, child_env, s3
         with gunicorn(env, tmp_path, workers=2) as server:
             assert server.get("/healthz")[::2] == (200, b'{"status": "ok"}')
             assert server.get("/readyz")[::2] == (200, b'{"status": "ok"}')
-            # The poller makes the trace ready on its own.
+            # The poller makes the trace ready on its own, and its pass ends a little later (its
+            # counters are written then, after the run's simulations are looked at).
             deadline = time.monotonic() + 60
             while True:
                 samples = parse(server.get("/metrics")[2].decode())
-                if value(samples, "cascade_traces", state="ready") == 1 or time.monotonic() > deadline:
+                done = value(samples, "cascade_passes_total", entry="ingest_traces", outcome="ok") > 0
+                if (
+                    value(samples, "cascade_traces", state="ready") == 1 and done
+                ) or time.monotonic() > deadline:
                     break
                 time.sleep(0.5)
             assert value(samples, "cascade_traces", state="ready") == 1

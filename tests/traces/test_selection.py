@@ -298,13 +298,19 @@ def store(trace_id: str, launches: list[dict]) -> None:
     store_kernels(trace_id, rows)
 
 
+@pytest.fixture
+def unthrottled(settings):
+    """Three requests an example, sixty examples: past CASCADE_API_RATE on a fast machine."""
+    settings.CASCADE_API_RATE = ""
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     launches=st.lists(launch_strategy, min_size=1, max_size=30),
     cover=st.sampled_from(["1", "0.9", "0.5", "0.25"]),
     timed=st.booleans(),
 )
-def test_drawn_launches_are_grouped_by_the_rule(api, launches, cover, timed):
+def test_drawn_launches_are_grouped_by_the_rule(unthrottled, api, launches, cover, timed):
     if not timed:  # a run without timing.csv: shares of instructions (or launches)
         launches = [{**launch, "duration_ns": None} for launch in launches]
     with transaction.atomic():
