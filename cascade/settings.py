@@ -374,6 +374,10 @@ CACHES = {
     )
 }
 
+# A large trace detail's gzip and zstd answers kept on disk in $CASCADE_VAR_DIR/body-cache/
+# (traces.body_cache), at most this many bytes in all (least recently served first out); 0: off.
+CASCADE_BODY_CACHE_BYTES = env_int("CASCADE_BODY_CACHE_BYTES", 2 * 1024**3)
+
 # Logs: Cascade's loggers and Django's request errors (a 500's traceback) on stderr, each line
 # with the request's id (cascade.logs); CASCADE_LOG_FORMAT=json: one JSON object a line.
 CASCADE_LOG_FORMAT = os.environ.get("CASCADE_LOG_FORMAT", "plain").strip().lower() or "plain"

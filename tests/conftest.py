@@ -44,6 +44,17 @@ def one_parse_process(settings):
     settings.CASCADE_PARSE_PROCESSES = 1
 
 
+@pytest.fixture(autouse=True)
+def body_cache_dir(tmp_path, monkeypatch):
+    """Kept detail bodies (traces.body_cache) in the test's own folder, not the checkout's var/:
+    a test database hands out the same trace ids again."""
+    from traces import body_cache
+
+    folder = tmp_path / body_cache.FOLDER
+    monkeypatch.setattr(body_cache, "root", lambda: folder)
+    return folder
+
+
 @pytest.fixture
 def on_postgres():
     if connection.vendor != "postgresql":

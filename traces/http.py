@@ -25,11 +25,12 @@ an operator's re-ingest) and asking again costs the client a 304 of a few hundre
 import hashlib
 import math
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
+from typing import BinaryIO
 
 import zstandard
-from django.http import HttpResponse, HttpResponseNotModified, StreamingHttpResponse
+from django.http import FileResponse, HttpResponse, HttpResponseNotModified, StreamingHttpResponse
 from django.utils.cache import patch_vary_headers
 from django.utils.http import content_disposition_header, parse_etags
 
@@ -230,11 +231,29 @@ def json_response(body: bytes, *, digest: str, coding: str, compress_above: int 
     return cacheable(HttpResponse(body, content_type="application/json"), digest, coding)
 
 
-def streaming_json_response(chunks: Iterable[bytes], *, digest: str, coding: str) -> StreamingHttpResponse:
-    """JSON in chunks (chunked transfer, no Content-Length), compressed chunk by chunk."""
+def streaming_json_response(
+    chunks: Iterable[bytes],
+    *,
+    digest: str,
+    coding: str,
+    keep: Callable[[Iterator[bytes]], Iterator[bytes]] | None = None,
+) -> StreamingHttpResponse:
+    """JSON in chunks (chunked transfer, no Content-Length), compressed chunk by chunk; `keep`
+    wraps the compressed chunks (`body_cache.tee`: a copy kept on disk as they are sent)."""
     if coding != IDENTITY:
         chunks = compress_chunks(chunks, coding)
+        if keep is not None:
+            chunks = keep(chunks)
     return cacheable(StreamingHttpResponse(chunks, content_type="application/json"), digest, coding)
+
+
+def file_json_response(body: BinaryIO, *, digest: str, coding: str) -> FileResponse:
+    """Encoded JSON kept in a file (`body_cache`), with the headers of the answer it was
+    computed as, and now a Content-Length. FileResponse streams it (the server's sendfile when
+    it has one) and closes it; its `inline; filename=` would name a cache file: dropped."""
+    response = FileResponse(body, content_type="application/json")
+    del response["Content-Disposition"]
+    return cacheable(response, digest, coding)
 
 
 CSV_CONTENT_TYPE = "text/csv; charset=utf-8"

@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
+from traces import body_cache
 from traces.kernel_store import KernelWriter, counting_without_totals, kernels_delete, kernels_replace
 from traces.locks import trace_lock
 from traces.models import (
@@ -450,6 +451,7 @@ def trace_delete(trace_id: str, *, deleted_by: str = "") -> None:
                 },
             )
             trace.delete()
+    body_cache.forget(trace_id)
 
 
 def trace_undelete(run_id: str) -> None:

@@ -15,7 +15,7 @@ from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from traces import accuracy, analysis, encoders, http, selectors
+from traces import accuracy, analysis, body_cache, encoders, http, selectors
 from traces.files import trace_files
 from traces.filters import (
     InvalidFilter,
@@ -55,7 +55,10 @@ from traces.selection import (
 )
 from traces.text import is_storable
 
-# Below this many kernels a detail is sent in one piece, with a Content-Length.
+# Below this many kernels a detail is sent in one piece, with a Content-Length. Above it, a
+# ready trace's compressed detail is also kept on disk (`body_cache`): at about 400 bytes of
+# JSON a launch, from 2 MB up, where encoding costs more than a file read; known before any
+# kernel is read, and below it a detail is built in milliseconds.
 STREAM_KERNELS_ABOVE = 5000
 # The browsable API renders HTML per kernel: a million would hang the browser.
 BROWSABLE_KERNELS_MAX = 1000
@@ -145,16 +148,21 @@ class TraceViewSet(viewsets.ViewSet):
             return Response(self.browsable_detail(encoders.trace_detail_head(row, raw_metadata=False), rows))
         coding = http.choose_coding(request.META.get("HTTP_ACCEPT_ENCODING"))
         conditional = request.META.get("HTTP_IF_NONE_MATCH")
-        if conditional or request.method == "HEAD":
-            # One query on the trace table: a 304 or a HEAD reads no kernel.
+        # A stat: a trace with no kept body (a small one, or not asked for yet) costs no query.
+        kept = coding != http.IDENTITY and body_cache.has_bodies(trace_id)
+        if conditional or request.method == "HEAD" or kept:
+            # One query on the trace table: a 304, a HEAD or a kept body reads no kernel.
             updated_at = http.trace_updated_at(trace_id)
             if updated_at is None:
+                body_cache.forget(trace_id)
                 raise NotFound(f"trace {trace_id} not found")
             digest = http.trace_digest(trace_id, updated_at)
             if http.if_none_match_hits(conditional, digest):
                 return http.not_modified(digest, coding)
             if request.method == "HEAD":
                 return http.head_response(digest, coding)
+            if kept and (body := body_cache.open_body(trace_id, digest, coding)):
+                return http.file_json_response(body, digest=digest, coding=coding)
         row, rows = selectors.trace_detail_snapshot(trace_id)
         if row is None:
             raise NotFound(f"trace {trace_id} not found")
@@ -163,7 +171,13 @@ class TraceViewSet(viewsets.ViewSet):
         head = encoders.trace_detail_head(row)
         body = encoders.encode_trace_detail(head, rows)
         if head["state"] in selectors.SERVES_KERNELS and head["kernel_count"] > STREAM_KERNELS_ABOVE:
-            return http.streaming_json_response(body, digest=digest, coding=coding)
+            keep = None
+            if head["state"] == TraceState.READY and body_cache.enabled():
+                # A parsed trace's large detail is kept as encoded, for the next client.
+                def keep(chunks):
+                    return body_cache.tee(chunks, trace_id, digest, coding)
+
+            return http.streaming_json_response(body, digest=digest, coding=coding, keep=keep)
         # A detail is compressed whatever its size, so that its coding (and its ETag, in a 304
         # or a HEAD) follows from Accept-Encoding alone.
         return http.json_response(b"".join(body), digest=digest, coding=coding)
