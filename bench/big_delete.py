@@ -126,6 +126,21 @@ def measured(label: str, delete, name_id: int, neighbour_key: int) -> dict:
     return result
 
 
+def vacuum(after: str) -> None:
+    """What reclaiming the dead tuples costs: VACUUM's time and WAL (autovacuum's, later)."""
+    before = sql("SELECT pg_current_wal_lsn()")[0][0]
+    began = time.perf_counter()
+    sql("VACUUM traces_kernel")
+    wal = sql("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", [before])[0][0]
+    print(
+        {
+            f"vacuum_after_{after}_s": round(time.perf_counter() - began, 2),
+            "wal_mb": round(float(wal) / 1e6, 1),
+        },
+        flush=True,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--launches", type=int, default=1_000_000)
@@ -152,9 +167,7 @@ def main() -> None:
             Trace.objects.filter(key=old_key).delete()
 
     measured("one DELETE", one_statement, name.id, neighbour)
-    began = time.perf_counter()
-    sql("VACUUM traces_kernel")
-    print({"vacuum_after_one_delete_s": round(time.perf_counter() - began, 2)}, flush=True)
+    vacuum("one DELETE")
 
     # The new way: the trace at once, its launches by the purge.
     make_trace("bench-new", args.launches, name.id)
@@ -181,9 +194,7 @@ def main() -> None:
         }
 
     measured(f"batches of {args.batch}", batched, name.id, neighbour)
-    began = time.perf_counter()
-    sql("VACUUM traces_kernel")
-    print({"vacuum_after_purge_s": round(time.perf_counter() - began, 2)}, flush=True)
+    vacuum("purge")
     ((left,),) = sql("SELECT COUNT(*) FROM traces_kernel WHERE trace_key <> %s", [neighbour])
     print({"launches_left_of_deleted_traces": left}, flush=True)
 
