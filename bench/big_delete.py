@@ -33,10 +33,11 @@ def sql(statement: str, args=()):
         return cursor.fetchall() if cursor.description else None
 
 
-def make_trace(run_id: str, launches: int, name_id: int) -> int:
-    """A ready trace with `launches` launches in CONTEXTS contexts, inserted server-side."""
+def make_trace(run_id: str, launches: int, name_id: int, contexts: int = CONTEXTS) -> int:
+    """A ready trace with `launches` launches in `contexts` contexts (interleaved, as a tracer
+    writes them), inserted server-side."""
     trace = Trace.objects.create(id=run_id, state="ready", kernel_count=launches)
-    for index in range(CONTEXTS):
+    for index in range(contexts):
         sql(
             "INSERT INTO traces_kernelcontext (index, ctx, device, trace_key) VALUES (%s, %s, 0, %s)",
             [index, f"0x{index:x}", trace.key],
@@ -46,7 +47,7 @@ def make_trace(run_id: str, launches: int, name_id: int) -> int:
         "block_x, block_y, block_z, blocks, threads, total_insts, total_reported_insts, traced, duration_ns) "
         "SELECT %s, i %% %s, i / %s, %s, 80, 1, 1, 256, 1, 1, 80, 20480, 1000000 + i %% 977, "
         "1000000 + i %% 977, false, 5000 + i %% 311 FROM generate_series(0, %s - 1) i",
-        [trace.key, CONTEXTS, CONTEXTS, name_id, launches],
+        [trace.key, contexts, contexts, name_id, launches],
     )
     return trace.key
 
@@ -147,6 +148,7 @@ def main() -> None:
     parser.add_argument("--neighbour", type=int, default=1_000_000, help="launches of the trace left alone")
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--pause", type=float, default=0.0)
+    parser.add_argument("--contexts", type=int, default=CONTEXTS, help="of the deleted traces")
     args = parser.parse_args()
 
     sql(
@@ -158,7 +160,7 @@ def main() -> None:
     neighbour = make_trace("bench-neighbour", args.neighbour, name.id)
 
     # The old way: the trace's launches in one statement, in the deleting transaction.
-    old_key = make_trace("bench-old", args.launches, name.id)
+    old_key = make_trace("bench-old", args.launches, name.id, args.contexts)
     sql("VACUUM ANALYZE traces_kernel")
 
     def one_statement():
@@ -170,7 +172,7 @@ def main() -> None:
     vacuum("one DELETE")
 
     # The new way: the trace at once, its launches by the purge.
-    make_trace("bench-new", args.launches, name.id)
+    make_trace("bench-new", args.launches, name.id, args.contexts)
     sql("VACUUM ANALYZE traces_kernel")
     batch_times: list[float] = []
 

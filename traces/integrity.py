@@ -5,7 +5,8 @@ checked them with a trigger per row, at twice the time), so a TRUNCATE of the tr
 hand-written DELETE or a partial restore leaves launches that nothing points at, and nothing
 else would notice. The same goes for contexts and steps restored without their trace, for a
 trace left in `parsing` by a pass that died (and no pass holds it), and for a trace whose
-counts no longer match its launches.
+counts no longer match its launches. Launches of a trace deleted the ordinary way are not
+orphans: `kernels_purge` deletes them in batches (KernelPurge), and this says so in a note.
 
 Each check is one query, whatever the number of launches (a full scan of the kernel table for
 some: a command for cron or for after an incident, not for every request). Repairs take the

@@ -10,6 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
+from ingest import passes
 from traces import services
 from traces.kernel_store import kernels_purge
 from traces.models import KernelPurge, Trace, TraceState
@@ -168,3 +169,12 @@ def test_the_command_purges_in_batches(two_traces):
     call_command("purge_deleted_kernels", "--batch", "10", stdout=out)
     assert out.getvalue().strip() == "23 launches deleted in 3 statements, 1 trace(s) done"
     assert launches_of(gone_key) == []
+
+
+def test_a_poll_pass_purges_a_deleted_traces_launches(s3, two_traces):
+    """Without anyone running the command: the poller's next pass deletes them (5 s' worth)."""
+    gone_key, _ = two_traces
+    services.trace_delete("gone")
+    passes.poll_bucket()
+    assert launches_of(gone_key) == []
+    assert not KernelPurge.objects.exists()
