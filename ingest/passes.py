@@ -47,11 +47,14 @@ from ingest.scan import (
     register_objects,
     scan_bucket,
 )
+from traces.kernel_store import kernels_purge
 from traces.locks import trace_lock
 from traces.models import Trace, TraceState
 from traces.simulations import SimulationChange
 
 logger = logging.getLogger(__name__)
+# A pass's share of purging deleted traces' launches: about 2M launches' worth, then the next pass.
+PURGE_SECONDS = 5.0
 
 __all__ = ["PassResult", "ingest_trace", "parse_traces", "poll_bucket", "scan_bucket"]
 
@@ -152,6 +155,10 @@ def _poll_bucket(
     )
     for change in simulation_changes:
         logger.info("%s", change)
+    if trace_id is None:  # a whole pass: deleted traces' launches, a few seconds' worth
+        purged = kernels_purge(seconds=PURGE_SECONDS)
+        if purged.statements or purged.traces:
+            logger.info("purge of deleted traces' launches: %s", purged)
     return PassResult(
         listed=scan.listed,
         changes=list(changes.values()),

@@ -12,6 +12,7 @@ and not the other would store launches wrongly.
 """
 
 import queue
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from django.db import connection, transaction
 from psycopg.copy import QueuedLibpqWriter
 
-from traces.models import KERNEL_COLUMNS, KernelContext, KernelName, Trace, name_digest
+from traces.models import KERNEL_COLUMNS, KernelContext, KernelName, KernelPurge, Trace, name_digest
 
 TOTAL_INSTS = KERNEL_COLUMNS.index("total_insts")
 # A trace's (ctx, device) pairs are numbered in a smallint (KernelContext.index, Kernel.context).
@@ -69,6 +70,83 @@ def kernels_delete(trace_key: int) -> None:
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM traces_kernel WHERE trace_key = %s", [trace_key])
         cursor.execute("DELETE FROM traces_kernelcontext WHERE trace_key = %s", [trace_key])
+
+
+# Launches deleted by one statement of a purge: about 40 ms and 1.5 MB of WAL on PostgreSQL.
+PURGE_BATCH = 10_000
+
+
+@dataclass
+class Purged:
+    launches: int = 0
+    statements: int = 0
+    traces: int = 0  # whose purge finished
+
+    def __str__(self) -> str:
+        return (
+            f"{self.launches} launches deleted in {self.statements} statements, {self.traces} trace(s) done"
+        )
+
+
+def kernels_purge(
+    *,
+    batch: int = PURGE_BATCH,
+    pause: float = 0.0,
+    seconds: float | None = None,
+    on_batch: Callable[[int, int], None] | None = None,
+) -> Purged:
+    """Delete the launches of deleted traces (KernelPurge), at most `batch` a statement.
+
+    Each batch is its own short transaction: a range of the primary key, so the delete walks
+    the index and never the table, and a purge killed midway resumes where the launches left
+    stop. `pause` seconds between batches let autovacuum and replicas keep up; `seconds` bounds
+    the run (a poll pass's share), after which the rest waits for the next call. `on_batch(key,
+    deleted)` is told of each statement.
+    """
+    if batch < 1:
+        raise ValueError("batch must be at least 1")
+    done = Purged()
+    deadline = None if seconds is None else time.monotonic() + seconds
+    for trace_key in KernelPurge.objects.order_by("deleted_at", "trace_key").values_list(
+        "trace_key", flat=True
+    ):
+        after = None
+        while True:
+            if deadline is not None and time.monotonic() >= deadline:
+                return done
+            deleted, after = _purge_batch(trace_key, after, batch)
+            if after is None:  # nothing left: the trace's purge is done
+                KernelPurge.objects.filter(pk=trace_key).delete()
+                done.traces += 1
+                break
+            done.launches += deleted
+            done.statements += 1
+            if on_batch:
+                on_batch(trace_key, deleted)
+            if pause:
+                time.sleep(pause)
+    return done
+
+
+def _purge_batch(trace_key: int, after: tuple | None, batch: int) -> tuple[int, tuple | None]:
+    """Delete the next `batch` launches of `trace_key` past `after`: (deleted, the last's key),
+    or (0, None) when none is left."""
+    past, args = ("AND (context, kernel_id) > (%s, %s)", list(after)) if after else ("", [])
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT context, kernel_id FROM (SELECT context, kernel_id FROM traces_kernel "
+            f"WHERE trace_key = %s {past} ORDER BY context, kernel_id LIMIT %s) batch "
+            "ORDER BY context DESC, kernel_id DESC LIMIT 1",
+            [trace_key, *args, batch],
+        )
+        last = cursor.fetchone()
+        if last is None:
+            return 0, None
+        cursor.execute(
+            f"DELETE FROM traces_kernel WHERE trace_key = %s {past} AND (context, kernel_id) <= (%s, %s)",
+            [trace_key, *args, *last],
+        )
+        return cursor.rowcount, tuple(last)
 
 
 # Launches per chunk of rows: a chunk's new names are looked up in one round trip.

@@ -6,6 +6,8 @@ import secrets
 
 from django.conf import settings
 from django.db import models
+from django.db.models.signals import pre_delete
+from django.dispatch import receiver
 from django.utils import timezone
 
 
@@ -298,12 +300,14 @@ class Kernel(models.Model):
     # No database constraints on the trace and the name: PostgreSQL checks a foreign key with
     # a trigger per row, which more than doubled a COPY's time (docs/performance.md).
     # Launches are written by KernelWriter alone, inside the
-    # transaction that holds their trace; Django deletes them with their trace (CASCADE), and
-    # trace keys come from a sequence, never reused. Names are only ever added, never deleted.
+    # transaction that holds their trace. Deleting a trace leaves them to `kernels_purge`
+    # (KernelPurge: a million launches are deleted in short batches, not by Django's cascade
+    # in one statement), and trace keys come from a sequence, never reused. Names are only
+    # ever added, never deleted.
     trace = TraceKeyForeignKey(
         Trace,
         to_field="key",
-        on_delete=models.CASCADE,
+        on_delete=models.DO_NOTHING,
         related_name="kernels",
         db_index=False,
         db_constraint=False,
@@ -419,6 +423,30 @@ class DeletedTrace(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class KernelPurge(models.Model):
+    """A deleted trace whose launches are still being deleted, in batches (`kernels_purge`).
+
+    Deleting a trace removes its row at once; its launches (a million for a big run) go in
+    short transactions afterwards, so that no one statement writes a million rows of WAL and
+    dead tuples. Launches whose key is here are being purged, not orphans; keys are never
+    reused (`next_trace_keys`), so a run registered again never sees them.
+    """
+
+    trace_key = models.IntegerField(primary_key=True)
+    trace_id = models.CharField(max_length=1024, help_text="The run the deleted trace was.")
+    deleted_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.trace_id} (key {self.trace_key})"
+
+
+@receiver(pre_delete, sender=Trace, dispatch_uid="traces.kernel_purge")
+def purge_launches_later(sender, instance: Trace, **kwargs) -> None:
+    """However a trace is deleted (trace_delete, the admin, a queryset in a shell), its
+    launches are left to `kernels_purge`: Kernel.trace does not cascade."""
+    KernelPurge.objects.update_or_create(pk=instance.key, defaults={"trace_id": instance.id})
 
 
 SIMULATION_NAME_MAX = 100

@@ -430,7 +430,9 @@ def trace_delete(trace_id: str, *, deleted_by: str = "") -> None:
     """Delete a trace and its kernels; it stays deleted until its files in the bucket change.
 
     Raises TraceBusy while a pass is ingesting it (its commit would fail on, or bring back,
-    the deleted row). Two statements for the kernels and the trace, whatever their number.
+    the deleted row). The trace, its contexts and steps go at once, in one short transaction
+    whatever the trace's size; its launches later, in batches (`models.purge_launches_later`,
+    `kernel_store.kernels_purge`: the poll pass, or `manage.py purge_deleted_kernels`).
     """
     with trace_lock(trace_id) as acquired:
         if not acquired:
@@ -439,7 +441,6 @@ def trace_delete(trace_id: str, *, deleted_by: str = "") -> None:
             trace = Trace.objects.select_for_update().filter(pk=trace_id).first()
             if trace is None:
                 return
-            kernels_delete(trace.key)
             DeletedTrace.objects.update_or_create(
                 pk=trace_id,
                 defaults={

@@ -239,8 +239,8 @@ def test_two_parses_adding_one_new_name_do_not_wait_for_each_other(on_postgres):
 
 @pytest.mark.parametrize("delete", ["services.trace_delete", "queryset.delete"])
 def test_a_deleted_trace_leaves_no_launch_behind(db, make_trace, delete):
-    """Launches hold no database constraint to their trace (a trigger per COPY row): Django's
-    cascade and trace_delete remove them, whichever way a trace is deleted."""
+    """Launches hold no database constraint to their trace (a trigger per COPY row): whichever
+    way a trace is deleted, the purge removes them (tests/traces/test_big_delete.py)."""
     make_trace("gone", state=TraceState.READY)
     make_trace("kept", state=TraceState.READY)
     with transaction.atomic():
@@ -250,6 +250,7 @@ def test_a_deleted_trace_leaves_no_launch_behind(db, make_trace, delete):
         services.trace_delete("gone")
     else:
         Trace.objects.filter(pk="gone").delete()
+    kernel_store.kernels_purge()
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM traces_kernel")
         assert cursor.fetchone()[0] == 1
