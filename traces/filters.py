@@ -213,6 +213,9 @@ def decode_cursor(cursor: str) -> tuple[datetime.datetime, str]:
 def trace_list_page(params: QueryDict) -> ListPage:
     """`limit` and `after` as `params` gives them; InvalidFilter (a 400) names each bad one, as
     a filter's. An absent or empty one is no page: the whole list."""
+    repeated = [name for name in PAGE_ACCEPTS if len(params.getlist(name)) > 1]
+    if repeated:  # which one would count is anyone's guess: refused, not picked
+        raise InvalidFilter(" ".join(f"{name} is given more than once." for name in repeated))
     errors, limit, after = [], None, None
     if raw := params.get("limit"):
         limit = int(raw) if raw.isascii() and raw.isdigit() else 0

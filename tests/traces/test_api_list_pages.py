@@ -503,3 +503,10 @@ def test_the_kept_version_survives_a_flush(api_token):
 
     version = selectors.trace_list_version(None, ListPage())
     assert (version.count, version.key_sum) == (1, Trace.objects.get().key)
+
+
+@pytest.mark.django_db
+def test_a_page_parameter_given_twice_is_a_400(api):
+    answer = api.get("/api/traces?limit=2&limit=")
+    assert answer.status_code == 400
+    assert "limit is given more than once" in answer.json()["detail"]
