@@ -166,8 +166,11 @@ def ingest_simulations(run_id: str, objects: list[S3Object]) -> list[SimulationC
         old_state = None if how == "created" else simulation.state
         try:
             change = decide_simulation(trace, simulation.name, storable[simulation.name])
-        except Exception as error:  # transient (S3, the database): the next pass tries again
-            logger.warning("%s: %s: %s, the next pass tries again", simulation, type(error).__name__, error)
+        except failures.ParseAttemptFailed as error:  # logged with its traceback, and counted
+            logger.warning("%s: %s", simulation, error)
+            continue
+        except Exception:  # transient (S3, the database): the next pass tries again
+            logger.exception("%s: ingestion error, the next pass tries again", simulation)
             continue
         if change is not None:
             changes.append(SimulationChange(run_id, simulation.name, old_state, *change))

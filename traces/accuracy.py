@@ -226,24 +226,28 @@ def _steps(simulation: Simulation) -> dict[int, tuple[str, str | None]]:
 
 def _rows(rows: QuerySet[SimulatedKernel], steps: dict, *, stream: bool) -> Iterator[SimKernelRow]:
     values = rows.values_list(*_KERNEL_COLUMNS)
-    for ctx, kernel_id, name, step, uid, cycles, insn, sim_ns, measured_ns, overlapped in (
-        values.iterator(chunk_size=FETCH_ROWS) if stream else values
-    ):
-        step_name, phase = steps.get(step, (None, None)) if step is not None else (None, None)
-        yield SimKernelRow(
-            ctx=ctx,
-            kernel_id=kernel_id,
-            name=name,
-            step=step_name,
-            phase=phase,
-            uid=uid,
-            sim_cycles=cycles,
-            sim_insn=insn,
-            sim_ns=sim_ns,
-            measured_ns=measured_ns,
-            error=signed_error(sim_ns, measured_ns),
-            overlapped=overlapped,
-        )
+    for ctx, *rest in values.iterator(chunk_size=FETCH_ROWS) if stream else values:
+        yield _kernel_row(ctx, rest, steps)
+
+
+def _kernel_row(ctx: str | None, row, steps: dict) -> SimKernelRow:
+    """A stored launch's columns after its ctx (kernel_id ... overlapped), as a SimKernelRow."""
+    kernel_id, name, step, uid, cycles, insn, sim_ns, measured_ns, overlapped = row
+    step_name, phase = steps.get(step, (None, None)) if step is not None else (None, None)
+    return SimKernelRow(
+        ctx=ctx,
+        kernel_id=kernel_id,
+        name=name,
+        step=step_name,
+        phase=phase,
+        uid=uid,
+        sim_cycles=cycles,
+        sim_insn=insn,
+        sim_ns=sim_ns,
+        measured_ns=measured_ns,
+        error=signed_error(sim_ns, measured_ns),
+        overlapped=overlapped,
+    )
 
 
 def simulation_kernels(simulation: Simulation) -> Iterator[SimKernelRow]:
@@ -251,23 +255,8 @@ def simulation_kernels(simulation: Simulation) -> Iterator[SimKernelRow]:
     chunk at a time (a server-side cursor on PostgreSQL)."""
     steps = _steps(simulation)
     contexts = _contexts(simulation)
-    for row in _stored_rows(_cursor_rows(*kernels_sql(simulation.pk))):
-        context, kernel_id, name, step, uid, cycles, insn, sim_ns, measured_ns, overlapped = row
-        step_name, phase = steps.get(step, (None, None)) if step is not None else (None, None)
-        yield SimKernelRow(
-            ctx=contexts.get(context),
-            kernel_id=kernel_id,
-            name=name,
-            step=step_name,
-            phase=phase,
-            uid=uid,
-            sim_cycles=cycles,
-            sim_insn=insn,
-            sim_ns=sim_ns,
-            measured_ns=measured_ns,
-            error=signed_error(sim_ns, measured_ns),
-            overlapped=overlapped,
-        )
+    for context, *rest in _stored_rows(_cursor_rows(*kernels_sql(simulation.pk))):
+        yield _kernel_row(contexts.get(context), rest, steps)
 
 
 def worst_kernels(simulation: Simulation, count: int = 20) -> list[SimKernelRow]:
