@@ -21,7 +21,7 @@ from django.db.models import Count, Q, Sum
 
 from traces.demangle import demangle_all
 from traces.models import Kernel, KernelName, Step, Trace
-from traces.selectors import as_bigint
+from traces.selectors import as_bigint, trace_launches
 
 BY_NAME = "name"
 BY_DEMANGLED = "demangled"
@@ -222,7 +222,7 @@ def kernel_mix(trace_id: str) -> list[KernelMix]:
 
 def trace_totals(trace_id: str) -> TraceTotals:
     """The trace's launch count, summed instructions and measured time: one query."""
-    totals = Kernel.stored.filter(trace__id=trace_id).aggregate(
+    totals = trace_launches(trace_id).aggregate(
         launches=Count("*"), insts=Sum(as_bigint("total_insts")), duration=Sum("duration_ns")
     )
     return TraceTotals(
@@ -246,7 +246,8 @@ def step_totals(trace_id: str) -> list[StepTotal]:
         return []
     groups = {
         group["step"]: group
-        for group in Kernel.stored.filter(trace__id=trace_id, step__isnull=False)
+        for group in trace_launches(trace_id)
+        .filter(step__isnull=False)
         .order_by()
         .values("step")
         .annotate(launches=Count("*"), insts=Sum(as_bigint("total_insts")), duration=Sum("duration_ns"))

@@ -502,7 +502,7 @@ def kernel_runs(trace_id: str, *, per_run: int) -> list[KernelRun]:
     bucket = ExpressionWrapper((F("kernel_id") - 1) / Value(per_run), output_field=BigIntegerField())
     ctx_of = trace_context_names(trace_id)
     rows = (
-        Kernel.stored.filter(trace__id=trace_id)
+        trace_launches(trace_id)
         .annotate(bucket=bucket)
         # No ORDER BY: PostgreSQL then hashes the groups instead of sorting a million rows.
         .order_by()
@@ -542,6 +542,19 @@ def kernel_runs(trace_id: str, *, per_run: int) -> list[KernelRun]:
         )
         for (ctx, _bucket), row in sorted(merged.items(), key=lambda item: (item[0][0] or "", item[0][1]))
     ]
+
+
+def trace_launches(trace_id: str, manager=None):
+    """The trace's launches as `trace_key = <its key>`, the key read first (one small query).
+
+    Filtered through the join on the trace's id instead, the planner cannot tell which key it
+    reads, guesses a few hundred launches whatever the trace holds, and sorts a million rows
+    through temporary files where it would hash them (docs/performance.md, the admin at 50M
+    launches); given the key, its statistics know the big traces.
+    """
+    manager = manager or Kernel.stored
+    key = Trace.objects.filter(pk=trace_id).values_list("key", flat=True).first()
+    return manager.none() if key is None else manager.filter(trace=key)
 
 
 def as_bigint(column: str) -> Cast:
@@ -612,9 +625,9 @@ def top_kernels(trace_id: str, runs: list[KernelRun]) -> list[Kernel]:
     if not ranges:
         return []
     return list(
-        Kernel.objects.filter(ranges, trace__id=trace_id, total_insts__isnull=False).order_by(
-            "-total_insts", "context", "kernel_id"
-        )[:TOP_KERNELS]
+        trace_launches(trace_id, Kernel.objects)
+        .filter(ranges, total_insts__isnull=False)
+        .order_by("-total_insts", "context", "kernel_id")[:TOP_KERNELS]
     )
 
 
@@ -664,7 +677,8 @@ def step_kernel_split(trace_id: str, *, names: list[str], per_bar: int) -> list[
     # The names' ids first (the names table is small): the launches are grouped by id.
     name_of = dict(KernelName.objects.filter(name__in=names).values_list("id", "name"))
     rows = (
-        Kernel.stored.filter(trace__id=trace_id, step__isnull=False, kernel_name__in=list(name_of))
+        trace_launches(trace_id)
+        .filter(step__isnull=False, kernel_name__in=list(name_of))
         .annotate(bucket=bucket)
         .order_by()
         .values("bucket", "kernel_name")
@@ -683,7 +697,7 @@ def calibration_sample(trace_id: str, *, kernel_count: int, limit: int = CALIBRA
     kernel ids, chosen in the database, so that a million launches cost one scan and `limit`
     rows.
     """
-    kernels = Kernel.objects.filter(trace__id=trace_id, total_insts__gt=0, duration_ns__gt=0)
+    kernels = trace_launches(trace_id, Kernel.objects).filter(total_insts__gt=0, duration_ns__gt=0)
     if kernel_count > limit:
         spread = ExpressionWrapper(
             (F("kernel_id") * Value(_HASH_MULTIPLIER)) % Value(_HASH_RANGE), output_field=BigIntegerField()
