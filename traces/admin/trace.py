@@ -34,6 +34,7 @@ from traces.admin.display import (
     upload_notice,
 )
 from traces.admin.filters import ParserVersionFilter, StorableLookups
+from traces.admin.paginators import EstimatedCountPaginator
 from traces.admin.simulation import SimulationInline
 from traces.models import CURRENT_PARSER_VERSION, Kernel, Simulation, Trace, TraceState
 from traces.services import TraceBusy, trace_delete, trace_mark_failed, traces_mark_sample
@@ -69,6 +70,10 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
     )
     search_fields = ("id", "model", "source_gpu")
     ordering = ("-created_at", "id")
+    # Past 100,000 traces a list is counted from the planner's statistics ("about N traces"),
+    # and a filtered or searched one is not counted twice (its total: the unfiltered list's).
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
     actions = ("compare", "reingest", "mark_failed", "mark_sample", "unmark_sample")
     # Its simulations, each linking to its page (traces.admin.simulation).
     inlines = (SimulationInline,)
