@@ -120,7 +120,17 @@ def snapshot() -> Iterator[None]:
         if own_transaction and connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                cursor.execute(ONE_TRACE_PLANS)
         yield
+
+
+# The reads of a snapshot are a trace's launches (or two traces'): a range of the kernel
+# table's primary key. Past the planner's effective_cache_size (4 GB by default: 30M
+# launches) it costs that range as random reads and would rather scan every launch of every
+# trace, in parallel (a 1M-launch trace among 50M: 2 s where its range takes 0.25 s); and the
+# cost of a million rows turns on JIT compilation, 0.4 to 0.6 s a query that it never pays
+# back (docs/performance.md, the admin at 50M launches). SET LOCAL: this transaction only.
+ONE_TRACE_PLANS = "SET LOCAL enable_seqscan = off; SET LOCAL jit = off"
 
 
 def trace_states(trace_ids: Iterable[str]) -> dict[str, str]:

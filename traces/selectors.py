@@ -22,7 +22,9 @@ from django.db.models import (
     Func,
     Max,
     Min,
+    OuterRef,
     Q,
+    Subquery,
     Sum,
     TextField,
     Value,
@@ -689,20 +691,55 @@ def step_kernel_split(trace_id: str, *, names: list[str], per_bar: int) -> list[
     ]
 
 
+# Past this many times its launches, a trace's kernel ids are sparse (a kernelslist's few):
+# its sample is then chosen by hashing each launch's id.
+DENSE_IDS = 4
+# The golden ratio's fraction: the offsets j * GOLDEN (mod 1) spread evenly over [0, 1) and
+# never repeat with a period.
+GOLDEN = 0.6180339887498949
+
+
 def calibration_sample(trace_id: str, *, kernel_count: int, limit: int = CALIBRATION_POINTS) -> list[tuple]:
     """About `limit` launches with both an instruction count and a measured time, as
-    (ctx, kernel_id, name, total_insts, duration_ns): one query.
+    (ctx, kernel_id, name, total_insts, duration_ns): one query, two past `limit` launches.
 
-    A trace of up to `limit` launches gives them all; a larger one a hashed sample of its
-    kernel ids, chosen in the database, so that a million launches cost one scan and `limit`
-    rows.
+    A trace of up to `limit` launches gives them all. A larger one gives the launches of
+    `sampled_kernel_ids` in each context: one id in each of about `limit` equal bins of the
+    ids, at an offset that moves by the golden ratio from bin to bin, so that no period of
+    the launches (a decode step's kernels) picks the same kernel every time. They are found
+    in the primary key's index, never by reading a million launches; a trace with sparse ids
+    is sampled by a hash of each launch's id instead (Knuth's multiplicative hash).
     """
     kernels = trace_launches(trace_id, Kernel.objects).filter(total_insts__gt=0, duration_ns__gt=0)
     if kernel_count > limit:
-        spread = ExpressionWrapper(
-            (F("kernel_id") * Value(_HASH_MULTIPLIER)) % Value(_HASH_RANGE), output_field=BigIntegerField()
+        last_ids = dict(
+            KernelContext.objects.filter(trace__id=trace_id)
+            .annotate(
+                last=Subquery(
+                    Kernel.stored.filter(trace=OuterRef("trace"), context=OuterRef("index"))
+                    .order_by("-kernel_id")
+                    .values("kernel_id")[:1]
+                )
+            )
+            .values_list("index", "last")
         )
-        kernels = kernels.annotate(spread=spread).filter(spread__lt=_HASH_RANGE * limit // kernel_count)
+        last = max((value for value in last_ids.values() if value is not None), default=0)
+        if last <= DENSE_IDS * kernel_count:
+            ids = sampled_kernel_ids(last, max(1, round(limit * last / kernel_count)))
+            kernels = kernels.filter(context__in=list(last_ids), kernel_id__in=ids)
+        else:
+            spread = ExpressionWrapper(
+                (F("kernel_id") * Value(_HASH_MULTIPLIER)) % Value(_HASH_RANGE),
+                output_field=BigIntegerField(),
+            )
+            kernels = kernels.annotate(spread=spread).filter(spread__lt=_HASH_RANGE * limit // kernel_count)
     columns = ("ctx", "kernel_id", "name", "total_insts", "duration_ns")
     # The cap holds even when kernel_count is stale.
     return list(kernels.order_by().values_list(*columns)[:limit])
+
+
+def sampled_kernel_ids(last: int, count: int) -> list[int]:
+    """About `count` kernel ids of 1 to `last`: one in each of `count` equal bins, at an offset
+    that moves by the golden ratio from bin to bin (calibration_sample)."""
+    step = last / count
+    return sorted({1 + int(step * (j + (j * GOLDEN) % 1.0)) for j in range(count)})

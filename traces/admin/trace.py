@@ -254,7 +254,14 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
         extra_context = extra_context or {}
         trace = self.get_object(request, unquote(object_id))
         if trace is not None:
-            summary = selectors.kernel_summary(trace.id, kernel_count=trace.kernel_count, run_count=MAX_BARS)
+            # One snapshot: the chart, the contexts and the analysis of the same launches.
+            with analysis.snapshot():
+                summary = selectors.kernel_summary(
+                    trace.id, kernel_count=trace.kernel_count, run_count=MAX_BARS
+                )
+                # The mix, steps and calibration of a trace that has kernels (one that failed,
+                # or is uploading, says so once, above).
+                analysed = trace_analysis(trace) if summary.kernels else {}
             chart = instruction_chart(summary.runs)
             extra_context.update(
                 trace=trace,
@@ -265,9 +272,7 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
                 kernel_summary=summary,
                 kernel_chart_svg=render_to_string("admin/traces/trace/kernel_chart.svg", {"chart": chart}),
                 kernel_chart=chart,
-                # The mix, steps and calibration of a trace that has kernels (one that failed,
-                # or is uploading, says so once, above).
-                **(trace_analysis(trace) if summary.kernels else {}),
+                **analysed,
                 kernels_url=kernel_changelist_url(trace.id),
                 context_rows=[
                     (
