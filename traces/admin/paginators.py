@@ -46,7 +46,10 @@ class EstimatedCountPaginator(Paginator):
         if top + self.orphans >= self.count:
             top = self.count
         keys = list(self.object_list.values_list(*self.page_keys)[bottom:top])
-        rows = self.object_list.filter(pk__in=keys) if keys else self.object_list.none()
+        # Sliced as well: the planner, which cannot tell that a hundred keys are a hundred rows,
+        # then plans for a page, not for the tens of thousands of rows it guesses, which on a
+        # 50M-row table cost a JIT compilation of seconds (docs/performance.md).
+        rows = self.object_list.filter(pk__in=keys)[: len(keys)] if keys else self.object_list.none()
         return self._get_page(rows, number, self)
 
 
