@@ -272,6 +272,34 @@ def test_sampled_kernel_ids_fall_one_in_each_bin_with_no_period():
     assert selectors.sampled_kernel_ids(50, 100) == list(range(1, 51))  # fewer ids than asked: all
 
 
+def test_a_big_trace_page_is_read_once_until_the_trace_changes(staff_client, timed, monkeypatch):
+    """Past KEEP_PAGE_READS_FROM launches the page's reads are kept (Django's cache), keyed by
+    the trace's updated_at: a later view reads no launch, a parse (which saves the trace)
+    makes the next view read them again."""
+    from traces.admin import analysis_pages
+
+    monkeypatch.setattr(analysis_pages, "KEEP_PAGE_READS_FROM", 1)
+
+    def launch_reads() -> tuple[int, list]:
+        with CaptureQueriesContext(connection) as captured:
+            page = read(staff_client.get(change_url(timed.pk)))
+        rows = table_rows(section(page, "trace-steps").find("table"))
+        return sum("traces_kernel" in query["sql"] for query in captured.captured_queries), rows
+
+    first, rows = launch_reads()
+    assert first > 0
+    later, kept_rows = launch_reads()
+    assert later == 0
+    assert [row["launches"].text for row in kept_rows] == [row["launches"].text for row in rows] == ["3", "2"]
+
+    # A parse replaces the launches and saves the trace: the page reads them again.
+    add_run(timed, [(GEMM, 10, 10, 1)], ctx="0xb")
+    Trace.objects.get(pk=timed.pk).save()
+    again, new_rows = launch_reads()
+    assert again > 0
+    assert [row["launches"].text for row in new_rows] == ["3", "3"]
+
+
 # --- bounded queries ------------------------------------------------------------------------
 
 

@@ -4,8 +4,9 @@ Nothing is edited here: the bucket is the source of truth. The actions re-ingest
 (the poller's own code path), mark it failed, or delete it; "Compare" puts two traces side by
 side, kernel by kernel. The page summarises the kernels from two queries
 (`traces.selectors.kernel_summary`) and shows their mix, steps and calibration from five more
-(`analysis_pages`); deleting counts them instead of collecting a million kernels one by one
-for Django's confirmation page.
+(`analysis_pages`), in one snapshot, kept for a big trace until it changes
+(`analysis_pages.trace_page_reads`); deleting counts them instead of collecting a million
+kernels one by one for Django's confirmation page.
 """
 
 import json
@@ -22,9 +23,9 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
-from traces import analysis, selectors
-from traces.admin.analysis_pages import compare_context, trace_analysis
-from traces.admin.chart import MAX_BARS, instruction_chart
+from traces import analysis
+from traces.admin.analysis_pages import compare_context, trace_page_reads
+from traces.admin.chart import instruction_chart
 from traces.admin.display import (
     compact_datetime,
     kernel_changelist_url,
@@ -254,14 +255,7 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
         extra_context = extra_context or {}
         trace = self.get_object(request, unquote(object_id))
         if trace is not None:
-            # One snapshot: the chart, the contexts and the analysis of the same launches.
-            with analysis.snapshot():
-                summary = selectors.kernel_summary(
-                    trace.id, kernel_count=trace.kernel_count, run_count=MAX_BARS
-                )
-                # The mix, steps and calibration of a trace that has kernels (one that failed,
-                # or is uploading, says so once, above).
-                analysed = trace_analysis(trace) if summary.kernels else {}
+            summary, analysed = trace_page_reads(trace)
             chart = instruction_chart(summary.runs)
             extra_context.update(
                 trace=trace,
