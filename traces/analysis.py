@@ -129,8 +129,11 @@ def snapshot() -> Iterator[None]:
 # launches) it costs that range as random reads and would rather scan every launch of every
 # trace, in parallel (a 1M-launch trace among 50M: 2 s where its range takes 0.25 s); and the
 # cost of a million rows turns on JIT compilation, 0.4 to 0.6 s a query that it never pays
-# back (docs/performance.md, the admin at 50M launches). SET LOCAL: this transaction only.
-ONE_TRACE_PLANS = "SET LOCAL enable_seqscan = off; SET LOCAL jit = off"
+# back (docs/performance.md, the admin at 50M launches). Its estimates of a trace's groups
+# (a few hundred, which it guesses at a few hundred thousand) would not fit the default 4 MB,
+# so it would sort a million rows through temporary files: 16 MB lets it hash them. SET
+# LOCAL: this transaction only.
+ONE_TRACE_PLANS = "SET LOCAL enable_seqscan = off; SET LOCAL jit = off; SET LOCAL work_mem = '16MB'"
 
 
 def trace_states(trace_ids: Iterable[str]) -> dict[str, str]:
