@@ -46,7 +46,8 @@ class PageTime:
 
     page: str
     path: str
-    seconds: float  # the median
+    seconds: float  # the median of the GETs after the first
+    first: float  # the first GET: a big trace's page is computed then, and kept for the others
     times: list[float]
     bytes: int
 
@@ -122,18 +123,16 @@ def admin_client(port: int, username: str, password: str):
 
 
 def time_page(client, label: str, path: str, repeat: int) -> PageTime:
-    """The median of `repeat` GETs of `path`, after one that warms the worker and the caches."""
+    """The first GET of `path`, and the median of `repeat` more."""
     times, size = [], 0
-    for attempt in range(repeat + 1):
+    for _ in range(repeat + 1):
         started = time.perf_counter()
         answer = client.get(path)
-        seconds = time.perf_counter() - started
+        times.append(time.perf_counter() - started)
         if answer.status_code != 200:
             raise RuntimeError(f"GET {path} answered {answer.status_code}")
-        if attempt:
-            times.append(seconds)
         size = len(answer.content)
-    return PageTime(label, path, statistics.median(times), times, size)
+    return PageTime(label, path, statistics.median(times[1:]), times[0], times[1:], size)
 
 
 def measure(port: int, client, ids: dict, *, big_launches: int, repeat: int = 5) -> list[PageTime]:
@@ -142,17 +141,23 @@ def measure(port: int, client, ids: dict, *, big_launches: int, repeat: int = 5)
     rows = []
     for label, path in pages(ids, big_launches=big_launches):
         rows.append(time_page(client, label, path, repeat))
-        log(f"  {label}: {rows[-1].seconds * 1000:,.0f} ms")
+        log(f"  {label}: first {rows[-1].first * 1000:,.0f} ms, then {rows[-1].seconds * 1000:,.0f} ms")
     return rows
 
 
 def table(rows: list[PageTime]) -> str:
-    lines = ["| page | median | target | met? |", "|---|---|---|---|"]
+    """Markdown: each page's first GET (the trace pages' reads computed) and the median of the
+    later ones (a big trace's kept), beside the target; met on the median."""
+    lines = ["| page | first GET | median of the next | target | met? |", "|---|---|---|---|---|"]
     for row in rows:
         lines.append(
-            f"| {row.page} | {row.seconds * 1000:,.0f} ms | < {TARGET_SECONDS:g} s | {'yes' if row.met else 'NO'} |"
+            f"| {row.page} | {ms(row.first)} | {ms(row.seconds)} | < {TARGET_SECONDS:g} s | {'yes' if row.met else 'NO'} |"
         )
     return "\n".join(lines)
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:,.0f} ms"
 
 
 def run(
@@ -175,7 +180,7 @@ def seeded_ids(db: str) -> dict:
     big, tiny = common.query(
         db,
         "SELECT (SELECT id FROM traces_trace ORDER BY kernel_count DESC, id LIMIT 1), "
-        "(SELECT id FROM traces_trace WHERE state = 'ready' AND kernel_count BETWEEN 2 AND 20 ORDER BY id LIMIT 1)",
+        "(SELECT id FROM traces_trace WHERE state = 'ready' AND kernel_count >= 2 ORDER BY kernel_count, id LIMIT 1)",
     )[0]
     return {"big": big, "tiny": tiny}
 
@@ -201,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                 common.manage("migrate", "--noinput", env=common.child_env(DATABASE_URL=db))
                 seeded = community_data.seed(db, traces=traces, launches=launches, big_trace_launches=big)
                 results, rows = run(db, seeded, args.repeat, Path(tmp), big_launches=big)
+                results["database"] = db.rsplit("/", 1)[1]  # dropped on the way out
     print(table(rows))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))

@@ -92,15 +92,23 @@ WITH ready AS (
                        * cos(2 * pi() * (hashint8(n + 1000000000)::float8 + 2147483649) / 4294967297)) AS w
     FROM ready WHERE n <> %(big_n)s
 ), counted AS (
-    SELECT key, id, n,
-           LEAST(%(cap)s, 1 + floor(w / sum(w) OVER () * (%(others)s - count(*) OVER ())))::bigint AS launches,
-           row_number() OVER (ORDER BY n) AS rank, count(*) OVER () AS traces
+    SELECT key, id, n, w,
+           LEAST(%(cap)s, 1 + floor(w / sum(w) OVER () * (%(others)s - count(*) OVER ())))::bigint AS launches
     FROM weighted
-), exact AS (
-    -- What rounding and the cap left over, spread over every trace.
-    SELECT key, id, n, launches + (%(others)s - sum(launches) OVER ()) / traces
-           + CASE WHEN rank <= (%(others)s - sum(launches) OVER ()) %% traces THEN 1 ELSE 0 END AS launches
+), grown AS (
+    -- What the cap and rounding left over, spread over the traces under the cap by weight
+    -- (evenly, it would lift every tiny trace).
+    SELECT key, id, n, w, launches < %(cap)s AS open,
+           launches + CASE WHEN launches < %(cap)s
+                      THEN floor((%(others)s - sum(launches) OVER ()) * w
+                                 / sum(w) FILTER (WHERE launches < %(cap)s) OVER ()) ELSE 0 END AS launches
     FROM counted
+), exact AS (
+    -- The last launches rounding lost: one more for each of the heaviest open traces.
+    SELECT key, id, n, launches
+           + CASE WHEN open AND row_number() OVER (ORDER BY open DESC, w DESC, n)
+                                <= %(others)s - sum(launches) OVER () THEN 1 ELSE 0 END AS launches
+    FROM grown
 ), planned AS (
     SELECT key, id, n, launches::bigint, CASE WHEN n %% 50 = 0 THEN 8 WHEN n %% 10 = 0 THEN 4 ELSE 1 END AS contexts
     FROM exact
@@ -262,7 +270,7 @@ def seed(database_url: str, *, traces: int, launches: int, big_trace_launches: i
             """
             SELECT
                 (SELECT id FROM seed_plan WHERE n = %(big_n)s),
-                (SELECT id FROM seed_plan WHERE launches BETWEEN 2 AND 20 AND contexts = 1 ORDER BY n LIMIT 1),
+                (SELECT id FROM seed_plan WHERE launches >= 2 AND contexts = 1 ORDER BY launches, n LIMIT 1),
                 (SELECT id FROM seed_plan WHERE contexts > 1 AND n <> %(big_n)s ORDER BY launches DESC, n LIMIT 1),
                 (SELECT count(*) FROM traces_trace),
                 (SELECT count(*) FROM traces_trace WHERE state = 'ready'),
