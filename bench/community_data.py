@@ -180,13 +180,22 @@ def kernel_names(count: int = NAMES) -> list[str]:
     ]
 
 
-def seed(database_url: str, *, traces: int, launches: int, big_trace_launches: int = 1_000_000) -> dict:
+def seed(
+    database_url: str,
+    *,
+    traces: int,
+    launches: int,
+    big_trace_launches: int = 1_000_000,
+    indexes_after_load: bool = True,
+) -> dict:
     """Fill the empty, migrated database at `database_url` with `traces` registered traces and
     `launches` launches in all, one trace of exactly `big_trace_launches`; then VACUUM ANALYZE.
 
     Returns the interesting traces' ids (`big`: the big trace; `tiny`: a ready trace of a few
     launches; `multi_context`: a ready trace of several contexts), the counts (traces, ready,
     uploading, launches, names, contexts, steps), and the seconds each stage took.
+    `indexes_after_load=False` keeps the kernel table's indexes during the load (to measure
+    what dropping them saves).
     """
     import psycopg
 
@@ -259,7 +268,7 @@ def seed(database_url: str, *, traces: int, launches: int, big_trace_launches: i
         _describe_traces(conn)
         _contexts_and_steps(conn)
         stage("plan, trace rows, contexts, steps")
-        _load_kernels(conn, name_ids, launches, stage)
+        _load_kernels(conn, name_ids, launches, stage, indexes_after_load=indexes_after_load)
         conn.execute("VACUUM ANALYZE traces_trace")
         conn.execute("VACUUM ANALYZE traces_kernelcontext")
         conn.execute("VACUUM ANALYZE traces_step")
@@ -349,17 +358,21 @@ def _contexts_and_steps(conn) -> None:
     )
 
 
-def _load_kernels(conn, name_ids: list[int], launches: int, stage) -> None:
+def _load_kernels(conn, name_ids: list[int], launches: int, stage, *, indexes_after_load: bool) -> None:
     """The launches, in batches of about BATCH_LAUNCHES, the table's indexes dropped around
     the load and built again after it."""
-    indexes = conn.execute(
-        """
+    indexes = (
+        []
+        if not indexes_after_load
+        else conn.execute(
+            """
         SELECT i.relname, pg_get_indexdef(i.oid), c.conname, c.contype
         FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
         LEFT JOIN pg_constraint c ON c.conindid = x.indexrelid AND c.conrelid = x.indrelid
         WHERE x.indrelid = 'traces_kernel'::regclass
         """
-    ).fetchall()
+        ).fetchall()
+    )
     for name, _definition, constraint, _kind in indexes:
         if constraint:
             conn.execute(f'ALTER TABLE traces_kernel DROP CONSTRAINT "{constraint}"')
