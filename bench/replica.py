@@ -170,18 +170,19 @@ def measure(args, primary_url: str, standby_url: str) -> None:
     )
     print(f"  {'request':<42} {'standby':>10} {'primary':>10}")
     for label, path, headers in requests:
-        row = {}
         for where in ("standby", "primary"):
             with CaptureQueriesContext(connections[REPLICA]) as on_replica:
                 status, size = get(path, where, **headers)
             assert status in (200, 304), (path, status)
             assert bool(on_replica.captured_queries) == (where == "standby"), (path, where)
-            times = []
-            for _ in range(args.repeat):
+        # Interleaved, so that a neighbour's load falls on both columns alike.
+        times = {"standby": [], "primary": []}
+        for _ in range(args.repeat):
+            for where, spent in times.items():
                 started = time.perf_counter()
                 get(path, where, **headers)
-                times.append(time.perf_counter() - started)
-            row[where] = min(times)
+                spent.append(time.perf_counter() - started)
+        row = {where: min(spent) for where, spent in times.items()}
         print(f"  {label:<42} {row['standby'] * 1000:>8.1f} ms {row['primary'] * 1000:>7.1f} ms")
 
     # Lag: a whole ingest, then a one-row write.
