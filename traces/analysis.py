@@ -16,9 +16,10 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Count, Q, Sum
 
+from cascade.db_routers import read_connection
 from traces.demangle import demangle_all
 from traces.models import Kernel, KernelName, Step, Trace
 from traces.selectors import as_bigint
@@ -115,10 +116,10 @@ def snapshot() -> Iterator[None]:
     totals that disagree with their parts. Inside a caller's transaction (a test's) its
     snapshot rules, since the level can only be set as a transaction's first statement.
     """
-    own_transaction = not connection.in_atomic_block
-    with transaction.atomic():
-        if own_transaction and connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
+    own_transaction = not read_connection.in_atomic_block
+    with transaction.atomic(using=read_connection.alias):
+        if own_transaction and read_connection.vendor == "postgresql":
+            with read_connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         yield
 

@@ -1,7 +1,7 @@
 """Counting a list of a million kernels without reading them all."""
 
 from django.core.paginator import Paginator
-from django.db import connection
+from django.db import connections
 from django.utils.functional import cached_property
 
 # Below this many rows an exact COUNT(*) is cheap, and the estimate may be stale.
@@ -19,6 +19,8 @@ class EstimatedCountPaginator(Paginator):
     @cached_property
     def count(self) -> int:
         queryset = self.object_list
+        # The list's own database: the replica, for the admin's pages when there is one.
+        connection = connections[queryset.db]
         if connection.vendor == "postgresql" and lists_every_row(queryset):
             with connection.cursor() as cursor:
                 cursor.execute(
