@@ -1,11 +1,14 @@
-"""`python -m bench`: the lab-scale table (bench/lab.py); `python3 run.py bench` runs it in .venv."""
+"""`python -m bench`: the lab-scale table (bench/lab.py); `python -m bench community`: the
+community table (bench/community.py). `python3 run.py bench [community]` runs them in .venv."""
 
 import sys
 
-from bench.lab import main
+from bench import community, lab
 
 try:
-    sys.exit(main())
+    if sys.argv[1:2] == ["community"]:
+        sys.exit(community.main(sys.argv[2:]))
+    sys.exit(lab.main())
 except KeyboardInterrupt:  # what it started is stopped and dropped on the way out
     print("bench: interrupted", file=sys.stderr)
     sys.exit(130)

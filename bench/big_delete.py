@@ -4,14 +4,18 @@ waits meanwhile. docs/performance.md quotes its figures.
 
     DATABASE_URL=postgres://... python -m bench.big_delete [--launches 1000000] [--batch 10000]
 
-Empties the database's trace tables first: point it at a scratch database.
+Empties the database's trace tables first: point it at a scratch database. With
+`--existing OLD,NEW` it deletes two traces of the database as it is instead (the community
+bench's, amid 50M launches: bench/community.py).
 """
 
 import argparse
+import json
 import os
 import statistics
 import threading
 import time
+from pathlib import Path
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cascade.settings")
 import django  # noqa: E402
@@ -56,17 +60,17 @@ class Writer(threading.Thread):
     """Appends 100 launches at a time to another trace, and reads 1,000 of its launches,
     recording each transaction's time: what a pass or an API request beside the delete sees."""
 
-    first_id = 10_000_000
-
     def __init__(self, trace_key: int, name_id: int):
         super().__init__(daemon=True)
-        Writer.first_id += 10_000_000
         self.trace_key, self.name_id = trace_key, name_id
+        # After the trace's own launches (and an earlier writer's): never a key taken.
+        ((last,),) = sql("SELECT max(kernel_id) FROM traces_kernel WHERE trace_key = %s", [trace_key])
+        self.first_id = (last or 0) + 1
         self.stop = threading.Event()
         self.times: list[float] = []
 
     def run(self):
-        next_id = Writer.first_id
+        next_id = self.first_id
         try:
             while not self.stop.is_set():
                 began = time.perf_counter()
@@ -127,19 +131,67 @@ def measured(label: str, delete, name_id: int, neighbour_key: int) -> dict:
     return result
 
 
-def vacuum(after: str) -> None:
+def vacuum(after: str) -> dict:
     """What reclaiming the dead tuples costs: VACUUM's time and WAL (autovacuum's, later)."""
     before = sql("SELECT pg_current_wal_lsn()")[0][0]
     began = time.perf_counter()
     sql("VACUUM traces_kernel")
     wal = sql("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", [before])[0][0]
-    print(
-        {
-            f"vacuum_after_{after}_s": round(time.perf_counter() - began, 2),
-            "wal_mb": round(float(wal) / 1e6, 1),
-        },
-        flush=True,
+    result = {"seconds": round(time.perf_counter() - began, 2), "wal_mb": round(float(wal) / 1e6, 1)}
+    print({f"vacuum_after_{after}": result}, flush=True)
+    return result
+
+
+def trace_key(run_id: str) -> int:
+    return Trace.objects.values_list("key", flat=True).get(pk=run_id)
+
+
+def one_statement_delete(key: int) -> None:
+    """The old way: the trace's launches in one statement, in the deleting transaction."""
+    with transaction.atomic():
+        sql("DELETE FROM traces_kernel WHERE trace_key = %s", [key])
+        Trace.objects.filter(key=key).delete()
+
+
+def batched_delete(run_id: str, batch: int, pause: float) -> dict:
+    """The new way: the trace at once (trace_delete), its launches by the purge."""
+    batch_times: list[float] = []
+    began = time.perf_counter()
+    trace_delete(run_id)
+    gone = time.perf_counter() - began
+    last = [time.perf_counter()]
+
+    def on_batch(key, deleted):
+        now = time.perf_counter()
+        batch_times.append(now - last[0] - pause)
+        last[0] = now
+
+    purged = kernels_purge(batch=batch, pause=pause, on_batch=on_batch)
+    return {
+        "trace_gone_ms": round(gone * 1000, 1),
+        "statements": purged.statements,
+        "batch_max_ms": round(max(batch_times) * 1000, 1),
+        "batch_median_ms": round(statistics.median(batch_times) * 1000, 1),
+    }
+
+
+def compare(old: str, new: str, neighbour_key: int, name_id: int, batch: int, pause: float) -> dict:
+    """Trace `old` deleted the old way and `new` the new way, a writer busy on `neighbour_key`."""
+    sql("VACUUM ANALYZE traces_kernel")
+    old_key, new_key = trace_key(old), trace_key(new)
+    results = {
+        "one_delete": measured("one DELETE", lambda: one_statement_delete(old_key), name_id, neighbour_key)
+    }
+    results["one_delete"]["vacuum"] = vacuum("one DELETE")
+    results["batches"] = measured(
+        f"batches of {batch}", lambda: batched_delete(new, batch, pause), name_id, neighbour_key
     )
+    results["batches"]["vacuum"] = vacuum("purge")
+    results["batch"] = batch
+    ((left,),) = sql("SELECT COUNT(*) FROM traces_kernel WHERE trace_key IN (%s, %s)", [old_key, new_key])
+    results["launches_left_of_deleted_traces"] = left
+    print({"launches_left_of_deleted_traces": left}, flush=True)
+    return results
 
 
 def main() -> None:
@@ -149,56 +201,38 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--pause", type=float, default=0.0)
     parser.add_argument("--contexts", type=int, default=CONTEXTS, help="of the deleted traces")
+    parser.add_argument(
+        "--existing",
+        metavar="OLD,NEW",
+        help="delete these two traces of the database as it is (nothing emptied or made): "
+        "OLD the old way, NEW the new; a writer works on the largest other trace meanwhile",
+    )
+    parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
 
-    sql(
-        "TRUNCATE traces_trace, traces_kernel, traces_kernelcontext, traces_kernelpurge, traces_deletedtrace CASCADE"
-    )
-    name, _ = KernelName.objects.get_or_create(
-        digest=name_digest("bench_kernel"), defaults={"name": "bench_kernel"}
-    )
-    neighbour = make_trace("bench-neighbour", args.neighbour, name.id)
-
-    # The old way: the trace's launches in one statement, in the deleting transaction.
-    old_key = make_trace("bench-old", args.launches, name.id, args.contexts)
-    sql("VACUUM ANALYZE traces_kernel")
-
-    def one_statement():
-        with transaction.atomic():
-            sql("DELETE FROM traces_kernel WHERE trace_key = %s", [old_key])
-            Trace.objects.filter(key=old_key).delete()
-
-    measured("one DELETE", one_statement, name.id, neighbour)
-    vacuum("one DELETE")
-
-    # The new way: the trace at once, its launches by the purge.
-    make_trace("bench-new", args.launches, name.id, args.contexts)
-    sql("VACUUM ANALYZE traces_kernel")
-    batch_times: list[float] = []
-
-    def batched():
-        began = time.perf_counter()
-        trace_delete("bench-new")
-        gone = time.perf_counter() - began
-        last = [time.perf_counter()]
-
-        def on_batch(key, deleted):
-            now = time.perf_counter()
-            batch_times.append(now - last[0] - args.pause)
-            last[0] = now
-
-        purged = kernels_purge(batch=args.batch, pause=args.pause, on_batch=on_batch)
-        return {
-            "trace_gone_ms": round(gone * 1000, 1),
-            "statements": purged.statements,
-            "batch_max_ms": round(max(batch_times) * 1000, 1),
-            "batch_median_ms": round(statistics.median(batch_times) * 1000, 1),
-        }
-
-    measured(f"batches of {args.batch}", batched, name.id, neighbour)
-    vacuum("purge")
-    ((left,),) = sql("SELECT COUNT(*) FROM traces_kernel WHERE trace_key <> %s", [neighbour])
-    print({"launches_left_of_deleted_traces": left}, flush=True)
+    if args.existing:
+        old, new = args.existing.split(",")
+        ((neighbour, name_id),) = sql(
+            "SELECT t.key, (SELECT min(id) FROM traces_kernelname) FROM traces_trace t"
+            " WHERE t.id NOT IN (%s, %s) ORDER BY t.kernel_count DESC LIMIT 1",
+            [old, new],
+        )
+    else:
+        sql(
+            "TRUNCATE traces_trace, traces_kernel, traces_kernelcontext, traces_kernelpurge, "
+            "traces_deletedtrace CASCADE"
+        )
+        name, _ = KernelName.objects.get_or_create(
+            digest=name_digest("bench_kernel"), defaults={"name": "bench_kernel"}
+        )
+        name_id = name.id
+        neighbour = make_trace("bench-neighbour", args.neighbour, name_id)
+        old, new = "bench-old", "bench-new"
+        make_trace(old, args.launches, name_id, args.contexts)
+        make_trace(new, args.launches, name_id, args.contexts)
+    results = compare(old, new, neighbour, name_id, args.batch, args.pause)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

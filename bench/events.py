@@ -51,7 +51,14 @@ def wait_for_port(port: int) -> None:
     raise RuntimeError(f"nothing listens on {port}")
 
 
-def state_of(db: Path, run_id: str) -> str | None:
+def state_of(db: Path | str, run_id: str) -> str | None:
+    """The run's state in the poller's database: a SQLite file, or a PostgreSQL URL."""
+    if isinstance(db, str):
+        import psycopg
+
+        with psycopg.connect(db, autocommit=True) as connection:
+            row = connection.execute("SELECT state FROM traces_trace WHERE id = %s", (run_id,)).fetchone()
+        return row[0] if row else None
     import sqlite3
 
     with sqlite3.connect(db, timeout=30) as connection:
@@ -59,7 +66,7 @@ def state_of(db: Path, run_id: str) -> str | None:
     return row[0] if row else None
 
 
-def measure(mode: str, env: dict, s3, runs: int, poll_seconds: int, db: Path) -> list[float]:
+def measure(mode: str, env: dict, s3, runs: int, poll_seconds: int, db: Path | str) -> list[float]:
     argv = [sys.executable, str(ROOT / "manage.py"), "ingest_traces", "--watch"]
     argv += ["--events"] if mode == "events" else ["--interval", str(poll_seconds)]
     poller = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -89,17 +96,10 @@ def measure(mode: str, env: dict, s3, runs: int, poll_seconds: int, db: Path) ->
         poller.wait(timeout=30)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.events", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scale", choices=SCALES, default="full")
-    parser.add_argument("--runs", type=int, help="runs uploaded in each mode (5; small: 2)")
-    parser.add_argument("--poll-seconds", type=int, help="the poll's interval (CASCADE_POLL_SECONDS: 30)")
-    parser.add_argument("--json", type=Path, help="also write the figures here")
-    options = parser.parse_args(argv)
-    scale = SCALES[options.scale]
-    runs = options.runs or scale["runs"]
-    poll_seconds = options.poll_seconds or scale["poll_seconds"]
-
+def ready_times(runs: int, poll_seconds: int, database_url: str | None = None) -> dict:
+    """Seconds from metadata.json's PUT to `ready`, per run, with events and with polling:
+    {"events": [...], "polling": [...]}. `database_url`: a migrated PostgreSQL database to
+    run against (the community bench's, 100,000 traces in it); else a scratch SQLite file."""
     import boto3
 
     port = free_port()
@@ -118,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         "CASCADE_S3_ENDPOINT_URL": endpoint,
         "DJANGO_SETTINGS_MODULE": "cascade.settings",
     }
+    if database_url:
+        env["DATABASE_URL"] = database_url
     moto = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
@@ -144,14 +146,27 @@ def main(argv: list[str] | None = None) -> int:
         subprocess.run(
             [sys.executable, str(ROOT / "manage.py"), "migrate", "-v", "0"], cwd=ROOT, env=env, check=True
         )
-        db = workdir / "cascade.sqlite3"
-        figures = {
+        db = database_url or workdir / "cascade.sqlite3"
+        return {
             "events": measure("events", {**env, "CASCADE_SQS_QUEUE_URL": queue}, s3, runs, poll_seconds, db),
             "polling": measure("polling", env, s3, runs, poll_seconds, db),
         }
     finally:
         moto.terminate()
         moto.wait(timeout=30)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.events", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scale", choices=SCALES, default="full")
+    parser.add_argument("--runs", type=int, help="runs uploaded in each mode (5; small: 2)")
+    parser.add_argument("--poll-seconds", type=int, help="the poll's interval (CASCADE_POLL_SECONDS: 30)")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    options = parser.parse_args(argv)
+    scale = SCALES[options.scale]
+    runs = options.runs or scale["runs"]
+    poll_seconds = options.poll_seconds or scale["poll_seconds"]
+    figures = ready_times(runs, poll_seconds)
     print("| from metadata.json to ready | median | worst | runs | target |\n|---|---|---|---|---|")
     for mode, seconds in figures.items():
         label = "S3 events (moto's SQS)" if mode == "events" else f"polling every {poll_seconds} s"

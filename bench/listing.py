@@ -88,39 +88,51 @@ def measure(server: str, traces: int, repeat: int, tmp: Path) -> dict:
             log(f"  inserted in {time.perf_counter() - started:.1f} s")
         token = common.manage("create_token", "bench-listing", env=env).stdout.split()[-1]
         auth = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
-        results: dict = {"traces": traces}
         with common.gunicorn(env) as port:
-            for _ in range(4):  # each worker's first request pays for its imports
-                http_get(port, "/api/traces?limit=1", auth)
-            before = worker_hwm(port)
-            log("GET /api/traces")
-            seconds, full = median_seconds(port, "/api/traces", auth, repeat)
-            results["list"] = {"seconds": seconds, "bytes": full.nbytes}
-            gz_seconds, gz = median_seconds(port, "/api/traces", {**auth, "Accept-Encoding": "gzip"}, repeat)
-            results["list_gzip"] = {"seconds": gz_seconds, "bytes": gz.nbytes}
-            zs_seconds, zs = median_seconds(port, "/api/traces", {**auth, "Accept-Encoding": "zstd"}, repeat)
-            results["list_zstd"] = {"seconds": zs_seconds, "bytes": zs.nbytes}
-            after = worker_hwm(port)
-            results["rss"] = {"before": max(before.values()), "after": max(after.values())}
-            log("GET /api/traces?limit=100, then deep in the list")
-            seconds, page = median_seconds(port, "/api/traces?limit=100", auth, repeat * 5)
-            results["page"] = {"seconds": seconds, "bytes": page.nbytes}
-            deep = page
-            for _ in range(min(traces // 100 // 2, 500)):  # follow the links half way
-                deep_path = deep.headers["link"].split(">")[0].split("127.0.0.1:" + str(port))[1]
-                deep = http_get(port, deep_path, auth)
-            seconds, _ = median_seconds(port, deep_path, auth, repeat * 5)
-            results["deep_page"] = {"seconds": seconds, "path": deep_path}
-            log("304s")
-            tag = {**auth, "If-None-Match": full.headers["etag"]}
-            results["304"] = {"seconds": median_seconds(port, "/api/traces", tag, repeat * 5, 304)[0]}
-            tag = {**auth, "If-None-Match": page.headers["etag"]}
-            seconds = median_seconds(port, "/api/traces?limit=100", tag, repeat * 5, 304)[0]
-            results["page_304"] = {"seconds": seconds}
-        log("the reference: COPY (SELECT json_agg(...)) TO STDOUT")
-        results["copy_list"] = dict(zip(("seconds", "bytes"), copy_seconds(db, None, repeat), strict=True))
-        results["copy_page"] = dict(zip(("seconds", "bytes"), copy_seconds(db, 100, repeat * 5), strict=True))
+            results = measure_served(port, auth, traces, repeat)
+        results.update(measure_reference(db, repeat))
     return results
+
+
+def measure_served(port: int, auth: dict, traces: int, repeat: int) -> dict:
+    """The list through a running gunicorn: full (identity, gzip, zstd), pages, 304s, the
+    workers' peak RSS. The community bench (bench/community.py) calls it on its database."""
+    for _ in range(4):  # each worker's first request pays for its imports
+        http_get(port, "/api/traces?limit=1", auth)
+    results: dict = {"traces": traces}
+    before = worker_hwm(port)
+    log("GET /api/traces")
+    seconds, full = median_seconds(port, "/api/traces", auth, repeat)
+    results["list"] = {"seconds": seconds, "bytes": full.nbytes}
+    gz_seconds, gz = median_seconds(port, "/api/traces", {**auth, "Accept-Encoding": "gzip"}, repeat)
+    results["list_gzip"] = {"seconds": gz_seconds, "bytes": gz.nbytes}
+    zs_seconds, zs = median_seconds(port, "/api/traces", {**auth, "Accept-Encoding": "zstd"}, repeat)
+    results["list_zstd"] = {"seconds": zs_seconds, "bytes": zs.nbytes}
+    after = worker_hwm(port)
+    results["rss"] = {"before": max(before.values()), "after": max(after.values())}
+    log("GET /api/traces?limit=100, then deep in the list")
+    seconds, page = median_seconds(port, "/api/traces?limit=100", auth, repeat * 5)
+    results["page"] = {"seconds": seconds, "bytes": page.nbytes}
+    deep, deep_path = page, "/api/traces?limit=100"
+    for _ in range(min(traces // 100 // 2, 500)):  # follow the links half way
+        deep_path = deep.headers["link"].split(">")[0].split("127.0.0.1:" + str(port))[1]
+        deep = http_get(port, deep_path, auth)
+    seconds, _ = median_seconds(port, deep_path, auth, repeat * 5)
+    results["deep_page"] = {"seconds": seconds, "path": deep_path}
+    log("304s")
+    tag = {**auth, "If-None-Match": full.headers["etag"]}
+    results["304"] = {"seconds": median_seconds(port, "/api/traces", tag, repeat * 5, 304)[0]}
+    tag = {**auth, "If-None-Match": page.headers["etag"]}
+    results["page_304"] = {"seconds": median_seconds(port, "/api/traces?limit=100", tag, repeat * 5, 304)[0]}
+    return results
+
+
+def measure_reference(db: str, repeat: int) -> dict:
+    log("the reference: COPY (SELECT json_agg(...)) TO STDOUT")
+    return {
+        "copy_list": dict(zip(("seconds", "bytes"), copy_seconds(db, None, repeat), strict=True)),
+        "copy_page": dict(zip(("seconds", "bytes"), copy_seconds(db, 100, repeat * 5), strict=True)),
+    }
 
 
 def ms(seconds: float) -> str:

@@ -210,6 +210,25 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not memory, so that the tests' child processes (workers, a second pass) share it.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
 
+# Reads of the web tier (the API's GETs, the admin's pages) from a PostgreSQL replica, the
+# rest on the primary (cascade.db_routers says what goes where); empty: everything on DATABASE_URL.
+DATABASE_REPLICA_URL = os.environ.get("DATABASE_REPLICA_URL", "")
+if DATABASE_REPLICA_URL:
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+        raise ImproperlyConfigured(
+            "DATABASE_REPLICA_URL is a PostgreSQL replica: set DATABASE_URL to its primary"
+        )
+    DATABASES["replica"] = {
+        **dj_database_url.parse(DATABASE_REPLICA_URL, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0)),
+        # The tests see one database: the replica's connection opens the primary's test database.
+        "TEST": {"MIRROR": "default"},
+    }
+    DATABASE_ROUTERS = ["cascade.db_routers.ReplicaRouter"]
+    MIDDLEWARE.insert(
+        MIDDLEWARE.index("cascade.health.OperatorEndpointsMiddleware") + 1,
+        "cascade.db_routers.ReplicaReadsMiddleware",
+    )
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

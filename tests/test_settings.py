@@ -35,3 +35,46 @@ def test_processes_starting_at_once_agree_on_one_key(tmp_path, monkeypatch):
         thread.join()
     assert len(set(keys)) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["secret_key"]
+
+
+def test_a_replica_url_adds_the_replica_its_router_and_middleware(monkeypatch):
+    """DATABASE_REPLICA_URL (dj_database_url's format): empty, nothing changes."""
+    import importlib
+
+    import pytest
+    from django.core.exceptions import ImproperlyConfigured
+
+    import cascade.settings
+
+    try:
+        monkeypatch.setenv("DATABASE_URL", "postgres://cascade@primary.internal:5432/cascade")
+        monkeypatch.setenv("DATABASE_REPLICA_URL", "")
+        plain = importlib.reload(cascade.settings)
+        assert set(plain.DATABASES) == {"default"}
+        assert "cascade.db_routers.ReplicaReadsMiddleware" not in plain.MIDDLEWARE
+        assert not hasattr(plain, "DATABASE_ROUTERS")
+
+        monkeypatch.setenv("DATABASE_REPLICA_URL", "postgres://reader:secret@standby.internal:6432/cascade")
+        replicated = importlib.reload(cascade.settings)
+        replica = replicated.DATABASES["replica"]
+        assert (replica["HOST"], replica["PORT"], replica["USER"], replica["NAME"]) == (
+            "standby.internal",
+            6432,
+            "reader",
+            "cascade",
+        )
+        assert replica["ENGINE"] == "django.db.backends.postgresql"
+        assert replica["TEST"] == {"MIRROR": "default"}
+        assert replicated.DATABASE_ROUTERS == ["cascade.db_routers.ReplicaRouter"]
+        # Decided after the probes (answered first, on their own) and before anything reads.
+        middleware = replicated.MIDDLEWARE
+        position = middleware.index("cascade.db_routers.ReplicaReadsMiddleware")
+        assert middleware[position - 1] == "cascade.health.OperatorEndpointsMiddleware"
+        assert position < middleware.index("django.contrib.sessions.middleware.SessionMiddleware")
+
+        monkeypatch.delenv("DATABASE_URL")
+        with pytest.raises(ImproperlyConfigured, match="DATABASE_REPLICA_URL"):
+            importlib.reload(cascade.settings)
+    finally:
+        monkeypatch.undo()
+        importlib.reload(cascade.settings)

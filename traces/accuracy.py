@@ -20,11 +20,12 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Case, Count, FloatField, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import Abs, Cast
 from django.db.models.lookups import GreaterThan, LessThanOrEqual
 
+from cascade.db_routers import read_connection
 from traces.demangle import demangle_all
 from traces.models import KernelContext, KernelName, SimulatedKernel, Simulation, Step, TraceState
 
@@ -456,7 +457,7 @@ def _change(row: tuple, contexts: dict[int, str | None]) -> KernelChange:
 
 
 def _changes(sql: str, params: list, contexts: dict[int, str | None]) -> list[KernelChange]:
-    with connection.cursor() as cursor:
+    with read_connection.cursor() as cursor:
         cursor.execute(sql, params)
         return [_change(row, contexts) for row in cursor.fetchall()]
 
@@ -471,7 +472,7 @@ def kernel_changes(a: Simulation, b: Simulation) -> Iterator[KernelChange]:
         raise ValueError(f"{a} and {b} simulate different traces")
     contexts = _contexts(a)
     sql = _both_sql(" ORDER BY a.context, a.kernel_id")
-    with connection.chunked_cursor() as cursor:
+    with read_connection.chunked_cursor() as cursor:
         cursor.execute(sql, [b.pk, a.pk])
         while rows := cursor.fetchmany(FETCH_ROWS):
             for row in rows:
@@ -488,7 +489,7 @@ def compare_simulations(a: Simulation, b: Simulation, count: int = 20) -> Simula
     if a.trace_id != b.trace_id:
         raise ValueError(f"{a} and {b} simulate different traces")
     params = [b.pk, a.pk]
-    with connection.cursor() as cursor:
+    with read_connection.cursor() as cursor:
         cursor.execute(
             "SELECT COUNT(*), SUM(CASE WHEN change < 0 THEN 1 ELSE 0 END), "
             "SUM(CASE WHEN change > 0 THEN 1 ELSE 0 END), SUM(change) "
@@ -654,7 +655,7 @@ def _fetched(cursor) -> Iterator[tuple]:
 
 
 def _cursor_rows(sql: str, params: list) -> Iterator[tuple]:
-    with connection.chunked_cursor() as cursor:
+    with read_connection.chunked_cursor() as cursor:
         cursor.execute(sql, params)
         yield from _fetched(cursor)
 
@@ -714,7 +715,7 @@ def simulation_detail(trace_id: str, name: str, limit: int | None = None) -> Sim
     held past its commit (WITH HOLD), so that a simulation read again meanwhile cannot mix two
     reads in one answer. Launches are served while the simulation is ready or read again.
     """
-    if connection.vendor != "postgresql":
+    if read_connection.vendor != "postgresql":
         parts = _detail_parts(trace_id, name)
         if parts is None:
             return None
@@ -727,12 +728,12 @@ def simulation_detail(trace_id: str, name: str, limit: int | None = None) -> Sim
                 _steps(simulation),
             )
         return SimulationDetail(found[:-2], found[-2], steps, families, kernels)
-    own_transaction = not connection.in_atomic_block
-    held = connection.chunked_cursor()
+    own_transaction = not read_connection.in_atomic_block
+    held = read_connection.chunked_cursor()
     try:
-        with transaction.atomic():
+        with transaction.atomic(using=read_connection.alias):
             if own_transaction:
-                with connection.cursor() as cursor:
+                with read_connection.cursor() as cursor:
                     cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             parts = _detail_parts(trace_id, name)
             if parts is None:

@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 import orjson
-from django.db import connection, transaction
+from django.db import transaction
 
+from cascade.db_routers import read_connection
 from traces.models import NO_DEVICE, KernelContext, KernelName, Step, Trace
 
 BY_UNIQUE = "unique"
@@ -180,7 +181,7 @@ def _count_rows(trace_key: int, steps: list[int] | None) -> Iterator[tuple]:
         f"GROUP BY {SHAPE}, k.total_insts, k.traced, k.context "
         f"ORDER BY {SHAPE}, k.total_insts IS NULL, k.total_insts, k.context"
     )
-    with connection.chunked_cursor() as cursor:
+    with read_connection.chunked_cursor() as cursor:
         cursor.execute(sql, params)
         while rows := cursor.fetchmany(FETCH_ROWS):
             yield from rows
@@ -357,13 +358,13 @@ def select(
     it (PostgreSQL), as the detail's kernels are, so a parse committing meanwhile changes
     nothing of the answer.
     """
-    postgres = connection.vendor == "postgresql"
-    own_transaction = not connection.in_atomic_block
-    held = connection.chunked_cursor() if members else None
+    postgres = read_connection.vendor == "postgresql"
+    own_transaction = not read_connection.in_atomic_block
+    held = read_connection.chunked_cursor() if members else None
     try:
-        with transaction.atomic():
+        with transaction.atomic(using=read_connection.alias):
             if postgres and own_transaction:
-                with connection.cursor() as cursor:
+                with read_connection.cursor() as cursor:
                     cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             if check is not None:
                 check()

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import connections, router, transaction
 from django.db.models import (
     BigIntegerField,
     CharField,
@@ -33,6 +33,7 @@ from django.db.models import (
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 
+from cascade.db_routers import read_connection
 from traces.filters import ListPage, TraceFilter
 from traces.models import KERNEL_COLUMNS, Kernel, KernelContext, KernelName, Step, Trace, TraceState
 
@@ -161,7 +162,7 @@ def _every_trace(filters: TraceFilter | None, page: ListPage) -> bool:
     unfiltered = filters is None or not any(
         value not in (None, "") for value in filters.form.cleaned_data.values()
     )
-    return connection.vendor == "postgresql" and unfiltered and page == EVERY_TRACE
+    return read_connection.vendor == "postgresql" and unfiltered and page == EVERY_TRACE
 
 
 def _page_version(page_rows: list[tuple], limit: int) -> ListVersion:
@@ -177,7 +178,7 @@ def _page_version(page_rows: list[tuple], limit: int) -> ListVersion:
 
 
 def _stamp() -> RawSQL:
-    return RawSQL(_STAMP_SQL[connection.vendor], (), output_field=BigIntegerField())
+    return RawSQL(_STAMP_SQL[read_connection.vendor], (), output_field=BigIntegerField())
 
 
 _DELTA_SUMS = {
@@ -201,13 +202,15 @@ def trace_list_version(filters: TraceFilter | None, page: ListPage) -> ListVersi
     its filters allow); a page's from its at most 1,001 rows.
     """
     if _every_trace(filters, page):
-        with connection.cursor() as cursor:
+        with read_connection.cursor() as cursor:
             cursor.execute(
                 "SELECT COUNT(*), COALESCE(SUM(traces), 0), COALESCE(SUM(key_sum), 0), "
                 "COALESCE(SUM(stamp_sum), 0) FROM traces_tracelistdelta"
             )
             deltas, count, key_sum, stamp_sum = cursor.fetchone()
-            if deltas > LIST_DELTAS_MAX:
+        if deltas > LIST_DELTAS_MAX:
+            # A write: on the primary, whichever database the sums were read from.
+            with connections[router.db_for_write(Trace)].cursor() as cursor:
                 cursor.execute(_FOLD_DELTAS)
         return ListVersion(count=int(count), key_sum=int(key_sum), stamp_sum=int(stamp_sum))
     traces = _listed(filters, page)
@@ -255,7 +258,7 @@ def _fetched(rows) -> Iterator[tuple]:
     """A values_list's rows through a server-side cursor, LIST_FETCH_ROWS a round trip. On
     PostgreSQL straight from psycopg: every column is already what the JSON says (text,
     numbers, booleans), and Django's converters per value cost a third of the list."""
-    if connection.vendor != "postgresql":
+    if read_connection.vendor != "postgresql":
         return rows.iterator(chunk_size=LIST_FETCH_ROWS)
     sql, params = rows.query.sql_with_params()
     return _cursor_rows(sql, params)
@@ -284,7 +287,7 @@ def kernel_rows(trace_id: str, limit: int | None = None) -> Iterator[tuple]:
 
 
 def _cursor_rows(sql: str, params: list) -> Iterator[tuple]:
-    with connection.chunked_cursor() as cursor:
+    with read_connection.chunked_cursor() as cursor:
         cursor.execute(sql, params)
         yield from _fetched_rows(cursor)
 
@@ -392,18 +395,18 @@ def trace_detail_snapshot(trace_id: str, limit: int | None = None) -> tuple[tupl
     mode (outside any transaction, as `QuerySet.iterator()` needs), so it is created just
     before the transaction and declared inside it. test_api_snapshots checks both.
     """
-    if connection.vendor != "postgresql":
+    if read_connection.vendor != "postgresql":
         row = trace_detail_row(trace_id)
         serves = row is not None and row[STATE_COLUMN] in SERVES_KERNELS
         return row, kernel_rows(trace_id, limit) if serves else iter(())
     # Inside a caller's transaction (a test's), its snapshot rules: the level is set only
     # as a transaction's first statement (and the cursor, not held, lives as long as it).
-    own_transaction = not connection.in_atomic_block
-    held = connection.chunked_cursor()
+    own_transaction = not read_connection.in_atomic_block
+    held = read_connection.chunked_cursor()
     try:
-        with transaction.atomic():
+        with transaction.atomic(using=read_connection.alias):
             if own_transaction:
-                with connection.cursor() as cursor:
+                with read_connection.cursor() as cursor:
                     cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             row = trace_detail_row(trace_id)
             if row is None or row[STATE_COLUMN] not in SERVES_KERNELS:

@@ -3,7 +3,7 @@ of them without reading the rows before it."""
 
 from django.core.exceptions import EmptyResultSet
 from django.core.paginator import Paginator
-from django.db import connection
+from django.db import connections
 from django.utils.functional import cached_property
 
 # Below this many rows an exact COUNT(*) is cheap, and the estimate may be stale.
@@ -56,6 +56,8 @@ class EstimatedCountPaginator(Paginator):
 def estimated_rows(queryset) -> int | None:
     """The planner's estimate of the rows of `queryset` on PostgreSQL (None elsewhere): the
     table's for a list every row is in, EXPLAIN's for a filtered one."""
+    # The list's own database: the replica, for the admin's pages when there is one.
+    connection = connections[queryset.db]
     if connection.vendor != "postgresql":
         return None
     with connection.cursor() as cursor:

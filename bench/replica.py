@@ -1,0 +1,234 @@
+"""The API read from a PostgreSQL streaming standby (DATABASE_REPLICA_URL) beside the primary,
+and how far the standby trails an ingest.
+
+    .venv/bin/python bench/replica.py [--traces 20000] [--kernels 200000] [--repeat 5]
+
+Starts two PostgreSQL clusters of its own in a temporary folder, on ports of their own: a
+primary (initdb) and a hot standby made from it by `pg_basebackup -R` (streaming replication),
+as the `postgres` OS user when run as root, since the server refuses root. The machine's own
+PostgreSQL is not touched. Both are stopped and removed on the way out.
+
+Then, in this process, Cascade configured with DATABASE_URL on the primary and
+DATABASE_REPLICA_URL on the standby: `--traces` registered traces and one ingested trace of
+`--kernels` launches (tools.generator through the poller's `ingest_trace`, moto's S3). The same
+requests go through Django's whole stack (Bearer token, the middleware) twice: read from the
+standby (the router's choice for an API GET), and from the primary (the same request carrying
+the pin cookie a browser gets after a write). Both servers share this machine's CPUs and
+disk: the figures say what a standby costs a request, not what a second machine adds.
+
+Lag: after an ingest commits on the primary, how long until the standby has replayed its WAL
+(pg_last_wal_replay_lsn) and until the API, read from the standby, answers the trace `ready`;
+after a one-row write (a trace's state), how long until the standby shows it.
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: the project's root on the path, for `bench`
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import common  # noqa: E402
+
+PG_BIN = Path(os.environ.get("BENCH_PG_BIN", "/usr/lib/postgresql/15/bin"))
+OS_USER = "postgres"
+
+
+def as_postgres(*command: str, **kwargs) -> subprocess.CompletedProcess:
+    """A PostgreSQL binary as the `postgres` OS user when this process is root."""
+    prefix = ["runuser", "-u", OS_USER, "--"] if os.geteuid() == 0 else []
+    return subprocess.run([*prefix, *command], check=True, capture_output=True, text=True, **kwargs)
+
+
+@contextmanager
+def primary_and_standby() -> Iterator[tuple[int, int]]:
+    """(primary port, standby port): two clusters in a temporary folder, stopped and removed after."""
+    root = Path(tempfile.mkdtemp(prefix="cascade-replica-"))
+    if os.geteuid() == 0:
+        shutil.chown(root, OS_USER, OS_USER)
+    primary, standby = root / "primary", root / "standby"
+    ports = common.free_port(), common.free_port()
+    started = []
+    try:
+        as_postgres(str(PG_BIN / "initdb"), "-D", str(primary), "-A", "trust", "-U", "postgres", "--no-sync")
+        settings = f"-c listen_addresses=127.0.0.1 -c unix_socket_directories={root} -c fsync=off"
+        as_postgres(
+            str(PG_BIN / "pg_ctl"), "-D", str(primary), "-l", str(root / "primary.log"), "-w",
+            "-o", f"-p {ports[0]} {settings}", "start",
+        )  # fmt: skip
+        started.append(primary)
+        # A base backup with a replication slot's worth of WAL streamed alongside, and the
+        # standby's connection to the primary written (-R: standby.signal, primary_conninfo).
+        as_postgres(
+            str(PG_BIN / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(ports[0]), "-U", "postgres",
+            "-D", str(standby), "-R", "-X", "stream", "--no-sync",
+        )  # fmt: skip
+        as_postgres(
+            str(PG_BIN / "pg_ctl"), "-D", str(standby), "-l", str(root / "standby.log"), "-w",
+            "-o", f"-p {ports[1]} {settings} -c hot_standby=on -c hot_standby_feedback=on", "start",
+        )  # fmt: skip
+        started.append(standby)
+        yield ports
+    finally:
+        for folder in reversed(started):
+            subprocess.run(
+                [*(["runuser", "-u", OS_USER, "--"] if os.geteuid() == 0 else []),
+                 str(PG_BIN / "pg_ctl"), "-D", str(folder), "-m", "fast", "-w", "stop"],
+                capture_output=True, check=False,
+            )  # fmt: skip
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def wait_for_replay(primary, standby, timeout: float = 120) -> float:
+    """Seconds until the standby has replayed the primary's WAL as of now (open connections)."""
+    started = time.perf_counter()
+    (lsn,) = primary.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+    while time.perf_counter() - started < timeout:
+        if standby.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (lsn,)).fetchone()[0]:
+            return time.perf_counter() - started
+        time.sleep(0.001)
+    raise SystemExit(f"the standby did not replay {lsn} within {timeout} s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--traces", type=int, default=20_000)
+    parser.add_argument("--kernels", type=int, default=200_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+
+    with primary_and_standby() as (primary_port, standby_port):
+        common.log(f"primary on {primary_port}, standby on {standby_port}")
+        primary_url = f"postgres://postgres@127.0.0.1:{primary_port}/cascade_bench"
+        standby_url = f"postgres://postgres@127.0.0.1:{standby_port}/cascade_bench"
+        os.environ.update(BENCH_DATABASE_URL=primary_url, DATABASE_REPLICA_URL=standby_url)
+        common.setup()  # creates the database and migrates it, on the primary
+        measure(args, primary_url, standby_url)
+
+
+def measure(args, primary_url: str, standby_url: str) -> None:
+    import psycopg
+    from django.contrib.auth import get_user_model
+    from django.core import signing
+    from django.db import connections
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    from cascade.db_routers import PIN_COOKIE, REPLICA
+    from traces.models import ApiToken, Trace, next_trace_keys
+
+    common.log(f"registering {args.traces:,} traces")
+    keys = next_trace_keys(args.traces)
+    Trace.objects.bulk_create(
+        (
+            Trace(id=f"bench-{n:06d}", key=keys[n], state="ready", model="opt-125m")
+            for n in range(args.traces)
+        ),
+        batch_size=5000,
+    )
+    run_id = f"bench-replica-{args.kernels}"
+    common.log(f"ingesting {args.kernels:,} launches")
+    common.ingest_generated(run_id, args.kernels, contexts=4)
+    user, _ = get_user_model().objects.get_or_create(username="bench")
+    _, token = ApiToken.issue(user)
+    primary = psycopg.connect(primary_url, autocommit=True)
+    standby = psycopg.connect(standby_url, autocommit=True)
+    assert standby.execute("SELECT pg_is_in_recovery()").fetchone()[0], "not a standby"
+    replay = wait_for_replay(primary, standby)
+    common.log(f"standby caught up with the load in {replay:.2f} s")
+
+    signer = signing.get_cookie_signer(salt=PIN_COOKIE + PIN_COOKIE)
+
+    def get(path: str, where: str, **headers) -> tuple[int, int]:
+        client = Client()
+        if where == "primary":  # the pin a browser carries after a write
+            client.cookies[PIN_COOKIE] = signer.sign("1")
+        response = client.get(
+            path, SERVER_NAME="127.0.0.1", HTTP_AUTHORIZATION=f"Bearer {token}", HTTP_ACCEPT="application/json",
+            **headers,
+        )  # fmt: skip
+        size = sum(map(len, response.streaming_content)) if response.streaming else len(response.content)
+        return response.status_code, size
+
+    requests = [
+        (f"GET /api/traces ({args.traces + 1:,} traces)", "/api/traces", {}),
+        ("GET /api/traces?limit=100", "/api/traces?limit=100", {}),
+        (f"GET /api/traces/{{id}} ({args.kernels:,} launches)", f"/api/traces/{run_id}", {}),
+        ("GET /api/traces/{id}/summary", f"/api/traces/{run_id}/summary", {}),
+        ("GET /api/traces/{id}, 304", f"/api/traces/{run_id}", {"HTTP_IF_NONE_MATCH": "*"}),
+    ]
+    print(
+        f"API reads, {args.traces + 1:,} traces and one of {args.kernels:,} launches; "
+        f"best of {args.repeat}, Django's whole stack in one process"
+    )
+    print(f"  {'request':<42} {'standby':>10} {'primary':>10}")
+    for label, path, headers in requests:
+        for where in ("standby", "primary"):
+            with CaptureQueriesContext(connections[REPLICA]) as on_replica:
+                status, size = get(path, where, **headers)
+            assert status in (200, 304), (path, status)
+            assert bool(on_replica.captured_queries) == (where == "standby"), (path, where)
+        # Interleaved, so that a neighbour's load falls on both columns alike.
+        times = {"standby": [], "primary": []}
+        for _ in range(args.repeat):
+            for where, spent in times.items():
+                started = time.perf_counter()
+                get(path, where, **headers)
+                spent.append(time.perf_counter() - started)
+        row = {where: min(spent) for where, spent in times.items()}
+        print(f"  {label:<42} {row['standby'] * 1000:>8.1f} ms {row['primary'] * 1000:>7.1f} ms")
+
+    # Lag: a whole ingest, then a one-row write.
+    lag_run = f"bench-replica-lag-{args.kernels}"
+    common.log(f"ingesting {args.kernels:,} more launches, then waiting for the standby")
+    common.ingest_generated(lag_run, args.kernels, contexts=4)
+    committed = time.perf_counter()
+    replay = wait_for_replay(primary, standby)
+    tries = 0
+    while True:  # a 304 once the standby has the trace; no body either way
+        tries += 1
+        asked = time.perf_counter()
+        if get(f"/api/traces/{lag_run}", "standby", HTTP_IF_NONE_MATCH="*")[0] == 304:
+            break
+        time.sleep(0.002)
+    visible, last_request = time.perf_counter() - committed, time.perf_counter() - asked
+    lags = primary.execute(
+        "SELECT COALESCE(EXTRACT(EPOCH FROM replay_lag), 0) FROM pg_stat_replication"
+    ).fetchall()
+    small = []
+    for n in range(20):
+        Trace.objects.filter(pk=f"bench-{n:06d}").update(model=f"changed-{n}")
+        written = time.perf_counter()
+        seen = "SELECT 1 FROM traces_trace WHERE id = %s AND model = %s"
+        while not standby.execute(seen, (f"bench-{n:06d}", f"changed-{n}")).fetchone():
+            time.sleep(0.0005)
+        small.append(time.perf_counter() - written)
+    print(
+        f"Standby lag on this machine (streaming replication, asynchronous, {args.kernels:,}-launch ingest)"
+    )
+    print(f"  WAL replayed after the ingest's commit       {replay * 1000:>8.1f} ms")
+    print(
+        f"  the trace answered by the API from the standby {visible * 1000:>6.1f} ms after the commit "
+        f"({tries} request{'s' if tries > 1 else ''}, the last one {last_request * 1000:.1f} ms)"
+    )
+    print(
+        f"  pg_stat_replication.replay_lag then           {float(lags[0][0]) * 1000 if lags else 0:>8.1f} ms"
+    )
+    small.sort()
+    print(
+        f"  a one-row write seen on the standby          median {small[len(small) // 2] * 1000:.1f} ms, "
+        f"worst {small[-1] * 1000:.1f} ms (20 writes, each through Django on the primary)"
+    )
+    primary.close()
+    standby.close()
+
+
+if __name__ == "__main__":
+    main()
