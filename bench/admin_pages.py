@@ -10,10 +10,10 @@ the median of `--repeat` GETs of each page, after one that warms the worker: the
 list (plain, one trace's, a deep page of it). Printed as a Markdown table beside the issue's
 target, 1 s a page.
 
-Other benches reuse the pieces: `create_superuser(env, username, password)`,
-`admin_client(port, username, password)` (an httpx client logged in),
-`pages(ids)` (the pages to time, from seed()'s ids), `measure(port, client, ids)` (the rows),
-`table(rows)`.
+Other benches reuse the pieces (bench/community.py): `measure(port, database_url, seeded)`
+(a superuser made and logged in, every page timed: the rows), or with a client of your own
+`admin_client(port, username, password)` after `create_superuser(env, username, password)`;
+`pages(seeded)` (what is timed), `table(rows)`.
 """
 
 import argparse
@@ -24,7 +24,7 @@ import statistics
 import sys
 import tempfile
 import time
-from contextlib import closing
+from contextlib import ExitStack, closing
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import quote as urlquote
@@ -63,9 +63,9 @@ def admin_id(trace_id: str) -> str:
     return urlquote(quote(trace_id), safe="")
 
 
-def pages(ids: dict, *, big_launches: int) -> list[tuple[str, str]]:
-    """(label, path) of every page timed, from seed()'s `ids` (big, tiny)."""
-    big, tiny = ids["big"], ids["tiny"]
+def pages(seeded: dict, *, big_launches: int) -> list[tuple[str, str]]:
+    """(label, path) of every page timed, from seed()'s `big` and `tiny` traces."""
+    big, tiny = seeded["big"], seeded["tiny"]
     deep = max(1, big_launches // KERNELS_PER_PAGE // 2)  # half way through the big trace's launches
     return [
         ("trace list", "/admin/traces/trace/"),
@@ -135,23 +135,42 @@ def time_page(client, label: str, path: str, repeat: int) -> PageTime:
     return PageTime(label, path, statistics.median(times[1:]), times[0], times[1:], size)
 
 
-def measure(port: int, client, ids: dict, *, big_launches: int, repeat: int = 5) -> list[PageTime]:
-    """Each admin page of `pages(ids)` timed through `client` (admin_client's) on `port`."""
-    del port  # the client knows it; kept so that callers name the server they measure
-    rows = []
-    for label, path in pages(ids, big_launches=big_launches):
-        rows.append(time_page(client, label, path, repeat))
-        log(f"  {label}: first {rows[-1].first * 1000:,.0f} ms, then {rows[-1].seconds * 1000:,.0f} ms")
+def measure(port: int, access, seeded: dict | None = None, *, repeat: int = 5) -> list[dict]:
+    """Each admin page (`pages`) timed on the gunicorn at `port`, as rows: `page`, `path`,
+    `seconds` (the median of `repeat` GETs after the first), `first`, `times`, `bytes`, `met`,
+    and `reference` (the first GET, said in words: a big trace's page is computed then).
+
+    `access`: an httpx client logged in (`admin_client`), or the URL of the database the
+    server reads, where a superuser is then created and logged in through the login form.
+    `seeded`: `community_data.seed()`'s answer (its `big` and `tiny` traces and the big one's
+    launches); None: the database's biggest trace and a tiny one (`seeded_ids`).
+    """
+    if seeded is None:
+        if not isinstance(access, str):
+            raise ValueError("measure needs seed()'s answer, or the database URL to find the traces in")
+        seeded = seeded_ids(access)
+    with ExitStack() as stack:
+        client = access
+        if isinstance(access, str):
+            username, password = f"{USERNAME}-{secrets.token_hex(3)}", secrets.token_urlsafe(16)
+            create_superuser(common.child_env(DATABASE_URL=access), username, password)
+            client = stack.enter_context(closing(admin_client(port, username, password)))
+        rows = []
+        for label, path in pages(seeded, big_launches=seeded["big_trace_launches"]):
+            row = time_page(client, label, path, repeat)
+            rows.append(asdict(row) | {"met": row.met, "reference": f"first GET {ms(row.first)}"})
+            log(f"  {label}: first {ms(row.first)}, then {ms(row.seconds)}")
     return rows
 
 
-def table(rows: list[PageTime]) -> str:
-    """Markdown: each page's first GET (the trace pages' reads computed) and the median of the
-    later ones (a big trace's kept), beside the target; met on the median."""
+def table(rows: list[dict]) -> str:
+    """Markdown of measure()'s rows: each page's first GET (a big trace's page computed) and
+    the median of the later ones (its reads kept), beside the target; met on the median."""
     lines = ["| page | first GET | median of the next | target | met? |", "|---|---|---|---|---|"]
     for row in rows:
         lines.append(
-            f"| {row.page} | {ms(row.first)} | {ms(row.seconds)} | < {TARGET_SECONDS:g} s | {'yes' if row.met else 'NO'} |"
+            f"| {row['page']} | {ms(row['first'])} | {ms(row['seconds'])} | < {TARGET_SECONDS:g} s "
+            f"| {'yes' if row['met'] else 'NO'} |"
         )
     return "\n".join(lines)
 
@@ -160,29 +179,24 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:,.0f} ms"
 
 
-def run(
-    db: str, seeded: dict | None, repeat: int, tmp: Path, *, big_launches: int
-) -> tuple[dict, list[PageTime]]:
-    """Through gunicorn on `db` (seeded; `seeded` is seed()'s answer, or None to find its
-    traces): a superuser, its login, each page timed. Returns what --json saves, and the rows."""
+def run(db: str, seeded: dict | None, repeat: int, tmp: Path) -> dict:
+    """Gunicorn on `db` (seeded), each page measured; what --json saves."""
     env = common.child_env(DATABASE_URL=db, CASCADE_VAR_DIR=str(tmp))
-    username, password = f"{USERNAME}-{secrets.token_hex(3)}", secrets.token_urlsafe(16)
-    create_superuser(env, username, password)
-    ids = seeded["ids"] if seeded else seeded_ids(db)
-    with common.gunicorn(env) as port, closing(admin_client(port, username, password)) as client:
-        rows = measure(port, client, ids, big_launches=big_launches, repeat=repeat)
-    results = {"seeded": seeded, "ids": ids, "pages": [asdict(row) | {"met": row.met} for row in rows]}
-    return results, rows
+    with common.gunicorn(env) as port:
+        rows = measure(port, db, seeded, repeat=repeat)
+    return {"seeded": seeded, "pages": rows}
 
 
 def seeded_ids(db: str) -> dict:
-    """The big trace (the most launches) and a tiny one of a database seeded before."""
-    big, tiny = common.query(
+    """The big trace (the most launches), its launches, and a tiny one of a database seeded
+    before: what measure() reads of seed()'s answer."""
+    big, launches, tiny = common.query(
         db,
         "SELECT (SELECT id FROM traces_trace ORDER BY kernel_count DESC, id LIMIT 1), "
+        "(SELECT max(kernel_count) FROM traces_trace), "
         "(SELECT id FROM traces_trace WHERE state = 'ready' AND kernel_count >= 2 ORDER BY kernel_count, id LIMIT 1)",
     )[0]
-    return {"big": big, "tiny": tiny}
+    return {"big": big, "big_trace_launches": launches, "tiny": tiny}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,15 +213,14 @@ def main(argv: list[str] | None = None) -> int:
     traces, launches, big = community_data.SCALES[args.scale]
     with tempfile.TemporaryDirectory(prefix="cascade-bench-admin-") as tmp:
         if args.database:
-            big = common.query(args.database, "SELECT max(kernel_count) FROM traces_trace")[0][0]
-            results, rows = run(args.database, None, args.repeat, Path(tmp), big_launches=big)
+            results = run(args.database, None, args.repeat, Path(tmp))
         else:
             with common.scratch_database(args.server, "admin") as db:
                 common.manage("migrate", "--noinput", env=common.child_env(DATABASE_URL=db))
                 seeded = community_data.seed(db, traces=traces, launches=launches, big_trace_launches=big)
-                results, rows = run(db, seeded, args.repeat, Path(tmp), big_launches=big)
+                results = run(db, seeded, args.repeat, Path(tmp))
                 results["database"] = db.rsplit("/", 1)[1]  # dropped on the way out
-    print(table(rows))
+    print(table(results["pages"]))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0

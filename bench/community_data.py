@@ -191,8 +191,8 @@ def seed(
     """Fill the empty, migrated database at `database_url` with `traces` registered traces and
     `launches` launches in all, one trace of exactly `big_trace_launches`; then VACUUM ANALYZE.
 
-    Returns the interesting traces' ids (`big`: the big trace; `tiny`: a ready trace of a few
-    launches; `multi_context`: a ready trace of several contexts), the counts (traces, ready,
+    Returns the interesting traces' ids (`big`: the big trace; `tiny`: a ready trace of the
+    fewest launches, at least 2; `multi_context`: the largest other trace of several contexts), the counts (traces, ready,
     uploading, launches, names, contexts, steps), and the seconds each stage took.
     `indexes_after_load=False` keeps the kernel table's indexes during the load (to measure
     what dropping them saves).
@@ -295,7 +295,9 @@ def seed(
         conn.execute("DROP TABLE seed_plan")
     big, tiny, multi, count, ready, uploading, past_100k, contexts, steps, median, kernel_bytes = found
     return {
-        "ids": {"big": big, "tiny": tiny, "multi_context": multi},
+        "big": big,
+        "tiny": tiny,
+        "multi_context": multi,
         "traces": count,
         "ready": ready,
         "uploading": uploading,

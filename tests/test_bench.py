@@ -208,7 +208,7 @@ def test_the_admin_pages_bench_runs_at_the_tiny_scale(on_postgres, tmp_path):
     # What the seeder promises: the counts asked for, a quarter uploading, one big trace.
     assert (seeded["traces"], seeded["launches"], seeded["big_trace_launches"]) == (2_000, 200_000, 50_000)
     assert seeded["uploading"] == 500 and seeded["ready"] == 1_500
-    assert seeded["ids"]["big"] != seeded["ids"]["tiny"]
+    assert seeded["big"] != seeded["tiny"]
     assert [page["page"] for page in saved["pages"]][:2] == ["trace list", "trace list, state ready"]
     assert len(saved["pages"]) == 9
     for page in saved["pages"]:
@@ -247,7 +247,7 @@ def test_the_community_seeder_stores_what_ingestion_would(on_postgres, tmp_path)
               (SELECT count(*) FROM traces_kernelcontext a JOIN traces_kernelcontext b
                ON a.trace_key = b.trace_key AND a.index < b.index AND (a.ctx, a.device) > (b.ctx, b.device))
             """,
-            (seeded["ids"]["big"],),
+            (seeded["big"],),
         )
     assert (wrong_counts, wrong_without, orphans, unnamed, out_of_order) == (0, 0, 0, 0, 0)
     assert launches == 30_000 and big == 10_000
