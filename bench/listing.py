@@ -3,8 +3,8 @@
     python -m bench.listing [--scale tiny|small|full] [--server postgres://...] [--json FILE]
 
 A scratch database (migrated, then dropped) gets `--scale` registered traces in one
-`INSERT ... SELECT generate_series` (most ready, a quarter still uploading, many tiny: rows
-only, no kernels, which the list never reads), and Cascade answers through gunicorn as
+`INSERT ... SELECT generate_series` (bench/community_data.py's INSERT_SQL: most ready, a
+quarter still uploading; rows only, no kernels, which the list never reads), and Cascade answers through gunicorn as
 deployed. Printed beside a reference: the full list (identity, gzip and zstd) beside `COPY (SELECT
 json_agg(...)) TO STDOUT` of the same rows and columns; the first page of 100 and one deep in
 the list (followed from a Link) beside the same COPY of 100 rows; the 304 of each; and the
@@ -24,6 +24,7 @@ from pathlib import Path
 from bench import common
 from bench.api_bench import http_get
 from bench.common import log
+from bench.community_data import INSERT_SQL
 
 SCALES = {"tiny": 3_000, "small": 20_000, "full": 100_000}
 TARGETS = {"list": 2.0, "page": 0.050, "304": 0.020}
@@ -31,32 +32,6 @@ COLUMNS = (
     "id, state, error, created_at, updated_at, model, layers, source_gpu, trace_gpu_arch, "
     "suggested_sim_config, kernel_count, bytes, has_real_timing, has_step_timeline, sample"
 )
-
-INSERT_SQL = """
-INSERT INTO traces_trace (
-    id, key, state, error, created_at, updated_at, model, layers, source_gpu, trace_gpu_arch,
-    suggested_sim_config, kernel_count, bytes, has_real_timing, has_step_timeline, sample,
-    parser_version, timing_error, kernels_without_totals, metadata_json, files, files_changed_at,
-    parsed_fingerprint, waiting_for, recheck_after, recheck_seconds, parse_attempts
-)
-SELECT
-    'community-' || lpad(n::text, 7, '0') || '__' || (ARRAY['opt-125m', 'llama-8b', 'qwen-7b'])[n %% 3 + 1],
-    nextval('traces_trace_key_seq'),
-    CASE WHEN n %% 4 = 0 THEN 'uploading' ELSE 'ready' END,
-    NULL,
-    timestamptz '2026-01-01' + n * interval '37 seconds',
-    timestamptz '2026-01-01' + n * interval '37 seconds' + interval '90 seconds',
-    CASE WHEN n %% 4 = 0 THEN NULL ELSE (ARRAY['facebook/opt-125m', 'meta-llama/Llama-3.1-8B', 'Qwen/Qwen2-7B'])[n %% 3 + 1] END,
-    CASE WHEN n %% 4 = 0 THEN '[]'::jsonb ELSE '["prefill", "decode"]'::jsonb END,
-    CASE WHEN n %% 4 = 0 THEN NULL ELSE 'NVIDIA H100 80GB HBM3' END,
-    CASE WHEN n %% 4 = 0 THEN NULL ELSE 'sm_90' END,
-    CASE WHEN n %% 4 = 0 THEN NULL ELSE 'SM90_H100' END,
-    CASE WHEN n %% 4 = 0 THEN 0 ELSE (n * 7919) %% 500000 END,
-    (n * 104729) %% 100000000,
-    n %% 4 <> 0, n %% 8 = 1, n %% 100 = 0,
-    5, NULL, 0, NULL, '[]'::jsonb, NULL, '', '[]'::jsonb, NULL, 0, 0
-FROM generate_series(1::bigint, %s) AS n
-"""
 
 
 def median_seconds(port: int, path: str, headers: dict, repeat: int, status: int = 200):

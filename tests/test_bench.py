@@ -183,3 +183,72 @@ def test_the_list_bench_runs_at_the_tiny_scale(on_postgres, tmp_path):
         assert saved[figure]["seconds"] > 0, figure
     assert saved["rss"]["after"] >= saved["rss"]["before"] > 0
     assert sum(line.startswith("|") for line in bench.stdout.splitlines()) == 2 + 8
+
+
+def test_the_admin_pages_bench_runs_at_the_tiny_scale(on_postgres, tmp_path):
+    """bench/admin_pages.py: a community seeded (bench/community_data.py), a superuser logged
+    in through the login form, every page answered through gunicorn, the database dropped."""
+    db = connection.settings_dict
+    login = db["USER"] or "postgres"
+    if db["PASSWORD"]:
+        login += f":{db['PASSWORD']}"
+    server = f"postgres://{login}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
+    results = tmp_path / "admin.json"
+    bench = subprocess.run(
+        [sys.executable, "-m", "bench.admin_pages", "--scale", "tiny", "--repeat", "1", "--server", server]
+        + ["--json", str(results)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    saved = json.loads(results.read_text())
+    seeded = saved["seeded"]
+    # What the seeder promises: the counts asked for, a quarter uploading, one big trace.
+    assert (seeded["traces"], seeded["launches"], seeded["big_trace_launches"]) == (2_000, 200_000, 50_000)
+    assert seeded["uploading"] == 500 and seeded["ready"] == 1_500
+    assert seeded["big"] != seeded["tiny"]
+    assert [page["page"] for page in saved["pages"]][:2] == ["trace list", "trace list, state ready"]
+    assert len(saved["pages"]) == 9
+    for page in saved["pages"]:
+        assert page["seconds"] > 0 and page["bytes"] > 0, page
+    assert sum(line.startswith("|") for line in bench.stdout.splitlines()) == 2 + 9
+    with psycopg.connect(f"{server}/postgres") as conn:
+        left = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (saved["database"],)).fetchall()
+    assert saved["database"].startswith("cascade_bench_admin_") and left == []
+
+
+def test_the_community_seeder_stores_what_ingestion_would(on_postgres, tmp_path):
+    """bench/community_data.py: each trace's kernel_count and kernels_without_totals are its
+    launches', names and contexts are shared as KernelWriter shares them, the launches total."""
+    from bench import common, community_data
+
+    db = connection.settings_dict
+    login = db["USER"] or "postgres"
+    server = f"postgres://{login}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
+    with common.scratch_database(server, "seedtest") as url:
+        common.manage("migrate", "--noinput", env=common.child_env(DATABASE_URL=url))
+        seeded = community_data.seed(url, traces=400, launches=30_000, big_trace_launches=10_000)
+        [(wrong_counts, wrong_without, launches, big, orphans, unnamed, out_of_order)] = common.query(
+            url,
+            """
+            SELECT
+              (SELECT count(*) FROM traces_trace t
+               WHERE kernel_count <> (SELECT count(*) FROM traces_kernel k WHERE k.trace_key = t.key)),
+              (SELECT count(*) FROM traces_trace t WHERE kernels_without_totals <>
+               (SELECT count(*) FROM traces_kernel k WHERE k.trace_key = t.key AND k.total_insts IS NULL)),
+              (SELECT count(*) FROM traces_kernel),
+              (SELECT kernel_count FROM traces_trace WHERE id = %s),
+              (SELECT count(*) FROM traces_kernel k WHERE NOT EXISTS
+               (SELECT 1 FROM traces_kernelcontext c WHERE c.trace_key = k.trace_key AND c.index = k.context)),
+              (SELECT count(*) FROM traces_kernel k WHERE NOT EXISTS
+               (SELECT 1 FROM traces_kernelname n WHERE n.id = k.name_id)),
+              (SELECT count(*) FROM traces_kernelcontext a JOIN traces_kernelcontext b
+               ON a.trace_key = b.trace_key AND a.index < b.index AND (a.ctx, a.device) > (b.ctx, b.device))
+            """,
+            (seeded["big"],),
+        )
+    assert (wrong_counts, wrong_without, orphans, unnamed, out_of_order) == (0, 0, 0, 0, 0)
+    assert launches == 30_000 and big == 10_000
+    assert seeded["uploading"] == 100

@@ -22,7 +22,7 @@ from django.db.models import Count, Q, Sum
 from cascade.db_routers import read_connection
 from traces.demangle import demangle_all
 from traces.models import Kernel, KernelName, Step, Trace
-from traces.selectors import as_bigint
+from traces.selectors import as_bigint, trace_launches
 
 BY_NAME = "name"
 BY_DEMANGLED = "demangled"
@@ -121,7 +121,20 @@ def snapshot() -> Iterator[None]:
         if own_transaction and read_connection.vendor == "postgresql":
             with read_connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                cursor.execute(ONE_TRACE_PLANS)
         yield
+
+
+# The reads of a snapshot are a trace's launches (or two traces'): a range of the kernel
+# table's primary key, which the planner costs as mostly random reads (a three-column key, a
+# table larger than the default effective_cache_size): it would rather scan every launch of
+# every trace, in parallel (a 1M-launch trace among 50M: 2 s where its range takes 0.25 s); and the
+# cost of a million rows turns on JIT compilation, 0.4 to 0.6 s a query that it never pays
+# back (docs/performance.md, the admin at 50M launches). Its estimates of a trace's groups
+# (a few hundred, which it guesses at a few hundred thousand) would not fit the default 4 MB,
+# so it would sort a million rows through temporary files: 16 MB lets it hash them. SET
+# LOCAL: this transaction only.
+ONE_TRACE_PLANS = "SET LOCAL enable_seqscan = off; SET LOCAL jit = off; SET LOCAL work_mem = '16MB'"
 
 
 def trace_states(trace_ids: Iterable[str]) -> dict[str, str]:
@@ -223,7 +236,7 @@ def kernel_mix(trace_id: str) -> list[KernelMix]:
 
 def trace_totals(trace_id: str) -> TraceTotals:
     """The trace's launch count, summed instructions and measured time: one query."""
-    totals = Kernel.stored.filter(trace__id=trace_id).aggregate(
+    totals = trace_launches(trace_id).aggregate(
         launches=Count("*"), insts=Sum(as_bigint("total_insts")), duration=Sum("duration_ns")
     )
     return TraceTotals(
@@ -247,7 +260,8 @@ def step_totals(trace_id: str) -> list[StepTotal]:
         return []
     groups = {
         group["step"]: group
-        for group in Kernel.stored.filter(trace__id=trace_id, step__isnull=False)
+        for group in trace_launches(trace_id)
+        .filter(step__isnull=False)
         .order_by()
         .values("step")
         .annotate(launches=Count("*"), insts=Sum(as_bigint("total_insts")), duration=Sum("duration_ns"))

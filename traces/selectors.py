@@ -22,7 +22,9 @@ from django.db.models import (
     Func,
     Max,
     Min,
+    OuterRef,
     Q,
+    Subquery,
     Sum,
     TextField,
     Value,
@@ -505,7 +507,7 @@ def kernel_runs(trace_id: str, *, per_run: int) -> list[KernelRun]:
     bucket = ExpressionWrapper((F("kernel_id") - 1) / Value(per_run), output_field=BigIntegerField())
     ctx_of = trace_context_names(trace_id)
     rows = (
-        Kernel.stored.filter(trace__id=trace_id)
+        trace_launches(trace_id)
         .annotate(bucket=bucket)
         # No ORDER BY: PostgreSQL then hashes the groups instead of sorting a million rows.
         .order_by()
@@ -545,6 +547,19 @@ def kernel_runs(trace_id: str, *, per_run: int) -> list[KernelRun]:
         )
         for (ctx, _bucket), row in sorted(merged.items(), key=lambda item: (item[0][0] or "", item[0][1]))
     ]
+
+
+def trace_launches(trace_id: str, manager=None):
+    """The trace's launches as `trace_key = <its key>`, the key read first (one small query).
+
+    Filtered through the join on the trace's id instead, the planner cannot tell which key it
+    reads, guesses a few hundred launches whatever the trace holds, and sorts a million rows
+    through temporary files where it would hash them (docs/performance.md, the admin at 50M
+    launches); given the key, its statistics know the big traces.
+    """
+    manager = manager or Kernel.stored
+    key = Trace.objects.filter(pk=trace_id).values_list("key", flat=True).first()
+    return manager.none() if key is None else manager.filter(trace=key)
 
 
 def as_bigint(column: str) -> Cast:
@@ -615,9 +630,9 @@ def top_kernels(trace_id: str, runs: list[KernelRun]) -> list[Kernel]:
     if not ranges:
         return []
     return list(
-        Kernel.objects.filter(ranges, trace__id=trace_id, total_insts__isnull=False).order_by(
-            "-total_insts", "context", "kernel_id"
-        )[:TOP_KERNELS]
+        trace_launches(trace_id, Kernel.objects)
+        .filter(ranges, total_insts__isnull=False)
+        .order_by("-total_insts", "context", "kernel_id")[:TOP_KERNELS]
     )
 
 
@@ -667,7 +682,8 @@ def step_kernel_split(trace_id: str, *, names: list[str], per_bar: int) -> list[
     # The names' ids first (the names table is small): the launches are grouped by id.
     name_of = dict(KernelName.objects.filter(name__in=names).values_list("id", "name"))
     rows = (
-        Kernel.stored.filter(trace__id=trace_id, step__isnull=False, kernel_name__in=list(name_of))
+        trace_launches(trace_id)
+        .filter(step__isnull=False, kernel_name__in=list(name_of))
         .annotate(bucket=bucket)
         .order_by()
         .values("bucket", "kernel_name")
@@ -678,20 +694,55 @@ def step_kernel_split(trace_id: str, *, names: list[str], per_bar: int) -> list[
     ]
 
 
+# Past this many times its launches, a trace's kernel ids are sparse (a kernelslist's few):
+# its sample is then chosen by hashing each launch's id.
+DENSE_IDS = 4
+# The golden ratio's fraction: the offsets j * GOLDEN (mod 1) spread evenly over [0, 1) and
+# never repeat with a period.
+GOLDEN = 0.6180339887498949
+
+
 def calibration_sample(trace_id: str, *, kernel_count: int, limit: int = CALIBRATION_POINTS) -> list[tuple]:
     """About `limit` launches with both an instruction count and a measured time, as
-    (ctx, kernel_id, name, total_insts, duration_ns): one query.
+    (ctx, kernel_id, name, total_insts, duration_ns): one query, two past `limit` launches.
 
-    A trace of up to `limit` launches gives them all; a larger one a hashed sample of its
-    kernel ids, chosen in the database, so that a million launches cost one scan and `limit`
-    rows.
+    A trace of up to `limit` launches gives them all. A larger one gives the launches of
+    `sampled_kernel_ids` in each context: one id in each of about `limit` equal bins of the
+    ids, at an offset that moves by the golden ratio from bin to bin, so that no period of
+    the launches (a decode step's kernels) picks the same kernel every time. They are found
+    in the primary key's index, never by reading a million launches; a trace with sparse ids
+    is sampled by a hash of each launch's id instead (Knuth's multiplicative hash).
     """
-    kernels = Kernel.objects.filter(trace__id=trace_id, total_insts__gt=0, duration_ns__gt=0)
+    kernels = trace_launches(trace_id, Kernel.objects).filter(total_insts__gt=0, duration_ns__gt=0)
     if kernel_count > limit:
-        spread = ExpressionWrapper(
-            (F("kernel_id") * Value(_HASH_MULTIPLIER)) % Value(_HASH_RANGE), output_field=BigIntegerField()
+        last_ids = dict(
+            KernelContext.objects.filter(trace__id=trace_id)
+            .annotate(
+                last=Subquery(
+                    Kernel.stored.filter(trace=OuterRef("trace"), context=OuterRef("index"))
+                    .order_by("-kernel_id")
+                    .values("kernel_id")[:1]
+                )
+            )
+            .values_list("index", "last")
         )
-        kernels = kernels.annotate(spread=spread).filter(spread__lt=_HASH_RANGE * limit // kernel_count)
+        last = max((value for value in last_ids.values() if value is not None), default=0)
+        if last <= DENSE_IDS * kernel_count:
+            ids = sampled_kernel_ids(last, max(1, round(limit * last / kernel_count)))
+            kernels = kernels.filter(context__in=list(last_ids), kernel_id__in=ids)
+        else:
+            spread = ExpressionWrapper(
+                (F("kernel_id") * Value(_HASH_MULTIPLIER)) % Value(_HASH_RANGE),
+                output_field=BigIntegerField(),
+            )
+            kernels = kernels.annotate(spread=spread).filter(spread__lt=_HASH_RANGE * limit // kernel_count)
     columns = ("ctx", "kernel_id", "name", "total_insts", "duration_ns")
     # The cap holds even when kernel_count is stale.
     return list(kernels.order_by().values_list(*columns)[:limit])
+
+
+def sampled_kernel_ids(last: int, count: int) -> list[int]:
+    """About `count` kernel ids of 1 to `last`: one in each of `count` equal bins, at an offset
+    that moves by the golden ratio from bin to bin (calibration_sample)."""
+    step = last / count
+    return sorted({1 + int(step * (j + (j * GOLDEN) % 1.0)) for j in range(count)})

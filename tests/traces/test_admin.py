@@ -911,6 +911,67 @@ def test_unfiltered_kernel_changelist_uses_the_planner_estimate_on_postgres(
     assert filtered.context["cl"].result_count == 250
 
 
+def paginator_text(response) -> str:
+    [paginator] = read(response).find_all("p", **{"class": "paginator"})
+    return paginator.text
+
+
+@pytest.mark.postgres
+def test_the_trace_list_uses_the_estimated_count_above_the_threshold_and_says_so(
+    on_postgres, staff_client, make_trace, monkeypatch
+):
+    for n in range(30):
+        make_trace(f"run-{n:02d}", state=TraceState.READY if n % 3 else TraceState.UPLOADING)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE traces_trace")
+    # Below the threshold (100,000 traces), Django's exact count, said plainly.
+    exact = staff_client.get(CHANGELIST)
+    assert exact.context["cl"].result_count == 30
+    assert paginator_text(exact) == "30 traces"
+
+    monkeypatch.setattr(paginators, "ESTIMATE_COUNTS_ABOVE", 10)
+    with CaptureQueriesContext(connection) as captured:
+        estimated = staff_client.get(CHANGELIST)
+    assert not [q["sql"] for q in captured.captured_queries if "COUNT(" in q["sql"].upper()]
+    # The planner's statistics after ANALYZE (all 30 rows sampled), and the page says "about".
+    assert estimated.context["cl"].result_count == 30
+    assert paginator_text(estimated) == "about 30 traces"
+    # A filter the planner expects more rows of than the threshold: estimated too; below it, exact.
+    ready = staff_client.get(CHANGELIST, {"state__exact": "ready"})
+    assert ready.context["cl"].result_count == 20
+    assert paginator_text(ready) == "about 20 traces"
+    monkeypatch.setattr(paginators, "ESTIMATE_COUNTS_ABOVE", 25)
+    assert paginator_text(staff_client.get(CHANGELIST, {"state__exact": "ready"})) == "20 traces"
+    # No count of the whole table beside a filtered one ("20 results (30 total)").
+    assert "total" not in paginator_text(staff_client.get(CHANGELIST, {"q": "run-1"}))
+
+
+def test_a_deep_kernel_page_shows_the_launches_an_offset_would(staff_client, traces, make_kernels):
+    """Pages are read by their keys first (KernelPaginator.page_keys): the same launches, in
+    the same order, as Django's own slice of the list."""
+    make_kernels(traces[1], list(range(250)))
+    make_kernels(traces[0], list(range(30)), first=1000)
+    kernel_admin = admin.site.get_model_admin(Kernel)
+    for query, page in (({}, 2), ({}, 3), ({"trace": "bert-h100"}, 2), ({"o": "-3"}, 2)):
+        response = staff_client.get(KERNELS, {**query, "p": page})
+        cl = response.context["cl"]
+        expected = list(
+            cl.queryset.values_list("trace_key", "context", "kernel_id")[(page - 1) * 100 : page * 100]
+        )
+        shown = [(kernel.trace_key, kernel.context, kernel.kernel_id) for kernel in cl.result_list]
+        assert shown == expected, query
+        assert len(shown) == (80 if (query, page) == ({}, 3) else 100), query
+    assert kernel_admin.paginator.page_keys == ("trace_key", "context", "kernel_id")
+
+
+def test_the_kernel_list_of_an_unknown_trace_or_an_unknown_name_is_empty(staff_client, traces, make_kernels):
+    make_kernels(traces[1], [1, 2, 3])
+    for query in ({"trace": "no-such-trace"}, {"q": "no_such_kernel"}):
+        response = staff_client.get(KERNELS, query)
+        assert response.context["cl"].result_count == 0, query
+        assert list(response.context["cl"].result_list) == [], query
+
+
 def explain(queryset) -> str:
     sql, params = queryset.query.sql_with_params()
     with connection.cursor() as cursor:

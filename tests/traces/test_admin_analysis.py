@@ -245,6 +245,61 @@ def test_calibration_sample_is_bounded_and_spread_over_every_kernel(db, make_tra
     assert {row[2] for row in sample} == set(names)
 
 
+def test_calibration_sample_draws_from_every_context_in_proportion(db, make_trace):
+    trace = make_trace("contexts", state=TraceState.READY)
+    names = [f"k{n}" for n in range(7)]
+    add_run(trace, [(names[n % 7], 100 + n, 50 + n, None) for n in range(3000)], ctx="0xa")
+    add_run(trace, [(names[n % 7], 100 + n, 50 + n, None) for n in range(1000)], ctx="0xb")
+    sample = selectors.calibration_sample(trace.pk, kernel_count=4000, limit=200)
+    by_ctx = {ctx: [row for row in sample if row[0] == ctx] for ctx in ("0xa", "0xb")}
+    # About 200 launches, three in four from the context with three in four of the launches
+    # (its ids run three times as far), each a launch of the trace, none twice.
+    assert 150 <= len(sample) <= 200
+    assert 0.6 < len(by_ctx["0xa"]) / len(sample) < 0.9
+    assert len({(row[0], row[1]) for row in sample}) == len(sample)
+    assert all(1 <= row[1] <= 3000 for row in by_ctx["0xa"]) and all(
+        1 <= row[1] <= 1000 for row in by_ctx["0xb"]
+    )
+    assert {row[2] for row in by_ctx["0xa"]} == set(names)
+
+
+def test_sampled_kernel_ids_fall_one_in_each_bin_with_no_period():
+    ids = selectors.sampled_kernel_ids(10_000, 100)
+    assert len(ids) == 100
+    assert [(kernel_id - 1) // 100 for kernel_id in ids] == list(range(100))
+    # A decode step of 10 launches repeated: every one of its positions is sampled.
+    assert {kernel_id % 10 for kernel_id in ids} == set(range(10))
+    assert selectors.sampled_kernel_ids(50, 100) == list(range(1, 51))  # fewer ids than asked: all
+
+
+def test_a_big_trace_page_is_read_once_until_the_trace_changes(staff_client, timed, monkeypatch):
+    """Past KEEP_PAGE_READS_FROM launches the page's reads are kept (Django's cache), keyed by
+    the trace's updated_at: a later view reads no launch, a parse (which saves the trace)
+    makes the next view read them again."""
+    from traces.admin import analysis_pages
+
+    monkeypatch.setattr(analysis_pages, "KEEP_PAGE_READS_FROM", 1)
+
+    def launch_reads() -> tuple[int, list]:
+        with CaptureQueriesContext(connection) as captured:
+            page = read(staff_client.get(change_url(timed.pk)))
+        rows = table_rows(section(page, "trace-steps").find("table"))
+        return sum("traces_kernel" in query["sql"] for query in captured.captured_queries), rows
+
+    first, rows = launch_reads()
+    assert first > 0
+    later, kept_rows = launch_reads()
+    assert later == 0
+    assert [row["launches"].text for row in kept_rows] == [row["launches"].text for row in rows] == ["3", "2"]
+
+    # A parse replaces the launches and saves the trace: the page reads them again.
+    add_run(timed, [(GEMM, 10, 10, 1)], ctx="0xb")
+    Trace.objects.get(pk=timed.pk).save()
+    again, new_rows = launch_reads()
+    assert again > 0
+    assert [row["launches"].text for row in new_rows] == ["3", "3"]
+
+
 # --- bounded queries ------------------------------------------------------------------------
 
 

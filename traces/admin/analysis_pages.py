@@ -9,7 +9,9 @@ a hundred launches or a million.
 import math
 from dataclasses import dataclass
 
+from django.core.cache import cache
 from django.template.loader import render_to_string
+from django.utils.html import format_html, format_html_join
 
 from traces import analysis, selectors
 from traces.admin.analysis_charts import (
@@ -22,6 +24,7 @@ from traces.admin.analysis_charts import (
     series_colours,
     stacked_chart,
 )
+from traces.admin.chart import MAX_BARS
 from traces.admin.display import kernel_changelist_url
 from traces.demangle import demangle
 from traces.models import Trace
@@ -60,6 +63,35 @@ def measured(ns: int | None) -> str:
     return "-" if ns is None else duration(ns)
 
 
+# A trace page's reads are kept (Django's cache: Redis where CASCADE_CACHE_URL is set, else
+# each web process's memory) for a trace of at least this many launches: they are four
+# GROUP BYs over every launch, about a second for a million on a busy machine
+# (docs/performance.md), and a trace's launches change only with a parse, which saves the
+# trace and so changes the key (its `updated_at`). Smaller traces are read every time.
+KEEP_PAGE_READS_FROM = 100_000
+KEEP_PAGE_READS_SECONDS = 24 * 3600
+# Bumped when what is kept changes shape: a kept value from an older Cascade is then never read.
+PAGE_READS_VERSION = 1
+
+
+def trace_page_reads(trace: Trace) -> tuple[selectors.KernelSummary, dict]:
+    """The trace page's kernel summary (chart, contexts, heaviest kernels) and analysis
+    (`trace_analysis`), from one snapshot; kept for a big trace until it changes."""
+    keep = trace.kernel_count >= KEEP_PAGE_READS_FROM
+    key = f"cascade:trace-page:v{PAGE_READS_VERSION}:{trace.key}:{trace.updated_at.isoformat()}"
+    if keep and (kept := cache.get(key)) is not None:
+        return kept
+    # One snapshot: the chart, the contexts and the analysis of the same launches.
+    with analysis.snapshot():
+        summary = selectors.kernel_summary(trace.id, kernel_count=trace.kernel_count, run_count=MAX_BARS)
+        # The mix, steps and calibration of a trace that has kernels (one that failed, or is
+        # uploading, says so once, above).
+        analysed = trace_analysis(trace) if summary.kernels else {}
+    if keep:
+        cache.set(key, (summary, analysed), KEEP_PAGE_READS_SECONDS)
+    return summary, analysed
+
+
 def trace_analysis(trace: Trace) -> dict:
     """The trace page's context for the kernel mix, the steps and the calibration: five
     queries (four untimed), whatever the trace's size."""
@@ -81,6 +113,15 @@ def _trace_analysis(trace: Trace) -> dict:
         if kernel.duration_ns
     ][:TOP_SERIES]
     colours = series_colours([*by_insts, *(name for name in by_time if name not in by_insts)])
+    step_rows = [
+        StepRow(
+            step=step,
+            insts_share=percent(share(step.total_insts, totals.total_insts)),
+            time=measured(step.duration_ns),
+            time_share=percent(share(step.duration_ns, totals.duration_ns)),
+        )
+        for step in summary.steps
+    ]
     context = {
         "analysis_totals": totals,
         "mix_rows": [
@@ -96,15 +137,8 @@ def _trace_analysis(trace: Trace) -> dict:
         ],
         "analysis_time": measured(totals.duration_ns),
         "timed": timed,
-        "step_rows": [
-            StepRow(
-                step=step,
-                insts_share=percent(share(step.total_insts, totals.total_insts)),
-                time=measured(step.duration_ns),
-                time_share=percent(share(step.duration_ns, totals.duration_ns)),
-            )
-            for step in summary.steps
-        ],
+        "step_rows": step_rows,
+        "step_table": step_table(step_rows, timed=timed),
     }
     if summary.steps:
         per_bar = max(1, math.ceil(len(summary.steps) / selectors.MAX_STEP_BARS))
@@ -139,6 +173,36 @@ def _trace_analysis(trace: Trace) -> dict:
             "admin/traces/trace/calibration.svg", {"chart": calibration_chart(sample, colours)}
         )
     return context
+
+
+def step_table(rows: list[StepRow], *, timed: bool) -> str:
+    """The step table's rows as HTML, written here rather than by the template: a run has
+    thousands of steps, and the template's loop and number filters took a second for 2,000
+    (docs/performance.md, the admin at 50M launches)."""
+    return format_html_join(
+        "\n",
+        '<tr><td>{}</td><td>{}</td><td class="num">{}</td><td class="num">{}</td><td class="num">{}</td>{}</tr>',
+        (
+            (
+                row.step.name,
+                row.step.phase or "-",
+                number(row.step.kernels),
+                number(row.step.total_insts),
+                row.insts_share,
+                format_html(
+                    '<td class="num"{}>{}</td><td class="num">{}</td>',
+                    ""
+                    if row.step.duration_ns is None
+                    else format_html(' title="{} ns"', row.step.duration_ns),
+                    row.time,
+                    row.time_share,
+                )
+                if timed
+                else "",
+            )
+            for row in rows
+        ),
+    )
 
 
 def share(part: int | None, whole: int | None) -> float | None:

@@ -13,6 +13,11 @@ from traces.admin.paginators import EstimatedCountPaginator
 from traces.models import Kernel, KernelName, Trace
 
 
+class KernelPaginator(EstimatedCountPaginator):
+    # A deep page's launches found in the primary key's index, then read with their joins.
+    page_keys = ("trace_key", "context", "kernel_id")
+
+
 class KernelAdmin(StorableLookups, admin.ModelAdmin):
     list_display = (
         "trace_display",
@@ -37,7 +42,7 @@ class KernelAdmin(StorableLookups, admin.ModelAdmin):
     # key with no sort (test_unfiltered_kernel_changelist_uses_the_planner_estimate_on_postgres).
     ordering = ("trace_key", "context", "kernel_id")
     list_select_related = False
-    paginator = EstimatedCountPaginator
+    paginator = KernelPaginator
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER
     sortable_by = ("trace_display", "ctx_column", "kernel_id", "insts_column", "traced")
@@ -56,7 +61,9 @@ class KernelAdmin(StorableLookups, admin.ModelAdmin):
         of the names found, instead of joining every launch to its name."""
         if not search_term:
             return queryset, False
-        names = KernelName.objects.filter(name__icontains=search_term).values("id")
+        # The ids as numbers, not a subquery: the planner's statistics then know how many
+        # launches these names have (the estimated count of a search across traces).
+        names = list(KernelName.objects.filter(name__icontains=search_term).values_list("id", flat=True))
         return queryset.filter(kernel_name__in=names), False
 
     def get_list_display(self, request):

@@ -4,8 +4,9 @@ Nothing is edited here: the bucket is the source of truth. The actions re-ingest
 (the poller's own code path), mark it failed, or delete it; "Compare" puts two traces side by
 side, kernel by kernel. The page summarises the kernels from two queries
 (`traces.selectors.kernel_summary`) and shows their mix, steps and calibration from five more
-(`analysis_pages`); deleting counts them instead of collecting a million kernels one by one
-for Django's confirmation page.
+(`analysis_pages`), in one snapshot, kept for a big trace until it changes
+(`analysis_pages.trace_page_reads`); deleting counts them instead of collecting a million
+kernels one by one for Django's confirmation page.
 """
 
 import json
@@ -22,9 +23,9 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
-from traces import analysis, selectors
-from traces.admin.analysis_pages import compare_context, trace_analysis
-from traces.admin.chart import MAX_BARS, instruction_chart
+from traces import analysis
+from traces.admin.analysis_pages import compare_context, trace_page_reads
+from traces.admin.chart import instruction_chart
 from traces.admin.display import (
     compact_datetime,
     kernel_changelist_url,
@@ -34,6 +35,7 @@ from traces.admin.display import (
     upload_notice,
 )
 from traces.admin.filters import ParserVersionFilter, StorableLookups
+from traces.admin.paginators import EstimatedCountPaginator
 from traces.admin.simulation import SimulationInline
 from traces.models import CURRENT_PARSER_VERSION, Kernel, Simulation, Trace, TraceState
 from traces.services import TraceBusy, trace_delete, trace_mark_failed, traces_mark_sample
@@ -69,6 +71,10 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
     )
     search_fields = ("id", "model", "source_gpu")
     ordering = ("-created_at", "id")
+    # Past 100,000 traces a list is counted from the planner's statistics ("about N traces"),
+    # and a filtered or searched one is not counted twice (its total: the unfiltered list's).
+    paginator = EstimatedCountPaginator
+    show_full_result_count = False
     actions = ("compare", "reingest", "mark_failed", "mark_sample", "unmark_sample")
     # Its simulations, each linking to its page (traces.admin.simulation).
     inlines = (SimulationInline,)
@@ -249,7 +255,7 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
         extra_context = extra_context or {}
         trace = self.get_object(request, unquote(object_id))
         if trace is not None:
-            summary = selectors.kernel_summary(trace.id, kernel_count=trace.kernel_count, run_count=MAX_BARS)
+            summary, analysed = trace_page_reads(trace)
             chart = instruction_chart(summary.runs)
             extra_context.update(
                 trace=trace,
@@ -260,9 +266,7 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
                 kernel_summary=summary,
                 kernel_chart_svg=render_to_string("admin/traces/trace/kernel_chart.svg", {"chart": chart}),
                 kernel_chart=chart,
-                # The mix, steps and calibration of a trace that has kernels (one that failed,
-                # or is uploading, says so once, above).
-                **(trace_analysis(trace) if summary.kernels else {}),
+                **analysed,
                 kernels_url=kernel_changelist_url(trace.id),
                 context_rows=[
                     (
