@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from traces import body_cache
+from traces import body_cache, signals
 from traces.kernel_store import KernelWriter, counting_without_totals, kernels_delete, kernels_replace
 from traces.locks import trace_lock
 from traces.models import (
@@ -274,6 +274,7 @@ def trace_store_kernels(
         trace.recheck_after, trace.recheck_seconds = ready_recheck_after(), 0
         trace.parse_attempts = 0
         trace.save(update_fields=DECISION_FIELDS)
+        transaction.on_commit(lambda: signals.trace_parsed.send(sender=Trace, trace=trace))
     return count
 
 

@@ -6,6 +6,9 @@ answers with a sentence saying what it did (queued; started, waiting or refused 
 background). The API asks for a run's files with presigned download URLs by sending
 `files_requested`: which keys a run's files are and how a URL is signed is ingestion's
 knowledge (and boto3 its dependency), so `traces` never imports it.
+
+`trace_parsed` is what `traces` announces to itself once a parse is committed: the admin keeps
+a big trace's page reads ahead of its first view (traces/apps.py connects it).
 """
 
 from django.dispatch import Signal
@@ -18,3 +21,6 @@ reingest_requested = Signal()
 # files a client downloads, `[{"path", "key", "bytes", "etag", "url"}]` in path order
 # (`GET /api/traces/{trace_id}/files`), URLs presigned without a request to S3.
 files_requested = Signal()
+
+# sender: Trace; trace: the trace just made ready by a parse, sent once its transaction committed.
+trace_parsed = Signal()

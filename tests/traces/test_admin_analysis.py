@@ -433,3 +433,41 @@ def test_steps_say_when_launches_have_no_instruction_count(staff_client, make_tr
         "1 of the 2 launches have no instruction count (captured into a CUDA graph, as decode steps often "
         "are): a step's bar counts its other launches only, while its measured time counts them all."
     ) in steps.text
+
+
+def test_a_big_trace_page_is_kept_as_its_parse_commits_where_the_cache_is_shared(
+    staff_client, make_trace, monkeypatch, settings, django_capture_on_commit_callbacks
+):
+    """With a shared cache (CASCADE_CACHE_URL) the parse that makes a big trace ready also keeps
+    its page's reads: the first view reads no launch. Without one, nothing is read ahead."""
+    from django.core.cache import cache
+
+    from tests.helpers import kernel_row
+    from traces import services
+    from traces.admin import analysis_pages
+
+    monkeypatch.setattr(analysis_pages, "KEEP_PAGE_READS_FROM", 10)
+    cache.clear()
+
+    def parsed(name: str) -> Trace:
+        trace = make_trace(name, state=TraceState.PARSING)
+        with django_capture_on_commit_callbacks(execute=True):
+            services.trace_store_kernels(trace, (kernel_row(n) for n in range(1, 13)), fingerprint="f")
+        return Trace.objects.get(pk=name)
+
+    def launch_reads(trace: Trace) -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert staff_client.get(change_url(trace.pk)).status_code == 200
+        return sum("traces_kernel" in query["sql"] for query in captured.captured_queries)
+
+    settings.CASCADE_CACHE_URL = ""
+    assert launch_reads(parsed("not-shared")) > 0
+
+    settings.CASCADE_CACHE_URL = "redis://cache.internal:6379/1"  # the cache itself stays local
+    kept = parsed("shared")
+    assert launch_reads(kept) == 0
+
+    small = make_trace("small", state=TraceState.PARSING)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.trace_store_kernels(small, (kernel_row(n) for n in range(1, 4)), fingerprint="f")
+    assert launch_reads(Trace.objects.get(pk="small")) > 0

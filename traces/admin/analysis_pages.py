@@ -6,6 +6,7 @@ split by the heaviest kernels, the calibration sample). A page costs the same fe
 a hundred launches or a million.
 """
 
+import logging
 import math
 from dataclasses import dataclass
 
@@ -28,6 +29,8 @@ from traces.admin.chart import MAX_BARS
 from traces.admin.display import kernel_changelist_url
 from traces.demangle import demangle
 from traces.models import Trace
+
+logger = logging.getLogger(__name__)
 
 # The compare chart's kernels: the heaviest, by the larger of their two instruction counts.
 COMPARE_CHART_KERNELS = 15
@@ -90,6 +93,21 @@ def trace_page_reads(trace: Trace) -> tuple[selectors.KernelSummary, dict]:
     if keep:
         cache.set(key, (summary, analysed), KEEP_PAGE_READS_SECONDS)
     return summary, analysed
+
+
+def keep_page_reads_after_parse(sender, trace: Trace, **kwargs) -> None:
+    """`trace_parsed`'s receiver: a big trace's page reads kept as soon as its parse commits, so
+    that its first view is as quick as the next (about 1.6 s for a million launches otherwise).
+
+    Connected only where the cache is shared (CASCADE_CACHE_URL; traces/apps.py): a process's
+    own memory would keep them for the parsing process, never for a web one. A failure costs
+    the first view its speed, never the parse: logged, not raised."""
+    if trace.kernel_count < KEEP_PAGE_READS_FROM:
+        return
+    try:
+        trace_page_reads(trace)
+    except Exception:
+        logger.warning("%s: its admin page's reads could not be kept ahead", trace.id, exc_info=True)
 
 
 def trace_analysis(trace: Trace) -> dict:
