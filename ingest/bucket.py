@@ -245,11 +245,17 @@ def client():
 
 
 def _boto3_session():
+    """The process's boto3 session, its service models read lean (ingest.service_models)."""
     global _session
     if _session is None or _session[0] != _generation:
         import boto3
+        import botocore.session
 
-        _session = (_generation, boto3.session.Session())
+        from ingest.service_models import use_lean_models
+
+        core = botocore.session.get_session()
+        use_lean_models(core)
+        _session = (_generation, boto3.session.Session(botocore_session=core))
     return _session[1]
 
 
