@@ -267,3 +267,22 @@ def test_too_many_steps_are_counted_not_kept(monkeypatch):
     raw = json.dumps({"steps": [{"first_kernel_id": 1, "last_kernel_id": 1}] * 5 + ["x"]}).encode()
     assert read(raw) == reference_steps(raw)
     assert read(raw).startswith("6 steps, more than 3, the most a trace holds")
+
+
+def test_timing_csv_is_split_into_lines_a_short_chunk_at_a_time():
+    from ingest import bucket
+
+    # Cascade's timing.csv: some 30 bytes a line, the shortest lines a pass reads.
+    rows = b"".join(b"0x7f3a5c000000,%d,%d,%d,%d\n" % (n, 10 * n, 10 * n + 7, 7) for n in range(1, 200_001))
+    tracemalloc.start()
+    try:
+        count = sum(1 for _ in bucket.iter_lines(rows, 1024))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert count == 200_000
+    # A chunk's lines are in memory together, some 80 bytes each for 40 of text: twice the
+    # chunk's bytes, and the chunk. Before (issue 22): 5.5 MB at the peak, the lines of two 1 MB
+    # chunks at once; now 0.8 MB.
+    assert bucket.READ_CHUNK <= 256 * 1024
+    assert peak < 4 * bucket.READ_CHUNK, peak
