@@ -15,10 +15,10 @@ A failed trace is not downloaded again until its files change (`scan.needs_decis
 
 import logging
 import re
+import sys
 
 import psycopg
 from botocore.exceptions import BotoCoreError, ClientError
-from celery.exceptions import SoftTimeLimitExceeded
 from django import db
 from django.conf import settings
 from django.db.models import F
@@ -82,7 +82,7 @@ INPUT_ERRORS = (TraceInputError, TraceDataTooLarge, SimulationInputError, SimLog
 
 def failure_kind(error: BaseException) -> str:
     """TRANSIENT, INPUT, INTERNAL or TIMEOUT: what the policy does with `error`."""
-    if isinstance(error, SoftTimeLimitExceeded):
+    if _soft_time_limit(error):
         return TIMEOUT
     if isinstance(error, INPUT_ERRORS):
         return INPUT
@@ -94,6 +94,14 @@ def failure_kind(error: BaseException) -> str:
     if isinstance(error, TRANSIENT_ERRORS):
         return TRANSIENT
     return INTERNAL
+
+
+def _soft_time_limit(error: BaseException) -> bool:
+    """Celery's soft time limit, raised only inside a Celery worker, which has loaded Celery.
+    Not imported here: Celery and kombu are some 4 MB of a process (`ingest_traces`) that
+    never runs a task (issue 22)."""
+    exceptions = sys.modules.get("celery.exceptions")
+    return exceptions is not None and isinstance(error, exceptions.SoftTimeLimitExceeded)
 
 
 def failure_message(error: BaseException) -> str:

@@ -54,7 +54,10 @@ class LaunchText:
         self.declined = False  # the context's files follow no scheme this path can derive
         self.shapes: dict[bytes, bytes | PendingShape] = {}
         self.pending: dict[bytes, PendingShape] = {}  # of `shapes`, those not yet written as text
-        self.tails: dict[tuple, bytes] = {}
+        # The tails of the current step, traced or not: launches come in kernel-id order, and so
+        # do steps (a dict of every step's was 200 bytes a step, issue 22).
+        self.tails: dict[bool, bytes] = {}
+        self.tails_step: int | None = None
         # What follows the totals, when it is the same for every launch (no kernelslist, no steps).
         constant = not traced and step_of is None and duration_of is None
         self.tail = writer.launch_tail(False, None) if constant else None
@@ -166,7 +169,9 @@ class LaunchText:
         step = None if self.step_of is None else self.step_of(self.ctx, kernel_id)
         if self.duration_of is not None:  # the launch's own: not worth keeping
             return self.writer.launch_tail(traced, step, self.duration_of(self.ctx, kernel_id, None, None))
-        tail = self.tails.get((traced, step))
+        if step != self.tails_step:
+            self.tails, self.tails_step = {}, step
+        tail = self.tails.get(traced)
         if tail is None:
-            tail = self.tails[traced, step] = self.writer.launch_tail(traced, step)
+            tail = self.tails[traced] = self.writer.launch_tail(traced, step)
         return tail

@@ -123,17 +123,66 @@ def _json_object(pairs: list[tuple]) -> _JsonObject:
     return _JsonObject(values)
 
 
+class _Shared(Sequence):
+    """A column of few distinct values (a timeline's phases, its contexts): each value once, and
+    a 4-byte index a step into them. The same object for every step that shares a value."""
+
+    def __init__(self):
+        self.values: list = []
+        self._index: dict = {}
+        self.indexes = array("I")
+
+    def append(self, value) -> None:
+        at = self._index.get(value)
+        if at is None:
+            at = self._index[value] = len(self.values)
+            self.values.append(value)
+        self.indexes.append(at)
+
+    def __len__(self) -> int:
+        return len(self.indexes)
+
+    def __getitem__(self, index):
+        return self.values[self.indexes[index]]
+
+    def __iter__(self):
+        return map(self.values.__getitem__, self.indexes)
+
+
+class _Texts(Sequence):
+    """Strings end to end in one UTF-8 buffer, and where each ends: its length and 8 bytes a
+    string, where a str object costs 49 and a list's pointer 8 more."""
+
+    def __init__(self):
+        self.data = bytearray()
+        self.ends = array("Q")
+
+    def append(self, text: str) -> None:
+        self.data += text.encode("utf-8", "surrogatepass")
+        self.ends.append(len(self.data))
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def __getitem__(self, index: int) -> str:
+        if index < 0:
+            index += len(self.ends)
+        start = self.ends[index - 1] if index > 0 else 0
+        return self.data[start : self.ends[index]].decode("utf-8", "surrogatepass")
+
+
 class Steps(Sequence):
     """A timeline's steps in columns: kernel ids and times in arrays of 8-byte integers, names
-    in a list, phase and ctx shared. Some 120 bytes a step, where Step objects cost 300: a
-    32,768-step timeline (MAX_STEPS) is 4 MB, not 10."""
+    in one buffer, phase and ctx an index each into their few values. Some 60 bytes a step
+    (issue 22; Step objects cost 300, lists of names, phases and ctxs 120): a 32,768-step
+    timeline (MAX_STEPS) is 2 MB."""
 
     _COLUMNS = ("first_kernel_id", "last_kernel_id", "start_ns", "end_ns")
 
     def __init__(self):
-        self.names: list[str] = []
-        self.phases: list[str | None] = []
-        self.ctxs: list[str | None] = []
+        self.names = _Texts()
+        self.phases = _Shared()
+        self.ctxs = _Shared()
         self.columns = {column: array("q") for column in self._COLUMNS}
         self.known = {"start_ns": array("b"), "end_ns": array("b")}  # 0: null
 
@@ -389,8 +438,13 @@ def is_int(value) -> bool:
 
 
 class StepIndex:
-    """Which step a launch belongs to, by (ctx, kernel id): a bisect over each context's steps,
-    held in arrays (first and last kernel ids, step indexes), not Step objects."""
+    """Which step a launch belongs to, by (ctx, kernel id): a bisect over its context's steps.
+
+    A timeline's steps come grouped by context and in kernel-id order: the index is then the
+    timeline's own columns (Steps'), each context a range of them, and holds nothing a step
+    (issue 22: copies in arrays were 24 bytes a step, lists of keys and ints 6 MB more at
+    MAX_STEPS). Steps in another order are copied, sorted, once.
+    """
 
     def __init__(self, steps: Sequence[Step]):
         if isinstance(steps, Steps):
@@ -403,39 +457,54 @@ class StepIndex:
             ctxs = [step.ctx for step in steps]
             firsts = [step.first_kernel_id for step in steps]
             lasts = [step.last_kernel_id for step in steps]
-        # A timeline lists its steps in order: then no sort, and no list of keys or ints (at
-        # MAX_STEPS those were 6 MB more at the peak than the arrays, issue 22).
-        count = len(ctxs)
-        in_order = all(
-            (ctxs[i] or "", firsts[i]) <= (ctxs[i + 1] or "", firsts[i + 1]) for i in range(count - 1)
-        )
-        order = range(count) if in_order else sorted(range(count), key=lambda i: (ctxs[i] or "", firsts[i]))
-        try:
-            self._by_ctx = self._columns(order, ctxs, firsts, lasts, array)
-        except OverflowError:  # Step objects beyond 64 bits (Steps' are checked): in lists
-            self._by_ctx = self._columns(order, ctxs, firsts, lasts, lambda _code: [])
-
-    @staticmethod
-    def _columns(order, ctxs, firsts, lasts, column) -> dict[str | None, tuple]:
-        by_ctx: dict[str | None, tuple] = {}
-        for i in order:
-            found = by_ctx.get(ctxs[i])
+        keys = zip(map(_grouped, ctxs), firsts, strict=True)
+        previous = next(keys, None)
+        in_order = True
+        for key in keys:
+            if key < previous:
+                in_order = False
+                break
+            previous = key
+        self._indexes: array | None = None  # None: a position is the step's index
+        if in_order:
+            self._firsts, self._lasts = firsts, lasts
+        else:
+            order = sorted(range(len(firsts)), key=lambda i: (_grouped(ctxs[i]), firsts[i]))
+            self._indexes = array("q", order)
+            try:
+                self._firsts = array("q", (firsts[i] for i in order))
+                self._lasts = array("q", (lasts[i] for i in order))
+            except OverflowError:  # Step objects beyond 64 bits (Steps' are checked): in lists
+                self._firsts = [firsts[i] for i in order]
+                self._lasts = [lasts[i] for i in order]
+            ctxs = [ctxs[i] for i in order]
+        # Each context's steps, a range of positions: contiguous, since grouped.
+        ranges: dict[str | None, list[int]] = {}
+        for position, ctx in enumerate(ctxs):
+            found = ranges.get(ctx)
             if found is None:
-                found = by_ctx[ctxs[i]] = (column("q"), column("q"), array("q"))
-            found[0].append(firsts[i])
-            found[1].append(lasts[i])
-            found[2].append(i)
-        return by_ctx
+                ranges[ctx] = [position, position + 1]
+            else:
+                found[1] = position + 1
+        # What a lookup needs in one tuple a context: one dict lookup a launch.
+        self._by_ctx = {
+            ctx: (self._firsts, self._lasts, self._indexes, low, high) for ctx, (low, high) in ranges.items()
+        }
 
     def step_of(self, ctx: str | None, kernel_id: int) -> int | None:
         found = self._by_ctx.get(ctx) or self._by_ctx.get(None)
         if found is None:
             return None
-        firsts, lasts, indexes = found
-        at = bisect_right(firsts, kernel_id) - 1
-        if at < 0 or kernel_id > lasts[at]:
+        firsts, lasts, indexes, low, high = found
+        at = bisect_right(firsts, kernel_id, low, high) - 1
+        if at < low or kernel_id > lasts[at]:
             return None
-        return indexes[at]
+        return at if indexes is None else indexes[at]
+
+
+def _grouped(ctx: str | None) -> tuple:
+    """A context's place in the index's order: None and "" apart, each context's steps together."""
+    return (ctx or "", ctx is None)
 
 
 def timing_format(header: str) -> str:

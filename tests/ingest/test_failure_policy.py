@@ -251,3 +251,9 @@ def test_the_admins_reingest_without_celery_logs_an_error_of_ours_with_one_trace
         "run: re-ingest: try 1 of 3 failed, the next pass tries again: "
         "internal error while parsing: ZeroDivisionError: a bug of ours"
     ]
+
+
+def test_celerys_soft_time_limit_is_a_timeout():
+    from celery.exceptions import SoftTimeLimitExceeded  # loaded, as in a worker
+
+    assert failures.failure_kind(SoftTimeLimitExceeded()) == failures.TIMEOUT

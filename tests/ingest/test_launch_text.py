@@ -21,6 +21,8 @@ from ingest import parse, timing
 from ingest.bucket import S3Object
 from ingest.launch_text import LaunchText
 from ingest.read_ahead import ReadAhead
+from ingest.timing import Step, StepIndex
+from tests.helpers import stats_row
 from tests.ingest.test_stats_properties import (
     EXAMPLES,
     LONG_GRID,
@@ -256,3 +258,36 @@ def test_a_generated_llm_run_is_taken_whole_by_the_fast_path(tmp_path):
     }
     assert [launch[-1] for launch in result] == [measured[launch[0], launch[2]] for launch in result]
     assert {launch[-2] for launch in result} == set(range(len(steps)))
+
+
+class OneContextWriter:
+    """What LaunchText asks of its KernelWriter, without a database: one context, its files
+    named as the tracer names them."""
+
+    copies = True
+    launch_tail = staticmethod(kernel_store.KernelWriter.launch_tail)
+
+    def context_of(self, ctx, device, trace_file, kernel_id):
+        return 0, trace_file.removeprefix(f"kernel-{kernel_id}")
+
+    def finish_shapes(self, context, shapes):
+        for shape in shapes:
+            shape.text = b"1\t0\t1\t"
+
+
+def test_the_tails_kept_are_the_current_steps_whatever_the_steps():
+    # 20,000 steps of 3 launches, every other launch traced: a tail each (traced or not) of the
+    # step at hand, where every step's were kept (issue 22).
+    steps = [Step(n, f"step {n}", None, "0x1", 3 * n + 1, 3 * n + 3, None, None) for n in range(20_000)]
+    text = LaunchText("0x1", OneContextWriter(), set(range(1, 60_001, 2)), StepIndex(steps).step_of)
+    last = 0
+    for kernel_id in range(1, 60_001):
+        last = text.line(stats_row(kernel_id, "0x1").encode(), last)
+        assert last == kernel_id
+        assert len(text.tails) <= 2
+    block = text.take()
+    assert block.launches == 60_000
+    rows = block.text.split(b"\n")
+    assert rows[0].endswith(b"\tt\t0\t\\N\t\\N\t\\N") and rows[4].endswith(b"\tt\t1\t\\N\t\\N\t\\N")
+    assert rows[59_998].endswith(b"\tt\t19999\t\\N\t\\N\t\\N")
+    assert rows[59_999].endswith(b"\tf\t19999\t\\N\t\\N\t\\N")

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.timing import MAX_STEPS, Step, StepIndex, TimingError, is_int, parse_timeline, read_timing
+from ingest.timing import MAX_STEPS, Step, StepIndex, Steps, TimingError, is_int, parse_timeline, read_timing
 from tests.ingest.test_timing import NSYS_HEADER, lines, nsys_row
 
 
@@ -267,3 +267,82 @@ def test_too_many_steps_are_counted_not_kept(monkeypatch):
     raw = json.dumps({"steps": [{"first_kernel_id": 1, "last_kernel_id": 1}] * 5 + ["x"]}).encode()
     assert read(raw) == reference_steps(raw)
     assert read(raw).startswith("6 steps, more than 3, the most a trace holds")
+
+
+def test_timing_csv_is_split_into_lines_a_short_chunk_at_a_time():
+    from ingest import bucket
+
+    # Cascade's timing.csv: some 30 bytes a line, the shortest lines a pass reads.
+    rows = b"".join(b"0x7f3a5c000000,%d,%d,%d,%d\n" % (n, 10 * n, 10 * n + 7, 7) for n in range(1, 200_001))
+    tracemalloc.start()
+    try:
+        count = sum(1 for _ in bucket.iter_lines(rows, 1024))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert count == 200_000
+    # A chunk's lines are in memory together, some 80 bytes each for 40 of text: twice the
+    # chunk's bytes, and the chunk. Before (issue 22): 5.5 MB at the peak, the lines of two 1 MB
+    # chunks at once; now 0.8 MB.
+    assert bucket.READ_CHUNK <= 256 * 1024
+    assert peak < 4 * bucket.READ_CHUNK, peak
+
+
+def test_steps_and_their_index_hold_some_60_bytes_a_step():
+    raw = timeline(20_000)
+    steps, held = held_by(lambda: parse_timeline(raw))
+    names = sum(len(f"step {n} (decode)") for n in range(20_000))
+    # The names' bytes and 8 a step where each ends, 4 a step for phase and ctx each, 34 for
+    # the kernel ids and times (issue 22: 120 bytes a step, lists of names, phases and ctxs).
+    assert held < names + 20_000 * (8 + 4 + 4 + 34) * 1.2, held
+    assert steps[19_999].name == "step 19999 (decode)" and steps[-1].index == 19_999
+    # A timeline in order is its own index: nothing a step (arrays of 24 bytes a step before).
+    index, held = held_by(lambda: StepIndex(steps))
+    assert held < 2_000, held
+    assert index.step_of("0x796d2265b1f0", 200 * 19_999 + 200) == 19_999
+
+
+def held_by(build):
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        built = build()
+        return built, tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
+CTXS = st.sampled_from([None, "", "0x1", "0x2"])
+STEP = st.tuples(CTXS, st.integers(1, 60), st.integers(0, 20))
+
+
+def step_of_by_hand(steps: list[Step], ctx, kernel_id):
+    """The step of a launch, as the index had it: its context's steps (else those of no
+    context) by first kernel id, the last one starting at or before it, if it reaches it."""
+    group = [step for step in steps if step.ctx == ctx] or [step for step in steps if step.ctx is None]
+    started = [
+        step
+        for step in sorted(group, key=lambda step: step.first_kernel_id)
+        if step.first_kernel_id <= kernel_id
+    ]
+    if not started or kernel_id > started[-1].last_kernel_id:
+        return None
+    return started[-1].index
+
+
+@given(st.lists(STEP, max_size=12), st.booleans())
+@settings(max_examples=300, deadline=None)
+def test_a_step_index_finds_the_step_a_search_by_hand_finds(drawn, in_order):
+    if in_order:
+        drawn = sorted(drawn, key=lambda step: (step[0] or "", step[0] is None, step[1]))
+    steps = Steps()
+    for n, (ctx, first, length) in enumerate(drawn):
+        steps.append(f"step {n}", None, ctx, first, first + length, None, None)
+    by_hand = list(steps)
+    for index in (StepIndex(steps), StepIndex(by_hand)):
+        for ctx in (None, "", "0x1", "0x2", "0x3"):
+            for kernel_id in range(0, 85):
+                assert index.step_of(ctx, kernel_id) == step_of_by_hand(by_hand, ctx, kernel_id), (
+                    ctx,
+                    kernel_id,
+                )
