@@ -13,6 +13,7 @@ figures, each printed beside its reference:
            304 of each, beside PostgreSQL's `COPY (SELECT json_agg(...))` (bench/listing.py);
 - detail   a repeated gzip GET of the 1M-launch trace's detail beside its first, computed one;
 - admin    the trace list, a trace's page and the kernel list, logged in (bench/admin_pages.py);
+- integrity  `manage.py check_integrity` over every launch, beside `SELECT count(*)` of them;
 - events   from a `metadata.json` upload to `ready`, with S3 events and with polling every
            30 s, the poller running on this database (bench/events.py);
 - delete   a 1M-launch trace deleted amid the others: the old way (one DELETE) beside the new
@@ -41,7 +42,7 @@ from pathlib import Path
 from bench import common
 from bench.common import log
 
-FIGURES = ("list", "detail", "admin", "events", "delete", "idle", "memory")
+FIGURES = ("list", "detail", "admin", "integrity", "events", "delete", "idle", "memory")
 SERVED = {"list", "detail", "admin"}
 MB = 1e6
 # A shared cache, as production's (CASCADE_CACHE_URL): the parse keeps a big trace's admin page
@@ -256,6 +257,23 @@ class Community:
                 )
             )
 
+    def integrity(self, db: str) -> None:
+        # It exits non-zero (run_child raises) on any problem: the seeded database has none.
+        child = common.manage("check_integrity", env=self.env(db), timeout=3600)
+        started = time.perf_counter()
+        ((launches,),) = common.query(db, "SELECT count(*) FROM traces_kernel")
+        counted = time.perf_counter() - started
+        self.values["integrity"] = {"seconds": child.seconds, "count_seconds": counted}
+        self.add(
+            Row(
+                f"`manage.py check_integrity`, {launches:,} launches",
+                secs(child.seconds),
+                f"`SELECT count(*)` of the launches {secs(counted)}",
+                "",
+                None,
+            )
+        )
+
     def events(self, db: str) -> None:
         from bench import events
 
@@ -431,12 +449,13 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="cascade-bench-community-") as tmp:
         bench = Community(args.server, scale, Path(tmp))
-        if figures & (SERVED | {"events", "delete"}):
+        if figures & (SERVED | {"integrity", "events", "delete"}):
             with ExitStack() as stack:
                 db, seeded = bench.seeded(stack)
                 if figures & {"detail", "admin"}:
                     seeded["ingested"] = bench.ingested(stack, db)
                 step(figures & SERVED, lambda: bench.served(db, seeded, figures))
+                step(figures & {"integrity"}, lambda: bench.integrity(db))
                 step(figures & {"events"}, lambda: bench.events(db))
                 step(figures & {"delete"}, lambda: bench.delete(db, seeded))
         step(figures & {"idle"}, bench.idle)
