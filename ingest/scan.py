@@ -9,6 +9,10 @@ once its listing stops changing. Ready traces are not listed again unless asked 
 `--reparse`), but their metadata.json is compared with the bucket's now and then (a HEAD:
 ready_runs_changed). Each listing is registered (traces.services.traces_register), and the
 scan says which traces need a decision (`needs_decision`): the parse follows (ingest.passes).
+
+With S3 events on, the reconciling pass lists neither the run folders nor the ready runs: it
+lists the work in progress (`runs_in_progress`) and the runs of one page of the bucket that
+differ from the database (ingest.sweep, which calls `scan_bucket(swept=...)`).
 """
 
 import logging
