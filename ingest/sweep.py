@@ -23,6 +23,7 @@ full reconcile on demand.
 """
 
 import logging
+import re
 from dataclasses import dataclass, field
 
 from django.utils import timezone
@@ -76,7 +77,7 @@ def sweep_page() -> Swept:
     after = cursor_position()
     objects, truncated = bucket.list_page(start_after=after)
     swept = Swept(after=after, objects=len(objects), last=not truncated)
-    swept.next_after = objects[-1].key if truncated else ""
+    swept.next_after = next_cursor(objects) if truncated else ""
     high = objects[-1].key if truncated else None
 
     def in_range(key: str) -> bool:  # S3's order is UTF-8's, which is str's
@@ -176,3 +177,20 @@ def cursor_advance(swept: Swept) -> None:
         cursor.laps += 1
         cursor.lap_started_at = now
     cursor.save()
+
+
+def next_cursor(objects: list[S3Object]) -> str:
+    """Where the next page starts: after the page's last key, or, when that key holds a control
+    character, after its last key that holds none. S3 keeps a NUL in a key, which PostgreSQL's
+    text cannot; and some servers (moto's) fail a StartAfter with a control character. The next
+    page then lists the keys past it again, and moves on past them. A page of nothing but such
+    keys goes on from just past them: the first control character and what follows become " "
+    (only keys that hold a control character sort between)."""
+    for obj in reversed(objects):
+        if not CONTROL.search(obj.key):
+            return obj.key
+    key = objects[-1].key
+    return key[: CONTROL.search(key).start()] + " "
+
+
+CONTROL = re.compile("[\x00-\x1f]")

@@ -64,6 +64,10 @@ def cursor() -> SweepCursor:
     return SweepCursor.objects.get(bucket=TEST_BUCKET, prefix=PREFIX)
 
 
+def cursor_after() -> str:
+    return cursor().after
+
+
 def register_ready(run_ids: list[str]) -> None:
     """Ready traces holding their runs' listings as a pass registers and parses them (checked:
     a full pass then finds nothing to change), without parsing a thousand runs."""
@@ -106,7 +110,7 @@ def test_an_idle_reconciling_pass_over_a_thousand_ready_traces_costs_one_listing
     second = sweep_pass()
     assert second.cost.s3_requests == 1
     assert (second.swept.after, second.swept.objects, second.swept.last) == (keys()[999], 1000, True)
-    assert (cursor().after, cursor().laps) == ("", 1)
+    assert (cursor_after(), cursor().laps) == ("", 1)
     assert sweep_pass().swept.after == ""
     # Their ready rechecks, due all along, were never sent: the sweep stands for them.
     assert not Trace.objects.filter(recheck_after__isnull=False).exists()
@@ -127,7 +131,7 @@ def test_the_cursor_advances_a_page_a_pass_and_wraps(s3, settings):
     assert [r.cost.s3_requests for r in results] == [1, 1, 1, 1]
     assert all(not r.changes and not r.swept.runs for r in results)
     assert cursor().laps == 1
-    assert cursor().after == listed[2]
+    assert cursor_after() == listed[2]
 
 
 @pytest.mark.django_db
@@ -138,6 +142,34 @@ def test_a_cursor_per_bucket_prefix(s3, settings):
     settings.CASCADE_S3_PREFIX = "elsewhere/"
     assert sweep_pass().swept.after == ""
     assert SweepCursor.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_a_key_the_database_cannot_store_as_text_does_not_stop_the_sweep(s3, settings):
+    settings.CASCADE_S3_PAGE_SIZE = 2
+    upload_run(s3, "a")
+    put(s3, "a/traces/odd\x00name", "x")  # S3 keeps a NUL in a key; PostgreSQL's text cannot
+    passes.poll_bucket()  # a's listing refused (scan.register_listings): not registered
+    put(s3, "b/metadata.json", orjson.dumps(OK))  # after it: the sweep must get there
+    results = lap()
+    # The page ending on the NUL key: the next one starts after the key before it.
+    assert [r.swept.after for r in results] == [
+        "",
+        f"{PREFIX}a/metadata.json",
+        f"{PREFIX}a/traces/stats_ctx_0x1",
+    ]
+    assert Trace.objects.filter(pk="b").exists()  # no event: found by the sweep
+    assert cursor().laps == 1
+
+
+def test_a_page_of_nothing_but_control_character_keys_goes_on_past_them():
+    from ingest.bucket import S3Object
+    from ingest.sweep import next_cursor
+
+    page = [S3Object(f"{PREFIX}a/x\x00{n}", 1, '"e"') for n in range(3)]
+    after = next_cursor(page)
+    assert after == f"{PREFIX}a/x "
+    assert all(obj.key < after for obj in page)
 
 
 # --- What a lost event would have announced ----------------------------------------------------------
@@ -181,7 +213,7 @@ def test_a_straddling_run_whose_keys_after_the_cursor_are_all_removed_is_found(s
     passes.poll_bucket()
     sweep_pass()  # a's two keys
     sweep_pass()  # b's metadata.json and stats file
-    assert cursor().after == f"{PREFIX}b/traces/stats_ctx_0x1"  # b's two other keys follow
+    assert cursor_after() == f"{PREFIX}b/traces/stats_ctx_0x1"  # b's two other keys follow
     s3.delete_object(Bucket=TEST_BUCKET, Key=f"{PREFIX}b/traces/x")
     s3.delete_object(Bucket=TEST_BUCKET, Key=f"{PREFIX}b/traces/y")
     third = sweep_pass()  # nothing of b's is on it: the page is empty
