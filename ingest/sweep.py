@@ -3,8 +3,9 @@
 With events (ingest.events), a run is ingested as its files land; the poll only reconciles what
 an event did not announce (a message lost, a notification misconfigured for a while). Listing
 every run folder and comparing every ready run for that (scan_bucket) costs a request per
-thousand runs and one or two per ready run: about 150,000 requests a pass at 100,000 traces,
-for nothing most of the time. The sweep lists instead ONE page (CASCADE_S3_PAGE_SIZE keys) of
+thousand runs every pass, and two per ready run (a HEAD of its metadata.json, a listing of its
+simulations/) every CASCADE_READY_RECHECK_SECONDS, for nothing most of the time (figures:
+docs/performance.md, bench/idle.py). The sweep lists instead ONE page (CASCADE_S3_PAGE_SIZE keys) of
 the prefix, without a delimiter, after a cursor kept in the database (SweepCursor), and moves
 the cursor on; past the prefix's last key it starts again. A whole sweep takes
 objects / CASCADE_S3_PAGE_SIZE reconciling passes.
