@@ -360,6 +360,23 @@ def list_runs_objects(
     return {run_id: sorted(found, key=lambda obj: obj.key) for run_id, found in objects.items()}
 
 
+def list_page(*, start_after: str = "") -> tuple[list[S3Object], bool]:
+    """One listing request: up to CASCADE_S3_PAGE_SIZE objects under the prefix, every run's
+    and `simulations/` included, with keys after `start_after`, in S3's order (UTF-8 bytes);
+    and whether more follow. The reconciler's sweep (ingest.sweep) reads a page a pass."""
+    kwargs = {"Bucket": bucket_name(), "Prefix": prefix(), "MaxKeys": settings.CASCADE_S3_PAGE_SIZE}
+    if start_after:
+        kwargs["StartAfter"] = start_after
+    page = client().list_objects_v2(**kwargs)
+    objects = [
+        S3Object(
+            key=item["Key"], size=item["Size"], etag=item["ETag"], last_modified=item.get("LastModified")
+        )
+        for item in page.get("Contents", ())
+    ]
+    return objects, bool(page.get("IsTruncated"))
+
+
 def head_etag(key: str) -> str | None:
     """An object's ETag from one HEAD request; None if it is not there."""
     s3 = client()

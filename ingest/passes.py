@@ -15,6 +15,7 @@ picked up by the next pass.
     ingest.metering    what a pass cost, in S3 requests and database queries
     ingest.failures    what an error while deciding means for the trace
     ingest.simulations the runs' simulations, once their traces are decided on
+    ingest.sweep       with S3 events on, the reconciling pass's scan: one page of the bucket
 
 Speed: S3 requests overlap on `CASCADE_S3_THREADS` threads (`bucket.overlapped`), each with its
 own client: the scan's listings and HEADs, and for each trace a pass parses, its listing's small
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.db import connection
 
-from ingest import bucket, decision, failures, processes, simulations
+from ingest import bucket, decision, failures, processes, simulations, sweep
 from ingest.bucket import S3Object
 from ingest.decision import Fetched, decide
 from ingest.metering import PassCost, measured
@@ -66,6 +67,7 @@ class PassResult:
     errors: list[str] = field(default_factory=list)
     cost: "PassCost | None" = None
     simulation_changes: list[SimulationChange] = field(default_factory=list)
+    swept: "sweep.Swept | None" = None  # a reconciling pass with events on: the page it read
 
     def summary(self) -> str:
         states = [change.new_state for change in self.changes]
@@ -80,6 +82,8 @@ class PassResult:
             summary += f"; {len(self.simulation_changes)} simulations changed: {len(ready)} ready, {len(failed)} failed"
         if self.errors:
             summary += f"; {len(self.errors)} could not be ingested (retried next pass)"
+        if self.swept is not None:
+            summary += f"; {self.swept}"
         if self.cost is not None:
             summary += f"; {self.cost}"
         return summary
@@ -97,6 +101,7 @@ def poll_bucket(
     progress: Progress | None = None,
     processes: int = 1,
     undelete: bool = True,
+    sweep: bool = False,
 ) -> PassResult:
     """One whole pass: register what landed, then parse every trace that is ready, inline.
 
@@ -104,11 +109,12 @@ def poll_bucket(
     processes (ingest.processes); `manage.py ingest_traces` passes CASCADE_PARSE_PROCESSES.
     A caller that is not a command's main module (a Celery task, a script without a main
     guard) keeps the default: a spawned process imports the caller's main module again.
-    `undelete` as in scan_bucket.
+    `undelete` as in scan_bucket. `sweep`: a reconciling pass with S3 events on, which reads
+    one page of the bucket instead of all of it (ingest.sweep); not with `trace_id`.
     """
     with measured() as cost:
         result = _poll_bucket(
-            trace_id, reparse, reparse_outdated, outdated_batch, progress, processes, undelete
+            trace_id, reparse, reparse_outdated, outdated_batch, progress, processes, undelete, sweep
         )
     cost.add(result.cost)  # the parse processes', if any
     cost.runs = result.listed
@@ -117,15 +123,20 @@ def poll_bucket(
 
 
 def _poll_bucket(
-    trace_id, reparse, reparse_outdated, outdated_batch, progress, processes_wanted, undelete=True
+    trace_id,
+    reparse,
+    reparse_outdated,
+    outdated_batch,
+    progress,
+    processes_wanted,
+    undelete=True,
+    sweeping=False,
 ) -> PassResult:
-    scan = scan_bucket(
-        trace_id=trace_id,
-        reparse=reparse,
-        reparse_outdated=reparse_outdated,
-        outdated_batch=outdated_batch,
-        undelete=undelete,
-    )
+    options = {"reparse": reparse, "reparse_outdated": reparse_outdated, "outdated_batch": outdated_batch}
+    if sweeping and trace_id is None and not reparse:
+        scan = sweep.sweep_bucket(**options)
+    else:
+        scan = scan_bucket(trace_id=trace_id, undelete=undelete, **options)
     changes = {change.trace_id: change for change in scan.changes}
     to_reparse = scan.to_reparse | (set(scan.to_parse) if reparse else set())
     count = processes.process_count(
@@ -165,6 +176,7 @@ def _poll_bucket(
         errors=errors,
         cost=children,
         simulation_changes=simulation_changes,
+        swept=scan.swept,
     )
 
 

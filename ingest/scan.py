@@ -9,6 +9,10 @@ once its listing stops changing. Ready traces are not listed again unless asked 
 `--reparse`), but their metadata.json is compared with the bucket's now and then (a HEAD:
 ready_runs_changed). Each listing is registered (traces.services.traces_register), and the
 scan says which traces need a decision (`needs_decision`): the parse follows (ingest.passes).
+
+With S3 events on, the reconciling pass lists neither the run folders nor the ready runs: it
+lists the work in progress (`runs_in_progress`) and the runs of one page of the bucket that
+differ from the database (ingest.sweep, which calls `scan_bucket(swept=...)`).
 """
 
 import logging
@@ -16,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from itertools import islice
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 from django.conf import settings
@@ -30,6 +35,9 @@ from ingest.metadata import METADATA_NAME
 from traces import services
 from traces.models import CURRENT_PARSER_VERSION, DeletedTrace, Trace, TraceState, files_fingerprint
 from traces.text import is_storable
+
+if TYPE_CHECKING:
+    from ingest.sweep import Swept
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +79,8 @@ class Scan:
     # looks at too (ingest.simulations), with the `simulations/` objects the listings held.
     looked_at: list[str] = field(default_factory=list)
     simulation_listings: dict[str, list[S3Object]] = field(default_factory=dict)
+    # With S3 events on, the reconciler's page (ingest.sweep) instead of the whole bucket.
+    swept: "Swept | None" = None
 
 
 def scan_bucket(
@@ -80,6 +90,7 @@ def scan_bucket(
     reparse_outdated: bool = False,
     outdated_batch: int | None = None,
     undelete: bool = True,
+    swept: "Swept | None" = None,
 ) -> Scan:
     """Register new runs, follow the ones in progress, and say which are ready to parse.
 
@@ -89,12 +100,19 @@ def scan_bucket(
     at most, the least recently updated first) to be parsed again. `undelete=False` leaves a
     trace an operator deleted gone while its files are those it was deleted with (an S3 event
     names a run, but does not ask for it back).
+
+    `swept` (a reconciler's page, ingest.sweep, with S3 events on): the bucket's run folders are
+    not listed nor its ready runs compared; the work in progress is followed
+    (`runs_in_progress`), and the page's runs that differ from the database are listed.
     """
     scan = Scan()
     if trace_id is not None:
         if undelete:
             services.trace_undelete(trace_id)  # asked for by name: a deleted trace comes back
         candidates = [trace_id]
+    elif swept is not None:
+        candidates = list(dict.fromkeys([*runs_in_progress(), *swept.runs]))
+        scan.looked_at += [run_id for run_id in swept.simulation_runs if run_id not in candidates]
     else:
         run_ids = list(bucket.list_run_ids())
         candidates = runs_to_look_at(run_ids, reparse=reparse)
@@ -126,6 +144,15 @@ def scan_bucket(
             ):
                 # Looked at again after a while, not every pass: nothing will change unless
                 # its files do (a folder without metadata.json is no run yet).
+                services.trace_recheck_later(trace)
+    if swept is not None:
+        # Followed while in progress, its folder since removed: looked at later, not every pass
+        # (a scan of the whole bucket never lists it: no folder).
+        if gone := set(candidates) - set(scan.looked_at):
+            in_progress = Trace.objects.filter(
+                pk__in=gone, state__in=(TraceState.UPLOADING, TraceState.FAILED)
+            )
+            for trace in in_progress:
                 services.trace_recheck_later(trace)
     if reparse_outdated and trace_id is None:
         for run_id in outdated_trace_ids(outdated_batch):
@@ -182,6 +209,15 @@ def whole_prefix_is_cheaper(run_ids: list[str]) -> bool:
         return False
     estimated_objects = (known["objects"] or 0) + len(run_ids) * per_run
     return estimated_objects / settings.CASCADE_S3_PAGE_SIZE < len(run_ids) / 2
+
+
+def runs_in_progress() -> list[str]:
+    """The traces a pass follows whatever the bucket's listing says: parsing (a pass died
+    mid-way), uploading or failed with their recheck due (runs_to_look_at's rule). From the
+    database alone: what a reconciler's sweep (ingest.sweep) lists besides its page."""
+    due = Q(recheck_after__isnull=True) | Q(recheck_after__lte=timezone.now())
+    work = Q(state=TraceState.PARSING) | (Q(state__in=(TraceState.UPLOADING, TraceState.FAILED)) & due)
+    return list(Trace.objects.filter(work).order_by("id").values_list("id", flat=True))
 
 
 def runs_to_look_at(run_ids: list[str], *, reparse: bool = False) -> list[str]:

@@ -10,7 +10,9 @@ trouble, and a trace that ends failed, never stuck in `parsing`, when its parse 
 Any other error is ingest.failures' to judge, exactly as in `manage.py ingest_traces`.
 
 With CASCADE_SQS_QUEUE_URL, beat also sends `s3_events_task` every few seconds: a batch of S3
-events (ingest.events), its runs ingested in the task, as `ingest_traces --events` does.
+events (ingest.events), its runs ingested in the task, as `ingest_traces --events` does; the
+poll then reconciles every CASCADE_POLL_SECONDS_WITH_EVENTS, one page of the bucket a poll
+(ingest.sweep), as `ingest_traces --watch --events` does.
 """
 
 import logging
@@ -26,7 +28,7 @@ from django.conf import settings
 
 import cascade.celery  # noqa: F401  (shared tasks bind to Cascade's app)
 from cascade import metrics
-from ingest import events, failures, metering, passes, simulations
+from ingest import events, failures, metering, passes, simulations, sweep
 from traces.locks import trace_lock
 from traces.models import Trace
 from traces.services import TraceBusy, trace_mark_failed
@@ -58,8 +60,10 @@ def poll_bucket_task() -> int:
         if not acquired:
             logger.info("poll skipped: the previous poll is still running")
             return 0
+        # With events on, the poll reconciles: a page of the bucket, not all of it (ingest.sweep).
+        scan_pass = sweep.sweep_bucket if settings.CASCADE_SQS_QUEUE_URL else passes.scan_bucket
         with metering.measured() as cost:
-            scan = passes.scan_bucket(
+            scan = scan_pass(
                 reparse_outdated=settings.CASCADE_REPARSE_OUTDATED,
                 outdated_batch=settings.CASCADE_REPARSE_OUTDATED_BATCH,
             )
@@ -77,7 +81,8 @@ def poll_bucket_task() -> int:
             clear_queued(trace_id)
             raise
         queued += 1
-    logger.info("poll: %d traces looked at, %d parses queued; %s", scan.listed, queued, cost)
+    swept = f"; {scan.swept}" if scan.swept is not None else ""
+    logger.info("poll: %d traces looked at, %d parses queued; %s%s", scan.listed, queued, cost, swept)
     # Simulations are read here, in the poll: a trace a queued parse makes ready is paired on
     # the next poll (its updated_at moved past its simulations').
     for change in simulations.simulation_pass(scan.looked_at, listings=scan.simulation_listings):

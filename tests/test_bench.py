@@ -252,3 +252,30 @@ def test_the_community_seeder_stores_what_ingestion_would(on_postgres, tmp_path)
     assert (wrong_counts, wrong_without, orphans, unnamed, out_of_order) == (0, 0, 0, 0, 0)
     assert launches == 30_000 and big == 10_000
     assert seeded["uploading"] == 100
+
+
+def test_the_idle_bench_counts_both_passes_requests_at_the_tiny_scale(on_postgres, tmp_path):
+    """bench/idle.py: 1,000 ready traces; the reference pass's requests as the scan makes them,
+    the sweep's one listing a pass, a whole lap finding nothing."""
+    db = connection.settings_dict
+    login = db["USER"] or "postgres"
+    if db["PASSWORD"]:
+        login += f":{db['PASSWORD']}"
+    server = f"postgres://{login}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
+    results = tmp_path / "idle.json"
+    bench = subprocess.run(
+        [sys.executable, "-m", "bench.idle", "--scale", "tiny", "--server", server, "--json", str(results)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    saved = json.loads(results.read_text())
+    assert (saved["traces"], saved["objects"]) == (1_000, 3_000)
+    # The run folders (one page), then a HEAD and a simulations/ listing per ready run.
+    assert saved["without_events"]["s3_requests"] == 1 + 2 * 1_000
+    assert (saved["with_events"]["s3_requests"], saved["with_events"]["s3_requests_most"]) == (1, 1)
+    assert saved["with_events"]["lap_passes"] == 3  # 3,000 keys, 1,000 a page
+    assert saved["target_met"]
+    assert sum(line.startswith("|") for line in bench.stdout.splitlines()) == 2 + 2

@@ -1,5 +1,5 @@
 """Uploading run folders to the test bucket, the way the profiler does; the requests the bucket
-answered; Celery run inline."""
+answered; Celery run inline; an SQS queue the bucket sends its events to."""
 
 import logging
 
@@ -77,3 +77,27 @@ def s3_log(caplog):
         return found
 
     return requests
+
+
+@pytest.fixture
+def sqs(s3, s3_server):
+    import boto3
+
+    return boto3.client("sqs", endpoint_url=s3_server, region_name="us-east-1")
+
+
+@pytest.fixture
+def queue(s3, sqs, settings):
+    """A queue S3 sends the bucket's created and removed events to; CASCADE_SQS_QUEUE_URL.
+    Messages not deleted come back after a second (the visibility timeout)."""
+    url = sqs.create_queue(QueueName="cascade-events", Attributes={"VisibilityTimeout": "1"})["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    s3.put_bucket_notification_configuration(
+        Bucket=TEST_BUCKET,
+        NotificationConfiguration={
+            "QueueConfigurations": [{"QueueArn": arn, "Events": ["s3:ObjectCreated:*", "s3:ObjectRemoved:*"]}]
+        },
+    )
+    settings.CASCADE_SQS_QUEUE_URL = url
+    settings.CASCADE_SQS_WAIT_SECONDS = 0
+    return url

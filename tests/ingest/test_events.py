@@ -10,7 +10,6 @@ import json
 import logging
 import time
 
-import boto3
 import pytest
 from botocore.exceptions import EndpointConnectionError
 from django.core.management import CommandError, call_command
@@ -23,28 +22,6 @@ from traces.models import DeletedTrace, Kernel, Trace, TraceState
 from traces.services import trace_delete
 
 OK = {"status": "ok", "trace_gpu_arch": "sm_86"}
-
-
-@pytest.fixture
-def sqs(s3, s3_server):
-    return boto3.client("sqs", endpoint_url=s3_server, region_name="us-east-1")
-
-
-@pytest.fixture
-def queue(s3, sqs, settings):
-    """A queue S3 sends the bucket's created and removed events to; CASCADE_SQS_QUEUE_URL.
-    Messages not deleted come back after a second (the visibility timeout)."""
-    url = sqs.create_queue(QueueName="cascade-events", Attributes={"VisibilityTimeout": "1"})["QueueUrl"]
-    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    s3.put_bucket_notification_configuration(
-        Bucket=TEST_BUCKET,
-        NotificationConfiguration={
-            "QueueConfigurations": [{"QueueArn": arn, "Events": ["s3:ObjectCreated:*", "s3:ObjectRemoved:*"]}]
-        },
-    )
-    settings.CASCADE_SQS_QUEUE_URL = url
-    settings.CASCADE_SQS_WAIT_SECONDS = 0
-    return url
 
 
 def in_queue(sqs, url) -> int:
@@ -234,6 +211,39 @@ def test_duplicated_reordered_and_replayed_events_lose_and_duplicate_nothing(
         sqs.send_message(QueueUrl=queue, MessageBody=body)
     assert sum(len(b.changes) for b in drain(queue)) == 0
     assert {run: snapshot(run) for run in ready} == ready
+    assert in_queue(sqs, queue) == 0
+
+
+@pytest.mark.django_db
+def test_a_duplicated_reordered_or_malformed_event_loses_and_duplicates_nothing(
+    queue, sqs, upload, vecadd_files
+):
+    """Issue 22's "Done when", all three at once in one queue."""
+    upload("vecadd", vecadd_files, metadata=OK)
+    upload("other", vecadd_files, metadata=OK)
+    sent = take_all(sqs, queue)
+    malformed = [
+        "not json",
+        json.dumps({"Records": [{"eventName": "ObjectCreated:Put"}]}),
+        s3_event("elsewhere/vecadd/metadata.json"),
+        s3_event(f"{PREFIX}vecadd/metadata.json", bucket="someone-elses"),
+    ]
+    # Each event twice (duplicated), the last first (reordered), a malformed one every few.
+    mixed = list(reversed(sent + sent))
+    for index, body in enumerate(malformed):
+        mixed.insert(index * 7, body)
+    for body in mixed:
+        sqs.send_message(QueueUrl=queue, MessageBody=body)
+    batches = drain(queue)
+    assert sum(b.received for b in batches) == len(mixed)
+    assert sum(b.malformed for b in batches) == len(malformed)
+    # Nothing duplicated: two traces, each with its one launch once.
+    assert sorted(Trace.objects.values_list("id", flat=True)) == ["other", "vecadd"]
+    for run in ("vecadd", "other"):
+        state, count, _, _, _, kernels = snapshot(run)
+        assert (state, count, len(kernels)) == (TraceState.READY, 1, 1), run
+    # Nothing lost: the whole bucket's poll finds nothing left to do; no message left behind.
+    assert a_poll_changes_nothing()
     assert in_queue(sqs, queue) == 0
 
 

@@ -1,6 +1,8 @@
 """Poll the bucket: one pass, or `--watch` to keep polling (the embedded mode's poller);
 `--events` ingests the runs S3's event notifications name (ingest.events), `--watch --events`
-does so with a reconciling poll every CASCADE_POLL_SECONDS_WITH_EVENTS."""
+does so with a reconciling poll every CASCADE_POLL_SECONDS_WITH_EVENTS, which reads one page of
+the bucket a pass (ingest.sweep). A pass without `--watch` always looks at the whole bucket:
+the operator's full reconcile."""
 
 import time
 
@@ -84,6 +86,8 @@ class Command(BaseCommand):
                         reparse,
                         outdated=reparse_outdated or scheduled,
                         outdated_batch=None if reparse_outdated else settings.CASCADE_REPARSE_OUTDATED_BATCH,
+                        # Events announce the runs; the poll reconciles, a page at a time.
+                        sweep=events and not reparse,
                     )
                     reparse = reparse_outdated = False  # re-read once, not on every pass
                 except KeyboardInterrupt:
@@ -98,7 +102,7 @@ class Command(BaseCommand):
             self.stdout.write("stopped")
 
     @metrics.measured_pass("ingest_traces")
-    def run_pass(self, trace_id, reparse, *, outdated=False, outdated_batch=None):
+    def run_pass(self, trace_id, reparse, *, outdated=False, outdated_batch=None, sweep=False):
         started = time.monotonic()
         try:
             result = passes.poll_bucket(
@@ -108,6 +112,7 @@ class Command(BaseCommand):
                 outdated_batch=outdated_batch,
                 progress=self.progress,
                 processes=settings.CASCADE_PARSE_PROCESSES,
+                sweep=sweep,
             )
         except (BotoCoreError, ClientError) as problem:
             raise CommandError(f"cannot list the bucket {bucket.bucket_name()}: {problem}") from None

@@ -1,0 +1,197 @@
+"""The reconciler with S3 events on: one page of the bucket a pass, compared with the database.
+
+With events (ingest.events), a run is ingested as its files land; the poll only reconciles what
+an event did not announce (a message lost, a notification misconfigured for a while). Listing
+every run folder and comparing every ready run for that (scan_bucket) costs a request per
+thousand runs every pass, and two per ready run (a HEAD of its metadata.json, a listing of its
+simulations/) every CASCADE_READY_RECHECK_SECONDS, for nothing most of the time (figures:
+docs/performance.md, bench/idle.py). The sweep lists instead ONE page (CASCADE_S3_PAGE_SIZE keys) of
+the prefix, without a delimiter, after a cursor kept in the database (SweepCursor), and moves
+the cursor on; past the prefix's last key it starts again. A whole sweep takes
+objects / CASCADE_S3_PAGE_SIZE reconciling passes.
+
+A page holds keys, sizes and ETags. For each run on it, what the database holds in the page's
+key range (a run can straddle two pages) is compared with it: the trace's `files`, its
+simulations' files, or a deleted trace's fingerprint. Only the runs that differ are listed and
+decided on, through the scan's own path (`scan.scan_bucket(swept=...)`), with the work in
+progress (`scan.runs_in_progress`); a run whose simulations differ goes to the simulation
+pass. So a lost event's run is found when its page comes round: a new run, a new, changed or
+removed file, a re-upload. A run whose folder is gone altogether is left alone, as a scan of
+the whole bucket leaves it.
+
+`manage.py ingest_traces` without `--watch` stays a pass over the whole bucket: an operator's
+full reconcile on demand.
+"""
+
+import logging
+import re
+from dataclasses import dataclass, field
+
+from django.utils import timezone
+
+from ingest import bucket
+from ingest.bucket import S3Object
+from ingest.scan import Scan, scan_bucket, storable_run_id
+from ingest.simulations import FOLDER as SIMULATIONS_FOLDER
+from ingest.simulations import folders
+from traces.models import SIMULATION_NAME_MAX, DeletedTrace, Simulation, SweepCursor, Trace, files_fingerprint
+from traces.text import unstorable_character
+
+logger = logging.getLogger(__name__)
+
+Entry = tuple[str, int, str]  # (key, bytes, etag): what a listing and a row's `files` both say
+
+
+@dataclass
+class Swept:
+    """One page of the sweep and what differs on it."""
+
+    after: str  # the page holds the keys after this one ("" from the prefix's start)
+    objects: int = 0  # keys on the page
+    last: bool = True  # no key follows the page: the next one starts the prefix again
+    next_after: str = ""
+    runs: list[str] = field(default_factory=list)  # runs whose trace differs: listed and decided on
+    simulation_runs: list[str] = field(default_factory=list)  # runs whose simulations differ
+
+    def __str__(self) -> str:
+        where = f"after {self.after!r}" if self.after else "from the start"
+        differ = f"{len(self.runs)} runs differ"
+        if self.simulation_runs:
+            differ += f", {len(self.simulation_runs)} runs' simulations"
+        return f"swept {self.objects} objects {where}{', the last page' if self.last else ''}: {differ}"
+
+
+def sweep_bucket(**options) -> Scan:
+    """A reconciling pass's scan with events on: the next page compared with the database, the
+    runs that differ and the work in progress listed and registered (`scan_bucket(swept=...)`,
+    which takes `options`), then the cursor moved on. `Scan.swept` says what the page held."""
+    swept = sweep_page()
+    scan = scan_bucket(swept=swept, **options)
+    scan.swept = swept
+    # Moved only once the page's runs are registered: a pass that fails reads the page again.
+    cursor_advance(swept)
+    return scan
+
+
+def sweep_page() -> Swept:
+    """The page after the cursor, one listing request, and the runs on it that differ."""
+    after = cursor_position()
+    objects, truncated = bucket.list_page(start_after=after)
+    swept = Swept(after=after, objects=len(objects), last=not truncated)
+    swept.next_after = next_cursor(objects) if truncated else ""
+    high = objects[-1].key if truncated else None
+
+    def in_range(key: str) -> bool:  # S3's order is UTF-8's, which is str's
+        return key > after and (high is None or key <= high)
+
+    base = bucket.prefix()
+    trace_objects: dict[str, list[Entry]] = {}
+    simulation_objects: dict[str, list[S3Object]] = {}
+    for obj in objects:
+        run_id, slash, rest = obj.key[len(base) :].partition("/")
+        if not slash or not run_id:
+            continue  # beside the runs: no run's
+        if rest.startswith(SIMULATIONS_FOLDER):
+            simulation_objects.setdefault(run_id, []).append(obj)
+            trace_objects.setdefault(run_id, [])
+        else:
+            trace_objects.setdefault(run_id, []).append((obj.key, obj.size, obj.etag))
+    # The run the cursor is in: its keys after the cursor may all be gone, and it on no page.
+    cursor_run, slash, _ = after[len(base) :].partition("/") if after.startswith(base) else ("", "", "")
+    if slash and cursor_run:
+        trace_objects.setdefault(cursor_run, [])
+    runs = [run_id for run_id in trace_objects if storable_run_id(run_id)]  # else never registered
+
+    traces = dict(Trace.objects.filter(pk__in=runs).values_list("id", "files"))
+    deleted = {gone.id: gone for gone in DeletedTrace.objects.filter(pk__in=runs)}
+    simulations: dict[str, set[Entry]] = {}
+    for run_id, files in Simulation.objects.filter(trace_id__in=runs).values_list("trace_id", "files"):
+        simulations.setdefault(run_id, set()).update(entries(files, in_range))
+    now = timezone.now()
+
+    def whole(run_id: str) -> bool:
+        """Whether every key of the run is in the page's range (its keys sort together)."""
+        folder = bucket.run_prefix(run_id)
+        return not after.startswith(folder) and (high is None or not high.startswith(folder))
+
+    for run_id in runs:
+        listed = trace_objects[run_id]
+        if run_id in traces:
+            if entries(traces[run_id], in_range) != sorted(listed):
+                swept.runs.append(run_id)  # a file new, changed or removed: a re-upload, say
+            listed_simulations = simulation_entries(run_id, simulation_objects.get(run_id, []))
+            if simulations.get(run_id, set()) != set(listed_simulations):
+                swept.simulation_runs.append(run_id)
+        elif run_id in deleted:
+            gone = deleted[run_id]
+            if not listed:
+                continue
+            if whole(run_id):
+                if files_fingerprint(as_files(sorted(listed))) != gone.files_fingerprint:
+                    swept.runs.append(run_id)  # its files changed: registered anew
+            elif gone.recheck_after is None or gone.recheck_after <= now:
+                swept.runs.append(run_id)  # part of it here: the scan's rule, a listing when due
+        elif listed:
+            swept.runs.append(run_id)  # new: no event announced it
+    if swept.runs or swept.simulation_runs:
+        logger.info("%s: %s", swept, ", ".join(swept.runs + swept.simulation_runs)[:500])
+    return swept
+
+
+def entries(files: list[dict], in_range) -> list[Entry]:
+    """A row's `files` in the page's range, as a listing gives them (sorted by key)."""
+    return [(item["key"], item["bytes"], item["etag"]) for item in files if in_range(item["key"])]
+
+
+def as_files(listed: list[Entry]) -> list[dict]:
+    return [{"key": key, "bytes": size, "etag": etag} for key, size, etag in listed]
+
+
+def simulation_entries(run_id: str, objects: list[S3Object]) -> list[Entry]:
+    """The page's `simulations/` objects of a run that a simulation pass would register: in a
+    simulation's folder whose name the database can hold (ingest.simulations)."""
+    by_name, _ = folders(run_id, objects)
+    return [
+        (obj.key, obj.size, obj.etag)
+        for name, listed in by_name.items()
+        if len(name) <= SIMULATION_NAME_MAX and unstorable_character(name) is None
+        for obj in listed
+    ]
+
+
+# --- The cursor: one row per bucket and prefix ----------------------------------------------------
+
+
+def cursor_position() -> str:
+    cursor = SweepCursor.objects.filter(bucket=bucket.bucket_name(), prefix=bucket.prefix()).first()
+    return cursor.after if cursor is not None else ""
+
+
+def cursor_advance(swept: Swept) -> None:
+    """After `swept`'s page; back to the start after the last page (a lap completed)."""
+    now = timezone.now()
+    cursor, _ = SweepCursor.objects.get_or_create(
+        bucket=bucket.bucket_name(), prefix=bucket.prefix(), defaults={"lap_started_at": now}
+    )
+    cursor.after, cursor.swept_at = swept.next_after, now
+    if swept.last:
+        cursor.laps += 1
+        cursor.lap_started_at = now
+    cursor.save()
+
+
+def next_cursor(objects: list[S3Object]) -> str:
+    """Where the next page starts: after the page's last key, or, when that key holds a control
+    character, after its last key that holds none. S3 keeps a NUL in a key, which PostgreSQL's
+    text cannot; and some servers (moto's) fail a StartAfter with a control character. The next
+    page then lists the keys past it again, and moves on past them. A page of nothing but such
+    keys goes on from just past them: the first control character and what follows become " "
+    (only keys that hold a control character sort between)."""
+    for obj in reversed(objects):
+        if not CONTROL.search(obj.key):
+            return obj.key
+    key = objects[-1].key
+    return key[: CONTROL.search(key).start()] + " "
+
+
+CONTROL = re.compile("[\x00-\x1f]")
