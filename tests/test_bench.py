@@ -279,3 +279,58 @@ def test_the_idle_bench_counts_both_passes_requests_at_the_tiny_scale(on_postgre
     assert saved["with_events"]["lap_passes"] == 3  # 3,000 keys, 1,000 a page
     assert saved["target_met"]
     assert sum(line.startswith("|") for line in bench.stdout.splitlines()) == 2 + 2
+
+
+def test_the_community_bench_takes_every_figure_at_the_tiny_scale(on_postgres, tmp_path):
+    """`python -m bench community --scale tiny`: every figure taken, a row each in the table,
+    the values behind them saved, every scratch database dropped."""
+    db = connection.settings_dict
+    login = db["USER"] or "postgres"
+    if db["PASSWORD"]:
+        login += f":{db['PASSWORD']}"
+    server = f"postgres://{login}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
+    results = tmp_path / "community.json"
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "bench", "community", "--scale", "tiny", "--server", server]
+        + ["--json", str(results)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        table, progress = bench.communicate(timeout=900)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.communicate()
+    assert bench.returncode == 0, progress[-3000:]
+    saved = json.loads(results.read_text())
+    for row in saved["rows"]:
+        assert not row["measured"].startswith("not measured"), row
+    assert set(saved["values"]) == {
+        "seed",
+        "list",
+        "detail",
+        "admin",
+        "integrity",
+        "events",
+        "delete",
+        "idle",
+        "memory",
+    }
+    values = saved["values"]
+    assert values["seed"]["traces"] == 2_000 and values["seed"]["launches"] == 200_000
+    assert values["list"]["traces"] == 2_000
+    assert len(values["admin"]) == 9
+    assert values["delete"]["launches_left_of_deleted_traces"] == 0
+    assert values["idle"]["with_events"]["s3_requests_most"] == 1
+    assert sorted(values["memory"]) == ["2000", "4000", "8000"]
+    # A row per figure: 5 for the list, 1 detail, 9 admin pages, 1 each for the rest.
+    assert sum(line.startswith("| ") for line in table.splitlines()) == 1 + 5 + 1 + 9 + 5
+    with psycopg.connect(f"{server}/postgres") as conn:
+        left = conn.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE %s",
+            (f"cascade\\_bench\\_%\\_{bench.pid}\\_%",),
+        ).fetchall()
+    assert left == []
