@@ -7,7 +7,8 @@ folder of a trace an operator deleted, is listed again after a minute, then twic
 time up to a day (a change of its files starts over); so is a folder without metadata.json
 once its listing stops changing. Ready traces are not listed again unless asked (`--trace`,
 `--reparse`), but their metadata.json is compared with the bucket's now and then (a HEAD:
-ready_runs_changed). Each listing is registered (traces.services.traces_register), and the
+ready_runs_changed); one whose new files were registered but not decided on (the pass met S3
+or the database away: `Trace.files_undecided`) is listed every pass until they are. Each listing is registered (traces.services.traces_register), and the
 scan says which traces need a decision (`needs_decision`): the parse follows (ingest.passes).
 
 With S3 events on, the reconciling pass lists neither the run folders nor the ready runs: it
@@ -145,6 +146,8 @@ def scan_bucket(
                 # Looked at again after a while, not every pass: nothing will change unless
                 # its files do (a folder without metadata.json is no run yet).
                 services.trace_recheck_later(trace)
+            elif trace.state == TraceState.READY and trace.files_undecided:
+                services.trace_files_decided(trace)  # new files, and nothing to decide on them
     if swept is not None:
         # Followed while in progress, its folder since removed: looked at later, not every pass
         # (a scan of the whole bucket never lists it: no folder).
@@ -213,10 +216,15 @@ def whole_prefix_is_cheaper(run_ids: list[str]) -> bool:
 
 def runs_in_progress() -> list[str]:
     """The traces a pass follows whatever the bucket's listing says: parsing (a pass died
-    mid-way), uploading or failed with their recheck due (runs_to_look_at's rule). From the
-    database alone: what a reconciler's sweep (ingest.sweep) lists besides its page."""
+    mid-way), uploading or failed with their recheck due, ready with new files not yet decided
+    on (runs_to_look_at's rule). From the database alone: what a reconciler's sweep
+    (ingest.sweep) lists besides its page."""
     due = Q(recheck_after__isnull=True) | Q(recheck_after__lte=timezone.now())
-    work = Q(state=TraceState.PARSING) | (Q(state__in=(TraceState.UPLOADING, TraceState.FAILED)) & due)
+    work = (
+        Q(state=TraceState.PARSING)
+        | (Q(state__in=(TraceState.UPLOADING, TraceState.FAILED)) & due)
+        | Q(state=TraceState.READY, files_undecided=True)
+    )
     return list(Trace.objects.filter(work).order_by("id").values_list("id", flat=True))
 
 
@@ -224,8 +232,10 @@ def runs_to_look_at(run_ids: list[str], *, reparse: bool = False) -> list[str]:
     """Of the bucket's run folders, those worth listing: new, unfinished, or due for a recheck."""
     now = timezone.now()
     traces = {
-        trace_id: (state, after)
-        for trace_id, state, after in Trace.objects.values_list("id", "state", "recheck_after")
+        trace_id: (state, after, undecided)
+        for trace_id, state, after, undecided in Trace.objects.values_list(
+            "id", "state", "recheck_after", "files_undecided"
+        )
     }
     deleted = dict(DeletedTrace.objects.values_list("id", "recheck_after"))
 
@@ -237,10 +247,13 @@ def runs_to_look_at(run_ids: list[str], *, reparse: bool = False) -> list[str]:
             return due(deleted[run_id])
         if reparse or run_id not in traces:
             return True
-        state, after = traces[run_id]
-        # An uploading trace waits only while its folder has no metadata.json (scan_bucket).
-        return state == TraceState.PARSING or (
-            state in (TraceState.UPLOADING, TraceState.FAILED) and due(after)
+        state, after, undecided = traces[run_id]
+        # An uploading trace waits only while its folder has no metadata.json (scan_bucket); a
+        # ready one whose new files a pass registered but could not decide on is looked at again.
+        return (
+            state == TraceState.PARSING
+            or (state in (TraceState.UPLOADING, TraceState.FAILED) and due(after))
+            or (state == TraceState.READY and undecided)
         )
 
     return [run_id for run_id in run_ids if worth_a_look(run_id)]

@@ -46,6 +46,7 @@ RECHECK_MAX = timedelta(days=1)
 # which a concurrent scan may update meanwhile.
 DECISION_FIELDS = [
     "state",
+    "files_undecided",
     "error",
     "kernel_count",
     "kernels_without_totals",
@@ -124,8 +125,10 @@ def traces_register(runs: list[tuple[str, list[dict], bool]]) -> list[tuple[Trac
         else:
             trace.files, trace.bytes, trace.files_changed_at = files, size, now
             # New files: a failed trace is worth a look at once, its backoff and its count
-            # of failed tries (ingest.failures) start over.
+            # of failed tries (ingest.failures) start over; a ready one stays to be decided
+            # on until a decision is made (a pass that fails before one leaves it for the next).
             trace.recheck_after, trace.recheck_seconds, trace.parse_attempts = None, 0, 0
+            trace.files_undecided = True
             trace.save(
                 update_fields=[
                     "files",
@@ -134,6 +137,7 @@ def traces_register(runs: list[tuple[str, list[dict], bool]]) -> list[tuple[Trac
                     "recheck_after",
                     "recheck_seconds",
                     "parse_attempts",
+                    "files_undecided",
                 ]
             )
             outcomes[run_id] = trace, "changed"
@@ -148,6 +152,13 @@ def traces_register(runs: list[tuple[str, list[dict], bool]]) -> list[tuple[Trac
             else:  # another pass registered it first: as for any known run
                 outcomes[trace.id] = trace_register(trace.id, trace.files, sample=trace.sample)
     return [outcomes[run_id] for run_id in run_ids]
+
+
+def trace_files_decided(trace: Trace) -> None:
+    """A ready trace's changed listing needs no decision after all (its metadata.json gone, say):
+    it stops being looked at every pass. Bookkeeping: `updated_at` stays."""
+    trace.files_undecided = False
+    Trace.objects.filter(pk=trace.pk).update(files_undecided=False)
 
 
 def trace_recheck_later(trace: Trace) -> None:
@@ -273,6 +284,7 @@ def trace_store_kernels(
         trace.parsed_fingerprint = fingerprint
         trace.recheck_after, trace.recheck_seconds = ready_recheck_after(), 0
         trace.parse_attempts = 0
+        trace.files_undecided = False
         trace.save(update_fields=DECISION_FIELDS)
         transaction.on_commit(lambda: signals.trace_parsed.send(sender=Trace, trace=trace))
     return count
@@ -366,6 +378,7 @@ def _write_failure(trace: Trace, parser_version: int | None, fingerprint: str) -
         trace.waiting_for = []
         trace.recheck_seconds = int(RECHECK_FIRST.total_seconds())
         trace.recheck_after = timezone.now() + RECHECK_FIRST
+        trace.files_undecided = False
         trace.save(update_fields=DECISION_FIELDS)
 
 

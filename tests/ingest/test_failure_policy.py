@@ -257,3 +257,36 @@ def test_celerys_soft_time_limit_is_a_timeout():
     from celery.exceptions import SoftTimeLimitExceeded  # loaded, as in a worker
 
     assert failures.failure_kind(SoftTimeLimitExceeded()) == failures.TIMEOUT
+
+
+@pytest.mark.parametrize("sweeping", [False, True], ids=["polling", "sweeping with events on"])
+def test_a_re_upload_whose_parse_met_a_transient_fault_is_parsed_by_a_later_pass(
+    db, upload, vecadd_files, monkeypatch, settings, sweeping
+):
+    """A ready trace's new files are registered, then the parse meets S3 or the database away:
+    the trace keeps its old launches, and a later pass parses the new files, though the
+    listing it registered no longer differs from the bucket's (nor the metadata.json ETag a
+    ready recheck compares)."""
+    upload("run", vecadd_files, metadata=OK)
+    passes.poll_bucket()
+    assert Trace.objects.get(pk="run").state == TraceState.READY
+    upload("run", vecadd_files, metadata={**OK, "model": "re-uploaded"})
+    Trace.objects.filter(pk="run").update(recheck_after=None)  # its ready recheck is due
+
+    real_parse_into = decision.parse_into
+
+    def database_away(*args, **kwargs):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr(decision, "parse_into", database_away)
+    assert passes.poll_bucket().errors
+    trace = Trace.objects.get(pk="run")
+    assert (trace.state, trace.model) == (TraceState.READY, None), "the old launches still served"
+
+    monkeypatch.setattr(decision, "parse_into", real_parse_into)
+    if sweeping:
+        settings.CASCADE_SQS_QUEUE_URL = "http://127.0.0.1:1/queue/unused"
+    passes.poll_bucket(sweep=sweeping)
+    trace = Trace.objects.get(pk="run")
+    assert (trace.state, trace.model) == (TraceState.READY, "re-uploaded")
+    assert trace.parsed_fingerprint == trace.files_fingerprint()
