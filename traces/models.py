@@ -95,8 +95,10 @@ class Trace(models.Model):
         default=0,
         help_text="Tries of the current files that ended in an error of ours (CASCADE_PARSE_ATTEMPTS fails it).",
     )
+    # A default in the database too: rows inserted by SQL (the benches' seeders) are decided.
     files_undecided = models.BooleanField(
         default=False,
+        db_default=False,
         help_text="The listing changed since the last decision on the trace: a ready trace whose "
         "re-upload is still to be parsed (a pass that met S3 or the database away leaves it so).",
     )
