@@ -118,7 +118,9 @@ def test_two_workers_and_a_manual_pass_parse_each_trace_once(api, upload, start,
         upload(run_id, {"traces/stats_ctx_0x6165bdd7ec90": stats}, METADATA)
     logs = [start("beat", "beat"), start("worker", "worker-1"), start("worker", "worker-2")]
     # Copies that no poll would queue: as if a second beat ran, or an operator queued them.
-    sender, queue = Celery(broker=REDIS_DB_URL), celery_env["CASCADE_CELERY_QUEUE"]
+    # Not the current app: the shared tasks of later tests must stay bound to Cascade's (eager there).
+    sender = Celery(broker=REDIS_DB_URL, set_as_current=False)
+    queue = celery_env["CASCADE_CELERY_QUEUE"]
     for run_id in [*runs, *runs]:
         sender.send_task("ingest.tasks.parse_trace_task", args=[run_id], queue=queue)
     # And someone runs the command by hand meanwhile.
