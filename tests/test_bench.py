@@ -32,12 +32,17 @@ ROWS = [
 ]
 
 
-def test_the_lab_bench_measures_every_figure_at_the_tiny_scale(on_postgres, tmp_path):
+@pytest.fixture
+def server(on_postgres) -> str:
+    """The PostgreSQL server of the test database, where a bench makes its scratch databases."""
     db = connection.settings_dict
     login = db["USER"] or "postgres"
     if db["PASSWORD"]:
         login += f":{db['PASSWORD']}"
-    server = f"postgres://{login}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
+    return f"postgres://{login}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
+
+
+def test_the_lab_bench_measures_every_figure_at_the_tiny_scale(server, tmp_path):
     results = tmp_path / "bench.json"
     bench = subprocess.Popen(
         [sys.executable, "-m", "bench", "--scale", "tiny", "--server", server, "--json", str(results)],
@@ -156,13 +161,8 @@ def test_the_events_bench_times_both_modes_at_a_small_scale(tmp_path):
     )
 
 
-def test_the_list_bench_runs_at_the_tiny_scale(on_postgres, tmp_path):
+def test_the_list_bench_runs_at_the_tiny_scale(server, tmp_path):
     """bench/listing.py: every figure taken through gunicorn, the scratch database dropped."""
-    db = connection.settings_dict
-    login = db["USER"] or "postgres"
-    if db["PASSWORD"]:
-        login += f":{db['PASSWORD']}"
-    server = f"postgres://{login}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
     results = tmp_path / "listing.json"
     bench = subprocess.run(
         [sys.executable, "-m", "bench.listing", "--scale", "tiny", "--repeat", "1", "--server", server]
@@ -185,14 +185,9 @@ def test_the_list_bench_runs_at_the_tiny_scale(on_postgres, tmp_path):
     assert sum(line.startswith("|") for line in bench.stdout.splitlines()) == 2 + 8
 
 
-def test_the_admin_pages_bench_runs_at_the_tiny_scale(on_postgres, tmp_path):
+def test_the_admin_pages_bench_runs_at_the_tiny_scale(server, tmp_path):
     """bench/admin_pages.py: a community seeded (bench/community_data.py), a superuser logged
     in through the login form, every page answered through gunicorn, the database dropped."""
-    db = connection.settings_dict
-    login = db["USER"] or "postgres"
-    if db["PASSWORD"]:
-        login += f":{db['PASSWORD']}"
-    server = f"postgres://{login}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
     results = tmp_path / "admin.json"
     bench = subprocess.run(
         [sys.executable, "-m", "bench.admin_pages", "--scale", "tiny", "--repeat", "1", "--server", server]
@@ -219,14 +214,11 @@ def test_the_admin_pages_bench_runs_at_the_tiny_scale(on_postgres, tmp_path):
     assert saved["database"].startswith("cascade_bench_admin_") and left == []
 
 
-def test_the_community_seeder_stores_what_ingestion_would(on_postgres, tmp_path):
+def test_the_community_seeder_stores_what_ingestion_would(server, tmp_path):
     """bench/community_data.py: each trace's kernel_count and kernels_without_totals are its
     launches', names and contexts are shared as KernelWriter shares them, the launches total."""
     from bench import common, community_data
 
-    db = connection.settings_dict
-    login = db["USER"] or "postgres"
-    server = f"postgres://{login}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
     with common.scratch_database(server, "seedtest") as url:
         common.manage("migrate", "--noinput", env=common.child_env(DATABASE_URL=url))
         seeded = community_data.seed(url, traces=400, launches=30_000, big_trace_launches=10_000)
@@ -254,14 +246,9 @@ def test_the_community_seeder_stores_what_ingestion_would(on_postgres, tmp_path)
     assert seeded["uploading"] == 100
 
 
-def test_the_idle_bench_counts_both_passes_requests_at_the_tiny_scale(on_postgres, tmp_path):
+def test_the_idle_bench_counts_both_passes_requests_at_the_tiny_scale(server, tmp_path):
     """bench/idle.py: 1,000 ready traces; the reference pass's requests as the scan makes them,
     the sweep's one listing a pass, a whole lap finding nothing."""
-    db = connection.settings_dict
-    login = db["USER"] or "postgres"
-    if db["PASSWORD"]:
-        login += f":{db['PASSWORD']}"
-    server = f"postgres://{login}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
     results = tmp_path / "idle.json"
     bench = subprocess.run(
         [sys.executable, "-m", "bench.idle", "--scale", "tiny", "--server", server, "--json", str(results)],
@@ -281,14 +268,9 @@ def test_the_idle_bench_counts_both_passes_requests_at_the_tiny_scale(on_postgre
     assert sum(line.startswith("|") for line in bench.stdout.splitlines()) == 2 + 2
 
 
-def test_the_community_bench_takes_every_figure_at_the_tiny_scale(on_postgres, tmp_path):
+def test_the_community_bench_takes_every_figure_at_the_tiny_scale(server, tmp_path):
     """`python -m bench community --scale tiny`: every figure taken, a row each in the table,
     the values behind them saved, every scratch database dropped."""
-    db = connection.settings_dict
-    login = db["USER"] or "postgres"
-    if db["PASSWORD"]:
-        login += f":{db['PASSWORD']}"
-    server = f"postgres://{login}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
     results = tmp_path / "community.json"
     bench = subprocess.Popen(
         [sys.executable, "-m", "bench", "community", "--scale", "tiny", "--server", server]
