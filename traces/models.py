@@ -604,6 +604,14 @@ def token_digest(token: str) -> str:
 TOKEN_PREFIX = "cas_"  # so that secret scanners can spot a leaked Cascade token
 
 
+class TokenScope(models.TextChoices):
+    """What a token's holder may do: `read` everything the API serves (every token before
+    scopes were), or `write`, which may also upload a trace's simulations."""
+
+    READ = "read", "read"
+    WRITE = "write", "write"
+
+
 class ApiToken(models.Model):
     """A Bearer token. Only its SHA-256 is stored: a leaked database leaks no token.
 
@@ -626,6 +634,13 @@ class ApiToken(models.Model):
         default="",
         help_text='Requests this token may make, like "100/minute"; empty: CASCADE_API_RATE.',
     )
+    scope = models.CharField(
+        max_length=8,
+        choices=TokenScope.choices,
+        default=TokenScope.READ,
+        db_default=TokenScope.READ,
+        help_text="read: the API's reads; write: also uploads simulations (create_token --scope write).",
+    )
 
     class Meta:
         verbose_name = "API token"
@@ -635,7 +650,9 @@ class ApiToken(models.Model):
         return f"{self.name or self.user} ({self.prefix}…)"
 
     @classmethod
-    def issue(cls, user, *, name: str = "", expires_at=None, rate: str = "") -> tuple["ApiToken", str]:
+    def issue(
+        cls, user, *, name: str = "", expires_at=None, rate: str = "", scope: str = TokenScope.READ
+    ) -> tuple["ApiToken", str]:
         """Create a token for `user`; the plain token is returned once and never stored."""
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         record = cls.objects.create(
@@ -645,6 +662,7 @@ class ApiToken(models.Model):
             prefix=token[:12],
             expires_at=expires_at,
             rate=rate,
+            scope=scope,
         )
         return record, token
 

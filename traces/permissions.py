@@ -1,14 +1,18 @@
-"""Who may read traces through the API: a Bearer token's holder, or whom the admin lets see traces.
+"""Who may read traces through the API: a Bearer token's holder, or whom the admin lets see traces;
+who may upload a simulation: the holder of a `write` token.
 
 A token is issued by an operator (`create_token`) for a script, so holding one is the
 permission. A password login (the browsable API's form, or the admin's session) is anyone
 with an account: the API lets it read only what the admin would show it, staff with the
 `traces.view_trace` permission (superusers have it).
+
+Writing into the bucket (a simulation's upload URLs, its completion) is a script's job
+(`cascade simulate`), so it takes a token issued for it: `create_token NAME --scope write`.
 """
 
 from rest_framework.permissions import BasePermission
 
-from traces.models import ApiToken
+from traces.models import ApiToken, TokenScope
 
 
 class CanViewTraces(BasePermission):
@@ -24,3 +28,27 @@ class CanViewTraces(BasePermission):
         if isinstance(request.auth, ApiToken):
             return True
         return user.is_active and user.is_staff and user.has_perm("traces.view_trace")
+
+
+class CanUploadSimulations(BasePermission):
+    """A `write` token. A read token is a 403 that says its scope and how to get a write one."""
+
+    message = (
+        "uploading a simulation needs a write token (manage.py create_token NAME --scope write); "
+        "a login cannot upload"
+    )
+
+    def has_permission(self, request, view) -> bool:
+        user = request.user
+        if user is None or not user.is_authenticated or not user.is_active:
+            return False
+        token = request.auth
+        if not isinstance(token, ApiToken):
+            return False
+        if token.scope != TokenScope.WRITE:
+            self.message = (
+                f"this token's scope is {token.scope}: uploading a simulation needs a write token "
+                "(manage.py create_token NAME --scope write)"
+            )
+            return False
+        return True

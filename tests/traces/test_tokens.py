@@ -45,6 +45,7 @@ def test_list_tokens_shows_names_and_uses_never_the_tokens():
         "NAME",
         "USER",
         "TOKEN",
+        "SCOPE",
         "CREATED",
         "LAST",
         "USED",
@@ -54,6 +55,20 @@ def test_list_tokens_shows_names_and_uses_never_the_tokens():
     assert "nightly" in listing and f"{token[:12]}…" in listing
     assert token not in listing
     assert ApiToken.objects.get().last_used_at is not None
+
+
+def test_tokens_are_read_unless_issued_with_the_write_scope():
+    read = command("create_token", "reader").splitlines()[-1]
+    write = command("create_token", "uploader", "--scope", "write").splitlines()[-1]
+    scopes = dict(ApiToken.objects.values_list("name", "scope"))
+    assert scopes == {"reader": "read", "uploader": "write"}
+    rows = {line.split()[0]: line.split() for line in command("list_tokens").splitlines()[1:]}
+    assert rows["reader"][3] == "read" and rows["uploader"][3] == "write"
+    # Both read what a token reads today.
+    for token in (read, write):
+        assert client_with(token).get("/api/traces").status_code == 200
+    with pytest.raises(CommandError):
+        call_command("create_token", "x", "--scope", "admin", stdout=io.StringIO(), stderr=io.StringIO())
 
 
 def test_last_use_is_written_at_most_once_a_minute(django_assert_num_queries):
@@ -125,3 +140,16 @@ def test_the_admin_lists_tokens_by_their_first_characters_and_revokes_them(admin
     )
     assert "Revoked 1 token(s): dashboards" in response.content.decode()
     assert client_with(token).get("/api/traces").status_code == 401
+
+
+def test_the_admin_shows_a_tokens_scope_and_never_changes_it(admin_client):
+    user = get_user_model().objects.create(username="uploader")
+    record, _ = ApiToken.issue(user, name="uploader", scope="write")
+    listing = admin_client.get("/admin/traces/apitoken/").content.decode()
+    assert "uploader" in listing and ">write<" in listing
+    page = f"/admin/traces/apitoken/{record.pk}/change/"
+    assert "write" in admin_client.get(page).content.decode()
+    answer = admin_client.post(page, {"name": "uploader", "expires_at_0": "", "expires_at_1": "", "scope": "read"})
+    assert answer.status_code == 302
+    record.refresh_from_db()
+    assert record.scope == "write"

@@ -1,9 +1,10 @@
 """API tokens in the admin: listed with their use, revoked by deleting, never shown.
 
 A token is shown once, by `manage.py create_token`, and only its digest is stored, so the
-admin cannot create one it could display; it lists them (name, user, first characters,
+admin cannot create one it could display; it lists them (name, user, first characters, scope,
 created, last used, expiry, rate), lets an operator change a token's expiry or rate, and
-revokes a token by deleting it.
+revokes a token by deleting it. A token's scope is shown, never changed: a read token does not
+become a write one later; `create_token NAME --scope write` issues one.
 """
 
 from django import forms
@@ -37,12 +38,22 @@ class ApiTokenForm(forms.ModelForm):
 
 class ApiTokenAdmin(StorableLookups, admin.ModelAdmin):
     form = ApiTokenForm
-    list_display = ("name", "user", "token", "created_at", "last_used_at", "expires_at", "rate", token_state)
-    list_filter = ("expires_at",)
+    list_display = (
+        "name",
+        "user",
+        "token",
+        "scope",
+        "created_at",
+        "last_used_at",
+        "expires_at",
+        "rate",
+        token_state,
+    )
+    list_filter = ("scope", "expires_at")
     search_fields = ("name", "user__username", "prefix")
     ordering = ("name", "-created_at")
-    fields = ("name", "user", "token", "created_at", "last_used_at", "expires_at", "rate")
-    readonly_fields = ("user", "token", "created_at", "last_used_at")
+    fields = ("name", "user", "token", "scope", "created_at", "last_used_at", "expires_at", "rate")
+    readonly_fields = ("user", "token", "scope", "created_at", "last_used_at")
     actions = ("revoke",)
 
     @admin.display(description="token")

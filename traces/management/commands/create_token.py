@@ -1,4 +1,5 @@
-"""Issue an API token: `TOKEN=$(python manage.py create_token ci | tail -1)`."""
+"""Issue an API token: `TOKEN=$(python manage.py create_token ci | tail -1)`; `--scope write`
+for one that may also upload simulations (`cascade simulate`)."""
 
 from datetime import timedelta
 
@@ -7,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from cascade.commands import require_migrated_database
-from traces.models import ApiToken
+from traces.models import ApiToken, TokenScope
 from traces.throttling import validate_rate
 
 
@@ -22,8 +23,14 @@ class Command(BaseCommand):
             default="",
             help='requests it may make, like "100/minute" or "5/h" (default: CASCADE_API_RATE)',
         )
+        parser.add_argument(
+            "--scope",
+            choices=TokenScope.values,
+            default=TokenScope.READ,
+            help="read: the API's reads (default); write: also uploads simulations (cascade simulate)",
+        )
 
-    def handle(self, *args, name, expires_in, rate, **options):
+    def handle(self, *args, name, expires_in, rate, scope, **options):
         require_migrated_database()
         if expires_in is not None and expires_in <= 0:
             raise CommandError("--expires-in must be a positive number of days")
@@ -37,9 +44,9 @@ class Command(BaseCommand):
             user.set_unusable_password()
             user.save(update_fields=["password"])
         expires_at = timezone.now() + timedelta(days=expires_in) if expires_in else None
-        record, token = ApiToken.issue(user, name=name, expires_at=expires_at, rate=rate)
+        record, token = ApiToken.issue(user, name=name, expires_at=expires_at, rate=rate, scope=scope)
         until = f", expires {expires_at:%Y-%m-%d %H:%M} UTC" if expires_at else ""
         self.stderr.write(
-            f"{'Created' if created else 'Found'} API user {name!r}; new token {record.prefix}…{until}:"
+            f"{'Created' if created else 'Found'} API user {name!r}; new {scope} token {record.prefix}…{until}:"
         )
         self.stdout.write(token)

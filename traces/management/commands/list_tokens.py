@@ -1,4 +1,4 @@
-"""List the API tokens: name, user, prefix, created, last used, expiry. Never the tokens."""
+"""List the API tokens: name, user, prefix, scope, created, last used, expiry. Never the tokens."""
 
 from django.core.management.base import BaseCommand
 
@@ -15,7 +15,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         require_migrated_database()
-        rows = [("NAME", "USER", "TOKEN", "CREATED", "LAST USED", "EXPIRES", "RATE")]
+        rows = [("NAME", "USER", "TOKEN", "SCOPE", "CREATED", "LAST USED", "EXPIRES", "RATE")]
         for token in ApiToken.objects.select_related("user").order_by("name", "created_at"):
             expires = when(token.expires_at) + (" (expired)" if token.expired else "")
             rows.append(
@@ -23,6 +23,7 @@ class Command(BaseCommand):
                     token.name,
                     token.user.get_username(),
                     f"{token.prefix}…",
+                    token.scope,
                     when(token.created_at),
                     when(token.last_used_at),
                     expires,
