@@ -261,6 +261,19 @@ if not 1 <= CASCADE_PRESIGN_SECONDS <= 7 * 24 * 3600:
     raise ImproperlyConfigured(
         f"CASCADE_PRESIGN_SECONDS must be between 1 and 604800 (7 days), got {CASCADE_PRESIGN_SECONDS}"
     )
+# A simulation's upload (POST .../simulations/{name}/upload): a file of at least this many
+# bytes is uploaded in parts (S3's multipart upload), each part this long but the last; S3
+# takes parts of 5 MiB to 5 GiB and at most 10,000 of them.
+CASCADE_SIM_MULTIPART_BYTES = env_int("CASCADE_SIM_MULTIPART_BYTES", 64 * 1024**2)
+CASCADE_SIM_PART_BYTES = env_int("CASCADE_SIM_PART_BYTES", 64 * 1024**2)
+if not 5 * 1024**2 <= CASCADE_SIM_PART_BYTES <= 5 * 1024**3:
+    raise ImproperlyConfigured(
+        f"CASCADE_SIM_PART_BYTES must be between 5 MiB and 5 GiB (S3's part sizes), got {CASCADE_SIM_PART_BYTES}"
+    )
+if CASCADE_SIM_MULTIPART_BYTES < 1:
+    raise ImproperlyConfigured(
+        f"CASCADE_SIM_MULTIPART_BYTES must be at least 1, got {CASCADE_SIM_MULTIPART_BYTES}"
+    )
 # Keys per listing request: 1,000 is S3's maximum. The tests list with a few, to page cheaply.
 CASCADE_S3_PAGE_SIZE = env_int("CASCADE_S3_PAGE_SIZE", 1000)
 if CASCADE_S3_PAGE_SIZE < 1:

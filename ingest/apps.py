@@ -8,7 +8,15 @@ class IngestConfig(AppConfig):
     def ready(self):
         from ingest.downloads import run_downloads
         from ingest.reingest import request_reingest
-        from traces.signals import files_requested, reingest_requested
+        from ingest.uploads import upload_completed, upload_urls
+        from traces.signals import (
+            files_requested,
+            reingest_requested,
+            simulation_upload_completed,
+            simulation_upload_requested,
+        )
 
         reingest_requested.connect(request_reingest, dispatch_uid="ingest.reingest")
         files_requested.connect(run_downloads, dispatch_uid="ingest.downloads")
+        simulation_upload_requested.connect(upload_urls, dispatch_uid="ingest.uploads.urls")
+        simulation_upload_completed.connect(upload_completed, dispatch_uid="ingest.uploads.completed")

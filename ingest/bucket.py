@@ -595,6 +595,64 @@ def presigned_gets(keys: Iterable[str], seconds: int, *, public: bool = True) ->
     ]
 
 
+# --- Presigned PUTs and multipart uploads: how clients upload a simulation (ingest.uploads) ----
+
+
+def presigned_put(key: str, size: int, seconds: int) -> str:
+    """A presigned PUT of exactly `size` bytes (Content-Length is signed: S3 refuses another
+    length), for CASCADE_S3_PUBLIC_ENDPOINT_URL as presigned GETs are; no request to S3."""
+    require_bucket()
+    return presigning_client().generate_presigned_url(
+        "put_object", Params={"Bucket": bucket_name(), "Key": key, "ContentLength": size}, ExpiresIn=seconds
+    )
+
+
+def multipart_start(key: str) -> str:
+    """CreateMultipartUpload (one request to S3): the upload's id."""
+    require_bucket()
+    return client().create_multipart_upload(Bucket=bucket_name(), Key=key)["UploadId"]
+
+
+def presigned_parts(key: str, upload_id: str, sizes: list[int], seconds: int) -> list[str]:
+    """A presigned UploadPart PUT for each part (numbered from 1), each of exactly its size."""
+    require_bucket()
+    s3 = presigning_client()
+    bucket = bucket_name()
+    return [
+        s3.generate_presigned_url(
+            "upload_part",
+            Params={
+                "Bucket": bucket,
+                "Key": key,
+                "UploadId": upload_id,
+                "PartNumber": number,
+                "ContentLength": size,
+            },
+            ExpiresIn=seconds,
+        )
+        for number, size in enumerate(sizes, 1)
+    ]
+
+
+def multipart_complete(key: str, upload_id: str, parts: list[tuple[int, str]]) -> None:
+    """CompleteMultipartUpload with the parts' (number, ETag) in order; S3's ClientError raised
+    as it is (NoSuchUpload, InvalidPart, EntityTooSmall: the caller says which)."""
+    client().complete_multipart_upload(
+        Bucket=bucket_name(),
+        Key=key,
+        UploadId=upload_id,
+        MultipartUpload={"Parts": [{"PartNumber": number, "ETag": etag} for number, etag in parts]},
+    )
+
+
+def delete_keys(keys: list[str]) -> None:
+    """DeleteObjects, 1,000 keys a request (S3's maximum); a key already gone is no error."""
+    s3, bucket = client(), bucket_name()
+    for start in range(0, len(keys), 1000):
+        batch = [{"Key": key} for key in keys[start : start + 1000]]
+        s3.delete_objects(Bucket=bucket, Delete={"Objects": batch, "Quiet": True})
+
+
 # --- S3's event notifications, read from an SQS queue (ingest.events) ------------------------
 
 _sqs: tuple[int, object] | None = None  # (generation, client)

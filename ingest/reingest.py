@@ -1,5 +1,6 @@
 """Re-ingestion asked for by an operator: queued for Celery, or for the process's one
-background worker.
+background worker. The worker's queue (`ReingestQueue`) also serves ingest/uploads.py, which
+reads a simulation at once when its upload is complete.
 
 Never in the web request: a large trace takes longer to parse than a web server lets a
 request run (gunicorn's timeout would kill the worker mid-COPY). Without Celery, a web
@@ -14,6 +15,7 @@ import logging
 import os
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -34,9 +36,11 @@ class Queued:
 
 
 class ReingestQueue:
-    """One worker thread per process, and the traces waiting for it (each at most once)."""
+    """One worker thread per process, and the traces waiting for it (each at most once);
+    `work(trace_id)` is what the thread does with each, and must not raise."""
 
-    def __init__(self):
+    def __init__(self, work: Callable[[str], None], name: str = "cascade-reingest"):
+        self.work, self.name = work, name
         self._changed = threading.Condition()
         self.running: str | None = None
         self.waiting: deque[str] = deque()
@@ -70,7 +74,7 @@ class ReingestQueue:
     def _start_worker(self) -> None:
         # After a fork (a server that preloads the app) the child has no thread: it makes its own.
         if self._worker is None or self._worker[0] != os.getpid() or not self._worker[1].is_alive():
-            thread = threading.Thread(target=self._work, name="cascade-reingest", daemon=True)
+            thread = threading.Thread(target=self._work, name=self.name, daemon=True)
             self._worker = (os.getpid(), thread)
             thread.start()
 
@@ -84,14 +88,11 @@ class ReingestQueue:
                         self._changed.wait()
                 trace_id = self.running
             try:
-                reingest_in_background(trace_id)
+                self.work(trace_id)
             finally:
                 with self._changed:
                     self.running = None
                     self._changed.notify_all()
-
-
-queue = ReingestQueue()
 
 
 def request_reingest(sender=None, *, trace_ids: list[str], **kwargs) -> str:
@@ -137,3 +138,6 @@ def reingest_in_background(trace_id: str) -> None:
         logger.exception("%s: re-ingest failed, the next pass tries again", trace_id)
     finally:
         connections.close_all()
+
+
+queue = ReingestQueue(reingest_in_background)

@@ -28,7 +28,7 @@ from django.conf import settings
 
 import cascade.celery  # noqa: F401  (shared tasks bind to Cascade's app)
 from cascade import metrics
-from ingest import events, failures, metering, passes, simulations, sweep
+from ingest import events, failures, metering, passes, simulations, sweep, uploads
 from traces.locks import trace_lock
 from traces.models import Trace
 from traces.services import TraceBusy, trace_mark_failed
@@ -143,6 +143,19 @@ def parse_trace_task(self, trace_id: str, reparse: bool = False) -> str | None:
         return None
     logger.info("%s; %s", change, cost)
     return str(change)
+
+
+@shared_task(
+    acks_late=False,
+    autoretry_for=RETRY_ON,
+    retry_backoff=10,
+    retry_backoff_max=300,
+    max_retries=MAX_RETRIES,
+)
+def read_simulations_task(trace_id: str) -> int:
+    """A run's simulations read at once after an upload completed (ingest.uploads), on a
+    worker; retried on S3 and database trouble, and a read given up is the next poll's."""
+    return uploads.read_simulations(trace_id)
 
 
 @signals.task_failure.connect

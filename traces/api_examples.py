@@ -434,3 +434,93 @@ KERNELS_CSV_EXAMPLE = (
     "0x6165bdd7ec90,2,_Z6vecAddPdS_S_i,kernel-2-ctx_0x6165bdd7ec90.trace.xz,98,1,1,1024,1,1,98,1024,"
     ",,true,,,step 0 (prefill),\r\n"
 )
+
+
+# A simulation's upload (`cascade simulate`): the URLs are the shape S3's presigned URLs have,
+# abridged; a real answer's are signed for the bucket's public endpoint.
+_PUT = (
+    "https://s3.example.org/traces/accelsim-traces/demo/simulations/accelsim-SM86_RTX3070/{name}"
+    "?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=...&X-Amz-Date=20261108T085902Z"
+    "&X-Amz-Expires=3600&X-Amz-SignedHeaders=content-length%3Bhost&X-Amz-Signature=..."
+)
+_PART = (
+    "https://s3.example.org/traces/accelsim-traces/demo/simulations/accelsim-SM86_RTX3070/sim.log.xz"
+    "?uploadId=2~n2xQ...&partNumber={number}&X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=..."
+    "&X-Amz-Date=20261108T085902Z&X-Amz-Expires=3600&X-Amz-SignedHeaders=content-length%3Bhost"
+    "&X-Amz-Signature=..."
+)
+SIMULATION_UPLOAD_REQUEST = {
+    "files": [
+        {"name": "sim.log.xz", "size": 100663296},
+        {"name": "gpgpusim.config", "size": 9120},
+        {"name": "simulation.json", "size": 412},
+    ]
+}
+SIMULATION_UPLOAD_EXAMPLE = {
+    "trace_id": "demo",
+    "name": "accelsim-SM86_RTX3070",
+    "expires_at": "2026-11-08T09:59:02Z",
+    "files": [
+        {
+            "name": "sim.log.xz",
+            "size": 100663296,
+            "multipart": {
+                "upload_id": "2~n2xQ...",
+                "part_size": 67108864,
+                "parts": [
+                    {"part_number": 1, "url": _PART.format(number=1)},
+                    {"part_number": 2, "url": _PART.format(number=2)},
+                ],
+            },
+        },
+        {
+            "name": "gpgpusim.config",
+            "size": 9120,
+            "url": _PUT.format(name="gpgpusim.config"),
+            "headers": {"Content-Length": "9120"},
+        },
+        {
+            "name": "simulation.json",
+            "size": 412,
+            "url": _PUT.format(name="simulation.json"),
+            "headers": {"Content-Length": "412"},
+        },
+    ],
+}
+SIMULATION_COMPLETE_REQUEST = {
+    "multipart": [
+        {
+            "name": "sim.log.xz",
+            "upload_id": "2~n2xQ...",
+            "parts": [
+                {"part_number": 1, "etag": '"0f343b0931126a20f133d67c2b018a3b"'},
+                {"part_number": 2, "etag": '"5d41402abc4b2a76b9719d911017c592"'},
+            ],
+        }
+    ]
+}
+SIMULATION_COMPLETE_EXAMPLE = {
+    "trace_id": "demo",
+    "name": "accelsim-SM86_RTX3070",
+    "state": "uploading",
+    "url": "/api/traces/demo/simulations/accelsim-SM86_RTX3070",
+}
+SIMULATION_UPLOAD_EXAMPLES = [
+    OpenApiExample(
+        "Files", summary="The files to upload", value=SIMULATION_UPLOAD_REQUEST, request_only=True
+    ),
+    OpenApiExample(
+        "Upload",
+        summary="A log in two parts, two small files",
+        value=SIMULATION_UPLOAD_EXAMPLE,
+        response_only=True,
+    ),
+]
+SIMULATION_COMPLETE_EXAMPLES = [
+    OpenApiExample(
+        "Multipart", summary="The log's parts", value=SIMULATION_COMPLETE_REQUEST, request_only=True
+    ),
+    OpenApiExample(
+        "Complete", summary="Registered, being read", value=SIMULATION_COMPLETE_EXAMPLE, response_only=True
+    ),
+]

@@ -23,7 +23,9 @@ from traces.api_examples import (
     ACCURACY_EXAMPLE,
     KERNELS_CSV_EXAMPLE,
     LIST_EXAMPLE,
+    SIMULATION_COMPLETE_EXAMPLES,
     SIMULATION_LIST_EXAMPLE,
+    SIMULATION_UPLOAD_EXAMPLES,
     SIMULATIONS_EXAMPLE,
 )
 from traces.filters import LIMIT_MAX, PAGE_ACCEPTS
@@ -31,9 +33,13 @@ from traces.serializers import (
     ErrorSerializer,
     SelectionSerializer,
     SimulationAccuracySerializer,
+    SimulationCompleteRequestSerializer,
+    SimulationCompleteSerializer,
     SimulationDetailSerializer,
     SimulationListItemSerializer,
     SimulationSummarySerializer,
+    SimulationUploadRequestSerializer,
+    SimulationUploadSerializer,
     TraceAnalysisSerializer,
     TraceComparisonSerializer,
     TraceDetailSerializer,
@@ -562,6 +568,93 @@ kernels_csv_schema = extend_schema(
     },
 )
 
+
+SIMULATION_NAME = OpenApiParameter(
+    "name",
+    OpenApiTypes.STR,
+    OpenApiParameter.PATH,
+    description="The simulation's folder under <run>/simulations/: letters, digits, '.', '_', '-', at most 100.",
+    examples=[OpenApiExample("accelsim-SM86_RTX3070", value="accelsim-SM86_RTX3070")],
+)
+WRITE_FORBIDDEN = error_response(
+    "The token's scope is read: uploading needs a write token.",
+    "this token's scope is read: uploading a simulation needs a write token "
+    "(manage.py create_token NAME --scope write)",
+)
+UPLOAD_NOT_READY = error_response(
+    "The trace is not ready (its state is said).",
+    "trace demo-arriving is uploading: a simulation is uploaded once its trace is ready",
+)
+BODY_TOO_LARGE = error_response(
+    "The request body is larger than 1 MiB.", "the request body is 2097152 bytes, more than 1048576"
+)
+
+simulation_upload_schema = extend_schema(
+    operation_id="traces_simulations_upload",
+    summary="Upload a simulation: where to PUT its files",
+    description=(
+        "Presigned PUT URLs into the trace's `simulations/{name}/` for the files named, valid "
+        "until `expires_at` (CASCADE_PRESIGN_SECONDS): PUT each with exactly its `headers` (the "
+        "length is signed), `simulation.json` last, then POST `.../complete`. A file of "
+        "CASCADE_SIM_MULTIPART_BYTES (64 MiB) and up is an S3 multipart upload instead: PUT each "
+        "part (`part_size` bytes, the last what remains) to its URL and keep each answer's ETag "
+        "for the completion. A folder that holds a simulation of that name is replaced: its "
+        "simulation.json and every file not named here are deleted now. Needs a write token."
+    ),
+    request=SimulationUploadRequestSerializer,
+    parameters=[
+        trace_parameter("trace_id", "The trace's id, which is the profiler's run name.", "demo"),
+        SIMULATION_NAME,
+        CHALLENGE,
+    ],
+    examples=SIMULATION_UPLOAD_EXAMPLES,
+    responses={
+        200: SimulationUploadSerializer,
+        400: error_response(
+            "A bad name, a file name the folder does not accept, a size out of bounds, no "
+            "simulation.json, or a body that is not the request's shape.",
+            "simulation.json is missing: it is the folder's completion marker, uploaded last",
+        ),
+        401: UNAUTHORIZED,
+        403: WRITE_FORBIDDEN,
+        404: error_response("No trace has this id.", "trace nope not found"),
+        409: UPLOAD_NOT_READY,
+        413: BODY_TOO_LARGE,
+        429: THROTTLED,
+    },
+)
+
+simulation_complete_schema = extend_schema(
+    operation_id="traces_simulations_complete",
+    summary="Complete a simulation's upload: read it at once",
+    description=(
+        "Completes the multipart uploads listed (none, or no `multipart`, when every file was one "
+        "PUT), registers the simulation's folder and has it read at once, in the background; "
+        "answers the simulation's state now (`uploading` until its read begins) and its URL: poll "
+        "that until the state is `ready` or `failed`. Needs a write token."
+    ),
+    request=SimulationCompleteRequestSerializer,
+    parameters=[
+        trace_parameter("trace_id", "The trace's id, which is the profiler's run name.", "demo"),
+        SIMULATION_NAME,
+        CHALLENGE,
+    ],
+    examples=SIMULATION_COMPLETE_EXAMPLES,
+    responses={
+        202: SimulationCompleteSerializer,
+        400: error_response(
+            "A bad name, a part list S3 refuses (no such upload, a wrong ETag), nothing uploaded "
+            "to the folder, or a body that is not the request's shape.",
+            "sim.log.xz: S3 refused to complete the upload: NoSuchUpload: The specified upload does not exist.",
+        ),
+        401: UNAUTHORIZED,
+        403: WRITE_FORBIDDEN,
+        404: error_response("No trace has this id.", "trace nope not found"),
+        409: UPLOAD_NOT_READY,
+        413: BODY_TOO_LARGE,
+        429: THROTTLED,
+    },
+)
 
 # --- hooks (SPECTACULAR_SETTINGS) ----------------------------------------------------------
 

@@ -4,7 +4,9 @@ The views answer raw bytes encoded from `values_list` rows (`traces.encoders`), 
 serializers are never instantiated with data: they only describe the documented shapes (the
 API reference's field names and order) for `extend_schema`. A trace's fields take their types
 and nullability from the Trace model; what no model holds (a kernel as the API writes it, the
-analysis's sums) is written here.
+analysis's sums) is written here. The exceptions are the two request bodies of a simulation's
+upload (`SimulationUploadRequestSerializer`, `SimulationCompleteRequestSerializer`), which the
+views validate with them.
 """
 
 from drf_spectacular.utils import extend_schema_serializer
@@ -20,7 +22,7 @@ from traces.api_examples import (
     SIMULATION_DETAIL_EXAMPLES,
     SUMMARY_EXAMPLES,
 )
-from traces.models import Simulation, Trace
+from traces.models import SIMULATION_NAME_MAX, Simulation, Trace, TraceState
 from traces.selection import BASIS_INSTS, BASIS_LAUNCHES, BASIS_TIME, SELECT_BY
 from traces.selectors import TRACE_SUMMARY_COLUMNS
 
@@ -451,3 +453,120 @@ class TraceFilesSerializer(serializers.Serializer):
 
     class Meta:
         ref_name = "TraceFiles"
+
+
+# --- A simulation's upload: the requests (validated with these), the answers (described) ----
+
+# A folder accepts six file names (ingest/uploads.py says which), each once.
+UPLOAD_FILES_MAX = 8
+# S3's limit on a multipart upload's parts.
+UPLOAD_PARTS_MAX = 10_000
+SIZE_MAX = 2**63 - 1
+
+
+class UploadFileRequestSerializer(serializers.Serializer):
+    name = serializers.CharField(
+        max_length=SIMULATION_NAME_MAX,
+        trim_whitespace=False,
+        help_text="sim.log, sim.log.gz or sim.log.xz (one), gpgpusim.config, trace.config, simulation.json.",
+    )
+    size = serializers.IntegerField(min_value=0, max_value=SIZE_MAX, help_text="Bytes.")
+
+    class Meta:
+        ref_name = "SimulationUploadFileRequest"
+
+
+class SimulationUploadRequestSerializer(serializers.Serializer):
+    """The files a client is about to PUT, simulation.json among them."""
+
+    files = UploadFileRequestSerializer(many=True, min_length=1, max_length=UPLOAD_FILES_MAX)
+
+    class Meta:
+        ref_name = "SimulationUploadRequest"
+
+
+class UploadPartRequestSerializer(serializers.Serializer):
+    part_number = serializers.IntegerField(min_value=1, max_value=UPLOAD_PARTS_MAX)
+    etag = serializers.CharField(
+        max_length=200, trim_whitespace=False, help_text="The part's PUT's ETag, quotes included."
+    )
+
+    class Meta:
+        ref_name = "SimulationUploadPartRequest"
+
+
+class MultipartRequestSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=SIMULATION_NAME_MAX, trim_whitespace=False)
+    upload_id = serializers.CharField(max_length=1024, trim_whitespace=False)
+    parts = UploadPartRequestSerializer(many=True, min_length=1, max_length=UPLOAD_PARTS_MAX)
+
+    class Meta:
+        ref_name = "SimulationMultipartRequest"
+
+
+class SimulationCompleteRequestSerializer(serializers.Serializer):
+    """The multipart uploads to complete (none, or absent, when nothing was multipart)."""
+
+    multipart = MultipartRequestSerializer(many=True, required=False, max_length=UPLOAD_FILES_MAX)
+
+    class Meta:
+        ref_name = "SimulationCompleteRequest"
+
+
+class UploadPartSerializer(serializers.Serializer):
+    part_number = serializers.IntegerField()
+    url = serializers.CharField(help_text="A presigned UploadPart PUT of exactly this part's bytes.")
+
+    class Meta:
+        ref_name = "SimulationUploadPart"
+
+
+class MultipartUploadSerializer(serializers.Serializer):
+    upload_id = serializers.CharField()
+    part_size = serializers.IntegerField(
+        help_text="Every part's bytes but the last (CASCADE_SIM_PART_BYTES)."
+    )
+    parts = UploadPartSerializer(many=True)
+
+    class Meta:
+        ref_name = "SimulationMultipartUpload"
+
+
+class UploadTargetSerializer(serializers.Serializer):
+    """One file: a presigned PUT (`url`, `headers`), or, at CASCADE_SIM_MULTIPART_BYTES and up,
+    a multipart upload (`multipart`)."""
+
+    name = serializers.CharField()
+    size = serializers.IntegerField()
+    url = serializers.CharField(required=False, help_text="A presigned PUT, with `headers`.")
+    headers = serializers.DictField(
+        child=serializers.CharField(), required=False, help_text="Send exactly these with the PUT."
+    )
+    multipart = MultipartUploadSerializer(required=False)
+
+    class Meta:
+        ref_name = "SimulationUploadTarget"
+
+
+class SimulationUploadSerializer(serializers.Serializer):
+    """Where to PUT each file of the upload, simulation.json last."""
+
+    trace_id = serializers.CharField()
+    name = serializers.CharField()
+    expires_at = serializers.DateTimeField(help_text="UTC; every URL is valid at least until then.")
+    files = UploadTargetSerializer(many=True)
+
+    class Meta:
+        ref_name = "SimulationUpload"
+
+
+class SimulationCompleteSerializer(serializers.Serializer):
+    """The simulation registered and its read started: poll `url` until ready or failed."""
+
+    trace_id = serializers.CharField()
+    name = serializers.CharField()
+    state = serializers.ChoiceField(choices=TraceState.choices)
+    url = serializers.CharField(help_text="The simulation's GET.")
+
+    class Meta:
+        ref_name = "SimulationComplete"

@@ -3,7 +3,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import SimpleRouter
 
 from traces.errors import api_not_found
-from traces.views import SimulationViewSet, TraceDownloadsViewSet, TraceViewSet
+from traces.views import SimulationUploadViewSet, SimulationViewSet, TraceDownloadsViewSet, TraceViewSet
 
 router = SimpleRouter()
 # Users' scripts call both `/api/traces` and `/api/traces/`.
@@ -12,6 +12,8 @@ router.register("traces", TraceViewSet, basename="trace")
 # /files and /kernels.csv: detail routes of their own viewset under the same prefix.
 router.register("traces", TraceDownloadsViewSet, basename="trace-downloads")
 router.register("simulations", SimulationViewSet, basename="simulation")
+# A simulation's POST .../simulations/{name}/upload and .../complete, with a write token.
+router.register("traces", SimulationUploadViewSet, basename="trace-uploads")
 
 urlpatterns = [
     *router.urls,

@@ -2,7 +2,8 @@
 `GET /api/traces/{trace_id}/summary`, `GET /api/traces/{a}/compare/{b}` and
 `GET /api/traces/{trace_id}/selection` (representative kernels), and simulations:
 `GET /api/traces/{trace_id}/simulations[/{name}]`, `GET /api/simulations[/accuracy]`; a trace's
-downloads: `GET /api/traces/{trace_id}/files` (presigned URLs) and `.../kernels.csv`."""
+downloads: `GET /api/traces/{trace_id}/files` (presigned URLs) and `.../kernels.csv`; a
+simulation's upload: `POST /api/traces/{trace_id}/simulations/{name}/upload` and `.../complete`."""
 
 from django.http import HttpResponse, StreamingHttpResponse
 from django.utils.cache import patch_vary_headers
@@ -16,7 +17,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 from traces import accuracy, analysis, body_cache, encoders, http, selectors
-from traces.files import trace_files
+from traces.files import simulation_upload, simulation_upload_complete, trace_files
 from traces.filters import (
     InvalidFilter,
     SimulationFilter,
@@ -37,12 +38,14 @@ from traces.openapi import (
     list_schema,
     retrieve_schema,
     selection_schema,
+    simulation_complete_schema,
     simulation_schema,
+    simulation_upload_schema,
     simulations_schema,
     summary_schema,
     trace_simulations_schema,
 )
-from traces.permissions import CanViewTraces
+from traces.permissions import CanUploadSimulations, CanViewTraces
 from traces.selection import (
     SelectionError,
     encode_selection,
@@ -53,6 +56,8 @@ from traces.selection import (
     parse_members,
     select,
 )
+from traces.serializers import SimulationCompleteRequestSerializer, SimulationUploadRequestSerializer
+from traces.signals import UploadRefused
 from traces.text import is_storable
 
 # Below this many kernels a detail is sent in one piece, with a Content-Length. Above it, a
@@ -435,3 +440,114 @@ class TraceDownloadsViewSet(viewsets.ViewSet):
         return http.streaming_csv_response(
             encoders.encode_kernels_csv(rows), digest=digest, coding=coding, filename=filename
         )
+
+
+# --- a simulation's upload: presigned PUTs, then its completion --------------------------------
+
+# A request body past this is a 413 before it is read: a dozen files, or a log's few hundred parts.
+UPLOAD_BODY_MAX = 1024**2
+
+
+class BodyTooLarge(APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "too_large"
+
+
+def validated(serializer_class, request) -> dict:
+    """The body checked by its serializer; the first problem a 400 in the API's one-sentence
+    shape (`files[1].size: ...`), not DRF's field map."""
+    length = request.META.get("CONTENT_LENGTH") or ""
+    if length.isdigit() and int(length) > UPLOAD_BODY_MAX:
+        raise BodyTooLarge(f"the request body is {length} bytes, more than {UPLOAD_BODY_MAX}")
+    serializer = serializer_class(data=request.data)
+    if not serializer.is_valid():
+        raise ParseError(first_error(serializer.errors))
+    return serializer.validated_data
+
+
+def first_error(errors, where: str = "") -> str:
+    if isinstance(errors, dict):
+        key, value = next(iter(errors.items()))
+        if key == "non_field_errors":
+            place = where
+        elif isinstance(key, int) or str(key).isdigit():  # a list's item, as DRF keys them
+            place = f"{where}[{key}]"
+        else:
+            place = f"{where}.{key}" if where else key
+        return first_error(value, place)
+    if isinstance(errors, list) and errors and isinstance(errors[0], (dict, list)):
+        index, value = next((i, e) for i, e in enumerate(errors) if e)
+        return first_error(value, f"{where}[{index}]")
+    message = str(errors[0]) if isinstance(errors, list) else str(errors)
+    return f"{where}: {message}" if where else message
+
+
+class SimulationUploadViewSet(viewsets.ViewSet):
+    """A simulation uploaded by a script (`cascade simulate`), with a `write` token: where to PUT
+    its files (presigned, into `<run>/simulations/<name>/`; no byte passes through Cascade),
+    then the upload's completion, which has it read at once (`traces.files`, ingestion's)."""
+
+    operator_description = (
+        "A simulation's upload: presigned PUT URLs, then its completion. Needs a write token "
+        "(manage.py create_token NAME --scope write)."
+    )
+    permission_classes = [CanUploadSimulations]
+    lookup_value_regex = TraceViewSet.lookup_value_regex
+    lookup_url_kwarg = TraceViewSet.lookup_url_kwarg
+
+    def get_view_description(self, html=False):
+        if not html:
+            return self.operator_description
+        return format_html("<p>{}</p>", self.operator_description)
+
+    def ready_trace(self, trace_id: str) -> None:
+        """404 for no such trace; 409, saying its state, for one that is not ready."""
+        state = None
+        if is_storable(trace_id):
+            state = Trace.objects.filter(pk=trace_id).values_list("state", flat=True).first()
+        if state is None:
+            raise NotFound(f"trace {trace_id} not found")
+        if state != TraceState.READY:
+            raise TraceNotReady(
+                f"trace {trace_id} is {state}: a simulation is uploaded once its trace is ready"
+            )
+
+    @simulation_upload_schema
+    @action(
+        detail=True,
+        methods=["post"],
+        url_path="simulations/(?P<name>[^/]+)/upload",
+        url_name="simulation-upload",
+    )
+    def upload(self, request, trace_id=None, name=None):
+        self.ready_trace(trace_id)
+        files = [dict(item) for item in validated(SimulationUploadRequestSerializer, request)["files"]]
+        try:
+            answer = simulation_upload(trace_id, name, files)
+        except UploadRefused as refused:
+            raise ParseError(str(refused)) from None
+        return Response(answer)
+
+    @simulation_complete_schema
+    @action(
+        detail=True,
+        methods=["post"],
+        url_path="simulations/(?P<name>[^/]+)/complete",
+        url_name="simulation-complete",
+    )
+    def complete(self, request, trace_id=None, name=None):
+        self.ready_trace(trace_id)
+        body = validated(SimulationCompleteRequestSerializer, request)
+        multipart = [
+            {
+                "name": item["name"],
+                "upload_id": item["upload_id"],
+                "parts": [dict(part) for part in item["parts"]],
+            }
+            for item in body.get("multipart", [])
+        ]
+        try:
+            answer = simulation_upload_complete(trace_id, name, multipart)
+        except UploadRefused as refused:
+            raise ParseError(str(refused)) from None
+        return Response(answer, status=status.HTTP_202_ACCEPTED)

@@ -217,9 +217,14 @@ def test_every_route_is_described(openapi):
         "/api/traces/{trace_id}/selection",
         "/api/traces/{trace_id}/simulations",
         "/api/traces/{trace_id}/simulations/{name}",
+        "/api/traces/{trace_id}/simulations/{name}/complete",
+        "/api/traces/{trace_id}/simulations/{name}/upload",
         "/api/traces/{trace_id}/summary",
     ]
-    assert [list(item) for item in openapi["paths"].values()] == [["get"]] * 11
+    methods = {path: list(item) for path, item in openapi["paths"].items()}
+    uploads = {path for path in methods if path.endswith(("/upload", "/complete"))}
+    assert [methods[path] for path in uploads] == [["post"]] * 2  # a simulation's upload
+    assert [methods[path] for path in methods if path not in uploads] == [["get"]] * 11
 
 
 def test_bearer_auth_is_the_only_scheme(openapi):
@@ -227,7 +232,8 @@ def test_bearer_auth_is_the_only_scheme(openapi):
     assert openapi["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
     assert list(openapi["components"]["securitySchemes"]) == ["bearerAuth"]
     for item in openapi["paths"].values():
-        assert item["get"]["security"] == [{"bearerAuth": []}]
+        for operation in item.values():
+            assert operation["security"] == [{"bearerAuth": []}]
 
 
 def test_every_filter_is_a_documented_query_parameter(openapi):

@@ -149,7 +149,9 @@ def test_the_admin_shows_a_tokens_scope_and_never_changes_it(admin_client):
     assert "uploader" in listing and ">write<" in listing
     page = f"/admin/traces/apitoken/{record.pk}/change/"
     assert "write" in admin_client.get(page).content.decode()
-    answer = admin_client.post(page, {"name": "uploader", "expires_at_0": "", "expires_at_1": "", "scope": "read"})
+    answer = admin_client.post(
+        page, {"name": "uploader", "expires_at_0": "", "expires_at_1": "", "scope": "read"}
+    )
     assert answer.status_code == 302
     record.refresh_from_db()
     assert record.scope == "write"
