@@ -507,7 +507,9 @@ class MultipartRequestSerializer(serializers.Serializer):
 class SimulationCompleteRequestSerializer(serializers.Serializer):
     """The multipart uploads to complete (none, or absent, when nothing was multipart)."""
 
-    multipart = MultipartRequestSerializer(many=True, required=False, max_length=UPLOAD_FILES_MAX)
+    multipart = MultipartRequestSerializer(
+        many=True, required=False, allow_null=True, max_length=UPLOAD_FILES_MAX
+    )
 
     class Meta:
         ref_name = "SimulationCompleteRequest"

@@ -544,7 +544,7 @@ class SimulationUploadViewSet(viewsets.ViewSet):
                 "upload_id": item["upload_id"],
                 "parts": [dict(part) for part in item["parts"]],
             }
-            for item in body.get("multipart", [])
+            for item in body.get("multipart") or []
         ]
         try:
             answer = simulation_upload_complete(trace_id, name, multipart)

@@ -330,5 +330,6 @@ def test_completing_with_a_wrong_part_or_nothing_is_a_400(writer, make_trace, s3
     assert "sim.log: S3 refused to complete the upload: InvalidPart" in answer.json()["detail"]
     gap = [{"name": "sim.log", "upload_id": "u", "parts": [{"part_number": 2, "etag": '"x"'}]}]
     assert "numbered 1 to 1" in post(writer, complete_path(), {"multipart": gap}).json()["detail"]
-    answer = post(writer, complete_path(), {})
-    assert answer.status_code == 400 and "PUT the files /upload answered first" in answer.json()["detail"]
+    for nothing in ({}, {"multipart": []}, {"multipart": None}):
+        answer = post(writer, complete_path(), nothing)
+        assert answer.status_code == 400 and "PUT the files /upload answered first" in answer.json()["detail"]
