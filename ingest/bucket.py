@@ -645,6 +645,18 @@ def multipart_complete(key: str, upload_id: str, parts: list[tuple[int, str]]) -
     )
 
 
+def multipart_abort_under(key_prefix: str) -> list[str]:
+    """Abort the multipart uploads in progress under `key_prefix` (their parts are stored, and
+    billed, until then); the keys they were for."""
+    s3, bucket = client(), bucket_name()
+    aborted = []
+    for page in s3.get_paginator("list_multipart_uploads").paginate(Bucket=bucket, Prefix=key_prefix):
+        for upload in page.get("Uploads", ()):
+            s3.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+            aborted.append(upload["Key"])
+    return aborted
+
+
 def delete_keys(keys: list[str]) -> None:
     """DeleteObjects, 1,000 keys a request (S3's maximum); a key already gone is no error."""
     s3, bucket = client(), bucket_name()

@@ -8,8 +8,9 @@ accepts and how URLs are signed are this app's knowledge. No byte of a file pass
 Cascade: the client PUTs to the bucket; S3 checks each PUT's length against the signed one.
 
 A folder that already holds a simulation of that name is replaced: asking for the URLs deletes
-its old `simulation.json` and every file the new upload does not name, so that the simulation
-waits (`uploading`) until the new marker lands, and is then read as a re-upload is.
+its old `simulation.json` and every file the new upload does not name, and aborts the folder's
+unfinished multipart uploads, so that the simulation waits (`uploading`) until the new marker
+lands, and is then read as a re-upload is.
 
 "At once": the completion registers the folder's listing in the request (one listing; the
 answer's state is the simulation's own, never a stale `ready`), then reads the run's
@@ -111,7 +112,11 @@ def upload_urls(
     URLs, simulation.json last. Deletes what the folder held that the new upload replaces."""
     check_name(name)
     check_files(files)
+    bucket.require_bucket()
     base = folder_key(trace_id, name)
+    aborted = bucket.multipart_abort_under(base)
+    if aborted:
+        logger.info("%s: a new upload: unfinished multipart uploads aborted: %s", base, ", ".join(aborted))
     named = {base + item["name"] for item in files}
     stale = [
         obj.key

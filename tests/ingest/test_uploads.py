@@ -323,6 +323,13 @@ def test_completing_with_a_wrong_part_or_nothing_is_a_400(writer, make_trace, s3
     answer = post(writer, upload_path(), {"files": [{"name": "sim.log", "size": 2000}, FILES[1]]})
     (log,) = [item for item in answer.json()["files"] if item["name"] == "sim.log"]
     assert httpx.put(log["multipart"]["parts"][0]["url"], content=b"x" * 2000).status_code == 200
+    # Asking again aborts the unfinished upload: its id is no more.
+    again = post(writer, upload_path(), {"files": [{"name": "sim.log", "size": 2000}, FILES[1]]}).json()
+    listed = s3.list_multipart_uploads(Bucket=TEST_BUCKET, Prefix=f"{PREFIX}{RUN}/")
+    (again_log,) = [item for item in again["files"] if item["name"] == "sim.log"]
+    assert [u["UploadId"] for u in listed.get("Uploads", [])] == [again_log["multipart"]["upload_id"]]
+    log = again_log
+    assert httpx.put(log["multipart"]["parts"][0]["url"], content=b"x" * 2000).status_code == 200
     wrong = [{"part_number": 1, "etag": '"0123456789abcdef0123456789abcdef"'}]
     multipart = [{"name": "sim.log", "upload_id": log["multipart"]["upload_id"], "parts": wrong}]
     answer = post(writer, complete_path(), {"multipart": multipart})
