@@ -58,7 +58,8 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):
             "scheme": "bearer",
             "description": (
                 "`Authorization: Bearer <token>`; an operator issues tokens with "
-                "`python manage.py create_token NAME` (the token is the last line it prints)."
+                "`python manage.py create_token NAME` (the token is the last line it prints); "
+                "uploading a simulation needs one issued with `--scope write`."
             ),
         }
 
