@@ -377,7 +377,7 @@ def test_a_bad_filter_value_is_a_400_as_the_trace_lists(api, builds):
     traces = get_json(api, "/api/traces", {"state": "done"}, status=400)
     assert body == traces  # the same words for the same parameter
     nul = get_json(api, "/api/simulations", {"config": "SM\x0090"}, status=400)
-    assert nul["detail"].startswith("config accepts the exact simulator config")
+    assert nul["detail"].startswith("config accepts text without NUL characters")
     both = get_json(api, "/api/simulations", {"state": "x", "trace": "a\x00"}, status=400)
     assert (
         list(both) == ["detail"] and "state accepts" in both["detail"] and "trace accepts" in both["detail"]
