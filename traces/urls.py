@@ -20,5 +20,5 @@ urlpatterns = [
     # Its start-up script from `?script`, not inline: the Content-Security-Policy runs no inline script.
     re_path(r"^docs/?$", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="swagger-ui"),
     # Last: whatever else is asked of /api/ gets a JSON 404, not Django's HTML page.
-    re_path(r"^(?P<path>.*)$", api_not_found),
+    re_path(r"^(?P<path>.*)$", api_not_found, name="api-not-found"),
 ]
