@@ -123,7 +123,7 @@ class QueryTextMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        if request.path.startswith("/api/"):
+        if request.path == "/api" or request.path.startswith("/api/"):
             try:
                 check_text(request.GET)
             except InvalidFilter as error:

@@ -46,7 +46,7 @@ HOSTILE_IN_PATH = {name: HOSTILE[name] for name in ("10,000 digits", "NUL", "100
 
 # Routes of the URLconf the schema does not describe: the schema and its UI themselves, the
 # index, and the catch-all 404. They are called with hostile parameters all the same below.
-NOT_IN_SCHEMA = {"/api/schema", "/api/docs", "/api/"}
+NOT_IN_SCHEMA = {"/api/schema", "/api/docs", "/api/", "/api"}
 
 TRACE = "hostile"
 PATH_VALUES = {"trace_id": TRACE, "other_id": TRACE, "name": "sim"}
@@ -148,8 +148,10 @@ def urlconf_routes() -> dict[str, str]:
         for pattern in patterns:
             if isinstance(pattern, URLResolver):
                 walk(pattern.url_patterns, prefix + str(pattern.pattern))
-            elif isinstance(pattern, URLPattern) and (prefix + str(pattern.pattern)).startswith("api/"):
-                routes[pattern.name or str(pattern.pattern)] = prefix + str(pattern.pattern)
+            elif isinstance(pattern, URLPattern):
+                route = prefix + str(pattern.pattern)
+                if route == "api" or route.startswith("api/"):
+                    routes[pattern.name or route] = route
 
     walk(get_resolver().url_patterns, "")
     return routes
