@@ -355,7 +355,10 @@ REST_FRAMEWORK = {
         "rest_framework.renderers.BrowsableAPIRenderer",
     ],
     "UNAUTHENTICATED_USER": None,
-    "DEFAULT_THROTTLE_CLASSES": ["traces.throttling.TokenRateThrottle", "traces.throttling.AnonAddressThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": [
+        "traces.throttling.TokenRateThrottle",
+        "traces.throttling.AnonAddressThrottle",
+    ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 # The OpenAPI schema (/api/schema) and Swagger UI (/api/docs): public, since they hold no data

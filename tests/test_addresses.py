@@ -50,7 +50,11 @@ def test_with_no_proxy_trusted_the_header_is_never_read(settings):
 
 
 def test_networks_are_cidr_or_single_addresses():
-    assert [str(n) for n in parse_networks(" 10.0.0.0/8,127.0.0.1 ,, ::1")] == ["10.0.0.0/8", "127.0.0.1/32", "::1/128"]
+    assert [str(n) for n in parse_networks(" 10.0.0.0/8,127.0.0.1 ,, ::1")] == [
+        "10.0.0.0/8",
+        "127.0.0.1/32",
+        "::1/128",
+    ]
     with pytest.raises(ValueError, match="'10.0.0.0/33' is not an IP address or CIDR network"):
         parse_networks("10.0.0.0/33")
 

@@ -11,6 +11,7 @@ from django.views import defaults
 
 from cascade.logs import current_request_id
 
+
 def api_not_found(request, path: str = ""):
     """Any /api/ path no route matches: which routes there are (from the OpenAPI schema, so a
     new route is listed without a line here). Under a trace (`traces/ID/steps`, or an id with a

@@ -106,7 +106,9 @@ class Selection:
 def parse_cover(value: str | None) -> Fraction:
     """`cover` as an exact fraction in (0, 1]: `0.9` is 9/10, so that the cut is exact. Its text
     is bounded before it is a Fraction (`traces.params`): `1e-10000000` is refused at once."""
-    return params.fraction(value, "cover", low=Fraction(0), high=Fraction(1), low_open=True, default=Fraction(1))
+    return params.fraction(
+        value, "cover", low=Fraction(0), high=Fraction(1), low_open=True, default=Fraction(1)
+    )
 
 
 def parse_members(value: str | None) -> bool:

@@ -32,7 +32,9 @@ def test_past_the_rate_an_address_without_credentials_gets_429(three_a_minute, p
 
 def test_forged_forwarded_addresses_share_their_real_address_s_allowance(three_a_minute):
     answers = [
-        APIClient().get("/api/traces", REMOTE_ADDR="203.0.113.9", HTTP_X_FORWARDED_FOR=f"192.0.2.{n}").status_code
+        APIClient()
+        .get("/api/traces", REMOTE_ADDR="203.0.113.9", HTTP_X_FORWARDED_FOR=f"192.0.2.{n}")
+        .status_code
         for n in range(4)
     ]
     assert answers == [401, 401, 401, 429]

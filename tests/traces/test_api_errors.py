@@ -5,7 +5,6 @@ from rest_framework.test import APIClient
 
 from traces import selectors
 
-
 # The routes that were there when this test was written; routes added later join the lists.
 ROUTES = ("/api/simulations", "/api/simulations/accuracy", "/api/traces", "/api/traces/{trace_id}")
 UNDER_A_TRACE = ("/compare/{other_id}", "/files", "/kernels.csv", "/selection", "/simulations", "/summary")

@@ -30,7 +30,9 @@ def test_a_header_cascade_cannot_read_is_a_401_that_says_what_to_send(db, header
     assert unauthorized(header) == detail
 
 
-@pytest.mark.parametrize("spaced", ["Bearer  {token}", "Bearer {token} ", "  Bearer {token}\t", "bearer {token}"])
+@pytest.mark.parametrize(
+    "spaced", ["Bearer  {token}", "Bearer {token} ", "  Bearer {token}\t", "bearer {token}"]
+)
 def test_a_token_with_spaces_around_it_is_trimmed(api_token, spaced):
     response = APIClient().get("/api/traces", HTTP_AUTHORIZATION=spaced.format(token=api_token))
     assert response.status_code == 200
@@ -55,7 +57,9 @@ def test_the_api_index_lists_every_route_with_a_link(client_anon, db):
         "methods": ["GET"],
         "summary": "List traces",
     }
-    assert by_path["/api/traces/{trace_id}/summary"]["url"] == "http://testserver/api/traces/{trace_id}/summary"
+    assert (
+        by_path["/api/traces/{trace_id}/summary"]["url"] == "http://testserver/api/traces/{trace_id}/summary"
+    )
     assert (body["schema"], body["docs"]) == ("http://testserver/api/schema", "http://testserver/api/docs")
     assert client_anon.get("/api").status_code == 200  # without the slash too
 

@@ -161,7 +161,7 @@ def test_the_battery_covers_every_route_of_the_urlconf(api, ready_trace):
     """Every route the URLconf serves under /api/ is in the schema (so in the battery above),
     or one of the few it does not describe, which are called here."""
     hit = set()
-    for method, template, _parameters in operations():
+    for _method, template, _parameters in operations():
         hit.add(resolve(url(template, PATH_VALUES)).url_name)
     for path in NOT_IN_SCHEMA:
         for label in sorted(REFUSED_BY_EVERY_PARAMETER):

@@ -15,7 +15,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.core.management import CommandError, call_command
-from django.test import Client, override_settings
+from django.test import Client
 from rest_framework.test import APIClient
 
 from traces.models import ApiToken
@@ -150,7 +150,9 @@ def test_behind_the_proxy_a_lockout_falls_on_the_attackers_address_alone(operato
     )
 
 
-def test_behind_two_trusted_proxies_the_client_is_the_first_untrusted_entry_from_the_right(operator, settings):
+def test_behind_two_trusted_proxies_the_client_is_the_first_untrusted_entry_from_the_right(
+    operator, settings
+):
     settings.AXES_FAILURE_LIMIT = 5
     settings.CASCADE_TRUSTED_PROXIES = "10.0.0.0/24"
     five_wrong_passwords("203.0.113.9", forwarded_for="203.0.113.9, 10.0.0.1")
