@@ -22,7 +22,7 @@ from django.core.exceptions import ValidationError
 from django.http import QueryDict
 
 from traces.models import Simulation, Trace, TraceState
-from traces.params import InvalidFilter, check_known, integer, shown
+from traces.params import BOOLEANS, InvalidFilter, check_known, integer, shown
 
 # What each parameter accepts, in the words of a 400's detail (and of the OpenAPI schema).
 ACCEPTS = {
@@ -45,7 +45,7 @@ ACCEPTS = {
 class StrictBooleanField(forms.Field):
     """true/false, 1/0 in any case: unlike NullBooleanField, anything else is an error, not None."""
 
-    VALUES = {"true": True, "1": True, "false": False, "0": False}
+    VALUES = BOOLEANS
 
     def to_python(self, value):
         if value in self.empty_values:

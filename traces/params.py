@@ -94,6 +94,20 @@ def integer(value: str | None, name: str, *, low: int, high: int, default: int |
     raise InvalidFilter(f"{name} accepts an integer from {low} to {high}; got {shown(value)}.")
 
 
+BOOLEANS = {"true": True, "1": True, "false": False, "0": False}
+
+
+def boolean(value: str | None, name: str, *, default: bool | None = None) -> bool | None:
+    """true/false, 1/0 in any case; `default` when absent. Anything else is refused, never
+    read as false: `?raw=yes` must not quietly mean no."""
+    if value is None:
+        return default
+    flag = BOOLEANS.get(value.strip().lower()) if len(value) <= NUMBER_CHARS else None
+    if flag is None:
+        raise InvalidFilter(f"{name} accepts true or false (also 1 or 0); got {shown(value)}.")
+    return flag
+
+
 def fraction(
     value: str | None,
     name: str,

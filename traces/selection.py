@@ -112,12 +112,7 @@ def parse_cover(value: str | None) -> Fraction:
 
 
 def parse_members(value: str | None) -> bool:
-    if value is None:
-        return True
-    flag = {"true": True, "1": True, "false": False, "0": False}.get(value.strip().lower())
-    if flag is None:
-        raise SelectionError(f"members accepts true or false (also 1 or 0); got {shown(value)}.")
-    return flag
+    return params.boolean(value, "members", default=True)
 
 
 def parse_by(by: str | None, step: str | None) -> tuple[str, str | None]:

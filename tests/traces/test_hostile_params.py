@@ -98,7 +98,7 @@ def timed_request(client, method: str, address: str):
 
 
 def test_every_route_and_parameter_at_hostile_extremes_is_a_cheap_4xx(api, ready_trace):
-    failures = []
+    failures, costs = [], []
     for method, template, parameters in operations():
         getattr(api, method)(url(template, PATH_VALUES))  # warm: imports, URL resolution
         in_path = [p["name"] for p in parameters if p["in"] == "path"]
@@ -126,6 +126,7 @@ def test_every_route_and_parameter_at_hostile_extremes_is_a_cheap_4xx(api, ready
         # parameter's name, which a 400 must name.
         for case, address, refused in cases:
             response, cpu = timed_request(api, method, address)
+            costs.append((cpu, f"{method.upper()} {template} {case}"))
             status, problem = response.status_code, None
             if status >= 500 or (refused is not False and not 400 <= status < 500):
                 problem = f"status {status}"
@@ -138,6 +139,8 @@ def test_every_route_and_parameter_at_hostile_extremes_is_a_cheap_4xx(api, ready
             if problem:
                 failures.append(f"{method.upper()} {template} {case}: {problem}")
     assert not failures, "\n".join(failures)
+    worst = max(costs)
+    print(f"{len(costs)} hostile requests, the costliest {worst[0] * 1000:.1f} ms of CPU: {worst[1]}")
 
 
 def urlconf_routes() -> dict[str, str]:
