@@ -116,7 +116,8 @@ CHALLENGE = OpenApiParameter(
     description="Always `Bearer`.",
 )
 THROTTLED = error_response(
-    "The token made more requests than its rate allows (CASCADE_API_RATE or the token's own).",
+    "The token made more requests than its rate allows (CASCADE_API_RATE or the token's own), or "
+    "the client's address more without valid credentials than CASCADE_ANON_RATE.",
     "Request was throttled. Expected available in 1 second.",
 )
 
@@ -236,8 +237,8 @@ list_schema = extend_schema(
     description=(
         "Every trace the app has registered, in every state, newest first by created_at (ties by "
         "id). A trace appears as soon as its first file lands in the bucket. The optional filters "
-        "narrow the list; a value a filter cannot read is a 400 that names it, and parameters that "
-        "are not filters are ignored. Without `limit` the answer is every trace (streamed when "
+        "narrow the list; a value a filter cannot read is a 400 that names it, and so is a parameter "
+        "the list does not know (a typo such as `stat=ready` must not answer every trace). Without `limit` the answer is every trace (streamed when "
         "large); with it, a page, and a `Link` header to the next one while rows follow."
     ),
     parameters=[*CACHING_PARAMETERS, *LIST_PAGE_PARAMETERS, CHALLENGE],
@@ -247,7 +248,7 @@ list_schema = extend_schema(
         200: TraceSummarySerializer(many=True),
         304: NOT_MODIFIED,
         400: error_response(
-            "A filter's value cannot be read.",
+            "A filter's value cannot be read, or a parameter is not one the list knows.",
             "sample accepts true or false (also 1 or 0); got 'yes'.",
         ),
         401: UNAUTHORIZED,
@@ -404,7 +405,8 @@ selection_schema = extend_schema(
 # --- simulations ------------------------------------------------------------------------------
 
 SIMULATION_FILTER_400 = error_response(
-    "A filter's value cannot be read.", "state accepts one of uploading, parsing, ready, failed; got 'done'."
+    "A filter's value cannot be read, or a parameter is not one the list knows.",
+    "state accepts one of uploading, parsing, ready, failed; got 'done'.",
 )
 
 trace_simulations_schema = extend_schema(
