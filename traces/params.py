@@ -2,8 +2,8 @@
 a parameter's text into a number, and that refuses text no route can use.
 
 A number is bounded twice before Python computes with it: its text's length (at most
-`NUMBER_CHARS`) and its form (plain decimal digits, an exponent of at most two digits), so that
-`int()` and `Fraction()` see at most a few dozen digits: `1e-10000000` or 10,000 digits are a
+`NUMBER_CHARS`) and its form (plain decimal digits, an exponent of at most three digits), so that
+`int()` and `Fraction()` build at most a thousand-digit integer: `1e-10000000` or 10,000 digits are a
 400 at once, never seconds of CPU (`Fraction("1e-10000000")` builds a ten-million-digit
 integer). Then its range. Every parameter's name and value refuse NUL (PostgreSQL cannot store
 it) and more than `TEXT_CHARS` characters (`check_text`, for every request under /api/).
@@ -24,8 +24,9 @@ TEXT_CHARS = 1000
 # The longest number: 20 digits of an int64 and a sign, or a decimal such as 0.000000001.
 NUMBER_CHARS = 32
 _INTEGER = re.compile(r"[+-]?[0-9]+")
-# Decimal digits and at most a two-digit exponent: no nan, inf, hex, `_` or unicode digits.
-_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,2})?")
+# Decimal digits and at most a three-digit exponent (a float's repr, 5e-324, fits): no nan, inf,
+# hex, `_` or unicode digits.
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
 
 # Parameters every route reads (DRF's renderer choice) besides its own.
 COMMON = ("format",)
@@ -122,7 +123,7 @@ def fraction(
         return default
     text = value.strip()
     if len(text) <= NUMBER_CHARS and text.isascii() and _DECIMAL.fullmatch(text):
-        number = Fraction(text)  # at most NUMBER_CHARS digits and a 2-digit exponent: cheap
+        number = Fraction(text)  # at most NUMBER_CHARS digits and a 3-digit exponent: cheap
         if (low < number if low_open else low <= number) and number <= high:
             return number
     bound = "greater than" if low_open else "at least"

@@ -207,3 +207,13 @@ def test_a_nul_in_step_is_a_400_not_a_database_error(api, ready_trace):
     response = api.get(f"/api/traces/{TRACE}/selection", {"by": "step", "step": "s\x000"})
     assert response.status_code == 400
     assert response.json() == {"detail": "step accepts text without NUL characters; got 's\\x000'."}
+
+
+@pytest.mark.parametrize(
+    ("cover", "status"),
+    [("0.9", 200), (".5", 200), ("1", 200), ("1e-05", 200), ("5e-324", 200), (repr(2**-60), 200),
+     ("1e-1000", 400), ("0", 400), ("1.0000001", 400), ("0x1p-1", 400), ("1/2", 400)],
+)  # fmt: skip
+def test_cover_reads_plain_decimals_as_a_float_s_repr_writes_them(api, ready_trace, cover, status):
+    """The client sends `repr(float(cover))`: every such text in range is read."""
+    assert api.get(f"/api/traces/{TRACE}/selection", {"cover": cover}).status_code == status
