@@ -13,7 +13,10 @@ Every value can be overridden on the command line or with GUNICORN_CMD_ARGS.
 
 import os
 
-bind = os.environ.get("CASCADE_BIND", "0.0.0.0:8000")
+# This host only, unless told otherwise (CASCADE_BIND=0.0.0.0:8000 in a container, behind its
+# proxy): whoever reaches gunicorn directly bypasses the proxy, whose X-Forwarded-For is the only
+# one Cascade believes (CASCADE_TRUSTED_PROXIES, docs/production.md).
+bind = os.environ.get("CASCADE_BIND", "127.0.0.1:8000")
 worker_class = "gthread"
 workers = int(os.environ.get("CASCADE_WEB_WORKERS", 2))
 threads = int(os.environ.get("CASCADE_WEB_THREADS", 16))

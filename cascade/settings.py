@@ -16,6 +16,8 @@ from botocore.config import Config as BotoConfig
 from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
+from cascade.addresses import parse_networks
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("CASCADE_VAR_DIR", BASE_DIR / "var"))
 
@@ -113,6 +115,8 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    # Under /api/: a parameter with NUL or over 1,000 characters is a 400 before any view.
+    "traces.params.QueryTextMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -140,8 +144,9 @@ CONTENT_SECURITY_POLICY = {
 }
 
 # Password logins (the admin's and the browsable API's forms) are throttled by django-axes:
-# CASCADE_LOGIN_FAILURE_LIMIT wrong passwords for one user from one address lock that pair out
-# for CASCADE_LOGIN_COOLOFF_MINUTES. API tokens are throttled by TokenRateThrottle instead.
+# CASCADE_LOGIN_FAILURE_LIMIT wrong passwords for one user from one address (the client's,
+# cascade.addresses) lock that pair out for CASCADE_LOGIN_COOLOFF_MINUTES. API tokens are
+# throttled by TokenRateThrottle instead, requests without a token by AnonAddressThrottle.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
@@ -152,30 +157,21 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 
 
-def axes_client_address(proxies: int) -> dict:
-    """Where django-axes (through django-ipware) reads the client's address from.
-
-    `proxies`: how many proxies in front of Cascade append the address they saw to
-    X-Forwarded-For. The client is the entry that many from the right: entries further left
-    are whatever the client sent, and trusting them would let anyone pick the address a
-    lockout falls on (or lock `admin` out for everyone, keyed on the proxy's address). With
-    no proxy, REMOTE_ADDR alone.
-    """
-    if proxies < 1:
-        return {"AXES_IPWARE_META_PRECEDENCE_ORDER": ["REMOTE_ADDR"], "AXES_IPWARE_PROXY_COUNT": None}
-    return {
-        # X-Forwarded-For shorter than `proxies` (a request that bypassed the proxy): REMOTE_ADDR.
-        "AXES_IPWARE_META_PRECEDENCE_ORDER": ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"],
-        # django-ipware counts the proxies listed in the header: the nearest one is REMOTE_ADDR.
-        "AXES_IPWARE_PROXY_COUNT": proxies - 1,
-        # At least that many entries, more allowed (a client may send its own header).
-        "IPWARE_STRICT": False,
-    }
-
-
-# Behind DJANGO_HTTPS's TLS-terminating proxy: one proxy, unless CASCADE_PROXY_COUNT says more.
-CASCADE_PROXY_COUNT = env_int("CASCADE_PROXY_COUNT", 1 if env_bool("DJANGO_HTTPS") else 0)
-globals().update(axes_client_address(CASCADE_PROXY_COUNT))
+# The client's address, for lockouts and the anonymous throttle (cascade.addresses):
+# X-Forwarded-For is believed only from these proxies (CIDR networks, comma-separated; empty:
+# nobody, so every client is its REMOTE_ADDR).
+CASCADE_TRUSTED_PROXIES = os.environ.get("CASCADE_TRUSTED_PROXIES", "")
+try:
+    parse_networks(CASCADE_TRUSTED_PROXIES)
+except ValueError as problem:
+    raise ImproperlyConfigured(f"CASCADE_TRUSTED_PROXIES: {problem}") from None
+if "CASCADE_PROXY_COUNT" in os.environ:
+    # It trusted X-Forwarded-For from whoever reached gunicorn: refused, not silently ignored.
+    raise ImproperlyConfigured(
+        "CASCADE_PROXY_COUNT is no longer read: set CASCADE_TRUSTED_PROXIES to your proxies' addresses "
+        "(such as 127.0.0.1/32 for nginx on this host; docs/production.md) and unset CASCADE_PROXY_COUNT"
+    )
+AXES_CLIENT_IP_CALLABLE = "cascade.addresses.client_address"
 
 ROOT_URLCONF = "cascade.urls"
 WSGI_APPLICATION = "cascade.wsgi.application"
@@ -372,7 +368,10 @@ REST_FRAMEWORK = {
         "rest_framework.renderers.BrowsableAPIRenderer",
     ],
     "UNAUTHENTICATED_USER": None,
-    "DEFAULT_THROTTLE_CLASSES": ["traces.throttling.TokenRateThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": [
+        "traces.throttling.TokenRateThrottle",
+        "traces.throttling.AnonAddressThrottle",
+    ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
 }
 # The OpenAPI schema (/api/schema) and Swagger UI (/api/docs): public, since they hold no data
@@ -396,6 +395,9 @@ SPECTACULAR_SETTINGS = {
 }
 # Requests one API token may make (a token's own `rate` overrides it); empty: unlimited.
 CASCADE_API_RATE = os.environ.get("CASCADE_API_RATE", "100/second")
+# Requests without valid credentials one client address may make (the index, the schema, 401s;
+# traces.throttling.AnonAddressThrottle); empty: unlimited.
+CASCADE_ANON_RATE = os.environ.get("CASCADE_ANON_RATE", "120/minute")
 # Throttle counts (and anything else cached) shared by every web worker: Redis in production.
 CASCADE_CACHE_URL = os.environ.get("CASCADE_CACHE_URL", "")
 CACHES = {

@@ -11,19 +11,28 @@ from django.views import defaults
 
 from cascade.logs import current_request_id
 
-ROUTES = (
-    "the API's routes are /api/traces, /api/traces/{trace_id}, its /summary, /selection, /files, "
-    "/kernels.csv and /simulations[/{name}], /api/traces/{a}/compare/{b}, /api/simulations[/accuracy]; "
-    "/api/docs describes them"
-)
-
 
 def api_not_found(request, path: str = ""):
-    """Any /api/ path no route matches. `traces/a/b` (a `%2F` in an id) is a trace that cannot exist."""
-    rest = path.removeprefix("traces/").rstrip("/")
-    if path.startswith("traces/") and rest:
-        return JsonResponse({"detail": f"trace {rest} not found"}, status=404)
-    return JsonResponse({"detail": f"not found: {request.path} ({ROUTES})"}, status=404)
+    """Any /api/ path no route matches: which routes there are (from the OpenAPI schema, so a
+    new route is listed without a line here). Under a trace (`traces/ID/steps`, or an id with a
+    `%2F`, which no trace id holds) the routes under a trace: the route is missing, not the trace."""
+    from traces.openapi import api_paths, routes_under_a_trace  # the schema imports the views
+
+    if path.startswith("traces/") and "/" in path.removeprefix("traces/").rstrip("/"):
+        return JsonResponse(
+            {
+                "detail": f"no such route: {request.path} (the routes under /api/traces/{{trace_id}} are "
+                f"{', '.join(routes_under_a_trace())}; a trace id holds no /)"
+            },
+            status=404,
+        )
+    return JsonResponse(
+        {
+            "detail": f"no such route: {request.path} (the API's routes are {', '.join(api_paths())}; "
+            "/api/ lists them with links, /api/docs describes them)"
+        },
+        status=404,
+    )
 
 
 def server_error(request, *args, **kwargs):

@@ -1,10 +1,10 @@
 """The query parameters that narrow `GET /api/traces` and `GET /api/simulations`: django-filter
 FilterSets.
 
-Every filter is optional and an absent or empty one narrows nothing; parameters that are not
-filters (`format`, a script's own) are ignored. A value a filter cannot read is a 400 whose
-`detail` names the parameter and what it accepts, never a silently unfiltered list: a script
-asking for `sample=yes` must not get every trace.
+Every filter is optional and an absent or empty one narrows nothing. A parameter the list does
+not know (`stat=ready`, a typo) is a 400 naming it and the parameters allowed, and a value a
+filter cannot read is a 400 whose `detail` names the parameter and what it accepts: never a
+silently unfiltered list (a script asking for `sample=yes` must not get every trace).
 
 `created_after` is inclusive and `created_before` exclusive, so that consecutive windows
 (`created_after=A&created_before=B`, then `created_after=B&...`) list each trace once.
@@ -20,10 +20,9 @@ import orjson
 from django import forms
 from django.core.exceptions import ValidationError
 from django.http import QueryDict
-from rest_framework import status
-from rest_framework.exceptions import APIException
 
 from traces.models import Simulation, Trace, TraceState
+from traces.params import BOOLEANS, InvalidFilter, check_known, integer, shown
 
 # What each parameter accepts, in the words of a 400's detail (and of the OpenAPI schema).
 ACCEPTS = {
@@ -43,17 +42,10 @@ ACCEPTS = {
 }
 
 
-class InvalidFilter(APIException):
-    """A 400 with `{"detail": "<sentence>"}`, as every error of the API reference."""
-
-    status_code = status.HTTP_400_BAD_REQUEST
-    default_code = "invalid_filter"
-
-
 class StrictBooleanField(forms.Field):
     """true/false, 1/0 in any case: unlike NullBooleanField, anything else is an error, not None."""
 
-    VALUES = {"true": True, "1": True, "false": False, "0": False}
+    VALUES = BOOLEANS
 
     def to_python(self, value):
         if value in self.empty_values:
@@ -112,8 +104,10 @@ class TraceFilter(django_filters.FilterSet):
 def trace_filters(params: QueryDict) -> TraceFilter:
     """The filters `params` asks for, validated; InvalidFilter (a 400) names every bad one.
 
-    Validating reads nothing from the database: the list stays one query.
+    Validating reads nothing from the database: the list stays one query. A parameter that is
+    neither a filter nor a page's (`limit`, `after`) is refused first.
     """
+    check_known(params, [*TraceFilter.base_filters, *PAGE_ACCEPTS])
     filters = TraceFilter(params, queryset=Trace.objects.none())
     if not filters.is_valid():
         raise InvalidFilter(
@@ -148,8 +142,10 @@ class SimulationFilter(django_filters.FilterSet):
     )
 
 
-def simulation_filters(params: QueryDict) -> SimulationFilter:
-    """The filters `params` asks for, validated as `trace_filters` does (a 400 names every bad one)."""
+def simulation_filters(params: QueryDict, also: tuple[str, ...] = ()) -> SimulationFilter:
+    """The filters `params` asks for, validated as `trace_filters` does (a 400 names every bad
+    one); `also`: the other parameters the route reads (`accuracy`'s `by`)."""
+    check_known(params, [*SimulationFilter.base_filters, *also])
     filters = SimulationFilter(params, queryset=Simulation.objects.none())
     if not filters.is_valid():
         raise InvalidFilter(
@@ -217,10 +213,10 @@ def trace_list_page(params: QueryDict) -> ListPage:
     if repeated:  # which one would count is anyone's guess: refused, not picked
         raise InvalidFilter(" ".join(f"{name} is given more than once." for name in repeated))
     errors, limit, after = [], None, None
-    if raw := params.get("limit"):
-        limit = int(raw) if raw.isascii() and raw.isdigit() else 0
-        if not 1 <= limit <= LIMIT_MAX:
-            errors.append("limit")
+    try:
+        limit = integer(params.get("limit"), "limit", low=1, high=LIMIT_MAX)
+    except InvalidFilter:
+        errors.append("limit")
     if raw := params.get("after"):
         try:
             after = decode_cursor(raw)
@@ -242,8 +238,3 @@ def filters_key(filters: TraceFilter) -> str:
         for name, value in sorted(filters.form.cleaned_data.items())
         if value is not None and value != ""
     )
-
-
-def shown(value: str, limit: int = 80) -> str:
-    """The value as the client sent it, quoted, and cut short: a detail is a sentence."""
-    return repr(value if len(value) <= limit else value[:limit] + "...")

@@ -12,11 +12,22 @@ UI still takes a token ("Authorize"). Only the Bearer scheme is described: opera
 sessions also work on these URLs, for the browsable API's HTML, which is not the contract.
 """
 
+import threading
+
 from django import forms
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+from django.utils import translation
+from django.utils.html import format_html
 from drf_spectacular.contrib.django_filters import DjangoFilterExtension
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from traces import accuracy, analysis, http, selection
 from traces.api_examples import (
@@ -112,7 +123,8 @@ CHALLENGE = OpenApiParameter(
     description="Always `Bearer`.",
 )
 THROTTLED = error_response(
-    "The token made more requests than its rate allows (CASCADE_API_RATE or the token's own).",
+    "The token made more requests than its rate allows (CASCADE_API_RATE or the token's own), or "
+    "the client's address more without valid credentials than CASCADE_ANON_RATE.",
     "Request was throttled. Expected available in 1 second.",
 )
 
@@ -232,8 +244,8 @@ list_schema = extend_schema(
     description=(
         "Every trace the app has registered, in every state, newest first by created_at (ties by "
         "id). A trace appears as soon as its first file lands in the bucket. The optional filters "
-        "narrow the list; a value a filter cannot read is a 400 that names it, and parameters that "
-        "are not filters are ignored. Without `limit` the answer is every trace (streamed when "
+        "narrow the list; a value a filter cannot read is a 400 that names it, and so is a parameter "
+        "the list does not know (a typo such as `stat=ready` must not answer every trace). Without `limit` the answer is every trace (streamed when "
         "large); with it, a page, and a `Link` header to the next one while rows follow."
     ),
     parameters=[*CACHING_PARAMETERS, *LIST_PAGE_PARAMETERS, CHALLENGE],
@@ -243,7 +255,7 @@ list_schema = extend_schema(
         200: TraceSummarySerializer(many=True),
         304: NOT_MODIFIED,
         400: error_response(
-            "A filter's value cannot be read.",
+            "A filter's value cannot be read, or a parameter is not one the list knows.",
             "sample accepts true or false (also 1 or 0); got 'yes'.",
         ),
         401: UNAUTHORIZED,
@@ -400,7 +412,8 @@ selection_schema = extend_schema(
 # --- simulations ------------------------------------------------------------------------------
 
 SIMULATION_FILTER_400 = error_response(
-    "A filter's value cannot be read.", "state accepts one of uploading, parsing, ready, failed; got 'done'."
+    "A filter's value cannot be read, or a parameter is not one the list knows.",
+    "state accepts one of uploading, parsing, ready, failed; got 'done'.",
 )
 
 trace_simulations_schema = extend_schema(
@@ -693,3 +706,90 @@ def finish_schema(result, generator, request, public):
                 name: {"value": value, "summary": summary}
             }
     return result
+
+
+# --- the schema, built once per process ---------------------------------------------------------
+
+_schemas: dict[tuple, dict] = {}
+_schemas_lock = threading.Lock()
+
+
+def api_schema(version: str | None = None) -> dict:
+    """The OpenAPI schema, generated once per process (and API version, and language): it
+    depends on the code alone, and a build costs 60-80 ms of CPU that every `/api/schema`
+    request paid. Built without a request: it names no host."""
+    key = (version, translation.get_language())
+    with _schemas_lock:  # one build, not one per thread that asks at start-up
+        if key not in _schemas:
+            _schemas[key] = SchemaGenerator(api_version=version).get_schema(request=None, public=True)
+        return _schemas[key]
+
+
+@receiver(setting_changed)
+def forget_schemas(**kwargs) -> None:
+    """A test that changes a setting gets the schema those settings give."""
+    with _schemas_lock:
+        _schemas.clear()
+
+
+class CachedSchemaView(SpectacularAPIView):
+    """`/api/schema`: drf-spectacular's view, answering the schema `api_schema` keeps."""
+
+    def _get_schema_response(self, request):
+        version = self.api_version or request.version or self._get_version_parameter(request)
+        return Response(
+            data=api_schema(version),
+            headers={"Content-Disposition": f'inline; filename="{self._get_filename(request, version)}"'},
+        )
+
+
+def api_paths() -> list[str]:
+    """Every route the schema describes, sorted: `/api/traces`, `/api/traces/{trace_id}`, ..."""
+    return sorted(api_schema()["paths"])
+
+
+TRACE_ROUTE = "/api/traces/{trace_id}"
+
+
+def routes_under_a_trace() -> list[str]:
+    """What follows `/api/traces/{trace_id}` in its routes: `/compare/{other_id}`, `/files`, ..."""
+    return [path.removeprefix(TRACE_ROUTE) for path in api_paths() if path.startswith(TRACE_ROUTE + "/")]
+
+
+class ApiIndexView(APIView):
+    """`/api/`: the routes, each with its methods, summary and a link (the browsable API renders
+    the links). Public, as the schema: it holds no data."""
+
+    permission_classes = [AllowAny]
+
+    def get_view_name(self):
+        return "Cascade API"
+
+    def get_view_description(self, html=False):
+        text = "The routes of the API; Authorization: Bearer <token> for each (not for this index)."
+        return format_html("<p>{}</p>", text) if html else text
+
+    @extend_schema(exclude=True)  # not a route of the reference: the index of those that are
+    def get(self, request):
+        paths = api_schema()["paths"]
+        origin = request.build_absolute_uri("/").removesuffix("/")
+        routes = [
+            {
+                "path": path,
+                # `{trace_id}` left as written (not %7B...%7D): a template to fill in.
+                "url": origin + path,
+                "methods": [method.upper() for method in item if method in HTTP_METHODS],
+                "summary": next((item[m].get("summary", "") for m in item if m in HTTP_METHODS), ""),
+            }
+            for path, item in sorted(paths.items())
+        ]
+        return Response(
+            {
+                "routes": routes,
+                "schema": origin + "/api/schema",
+                "docs": origin + "/api/docs",
+            }
+        )
+
+
+HTTP_METHODS = ("get", "put", "post", "delete", "patch", "head")

@@ -32,7 +32,9 @@ import orjson
 from django.db import transaction
 
 from cascade.db_routers import read_connection
+from traces import params
 from traces.models import NO_DEVICE, KernelContext, KernelName, Step, Trace
+from traces.params import shown
 
 BY_UNIQUE = "unique"
 BY_STEP = "step"
@@ -101,30 +103,16 @@ class Selection:
 # --- parameters ----------------------------------------------------------------------------------
 
 
-def shown(value: str, limit: int = 80) -> str:
-    return repr(value if len(value) <= limit else value[:limit] + "...")
-
-
 def parse_cover(value: str | None) -> Fraction:
-    """`cover` as an exact fraction in (0, 1]: `0.9` is 9/10, so that the cut is exact."""
-    if value is None:
-        return Fraction(1)
-    try:
-        cover = Fraction(value.strip())
-    except (ValueError, ZeroDivisionError):
-        cover = None
-    if cover is None or not 0 < cover <= 1:
-        raise SelectionError(f"cover accepts a number greater than 0 and at most 1; got {shown(value)}.")
-    return cover
+    """`cover` as an exact fraction in (0, 1]: `0.9` is 9/10, so that the cut is exact. Its text
+    is bounded before it is a Fraction (`traces.params`): `1e-10000000` is refused at once."""
+    return params.fraction(
+        value, "cover", low=Fraction(0), high=Fraction(1), low_open=True, default=Fraction(1)
+    )
 
 
 def parse_members(value: str | None) -> bool:
-    if value is None:
-        return True
-    flag = {"true": True, "1": True, "false": False, "0": False}.get(value.strip().lower())
-    if flag is None:
-        raise SelectionError(f"members accepts true or false (also 1 or 0); got {shown(value)}.")
-    return flag
+    return params.boolean(value, "members", default=True)
 
 
 def parse_by(by: str | None, step: str | None) -> tuple[str, str | None]:

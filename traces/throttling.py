@@ -1,4 +1,5 @@
-"""How many requests an API token may make: CASCADE_API_RATE, or the token's own rate.
+"""How many requests an API token may make: CASCADE_API_RATE, or the token's own rate; and
+how many requests without valid credentials one address may make: CASCADE_ANON_RATE.
 
 A rate is DRF's grammar, `<requests>/<period>`, with the periods DRF documents (s, sec, m,
 min, h, hour, d, day) and the words our help texts use (second, minute). It is checked where
@@ -14,8 +15,9 @@ from django.conf import settings
 from django.core import checks
 from rest_framework.throttling import SimpleRateThrottle
 
-from traces.filters import shown
+from cascade.addresses import client_address
 from traces.models import ApiToken
+from traces.params import shown
 
 logger = logging.getLogger(__name__)
 
@@ -83,13 +85,55 @@ class TokenRateThrottle(SimpleRateThrottle):
         return self.cache_format % {"scope": self.scope, "ident": request.auth.pk}
 
 
+class AnonAddressThrottle(SimpleRateThrottle):
+    """Requests without valid credentials, per client address (`cascade.addresses`: the
+    real client behind CASCADE_TRUSTED_PROXIES, never a forged X-Forwarded-For): DRF's
+    AnonRateThrottle keyed on that address, at CASCADE_ANON_RATE.
+
+    A request is counted once, by whichever asks first: the authentication step, for a request
+    that will be a 401 (DRF checks permissions, which refuse it, before throttles: a guessed
+    token would never be counted), or DRF's throttles, for the public routes (the index, the
+    schema). Token holders and logged-in operators are not counted here.
+    """
+
+    scope = "anon"
+
+    def get_rate(self) -> str | None:
+        return settings.CASCADE_ANON_RATE or None
+
+    def parse_rate(self, rate: str | None) -> tuple[int | None, int | None]:
+        if rate is not None:
+            validate_rate(rate)
+        return super().parse_rate(rate)
+
+    def get_cache_key(self, request, view):
+        return self.cache_format % {"scope": self.scope, "ident": client_address(request) or "-"}
+
+    def allow_request(self, request, view):
+        user = getattr(request, "user", None)
+        if user is not None and user.is_authenticated:
+            return True
+        return self.allow_anonymous(request, view)
+
+    def allow_anonymous(self, request, view=None) -> bool:
+        """The check for a request known to carry no valid credentials (reads no `request.user`)."""
+        marked = getattr(request, "_request", request)
+        if getattr(marked, "cascade_anonymous_counted", False):
+            return True
+        marked.cascade_anonymous_counted = True
+        return super().allow_request(request, view)
+
+
 @checks.register(checks.Tags.security)
 def check_api_rate(app_configs, **kwargs) -> list[checks.CheckMessage]:
-    """A CASCADE_API_RATE the throttle cannot read would fail every token's requests: refuse to start."""
-    if not settings.CASCADE_API_RATE:
-        return []
-    try:
-        validate_rate(settings.CASCADE_API_RATE)
-    except ValueError as problem:
-        return [checks.Error(f"CASCADE_API_RATE: {problem}", id="cascade.E001")]
-    return []
+    """A CASCADE_API_RATE or CASCADE_ANON_RATE the throttle cannot read would fail every
+    request it counts: refuse to start."""
+    errors = []
+    for name in ("CASCADE_API_RATE", "CASCADE_ANON_RATE"):
+        if not getattr(settings, name):
+            continue
+        try:
+            validate_rate(getattr(settings, name))
+        except ValueError as problem:
+            errors.append(checks.Error(f"{name}: {problem}", id="cascade.E001"))
+    return errors

@@ -1,8 +1,9 @@
 from django.urls import re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from drf_spectacular.views import SpectacularSwaggerSplitView
 from rest_framework.routers import SimpleRouter
 
 from traces.errors import api_not_found
+from traces.openapi import ApiIndexView, CachedSchemaView
 from traces.views import SimulationUploadViewSet, SimulationViewSet, TraceDownloadsViewSet, TraceViewSet
 
 router = SimpleRouter()
@@ -16,11 +17,14 @@ router.register("simulations", SimulationViewSet, basename="simulation")
 router.register("traces", SimulationUploadViewSet, basename="trace-uploads")
 
 urlpatterns = [
+    # `/api/`: an index of the routes, with links (public, as the schema).
+    re_path(r"^$", ApiIndexView.as_view(), name="api-index"),
     *router.urls,
-    # The OpenAPI schema and Swagger UI, public (traces.openapi says why), with or without a slash.
-    re_path(r"^schema/?$", SpectacularAPIView.as_view(), name="schema"),
+    # The OpenAPI schema (built once per process) and Swagger UI, public (traces.openapi says
+    # why), with or without a slash.
+    re_path(r"^schema/?$", CachedSchemaView.as_view(), name="schema"),
     # Its start-up script from `?script`, not inline: the Content-Security-Policy runs no inline script.
     re_path(r"^docs/?$", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="swagger-ui"),
     # Last: whatever else is asked of /api/ gets a JSON 404, not Django's HTML page.
-    re_path(r"^(?P<path>.*)$", api_not_found),
+    re_path(r"^(?P<path>.*)$", api_not_found, name="api-not-found"),
 ]

@@ -364,7 +364,7 @@ class SimulationViewSet(viewsets.ViewSet):
         by = request.query_params.get("by", accuracy.ACCURACY_BY[0])
         if by not in accuracy.ACCURACY_BY:
             raise ParseError(f"by must be one of {', '.join(accuracy.ACCURACY_BY)}, not {shown(by)}")
-        filters = simulation_filters(request.query_params)
+        filters = simulation_filters(request.query_params, also=("by",))
         rows = accuracy.accuracy_by(by, filters.filter_queryset(Simulation.objects.all()))
         return self.json_or_browsable(request, rows)
 

@@ -46,6 +46,8 @@ def test_production_settings_pass_check_deploy(tmp_path):
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "CASCADE_"))},
         "DJANGO_HTTPS": "1",
+        # Behind the documented nginx on this host (without it, check --deploy warns: cascade.W001).
+        "CASCADE_TRUSTED_PROXIES": "127.0.0.1/32",
         "DJANGO_SECRET_KEY": "x" * 20 + "-production-secret-key-with-enough-entropy-0123456789",
         "DJANGO_ALLOWED_HOSTS": "cascade.example.org",
         "CASCADE_VAR_DIR": str(tmp_path),

@@ -434,7 +434,7 @@ def fuzzed_api(db, demo, api_token, settings):
     no rate limit, so that no answer is a 429."""
     from cascade.wsgi import application
 
-    settings.CASCADE_API_RATE = ""
+    settings.CASCADE_API_RATE = settings.CASCADE_ANON_RATE = ""
     # As Django's test client does: a request must not close the test's connection (and its
     # transaction) when it ends.
     request_started.disconnect(close_old_connections)
