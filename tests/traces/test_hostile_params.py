@@ -91,10 +91,18 @@ def typed(parameter: dict) -> bool:
     return schema.get("type") in {"integer", "number", "boolean"} or "enum" in schema or "format" in schema
 
 
-def timed_request(client, method: str, address: str):
-    start = time.process_time()
-    response = getattr(client, method)(address)
-    return response, time.process_time() - start
+def timed_request(client, method: str, address: str, tries: int = 3):
+    """The answer and the least CPU time of up to `tries` requests: a request past the budget is
+    asked again, so that a garbage collection or a loaded machine is not taken for a costly
+    parameter (a costly one costs as much every time)."""
+    least = float("inf")
+    for _ in range(tries):
+        start = time.process_time()
+        response = getattr(client, method)(address)
+        least = min(least, time.process_time() - start)
+        if least <= CPU_BUDGET_S:
+            break
+    return response, least
 
 
 def test_every_route_and_parameter_at_hostile_extremes_is_a_cheap_4xx(api, ready_trace):
