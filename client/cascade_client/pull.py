@@ -110,9 +110,9 @@ def pull(
         raise DestinationInUse(f"{dest} is a file, not a folder: pull into a folder")
     listing = client.files(trace_id)
     _check_ready(trace_id, listing)
-    _claim(dest, trace_id, client.url, force)
-    selection = client.selection(trace_id, select, cover=cover) if select else None
     entries = [_checked(entry) for entry in listing["files"]]
+    selection = client.selection(trace_id, select, cover=cover) if select else None
+    _claim(dest, trace_id, client.url, force)
     paths = [entry["path"] for entry in entries]
     layout, lists = kernelslist.source_lists(paths)
 
@@ -431,7 +431,12 @@ def _download(http: httpx.Client, entry: dict, path: Path, progress, stop: threa
     try:
         with http.stream("GET", entry["url"], headers=headers) as response:
             status = response.status_code
-            if status in (403, 404, 412):
+            if status == 412:  # If-Match failed: S3 sends no byte of the new object
+                raise FileChanged(
+                    f"{entry['path']} changed in the bucket since the listing (412: its ETag is no "
+                    "longer the listed one); run the pull again"
+                )
+            if status in (403, 404):
                 raise FileChanged(
                     f"{entry['path']}: the bucket answered {status} for its link: the file "
                     "changed or went since the listing, or the link expired; run the pull again"

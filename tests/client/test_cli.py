@@ -99,6 +99,14 @@ def test_a_file_changed_in_the_bucket_is_status_7(run, fake, tmp_path):
     assert status == 7
     assert err.splitlines()[-1] == (
         "cascade: configs/trace.config changed in the bucket since the listing "
+        "(412: its ETag is no longer the listed one); run the pull again"
+    )
+    # A multipart object's ETag says nothing of a change its size shows.
+    fake.multipart.add("configs/trace.config")
+    status, _, err = run("pull", "opt", str(tmp_path))
+    assert status == 7
+    assert err.splitlines()[-1] == (
+        "cascade: configs/trace.config changed in the bucket since the listing "
         f"({len(fake.objects['configs/trace.config'])} bytes, listed {len(fake.listed['configs/trace.config'])}); "
         "run the pull again"
     )
