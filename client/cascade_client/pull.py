@@ -106,8 +106,7 @@ def pull(
     trace files the run lacks (unless `allow_missing`: then they are in `warnings`),
     FileChanged, Unreachable; KeyboardInterrupt stops at once, leaving `.part` files."""
     dest = Path(dest if dest is not None else trace_id).absolute()
-    if dest.exists() and not dest.is_dir():
-        raise DestinationInUse(f"{dest} is a file, not a folder: pull into a folder")
+    _check_folder(dest)
     listing = client.files(trace_id)
     _check_ready(trace_id, listing)
     entries = [_checked(entry) for entry in listing["files"]]
@@ -169,9 +168,9 @@ def pull(
         )
     missing = kernelslist.missing(lines, paths)
     if missing:
-        named = lists[0] if len(lists) == 1 else "the kernel lists"
+        named = f"{lists[0]} names" if len(lists) == 1 else "the kernel lists name"
         what = (
-            f"{named} names {len(missing)} instruction trace file{'s' * (len(missing) != 1)} that the run "
+            f"{named} {len(missing)} instruction trace file{'s' * (len(missing) != 1)} that the run "
             f"lacks: {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}"
         )
         raw = [name for name in missing if kernelslist.trace_stem(name) in on_disk]
@@ -238,6 +237,16 @@ def _check_ready(trace_id: str, listing: dict) -> None:
     raise NotReady(
         f"trace {trace_id} is {state}" + (f": {error}" if error else "") + f"; nothing pulled ({hint})"
     )
+
+
+def _check_folder(dest: Path) -> None:
+    """A folder, or one that can be made: neither it nor its nearest existing parent a file."""
+    for folder in (dest, *dest.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                where = "" if folder == dest else f": cannot pull into {dest}"
+                raise DestinationInUse(f"{folder} is a file, not a folder{where or ': pull into a folder'}")
+            return
 
 
 def _claim(dest: Path, trace_id: str, server: str, force: bool) -> None:
