@@ -96,3 +96,36 @@ def test_the_first_ctrl_c_stops_every_download_at_once_leaving_part_files(tmp_pa
     assert all(part.exists() for part in parts)
     assert not any((dest / path).exists() for path in slow)
     assert out == ""
+
+
+def test_the_shell_recipe_in_the_api_docs_stays_in_its_folder_whatever_the_listing(tmp_path):
+    """docs/api.md's curl and jq recipe, run by bash as written, against a listing of hostile
+    paths (the server refuses to list them; the recipe must not trust that)."""
+    import re
+    import shutil
+
+    if not (shutil.which("jq") and shutil.which("curl") and shutil.which("bash")):
+        pytest.skip("the recipe needs bash, curl and jq")
+    docs = (ROOT / "docs/api.md").read_text()
+    (recipe,) = re.findall(r"By hand .*?```sh\n(.*?)```", docs, re.S)
+    body = b"-gpgpu_n_clusters 1\n"
+    etag = f'"{hashlib.md5(body).hexdigest()}"'
+    hostile = ["../x", "a/../../y", "/tmp/z", "C:\\Windows\\x.dll", "a\\..\\..\\w", "q\tr", "./s", "t/.."]
+    files = {"configs/gpgpusim.config": File(body, etag=etag), **{path: File(b"owned") for path in hostile}}
+    work = tmp_path / "work"
+    work.mkdir()
+    with HostileServer("demo", files) as server:
+        done = subprocess.run(
+            ["bash", "-c", recipe],
+            cwd=work,
+            env={"PATH": os.environ["PATH"], "CASCADE_URL": server.url, "TOKEN": "cas_test"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert done.returncode == 0, done.stderr
+    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert written == ["work/demo/configs/gpgpusim.config"]
+    assert (work / "demo/configs/gpgpusim.config").read_bytes() == body
+    assert files["configs/gpgpusim.config"].headers["If-Match"] == etag
+    assert all(files[path].sent == 0 for path in hostile)
