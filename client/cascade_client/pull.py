@@ -292,6 +292,11 @@ def _checked(entry: dict) -> dict:
         )
     if not isinstance(entry.get("bytes"), int) or isinstance(entry["bytes"], bool) or entry["bytes"] < 0:
         raise CascadeError(f"the server listed {entry['path']} without a size; nothing more pulled")
+    etag = entry.get("etag")
+    if etag is not None and not (isinstance(etag, str) and all(" " <= char <= "~" for char in etag)):
+        raise CascadeError(
+            f"the server listed {entry['path']} with an ETag no bucket sends; nothing more pulled"
+        )
     return entry
 
 
