@@ -422,18 +422,32 @@ def test_plain_relative_paths_pass(path):
     assert path_problem(path) is None
 
 
-def test_hostile_keys_are_neither_listed_nor_signed_and_the_answer_names_them(api, s3, db):
+def test_hostile_keys_are_neither_listed_nor_signed_and_the_answer_names_them(api, make_trace, s3):
+    """A trace's recorded listing (as one recorded before ingestion left such keys out) holding
+    keys whose paths would leave a client's folder: `/files` signs none of them."""
+    prefix = f"{PREFIX}hostile/"
+    plain = {"key": f"{prefix}configs/gpgpusim.config", "bytes": 21, "etag": '"0"'}
+    hostile = [*HOSTILE_KEYS, "a/b:stream"]
+    make_trace(
+        "hostile",
+        state=TraceState.READY,
+        files=[plain, *({"key": prefix + path, "bytes": 7, "etag": '"1"'} for path in hostile)],
+    )
+    answer = api.get("/api/traces/hostile/files").json()
+    assert [item["path"] for item in answer["files"]] == ["configs/gpgpusim.config"]
+    refused = {item["key"].removeprefix(prefix): item["reason"] for item in answer["refused"]}
+    assert set(refused) == set(hostile)
+    assert all(reason.startswith("not listed: its path has ") for reason in refused.values())
+
+
+def test_hostile_keys_uploaded_are_never_listed(api, s3, db):
     files = {"configs/gpgpusim.config": b"-gpgpu_n_clusters 46\n"}
     # Keys S3 accepts (moto refuses NUL in a key; the rule for it is tested above).
     hostile = ["C:\\Windows\\x.dll", "\\\\server\\share\\x", "a\\..\\..\\win.txt", "a/../../x", "x\x1b[2J"]
-    upload_run(s3, "hostile", files, listed=None, extra={name: b"payload" for name in hostile})
+    upload_run(s3, "hostile-up", files, listed=None, extra={name: b"payload" for name in hostile})
     poll_bucket()
-    answer = api.get("/api/traces/hostile/files").json()
+    answer = api.get("/api/traces/hostile-up/files").json()
     assert [item["path"] for item in answer["files"]] == ["configs/gpgpusim.config", "metadata.json"]
-    refused = {item["key"].removeprefix(f"{PREFIX}hostile/"): item["reason"] for item in answer["refused"]}
-    assert set(refused) == set(hostile)
-    assert all(reason.startswith("not listed: its path has ") for reason in refused.values())
-    assert "payload" not in str(answer["files"])
 
 
 def test_a_failed_trace_says_so_with_its_error(api, make_trace):
