@@ -43,7 +43,7 @@ from cascade_client.errors import (
     Unreachable,
 )
 from cascade_client.paths import path_problem
-from cascade_client.progress import Silent
+from cascade_client.progress import Progress, Silent
 
 MD5_ETAG = re.compile(r'^"([0-9a-fA-F]{32})"$')  # multipart ETags carry "-<parts>": no MD5
 CHUNK = 64 * 1024  # a stop (a failure elsewhere, Ctrl-C) is seen within a chunk
@@ -152,36 +152,24 @@ def pull(
 
     # The lists first: what they name says whether the run is whole, before the large files.
     first = [e for e in wanted if e["path"] in lists]
-    _download_all(client, first, dest, local, jobs, progress, result)
-
-    # The kernel list the simulator reads.
-    sources = [(dest / local(path)).read_text() for path in lists]
-    lines = [line for text in sources for line in kernelslist.selected(kernelslist.lines_of(text), stems)]
-    if not lists and selection is not None:  # a run without lists: the traced representatives, in run order
-        lines = sorted(
-            (
-                g["representative"]["trace_file"]
-                for g in selection["groups"]
-                if kernelslist.trace_stem(g["representative"].get("trace_file") or "") in on_disk
-            ),
-            key=lambda name: _launch_order(selection, name),
-        )
-    missing = kernelslist.missing(lines, paths)
-    if missing:
-        named = f"{lists[0]} names" if len(lists) == 1 else "the kernel lists name"
-        what = (
-            f"{named} {len(missing)} instruction trace file{'s' * (len(missing) != 1)} that the run "
-            f"lacks: {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}"
-        )
-        raw = [name for name in missing if kernelslist.trace_stem(name) in on_disk]
-        if raw:
-            what += f" ({len(raw)} of them only as raw .trace files: post-process them first)"
-        if not allow_missing:
-            raise MissingTraceFiles(f"{what}; nothing else pulled (--allow-missing pulls the rest)")
-        result.warnings.append(what)
-    result.missing = missing
-
-    _download_all(client, [e for e in wanted if e["path"] not in lists], dest, local, jobs, progress, result)
+    if progress is None:
+        progress = Silent()
+    elif progress is True:
+        progress = Progress(len(wanted), sum(e["bytes"] for e in wanted))
+    try:
+        _download_all(client, first, dest, local, jobs, progress, result)
+        lines = _kernel_lines([(dest / local(path)).read_text() for path in lists], stems, selection, on_disk)
+        missing = kernelslist.missing(lines, paths)
+        if missing:
+            what = _missing(missing, lists, on_disk)
+            if not allow_missing:
+                raise MissingTraceFiles(f"{what}; nothing else pulled (--allow-missing pulls the rest)")
+            result.warnings.append(what)
+        result.missing = missing
+        rest = [e for e in wanted if e["path"] not in lists]
+        _download_all(client, rest, dest, local, jobs, progress, result)
+    finally:
+        progress.close()
 
     simulated = dest / kernelslist.POSTPROCESSED_LIST
     if layout == "raw" and (lists or selection is not None):
@@ -221,6 +209,34 @@ def pull(
         },
     )
     return result
+
+
+def _kernel_lines(sources: list[str], stems: set | None, selection: dict | None, on_disk: set) -> list[str]:
+    """The kernel list the simulator reads: the run's lists' lines (the selected launches only,
+    with a selection), or for a run without lists the traced representatives, in run order."""
+    lines = [line for text in sources for line in kernelslist.selected(kernelslist.lines_of(text), stems)]
+    if not sources and selection is not None:
+        lines = sorted(
+            (
+                g["representative"]["trace_file"]
+                for g in selection["groups"]
+                if kernelslist.trace_stem(g["representative"].get("trace_file") or "") in on_disk
+            ),
+            key=lambda name: _launch_order(selection, name),
+        )
+    return lines
+
+
+def _missing(missing: list[str], lists: list[str], on_disk: set) -> str:
+    named = f"{lists[0]} names" if len(lists) == 1 else "the kernel lists name"
+    what = (
+        f"{named} {len(missing)} instruction trace file{'s' * (len(missing) != 1)} that the run "
+        f"lacks: {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}"
+    )
+    raw = [name for name in missing if kernelslist.trace_stem(name) in on_disk]
+    if raw:
+        what += f" ({len(raw)} of them only as raw .trace files: post-process them first)"
+    return what
 
 
 def _check_ready(trace_id: str, listing: dict) -> None:
@@ -371,21 +387,16 @@ def _download_all(client, entries, dest, local, jobs, progress, result) -> None:
     """`entries` into `dest`, `jobs` at a time, on daemon threads: the first failure stops the
     others at their next chunk, and so does Ctrl-C, at once (a thread stuck in a read is left
     behind, never waited for), leaving `.part` files for the next run to fetch again."""
-    from cascade_client.progress import Progress
-
     todo = []
     for entry in entries:
         path = dest / local(entry["path"])
         if complete(path, entry):
             result.skipped += 1
+            progress.file_done(entry["path"], entry["bytes"], skipped=True)
         else:
             todo.append((entry, path))
     if not todo:
         return
-    if progress is None:
-        progress = Silent()
-    elif progress is True:
-        progress = Progress(len(todo), sum(e["bytes"] for e, _ in todo))
     stop = threading.Event()
     queue = list(reversed(todo))
     lock = threading.Lock()
@@ -421,10 +432,8 @@ def _download_all(client, entries, dest, local, jobs, progress, result) -> None:
             finished.acquire()
     except BaseException:  # Ctrl-C: the threads stop at their next chunk; none is waited for
         stop.set()
-        progress.close()
         raise
     http.close()
-    progress.close()
     if failures:
         raise failures[0]
     result.downloaded += len(todo)
