@@ -134,6 +134,10 @@ def show(cascade: Cascade, args) -> None:
         ("size", size(trace["bytes"] or 0)),
         ("created", trace["created_at"]),
     ]
+    if trace.get("waiting_for"):  # an uploading trace: what it waits for (servers since issue 30)
+        fields.append(("waiting for", trace["waiting_for"]))
+    for warning in trace.get("warnings") or []:
+        fields.append(("warning", f"{warning.get('file')}: {warning.get('what')}"))
     if trace["state"] != "ready":
         print_fields(fields + [("kernels", "none yet: the trace is not ready")])
         return

@@ -359,3 +359,17 @@ def test_visible_escapes_every_control_character_and_keeps_the_rest():
     assert visible("a\tb\nc\x00\x7f") == "a\\x09b\\x0ac\\x00\\x7f"
     assert visible("a\nb", keep="\n") == "a\nb"
     assert all(ord(c) >= 0x20 for c in visible("".join(map(chr, range(0x100)))))
+
+
+def test_show_says_what_an_upload_waits_for_and_the_trace_s_warnings(run, fake, monkeypatch):
+    row = fake.summary_row() | {
+        "state": "uploading",
+        "waiting_for": "2 files listed in metadata.json: traces/stats_ctx_0x1, traces/kernelslist_ctx_0x1",
+        "warnings": [{"file": "traces/a\x1b[2J", "offset": None, "what": "left out: a control character"}],
+    }
+    monkeypatch.setattr(fake, "summary_row", lambda: row)
+    status, out, _ = run("show", "opt")
+    assert status == 0
+    assert "waiting for    2 files listed in metadata.json: traces/stats_ctx_0x1" in out
+    assert "warning        traces/a\\x1b[2J: left out: a control character" in out
+    assert "kernels        none yet: the trace is not ready" in out
