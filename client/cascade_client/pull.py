@@ -158,7 +158,8 @@ def pull(
         progress = Progress(len(wanted), sum(e["bytes"] for e in wanted))
     try:
         _download_all(client, first, dest, local, jobs, progress, result)
-        lines = _kernel_lines([(dest / local(path)).read_text() for path in lists], stems, selection, on_disk)
+        sources = [(dest / local(path)).read_text(errors="replace") for path in lists]
+        lines = _kernel_lines(sources, stems, selection, on_disk)
         missing = kernelslist.missing(lines, paths)
         if missing:
             what = _missing(missing, lists, on_disk)
