@@ -427,7 +427,8 @@ def test_hostile_keys_are_neither_listed_nor_signed_and_the_answer_names_them(ap
     keys whose paths would leave a client's folder: `/files` signs none of them."""
     prefix = f"{PREFIX}hostile/"
     plain = {"key": f"{prefix}configs/gpgpusim.config", "bytes": 21, "etag": '"0"'}
-    hostile = [*HOSTILE_KEYS, "a/b:stream"]
+    # Not NUL: neither S3 nor a jsonb column holds it (its rule is tested above).
+    hostile = [*(path for path in HOSTILE_KEYS if "\x00" not in path), "a/b:stream"]
     make_trace(
         "hostile",
         state=TraceState.READY,
