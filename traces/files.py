@@ -5,7 +5,8 @@ timed out).
 
 The files come from the trace's last listing (`Trace.files`) and its metadata.json: one query,
 no request to S3 (presigning is an HMAC per key). Ingestion answers which keys they are and
-signs them (`traces.signals.files_requested`), since the bucket is its concern.
+signs them (`traces.signals.files_requested`), since the bucket is its concern, and leaves out
+(under `refused`) any key whose path would leave the client's folder.
 
 A simulation's upload goes the other way, the same way: presigned PUTs for its files
 (`simulation_upload`), then its completion (`simulation_upload_complete`), both answered by
@@ -33,19 +34,23 @@ def trace_files(trace_id: str) -> dict | None:
     `expires_at` is taken before the URLs are signed and rounded down, so that every URL is
     valid at least until then.
     """
-    row = Trace.objects.filter(pk=trace_id).values_list("files", "metadata_json").first()
+    row = Trace.objects.filter(pk=trace_id).values_list("files", "metadata_json", "state", "error").first()
     if row is None:
         return None
-    listing, metadata_json = row
+    listing, metadata_json, state, error = row
     seconds = settings.CASCADE_PRESIGN_SECONDS
     expires_at = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=seconds)
     answers = files_requested.send(
         sender=Trace, trace_id=trace_id, files=listing, metadata_json=metadata_json, seconds=seconds
     )
+    downloads = answer(answers, "files_requested")
     return {
         "trace_id": trace_id,
+        "state": state,  # a client pulls a ready trace only, and says why not otherwise
+        "error": error,
         "expires_at": format_expiry(expires_at),
-        "files": answer(answers, "files_requested"),
+        "files": downloads["files"],
+        "refused": downloads["refused"],
     }
 
 
