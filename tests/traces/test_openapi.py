@@ -472,7 +472,11 @@ def test_generated_requests_get_documented_answers(fuzzed_api, path, mode):
 
     @given(case=operation.as_strategy(mode))
     @settings(
-        max_examples=FUZZ_EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+        max_examples=FUZZ_EXAMPLES,
+        deadline=None,
+        database=None,
+        derandomize=True,  # the same requests every run: a CI run fails only on a change, not on a draw
+        suppress_health_check=list(HealthCheck),
     )
     def answers_as_documented(case):
         # No 5xx, a documented status, body, content type and headers; invalid values refused.
