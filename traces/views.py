@@ -416,6 +416,10 @@ class TraceDownloadsViewSet(viewsets.ViewSet):
         if not is_storable(trace_id):
             raise NotFound(f"trace {trace_id} not found")
         filename = f"{trace_id}.csv"
+        raw = request.query_params.get("raw", "0")
+        if raw not in ("0", "1"):
+            raise ParseError(f"raw must be 0 or 1, not {shown(raw)}")
+        raw = raw == "1"
         coding = http.choose_coding(request.META.get("HTTP_ACCEPT_ENCODING"))
         conditional = request.META.get("HTTP_IF_NONE_MATCH")
         if conditional or request.method == "HEAD":
@@ -423,7 +427,7 @@ class TraceDownloadsViewSet(viewsets.ViewSet):
             updated_at = http.trace_updated_at(trace_id)
             if updated_at is None:
                 raise NotFound(f"trace {trace_id} not found")
-            digest = http.kernels_csv_digest(trace_id, updated_at)
+            digest = http.kernels_csv_digest(trace_id, updated_at, raw=raw)
             if http.if_none_match_hits(conditional, digest):
                 return http.not_modified(digest, coding)
             if request.method == "HEAD":
@@ -431,7 +435,7 @@ class TraceDownloadsViewSet(viewsets.ViewSet):
         row, rows = selectors.trace_detail_snapshot(trace_id)
         if row is None:
             raise NotFound(f"trace {trace_id} not found")
-        digest = http.kernels_csv_digest(trace_id, row[UPDATED_AT_COLUMN])
+        digest = http.kernels_csv_digest(trace_id, row[UPDATED_AT_COLUMN], raw=raw)
         return http.streaming_csv_response(
-            encoders.encode_kernels_csv(rows), digest=digest, coding=coding, filename=filename
+            encoders.encode_kernels_csv(rows, raw=raw), digest=digest, coding=coding, filename=filename
         )
