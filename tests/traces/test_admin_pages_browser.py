@@ -1,0 +1,153 @@
+"""The admin's pages as a researcher reads them, in headless Chromium at 1280 px (issue 30):
+no page scrolls sideways, every chart has a legend and axes with units, kernel names are
+shown whole (demangled, wrapping; the symbol on hover), GPU names whole, sizes in one unit
+system, labels in English.
+
+The two sample runs (`samples/`, an OPT-125m decode on an A100 and on an H100: steps, measured
+times, two contexts) are uploaded to moto and ingested by a poll pass, as the demo does.
+Screenshots of every page are kept for CI as artifacts under `var/screenshots/admin-pages/`
+(gitignored), one PNG a page, named after it.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ingest.passes import poll_bucket
+from tests.helpers import PREFIX, TEST_BUCKET
+from tests.traces.test_admin_browser import browser, operator  # noqa: F401 (fixtures)
+from traces.models import Trace, TraceState
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / "var" / "screenshots" / "admin-pages"
+SAMPLES = {
+    "a100": ROOT / "samples" / "sample__facebook_opt-125m__a100-e2e",
+    "h100": ROOT / "samples" / "sample__facebook_opt-125m__h100-e2e",
+}
+WIDTH = 1280
+
+
+def upload_sample(s3, run_id: str, folder: Path) -> None:
+    for path in folder.rglob("*"):
+        if path.is_file() and "simulations" not in path.parts:
+            s3.put_object(
+                Bucket=TEST_BUCKET, Key=f"{PREFIX}{run_id}/{path.relative_to(folder)}", Body=path.read_bytes()
+            )
+
+
+@pytest.fixture
+def samples(s3, transactional_db):
+    for run_id, folder in SAMPLES.items():
+        upload_sample(s3, run_id, folder)
+    poll_bucket()
+    states = dict(Trace.objects.values_list("id", "state"))
+    assert states == {"a100": TraceState.READY, "h100": TraceState.READY}, states
+    return states
+
+
+def log_in(browser, live_server):
+    from selenium.webdriver.common.by import By
+
+    browser.set_window_size(WIDTH, 1000)
+    browser.get(f"{live_server.url}/admin/")
+    browser.find_element(By.NAME, "username").send_keys("operator")
+    browser.find_element(By.NAME, "password").send_keys("operator-pass-123")
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    # The window's inner width is the page's: 1280 CSS pixels of viewport.
+    inner = browser.execute_script("return window.innerWidth")
+    browser.set_window_size(WIDTH + (WIDTH - inner), 1000)
+    assert browser.execute_script("return window.innerWidth") == WIDTH
+
+
+def visit(browser, url: str, name: str) -> None:
+    """Open `url`, then keep a full-height screenshot of it as `name`.png."""
+    browser.get(url)
+    height = browser.execute_script("return document.documentElement.scrollHeight")
+    browser.set_window_size(browser.get_window_size()["width"], min(max(height, 800), 12000) + 140)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
+    browser.set_window_size(browser.get_window_size()["width"], 1000)
+
+
+def horizontal_overflow(browser) -> int:
+    return browser.execute_script("return document.documentElement.scrollWidth") - WIDTH
+
+
+def charts(browser) -> list:
+    from selenium.webdriver.common.by import By
+
+    return browser.find_elements(By.CSS_SELECTOR, "svg.chart")
+
+
+def assert_charts_read(browser) -> None:
+    """Every chart has a legend and two axes, each axis with its unit in its title."""
+    found = charts(browser)
+    for chart in found:
+        label = chart.get_attribute("aria-label")
+        assert chart.find_elements("css selector", ".legend"), f"{label}: no legend"
+        for axis in ("x", "y"):
+            titles = chart.find_elements("css selector", f".axis-title.{axis}")
+            assert titles, f"{label}: no {axis} axis title"
+    return found
+
+
+def test_the_trace_page_reads_well_at_1280_px(live_server, browser, operator, samples):  # noqa: F811
+    from selenium.webdriver.common.by import By
+
+    log_in(browser, live_server)
+    visit(browser, f"{live_server.url}/admin/traces/trace/", "trace-list")
+    assert horizontal_overflow(browser) <= 0
+    gpus = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "td.field-source_gpu_column")]
+    assert sorted(gpus) == sorted(Trace.objects.values_list("source_gpu", flat=True)), "GPU names whole"
+    sizes = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "td.field-size")]
+    assert all(re.fullmatch(r"\d+(\.\d)? (B|KB|MB|GB)", size) for size in sizes), sizes
+
+    visit(browser, f"{live_server.url}/admin/traces/trace/h100/change/", "trace-page")
+    assert horizontal_overflow(browser) <= 0
+    page = browser.find_element(By.TAG_NAME, "body").text
+    assert "(decode) (decode)" not in page and "(prefill) (prefill)" not in page
+    assert not re.search(r"\b1 worst kernels\b|\bThe 1 \w+ kernels\b", page)
+    found = assert_charts_read(browser)
+    assert len(found) >= 3, "the per-kernel chart, the mix and the steps"
+    # The kernel mix's names: demangled, whole, the symbol on hover.
+    names = browser.find_elements(By.CSS_SELECTOR, "td.kernel-name a")
+    assert names
+    for link in names:
+        assert "…" not in link.text, link.text
+        assert link.get_attribute("title").startswith("_Z") or not link.text.endswith(")")
+
+
+def test_the_kernel_list_shows_names_demangled_and_whole(live_server, browser, operator, samples):  # noqa: F811
+    from selenium.webdriver.common.by import By
+
+    log_in(browser, live_server)
+    visit(browser, f"{live_server.url}/admin/traces/kernel/?trace=h100", "kernel-list")
+    assert horizontal_overflow(browser) <= 0
+    cells = browser.find_elements(By.CSS_SELECTOR, "td.field-short_name span")
+    assert cells
+    for cell in cells:
+        symbol = cell.get_attribute("title")
+        assert "…" not in cell.text
+        if symbol.startswith("_ZN"):
+            assert not cell.text.startswith("_Z"), f"{symbol} shown mangled"
+
+
+def test_the_compare_page_fits_and_charts_both_runs(live_server, browser, operator, samples):  # noqa: F811
+    from selenium.webdriver.common.by import By
+
+    log_in(browser, live_server)
+    for by in ("name", "demangled"):
+        visit(
+            browser,
+            f"{live_server.url}/admin/traces/trace/compare/?a=a100&b=h100&by={by}",
+            f"compare-by-{by}",
+        )
+        assert horizontal_overflow(browser) <= 0
+        found = assert_charts_read(browser)
+        per_kernel_time = [chart for chart in found if "time" in (chart.get_attribute("aria-label") or "")]
+        assert per_kernel_time, "the two runs' per-kernel times as a chart"
+        legend = per_kernel_time[0].find_element(By.CSS_SELECTOR, ".legend").text
+        assert "a100" in legend and "h100" in legend
