@@ -48,43 +48,43 @@ def samples(s3, transactional_db):
     return states
 
 
-def log_in(browser, live_server):
+def log_in(driver, live_server):
     from selenium.webdriver.common.by import By
 
-    browser.set_window_size(WIDTH, 1000)
-    browser.get(f"{live_server.url}/admin/")
-    browser.find_element(By.NAME, "username").send_keys("operator")
-    browser.find_element(By.NAME, "password").send_keys("operator-pass-123")
-    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    driver.set_window_size(WIDTH, 1000)
+    driver.get(f"{live_server.url}/admin/")
+    driver.find_element(By.NAME, "username").send_keys("operator")
+    driver.find_element(By.NAME, "password").send_keys("operator-pass-123")
+    driver.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
     # The window's inner width is the page's: 1280 CSS pixels of viewport.
-    inner = browser.execute_script("return window.innerWidth")
-    browser.set_window_size(WIDTH + (WIDTH - inner), 1000)
-    assert browser.execute_script("return window.innerWidth") == WIDTH
+    inner = driver.execute_script("return window.innerWidth")
+    driver.set_window_size(WIDTH + (WIDTH - inner), 1000)
+    assert driver.execute_script("return window.innerWidth") == WIDTH
 
 
-def visit(browser, url: str, name: str) -> None:
+def visit(driver, url: str, name: str) -> None:
     """Open `url`, then keep a full-height screenshot of it as `name`.png."""
-    browser.get(url)
-    height = browser.execute_script("return document.documentElement.scrollHeight")
-    browser.set_window_size(browser.get_window_size()["width"], min(max(height, 800), 12000) + 140)
+    driver.get(url)
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(driver.get_window_size()["width"], min(max(height, 800), 12000) + 140)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    browser.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
-    browser.set_window_size(browser.get_window_size()["width"], 1000)
+    driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
+    driver.set_window_size(driver.get_window_size()["width"], 1000)
 
 
-def horizontal_overflow(browser) -> int:
-    return browser.execute_script("return document.documentElement.scrollWidth") - WIDTH
+def horizontal_overflow(driver) -> int:
+    return driver.execute_script("return document.documentElement.scrollWidth") - WIDTH
 
 
-def charts(browser) -> list:
+def charts(driver) -> list:
     from selenium.webdriver.common.by import By
 
-    return browser.find_elements(By.CSS_SELECTOR, "svg.chart")
+    return driver.find_elements(By.CSS_SELECTOR, "svg.chart")
 
 
-def assert_charts_read(browser) -> None:
+def assert_charts_read(driver) -> None:
     """Every chart has a legend and two axes, each axis with its unit in its title."""
-    found = charts(browser)
+    found = charts(driver)
     for chart in found:
         label = chart.get_attribute("aria-label")
         assert chart.find_elements("css selector", ".legend"), f"{label}: no legend"
