@@ -369,6 +369,9 @@ def demangle_all(
     for name in dict.fromkeys(names):
         if (text := stored.get(name)) is not None:
             results[name] = text
+            # Kept for the request's later `demangle(name)`s (a chart's labels) and the next.
+            if needs_demangling(name):
+                cache.put(name, text)
         else:
             rest.append(name)
     if rest:

@@ -126,6 +126,7 @@ class StackedChart:
     height: int = 260
     left: int = LEFT
     top: int = TOP
+    steps_per_bar: int = 1
 
     @property
     def plot_bottom(self) -> int:
@@ -134,6 +135,14 @@ class StackedChart:
     @property
     def label_y(self) -> int:
         return self.plot_bottom + 16
+
+    @property
+    def axis_middle_y(self) -> float:
+        return (self.top + self.plot_bottom) / 2
+
+    @property
+    def axis_title_y(self) -> int:
+        return self.height - 6
 
 
 @dataclass(frozen=True)
@@ -149,9 +158,11 @@ def value_label(value: float, unit: str) -> str:
     return duration(value) if unit == "ns" else f"{value:,.0f} {unit}"
 
 
-def stacked_chart(bars: list[StepBar], colours: dict[str, str], *, unit: str) -> StackedChart:
+def stacked_chart(
+    bars: list[StepBar], colours: dict[str, str], *, unit: str, steps_per_bar: int = 1
+) -> StackedChart:
     """A bar per StepBar, its segments bottom-up in `colours`' order, OTHER on top."""
-    chart = StackedChart(unit=unit)
+    chart = StackedChart(unit=unit, steps_per_bar=steps_per_bar)
     highest = max((bar.total or 0 for bar in bars), default=0)
     if not bars or not highest:
         return chart
@@ -331,6 +342,7 @@ class PairedRow:
 class PairedChart:
     rows: list[PairedRow] = field(default_factory=list)
     ticks: list[Tick] = field(default_factory=list)
+    axis_title: str = "instructions"
     width: int = WIDTH
     left: int = PAIR_LEFT
     top: int = 24
@@ -340,7 +352,7 @@ class PairedChart:
 
     @property
     def height(self) -> int:
-        return self.top + PAIR_ROW * len(self.rows) + 24
+        return self.top + PAIR_ROW * len(self.rows) + 40
 
     @property
     def plot_bottom(self) -> int:
@@ -350,29 +362,54 @@ class PairedChart:
     def tick_label_y(self) -> int:
         return self.plot_bottom + 14
 
+    @property
+    def axis_title_y(self) -> int:
+        return self.plot_bottom + 32
 
-def paired_chart(kernels: list, *, a_label: str, b_label: str) -> PairedChart:
-    """Instructions of trace a and trace b for each KernelComparison, a's bar above b's."""
-    chart = PairedChart()
-    highest = max((max(k.a.total_insts or 0, k.b.total_insts or 0) for k in kernels), default=0)
+    @property
+    def legend_b_x(self) -> int:
+        return self.left + 300
+
+
+# What a paired chart can draw of each side of a KernelComparison: the value, its axis title,
+# how a tick and a tooltip say it.
+PAIRED_MEASURES = {
+    "insts": ("total_insts", "instructions", si, lambda value: f"{value:,} instructions"),
+    "time": ("duration_ns", "measured time", duration, duration),
+}
+
+
+def paired_chart(kernels: list, *, a_label: str, b_label: str, measure: str = "insts") -> PairedChart:
+    """Instructions (or measured time) of trace a and trace b for each KernelComparison, a's
+    bar above b's."""
+    attribute, axis_title, tick_label, value_text = PAIRED_MEASURES[measure]
+    chart = PairedChart(axis_title=axis_title)
+
+    def value(side) -> int:
+        return getattr(side, attribute) or 0
+
+    highest = max((max(value(k.a), value(k.b)) for k in kernels), default=0)
     if not highest:
         return chart
     plot_width = chart.width - chart.left - RIGHT
     for index, kernel in enumerate(kernels):
-        label = Truncator(demangle(kernel.name)).chars(PAIR_LABEL_CHARS)
-        a, b = kernel.a.total_insts or 0, kernel.b.total_insts or 0
+        name = demangle(kernel.name)
+        a, b = value(kernel.a), value(kernel.b)
         chart.rows.append(
             PairedRow(
-                label=label,
+                label=Truncator(name).chars(PAIR_LABEL_CHARS),
                 title=", ".join(kernel.names),
                 y=chart.top + index * PAIR_ROW + 3,
                 a_width=round(plot_width * a / highest, 2),
                 b_width=round(plot_width * b / highest, 2),
-                a_title=f"{a_label}: {demangle(kernel.name)}: {a:,} instructions",
-                b_title=f"{b_label}: {demangle(kernel.name)}: {b:,} instructions",
+                a_title=f"{a_label}: {name}: {value_text(a)}",
+                b_title=f"{b_label}: {name}: {value_text(b)}",
             )
         )
     chart.ticks = [
-        Tick(round(chart.left + plot_width * fraction, 2), si(highest * fraction)) for fraction in (0, 0.5, 1)
+        Tick(
+            round(chart.left + plot_width * fraction, 2), tick_label(highest * fraction) if fraction else "0"
+        )
+        for fraction in (0, 0.5, 1)
     ]
     return chart

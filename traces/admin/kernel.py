@@ -7,10 +7,14 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.text import Truncator
 
-from traces.admin.display import truncated
+from traces.admin.display import kernel_name
 from traces.admin.filters import ContextFilter, StorableLookups, TraceIdFilter
 from traces.admin.paginators import EstimatedCountPaginator
+from traces.demangle import Budget, demangle_all
 from traces.models import Kernel, KernelName, Trace
+
+# What a row of the list may spend demangling a name stored before ingest demangled names.
+ROW_BUDGET_SECONDS = 0.02
 
 
 class KernelPaginator(EstimatedCountPaginator):
@@ -99,7 +103,13 @@ class KernelAdmin(StorableLookups, admin.ModelAdmin):
 
     @admin.display(description="name", ordering="kernel_name")
     def short_name(self, obj: Kernel):
-        return truncated(obj.kernel_name.name, 26)
+        """The name whole, demangled as ingest stored it (a name stored before that is
+        demangled here within a small budget a row), the symbol on hover."""
+        name = obj.kernel_name
+        demangled = name.demangled
+        if demangled is None:
+            demangled = demangle_all((name.name,), budget=Budget(ROW_BUDGET_SECONDS))[name.name]
+        return kernel_name(name.name, demangled)
 
     @admin.display(description="insts", ordering="total_insts", empty_value="-")
     def insts_column(self, obj: Kernel):
