@@ -161,3 +161,20 @@ def test_the_compare_page_fits_and_charts_both_runs(live_server, browser, operat
         assert per_kernel_time, "the two runs' per-kernel times as a chart"
         legend = per_kernel_time[0].find_element(By.CSS_SELECTOR, ".chart-legend").text
         assert "a100" in legend and "h100" in legend
+
+
+def test_the_browsable_api_pages_a_700_kernel_trace(live_server, browser, operator, samples):  # noqa: F811
+    from selenium.webdriver.common.by import By
+
+    log_in(browser, live_server)
+    visit(browser, f"{live_server.url}/api/traces", "api-list")
+    links = [
+        link.get_attribute("href") for link in browser.find_elements(By.CSS_SELECTOR, ".response-info a")
+    ]
+    assert f"{live_server.url}/api/traces/{H100}" in links, "each trace links to its detail"
+    visit(browser, f"{live_server.url}/api/traces/{H100}", "api-detail")
+    # 700 kernels made the page 16,000 px tall: a page of them now, and links to the others.
+    assert browser.execute_script("return document.documentElement.scrollHeight") < 8000
+    assert f"{live_server.url}/api/traces/{H100}?kernels_page=2" in [
+        link.get_attribute("href") for link in browser.find_elements(By.CSS_SELECTOR, ".response-info a")
+    ]
