@@ -136,3 +136,21 @@ def test_names_past_the_budget_are_marked_untried(cold, monkeypatch):
     answers = demangle.demangle_names(["_Z3fooi", "_Z3bari"], demangle.Budget(0))
     assert answers == {"_Z3fooi": None, "_Z3bari": None}
     assert demangle.cache.get("_Z3fooi") is None, "untried, so a later budget may read it"
+
+
+@pytest.mark.parametrize("names_stored", ["at ingest", "before names were demangled"])
+def test_the_admin_pages_of_1000_hostile_names_demangle_within_a_bound(
+    staff_client, thousand_hostile_names, monkeypatch, names_stored
+):
+    """The trace page (mix, charts) and the kernel list: a request's demangling is bounded by
+    its budget, not by the names it shows."""
+    names, _ = thousand_hostile_names
+    if names_stored != "at ingest":
+        KernelName.objects.filter(name__in=names).update(demangled=None, demangle_limited=False)
+    monkeypatch.setattr(demangle, "cache", demangle.ByteBoundedCache(demangle.DEMANGLE_CACHE_BYTES))
+    for url in ("/admin/traces/trace/hostile/change/", "/admin/traces/kernel/?trace=hostile"):
+        started = time.monotonic()
+        response = staff_client.get(url)
+        seconds = time.monotonic() - started
+        assert response.status_code == 200
+        assert seconds < 2.0, f"{url}: {seconds:.2f} s"

@@ -297,6 +297,15 @@ def test_every_text_cell_that_would_start_a_formula_gets_a_leading_quote(cell):
     assert dict(zip(HEADER, as_stored, strict=True))["name"] == cell
 
 
+@given(st.text(max_size=30))
+def test_any_text_cell_reads_back_as_the_owasp_rule_says(text):
+    row = (text, 1, text, text, 1, 1, 1, 32, 1, 1, 1, 32, 5, 5, False, -1, None, text, 7)
+    written = b"".join(encoders.encode_kernels_csv(iter([row]))).decode()
+    (read_back,) = list(csv.reader(io.StringIO(written, newline="")))[1:]
+    by_column = dict(zip(HEADER, read_back, strict=True))
+    assert [by_column[c] for c in ("ctx", "name", "trace_file", "step")] == [owasp(text)] * 4
+
+
 @pytest.fixture
 def formulas(make_trace):
     trace = make_trace("formulas", state=TraceState.READY)

@@ -46,9 +46,16 @@ BOTTOM = 46  # the bars' labels
 LABEL_CHARS = 60
 
 
-def short_name(name: str, length: int = LABEL_CHARS) -> str:
+def shown_name(name: str, shown: dict[str, str] | None = None) -> str:
+    """A kernel's name demangled: as the page read it (`shown`, the stored texts), else now."""
+    if shown is not None and (text := shown.get(name)) is not None:
+        return text
+    return demangle(name)
+
+
+def short_name(name: str, length: int = LABEL_CHARS, shown: dict[str, str] | None = None) -> str:
     """A kernel's demangled name, cut for a legend or a label."""
-    return Truncator(demangle(name)).chars(length)
+    return Truncator(shown_name(name, shown)).chars(length)
 
 
 def series_colours(names: list[str]) -> dict[str, str]:
@@ -159,7 +166,12 @@ def value_label(value: float, unit: str) -> str:
 
 
 def stacked_chart(
-    bars: list[StepBar], colours: dict[str, str], *, unit: str, steps_per_bar: int = 1
+    bars: list[StepBar],
+    colours: dict[str, str],
+    *,
+    unit: str,
+    steps_per_bar: int = 1,
+    shown: dict[str, str] | None = None,
 ) -> StackedChart:
     """A bar per StepBar, its segments bottom-up in `colours`' order, OTHER on top."""
     chart = StackedChart(unit=unit, steps_per_bar=steps_per_bar)
@@ -190,7 +202,7 @@ def stacked_chart(
                     y=round(base, 2),
                     height=round(height, 2),
                     colour=colours[name],
-                    title=f"{bar.label}: {short_name(name) if name != OTHER else OTHER}: "
+                    title=f"{bar.label}: {short_name(name, shown=shown) if name != OTHER else OTHER}: "
                     f"{value_label(value, unit)}{share}",
                 )
             )
@@ -206,7 +218,9 @@ def stacked_chart(
             )
         )
     chart.legend = [
-        LegendEntry(label=OTHER if name == OTHER else short_name(name), title=name, colour=colour)
+        LegendEntry(
+            label=OTHER if name == OTHER else short_name(name, shown=shown), title=name, colour=colour
+        )
         for name, colour in colours.items()
         if name in used
     ]
@@ -267,7 +281,9 @@ def decade_ticks(low: float, high: float, place, label=si) -> list[Tick]:
     ]
 
 
-def calibration_chart(rows: list[tuple], colours: dict[str, str]) -> Scatter:
+def calibration_chart(
+    rows: list[tuple], colours: dict[str, str], shown: dict[str, str] | None = None
+) -> Scatter:
     """A point per (ctx, kernel_id, name, total_insts, duration_ns) row, on log axes: one
     kernel's launches fall on a line whose slope is its instructions per nanosecond."""
     chart = Scatter()
@@ -302,7 +318,7 @@ def calibration_chart(rows: list[tuple], colours: dict[str, str]) -> Scatter:
                 colour=colours[series],
                 # A short name per point, the whole one once in the legend (or the mix's table):
                 # a long name repeated per launch made this page hundreds of megabytes.
-                title=f"{ctx or 'no context'} kernel {kernel_id} {short_name(name)}: "
+                title=f"{ctx or 'no context'} kernel {kernel_id} {short_name(name, shown=shown)}: "
                 f"{insts:,} instructions in {duration(ns)}",
             )
         )
@@ -311,7 +327,9 @@ def calibration_chart(rows: list[tuple], colours: dict[str, str]) -> Scatter:
     chart.x_ticks = decade_ticks(x_low, x_high, place_x)
     chart.y_ticks = decade_ticks(y_low, y_high, place_y, duration)
     chart.legend = [
-        LegendEntry(label=OTHER if name == OTHER else short_name(name), title=name, colour=colour)
+        LegendEntry(
+            label=OTHER if name == OTHER else short_name(name, shown=shown), title=name, colour=colour
+        )
         for name, colour in colours.items()
         if name in used
     ]
@@ -379,7 +397,9 @@ PAIRED_MEASURES = {
 }
 
 
-def paired_chart(kernels: list, *, a_label: str, b_label: str, measure: str = "insts") -> PairedChart:
+def paired_chart(
+    kernels: list, *, a_label: str, b_label: str, measure: str = "insts", shown: dict[str, str] | None = None
+) -> PairedChart:
     """Instructions (or measured time) of trace a and trace b for each KernelComparison, a's
     bar above b's."""
     attribute, axis_title, tick_label, value_text = PAIRED_MEASURES[measure]
@@ -393,7 +413,7 @@ def paired_chart(kernels: list, *, a_label: str, b_label: str, measure: str = "i
         return chart
     plot_width = chart.width - chart.left - RIGHT
     for index, kernel in enumerate(kernels):
-        name = demangle(kernel.name)
+        name = shown_name(kernel.name, shown)
         a, b = value(kernel.a), value(kernel.b)
         chart.rows.append(
             PairedRow(

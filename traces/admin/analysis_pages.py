@@ -130,6 +130,8 @@ def _trace_analysis(trace: Trace) -> dict:
         if kernel.duration_ns
     ][:TOP_SERIES]
     colours = series_colours([*by_insts, *(name for name in by_time if name not in by_insts)])
+    # The names as the summary read them (stored at ingest): the charts demangle nothing more.
+    shown = {kernel.name: kernel.demangled for kernel in summary.kernels}
     step_rows = [
         StepRow(
             step=step,
@@ -171,6 +173,7 @@ def _trace_analysis(trace: Trace) -> dict:
                     colours,
                     unit="instructions",
                     steps_per_bar=per_bar,
+                    shown=shown,
                 ),
                 "title": "Instructions per step, by kernel",
             },
@@ -184,6 +187,7 @@ def _trace_analysis(trace: Trace) -> dict:
                         colours,
                         unit="ns",
                         steps_per_bar=per_bar,
+                        shown=shown,
                     ),
                     "title": "Measured time per step, by kernel",
                 },
@@ -193,7 +197,7 @@ def _trace_analysis(trace: Trace) -> dict:
         context["calibration_points"] = len(sample)
         context["calibration_sampled"] = totals.kernel_count > selectors.CALIBRATION_POINTS
         context["calibration_svg"] = render_to_string(
-            "admin/traces/trace/calibration.svg", {"chart": calibration_chart(sample, colours)}
+            "admin/traces/trace/calibration.svg", {"chart": calibration_chart(sample, colours, shown)}
         )
     return context
 
@@ -282,7 +286,7 @@ def compare_context(a: Trace, b: Trace, by: str) -> dict:
     comparison = analysis.compare(a.id, b.id, by=by)
     # The names as ingest stored them demangled (by symbol; by demangled name they are already).
     shown = shown_names(kernel.name for kernel in comparison.kernels)
-    chart = paired_chart(comparison.kernels[:COMPARE_CHART_KERNELS], a_label=a.id, b_label=b.id)
+    chart = paired_chart(comparison.kernels[:COMPARE_CHART_KERNELS], a_label=a.id, b_label=b.id, shown=shown)
     timed = comparison.a.duration_ns is not None or comparison.b.duration_ns is not None
     total_a, total_b = comparison.a, comparison.b
     context = {
@@ -342,7 +346,7 @@ def compare_context(a: Trace, b: Trace, by: str) -> dict:
             (kernel for kernel in comparison.kernels if kernel.a.duration_ns or kernel.b.duration_ns),
             key=lambda kernel: -max(kernel.a.duration_ns or 0, kernel.b.duration_ns or 0),
         )[:COMPARE_CHART_KERNELS]
-        time_chart = paired_chart(by_time, a_label=a.id, b_label=b.id, measure="time")
+        time_chart = paired_chart(by_time, a_label=a.id, b_label=b.id, measure="time", shown=shown)
         context["time_chart_kernels"] = len(time_chart.rows)
         context["compare_time_svg"] = render_to_string(
             "admin/traces/trace/paired_bars.svg",

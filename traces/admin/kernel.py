@@ -1,5 +1,7 @@
 """The kernel list: a million rows, read-only, a page at a time in the primary key's order."""
 
+import threading
+
 from django.contrib import admin
 from django.contrib.admin.utils import quote
 from django.db.models import OuterRef, Subquery
@@ -10,11 +12,12 @@ from django.utils.text import Truncator
 from traces.admin.display import kernel_name
 from traces.admin.filters import ContextFilter, StorableLookups, TraceIdFilter
 from traces.admin.paginators import EstimatedCountPaginator
-from traces.demangle import Budget, demangle_all
+from traces.demangle import REQUEST_BUDGET_SECONDS, Budget, demangle_all
 from traces.models import Kernel, KernelName, Trace
 
-# What a row of the list may spend demangling a name stored before ingest demangled names.
-ROW_BUDGET_SECONDS = 0.02
+# What a page of the list may spend demangling names stored before ingest demangled them:
+# one budget a request, shared by its rows (a thread's own: the admin is shared by threads).
+page_budget = threading.local()
 
 
 class KernelPaginator(EstimatedCountPaginator):
@@ -70,6 +73,16 @@ class KernelAdmin(StorableLookups, admin.ModelAdmin):
         names = list(KernelName.objects.filter(name__icontains=search_term).values_list("id", flat=True))
         return queryset.filter(kernel_name__in=names), False
 
+    def changelist_view(self, request, extra_context=None):
+        page_budget.budget = Budget(REQUEST_BUDGET_SECONDS)
+        try:
+            response = super().changelist_view(request, extra_context)
+            if hasattr(response, "render"):  # the rows are drawn as the template renders
+                response.render()
+            return response
+        finally:
+            page_budget.budget = None
+
     def get_list_display(self, request):
         # One trace's kernels (the trace page links here): its id on every row would only take
         # the room the names need; the filter shows it.
@@ -104,11 +117,12 @@ class KernelAdmin(StorableLookups, admin.ModelAdmin):
     @admin.display(description="name", ordering="kernel_name")
     def short_name(self, obj: Kernel):
         """The name whole, demangled as ingest stored it (a name stored before that is
-        demangled here within a small budget a row), the symbol on hover."""
+        demangled here, within the page's budget), the symbol on hover."""
         name = obj.kernel_name
         demangled = name.demangled
         if demangled is None:
-            demangled = demangle_all((name.name,), budget=Budget(ROW_BUDGET_SECONDS))[name.name]
+            budget = getattr(page_budget, "budget", None) or Budget(0)
+            demangled = demangle_all((name.name,), budget=budget)[name.name]
         return kernel_name(name.name, demangled)
 
     @admin.display(description="insts", ordering="total_insts", empty_value="-")
