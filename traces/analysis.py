@@ -174,13 +174,23 @@ def _name_groups(trace_ids: list[str]) -> list[dict]:
         if keys
         else []
     )
-    names = dict(
-        KernelName.objects.filter(id__in={group["kernel_name"] for group in groups}).values_list("id", "name")
-    )
+    names = {
+        key: (name, demangled)
+        for key, name, demangled in KernelName.objects.filter(
+            id__in={group["kernel_name"] for group in groups}
+        ).values_list("id", "name", "demangled")
+    }
     for group in groups:
         group["trace_id"] = keys[group.pop("trace")]
-        group["name"] = names[group.pop("kernel_name")]
+        group["name"], group["demangled"] = names[group.pop("kernel_name")]
     return groups
+
+
+def _demangled(groups: list[dict]) -> dict[str, str]:
+    """The groups' names as shown: as ingest stored them demangled, the rest within a request's budget."""
+    return demangle_all(
+        (group["name"] for group in groups), stored={group["name"]: group["demangled"] for group in groups}
+    )
 
 
 def _sum(values) -> int | None:
@@ -205,7 +215,7 @@ def _totals(trace_id: str, groups: list[dict]) -> TraceTotals:
 
 
 def _mix(groups: list[dict], totals: TraceTotals) -> list[KernelMix]:
-    demangled = demangle_all(group["name"] for group in groups)
+    demangled = _demangled(groups)
     mix = [
         KernelMix(
             name=group["name"],
@@ -314,7 +324,7 @@ def compare(a: str, b: str, by: str = BY_NAME) -> Comparison:
     sides = {trace_id: [group for group in groups if group["trace_id"] == trace_id] for trace_id in (a, b)}
     totals = {trace_id: _totals(trace_id, sides[trace_id]) for trace_id in (a, b)}
 
-    demangled = demangle_all(group["name"] for group in groups) if by == BY_DEMANGLED else {}
+    demangled = _demangled(groups) if by == BY_DEMANGLED else {}
     # key -> trace id -> the summed groups of that trace's names with this key
     merged: dict[str, dict[str, dict]] = {}
     names: dict[str, set[str]] = {}

@@ -324,17 +324,25 @@ _CSV_LINE = ",".join(["%s"] * len(KERNEL_CSV_HEADER)) + "\r\n"
 _NEEDS_QUOTES = re.compile(r'[,"\r\n]').search
 
 
-def csv_text(value: str | None) -> str:
+# What a spreadsheet takes for the start of a formula (OWASP's CSV injection rule): such a
+# cell gets a leading `'`, which the spreadsheet reads as "text" and does not show.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_text(value: str | None, *, raw: bool = False) -> str:
     """A text field as csv.writer writes it (the excel dialect, QUOTE_MINIMAL): quoted when it
-    holds a comma, a quote or a line break, its quotes doubled; empty for null."""
+    holds a comma, a quote or a line break, its quotes doubled; empty for null. Unless `raw`,
+    a value that a spreadsheet would run as a formula (FORMULA_STARTS) is written after a `'`."""
     if value is None:
         return ""
+    if not raw and value.startswith(FORMULA_STARTS):
+        value = "'" + value
     if _NEEDS_QUOTES(value):
         return '"' + value.replace('"', '""') + '"'
     return value
 
 
-def encode_kernels_csv(rows: Iterable[tuple]) -> Iterator[bytes]:
+def encode_kernels_csv(rows: Iterable[tuple], *, raw: bool = False) -> Iterator[bytes]:
     """The launches as CSV (RFC 4180, byte for byte what Python's csv.writer writes: CRLF, a
     field quoted when it holds a comma, a quote or a line break), UTF-8, the header first, then
     KERNEL_CHUNK rows a piece: memory stays at one chunk, as `encode_trace_detail`'s.
@@ -344,6 +352,9 @@ def encode_kernels_csv(rows: Iterable[tuple]) -> Iterator[bytes]:
     (docs/performance.md). Only the four text fields are checked, the repeated ones (ctx,
     name, step) once per distinct value. tests/traces/test_kernels_csv.py compares the bytes
     with csv.writer's.
+
+    Every text field (ctx, name, trace_file, step) is written through `csv_text`: a cell that
+    would start a formula is neutralised unless `raw` (`?raw=1`); the numbers never are.
     """
     yield CSV_HEADER_LINE.encode()
     quoted: dict[str | None, str] = {}
@@ -370,11 +381,11 @@ def encode_kernels_csv(rows: Iterable[tuple]) -> Iterator[bytes]:
         duration_ns,
     ) in rows:
         if (quoted_ctx := quoted.get(ctx)) is None:
-            quoted_ctx = quoted[ctx] = csv_text(ctx)
+            quoted_ctx = quoted[ctx] = csv_text(ctx, raw=raw)
         if (quoted_name := quoted.get(name)) is None:
-            quoted_name = quoted[name] = csv_text(name)
+            quoted_name = quoted[name] = csv_text(name, raw=raw)
         if (quoted_step := quoted.get(step)) is None:
-            quoted_step = quoted[step] = csv_text(step)
+            quoted_step = quoted[step] = csv_text(step, raw=raw)
         forked = device != NO_DEVICE
         lines.append(
             _CSV_LINE
@@ -382,7 +393,7 @@ def encode_kernels_csv(rows: Iterable[tuple]) -> Iterator[bytes]:
                 quoted_ctx,
                 kernel_id,
                 quoted_name,
-                csv_text(trace_file),
+                csv_text(trace_file, raw=raw),
                 gx,
                 gy,
                 gz,

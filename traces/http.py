@@ -183,10 +183,12 @@ def trace_digest(trace_id: str, updated_at: datetime) -> str:
 CSV_REPRESENTATION_VERSION = "1"
 
 
-def kernels_csv_digest(trace_id: str, updated_at: datetime) -> str:
+def kernels_csv_digest(trace_id: str, updated_at: datetime, *, raw: bool = False) -> str:
     """What identifies a trace's kernels.csv: the detail's rule (its row's id and `updated_at`),
-    as another representation, so that the detail's ETag never matches the CSV's."""
-    return digest_of("kernels.csv", CSV_REPRESENTATION_VERSION, trace_id, format_timestamp(updated_at))
+    as another representation, so that the detail's ETag never matches the CSV's (nor the
+    neutralised CSV's the raw one's, `?raw=1`)."""
+    kind = "kernels.csv raw" if raw else "kernels.csv"
+    return digest_of(kind, CSV_REPRESENTATION_VERSION, trace_id, format_timestamp(updated_at))
 
 
 def trace_updated_at(trace_id: str) -> datetime | None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from django.db import connection, transaction
 from psycopg.copy import QueuedLibpqWriter
 
+from traces.demangle import INGEST_BUDGET_SECONDS, Budget, demangle_names
 from traces.models import KERNEL_COLUMNS, KernelContext, KernelName, KernelPurge, Trace, name_digest
 
 TOTAL_INSTS = KERNEL_COLUMNS.index("total_insts")
@@ -275,6 +276,7 @@ class KernelWriter:
         self.copies = connection.vendor == "postgresql"
         self.names_connection = None
         self._copy = None
+        self.demangle_budget = Budget(INGEST_BUDGET_SECONDS)
 
     def write(self, rows: Iterable) -> int:
         """Store `rows` (KERNEL_COLUMNS tuples, and LaunchBlocks where `copies`); returns the launch count."""
@@ -420,16 +422,26 @@ class KernelWriter:
             batch = self._known_names(by_digest[start : start + NAME_BATCH])
             if not batch:
                 continue
+            # Demangled once, here, within the trace's budget: a name past it is kept mangled
+            # and marked, and no read demangles it again.
+            texts = demangle_names((name for _, name in batch), self.demangle_budget)
+            shown = [texts[name] if texts[name] is not None else name for _, name in batch]
+            limited = [texts[name] is None for _, name in batch]
             if self.copies:
                 with self._names_cursor() as cursor:
                     cursor.execute(
-                        "INSERT INTO traces_kernelname (digest, name) "
-                        "SELECT * FROM unnest(%s::bytea[], %s::text[]) ON CONFLICT (digest) DO NOTHING",
-                        [[digest for digest, _ in batch], [name for _, name in batch]],
+                        "INSERT INTO traces_kernelname (digest, name, demangled, demangle_limited) "
+                        "SELECT * FROM unnest(%s::bytea[], %s::text[], %s::text[], %s::boolean[]) "
+                        "ON CONFLICT (digest) DO NOTHING",
+                        [[digest for digest, _ in batch], [name for _, name in batch], shown, limited],
                     )
             else:  # one writer at a time
                 KernelName.objects.bulk_create(
-                    [KernelName(digest=digest, name=name) for digest, name in batch], ignore_conflicts=True
+                    [
+                        KernelName(digest=digest, name=name, demangled=text, demangle_limited=flag)
+                        for (digest, name), text, flag in zip(batch, shown, limited, strict=True)
+                    ],
+                    ignore_conflicts=True,
                 )
             if lost := self._known_names(batch):
                 raise RuntimeError(f"kernel names inserted but not found: {[name for _, name in lost]}")

@@ -212,12 +212,24 @@ class KernelName(models.Model):
     """A kernel's name, stored once: launches and traces repeat a few hundred names.
 
     Names can be several kilobytes (demangled templates), too long for a btree entry: the
-    unique key is their SHA-256.
+    unique key is their SHA-256. The demangled text is stored with the name when it is first
+    written (`traces/demangle.py`, within a budget per trace), so that reads never demangle.
     """
 
     id = models.AutoField(primary_key=True)
     digest = models.BinaryField(max_length=32, unique=True)
     name = models.TextField()
+    demangled = models.TextField(
+        null=True,
+        blank=True,
+        help_text="The name as a page shows it: demangled (cut past 16,384 characters), or as it is. "
+        "Null: stored before names were demangled at ingest (a read demangles it within a budget).",
+    )
+    demangle_limited = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="The demangler's limit or the trace's budget ran out first: kept mangled.",
+    )
 
     def __str__(self) -> str:
         return self.name

@@ -554,11 +554,23 @@ kernels_csv_schema = extend_schema(
         "row, the detail's keys with grid and block unfolded (`grid_x`...`block_z`), `traced` as "
         "`true`/`false`, an empty field for null (and for `device`, `stream` outside the "
         "device-id fork). Quoted as Python's csv module does (a name with a comma, a quote or a "
-        "line break). Streamed, compressed as it streams (zstd or gzip), with the detail's ETag "
-        "rules: a 304 while the trace is unchanged. Only the header until the trace is ready."
+        "line break). A text field (`ctx`, `name`, `trace_file`, `step`) that starts with `=`, "
+        "`+`, `-`, `@`, a tab or a carriage return, which a spreadsheet would run as a formula, "
+        "is written after a `'` (OWASP's CSV injection rule) unless `raw=1`. Streamed, compressed "
+        "as it streams (zstd or gzip), with the detail's ETag rules: a 304 while the trace is "
+        "unchanged. Only the header until the trace is ready."
     ),
     parameters=[
         trace_parameter("trace_id", "The trace's id, which is the profiler's run name.", "demo"),
+        OpenApiParameter(
+            "raw",
+            OpenApiTypes.INT,
+            OpenApiParameter.QUERY,
+            enum=[0, 1],
+            default=0,
+            description="1: text fields as stored, formula-like cells not neutralised (for pandas "
+            "and other tools that read text, never for a spreadsheet).",
+        ),
         *CACHING_PARAMETERS,
         OpenApiParameter(
             "Content-Disposition",
@@ -577,6 +589,7 @@ kernels_csv_schema = extend_schema(
         ),
         304: NOT_MODIFIED,
         401: UNAUTHORIZED,
+        400: error_response("`raw` is neither 0 nor 1.", "raw must be 0 or 1, not 'yes'"),
         404: error_response("No trace has this id.", "trace nope not found"),
         429: THROTTLED,
     },

@@ -279,10 +279,10 @@ def trace_detail_row(trace_id: str) -> tuple | None:
     return Trace.objects.filter(pk=trace_id).values_list(*TRACE_DETAIL_COLUMNS).first()
 
 
-def kernel_rows(trace_id: str, limit: int | None = None) -> Iterator[tuple]:
+def kernel_rows(trace_id: str, limit: int | None = None, offset: int = 0) -> Iterator[tuple]:
     """The trace's kernels as KERNEL_COLUMNS tuples in (ctx, device, kernel_id) order, through
     a server-side cursor (PostgreSQL)."""
-    sql, params = kernels_sql(trace_id, limit)
+    sql, params = kernels_sql(trace_id, limit, offset)
     return with_step_names(_cursor_rows(sql, params), step_names(trace_id))
 
 
@@ -303,7 +303,7 @@ def _fetched_rows(cursor) -> Iterator[tuple]:
 CASE_CONTEXTS = 64
 
 
-def kernels_sql(trace_id: str, limit: int | None = None) -> tuple[str, list]:
+def kernels_sql(trace_id: str, limit: int | None = None, offset: int = 0) -> tuple[str, list]:
     """The API's kernels of a trace (KERNEL_COLUMNS): the primary key's range of the trace,
     in its order, each launch's name from the names table, its file derived where it stored
     none. One small query first reads the trace's contexts (inside the caller's snapshot).
@@ -355,6 +355,9 @@ def kernels_sql(trace_id: str, limit: int | None = None) -> tuple[str, list]:
     if limit is not None:
         sql += " LIMIT %s"
         params.append(limit)
+    if offset:  # the browsable API's pages of kernels
+        sql += " OFFSET %s"
+        params.append(offset)
     return sql, params
 
 
@@ -382,7 +385,9 @@ SERVES_KERNELS = (TraceState.READY, TraceState.PARSING)
 STATE_COLUMN = TRACE_DETAIL_COLUMNS.index("state")
 
 
-def trace_detail_snapshot(trace_id: str, limit: int | None = None) -> tuple[tuple | None, Iterator[tuple]]:
+def trace_detail_snapshot(
+    trace_id: str, limit: int | None = None, offset: int = 0
+) -> tuple[tuple | None, Iterator[tuple]]:
     """The trace's detail row and its kernels, read from one snapshot of the database.
 
     Read separately, a detail could say `kernel_count` 1000 and stream 3000 kernels that a
@@ -398,7 +403,7 @@ def trace_detail_snapshot(trace_id: str, limit: int | None = None) -> tuple[tupl
     if read_connection.vendor != "postgresql":
         row = trace_detail_row(trace_id)
         serves = row is not None and row[STATE_COLUMN] in SERVES_KERNELS
-        return row, kernel_rows(trace_id, limit) if serves else iter(())
+        return row, kernel_rows(trace_id, limit, offset) if serves else iter(())
     # Inside a caller's transaction (a test's), its snapshot rules: the level is set only
     # as a transaction's first statement (and the cursor, not held, lives as long as it).
     own_transaction = not read_connection.in_atomic_block
@@ -413,7 +418,7 @@ def trace_detail_snapshot(trace_id: str, limit: int | None = None) -> tuple[tupl
                 held.close()
                 return row, iter(())
             names = step_names(trace_id)
-            sql, params = kernels_sql(trace_id, limit)  # its contexts from the same snapshot
+            sql, params = kernels_sql(trace_id, limit, offset)  # its contexts from the same snapshot
             held.execute(sql, params)
     except BaseException:
         held.close()

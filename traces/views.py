@@ -6,8 +6,10 @@ downloads: `GET /api/traces/{trace_id}/files` (presigned URLs) and `.../kernels.
 simulation's upload: `POST /api/traces/{trace_id}/simulations/{name}/upload` and `.../complete`."""
 
 from django.http import HttpResponse, StreamingHttpResponse
+from django.urls import reverse
 from django.utils.cache import patch_vary_headers
 from django.utils.html import format_html
+from django.utils.http import urlencode
 from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
@@ -17,6 +19,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 from traces import accuracy, analysis, body_cache, encoders, http, selectors
+from traces.browsable import BrowsableAPIRenderer
 from traces.files import simulation_upload, simulation_upload_complete, trace_files
 from traces.filters import (
     InvalidFilter,
@@ -67,7 +70,17 @@ from traces.text import is_storable
 STREAM_KERNELS_ABOVE = 5000
 # The browsable API renders HTML per kernel: a million would hang the browser.
 BROWSABLE_KERNELS_MAX = 1000
+# A trace's page in the browsable API shows its kernels this many at a time (`?kernels_page=`):
+# 700 kernels made a page 16,000 px tall. The JSON detail is always whole.
+BROWSABLE_KERNELS_PAGE = 50
 UPDATED_AT_COLUMN = selectors.TRACE_DETAIL_COLUMNS.index("updated_at")
+
+
+def kernels_page_number(text: str) -> int:
+    """`?kernels_page=` of the browsable detail: a whole number from 1, read before any query."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 9 and int(text) >= 1):
+        raise ParseError(f"kernels_page must be a whole number from 1, not {shown(text[:40])}")
+    return int(text)
 
 
 class TraceNotReady(APIException):
@@ -85,6 +98,8 @@ class TraceViewSet(viewsets.ViewSet):
     DRF's renderer.
     """
 
+    # The browsable pages write a kernel a line (traces.browsable); JSON clients are unchanged.
+    renderer_classes = [JSONRenderer, BrowsableAPIRenderer]
     # What operators read on the browsable API's pages (and OPTIONS): the docstring above is
     # for developers.
     operator_description = (
@@ -120,9 +135,13 @@ class TraceViewSet(viewsets.ViewSet):
         if not self.wants_json(request):
             version, rows = selectors.trace_summary_rows(filters, page)
             rows = list(rows)
-            return with_next_link(
-                Response([encoders.list_row_to_dict(row) for row in rows]), request, version, rows
-            )
+            # For a person: each trace with a link to its detail (the JSON list has none).
+            listed = [encoders.list_row_to_dict(row) for row in rows]
+            linked = [
+                {"url": request.build_absolute_uri(reverse("trace-detail", args=[trace["id"]])), **trace}
+                for trace in listed
+            ]
+            return with_next_link(Response(linked), request, version, rows)
         coding = http.choose_coding(request.META.get("HTTP_ACCEPT_ENCODING"))
         keys = (filters_key(filters), page.key())
         if conditional := request.META.get("HTTP_IF_NONE_MATCH"):
@@ -147,10 +166,14 @@ class TraceViewSet(viewsets.ViewSet):
         if not is_storable(trace_id):
             raise NotFound(f"trace {trace_id} not found")
         if not self.wants_json(request):
-            row, rows = selectors.trace_detail_snapshot(trace_id, BROWSABLE_KERNELS_MAX)
+            number = kernels_page_number(request.query_params.get("kernels_page", "1"))
+            row, rows = selectors.trace_detail_snapshot(
+                trace_id, BROWSABLE_KERNELS_PAGE, (number - 1) * BROWSABLE_KERNELS_PAGE
+            )
             if row is None:
                 raise NotFound(f"trace {trace_id} not found")
-            return Response(self.browsable_detail(encoders.trace_detail_head(row, raw_metadata=False), rows))
+            head = encoders.trace_detail_head(row, raw_metadata=False)
+            return Response(self.browsable_detail(request, head, rows, number))
         coding = http.choose_coding(request.META.get("HTTP_ACCEPT_ENCODING"))
         conditional = request.META.get("HTTP_IF_NONE_MATCH")
         # A stat: a trace with no kept body (a small one, or not asked for yet) costs no query.
@@ -187,14 +210,32 @@ class TraceViewSet(viewsets.ViewSet):
         # or a HEAD) follows from Accept-Encoding alone.
         return http.json_response(b"".join(body), digest=digest, coding=coding)
 
-    def browsable_detail(self, head: dict, rows) -> dict:
-        """The detail for a person in a browser: the first kernels, and how to get them all."""
-        detail = {**head, "kernels": [encoders.kernel_row_to_dict(row) for row in rows]}
-        if head["kernel_count"] > len(detail["kernels"]) and detail["kernels"]:
+    def browsable_detail(self, request, head: dict, rows, number: int) -> dict:
+        """The detail for a person in a browser: a page of its kernels, links to the others,
+        and how to get them all."""
+        kernels = [encoders.kernel_row_to_dict(row) for row in rows]
+        count = head["kernel_count"] if head["state"] in selectors.SERVES_KERNELS else 0
+        pages = max(1, -(-count // BROWSABLE_KERNELS_PAGE))
+        detail = {**head}
+        if count > BROWSABLE_KERNELS_PAGE:
+            first = (number - 1) * BROWSABLE_KERNELS_PAGE + 1
+
+            def page_url(page: int) -> str:
+                return request.build_absolute_uri(f"{request.path}?{urlencode({'kernels_page': page})}")
+
             detail["kernels_shown"] = (
-                f"the first {BROWSABLE_KERNELS_MAX} of {head['kernel_count']} kernels; "
+                f"kernels {first:,}-{first + len(kernels) - 1:,} of {count:,} (page {number} of {pages}); "
                 "?format=json (or an Accept: application/json client) returns them all"
+                if kernels
+                else f"no kernels on page {number}: the trace has {pages} pages of {BROWSABLE_KERNELS_PAGE}"
             )
+            detail["kernels_pages"] = {
+                "first": page_url(1),
+                "previous": page_url(number - 1) if 1 < number <= pages else None,
+                "next": page_url(number + 1) if number < pages else None,
+                "last": page_url(pages),
+            }
+        detail["kernels"] = kernels
         return detail
 
     def json_or_browsable(self, request, value: dict):
@@ -421,6 +462,10 @@ class TraceDownloadsViewSet(viewsets.ViewSet):
         if not is_storable(trace_id):
             raise NotFound(f"trace {trace_id} not found")
         filename = f"{trace_id}.csv"
+        raw = request.query_params.get("raw", "0")
+        if raw not in ("0", "1"):
+            raise ParseError(f"raw must be 0 or 1, not {shown(raw)}")
+        raw = raw == "1"
         coding = http.choose_coding(request.META.get("HTTP_ACCEPT_ENCODING"))
         conditional = request.META.get("HTTP_IF_NONE_MATCH")
         if conditional or request.method == "HEAD":
@@ -428,7 +473,7 @@ class TraceDownloadsViewSet(viewsets.ViewSet):
             updated_at = http.trace_updated_at(trace_id)
             if updated_at is None:
                 raise NotFound(f"trace {trace_id} not found")
-            digest = http.kernels_csv_digest(trace_id, updated_at)
+            digest = http.kernels_csv_digest(trace_id, updated_at, raw=raw)
             if http.if_none_match_hits(conditional, digest):
                 return http.not_modified(digest, coding)
             if request.method == "HEAD":
@@ -436,9 +481,9 @@ class TraceDownloadsViewSet(viewsets.ViewSet):
         row, rows = selectors.trace_detail_snapshot(trace_id)
         if row is None:
             raise NotFound(f"trace {trace_id} not found")
-        digest = http.kernels_csv_digest(trace_id, row[UPDATED_AT_COLUMN])
+        digest = http.kernels_csv_digest(trace_id, row[UPDATED_AT_COLUMN], raw=raw)
         return http.streaming_csv_response(
-            encoders.encode_kernels_csv(rows), digest=digest, coding=coding, filename=filename
+            encoders.encode_kernels_csv(rows, raw=raw), digest=digest, coding=coding, filename=filename
         )
 
 

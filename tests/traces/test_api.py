@@ -10,7 +10,7 @@ from django.http import StreamingHttpResponse
 from django.test.utils import CaptureQueriesContext
 
 from traces.models import Kernel, Trace, TraceState
-from traces.views import BROWSABLE_KERNELS_MAX, STREAM_KERNELS_ABOVE
+from traces.views import BROWSABLE_KERNELS_PAGE, STREAM_KERNELS_ABOVE
 
 SUMMARY_KEYS = [
     "id",
@@ -373,13 +373,56 @@ def test_small_trace_has_content_length(api, make_trace, add_kernels):
     assert int(response["Content-Length"]) == len(response.content)
 
 
-def test_browsable_api_shows_the_first_kernels_of_a_large_trace(client, admin_user, make_trace, add_kernels):
+def test_browsable_api_pages_the_kernels_of_a_trace_and_the_json_stays_whole(
+    client, admin_user, make_trace, add_kernels
+):
     trace = make_trace("large", state=TraceState.READY)
-    add_kernels(trace, BROWSABLE_KERNELS_MAX + 10)
+    add_kernels(trace, 120)
     client.force_login(admin_user)
     response = client.get("/api/traces/large", HTTP_ACCEPT="text/html")
     assert response.status_code == 200
-    assert len(response.data["kernels"]) == BROWSABLE_KERNELS_MAX
-    assert response.data["kernels_shown"].startswith(f"the first {BROWSABLE_KERNELS_MAX} of 1010 kernels")
+    assert [kernel["kernel_id"] for kernel in response.data["kernels"]] == list(
+        range(1, BROWSABLE_KERNELS_PAGE + 1)
+    )
+    assert response.data["kernels_shown"].startswith("kernels 1-50 of 120 (page 1 of 3)")
+    links = response.data["kernels_pages"]
+    assert links["previous"] is None
+    assert links["next"] == "http://testserver/api/traces/large?kernels_page=2"
+    assert links["last"] == "http://testserver/api/traces/large?kernels_page=3"
+    # The links are links on the page.
+    assert b'href="http://testserver/api/traces/large?kernels_page=2"' in response.content
+
+    last = client.get(links["last"], HTTP_ACCEPT="text/html")
+    assert [kernel["kernel_id"] for kernel in last.data["kernels"]] == list(range(101, 121))
+    assert last.data["kernels_pages"]["next"] is None
+    assert last.data["kernels_pages"]["previous"] == "http://testserver/api/traces/large?kernels_page=2"
+    beyond = client.get("/api/traces/large?kernels_page=9", HTTP_ACCEPT="text/html")
+    assert beyond.data["kernels"] == [] and beyond.data["kernels_shown"].startswith("no kernels on page 9")
+    for bad in ("0", "-1", "x", "1" * 10):
+        answer = client.get(f"/api/traces/large?kernels_page={bad}", HTTP_ACCEPT="text/html")
+        assert answer.status_code == 400, bad
+
     full = client.get("/api/traces/large?format=json")
-    assert len(body(full)["kernels"]) == BROWSABLE_KERNELS_MAX + 10
+    assert len(body(full)["kernels"]) == 120
+    assert "kernels_pages" not in body(full)
+
+
+def test_a_small_trace_shows_all_its_kernels_without_pages(client, admin_user, make_trace, add_kernels):
+    trace = make_trace("small", state=TraceState.READY)
+    add_kernels(trace, BROWSABLE_KERNELS_PAGE)
+    client.force_login(admin_user)
+    response = client.get("/api/traces/small", HTTP_ACCEPT="text/html")
+    assert len(response.data["kernels"]) == BROWSABLE_KERNELS_PAGE
+    assert "kernels_pages" not in response.data and "kernels_shown" not in response.data
+
+
+def test_browsable_list_links_each_trace_to_its_detail_and_the_json_has_no_links(
+    client, admin_user, make_trace
+):
+    make_trace("demo.run+1", state=TraceState.READY)
+    client.force_login(admin_user)
+    response = client.get("/api/traces", HTTP_ACCEPT="text/html")
+    assert [trace["url"] for trace in response.data] == ["http://testserver/api/traces/demo.run+1"]
+    assert b'href="http://testserver/api/traces/demo.run+1"' in response.content
+    assert client.get(response.data[0]["url"], HTTP_ACCEPT="text/html").status_code == 200
+    assert "url" not in client.get("/api/traces?format=json").json()[0]

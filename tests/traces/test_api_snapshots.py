@@ -126,10 +126,10 @@ def test_a_database_error_while_streaming_kernels_is_a_django_database_error(mak
     store("run", selectors.KERNEL_FETCH_ROWS + 10, "_Z3oldv")
     kernels_sql = selectors.kernels_sql
 
-    def failing_past_the_first_rows(trace_id, limit=None):
+    def failing_past_the_first_rows(trace_id, limit=None, offset=0):
         # Rows are computed as they are fetched (inside the test's transaction): the first
         # round trip succeeds, the next one divides by zero.
-        sql, params = kernels_sql(trace_id, limit)
+        sql, params = kernels_sql(trace_id, limit, offset)
         return f"SELECT *, 1 / ({selectors.KERNEL_FETCH_ROWS + 5} - kernel_id) FROM ({sql}) AS k", params
 
     monkeypatch.setattr(selectors, "kernels_sql", failing_past_the_first_rows)

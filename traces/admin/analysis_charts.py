@@ -46,9 +46,16 @@ BOTTOM = 46  # the bars' labels
 LABEL_CHARS = 60
 
 
-def short_name(name: str, length: int = LABEL_CHARS) -> str:
+def shown_name(name: str, shown: dict[str, str] | None = None) -> str:
+    """A kernel's name demangled: as the page read it (`shown`, the stored texts), else now."""
+    if shown is not None and (text := shown.get(name)) is not None:
+        return text
+    return demangle(name)
+
+
+def short_name(name: str, length: int = LABEL_CHARS, shown: dict[str, str] | None = None) -> str:
     """A kernel's demangled name, cut for a legend or a label."""
-    return Truncator(demangle(name)).chars(length)
+    return Truncator(shown_name(name, shown)).chars(length)
 
 
 def series_colours(names: list[str]) -> dict[str, str]:
@@ -126,6 +133,7 @@ class StackedChart:
     height: int = 260
     left: int = LEFT
     top: int = TOP
+    steps_per_bar: int = 1
 
     @property
     def plot_bottom(self) -> int:
@@ -134,6 +142,14 @@ class StackedChart:
     @property
     def label_y(self) -> int:
         return self.plot_bottom + 16
+
+    @property
+    def axis_middle_y(self) -> float:
+        return (self.top + self.plot_bottom) / 2
+
+    @property
+    def axis_title_y(self) -> int:
+        return self.height - 6
 
 
 @dataclass(frozen=True)
@@ -149,9 +165,16 @@ def value_label(value: float, unit: str) -> str:
     return duration(value) if unit == "ns" else f"{value:,.0f} {unit}"
 
 
-def stacked_chart(bars: list[StepBar], colours: dict[str, str], *, unit: str) -> StackedChart:
+def stacked_chart(
+    bars: list[StepBar],
+    colours: dict[str, str],
+    *,
+    unit: str,
+    steps_per_bar: int = 1,
+    shown: dict[str, str] | None = None,
+) -> StackedChart:
     """A bar per StepBar, its segments bottom-up in `colours`' order, OTHER on top."""
-    chart = StackedChart(unit=unit)
+    chart = StackedChart(unit=unit, steps_per_bar=steps_per_bar)
     highest = max((bar.total or 0 for bar in bars), default=0)
     if not bars or not highest:
         return chart
@@ -179,7 +202,7 @@ def stacked_chart(bars: list[StepBar], colours: dict[str, str], *, unit: str) ->
                     y=round(base, 2),
                     height=round(height, 2),
                     colour=colours[name],
-                    title=f"{bar.label}: {short_name(name) if name != OTHER else OTHER}: "
+                    title=f"{bar.label}: {short_name(name, shown=shown) if name != OTHER else OTHER}: "
                     f"{value_label(value, unit)}{share}",
                 )
             )
@@ -195,7 +218,9 @@ def stacked_chart(bars: list[StepBar], colours: dict[str, str], *, unit: str) ->
             )
         )
     chart.legend = [
-        LegendEntry(label=OTHER if name == OTHER else short_name(name), title=name, colour=colour)
+        LegendEntry(
+            label=OTHER if name == OTHER else short_name(name, shown=shown), title=name, colour=colour
+        )
         for name, colour in colours.items()
         if name in used
     ]
@@ -256,7 +281,9 @@ def decade_ticks(low: float, high: float, place, label=si) -> list[Tick]:
     ]
 
 
-def calibration_chart(rows: list[tuple], colours: dict[str, str]) -> Scatter:
+def calibration_chart(
+    rows: list[tuple], colours: dict[str, str], shown: dict[str, str] | None = None
+) -> Scatter:
     """A point per (ctx, kernel_id, name, total_insts, duration_ns) row, on log axes: one
     kernel's launches fall on a line whose slope is its instructions per nanosecond."""
     chart = Scatter()
@@ -291,7 +318,7 @@ def calibration_chart(rows: list[tuple], colours: dict[str, str]) -> Scatter:
                 colour=colours[series],
                 # A short name per point, the whole one once in the legend (or the mix's table):
                 # a long name repeated per launch made this page hundreds of megabytes.
-                title=f"{ctx or 'no context'} kernel {kernel_id} {short_name(name)}: "
+                title=f"{ctx or 'no context'} kernel {kernel_id} {short_name(name, shown=shown)}: "
                 f"{insts:,} instructions in {duration(ns)}",
             )
         )
@@ -300,7 +327,9 @@ def calibration_chart(rows: list[tuple], colours: dict[str, str]) -> Scatter:
     chart.x_ticks = decade_ticks(x_low, x_high, place_x)
     chart.y_ticks = decade_ticks(y_low, y_high, place_y, duration)
     chart.legend = [
-        LegendEntry(label=OTHER if name == OTHER else short_name(name), title=name, colour=colour)
+        LegendEntry(
+            label=OTHER if name == OTHER else short_name(name, shown=shown), title=name, colour=colour
+        )
         for name, colour in colours.items()
         if name in used
     ]
@@ -331,6 +360,7 @@ class PairedRow:
 class PairedChart:
     rows: list[PairedRow] = field(default_factory=list)
     ticks: list[Tick] = field(default_factory=list)
+    axis_title: str = "instructions"
     width: int = WIDTH
     left: int = PAIR_LEFT
     top: int = 24
@@ -340,7 +370,7 @@ class PairedChart:
 
     @property
     def height(self) -> int:
-        return self.top + PAIR_ROW * len(self.rows) + 24
+        return self.top + PAIR_ROW * len(self.rows) + 40
 
     @property
     def plot_bottom(self) -> int:
@@ -350,29 +380,56 @@ class PairedChart:
     def tick_label_y(self) -> int:
         return self.plot_bottom + 14
 
+    @property
+    def axis_title_y(self) -> int:
+        return self.plot_bottom + 32
 
-def paired_chart(kernels: list, *, a_label: str, b_label: str) -> PairedChart:
-    """Instructions of trace a and trace b for each KernelComparison, a's bar above b's."""
-    chart = PairedChart()
-    highest = max((max(k.a.total_insts or 0, k.b.total_insts or 0) for k in kernels), default=0)
+    @property
+    def legend_b_x(self) -> int:
+        return self.left + 300
+
+
+# What a paired chart can draw of each side of a KernelComparison: the value, its axis title,
+# how a tick and a tooltip say it.
+PAIRED_MEASURES = {
+    "insts": ("total_insts", "instructions", si, lambda value: f"{value:,} instructions"),
+    "time": ("duration_ns", "measured time", duration, duration),
+}
+
+
+def paired_chart(
+    kernels: list, *, a_label: str, b_label: str, measure: str = "insts", shown: dict[str, str] | None = None
+) -> PairedChart:
+    """Instructions (or measured time) of trace a and trace b for each KernelComparison, a's
+    bar above b's."""
+    attribute, axis_title, tick_label, value_text = PAIRED_MEASURES[measure]
+    chart = PairedChart(axis_title=axis_title)
+
+    def value(side) -> int:
+        return getattr(side, attribute) or 0
+
+    highest = max((max(value(k.a), value(k.b)) for k in kernels), default=0)
     if not highest:
         return chart
     plot_width = chart.width - chart.left - RIGHT
     for index, kernel in enumerate(kernels):
-        label = Truncator(demangle(kernel.name)).chars(PAIR_LABEL_CHARS)
-        a, b = kernel.a.total_insts or 0, kernel.b.total_insts or 0
+        name = shown_name(kernel.name, shown)
+        a, b = value(kernel.a), value(kernel.b)
         chart.rows.append(
             PairedRow(
-                label=label,
+                label=Truncator(name).chars(PAIR_LABEL_CHARS),
                 title=", ".join(kernel.names),
                 y=chart.top + index * PAIR_ROW + 3,
                 a_width=round(plot_width * a / highest, 2),
                 b_width=round(plot_width * b / highest, 2),
-                a_title=f"{a_label}: {demangle(kernel.name)}: {a:,} instructions",
-                b_title=f"{b_label}: {demangle(kernel.name)}: {b:,} instructions",
+                a_title=f"{a_label}: {name}: {value_text(a)}",
+                b_title=f"{b_label}: {name}: {value_text(b)}",
             )
         )
     chart.ticks = [
-        Tick(round(chart.left + plot_width * fraction, 2), si(highest * fraction)) for fraction in (0, 0.5, 1)
+        Tick(
+            round(chart.left + plot_width * fraction, 2), tick_label(highest * fraction) if fraction else "0"
+        )
+        for fraction in (0, 0.5, 1)
     ]
     return chart

@@ -26,8 +26,7 @@ from traces.admin.analysis_charts import (
     stacked_chart,
 )
 from traces.admin.chart import MAX_BARS
-from traces.admin.display import kernel_changelist_url
-from traces.demangle import demangle
+from traces.admin.display import kernel_changelist_url, shown_names
 from traces.models import Trace
 
 logger = logging.getLogger(__name__)
@@ -131,6 +130,8 @@ def _trace_analysis(trace: Trace) -> dict:
         if kernel.duration_ns
     ][:TOP_SERIES]
     colours = series_colours([*by_insts, *(name for name in by_time if name not in by_insts)])
+    # The names as the summary read them (stored at ingest): the charts demangle nothing more.
+    shown = {kernel.name: kernel.demangled for kernel in summary.kernels}
     step_rows = [
         StepRow(
             step=step,
@@ -168,7 +169,11 @@ def _trace_analysis(trace: Trace) -> dict:
             "admin/traces/trace/stacked_bars.svg",
             {
                 "chart": stacked_chart(
-                    step_bars(summary.steps, split, per_bar, "insts"), colours, unit="instructions"
+                    step_bars(summary.steps, split, per_bar, "insts"),
+                    colours,
+                    unit="instructions",
+                    steps_per_bar=per_bar,
+                    shown=shown,
                 ),
                 "title": "Instructions per step, by kernel",
             },
@@ -178,7 +183,11 @@ def _trace_analysis(trace: Trace) -> dict:
                 "admin/traces/trace/stacked_bars.svg",
                 {
                     "chart": stacked_chart(
-                        step_bars(summary.steps, split, per_bar, "time"), colours, unit="ns"
+                        step_bars(summary.steps, split, per_bar, "time"),
+                        colours,
+                        unit="ns",
+                        steps_per_bar=per_bar,
+                        shown=shown,
                     ),
                     "title": "Measured time per step, by kernel",
                 },
@@ -188,7 +197,7 @@ def _trace_analysis(trace: Trace) -> dict:
         context["calibration_points"] = len(sample)
         context["calibration_sampled"] = totals.kernel_count > selectors.CALIBRATION_POINTS
         context["calibration_svg"] = render_to_string(
-            "admin/traces/trace/calibration.svg", {"chart": calibration_chart(sample, colours)}
+            "admin/traces/trace/calibration.svg", {"chart": calibration_chart(sample, colours, shown)}
         )
     return context
 
@@ -275,15 +284,18 @@ def ratio(b: int | None, a: int | None) -> float | None:
 def compare_context(a: Trace, b: Trace, by: str) -> dict:
     """The compare page's table and chart: one query for both traces' kernel names."""
     comparison = analysis.compare(a.id, b.id, by=by)
-    chart = paired_chart(comparison.kernels[:COMPARE_CHART_KERNELS], a_label=a.id, b_label=b.id)
+    # The names as ingest stored them demangled (by symbol; by demangled name they are already).
+    shown = shown_names(kernel.name for kernel in comparison.kernels)
+    chart = paired_chart(comparison.kernels[:COMPARE_CHART_KERNELS], a_label=a.id, b_label=b.id, shown=shown)
     timed = comparison.a.duration_ns is not None or comparison.b.duration_ns is not None
     total_a, total_b = comparison.a, comparison.b
-    return {
+    context = {
         "comparison": comparison,
         "timed": timed,
         "chart_kernels": len(chart.rows),
         "compare_svg": render_to_string(
-            "admin/traces/trace/paired_bars.svg", {"chart": chart, "a": a.id, "b": b.id}
+            "admin/traces/trace/paired_bars.svg",
+            {"chart": chart, "a": a.id, "b": b.id, "title": "Instructions per kernel"},
         ),
         "compare_totals": CompareRow(
             label="all kernels",
@@ -308,7 +320,7 @@ def compare_context(a: Trace, b: Trace, by: str) -> dict:
             CompareRow(
                 # by symbol: the row's name is the symbol, shown demangled; by demangled name:
                 # the row's name is already demangled.
-                label=demangle(kernel.name),
+                label=shown[kernel.name],
                 symbols="\n".join(kernel.names),
                 launches=(
                     number(kernel.a.launches),
@@ -329,3 +341,15 @@ def compare_context(a: Trace, b: Trace, by: str) -> dict:
             for kernel in comparison.kernels
         ],
     }
+    if timed:
+        by_time = sorted(
+            (kernel for kernel in comparison.kernels if kernel.a.duration_ns or kernel.b.duration_ns),
+            key=lambda kernel: -max(kernel.a.duration_ns or 0, kernel.b.duration_ns or 0),
+        )[:COMPARE_CHART_KERNELS]
+        time_chart = paired_chart(by_time, a_label=a.id, b_label=b.id, measure="time", shown=shown)
+        context["time_chart_kernels"] = len(time_chart.rows)
+        context["compare_time_svg"] = render_to_string(
+            "admin/traces/trace/paired_bars.svg",
+            {"chart": time_chart, "a": a.id, "b": b.id, "title": "Measured time per kernel"},
+        )
+    return context

@@ -8,14 +8,15 @@ its bars. `admin/traces/trace/kernel_chart.svg` draws the result.
 
 from dataclasses import dataclass, field
 
+from traces.admin.analysis_charts import si
 from traces.selectors import KernelRun
 
 MAX_BARS = 300
 CHART_WIDTH = 900
-CHART_HEIGHT = 200
-CHART_LEFT = 70  # room for the y axis labels
-CHART_BOTTOM = 30  # room for the context labels
-CHART_TOP = 10
+CHART_HEIGHT = 250
+CHART_LEFT = 70  # room for the y axis labels and its title
+CHART_BOTTOM = 48  # room for the context labels and the x axis' title
+CHART_TOP = 28  # room for the legend
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,19 @@ class Chart:
     @property
     def plot_top(self) -> int:
         return CHART_TOP
+
+    @property
+    def max_label(self) -> str:
+        """The y axis' top, as the other charts say it (16.3M): the margin holds it."""
+        return si(self.max_insts)
+
+    @property
+    def mid_label(self) -> str:
+        return si(self.mid_insts)
+
+    @property
+    def axis_title_y(self) -> int:
+        return self.height - 6
 
     @property
     def mid_insts(self) -> int:

@@ -1,4 +1,7 @@
-"""How the admin shows a trace's values: state badges, cut text, compact dates, notices, links."""
+"""How the admin shows a trace's values: state badges, cut text, kernel names, sizes, compact
+dates, notices, links."""
+
+from collections.abc import Iterable
 
 from django.urls import reverse
 from django.utils import timezone
@@ -6,7 +9,8 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.text import Truncator
 
-from traces.models import Trace, TraceState
+from traces.demangle import demangle_all
+from traces.models import KernelName, Trace, TraceState, name_digest
 
 STATE_COLOURS = {
     TraceState.UPLOADING: "#5b6b7a",
@@ -38,6 +42,43 @@ def truncated(value: str | None, length: int):
     if value is None:
         return None
     return format_html('<span title="{}">{}</span>', value, Truncator(value).chars(length))
+
+
+def size_text(count: int | None) -> str:
+    """Bytes as `cascade pull` prints them (client/cascade_client/progress.py's rule, copied:
+    the client is installed on its own): B, then KB, MB, GB of 1,000, one decimal."""
+    if count is None:
+        return "-"
+    value = float(count)
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(value) < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+
+
+def size_html(count: int | None):
+    """A size that never wraps, its exact byte count on hover."""
+    if count is None:
+        return "-"
+    return format_html('<span class="nowrap" title="{} bytes">{}</span>', f"{count:,}", size_text(count))
+
+
+def shown_names(names: Iterable[str]) -> dict[str, str]:
+    """Kernel names as a page shows them: demangled as ingest stored them (one query by
+    digest), the rest within a request's budget (`traces.demangle.demangle_all`)."""
+    names = list(dict.fromkeys(names))
+    stored = dict(
+        KernelName.objects.filter(digest__in=[name_digest(name) for name in names]).values_list(
+            "name", "demangled"
+        )
+    )
+    return demangle_all(names, stored=stored)
+
+
+def kernel_name(symbol: str, demangled: str):
+    """A kernel name whole: demangled, wrapping anywhere (templates' arguments break nowhere
+    else), in a box of a few lines that scrolls for the longest; the symbol on hover."""
+    return format_html('<code class="kernel-name-text" title="{}">{}</code>', symbol, demangled)
 
 
 def compact_datetime(value):

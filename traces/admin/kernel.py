@@ -1,5 +1,7 @@
 """The kernel list: a million rows, read-only, a page at a time in the primary key's order."""
 
+import threading
+
 from django.contrib import admin
 from django.contrib.admin.utils import quote
 from django.db.models import OuterRef, Subquery
@@ -7,10 +9,15 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.text import Truncator
 
-from traces.admin.display import truncated
+from traces.admin.display import kernel_name
 from traces.admin.filters import ContextFilter, StorableLookups, TraceIdFilter
 from traces.admin.paginators import EstimatedCountPaginator
+from traces.demangle import REQUEST_BUDGET_SECONDS, Budget, demangle_all
 from traces.models import Kernel, KernelName, Trace
+
+# What a page of the list may spend demangling names stored before ingest demangled them:
+# one budget a request, shared by its rows (a thread's own: the admin is shared by threads).
+page_budget = threading.local()
 
 
 class KernelPaginator(EstimatedCountPaginator):
@@ -66,6 +73,16 @@ class KernelAdmin(StorableLookups, admin.ModelAdmin):
         names = list(KernelName.objects.filter(name__icontains=search_term).values_list("id", flat=True))
         return queryset.filter(kernel_name__in=names), False
 
+    def changelist_view(self, request, extra_context=None):
+        page_budget.budget = Budget(REQUEST_BUDGET_SECONDS)
+        try:
+            response = super().changelist_view(request, extra_context)
+            if hasattr(response, "render"):  # the rows are drawn as the template renders
+                response.render()
+            return response
+        finally:
+            page_budget.budget = None
+
     def get_list_display(self, request):
         # One trace's kernels (the trace page links here): its id on every row would only take
         # the room the names need; the filter shows it.
@@ -99,7 +116,14 @@ class KernelAdmin(StorableLookups, admin.ModelAdmin):
 
     @admin.display(description="name", ordering="kernel_name")
     def short_name(self, obj: Kernel):
-        return truncated(obj.kernel_name.name, 26)
+        """The name whole, demangled as ingest stored it (a name stored before that is
+        demangled here, within the page's budget), the symbol on hover."""
+        name = obj.kernel_name
+        demangled = name.demangled
+        if demangled is None:
+            budget = getattr(page_budget, "budget", None) or Budget(0)
+            demangled = demangle_all((name.name,), budget=budget)[name.name]
+        return kernel_name(name.name, demangled)
 
     @admin.display(description="insts", ordering="total_insts", empty_value="-")
     def insts_column(self, obj: Kernel):

@@ -16,7 +16,6 @@ from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
-from django.template.defaultfilters import filesizeformat
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -29,14 +28,16 @@ from traces.admin.chart import instruction_chart
 from traces.admin.display import (
     compact_datetime,
     kernel_changelist_url,
+    kernel_name,
     nothing_to_parse,
+    size_html,
     state_badge,
-    truncated,
     upload_notice,
 )
 from traces.admin.filters import ParserVersionFilter, StorableLookups
 from traces.admin.paginators import EstimatedCountPaginator
 from traces.admin.simulation import SimulationInline
+from traces.demangle import demangle_all
 from traces.models import CURRENT_PARSER_VERSION, Kernel, Simulation, Trace, TraceState
 from traces.services import TraceBusy, trace_delete, trace_mark_failed, traces_mark_sample
 from traces.signals import reingest_requested
@@ -147,13 +148,14 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
         return state_badge(obj.state)
 
     # Short headers and cut values: the list has ten columns and must fit a laptop's screen.
+    # Models and GPUs whole: they wrap at their spaces and dashes (the list's stylesheet).
     @admin.display(description="model", ordering="model", empty_value="-")
     def model_column(self, obj: Trace):
-        return truncated(obj.model, 24)
+        return obj.model
 
     @admin.display(description="source GPU", ordering="source_gpu", empty_value="-")
     def source_gpu_column(self, obj: Trace):
-        return truncated(obj.source_gpu, 16)
+        return obj.source_gpu
 
     @admin.display(description="arch", ordering="trace_gpu_arch", empty_value="-")
     def arch_column(self, obj: Trace):
@@ -177,9 +179,7 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
 
     @admin.display(description="size", ordering="bytes")
     def size(self, obj: Trace):
-        return format_html(
-            '<span class="nowrap" title="{} bytes">{}</span>', obj.bytes, filesizeformat(obj.bytes)
-        )
+        return size_html(obj.bytes)
 
     @admin.display(description="launches without totals")
     def without_totals(self, obj: Trace):
@@ -231,13 +231,11 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
             return "-"
         rows = format_html_join(
             "",
-            '<tr><td><code>{}</code></td><td style="text-align:right" title="{} bytes">{}</td>'
-            "<td><code>{}</code></td></tr>",
+            '<tr><td><code>{}</code></td><td style="text-align:right">{}</td><td><code>{}</code></td></tr>',
             (
                 (
                     entry.get("key", ""),
-                    entry.get("bytes", 0),
-                    filesizeformat(entry.get("bytes", 0)),
+                    size_html(entry.get("bytes", 0)),
                     entry.get("etag", ""),
                 )
                 for entry in obj.files
@@ -257,6 +255,9 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
         if trace is not None:
             summary, analysed = trace_page_reads(trace)
             chart = instruction_chart(summary.runs)
+            # The top kernels' names as the mix shows them (the summary's, no query of its own).
+            mix = {row.kernel.name: row.kernel.demangled for row in analysed.get("mix_rows", ())}
+            shown = demangle_all((kernel.name for kernel in summary.top_kernels), stored=mix)
             extra_context.update(
                 trace=trace,
                 state_badge=state_badge(trace.state),
@@ -264,6 +265,9 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
                 # The summary goes above metadata.json and the file list, which can be long.
                 kernels_before_fieldset="metadata.json",
                 kernel_summary=summary,
+                top_kernels=[
+                    (kernel, kernel_name(kernel.name, shown[kernel.name])) for kernel in summary.top_kernels
+                ],
                 kernel_chart_svg=render_to_string("admin/traces/trace/kernel_chart.svg", {"chart": chart}),
                 kernel_chart=chart,
                 **analysed,
