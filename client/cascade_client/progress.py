@@ -7,11 +7,12 @@ import time
 
 
 def size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
+    """Bytes in binary units (KiB, MiB, GiB of 1,024), one decimal: the admin's rule too."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
+        n /= 1024
+    return f"{n:.1f} GiB"
 
 
 class Progress:

@@ -304,7 +304,7 @@ def test_changelist_shows_newest_first_with_state_and_human_size(staff_client, t
     ]
     resnet = rows[2]
     # In the client's units (one system for both), by the client's own rule.
-    assert resnet["Size"].text == client_size(Trace.objects.get(pk="resnet-a100").bytes) == "1.6 GB"
+    assert resnet["Size"].text == client_size(Trace.objects.get(pk="resnet-a100").bytes) == "1.5 GiB"
     assert (resnet["Model"].text, resnet["Arch"].text, resnet["Sim config"].text) == (
         "resnet50",
         "sm_80",
@@ -394,7 +394,7 @@ def test_change_page_shows_every_field_the_error_metadata_and_files(staff_client
         ("accelsim-traces/broken.run+v2@x=1/metadata.json", client_size(210), '"a1"'),
         ("accelsim-traces/broken.run+v2@x=1/traces/stats_ctx_0x1", client_size(3145728), '"b2"'),
     ]
-    assert files[1]["size"].text == "3.1 MB"
+    assert files[1]["size"].text == "3.0 MiB"
     assert "3,145,728 bytes" in files[1]["size"].tooltips()
     for label, value in [
         ("Model", "resnet50"),

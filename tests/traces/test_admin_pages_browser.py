@@ -107,7 +107,7 @@ def test_the_trace_page_reads_well_at_1280_px(live_server, browser, operator, sa
     gpus = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "td.field-source_gpu_column")]
     assert sorted(gpus) == sorted(Trace.objects.values_list("source_gpu", flat=True)), "GPU names whole"
     sizes = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "td.field-size")]
-    assert all(re.fullmatch(r"\d+(\.\d)? (B|KB|MB|GB)", size) for size in sizes), sizes
+    assert all(re.fullmatch(r"\d+(\.\d)? (B|KiB|MiB|GiB)", size) for size in sizes), sizes
 
     visit(browser, f"{live_server.url}/admin/traces/trace/{H100}/change/", "trace-page")
     assert horizontal_overflow(browser) <= 0

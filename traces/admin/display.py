@@ -46,14 +46,14 @@ def truncated(value: str | None, length: int):
 
 def size_text(count: int | None) -> str:
     """Bytes as `cascade pull` prints them (client/cascade_client/progress.py's rule, copied:
-    the client is installed on its own): B, then KB, MB, GB of 1,000, one decimal."""
+    the client is installed on its own): B, then KiB, MiB, GiB of 1,024, one decimal."""
     if count is None:
         return "-"
     value = float(count)
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(value) < 1000 or unit == "GB":
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
+        value /= 1024
 
 
 def size_html(count: int | None):
