@@ -622,9 +622,11 @@ def launches(spec: RunSpec) -> Iterator[Launch]:
     Each step is a whole forward pass: the steps listed in `layers` first, then as many decode
     steps as `kernels` needs (the last one cut short). With CUDA graphs, a decode step's model
     forward is `captured`, then replayed: what the replay executes is counted into the totals of
-    the step's first eager launch. The first decoder block of each listed step is traced, up to
-    `max_traced` kernels, as the tracer's kernel window would do; nothing runs while a stream
-    captures, so in a graph step the window covers the eager launches after the forward instead.
+    the step's first eager launch. The first decoder block and the eager tail (the LM head and the
+    sampler) of each listed step are traced, up to `max_traced` kernels, as the tracer's kernel
+    window would do; nothing runs while a stream captures, so in a graph step the window covers
+    the eager tail only. Of those, only launches of at most `max_traced_warps` warps are traced:
+    an instruction trace holds every warp of every block, and must simulate in seconds.
     """
     rng = random.Random(spec.seed)
     platform = platform_for(spec.trace_gpu_arch)
@@ -648,7 +650,7 @@ def launches(spec: RunSpec) -> Iterator[Launch]:
             kernel_id += 1
             emitted += 1
             captured = graph_step and forward
-            window = not forward if graph_step else block == 0
+            window = not forward if graph_step else (block == 0 or not forward)
             blocks = grid[0] * grid[1] * grid[2]
             warps = blocks * math.ceil(block_dim[0] * block_dim[1] * block_dim[2] / 32)
             is_traced = listed and window and traced < spec.max_traced and warps <= spec.max_traced_warps
