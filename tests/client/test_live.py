@@ -161,9 +161,9 @@ def test_a_presigned_link_needs_no_token_and_the_server_serves_no_file_bytes(liv
     import httpx
 
     listing = live.client().files(OPT)
-    entry = next(e for e in listing["files"] if e["path"] == "configs/gpgpusim.config")
+    entry = next(e for e in listing["files"] if e["path"] == "traces/kernelslist_ctx_0x648ae66a3730")
     answer = httpx.get(entry["url"])  # no Authorization header at all
-    assert answer.status_code == 200 and answer.content == live.objects(OPT)["configs/gpgpusim.config"]
+    assert answer.status_code == 200 and answer.content == live.objects(OPT)[entry["path"]]
     assert not entry["url"].startswith(live.url)
 
 
@@ -201,7 +201,7 @@ def test_a_file_changed_in_the_bucket_after_the_listing_is_detected(live, tmp_pa
     """The object changes between `/files` and its GET, as when a profiler re-uploads a run."""
     from cascade_client import Cascade, FileChanged
 
-    key = f"{PREFIX}{OPT}/configs/trace.config"
+    key = f"{PREFIX}{OPT}/traces/stats_ctx_0x7b50cedc2670"  # the samples have no configs/
     original = live.bucket.get_object(Bucket=BUCKET, Key=key)["Body"].read()
 
     class ChangedAfterListing(Cascade):
@@ -217,8 +217,8 @@ def test_a_file_changed_in_the_bucket_after_the_listing_is_detected(live, tmp_pa
     try:
         with ChangedAfterListing(live.url, live.token) as client, pytest.raises(FileChanged) as error:
             client.pull(OPT, tmp_path, jobs=2)
-        assert "configs/trace.config" in str(error.value)
-        assert not (tmp_path / "configs/trace.config").exists()
+        assert "traces/stats_ctx_0x7b50cedc2670" in str(error.value)
+        assert not (tmp_path / "traces/stats_ctx_0x7b50cedc2670").exists()
     finally:
         live.bucket.put_object(Bucket=BUCKET, Key=key, Body=original)
 
