@@ -168,6 +168,14 @@ def test_interactive_demo_prints_a_working_curl_command_and_ctrl_c_stops_everyth
         request = urllib.request.Request(f"{url}/api/traces", headers={"Authorization": f"Bearer {token}"})
         assert_samples(json.loads(urllib.request.urlopen(request, timeout=60).read()))
         assert "admin login" in text and "user admin" in text
+        # The two lines that point the client at this demo (issue 30), as a shell runs them.
+        exports = dict(
+            line.strip().removeprefix("export ").split("=", 1)
+            for line in output
+            if line.strip().startswith("export CASCADE_URL=")
+            or line.strip().startswith("export CASCADE_TOKEN=")
+        )
+        assert exports == {"CASCADE_URL": url, "CASCADE_TOKEN": token}
     finally:
         demo.send_signal(signal.SIGINT)
         returncode = demo.wait(timeout=60)
