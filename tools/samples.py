@@ -42,6 +42,9 @@ SAMPLES: dict[str, RunSpec] = {
         kernels=700,
         contexts=2,
         seed=80,
+        # The small kernels of the prefill and two decode steps, so each context's kernelslist
+        # names some (a list that ends in MemcpyHtoD lines aborts the simulator at its end).
+        max_traced=15,
         source_gpu="NVIDIA A100-SXM4-80GB",
         trace_gpu_arch="sm_80",
         suggested_sim_config="SM86_RTX3070",
@@ -54,6 +57,7 @@ SAMPLES: dict[str, RunSpec] = {
         kernels=700,
         contexts=1,
         seed=75,
+        max_traced=10,  # the prefill and first decode step's small kernels: a run of seconds
         source_gpu="NVIDIA GeForce RTX 2060",
         trace_gpu_arch="sm_75",
         suggested_sim_config="SM75_RTX2060",
