@@ -303,3 +303,44 @@ def test_simulatable_samples_hold_every_warp_of_every_traced_kernel(run_id):
         total += sum(len(lines) for lines in warps.values())
     # Seconds, not hours: the simulator runs some 12,500 warp instructions a second.
     assert total < 200_000
+
+
+def test_accel_sims_own_post_processing_makes_the_grouped_layout_of_the_raw_one(tmp_path):
+    """Where an Accel-Sim tree is at hand (ACCEL_SIM_ROOT, as `cascade simulate` takes it): its
+    post-processor, run on the raw layout, writes the grouped layout byte for byte. CI has none."""
+    import os
+    import shutil
+    import subprocess
+    import time
+
+    root = os.environ.get("ACCEL_SIM_ROOT")
+    tool = (
+        Path(root or "/nonexistent")
+        / "util/tracer_nvbit/tracer_tool/traces-processing/post-traces-processing"
+    )
+    if not tool.is_file():
+        pytest.skip("needs ACCEL_SIM_ROOT, an accel-sim-framework tree with post-traces-processing built")
+    raw, _ = generated(tmp_path, "sm_75", "raw")
+    grouped, _ = generated(tmp_path, "sm_75", "grouped")
+    work = tmp_path / "post"
+    shutil.copytree(raw / "traces", work)
+    (kernelslist,) = work.glob("kernelslist_ctx_*")
+    # Its exit status says nothing (0 also when it fails): the files it writes are checked instead.
+    subprocess.run([str(tool), str(kernelslist)], capture_output=True, check=False, timeout=120)
+    expected = sorted(p.name for p in (grouped / "traces").iterdir())
+    deadline = time.monotonic() + 60  # it returns before its xz writers finish
+    while True:
+        try:
+            made = {p.name: read_text(p) for p in work.glob("*.traceg.xz")}
+            if len(made) == len([n for n in expected if n.endswith(".traceg.xz")]):
+                break
+        except lzma.LZMAError:
+            pass
+        assert time.monotonic() < deadline, "post-processing did not finish"
+        time.sleep(0.5)
+    for name in expected:
+        if name.endswith(".traceg.xz"):
+            assert made[name] == read_text(grouped / "traces" / name), name
+    assert (work / f"{kernelslist.name}.g").read_bytes() == (
+        grouped / "traces" / f"{kernelslist.name}.g"
+    ).read_bytes()
