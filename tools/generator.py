@@ -757,8 +757,15 @@ TRACE_FORMAT_LINE = (
 )
 
 
+def tracer_version(launch: Launch) -> int:
+    """5 for per-context runs (`-ctx_` file names); 4 for legacy ones, whose tracer prints no immediate."""
+    return 4 if launch.ctx is None else 5
+
+
 def trace_header(launch: Launch, sass: int) -> str:
-    """The header the tracer (v5, accel-sim-framework tracer_tool.cu) writes, and its format line."""
+    """The header the tracer (accel-sim-framework tracer_tool.cu) writes, and its format line."""
+    version = tracer_version(launch)
+    format_line = TRACE_FORMAT_LINE if version >= 5 else TRACE_FORMAT_LINE.removesuffix(" immediate")
     gx, gy, gz = launch.grid
     bx, by, bz = launch.block
     regs, static, dynamic = kernel_resources(launch.name, sass)
@@ -771,8 +778,8 @@ def trace_header(launch: Launch, sass: int) -> str:
         f"-shmem = {static + dynamic}\n-nregs = {regs}\n"
         f"-binary version = {sass}\n-cuda stream id = {stream}\n"
         f"-shmem base_addr = 0x{shmem_base:016x}\n-local mem base_addr = 0x{shmem_base - 0x2000000:016x}\n"
-        "-nvbit version = 1.7.4\n-accelsim tracer version = 5\n-enable lineinfo = 0\n\n"
-        f"{TRACE_FORMAT_LINE}\n\n"
+        f"-nvbit version = 1.7.4\n-accelsim tracer version = {version}\n-enable lineinfo = 0\n\n"
+        f"{format_line}\n\n"
     )
 
 
@@ -811,6 +818,7 @@ def warp_lines(
     threads = launch.block[0] * launch.block[1] * launch.block[2]
     warps = math.ceil(threads / 32)
     program = warp_program(launch, sass, rng)
+    immediate = "0 " if tracer_version(launch) >= 5 else ""  # v5 prints the immediate, v4 nothing
     arrays = [rng.randrange(0x7F00_0000_0000, 0x7F80_0000_0000) & ~0xFFFFF for _ in range(8)]
     pcs, pc = [], 0
     for _ in program:
@@ -829,10 +837,10 @@ def warp_lines(
                     lines = []
                     for (opcode, dest, sources, memory), at in zip(program, pcs, strict=True):
                         if memory < 0:
-                            tail = "0 0 "
+                            tail = "0 " + immediate
                         else:
                             base = arrays[memory % len(arrays)] + first + (memory // len(arrays)) * 0x100000
-                            tail = f"{ops.width} 1 0x{base:x} {ops.width} 0 "
+                            tail = f"{ops.width} 1 0x{base:x} {ops.width} " + immediate
                         lines.append(f"{at:04x} {mask} {dest} {opcode} {sources} {tail}")
                     yield (x, y, z), warp, lines
 

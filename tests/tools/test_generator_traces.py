@@ -37,7 +37,7 @@ INSTRUCTION = re.compile(
     r"(?P<pc>[0-9a-f]{4,}) (?P<mask>[0-9a-f]{8}) (?:0|1 R\d+) (?P<opcode>[A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*) "
     r"(?P<sources>\d+) (?P<registers>(?:R\d+ )*)"
     r"(?:0 |(?P<width>\d+) (?:1 0x[0-9a-f]+ -?\d+ |2 0x[0-9a-f]+ (?:-?\d+ )*|0 (?:0x[0-9a-f]{16} )*))"
-    r"(?:-?\d+ )?(?:STORE_DATA .*)?"
+    r"(?P<immediate>-?\d+ )?(?:STORE_DATA .*)?"
 )
 RAW_PREFIX = re.compile(r"(?P<x>\d+) (?P<y>\d+) (?P<z>\d+) (?P<warp>\d+) ")
 HEADER_LINE = re.compile(r"-(?P<key>[a-z][a-z_ ]*[a-z]) = (?P<value>.*)")
@@ -229,12 +229,42 @@ def test_generated_traces_read_as_the_real_ones_whole(tmp_path, arch, layout):
             warps = read_grouped(text)
         assert set(warps) == expected_warps(values)  # every warp of every block
         seen = Counter(check_instruction(line) for lines in warps.values() for line in lines)
+        assert all(INSTRUCTION.fullmatch(line)["immediate"] for lines in warps.values() for line in lines)
         assert set(seen) <= opcodes, set(seen) - opcodes  # opcodes real traces of that SASS hold
         launch = by_name[path.name]
         # The stats' totals for it are what its trace holds (plus replayed graphs, counted there).
         assert sum(seen.values()) == launch.total_insts
         assert {len(lines) for lines in warps.values()} <= set(range(10, 100))  # tens per warp
         assert len(warps) <= spec.max_traced_warps
+
+
+def test_a_legacy_run_writes_tracer_v4_traces_uncompressed(tmp_path):
+    """`kernel-N.trace` (no context, no xz), headed as the v4 tracer heads them, lines without the
+    immediate v5 added: as the real Pascal trace."""
+    spec = RunSpec(kernels=360, format="legacy", seed=2, layers=("step 0 (prefill)", "step 2 (decode)"))
+    write_run(tmp_path / "legacy", spec)
+    v4_keys, v4 = header(read_text(real("romnn+microgpusim__vectoradd-100-32-sm61") / "kernel-1.traceg"))
+    assert v4["accelsim tracer version"] == "4"
+    traced = [launch for launch in launches(spec) if launch.traced]
+    assert traced
+    for launch in traced:
+        path = tmp_path / "legacy" / "traces" / f"kernel-{launch.kernel_id}.trace"
+        text = path.read_text()
+        keys, values = header(text)
+        assert keys == v4_keys and values["accelsim tracer version"] == "4"
+        assert (
+            text.split("\n\n")[1]
+            == "#traces format = "
+            + read_text(real("romnn+microgpusim__vectoradd-100-32-sm61") / "kernel-1.traceg")
+            .split("#traces format = ")[1]
+            .split("\n")[0]
+        )
+        warps = read_raw(text, lineinfo=False)
+        assert set(warps) == expected_warps(values)
+        for lines in warps.values():
+            for line in lines:
+                check_instruction(line)
+                assert INSTRUCTION.fullmatch(line)["immediate"] is None, line  # v4 prints none
 
 
 def test_the_grouped_layout_is_what_post_processing_makes_of_the_raw_one(tmp_path):
