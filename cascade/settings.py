@@ -201,8 +201,14 @@ DATABASES = {
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The embedded mode runs a poller and a web server on one file: wait for the
-    # writer instead of failing with "database is locked".
-    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 30
+    # writer instead of failing with "database is locked". A busy timeout alone is not enough:
+    # a transaction that began as a reader and then writes cannot wait (SQLite answers "locked"
+    # at once, since waiting could deadlock), so transactions take the write lock when they
+    # begin (IMMEDIATE), and WAL lets the web server read while the poller writes.
+    _sqlite = DATABASES["default"].setdefault("OPTIONS", {})
+    _sqlite["timeout"] = 30
+    _sqlite.setdefault("transaction_mode", "IMMEDIATE")
+    _sqlite.setdefault("init_command", "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL")
     # A file, not memory, so that the tests' child processes (workers, a second pass) share it.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
 

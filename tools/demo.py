@@ -41,6 +41,9 @@ SHOWCASE = "sample__facebook_opt-125m__h100-e2e"
 DEMO_MARKER = ".cascade-demo"
 FINAL_STATES = ("ready", "failed")
 LOG_INFO = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+ INFO ")
+# The web server's port when none is given: the client's default address (`cascade` without
+# CASCADE_URL talks to http://127.0.0.1:8000), and Django's. Taken when free; else a free one.
+DEFAULT_PORT = 8000
 
 
 def free_port() -> int:
@@ -121,9 +124,16 @@ class Demo:
         self.embedded_s3 = not (self.env.get("CASCADE_S3_BUCKET") or self.env.get("CASCADE_S3_ENDPOINT_URL"))
         self.embedded_db = not self.env.get("DATABASE_URL")
         self.s3_port = int(self.env.get("CASCADE_DEMO_S3_PORT") or free_port()) if self.embedded_s3 else None
-        self.web_port = web_port or int(self.env.get("CASCADE_DEMO_PORT") or free_port())
+        self.web_port = web_port or int(self.env.get("CASCADE_DEMO_PORT") or self.default_port())
         self.url = f"http://127.0.0.1:{self.web_port}"
         self.token = ""
+
+    def default_port(self) -> int:
+        """8000 (what the client assumes) when it is free; `--check` takes a free port, so that
+        runs side by side (tests, CI) never meet."""
+        if not self.check and not port_open(DEFAULT_PORT):
+            return DEFAULT_PORT
+        return free_port()
 
     # --- output ---------------------------------------------------------------------------
 
@@ -268,9 +278,7 @@ class Demo:
             password = (
                 "(unchanged: the existing admin's password; set CASCADE_DEMO_ADMIN_PASSWORD to reset it)"
             )
-        out = StringIO()
-        call_command("create_token", "demo", stdout=out, stderr=StringIO())
-        self.token = out.getvalue().strip().splitlines()[-1]
+        self.token = self.issue_token()
         connections.close_all()  # the children use the database from here on
 
         manage = str(ROOT / "manage.py")
@@ -280,6 +288,15 @@ class Demo:
         self.wait_for_port("web", self.web_port)
         self.say("processes: " + " ".join(f"{name}={p.pid}" for name, p in self.processes.items()))
         return "admin", password
+
+    @staticmethod
+    def issue_token() -> str:
+        """The demo's token: a `write` one, so that `cascade simulate` may upload simulations."""
+        from django.core.management import call_command
+
+        out = StringIO()
+        call_command("create_token", "demo", scope="write", stdout=out, stderr=StringIO())
+        return out.getvalue().strip().splitlines()[-1]
 
     def notify_queue(self) -> None:
         """The queue the bucket notifies, made on the embedded S3 (before the samples land)."""
@@ -389,6 +406,10 @@ class Demo:
             f"{'  (any credentials)' if self.embedded_s3 else ''}\n"
             f"  samples      {ready}\n"
             f"  logs         {self.log_dir}\n\n"
+            f"The client (`pip install ./client`), from any terminal:\n"
+            f"  export CASCADE_URL={self.url}\n"
+            f"  export CASCADE_TOKEN={self.token}\n"
+            f"  cascade traces\n\n"
             f"Try:\n  {curl}\n\n"
             f"manage.py against this demo, from another terminal in {ROOT}:\n"
             f"  {self.manage_env()}\n"

@@ -64,6 +64,7 @@ OPT_125M_LAYERS = ("step 0 (prefill)", "step 2 (decode)", "step 10 (decode)", "s
 
 ARCH_SASS = {"sm_70": 70, "sm_75": 75, "sm_80": 80, "sm_86": 86, "sm_89": 89, "sm_90": 90}
 TIMING_FORMATS = ("cascade", "nsys")
+TRACE_LAYOUTS = ("raw", "grouped")
 ARCH_ICNT = {70: "volta", 75: "turing", 80: "ampere", 86: "ampere", 89: "ada", 90: "hopper"}
 
 
@@ -80,7 +81,10 @@ class RunSpec:
     # timing.csv as the harness writes it ("cascade": ctx,kernel_id,start_ns,end_ns,duration_ns)
     # or as Nsight Systems exports it ("nsys": `nsys stats --report cuda_gpu_trace:mangled`).
     timing_format: str = "cascade"
-    configs: bool = True
+    # configs/ with simulator config files of our own making: off by default, since a run should
+    # name one of the simulator's own tested configs (`suggested_sim_config`) and the simulator
+    # refuses files it does not know (tests of a run's configs/ folder turn it on).
+    configs: bool = False
     status: str = "ok"  # metadata.json's "status"; anything but "ok" is a failed profiler run
     error: str | None = None  # the profiler's message for a failed run
     unfinished: bool = False  # stop before metadata.json: an upload still in progress (or abandoned)
@@ -89,6 +93,12 @@ class RunSpec:
     # steps; off for legacy, whose tracers predate graph support). Prefill steps are ordinary launches.
     cuda_graphs: bool | None = None
     max_traced: int = 64  # kernels with an instruction trace (the tracer's kernel window)
+    # Only launches of at most this many warps (blocks x warps per block) are traced, so that every
+    # generated instruction trace holds every warp of every block and simulates in seconds.
+    max_traced_warps: int = 256
+    # "raw": the tracer's `.trace[.xz]` files and kernelslist; "grouped": also what Accel-Sim's
+    # post-processing makes of them, `.traceg[.xz]` files and `<kernelslist>.g`, in their place.
+    trace_files: str = "raw"
     model: str | None = "facebook/opt-125m"
     source_gpu: str | None = "NVIDIA H100 80GB HBM3"
     trace_gpu_arch: str = "sm_90"
@@ -100,6 +110,8 @@ class RunSpec:
     def __post_init__(self):
         if self.timing_format not in TIMING_FORMATS:
             raise ValueError(f"timing_format must be 'cascade' or 'nsys', not {self.timing_format!r}")
+        if self.trace_files not in TRACE_LAYOUTS:
+            raise ValueError(f"trace_files must be 'raw' or 'grouped', not {self.trace_files!r}")
         if self.format not in ("v5", "legacy"):
             raise ValueError(f"format must be 'v5' or 'legacy', not {self.format!r}")
         if self.kernels < 0 or self.contexts < 1:
@@ -141,9 +153,22 @@ class Launch:
 
     @property
     def trace_file(self) -> str:
+        """The file the tracer writes (and names in the stats and the kernelslist): raw lines."""
         if self.ctx is None:
             return f"kernel-{self.kernel_id}.trace"
         return f"kernel-{self.kernel_id}-ctx_{self.ctx}.trace.xz"
+
+    @property
+    def grouped_trace_file(self) -> str:
+        """What Accel-Sim's post-processing writes from it: `.trace` -> `.traceg`, `.trace.xz` -> `.traceg.xz`."""
+        return grouped_name(self.trace_file)
+
+    @property
+    def warps(self) -> int:
+        """Every warp of every block: blocks x ceil(threads per block / 32), as the simulator counts them."""
+        gx, gy, gz = self.grid
+        bx, by, bz = self.block
+        return gx * gy * gz * math.ceil(bx * by * bz / 32)
 
     def stats_row(self, *, with_totals: bool | None = None) -> str:
         """What the tracer writes for this launch; by default totals unless it was captured."""
@@ -393,16 +418,64 @@ A100 = Platform(
 )
 
 
+# RTX 2060 (Turing, sm_75): cuBLAS's Turing kernels; vLLM runs its XFormers backend there (no
+# FlashAttention before Ampere): xFormers' CUTLASS kernel for prefill, vLLM's paged attention v2
+# and its reduce for decode. Against an H100: about 1/19 the fp16 tensor throughput, 1/10 the
+# bandwidth.
+K_TURING_PREFILL = "turing_fp16_s1688gemm_fp16_128x128_ldg8_f2f_tn"
+K_TURING_PREFILL_WIDE = "turing_fp16_s1688gemm_fp16_256x128_ldg8_f2f_tn"
+K_TURING_NARROW = "turing_fp16_s1688gemm_fp16_128x64_sliced1x2_ldg8_f2f_tn"
+K_TURING_DECODE = "turing_fp16_s1688gemm_fp16_64x64_sliced1x2_ldg8_f2f_tn"
+K_XFORMERS_PREFILL = (
+    "_Z39fmha_cutlassF_f16_aligned_64x64_rf_sm75N15AttentionKernelIN7cutlass6half_tENS0_4arch4Sm75E"
+    "Lb1ELi64ELi64ELi64ELb1ELb1EE6ParamsE"
+)
+K_PAGED_ATTENTION = (
+    "_ZN4vllm25paged_attention_v2_kernelIttLi64ELi16ELi128ELNS_18Fp8KVCacheDataTypeE0ELb0ELi512EEEvPfS2_"
+    "PT_PKS3_PKT0_S9_ifPKiSB_iPKfiiiSD_SD_"
+)
+K_PAGED_ATTENTION_REDUCE = (
+    "_ZN4vllm32paged_attention_v2_reduce_kernelItLi64ELi128ELi512EEEvPT_PKfS4_PKS1_PKii"
+)
+
+RTX2060 = Platform(
+    prefill_gemms={
+        "qkv": (K_TURING_PREFILL, 128, 128, 1),
+        "out": (K_TURING_NARROW, 128, 64, 1),
+        "fc1": (K_TURING_PREFILL_WIDE, 256, 128, 1),
+        "fc2": (K_TURING_PREFILL, 128, 128, 1),
+        "logits": (K_TURING_DECODE, 64, 64, 1),
+    },
+    decode_gemms={
+        "qkv": (K_TURING_DECODE, 64, 64, 1),
+        "out": (K_TURING_DECODE, 64, 64, 1),
+        "fc1": (K_TURING_DECODE, 64, 64, 1),
+        "fc2": (K_TURING_DECODE, 64, 64, 1),
+        "logits": (K_TURING_DECODE, 64, 64, 1),
+    },
+    attention_prefill=K_XFORMERS_PREFILL,
+    attention_decode=K_PAGED_ATTENTION,
+    attention_combine=K_PAGED_ATTENTION_REDUCE,
+    gemm_block=256,
+    slowdown={"gemm": 14.0, "attention": 11.0, "memory": 9.0},
+    min_duration_ns=3000,
+)
+
+
 def platform_for(arch: str) -> Platform:
-    """Ampere (sm_80, sm_86) gets the A100's kernels; everything else the H100's."""
-    return A100 if ARCH_SASS.get(arch, 90) in (80, 86) else H100
+    """Ampere (sm_80, sm_86) gets the A100's kernels, Turing and Volta (sm_75, sm_70) the RTX
+    2060's; everything else the H100's."""
+    sass = ARCH_SASS.get(arch, 90)
+    if sass in (80, 86):
+        return A100
+    return RTX2060 if sass in (70, 75) else H100
 
 
 def kernel_kind(name: str) -> str:
     """ "gemm", "attention" or "memory" (elementwise, norms, copies, the sampler)."""
-    if name.startswith(("sm90_", "sm80_", "nvjet_", "ampere_", "cutlass_")) or "cublas" in name:
+    if name.startswith(("sm90_", "sm80_", "nvjet_", "ampere_", "turing_", "cutlass_")) or "cublas" in name:
         return "gemm"
-    if "flash" in name:
+    if "flash" in name or "fmha_" in name or "paged_attention" in name:
         return "attention"
     return "memory"
 
@@ -549,9 +622,11 @@ def launches(spec: RunSpec) -> Iterator[Launch]:
     Each step is a whole forward pass: the steps listed in `layers` first, then as many decode
     steps as `kernels` needs (the last one cut short). With CUDA graphs, a decode step's model
     forward is `captured`, then replayed: what the replay executes is counted into the totals of
-    the step's first eager launch. The first decoder block of each listed step is traced, up to
-    `max_traced` kernels, as the tracer's kernel window would do; nothing runs while a stream
-    captures, so in a graph step the window covers the eager launches after the forward instead.
+    the step's first eager launch. The first decoder block and the eager tail (the LM head and the
+    sampler) of each listed step are traced, up to `max_traced` kernels, as the tracer's kernel
+    window would do; nothing runs while a stream captures, so in a graph step the window covers
+    the eager tail only. Of those, only launches of at most `max_traced_warps` warps are traced:
+    an instruction trace holds every warp of every block, and must simulate in seconds.
     """
     rng = random.Random(spec.seed)
     platform = platform_for(spec.trace_gpu_arch)
@@ -575,11 +650,14 @@ def launches(spec: RunSpec) -> Iterator[Launch]:
             kernel_id += 1
             emitted += 1
             captured = graph_step and forward
-            window = not forward if graph_step else block == 0
-            is_traced = listed and window and traced < spec.max_traced
-            traced += is_traced
+            window = not forward if graph_step else (block == 0 or not forward)
             blocks = grid[0] * grid[1] * grid[2]
+            warps = blocks * math.ceil(block_dim[0] * block_dim[1] * block_dim[2] / 32)
+            is_traced = listed and window and traced < spec.max_traced and warps <= spec.max_traced_warps
+            traced += is_traced
             insts = max(1, int(blocks * per_block * rng.uniform(0.93, 1.07)))
+            if is_traced:  # what its instruction trace holds, warp instruction for warp instruction
+                insts = warps * warp_program_length(name)
             counted_before = 0 if captured else replayed
             replayed = replayed + insts if captured else 0
             yield Launch(
@@ -612,34 +690,206 @@ def steps_kernel_count(layers: tuple[str, ...], arch: str = "sm_90") -> int:
 # --- Files ----------------------------------------------------------------------------------------
 
 
-def instruction_trace(launch: Launch, sass: int, rng: random.Random) -> bytes:
-    """The beginning of a kernel's instruction trace: the documented header and one warp."""
+def grouped_name(trace_file: str) -> str:
+    """The name Accel-Sim's post-processing gives a trace file: `.trace` -> `.traceg`, `.trace.xz` -> `.traceg.xz`."""
+    if trace_file.endswith(".trace.xz"):
+        return trace_file[: -len(".trace.xz")] + ".traceg.xz"
+    return trace_file + "g"
+
+
+@dataclass(frozen=True)
+class Opcodes:
+    """The SASS one generation's generated warps run: opcode names taken from real traces of it
+    (../shared/fixtures/real-simulatable/), each one the simulator's opcode map for it knows."""
+
+    mov: str
+    s2r: str
+    imad: str
+    address: str  # the address arithmetic before a load or store
+    compare: str
+    load: str
+    store: str
+    alu: tuple[str, ...]
+    width: int  # bytes per thread of `load` and `store`, as the tracer derives it from the name
+    pc_step: int  # bytes per instruction
+    control_words: bool = False  # Pascal: every fourth 8-byte slot is a control word, no instruction
+
+
+# Turing: a vectorAdd traced on sm_75 (every opcode below appears in it).
+TURING_OPCODES = Opcodes(
+    "MOV", "S2R", "IMAD", "IMAD.WIDE", "ISETP.GE.AND", "LDG.E.SYS", "STG.E.SYS", ("FADD",), 4, 16
+)
+# Ampere: PyTorch kernels traced on an A100 (sm_80).
+AMPERE_OPCODES = Opcodes(
+    "IMAD.MOV.U32",
+    "S2R",
+    "IMAD",
+    "IMAD.WIDE",
+    "ISETP.GE.AND",
+    "LDG.E.64",
+    "STG.E.64",
+    ("FFMA", "FMUL", "FADD", "IADD3", "LOP3.LUT"),
+    8,
+    16,
+)
+# Pascal: a vecAdd traced on sm_61.
+PASCAL_OPCODES = Opcodes(
+    "MOV", "S2R", "XMAD", "IADD", "ISETP.GE.AND", "LDG.E.CG", "STG.E", ("FADD", "SHL", "SHR"), 4, 8, True
+)
+
+
+def opcodes_for(sass: int) -> Opcodes:
+    """Volta's SASS is Turing's; Ada and Hopper (no real trace here, and no opcode map in
+    Accel-Sim, whose simulator stops at `unsupported binary version: 90`) keep Ampere's names."""
+    if sass >= 80:
+        return AMPERE_OPCODES
+    return TURING_OPCODES if sass >= 70 else PASCAL_OPCODES
+
+
+def warp_program_length(name: str) -> int:
+    """Warp instructions each warp of the kernel executes: tens, the same for every launch of it."""
+    return 6 + 4 * (2 + zlib.crc32(name.encode()) % 9)
+
+
+TRACE_FORMAT_LINE = (
+    "#traces format = [line_num] PC mask dest_num [reg_dests] opcode src_num [reg_srcs] "
+    "mem_width [adrrescompress?] [mem_addresses] immediate"
+)
+
+
+def tracer_version(launch: Launch) -> int:
+    """5 for per-context runs (`-ctx_` file names); 4 for legacy ones, whose tracer prints no immediate."""
+    return 4 if launch.ctx is None else 5
+
+
+def trace_header(launch: Launch, sass: int) -> str:
+    """The header the tracer (accel-sim-framework tracer_tool.cu) writes, and its format line."""
+    version = tracer_version(launch)
+    format_line = TRACE_FORMAT_LINE if version >= 5 else TRACE_FORMAT_LINE.removesuffix(" immediate")
     gx, gy, gz = launch.grid
     bx, by, bz = launch.block
-    header = (
+    regs, static, dynamic = kernel_resources(launch.name, sass)
+    place = random.Random(f"{launch.ctx}:bases")  # one context, one stream and shared-memory window
+    shmem_base = place.randrange(0x7F00, 0x7FFF) << 32
+    stream = 0 if launch.ctx is None else int(launch.ctx, 16) % 2**32 // 16 * 16
+    return (
         f"-kernel name = {launch.name}\n-kernel id = {launch.kernel_id}\n"
         f"-grid dim = ({gx},{gy},{gz})\n-block dim = ({bx},{by},{bz})\n"
-        f"-shmem = {rng.choice((0, 16384, 49152))}\n-nregs = {rng.choice((16, 32, 40, 64, 128, 168))}\n"
-        f"-binary version = {sass}\n-cuda stream id = 0\n"
-        "-shmem base_addr = 0x00007f0000000000\n-local mem base_addr = 0x00007f0002000000\n"
-        "-nvbit version = 1.7.4\n-accelsim tracer version = 5\n-enable lineinfo = 0\n\n"
-        "#traces format = [line_num] PC mask dest_num [reg_dests] opcode src_num [reg_srcs] "
-        "mem_width [adrrescompress?] [mem_addresses]\n\n"
-        "#BEGIN_TB\n\nthread block = 0,0,0\n\nwarp = 0\ninsts = 8\n"
+        f"-shmem = {static + dynamic}\n-nregs = {regs}\n"
+        f"-binary version = {sass}\n-cuda stream id = {stream}\n"
+        f"-shmem base_addr = 0x{shmem_base:016x}\n-local mem base_addr = 0x{shmem_base - 0x2000000:016x}\n"
+        f"-nvbit version = 1.7.4\n-accelsim tracer version = {version}\n-enable lineinfo = 0\n\n"
+        f"{format_line}\n\n"
     )
-    base = rng.randrange(0x7F00_0000_0000, 0x7F80_0000_0000) & ~0xFFF
-    body = (
-        "0000 ffffffff 1 R1 MOV 0 0 \n"
-        "0010 ffffffff 1 R0 S2R 0 0 \n"
-        "0020 ffffffff 1 R3 S2R 0 0 \n"
-        "0030 ffffffff 1 R0 IMAD 2 R0 R3 0 \n"
-        "0040 ffffffff 0 ISETP.GE.AND 1 R0 0 \n"
-        f"0050 ffffffff 1 R4 LDG.E.64 1 R2 8 1 0x{base:x} 8\n"
-        f"0060 ffffffff 0 STG.E.64 2 R2 R4 8 1 0x{base + 0x10000:x} 8\n"
-        "0070 ffffffff 0 EXIT 0 0 \n#END_TB\n"
-    )
-    data = (header + body).encode()
-    return lzma.compress(data, format=lzma.FORMAT_XZ) if launch.ctx is not None else data
+
+
+def warp_program(launch: Launch, sass: int, rng: random.Random) -> list[tuple[str, str, int]]:
+    """One warp's instructions as (opcode, operands before the memory part, memory operand index):
+    the same program for every warp (SIMT), `warp_program_length` long. Index -1: no memory."""
+    ops = opcodes_for(sass)
+    body = (warp_program_length(launch.name) - 6) // 4
+    program = [
+        (ops.mov, "1 R1", "0", -1),
+        (ops.s2r, "1 R0", "0", -1),
+        (ops.s2r, "1 R3", "0", -1),
+        (ops.imad, "1 R0", "2 R3 R0", -1),
+        (ops.compare, "0", "1 R0", -1),
+    ]
+    for n in range(body):
+        program += [
+            (ops.address, "1 R2", "2 R0 R5", -1),
+            (ops.load, "1 R4", "1 R2", 2 * n),
+            (ops.alu[rng.randrange(len(ops.alu))], "1 R6", "2 R4 R6", -1),
+            (ops.store, "0", "2 R2 R6", 2 * n + 1),
+        ]
+    program.append(("EXIT", "0", "0", -1))
+    return program
+
+
+def warp_lines(
+    launch: Launch, sass: int, rng: random.Random
+) -> Iterator[tuple[tuple[int, int, int], int, list[str]]]:
+    """Every warp of every block, in block order (x fastest, as the simulator numbers them), with
+    its instruction lines as the post-processor keeps them: everything after the warp id, i.e.
+    `PC mask dest_num [reg_dests] opcode src_num [reg_srcs] mem_width [format base stride] immediate `,
+    each field followed by a space, as the tracer prints them."""
+    ops = opcodes_for(sass)
+    gx, gy, gz = launch.grid
+    threads = launch.block[0] * launch.block[1] * launch.block[2]
+    warps = math.ceil(threads / 32)
+    program = warp_program(launch, sass, rng)
+    immediate = "0 " if tracer_version(launch) >= 5 else ""  # v5 prints the immediate, v4 nothing
+    arrays = [rng.randrange(0x7F00_0000_0000, 0x7F80_0000_0000) & ~0xFFFFF for _ in range(8)]
+    pcs, pc = [], 0
+    for _ in program:
+        if ops.control_words and pc % 0x20 == 0:
+            pc += ops.pc_step
+        pcs.append(pc)
+        pc += ops.pc_step
+    for z in range(gz):
+        for y in range(gy):
+            for x in range(gx):
+                block_index = (z * gy + y) * gx + x
+                for warp in range(warps):
+                    active = min(32, threads - 32 * warp)
+                    mask = f"{(1 << active) - 1:08x}"
+                    first = (block_index * threads + 32 * warp) * ops.width
+                    lines = []
+                    for (opcode, dest, sources, memory), at in zip(program, pcs, strict=True):
+                        if memory < 0:
+                            tail = "0 " + immediate
+                        else:
+                            base = arrays[memory % len(arrays)] + first + (memory // len(arrays)) * 0x100000
+                            tail = f"{ops.width} 1 0x{base:x} {ops.width} " + immediate
+                        lines.append(f"{at:04x} {mask} {dest} {opcode} {sources} {tail}")
+                    yield (x, y, z), warp, lines
+
+
+def raw_trace(launch: Launch, sass: int, rng: random.Random) -> str:
+    """The instruction trace as the tracer writes it: the header, then one line per warp
+    instruction prefixed by `block_x block_y block_z warp`, as warps retire them: warps of a few
+    resident blocks interleaved, instruction by instruction."""
+    warps = list(warp_lines(launch, sass, rng))
+    order = random.Random(rng.random())
+    out = [trace_header(launch, sass)]
+    resident = 4  # blocks at a time
+    per_block = math.ceil(launch.block[0] * launch.block[1] * launch.block[2] / 32)
+    for start in range(0, len(warps), resident * per_block):
+        wave = warps[start : start + resident * per_block]
+        order.shuffle(wave)
+        for step in range(max(len(lines) for _, _, lines in wave)):
+            for (x, y, z), warp, lines in wave:
+                if step < len(lines):
+                    out.append(f"{x} {y} {z} {warp} {lines[step]}\n")
+    return "".join(out)
+
+
+def grouped_trace(launch: Launch, sass: int, rng: random.Random) -> str:
+    """What Accel-Sim's post-processing writes from the raw trace (post-traces-processing.cpp): the
+    header lines and blank lines as they were, one more blank line (its last, empty read), then per
+    block `#BEGIN_TB`, `thread block = x,y,z`, and per warp `warp = w`, `insts = n` and its lines."""
+    out = [trace_header(launch, sass), "\n"]
+    current = None
+    for block, warp, lines in warp_lines(launch, sass, rng):
+        if block != current:
+            if current is not None:
+                out.append("\n#END_TB\n")
+            out.append(f"\n#BEGIN_TB\n\nthread block = {block[0]},{block[1]},{block[2]}\n")
+            current = block
+        out.append(f"\nwarp = {warp}\ninsts = {len(lines)}\n")
+        out.extend(f"{line}\n" for line in lines)
+    if current is not None:
+        out.append("\n#END_TB\n")
+    return "".join(out)
+
+
+def instruction_trace(launch: Launch, sass: int, rng: random.Random, *, grouped: bool = False) -> bytes:
+    """A traced kernel's instruction trace, whole: every warp of every block of its grid, raw as
+    the tracer writes `.trace[.xz]` or grouped as post-processing writes `.traceg[.xz]` (xz for
+    per-context runs, whose tracer compresses). The same `rng` state gives the same warps either way."""
+    text = (grouped_trace if grouped else raw_trace)(launch, sass, rng)
+    data = text.encode()
+    return lzma.compress(data, format=lzma.FORMAT_XZ, preset=6) if launch.ctx is not None else data
 
 
 def gpgpusim_config(spec: RunSpec, sass: int) -> str:
@@ -892,8 +1142,7 @@ def write_run(
         write("configs/gpgpusim.config", gpgpusim_config(spec, sass).encode())
         write(
             "configs/trace.config",
-            f"-trace_opcode_latency_initiation_int 4,2\n-gpgpu_subwarp_size 32\n"
-            f"-gpgpu_ptx_force_max_capability {sass}\n".encode(),
+            f"-trace_opcode_latency_initiation_int 4,2\n-gpgpu_ptx_force_max_capability {sass}\n".encode(),
         )
         write(
             f"configs/{icnt}",
@@ -948,7 +1197,11 @@ def write_run(
             stats_files[launch.ctx].write(row)
             if launch.traced:
                 lists[launch.ctx].write(launch.trace_file + "\n")
-                write(f"traces/{launch.trace_file}", instruction_trace(launch, sass, rng))
+                grouped = spec.trace_files == "grouped"
+                name = launch.grouped_trace_file if grouped else launch.trace_file
+                # Its own generator: the raw and the grouped layout hold the same warps.
+                trace_rng = random.Random(f"{spec.seed}:{launch.ctx}:{launch.kernel_id}:trace")
+                write(f"traces/{name}", instruction_trace(launch, sass, trace_rng, grouped=grouped))
             if (launch.ctx, launch.step) != current_step:
                 if last_launch is not None:
                     sampled_tokens_back(last_launch)
@@ -969,6 +1222,13 @@ def write_run(
     finally:
         for handle in (*stats_files.values(), *lists.values()):
             handle.close()
+    if spec.trace_files == "grouped":
+        # Post-processing writes `<list>.g` beside each list: the same lines, trace files renamed.
+        for handle in lists.values():
+            name = Path(handle.name).relative_to(directory).as_posix()
+            lines = Path(handle.name).read_text().splitlines()
+            renamed = [line if line.startswith("MemcpyHtoD") else grouped_name(line) for line in lines]
+            write(f"{name}.g", "".join(f"{line}\n" for line in renamed).encode())
 
     if spec.timing and spec.timing_format == "nsys":
         write("timing.csv", nsys_timing_csv(spec, kernel_times, memory_ops, timing_rng))

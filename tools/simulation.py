@@ -126,6 +126,25 @@ CONFIGS: dict[str, SimConfig] = {
         233472,
         "nbk=16:CCD=2:RRD=12:RCD=24:RAS=55:RP=24:RC=78:CL=24:WL=8:CDLR=10:WR=24:nbkgrp=4:CCDL=6:RTPL=4",
     ),
+    # Two tested configs of GPGPU-Sim dev (667834c), their values as configs/tested-cfgs/ has them.
+    "SM75_RTX2060": SimConfig(
+        "SM75_RTX2060",
+        75,
+        30,
+        12,
+        "1365:1365:1365:3500.5",
+        65536,
+        "nbk=16:CCD=4:RRD=12:RCD=24:RAS=55:RP=24:RC=78:CL=24:WL=8:CDLR=10:WR=24:nbkgrp=4:CCDL=6:RTPL=4",
+    ),
+    "SM86_RTX3070": SimConfig(
+        "SM86_RTX3070",
+        86,
+        46,
+        16,
+        "1132:1132:1132:3500.5",
+        102400,
+        "nbk=16:CCD=4:RRD=12:RCD=24:RAS=55:RP=24:RC=78:CL=24:WL=8:CDLR=10:WR=24:nbkgrp=4:CCDL=6:RTPL=4",
+    ),
     "SM80_A100": SimConfig(
         "SM80_A100",
         80,
@@ -203,7 +222,10 @@ def config_for(run: RunSpec, sim: SimSpec) -> SimConfig:
         return CONFIGS[sim.config]
     if run.suggested_sim_config in CONFIGS:
         return CONFIGS[run.suggested_sim_config]
-    return CONFIGS["SM80_A100"] if ARCH_SASS.get(run.trace_gpu_arch, 90) in (80, 86) else CONFIGS["SM90_H100"]
+    sass = ARCH_SASS.get(run.trace_gpu_arch, 90)
+    if sass in (80, 86):
+        return CONFIGS["SM86_RTX3070"]  # the only Ampere tested config: A100 traces run on it
+    return CONFIGS["SM75_RTX2060"] if sass == 75 else CONFIGS["SM90_H100"]
 
 
 def simulated_launches(run: RunSpec) -> list[Launch]:
@@ -328,6 +350,8 @@ def options(config: SimConfig, sim: SimSpec, *, trace_list: str) -> list[tuple[s
 def trace_header(run_dir: Path, launch: Launch) -> list[str]:
     """The header lines of the launch's trace file, as the post-processed .traceg keeps them."""
     path = run_dir / "traces" / launch.trace_file
+    if not path.exists():  # a run written grouped, as post-processing leaves it
+        path = run_dir / "traces" / launch.grouped_trace_file
     data = path.read_bytes()
     text = (lzma.decompress(data) if path.suffix == ".xz" else data).decode()
     return text.split("\n\n", 1)[0].splitlines()

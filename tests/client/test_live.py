@@ -180,10 +180,10 @@ def test_a_presigned_link_needs_no_token_and_the_server_serves_no_file_bytes(liv
     import httpx
 
     listing = live.client().files(OPT)
-    entry = next(e for e in listing["files"] if e["path"] == "configs/gpgpusim.config")
+    entry = next(e for e in listing["files"] if e["path"] == "traces/kernelslist_ctx_0x648ae66a3730")
     # No Authorization header at all; If-Match with the listed ETag, as the URL is signed for.
     answer = httpx.get(entry["url"], headers={"If-Match": entry["etag"]})
-    assert answer.status_code == 200 and answer.content == live.objects(OPT)["configs/gpgpusim.config"]
+    assert answer.status_code == 200 and answer.content == live.objects(OPT)[entry["path"]]
     assert "if-match" in dict(parse_qsl(urlsplit(entry["url"]).query))["X-Amz-SignedHeaders"].split(";")
     assert not entry["url"].startswith(live.url)
 
@@ -223,7 +223,7 @@ def test_a_file_changed_in_the_bucket_after_the_listing_is_detected(live, tmp_pa
     """The object changes between `/files` and its GET, as when a profiler re-uploads a run."""
     from cascade_client import Cascade, FileChanged
 
-    key = f"{PREFIX}{OPT}/configs/trace.config"
+    key = f"{PREFIX}{OPT}/traces/stats_ctx_0x7b50cedc2670"  # the samples have no configs/
     original = live.bucket.get_object(Bucket=BUCKET, Key=key)["Body"].read()
 
     class ChangedAfterListing(Cascade):
@@ -239,11 +239,11 @@ def test_a_file_changed_in_the_bucket_after_the_listing_is_detected(live, tmp_pa
     try:
         with ChangedAfterListing(live.url, live.token) as client, pytest.raises(FileChanged) as error:
             client.pull(OPT, tmp_path, jobs=2)
-        assert "configs/trace.config" in str(error.value)
+        assert "traces/stats_ctx_0x7b50cedc2670" in str(error.value)
         # Pinned to the listed ETag: the bucket refused the replaced object before any byte.
         assert "412" in str(error.value) if change != "deleted" else "404" in str(error.value)
-        assert not (tmp_path / "configs/trace.config").exists()
-        assert not (tmp_path / "configs/trace.config.part").exists()
+        assert not (tmp_path / "traces/stats_ctx_0x7b50cedc2670").exists()
+        assert not (tmp_path / "traces/stats_ctx_0x7b50cedc2670.part").exists()
     finally:
         live.bucket.put_object(Bucket=BUCKET, Key=key, Body=original)
 

@@ -210,7 +210,9 @@ def test_the_progress_bar_redraws_one_line_on_a_terminal():
     bar.close()
     drawn = out.getvalue()
     assert drawn.count("\n") == 1 and drawn.endswith("\n")
-    assert drawn.rstrip("\n").split("\r")[-1].startswith("[" + "#" * 30 + "] 100%  2/2 files  2.9 KiB/2.9 KiB")
+    assert (
+        drawn.rstrip("\n").split("\r")[-1].startswith("[" + "#" * 30 + "] 100%  2/2 files  2.9 KiB/2.9 KiB")
+    )
 
 
 def test_an_untraced_representative_is_weighed_but_not_listed_and_said_once(cascade, fake, tmp_path):

@@ -74,6 +74,14 @@ def assert_samples(traces: list[dict]) -> None:
     assert showcase["kernel_count"] == SHOWCASE_LAUNCHES
     assert showcase["has_real_timing"] and showcase["has_step_timeline"] and showcase["sample"]
     assert 0 < showcase["bytes"] < 5 * 1024**2
+    # A Turing and an Ampere sample that name a config the simulator has (issue 28).
+    for run_id, arch, config in (
+        ("sample__facebook_opt-125m__rtx2060-e2e", "sm_75", "SM75_RTX2060"),
+        ("sample__facebook_opt-125m__a100-e2e", "sm_80", "SM86_RTX3070"),
+    ):
+        trace = by_id[run_id]
+        assert trace["state"] == "ready", trace["error"]
+        assert (trace["trace_gpu_arch"], trace["suggested_sim_config"]) == (arch, config)
     failed = by_id["sample__failed-run"]
     assert failed["state"] == "failed"
     assert "failed" in failed["error"]
@@ -168,6 +176,14 @@ def test_interactive_demo_prints_a_working_curl_command_and_ctrl_c_stops_everyth
         request = urllib.request.Request(f"{url}/api/traces", headers={"Authorization": f"Bearer {token}"})
         assert_samples(json.loads(urllib.request.urlopen(request, timeout=60).read()))
         assert "admin login" in text and "user admin" in text
+        # The two lines that point the client at this demo (issue 30), as a shell runs them.
+        exports = dict(
+            line.strip().removeprefix("export ").split("=", 1)
+            for line in output
+            if line.strip().startswith("export CASCADE_URL=")
+            or line.strip().startswith("export CASCADE_TOKEN=")
+        )
+        assert exports == {"CASCADE_URL": url, "CASCADE_TOKEN": token}
     finally:
         demo.send_signal(signal.SIGINT)
         returncode = demo.wait(timeout=60)

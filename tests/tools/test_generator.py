@@ -252,6 +252,21 @@ def test_generate_trace_command_crashed_leaves_the_last_launch_half(tmp_path):
     assert stats.read_bytes().endswith(b", 768, 1, 1, 768, ") and written_launches(stats)[-1].totals is None
 
 
+def test_generate_trace_command_trace_layouts_and_configs(tmp_path):
+    options = ["--kernels", "360", "--layers", "step 0 (prefill),step 2 (decode)"]
+    call_command("generate_trace", "--out", str(tmp_path / "raw"), *options)
+    call_command("generate_trace", "--out", str(tmp_path / "grouped"), *options, "--trace-files", "grouped")
+    call_command("generate_trace", "--out", str(tmp_path / "configs"), *options, "--configs")
+    raw = sorted(p.name for p in (tmp_path / "raw" / "traces").glob("kernel-*"))
+    grouped = sorted(p.name for p in (tmp_path / "grouped" / "traces").glob("kernel-*"))
+    assert raw and all(name.endswith(".trace.xz") for name in raw)
+    assert grouped == [name.replace(".trace.xz", ".traceg.xz") for name in raw]
+    assert list((tmp_path / "grouped" / "traces").glob("kernelslist_ctx_*.g"))
+    # No configs/ unless asked: a run names one of the simulator's own tested configs.
+    assert not (tmp_path / "raw" / "configs").exists() and (tmp_path / "configs" / "configs").is_dir()
+    assert "-gpgpu_subwarp_size" not in (tmp_path / "configs" / "configs" / "trace.config").read_text()
+
+
 def test_generate_trace_command_refuses_a_folder_with_files(tmp_path):
     (tmp_path / "old-run").mkdir()
     (tmp_path / "old-run" / "stats_ctx_0x1").write_text("left over\n")
@@ -268,7 +283,9 @@ def test_upload_puts_metadata_last(s3, db, monkeypatch):
     monkeypatch.setattr(bucket, "upload_file", lambda path, key: order.append(key))
     generator.upload_run("run-1", RunSpec(kernels=20))
     assert order[-1] == "accelsim-traces/run-1/metadata.json"
-    assert len(order) == len(set(order)) > 5
+    # stats, kernelslist, timing, timeline, metadata (configs/ are off by default: no files of ours
+    # pose as simulator configs)
+    assert len(order) == len(set(order)) >= 5
 
 
 @pytest.mark.parametrize(

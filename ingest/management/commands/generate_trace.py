@@ -57,6 +57,25 @@ class Command(BaseCommand):
             "`nsys stats --report cuda_gpu_trace:mangled --format csv` exports it (nsys)",
         )
         parser.add_argument("--max-traced", type=int, default=generator.RunSpec.max_traced)
+        parser.add_argument(
+            "--max-traced-warps",
+            type=int,
+            default=generator.RunSpec.max_traced_warps,
+            help="trace only launches of at most this many warps (%(default)s): each trace holds every "
+            "warp of every block, as the simulator needs",
+        )
+        parser.add_argument(
+            "--trace-files",
+            choices=generator.TRACE_LAYOUTS,
+            default="raw",
+            help="instruction traces as the tracer writes them (raw: .trace.xz, kernelslist) or as "
+            "Accel-Sim's post-processing groups them (grouped: .traceg.xz, kernelslist*.g)",
+        )
+        parser.add_argument(
+            "--configs",
+            action="store_true",
+            help="also write configs/ (abridged files of ours, not a simulator's)",
+        )
         parser.add_argument("--model", default=generator.RunSpec.model)
         parser.add_argument("--source-gpu", default=generator.RunSpec.source_gpu)
         parser.add_argument("--arch", default=generator.RunSpec.trace_gpu_arch)
@@ -130,6 +149,9 @@ class Command(BaseCommand):
                 timing=options["timing"],
                 timing_format=options["timing_format"],
                 max_traced=options["max_traced"],
+                max_traced_warps=options["max_traced_warps"],
+                trace_files=options["trace_files"],
+                configs=options["configs"],
                 model=options["model"] or None,
                 source_gpu=options["source_gpu"] or None,
                 trace_gpu_arch=options["arch"],
