@@ -369,6 +369,7 @@ class _Reader:
             self.check_fatal(buffer[line_start:line_end])
             self.number = saved
             at = line_end
+
     def line_too_long(self, at: int) -> SimLogError:
         return SimLogError(
             f"line {self.number + 1}: a line of more than {MAX_LINE} bytes (a simulator log's limit) at byte {at}"

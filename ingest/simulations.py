@@ -90,7 +90,15 @@ MARKER_KEYS = (
     "exit_status",
 )
 # The marker's facts of the run, stored as Simulation.run (the API's `run`), in this order.
-RUN_KEYS = ("accel_sim_build", "gpgpu_sim_build", "host", "started_at", "ended_at", "exit_status", "selection")
+RUN_KEYS = (
+    "accel_sim_build",
+    "gpgpu_sim_build",
+    "host",
+    "started_at",
+    "ended_at",
+    "exit_status",
+    "selection",
+)
 SELECTION_KEYS = ("select", "cover")
 SELECT_STEP = re.compile(r"step:.{1,200}", re.DOTALL)
 MAX_EXIT_STATUS = 2**31
@@ -133,11 +141,24 @@ def simulation_pass(
     return changes
 
 
+def read_simulations_now(run_id: str) -> list[SimulationChange]:
+    """Read the run's simulations at once, without waiting for a pass: its `simulations/`
+    folder listed, registered and each simulation decided on (read when its marker is there
+    and its trace ready). What the upload's `/complete` route calls (in a Celery task, or on a
+    background thread), as `ingest_traces --trace RUN` would for the whole run."""
+    return simulation_pass(trace_id=run_id)
+
+
 def runs_with_simulation_work() -> set[str]:
-    """Runs whose simulations need a look without a listing telling so: one uploading or
-    parsing while its trace is ready, or one whose trace changed since it was decided on."""
+    """Runs whose simulations need a look without a listing telling so: one parsing while its
+    trace is ready (a pass died mid-way), one uploading whose listing was registered but not
+    decided on, or one whose trace changed since it was decided on. A folder decided to wait
+    for its marker is not: it is looked at again when its listing changes (a watch, an event,
+    the ready recheck), as a trace's is."""
+    undecided = Q(parsed_fingerprint__isnull=True) | Q(files_changed_at__gte=F("updated_at"))
     work = Simulation.objects.filter(
-        Q(state__in=(TraceState.UPLOADING, TraceState.PARSING), trace__state=TraceState.READY)
+        Q(state=TraceState.PARSING, trace__state=TraceState.READY)
+        | (Q(state=TraceState.UPLOADING, trace__state=TraceState.READY) & undecided)
         | Q(trace_seen_at__isnull=True)
         | Q(trace_seen_at__lt=F("trace__updated_at"))
     )
@@ -300,7 +321,11 @@ def read_simulation(
     )
     if not log.finished:
         services.simulation_fail(
-            simulation, simulated_nothing(log), fingerprint=fingerprint, trace_seen_at=trace_seen_at, read=read
+            simulation,
+            simulated_nothing(log),
+            fingerprint=fingerprint,
+            trace_seen_at=trace_seen_at,
+            read=read,
         )
         return
     clock = marker.get("core_clock_mhz") or log.core_clock_mhz
@@ -415,12 +440,18 @@ def read_marker(obj: S3Object) -> dict:
             raise SimulationInputError(f'{MARKER_NAME}: "{key}" holds {problem}')
     for key in ("started_at", "ended_at"):
         if marker.get(key) is not None and parse_datetime_or_none(marker[key]) is None:
-            raise SimulationInputError(f'{MARKER_NAME}: "{key}" must be an ISO 8601 time, not {marker[key]!r}')
+            raise SimulationInputError(
+                f'{MARKER_NAME}: "{key}" must be an ISO 8601 time, not {marker[key]!r}'
+            )
     exit_status = marker.get("exit_status")
     if exit_status is not None and (
-        isinstance(exit_status, bool) or not isinstance(exit_status, int) or abs(exit_status) > MAX_EXIT_STATUS
+        isinstance(exit_status, bool)
+        or not isinstance(exit_status, int)
+        or abs(exit_status) > MAX_EXIT_STATUS
     ):
-        raise SimulationInputError(f'{MARKER_NAME}: "exit_status" must be an integer or null, not {exit_status!r}')
+        raise SimulationInputError(
+            f'{MARKER_NAME}: "exit_status" must be an integer or null, not {exit_status!r}'
+        )
     _check_selection(marker.get("selection"))
     clock = marker.get("core_clock_mhz")
     if clock is not None and (
@@ -451,7 +482,9 @@ def _check_selection(selection) -> None:
         raise SimulationInputError(f"{where} must be an object or null")
     unknown = sorted(set(selection) - set(SELECTION_KEYS))
     if unknown:
-        raise SimulationInputError(f"{where}: unknown key {', '.join(map(repr, unknown))} (known: select, cover)")
+        raise SimulationInputError(
+            f"{where}: unknown key {', '.join(map(repr, unknown))} (known: select, cover)"
+        )
     select = selection.get("select")
     if not isinstance(select, str) or not (select == "unique" or SELECT_STEP.fullmatch(select)):
         raise SimulationInputError(f'{where}: "select" must be "unique" or "step:NAME", not {select!r}')
@@ -560,7 +593,9 @@ class Pairing:
     def reason(self, log: SimLog) -> str | None:
         """A ready simulation's reason: the simulator's error that ended the log early."""
         if log.stopped == "error" and log.fatal is not None:
-            return f"the simulator stopped at {_fatal_words(log)}: only the kernels that finished are compared"
+            return (
+                f"the simulator stopped at {_fatal_words(log)}: only the kernels that finished are compared"
+            )
         return None
 
     def no_comparison_reason(self) -> str:
