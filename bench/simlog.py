@@ -277,7 +277,7 @@ def measure_uids(uids: int = UIDS, repeat: int = 3) -> list[dict]:
 
 def uids_table(rows: list[dict]) -> str:
     lines = [
-        "| log | uids | reader | before issue 29 | target |",
+        "| kernels closed | uids | reader | before issue 29 | target |",
         "|---|---|---|---|---|",
     ]
     words = {"each": "a block per kernel", "one": "one block lists every uid (cycle limit)"}
