@@ -523,7 +523,9 @@ class Simulation(models.Model):
         null=True, blank=True, help_text="The kernels left out of every total: {kernels, why}."
     )
     run = models.JSONField(
-        null=True, blank=True, help_text="simulation.json's facts of the run (host, times, builds, selection)."
+        null=True,
+        blank=True,
+        help_text="simulation.json's facts of the run (host, times, builds, selection).",
     )
     sim_total_cycles = models.BigIntegerField(null=True, blank=True)
     kernels_simulated = models.BigIntegerField(default=0)
