@@ -54,6 +54,7 @@ class Swept:
     runs: list[str] = field(default_factory=list)  # runs whose trace differs: listed and decided on
     simulation_runs: list[str] = field(default_factory=list)  # runs whose simulations differ
     pages: int = 1  # listing requests (watch_pages merges several)
+    watch: bool = False  # a polling pass's watch (watch_pages), not the reconciler's page
 
     def __str__(self) -> str:
         where = f"after {self.after!r}" if self.after else "from the start"
@@ -94,7 +95,7 @@ def watch_pages(most: int) -> Swept:
     re-upload) is found within one poll, for `objects / CASCADE_S3_PAGE_SIZE` listing requests,
     whatever the number of ready traces. Past them, the runs are left to the ready recheck
     (CASCADE_READY_RECHECK_SECONDS). No cursor: the reconciler's is left alone."""
-    merged = Swept(after="", pages=0)
+    merged = Swept(after="", pages=0, watch=True)
     after = ""
     for _ in range(most):
         swept = sweep_page(after)
