@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from django.db import transaction
-from django.db.models import Case, Count, FloatField, Q, QuerySet, Sum, Value, When
+from django.db.models import Case, Count, Exists, FloatField, OuterRef, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import Abs, Cast
 from django.db.models.lookups import GreaterThan, LessThanOrEqual
 
@@ -532,12 +532,13 @@ def accuracy_by(by: str, simulations: QuerySet[Simulation]) -> list[dict]:
     if by not in ACCURACY_BY:
         raise ValueError(f"by must be one of {', '.join(ACCURACY_BY)}, not {by!r}")
     ready = simulations.filter(state=TraceState.READY).order_by()
-    counted = ready.filter(kernels_compared__gt=0)
+    compared_any = Exists(SimulatedKernel.objects.filter(COMPARED, simulation=OuterRef("pk")))
+    counted = ready.filter(compared_any)
     counts = {
         row[by]: row
         for row in counted.values(by).annotate(simulations=Count("id"), traces=Count("trace", distinct=True))
     }
-    left_out = dict(ready.filter(kernels_compared=0).values(by).annotate(n=Count("id")).values_list(by, "n"))
+    left_out = dict(ready.filter(~compared_any).values(by).annotate(n=Count("id")).values_list(by, "n"))
     sums = {
         row[f"simulation__{by}"]: clean_sums(row)
         for row in SimulatedKernel.objects.filter(COMPARED, simulation__in=counted.values("id"))
