@@ -102,3 +102,22 @@ def test_read_simulations_now_reads_a_run_without_a_pass(s3, upload, settings):
     changes = read_simulations_now("target")
     assert [(c.name, c.new_state) for c in changes] == [("now", TraceState.READY)]
     assert simulation("target", "now").kernels_compared == 2
+
+
+@pytest.mark.django_db
+def test_with_events_the_markers_event_has_it_read_in_that_pass(queue, s3, upload):
+    from tests.ingest.test_events import drain
+
+    upload("target", trace_files(None, GOOD_LAUNCHES), metadata={"status": "ok"})
+    drain(queue)
+    assert Trace.objects.get(pk="target").state == TraceState.READY
+    put(s3, "target/simulations/evented/sim.log", GOOD)
+    drain(queue)
+    assert (simulation("target", "evented").state, simulation("target", "evented").reason) == (
+        TraceState.UPLOADING,
+        WAITING,
+    )
+    put(s3, "target/simulations/evented/simulation.json", json.dumps({"status": "ok"}).encode())
+    batches = drain(queue)
+    assert simulation("target", "evented").state == TraceState.READY
+    assert any(batch.simulation_changes for batch in batches)
