@@ -14,10 +14,13 @@ trace's launch:
   uid, the trace file and both names.
 
 Which runs a pass looks at (`simulation_pass`): those the trace scan listed or rechecked
-(new, unfinished, due for their ready recheck), runs with a simulation still uploading or
-parsing while its trace is ready, and runs whose trace changed since their simulations were
-read. A listing of `<run>/simulations/` each: the cost follows the work in progress, plus one
-listing per ready trace every CASCADE_READY_RECHECK_SECONDS.
+(new, unfinished, due for their ready recheck), those whose `simulations/` objects the polling
+watch or the reconciler's sweep found differing from the database (ingest.sweep), runs with a
+simulation parsing, registered but not decided on, or read by an older reader while its trace
+is ready, and runs whose trace changed since their simulations were read. A folder waiting
+for its marker keeps its fingerprint and is not among them: it costs nothing until its
+listing changes. A listing of `<run>/simulations/` each: the cost follows the work in progress.
+`read_simulations_now(run)` reads one run's simulations at once (the upload's /complete route).
 """
 
 import json
@@ -43,6 +46,7 @@ from traces.accuracy import simulation_metrics
 from traces.demangle import demangle
 from traces.locks import trace_lock
 from traces.models import (
+    CURRENT_SIMULATION_READER_VERSION,
     SIMULATION_NAME_MAX,
     Kernel,
     KernelContext,
@@ -152,13 +156,20 @@ def read_simulations_now(run_id: str) -> list[SimulationChange]:
 def runs_with_simulation_work() -> set[str]:
     """Runs whose simulations need a look without a listing telling so: one parsing while its
     trace is ready (a pass died mid-way), one uploading whose listing was registered but not
-    decided on, or one whose trace changed since it was decided on. A folder decided to wait
+    decided on, one an older reader read, or one whose trace changed since it was decided on. A
+    folder decided to wait
     for its marker is not: it is looked at again when its listing changes (a watch, an event,
     the ready recheck), as a trace's is."""
     undecided = Q(parsed_fingerprint__isnull=True) | Q(files_changed_at__gte=F("updated_at"))
     work = Simulation.objects.filter(
         Q(state=TraceState.PARSING, trace__state=TraceState.READY)
         | (Q(state=TraceState.UPLOADING, trace__state=TraceState.READY) & undecided)
+        # Read by an older reader (CURRENT_SIMULATION_READER_VERSION): read again once.
+        | Q(
+            state__in=(TraceState.READY, TraceState.FAILED),
+            trace__state=TraceState.READY,
+            reader_version__lt=CURRENT_SIMULATION_READER_VERSION,
+        )
         | Q(trace_seen_at__isnull=True)
         | Q(trace_seen_at__lt=F("trace__updated_at"))
     )

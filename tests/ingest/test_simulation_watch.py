@@ -121,3 +121,21 @@ def test_with_events_the_markers_event_has_it_read_in_that_pass(queue, s3, uploa
     batches = drain(queue)
     assert simulation("target", "evented").state == TraceState.READY
     assert any(batch.simulation_changes for batch in batches)
+
+
+@pytest.mark.django_db
+def test_a_simulation_an_older_reader_read_is_read_again_once(s3, upload):
+    """Issue 29 changed what a log means (a log that simulated nothing was ready): the
+    simulations read before are read again at the next pass, then left alone."""
+    upload("target", trace_files(None, GOOD_LAUNCHES), metadata={"status": "ok"})
+    passes.poll_bucket()
+    upload_simulation(s3, "target", "old", GOOD)
+    passes.poll_bucket()
+    # As version 1 left it: its fingerprint covered that version.
+    Simulation.objects.filter(name="old").update(
+        reader_version=1, kernels_compared=0, parsed_fingerprint="v1"
+    )
+    passes.poll_bucket()
+    sim = simulation("target", "old")
+    assert (sim.kernels_compared, sim.reader_version) == (2, 2)
+    assert passes.poll_bucket().simulation_changes == []
