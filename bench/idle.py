@@ -18,6 +18,10 @@ it, side by side:
   traces; past that computed (folder pages + 2 x traces, which the measured scale equals
   exactly, tests/test_bench.py): moto answers a prefix listing by going over every key of the
   bucket, so 100,000 listings of 300,000 keys would take it hours;
+- without events, with the polling watch (issue 29, the default): the run folders and the
+  prefix's pages (up to CASCADE_POLL_WATCH_PAGES), which stand for every ready recheck while
+  they cover the whole prefix: a file landed in any ready trace's simulations/ is seen within
+  one poll;
 - with events on: the reconciling pass (`ingest_traces --watch --events`, Celery's poll with a
   queue), `passes.poll_bucket(sweep=True)` (ingest.sweep): one page of the bucket. Issue 22's
   target: at most one listing page per CASCADE_POLL_SECONDS_WITH_EVENTS.
@@ -48,6 +52,7 @@ MEASURED_REFERENCE = 1_000  # past this many traces the reference pass is comput
 POLL_SECONDS = 30  # CASCADE_POLL_SECONDS's default
 POLL_SECONDS_WITH_EVENTS = 600  # CASCADE_POLL_SECONDS_WITH_EVENTS's default
 READY_RECHECK_SECONDS = 600  # CASCADE_READY_RECHECK_SECONDS's default
+WATCH_PAGES = 20  # CASCADE_POLL_WATCH_PAGES's default
 CTX = "0x7f0000000001"
 # A run's objects, sorted by key as a listing gives them; the same bodies in every run (never
 # read: the traces are registered as parsed, and an idle pass downloads nothing).
@@ -235,13 +240,27 @@ def measure(db: str, env: dict, traces: int, upload_seconds: float) -> dict:
     polls = POLL_SECONDS_WITH_EVENTS // POLL_SECONDS
     reference_requests, reference_seconds = folder_pages + 2 * traces, None
     measured_reference = traces <= MEASURED_REFERENCE
+    # The polling watch (issue 29, ingest.sweep.watch_pages): the prefix's pages, up to
+    # WATCH_PAGES; while it sees the whole prefix it stands for every ready recheck.
+    prefix_pages = -(-objects // PAGE_SIZE)
+    watch_requests = folder_pages + min(prefix_pages, WATCH_PAGES)
+    if prefix_pages > WATCH_PAGES:
+        watch_requests += 2 * traces  # the rest left to the ready recheck, all due here
+    watch_seconds = None
     if measured_reference:
-        log("without events: ingest_traces, every ready recheck due")
-        reference = common.manage("ingest_traces", env=env, timeout=7200)
+        log("without events: ingest_traces, every ready recheck due, without the polling watch")
+        reference = common.manage("ingest_traces", env={**env, "CASCADE_POLL_WATCH_PAGES": "0"}, timeout=7200)
         summary = reference.summary_line()
         if " 0 changed" not in summary:
             raise RuntimeError(f"the pass without events changed something: {summary}")
         reference_requests, reference_seconds = reference.s3_requests(), reference.pass_seconds()
+        log("without events, with the polling watch (the default): ingest_traces")
+        watched = common.manage(
+            "ingest_traces", env={**env, "CASCADE_POLL_WATCH_PAGES": str(WATCH_PAGES)}, timeout=7200
+        )
+        if " 0 changed" not in watched.summary_line():
+            raise RuntimeError(f"the watched pass changed something: {watched.summary_line()}")
+        watch_requests, watch_seconds = watched.s3_requests(), watched.pass_seconds()
     return {
         "traces": traces,
         "objects": objects,
@@ -256,6 +275,13 @@ def measure(db: str, env: dict, traces: int, upload_seconds: float) -> dict:
             # rechecked (a HEAD and a listing) once per CASCADE_READY_RECHECK_SECONDS.
             "per_poll_seconds_with_events": polls * folder_pages
             + 2 * traces * POLL_SECONDS_WITH_EVENTS // READY_RECHECK_SECONDS,
+        },
+        "polling_watch": {
+            "s3_requests": watch_requests,
+            "measured": measured_reference,
+            "pages": WATCH_PAGES,
+            "seconds": watch_seconds,
+            "per_poll_seconds_with_events": polls * watch_requests,
         },
         "with_events": {
             "s3_requests": lap[0]["s3_requests"],
@@ -274,7 +300,9 @@ def measure(db: str, env: dict, traces: int, upload_seconds: float) -> dict:
 
 def table(r: dict) -> str:
     n, without, events = r["traces"], r["without_events"], r["with_events"]
+    watch = r["polling_watch"]
     reference_time = f"{without['seconds']:,.1f} s" if without["measured"] else "-"
+    watch_time = f"{watch['seconds']:,.1f} s" if watch["measured"] else "-"
     return "\n".join(
         [
             f"| idle pass, {n:,} ready traces ({r['objects']:,} objects) | S3 requests a pass "
@@ -284,6 +312,10 @@ def table(r: dict) -> str:
             f"{without['s3_requests']:,}{'' if without['measured'] else ' (computed)'} | "
             f"{without['per_poll_seconds_with_events']:,} (a poll every {POLL_SECONDS} s) | "
             f"{reference_time} | |",
+            f"| without events, with the polling watch (issue 29: `simulations/` seen within a poll) | "
+            f"{watch['s3_requests']:,}{'' if watch['measured'] else ' (computed)'} | "
+            f"{watch['per_poll_seconds_with_events']:,} (a poll every {POLL_SECONDS} s) | "
+            f"{watch_time} | the prefix's pages, up to {watch['pages']} |",
             f"| with events on: the reconciler's sweep (`--watch --events`, Celery's poll) | "
             f"{events['s3_requests']:,} (most in a lap: {events['s3_requests_most']}) | "
             f"{events['per_poll_seconds_with_events']:,} | "

@@ -1,6 +1,6 @@
 """Reading a simulator log against `grep`: issue 20's bar, "at most 3x the grep time, peak RSS under 100 MB".
 
-    python -m bench.simlog [--mb 1024] [--scale small] [--keep DIR]
+    python -m bench.simlog [--mb 1024] [--scale small] [--keep DIR] [--uids 40000]
 
 Builds a log of about `--mb` MB in a temp dir from a real one (halUW's, tests/data/real-sim-logs:
 its build lines and option dump, then kernel after kernel as Accel-Sim prints them: the trace
@@ -216,6 +216,80 @@ def measure(path: Path, gz: Path, repeat: int) -> list[dict]:
     return rows
 
 
+# Issue 29's figures for closing a log's kernels, before the fix (quadratic: a cycle-limit log
+# whose last block lists every uid): 6.5 s at 40,000 uids (7.6 s measured here at the time).
+UIDS = 40_000
+UIDS_REFERENCE_SECONDS = 6.5
+UIDS_TARGET_SECONDS = 1.0
+
+
+def uids_log(uids: int, shape: str) -> bytes:
+    """A trace-driven log of `uids` kernels: `each` closes one a block (a normal run), `one`
+    lists them all in the block the cycle limit stopped (the shape that was quadratic)."""
+    out = [
+        b"Accel-Sim [build accelsim-commit-bench]\n",
+        b"        *** GPGPU-Sim Simulator Version 4.2.0  [build gpgpu-sim_git-commit-bench] ***\n",
+        b"-gpgpu_clock_domains 1000.0:1000.0:1000.0:1000.0\n",
+    ]
+    for uid in range(1, uids + 1):
+        out.append(b"Header info loaded for kernel command : /t/kernel-%d.traceg\n" % uid)
+        out.append(b"launching kernel name: _Z1kv uid: %d cuda_stream_id: 0\n" % uid)
+        if shape == "each":
+            out.append(
+                b"Destroy streams for kernel %d: size 0\nkernel_name = _Z1kv\nkernel_launch_uid = %d\n"
+                b"gpu_sim_cycle = 5\ngpu_sim_insn = 5\ngpu_tot_sim_cycle = %d\ngpgpu_simulation_time = 1\n"
+                % (uid, uid, 5 * uid)
+            )
+    if shape == "one":
+        out.append(
+            b"kernel_name = _Z1kv\nkernel_launch_uid = " + b" ".join(b"%d" % u for u in range(1, uids + 1))
+        )
+        out.append(
+            b"\ngpu_sim_cycle = 5\ngpu_sim_insn = 5\ngpu_tot_sim_cycle = 5\ngpgpu_simulation_time = 1\n"
+        )
+        out.append(b"GPGPU-Sim: ** break due to reaching the maximum cycles (or instructions) **\n")
+    out.append(b"GPGPU-Sim: *** exit detected ***\n")
+    return b"".join(out)
+
+
+def measure_uids(uids: int = UIDS, repeat: int = 3) -> list[dict]:
+    """The reader's time over a log of `uids` kernels, each shape, best of `repeat`."""
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cascade.settings")
+    django.setup()
+    from ingest.simlog import read_sim_log_chunks
+
+    rows = []
+    for shape in ("each", "one"):
+        data = uids_log(uids, shape)
+        chunks = [data[at : at + CHUNK] for at in range(0, len(data), CHUNK)]
+        best = float("inf")
+        for _ in range(repeat):
+            started = time.perf_counter()
+            log = read_sim_log_chunks(chunks)
+            best = min(best, time.perf_counter() - started)
+        if len(log.kernels) != uids:
+            raise RuntimeError(f"{shape}: the reader read {len(log.kernels)} uids, not {uids}")
+        rows.append({"shape": shape, "uids": uids, "bytes": len(data), "reader_seconds": best})
+    return rows
+
+
+def uids_table(rows: list[dict]) -> str:
+    lines = [
+        "| kernels closed | uids | reader | before issue 29 | target |",
+        "|---|---|---|---|---|",
+    ]
+    words = {"each": "a block per kernel", "one": "one block lists every uid (cycle limit)"}
+    for row in rows:
+        reference = f"{UIDS_REFERENCE_SECONDS} s (quadratic)" if row["shape"] == "one" else ""
+        lines.append(
+            f"| {words[row['shape']]} | {row['uids']:,} | {row['reader_seconds']:.3f} s | {reference} "
+            f"| < {UIDS_TARGET_SECONDS:g} s |"
+        )
+    return "\n".join(lines)
+
+
 def table(rows: list[dict]) -> str:
     lines = [
         "| file | size | stat blocks | grep -c '^gpu_sim_cycle' | reader | ratio (target <= 3x) "
@@ -242,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="readings of each; the best is shown")
     parser.add_argument("--json", type=Path, help="also write the rows to this file")
     parser.add_argument("--keep", type=Path, help="build the log in this directory and leave it there")
+    parser.add_argument("--uids", type=int, default=UIDS, help="kernels of the uid rows' logs")
     options = parser.parse_args(argv)
     size = int((options.mb or SCALES[options.scale]) * 1024**2)
     directory = options.keep or Path(tempfile.mkdtemp(prefix="bench-simlog-"))
@@ -261,9 +336,12 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if options.keep is None:
             shutil.rmtree(directory, ignore_errors=True)
+    uids_rows = measure_uids(options.uids, options.repeat)
     print(table(rows))
+    print()
+    print(uids_table(uids_rows))
     if options.json:
-        options.json.write_text(json.dumps({"rows": rows}, indent=2))
+        options.json.write_text(json.dumps({"rows": rows, "uids_rows": uids_rows}, indent=2))
     return 0
 
 

@@ -357,6 +357,11 @@ if CASCADE_PARSE_ATTEMPTS < 1:
 # A ready run's metadata.json is compared with the bucket's (one HEAD request) this often: a
 # re-uploaded run is noticed and parsed again.
 CASCADE_READY_RECHECK_SECONDS = env_int("CASCADE_READY_RECHECK_SECONDS", 600)
+# A polling pass (no S3 events) also lists up to this many pages (CASCADE_S3_PAGE_SIZE keys each)
+# of the whole prefix and compares them with the database (ingest.sweep.watch_pages): a file
+# landed in a ready trace's simulations/ folder is found within one poll while the prefix holds
+# fewer objects than that; past it, within prefix pages / this passes. 0: off (the ready recheck).
+CASCADE_POLL_WATCH_PAGES = env_int("CASCADE_POLL_WATCH_PAGES", 20)
 # Each scheduled poll (beat, `ingest_traces --watch`) also re-reads this many traces that an
 # older version of the stats parser read; `ingest_traces --reparse-outdated` does all at once.
 CASCADE_REPARSE_OUTDATED = env_bool("CASCADE_REPARSE_OUTDATED", False)

@@ -135,6 +135,8 @@ def _poll_bucket(
     options = {"reparse": reparse, "reparse_outdated": reparse_outdated, "outdated_batch": outdated_batch}
     if sweeping and trace_id is None and not reparse:
         scan = sweep.sweep_bucket(**options)
+    elif trace_id is None and not reparse and settings.CASCADE_POLL_WATCH_PAGES:
+        scan = sweep.watch_bucket(undelete=undelete, **options)
     else:
         scan = scan_bucket(trace_id=trace_id, undelete=undelete, **options)
     changes = {change.trace_id: change for change in scan.changes}

@@ -92,6 +92,7 @@ def scan_bucket(
     outdated_batch: int | None = None,
     undelete: bool = True,
     swept: "Swept | None" = None,
+    watched: "Swept | None" = None,
 ) -> Scan:
     """Register new runs, follow the ones in progress, and say which are ready to parse.
 
@@ -105,6 +106,8 @@ def scan_bucket(
     `swept` (a reconciler's page, ingest.sweep, with S3 events on): the bucket's run folders are
     not listed nor its ready runs compared; the work in progress is followed
     (`runs_in_progress`), and the page's runs that differ from the database are listed.
+    `watched` (a polling pass's watch, ingest.sweep.watch_pages): its runs that differ are listed
+    too, and those whose simulations differ handed to the simulation pass.
     """
     scan = Scan()
     if trace_id is not None:
@@ -117,8 +120,17 @@ def scan_bucket(
     else:
         run_ids = list(bucket.list_run_ids())
         candidates = runs_to_look_at(run_ids, reparse=reparse)
-        if not reparse:
+        if not reparse and (watched is None or not watched.last):
+            # A watch that saw the whole prefix compared every ready run's files: no recheck.
             candidates += ready_runs_changed(run_ids, checked=scan.looked_at)
+        if watched is not None:
+            present = set(run_ids)
+            candidates += [
+                run_id for run_id in watched.runs if run_id in present and run_id not in candidates
+            ]
+            scan.looked_at += [
+                r for r in watched.simulation_runs if r not in candidates and r not in scan.looked_at
+            ]
     # Listed on the S3 threads, registered here in the bucket's order; a listing that fails
     # (S3 unreachable) ends the scan, as one listing of the bucket that fails does.
     kept = 0  # objects in scan.listings

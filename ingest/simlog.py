@@ -37,10 +37,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ingest.bucket import LineTooLong
-from traces.text import unstorable_character
+from traces.text import replace_unstorable, unstorable_character
 
 STOPPED_MAX_CYCLES = "max_cycles"
 STOPPED_KILLED = "killed"
+STOPPED_DEADLOCK = "deadlock"
+# The simulator quit on one of its fatal lines (FATAL) after some kernels finished.
+STOPPED_ERROR = "error"
+STOPPED = (STOPPED_DEADLOCK, STOPPED_KILLED, STOPPED_MAX_CYCLES, STOPPED_ERROR)
 
 # Counts the simulator prints fit in 64 bits; more digits than this are not a count but junk
 # (and Python's int() of thousands of digits is slow, then refused).
@@ -68,6 +72,17 @@ PTX_LAUNCH = re.compile(
     rb"gridDim= (\(\d{1,10},\d{1,10},\d{1,10}\)) blockDim = (\(\d{1,10},\d{1,10},\d{1,10}\))\s*$"
 )
 DESTROY = re.compile(rb"Destroy streams for kernel " + _INT + rb": ")
+# The lines with which the simulator (or what it runs) says it cannot go on, as the real logs
+# print them (../shared/docs/accel-sim-simulator.md, "How each kind of failure looks"): SASS it
+# has no opcode map for, a trace `xz -dc` could not open, a config option it does not know, an
+# assertion, a deadlock. Each holds one of FATAL_NEEDLES, which a chunk is searched for.
+FATAL = re.compile(
+    rb"(?:unsupported binary version: |xz: |GPGPU-Sim \*\* ERROR|GPGPU-Sim uArch: ERROR"
+    rb"|GPGPU-Sim PTX: ERROR|.*Assertion [`'].*' failed)"
+)
+FATAL_NEEDLES = (b"unsupported binary version: ", b"xz: ", b"ERROR", b"Assertion ")
+DEADLOCK = b"GPGPU-Sim uArch: ERROR ** deadlock detected"
+MAX_FATAL_TEXT = 500
 BLOCK_COUNTS = (b"gpu_sim_cycle =", b"gpu_sim_insn =", b"gpu_tot_sim_cycle =")
 BLOCK_NUMBER = re.compile(rb"(gpu_sim_cycle|gpu_sim_insn|gpu_tot_sim_cycle) = " + _INT + rb"\s*$")
 
@@ -112,7 +127,8 @@ class SimKernel:
     sim_cycles: int | None = None
     sim_insn: int | None = None
     overlapped: bool = False
-    interrupted: bool = False  # the kernel the cycle limit stopped: left out
+    interrupted: bool = False  # did not finish (a cycle limit, a kill, a deadlock): left out
+    line: int | None = None  # the log's line that first named it (its header, launch or block)
 
 
 @dataclass(slots=True)
@@ -124,8 +140,12 @@ class SimLog:
     headers: int = 0
     blocks: int = 0  # complete stat blocks
     total_cycles: int | None = None  # the last complete block's gpu_tot_sim_cycle
+    # The same, without the block of a kernel a cycle limit stopped: the finished kernels' total.
+    finished_cycles: int | None = None
     exit_detected: bool = False
     stopped: str | None = None
+    # The simulator's first fatal line (FATAL): (its line number, its text), or None.
+    fatal: tuple[int, str] | None = None
     lines: int = 0
     kernels: dict[int, SimKernel] = field(default_factory=dict)
 
@@ -139,6 +159,13 @@ class SimLog:
 
     def in_uid_order(self) -> list[SimKernel]:
         return [self.kernels[uid] for uid in sorted(self.kernels)]
+
+    @property
+    def finished(self) -> int:
+        """The launched kernels that finished (in a complete stat block, not interrupted)."""
+        return sum(
+            1 for kernel in self.kernels.values() if kernel.name is not None and not kernel.interrupted
+        )
 
 
 @dataclass(slots=True)
@@ -293,6 +320,7 @@ def read_sim_log(lines: Iterable[bytes]) -> SimLog:
             # A line without its newline is the last, cut by a kill: a fragment, not read.
             if line.endswith(b"\n"):
                 reader.read(line)
+                reader.check_fatal(line)
     except LineTooLong as error:  # from the lines' iterator, before line `number + 1`
         raise SimLogError(f"line {reader.number + 1}: {error}") from None
     return reader.end(cut_mid_line=not last_line.endswith(b"\n"))
@@ -313,9 +341,34 @@ class _Reader:
         self.dims: dict[bytes, str] = {}
         self.launched_ptx = 0
         self.broke = False
-        self.stopped_in_block: list[int] = []
+        self.stopped_in_block: set[int] = set()
         self.last_block_uids: list[int] = []
         self.since_block_launches = True  # a launch or header read since the last complete block
+        self.total_before_last_block: int | None = None
+
+    def check_fatal(self, line: bytes) -> None:
+        """Line `self.number` (whole), kept if it is the first fatal line."""
+        if self.log.fatal is None and FATAL.match(line):
+            text = line.decode("utf-8", "replace").strip()[:MAX_FATAL_TEXT]
+            self.log.fatal = (self.number, replace_unstorable(text))
+
+    def scan_fatal(self, buffer: bytes, start: int, end: int, number: int) -> None:
+        """`check_fatal` of each line of buffer[start:end] (whole lines, the first one line
+        `number + 1`) holding a FATAL_NEEDLE, until one is fatal: C finds, no line split."""
+        at = start
+        while self.log.fatal is None and at < end:
+            found = [buffer.find(needle, at, end) for needle in FATAL_NEEDLES]
+            found = [where for where in found if where >= 0]
+            if not found:
+                return
+            where = min(found)
+            line_start = buffer.rfind(b"\n", at, where) + 1 or at
+            line_end = buffer.index(b"\n", where) + 1
+            number += buffer.count(b"\n", at, line_start) + 1
+            saved, self.number = self.number, number
+            self.check_fatal(buffer[line_start:line_end])
+            self.number = saved
+            at = line_end
 
     def line_too_long(self, at: int) -> SimLogError:
         return SimLogError(
@@ -327,6 +380,8 @@ class _Reader:
         newline) that matter, counting the others."""
         log = self.log
         number = self.number
+        if log.fatal is None:
+            self.scan_fatal(buffer, start, end, number)
         version_at = -2  # where VERSION_TEXT is next in the buffer (-1: nowhere), -2: not looked for
         at = start
         while at < end:
@@ -403,7 +458,9 @@ class _Reader:
                 self.in_stats = True
         elif line.startswith(FOOTER):
             if block is not None:
+                self.total_before_last_block = log.total_cycles
                 _end_block(log, block, self.own)
+                log.finished_cycles = log.total_cycles
                 self.last_block_uids, self.block = block.uids, None
                 self.in_stats = self.since_block_launches = False
         elif line.startswith(b"Destroy streams"):
@@ -411,28 +468,33 @@ class _Reader:
             if match is None:
                 raise SimLogError(f"not a `Destroy streams for kernel U:` line: {_text(line)!r}")
             self.destroyed = int(match[1])
-            _kernel(log, self.destroyed).finished = True
+            kernel = _kernel(log, self.destroyed, self.number)
+            if kernel.finished:
+                raise SimLogError(f"uid {self.destroyed} finished twice (a second `Destroy streams` for it)")
+            kernel.finished = True
         elif line.startswith(b"Header info"):
-            _header(log, line, self.dims)
+            _header(log, line, self.dims, self.number)
             self.since_block_launches = True
         elif line.startswith((b"-grid dim", b"-block dim")):
             match = DIM.match(line)
             if match is not None:
                 self.dims[match[1]] = _dim(match[2])
         elif line.startswith(b"launching kernel"):
-            _trace_launch(log, line)
+            _trace_launch(log, line, self.number)
             self.since_block_launches = True
         elif line.startswith(b"GPGPU-Sim"):
             if line.startswith(b"GPGPU-Sim PTX: pushing kernel"):
                 self.launched_ptx += 1
-                _ptx_launch(log, line, self.launched_ptx)
+                _ptx_launch(log, line, self.launched_ptx, self.number)
                 self.since_block_launches = True
             elif line.startswith(b"GPGPU-Sim: *** exit detected ***"):
                 log.exit_detected = True
             elif line.startswith(b"GPGPU-Sim: ** break due to reaching the maximum"):
                 # Accel-Sim dev prints a block for the kernel the limit stopped: the
                 # last block, when no launch came between it and the break line.
-                self.stopped_in_block = [] if self.since_block_launches else self.last_block_uids
+                self.stopped_in_block = set() if self.since_block_launches else set(self.last_block_uids)
+                if not self.since_block_launches:  # that block's cycles are the stopped kernel's
+                    log.finished_cycles = self.total_before_last_block
                 self.broke = True
         elif line.startswith(b"-gpgpu_clock_domains"):
             match = CLOCK_DOMAINS.match(line)
@@ -452,7 +514,11 @@ class _Reader:
     def end(self, cut_mid_line: bool) -> SimLog:
         log = self.log
         log.lines = self.number
-        if cut_mid_line:
+        if log.fatal is not None and log.fatal[1].encode().startswith(DEADLOCK):
+            log.stopped = STOPPED_DEADLOCK
+        elif log.fatal is not None and not log.exit_detected:
+            log.stopped = STOPPED_ERROR
+        elif cut_mid_line:
             log.stopped = STOPPED_KILLED
         elif log.exit_detected or _is_3x(log):
             if self.broke:
@@ -466,6 +532,12 @@ class _Reader:
                 log.stopped = STOPPED_KILLED
         else:
             log.stopped = STOPPED_KILLED
+        if log.stopped in (STOPPED_KILLED, STOPPED_DEADLOCK, STOPPED_ERROR):
+            # Launched, and in no complete block (nor an empty one after its `Destroy streams`):
+            # running when the log ended. Left out, as the kernel a cycle limit stops.
+            for kernel in log.kernels.values():
+                if kernel.name is not None and kernel.blocks == 0 and not kernel.overlapped:
+                    kernel.interrupted = True
         for uid, (cycles, insn) in self.own.items():
             kernel = log.kernels[uid]
             if not kernel.overlapped and not kernel.interrupted:
@@ -491,7 +563,7 @@ def _end_block(log: SimLog, block: _Block, own: dict[int, tuple[int, int | None]
     log.blocks += 1
     log.total_cycles = block.tot_sim_cycle
     for uid in block.uids:
-        _kernel(log, uid).blocks += 1
+        _kernel(log, uid, block.line).blocks += 1
     if len(block.uids) == 1:
         own[block.uids[0]] = (block.sim_cycle, block.sim_insn)
     else:
@@ -518,7 +590,7 @@ def _uids(line: bytes) -> list[int]:
     return uids
 
 
-def _header(log: SimLog, line: bytes, dims: dict[bytes, str]) -> None:
+def _header(log: SimLog, line: bytes, dims: dict[bytes, str], number: int) -> None:
     match = HEADER.match(line)
     if match is None:
         raise SimLogError(f"not a `Header info loaded for kernel command : PATH` line: {_text(line)!r}")
@@ -527,47 +599,49 @@ def _header(log: SimLog, line: bytes, dims: dict[bytes, str]) -> None:
     if match is None:
         raise SimLogError(f"not a kernel-N[-ctx_0x...].traceg[.xz] trace file: {path!r}")
     log.headers += 1
-    kernel = _kernel(log, log.headers)
+    kernel = _kernel(log, log.headers, number)
     kernel.kernel_id, kernel.ctx, kernel.trace_file = int(match[1]), _ctx(match[2]), path
     # The dims are printed with the header, before it (a window of headers may be loaded before
     # any of their launches).
     kernel.grid, kernel.block = dims.pop(b"grid", None), dims.pop(b"block", None)
 
 
-def _trace_launch(log: SimLog, line: bytes) -> None:
+def _trace_launch(log: SimLog, line: bytes, number: int) -> None:
     match = TRACE_LAUNCH.match(line)
     if match is None:
         raise SimLogError(f"not a `launching kernel name: NAME uid: U` line: {_text(line)!r}")
     uid = int(match[2])
+    if uid == 0:
+        raise SimLogError("uid 0 launched: the simulator's uids count from 1")
     if log.headers and uid > log.headers:
         raise SimLogError(f"uid {uid} launched, but only {log.headers} trace headers were loaded")
-    kernel = _launched(log, uid, _name(match[1]))
+    kernel = _launched(log, uid, _name(match[1]), number)
     if match[3] is not None:
         kernel.stream = int(match[3])
 
 
-def _ptx_launch(log: SimLog, line: bytes, uid: int) -> None:
+def _ptx_launch(log: SimLog, line: bytes, uid: int, number: int) -> None:
     match = PTX_LAUNCH.match(line)
     if match is None:
         raise SimLogError(f"not a `pushing kernel 'NAME' to stream S, gridDim= ...` line: {_text(line)!r}")
-    kernel = _launched(log, uid, _name(match[1]))
+    kernel = _launched(log, uid, _name(match[1]), number)
     kernel.stream, kernel.grid, kernel.block = int(match[2]), _dim(match[3]), _dim(match[4])
 
 
-def _launched(log: SimLog, uid: int, name: str) -> SimKernel:
-    kernel = _kernel(log, uid)
+def _launched(log: SimLog, uid: int, name: str, number: int) -> SimKernel:
+    kernel = _kernel(log, uid, number)
     if kernel.name is not None:
         raise SimLogError(f"uid {uid} launched twice")
     kernel.name = name
     return kernel
 
 
-def _kernel(log: SimLog, uid: int) -> SimKernel:
+def _kernel(log: SimLog, uid: int, number: int | None = None) -> SimKernel:
     kernel = log.kernels.get(uid)
     if kernel is None:
         if len(log.kernels) >= MAX_UIDS:
             raise SimLogError(f"more than {MAX_UIDS} uids")
-        kernel = log.kernels[uid] = SimKernel(uid)
+        kernel = log.kernels[uid] = SimKernel(uid, line=number)
     return kernel
 
 

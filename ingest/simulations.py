@@ -14,10 +14,13 @@ trace's launch:
   uid, the trace file and both names.
 
 Which runs a pass looks at (`simulation_pass`): those the trace scan listed or rechecked
-(new, unfinished, due for their ready recheck), runs with a simulation still uploading or
-parsing while its trace is ready, and runs whose trace changed since their simulations were
-read. A listing of `<run>/simulations/` each: the cost follows the work in progress, plus one
-listing per ready trace every CASCADE_READY_RECHECK_SECONDS.
+(new, unfinished, due for their ready recheck), those whose `simulations/` objects the polling
+watch or the reconciler's sweep found differing from the database (ingest.sweep), runs with a
+simulation parsing, registered but not decided on, or read by an older reader while its trace
+is ready, and runs whose trace changed since their simulations were read. A folder waiting
+for its marker keeps its fingerprint and is not among them: it costs nothing until its
+listing changes. A listing of `<run>/simulations/` each: the cost follows the work in progress.
+`read_simulations_now(run)` reads one run's simulations at once (the upload's /complete route).
 """
 
 import json
@@ -28,6 +31,7 @@ import re
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 
 from botocore.exceptions import BotoCoreError, ClientError
 from django.conf import settings
@@ -42,6 +46,7 @@ from traces.accuracy import simulation_metrics
 from traces.demangle import demangle
 from traces.locks import trace_lock
 from traces.models import (
+    CURRENT_SIMULATION_READER_VERSION,
     SIMULATION_NAME_MAX,
     Kernel,
     KernelContext,
@@ -64,8 +69,43 @@ NAME = re.compile(rf"[A-Za-z0-9._-]{{1,{SIMULATION_NAME_MAX}}}")
 MAX_MARKER_BYTES = 64 * 1024
 # A core clock is a few hundred to a few thousand MHz; past this (or 0) it is not one.
 MAX_CLOCK_MHZ = 1e6
-MARKER_TEXT_MAX = {"simulator": 200, "config": 200, "notes": 10_000}
-MARKER_KEYS = ("status", "simulator", "config", "core_clock_mhz", "notes")
+MARKER_TEXT_MAX = {
+    "simulator": 200,
+    "config": 200,
+    "notes": 10_000,
+    "accel_sim_build": 500,
+    "gpgpu_sim_build": 500,
+    "host": 255,
+    "started_at": 64,
+    "ended_at": 64,
+}
+MARKER_KEYS = (
+    "status",
+    "simulator",
+    "config",
+    "core_clock_mhz",
+    "notes",
+    "accel_sim_build",
+    "gpgpu_sim_build",
+    "selection",
+    "host",
+    "started_at",
+    "ended_at",
+    "exit_status",
+)
+# The marker's facts of the run, stored as Simulation.run (the API's `run`), in this order.
+RUN_KEYS = (
+    "accel_sim_build",
+    "gpgpu_sim_build",
+    "host",
+    "started_at",
+    "ended_at",
+    "exit_status",
+    "selection",
+)
+SELECTION_KEYS = ("select", "cover")
+SELECT_STEP = re.compile(r"step:.{1,200}", re.DOTALL)
+MAX_EXIT_STATUS = 2**31
 STATUSES = ("ok", "failed")
 DECOMPRESSED_CHUNK = 1024 * 1024
 # Launches looked up in the trace per query.
@@ -105,11 +145,31 @@ def simulation_pass(
     return changes
 
 
+def read_simulations_now(run_id: str) -> list[SimulationChange]:
+    """Read the run's simulations at once, without waiting for a pass: its `simulations/`
+    folder listed, registered and each simulation decided on (read when its marker is there
+    and its trace ready). What the upload's `/complete` route calls (in a Celery task, or on a
+    background thread), as `ingest_traces --trace RUN` would for the whole run."""
+    return simulation_pass(trace_id=run_id)
+
+
 def runs_with_simulation_work() -> set[str]:
-    """Runs whose simulations need a look without a listing telling so: one uploading or
-    parsing while its trace is ready, or one whose trace changed since it was decided on."""
+    """Runs whose simulations need a look without a listing telling so: one parsing while its
+    trace is ready (a pass died mid-way), one uploading whose listing was registered but not
+    decided on, one an older reader read, or one whose trace changed since it was decided on. A
+    folder decided to wait
+    for its marker is not: it is looked at again when its listing changes (a watch, an event,
+    the ready recheck), as a trace's is."""
+    undecided = Q(parsed_fingerprint__isnull=True) | Q(files_changed_at__gte=F("updated_at"))
     work = Simulation.objects.filter(
-        Q(state__in=(TraceState.UPLOADING, TraceState.PARSING), trace__state=TraceState.READY)
+        Q(state=TraceState.PARSING, trace__state=TraceState.READY)
+        | (Q(state=TraceState.UPLOADING, trace__state=TraceState.READY) & undecided)
+        # Read by an older reader (CURRENT_SIMULATION_READER_VERSION): read again once.
+        | Q(
+            state__in=(TraceState.READY, TraceState.FAILED),
+            trace__state=TraceState.READY,
+            reader_version__lt=CURRENT_SIMULATION_READER_VERSION,
+        )
         | Q(trace_seen_at__isnull=True)
         | Q(trace_seen_at__lt=F("trace__updated_at"))
     )
@@ -206,7 +266,12 @@ def decide_simulation(trace: Trace, name: str, objects: list[S3Object]):
             )
         elif MARKER_NAME not in files or trace.state in (TraceState.UPLOADING, TraceState.PARSING):
             # Its files are landing (simulation.json comes last), or its trace is not ready yet.
-            services.simulation_wait(simulation, fingerprint=fingerprint, trace_seen_at=seen)
+            reason = (
+                services.WAITING_FOR_MARKER
+                if MARKER_NAME not in files
+                else f"waiting for its trace to be ready (the trace is {trace.state})"
+            )
+            services.simulation_wait(simulation, fingerprint=fingerprint, trace_seen_at=seen, reason=reason)
         elif trace.state == TraceState.FAILED:
             services.simulation_fail(
                 simulation,
@@ -234,6 +299,7 @@ def read_simulation(
     """The marker, then the log, then the pairs: stored with the metrics, or failed."""
     marker = read_marker(files[MARKER_NAME])
     read = {key: marker.get(key) for key in ("status", "simulator", "config", "notes")}
+    read["run"] = run_facts(marker)
     if marker["status"] == "failed":
         notes = f": {marker['notes']}" if marker.get("notes") else ""
         services.simulation_fail(
@@ -255,6 +321,24 @@ def read_simulation(
             f"{problem}: a simulation's folder holds the simulator's stdout as one of {', '.join(LOG_NAMES)}"
         )
     log = read_sim_log_chunks(log_chunks(logs[0]))
+    read.update(
+        simulator_build=log.accelsim_build,
+        gpgpusim_build=None
+        if log.gpgpusim_version is None
+        else f"{log.gpgpusim_version} [build {log.gpgpusim_build}]",
+        complete=log.complete,
+        stopped=log.stopped,
+        fatal=None if log.fatal is None else {"line": log.fatal[0], "text": log.fatal[1]},
+    )
+    if not log.finished:
+        services.simulation_fail(
+            simulation,
+            simulated_nothing(log),
+            fingerprint=fingerprint,
+            trace_seen_at=trace_seen_at,
+            read=read,
+        )
+        return
     clock = marker.get("core_clock_mhz") or log.core_clock_mhz
     if clock is not None and not 0 < clock < MAX_CLOCK_MHZ:
         raise SimulationInputError(f"the log's core clock ({clock} MHz, -gpgpu_clock_domains) is not a clock")
@@ -262,28 +346,73 @@ def read_simulation(
         raise SimulationInputError(
             "no core clock: the log has no -gpgpu_clock_domains line and simulation.json no core_clock_mhz"
         )
-    read.update(
-        simulator_build=log.accelsim_build,
-        gpgpusim_build=None
-        if log.gpgpusim_version is None
-        else f"{log.gpgpusim_version} [build {log.gpgpusim_build}]",
-        core_clock_mhz=clock,
-        complete=log.complete,
-        stopped=log.stopped,
-        sim_total_cycles=log.total_cycles,
-    )
+    read.update(core_clock_mhz=clock, sim_total_cycles=log.finished_cycles)
     pairing = Pairing(trace, log, clock)
+
+    def facts() -> dict:
+        return {
+            **read,
+            "interrupted": pairing.interrupted,
+            "left_out": left_out(log, pairing.interrupted),
+            "reason": pairing.reason(log),
+        }
+
     count = services.simulation_store(
         simulation,
         pairing.rows(simulation),
-        read=lambda: {**read, "interrupted": pairing.interrupted},
+        read=facts,
         metrics=simulation_metrics,
         fingerprint=fingerprint,
         trace_seen_at=trace_seen_at,
     )
+    if simulation.kernels_compared == 0:  # the reason that matters most
+        simulation.reason = pairing.no_comparison_reason()
+        Simulation.objects.filter(pk=simulation.pk).update(reason=simulation.reason)
     logger.info(
         "%s: ready, %d kernels simulated, %d compared", simulation, count, simulation.kernels_compared
     )
+
+
+# The reason of a ready simulation whose trace has no measured time (issue 29's words).
+NO_MEASURED_TIMES = (
+    "the trace has no measured kernel times: upload an Nsight Systems export or a timing file to compare"
+)
+STOPPED_WHY = {
+    "deadlock": "did not finish: the simulator detected a deadlock",
+    "killed": "did not finish: the log ends while it ran (the run was killed or cut)",
+    "max_cycles": "did not finish: the cycle limit (-gpgpu_max_cycle) stopped it",
+    "error": "did not finish: the simulator stopped on an error",
+}
+
+
+def _fatal_words(log: SimLog) -> str:
+    return f"line {log.fatal[0]}: {log.fatal[1]}" if log.fatal is not None else ""
+
+
+def simulated_nothing(log: SimLog) -> str:
+    """The error of a log in which no kernel finished, in the simulator's own words if it gave any."""
+    running = [kernel for kernel in log.in_uid_order() if kernel.interrupted][:1]
+    during = f" (uid {running[0].uid}, {running[0].name}, did not finish)" if running else ""
+    if log.fatal is not None:
+        return f"the log simulated no kernel{during}: the simulator stopped at {_fatal_words(log)}"
+    if log.stopped == "max_cycles":
+        return f"the log simulated no kernel{during}: the cycle limit (-gpgpu_max_cycle) stopped the run"
+    if log.stopped == "killed":
+        return (
+            f"the log simulated no kernel{during}: it ends at line {log.lines} without the simulator's "
+            "exit line (the run was killed, or the log cut)"
+        )
+    return f"the log simulated no kernel: the simulator exited (line {log.lines}) without launching one"
+
+
+def left_out(log: SimLog, interrupted: list[dict]) -> dict:
+    """Simulation.left_out: how many kernels the totals leave out, and why."""
+    if not interrupted:
+        return {"kernels": 0, "why": None}
+    why = STOPPED_WHY.get(log.stopped, "did not finish")
+    if log.fatal is not None:
+        why += f" ({_fatal_words(log)})"
+    return {"kernels": len(interrupted), "why": why}
 
 
 def read_marker(obj: S3Object) -> dict:
@@ -320,6 +449,21 @@ def read_marker(obj: S3Object) -> dict:
         problem = unstorable_character(value)
         if problem is not None:
             raise SimulationInputError(f'{MARKER_NAME}: "{key}" holds {problem}')
+    for key in ("started_at", "ended_at"):
+        if marker.get(key) is not None and parse_datetime_or_none(marker[key]) is None:
+            raise SimulationInputError(
+                f'{MARKER_NAME}: "{key}" must be an ISO 8601 time, not {marker[key]!r}'
+            )
+    exit_status = marker.get("exit_status")
+    if exit_status is not None and (
+        isinstance(exit_status, bool)
+        or not isinstance(exit_status, int)
+        or abs(exit_status) > MAX_EXIT_STATUS
+    ):
+        raise SimulationInputError(
+            f'{MARKER_NAME}: "exit_status" must be an integer or null, not {exit_status!r}'
+        )
+    _check_selection(marker.get("selection"))
     clock = marker.get("core_clock_mhz")
     if clock is not None and (
         isinstance(clock, bool)
@@ -331,6 +475,48 @@ def read_marker(obj: S3Object) -> dict:
             f'{MARKER_NAME}: "core_clock_mhz" must be a number of MHz above 0, not {clock!r}'
         )
     return marker
+
+
+def parse_datetime_or_none(value: str):
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _check_selection(selection) -> None:
+    """null, or {"select": "unique" | "step:NAME", "cover": number | null} (the contract's)."""
+    if selection is None:
+        return
+    where = f'{MARKER_NAME}: "selection"'
+    if not isinstance(selection, dict):
+        raise SimulationInputError(f"{where} must be an object or null")
+    unknown = sorted(set(selection) - set(SELECTION_KEYS))
+    if unknown:
+        raise SimulationInputError(
+            f"{where}: unknown key {', '.join(map(repr, unknown))} (known: select, cover)"
+        )
+    select = selection.get("select")
+    if not isinstance(select, str) or not (select == "unique" or SELECT_STEP.fullmatch(select)):
+        raise SimulationInputError(f'{where}: "select" must be "unique" or "step:NAME", not {select!r}')
+    problem = unstorable_character(select)
+    if problem is not None:
+        raise SimulationInputError(f'{where}: "select" holds {problem}')
+    cover = selection.get("cover")
+    if cover is not None and (
+        isinstance(cover, bool) or not isinstance(cover, int | float) or not math.isfinite(cover) or cover < 0
+    ):
+        raise SimulationInputError(f'{where}: "cover" must be a number or null, not {cover!r}')
+
+
+def run_facts(marker: dict) -> dict | None:
+    """Simulation.run: the marker's RUN_KEYS (null when it has none of them)."""
+    if not any(marker.get(key) is not None for key in RUN_KEYS):
+        return None
+    facts = {key: marker.get(key) for key in RUN_KEYS}
+    if facts["selection"] is not None:
+        facts["selection"] = {key: facts["selection"].get(key) for key in SELECTION_KEYS}
+    return facts
 
 
 def log_chunks(obj: S3Object) -> Iterator[bytes]:
@@ -413,12 +599,32 @@ class Pairing:
         )
         self.names: dict[int, tuple[str, str]] = {}  # name id: (name, demangled without spaces)
         self.interrupted: list[dict] = []
+        self.timed = 0  # pairs with a measured time
+
+    def reason(self, log: SimLog) -> str | None:
+        """A ready simulation's reason: the simulator's error that ended the log early."""
+        if log.stopped == "error" and log.fatal is not None:
+            return (
+                f"the simulator stopped at {_fatal_words(log)}: only the kernels that finished are compared"
+            )
+        return None
+
+    def no_comparison_reason(self) -> str:
+        """Why a ready simulation compared nothing."""
+        timed = Kernel.stored.filter(trace=self.trace.key, duration_ns__isnull=False).exists()
+        if not timed:
+            return NO_MEASURED_TIMES
+        if not self.timed:
+            return "none of the simulated launches has a measured time in the trace"
+        return "no simulated launch has a simulated time of its own (every one overlapped others)"
 
     def rows(self, simulation: Simulation) -> Iterator[SimulatedKernel]:
         launched = [kernel for kernel in self.log.in_uid_order() if kernel.name is not None]
         for kernel in self.log.kernels.values():
             if kernel.name is None and kernel.blocks:
-                raise SimulationInputError(f"uid {kernel.uid} has a stat block but no launch line in the log")
+                raise SimulationInputError(
+                    f"{_at(kernel)}uid {kernel.uid} has a stat block but no launch line in the log"
+                )
         pairs = self.trace_driven(launched) if self.log.headers else self.in_launch_order(launched)
         seen: dict[tuple[int, int], int] = {}
         for kernel, launch in pairs:
@@ -426,7 +632,8 @@ class Pairing:
             key = (launch.context, launch.kernel_id)
             if key in seen:
                 raise SimulationInputError(
-                    f"uid {seen[key]} and uid {kernel.uid} are both paired with launch {self.where(launch)}"
+                    f"{_at(kernel)}uid {seen[key]} and uid {kernel.uid} are both paired with launch "
+                    f"{self.where(launch)}"
                 )
             seen[key] = kernel.uid
             if kernel.interrupted:
@@ -436,9 +643,12 @@ class Pairing:
                         "ctx": self.ctx(launch.context),
                         "kernel_id": launch.kernel_id,
                         "name": kernel.name,
+                        "trace_file": kernel.trace_file,
                     }
                 )
                 continue
+            if launch.duration_ns is not None:
+                self.timed += 1
             cycles = None if kernel.overlapped else kernel.sim_cycles
             yield SimulatedKernel(
                 simulation=simulation,
@@ -472,7 +682,7 @@ class Pairing:
                 launch = found.get((self.context_of(kernel), kernel.kernel_id))
                 if launch is None:
                     raise SimulationInputError(
-                        f"uid {kernel.uid} ({kernel.trace_file}): the trace has no launch with kernel id "
+                        f"{_at(kernel)}uid {kernel.uid} ({kernel.trace_file}): the trace has no launch with kernel id "
                         f"{kernel.kernel_id}{' in context ' + kernel.ctx if kernel.ctx else ''}"
                     )
                 yield kernel, launch
@@ -489,7 +699,7 @@ class Pairing:
                 position += 1
                 if launch is None:
                     raise SimulationInputError(
-                        f"uid {kernel.uid} ({kernel.name}): the trace has only {position - 1} launches"
+                        f"{_at(kernel)}uid {kernel.uid} ({kernel.name}): the trace has only {position - 1} launches"
                     )
             yield kernel, launch
 
@@ -526,7 +736,7 @@ class Pairing:
         if kernel.name != names[0] and _spaceless(kernel.name) != names[1]:
             source = kernel.trace_file or "launch order"
             raise SimulationInputError(
-                f"uid {kernel.uid} ({source}): the log simulates {kernel.name!r}, "
+                f"{_at(kernel)}uid {kernel.uid} ({source}): the log simulates {kernel.name!r}, "
                 f"but the trace's launch {self.where(launch)} is {names[0]!r}"
             )
 
@@ -536,6 +746,11 @@ class Pairing:
 
     def ctx(self, context: int) -> str | None:
         return dict(self.contexts).get(context)
+
+
+def _at(kernel: SimKernel) -> str:
+    """`line N: `, the log's line that first named the kernel."""
+    return "" if kernel.line is None else f"line {kernel.line}: "
 
 
 def _spaceless(name: str) -> str:

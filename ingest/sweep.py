@@ -27,6 +27,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.utils import timezone
 
 from ingest import bucket
@@ -52,13 +53,18 @@ class Swept:
     next_after: str = ""
     runs: list[str] = field(default_factory=list)  # runs whose trace differs: listed and decided on
     simulation_runs: list[str] = field(default_factory=list)  # runs whose simulations differ
+    pages: int = 1  # listing requests (watch_pages merges several)
+    watch: bool = False  # a polling pass's watch (watch_pages), not the reconciler's page
 
     def __str__(self) -> str:
         where = f"after {self.after!r}" if self.after else "from the start"
         differ = f"{len(self.runs)} runs differ"
         if self.simulation_runs:
             differ += f", {len(self.simulation_runs)} runs' simulations"
-        return f"swept {self.objects} objects {where}{', the last page' if self.last else ''}: {differ}"
+        pages = f" in {self.pages} pages" if self.pages != 1 else ""
+        return (
+            f"swept {self.objects} objects{pages} {where}{', the last page' if self.last else ''}: {differ}"
+        )
 
 
 def sweep_bucket(**options) -> Scan:
@@ -73,9 +79,41 @@ def sweep_bucket(**options) -> Scan:
     return scan
 
 
-def sweep_page() -> Swept:
-    """The page after the cursor, one listing request, and the runs on it that differ."""
-    after = cursor_position()
+def watch_bucket(**options) -> Scan:
+    """A polling pass's scan (no S3 events): the whole bucket's (`scan_bucket`), with what the
+    watch's pages (`watch_pages`, CASCADE_POLL_WATCH_PAGES) found differing from the database."""
+    watched = watch_pages(settings.CASCADE_POLL_WATCH_PAGES)
+    scan = scan_bucket(watched=watched, **options)
+    scan.swept = watched
+    return scan
+
+
+def watch_pages(most: int) -> Swept:
+    """A polling pass's watch (no S3 events): the prefix's first `most` pages, each compared
+    with the database as a reconciler's page is, merged. While the prefix holds at most `most`
+    pages, a pass sees all of it: a file landed in a ready trace's `simulations/` folder (or a
+    re-upload) is found within one poll, for `objects / CASCADE_S3_PAGE_SIZE` listing requests,
+    whatever the number of ready traces. Past them, the runs are left to the ready recheck
+    (CASCADE_READY_RECHECK_SECONDS). No cursor: the reconciler's is left alone."""
+    merged = Swept(after="", pages=0, watch=True)
+    after = ""
+    for _ in range(most):
+        swept = sweep_page(after)
+        merged.objects += swept.objects
+        merged.runs += [run_id for run_id in swept.runs if run_id not in merged.runs]
+        merged.simulation_runs += [r for r in swept.simulation_runs if r not in merged.simulation_runs]
+        merged.pages += 1
+        merged.last, merged.next_after = swept.last, swept.next_after
+        if swept.last:
+            break
+        after = swept.next_after
+    return merged
+
+
+def sweep_page(after: str | None = None) -> Swept:
+    """The page after the cursor (or after `after`), one listing request, and the runs on it
+    that differ."""
+    after = cursor_position() if after is None else after
     objects, truncated = bucket.list_page(start_after=after)
     swept = Swept(after=after, objects=len(objects), last=not truncated)
     swept.next_after = next_cursor(objects) if truncated else ""

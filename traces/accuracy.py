@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from django.db import transaction
-from django.db.models import Case, Count, FloatField, Q, QuerySet, Sum, Value, When
+from django.db.models import Case, Count, Exists, FloatField, OuterRef, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import Abs, Cast
 from django.db.models.lookups import GreaterThan, LessThanOrEqual
 
@@ -524,25 +524,31 @@ def compare_simulations(a: Simulation, b: Simulation, count: int = 20) -> Simula
 
 def accuracy_by(by: str, simulations: QuerySet[Simulation]) -> list[dict]:
     """One row per simulator build (or config) over the ready simulations among
-    `simulations`: how many simulations and traces, and the metrics pooled over every launch
-    they compared (a build's MAPE is over its kernels, not a mean of its simulations'). The
-    most accurate (lowest MAPE) first, those with nothing compared last: two queries."""
+    `simulations` that compared at least one kernel: how many simulations and traces, and the
+    metrics pooled over every launch they compared (a build's MAPE is over its kernels, not a
+    mean of its simulations'), and `left_out`: how many ready simulations of that build compared
+    nothing, and why (a build whose simulations all did has a row of 0 simulations). The most
+    accurate (lowest MAPE) first, those with nothing compared last: three queries."""
     if by not in ACCURACY_BY:
         raise ValueError(f"by must be one of {', '.join(ACCURACY_BY)}, not {by!r}")
     ready = simulations.filter(state=TraceState.READY).order_by()
+    compared_any = Exists(SimulatedKernel.objects.filter(COMPARED, simulation=OuterRef("pk")))
+    counted = ready.filter(compared_any)
     counts = {
         row[by]: row
-        for row in ready.values(by).annotate(simulations=Count("id"), traces=Count("trace", distinct=True))
+        for row in counted.values(by).annotate(simulations=Count("id"), traces=Count("trace", distinct=True))
     }
+    left_out = dict(ready.filter(~compared_any).values(by).annotate(n=Count("id")).values_list(by, "n"))
     sums = {
         row[f"simulation__{by}"]: clean_sums(row)
-        for row in SimulatedKernel.objects.filter(COMPARED, simulation__in=ready.values("id"))
+        for row in SimulatedKernel.objects.filter(COMPARED, simulation__in=counted.values("id"))
         .order_by()
         .values(f"simulation__{by}")
         .annotate(**SUMS)
     }
     rows = []
-    for value, count in counts.items():
+    for value in dict.fromkeys([*counts, *left_out]):
+        count = counts.get(value, {"simulations": 0, "traces": 0})
         metrics = values_from_sums(sums.get(value, empty_sums()))
         rows.append(
             {
@@ -553,6 +559,10 @@ def accuracy_by(by: str, simulations: QuerySet[Simulation]) -> list[dict]:
                 "mape": metrics["mape"],
                 "aggregate_error": metrics["aggregate_error"],
                 "pearson_r": metrics["pearson_r"],
+                "left_out": {
+                    "simulations": left_out.get(value, 0),
+                    "why": NOTHING_COMPARED if left_out.get(value) else None,
+                },
             }
         )
     rows.sort(key=lambda row: (row["mape"] is None, row["mape"] or 0, row[by] is None, row[by] or ""))
@@ -575,10 +585,35 @@ SIMULATION_SUMMARY_COLUMNS = (
     "core_clock_mhz",
     "complete",
     "stopped",
+    "reason",
+    "fatal",
+    "left_out",
+    "run",
     "kernels_simulated",
     "kernels_compared",
     "metrics",
 )
+# The API's keys of a SimulationSummary: the columns, with `compared` (= kernels_compared,
+# the contract's name) after kernels_compared.
+_COMPARED_AT = SIMULATION_SUMMARY_COLUMNS.index("kernels_compared") + 1
+SIMULATION_SUMMARY_KEYS = (
+    *SIMULATION_SUMMARY_COLUMNS[:_COMPARED_AT],
+    "compared",
+    *SIMULATION_SUMMARY_COLUMNS[_COMPARED_AT:],
+)
+FATAL_KEYS = ("line", "text")
+LEFT_OUT_KEYS = ("kernels", "why")
+RUN_FACT_KEYS = (
+    "accel_sim_build",
+    "gpgpu_sim_build",
+    "host",
+    "started_at",
+    "ended_at",
+    "exit_status",
+    "selection",
+)
+# Why /api/simulations/accuracy leaves a ready simulation out.
+NOTHING_COMPARED = "ready, but no kernel compared (see each simulation's reason)"
 # Simulation.metrics' keys in the API's order (simulation_metrics writes them).
 RUN_KEYS = ("run_sim_ns", "run_measured_ns", "run_error")
 SIMULATION_METRIC_KEYS = (*METRIC_KEYS, *RUN_KEYS)

@@ -223,8 +223,21 @@ SIMULATION_SUMMARY = {
     "core_clock_mhz": 1755.0,
     "complete": True,
     "stopped": None,
+    "reason": None,
+    "fatal": None,
+    "left_out": {"kernels": 0, "why": None},
+    "run": {
+        "accel_sim_build": "accelsim-commit-2260456ea5e6a1420f5734f145a4b7d8ab1d4737_modified_1.0",
+        "gpgpu_sim_build": "gpgpu-sim_git-commit-13c67115070dc2f0876254a790d0238073ca364a_modified_2.0",
+        "host": "sim-node-07",
+        "started_at": "2026-11-09T10:12:40Z",
+        "ended_at": "2026-11-09T10:58:02Z",
+        "exit_status": 0,
+        "selection": {"select": "unique", "cover": 0.95},
+    },
     "kernels_simulated": 5,
     "kernels_compared": 4,
+    "compared": 4,
     "metrics": SIMULATION_METRICS,
 }
 UPLOADING_SIMULATION = {
@@ -239,8 +252,11 @@ UPLOADING_SIMULATION = {
     "config": None,
     "core_clock_mhz": None,
     "complete": None,
+    "reason": "waiting for simulation.json",
+    "run": None,
     "kernels_simulated": 0,
     "kernels_compared": 0,
+    "compared": 0,
     "metrics": None,
 }
 SIMULATIONS_EXAMPLE = [UPLOADING_SIMULATION, SIMULATION_SUMMARY]
@@ -291,7 +307,16 @@ STOPPED_DETAIL_EXAMPLE = {
     "complete": False,
     "stopped": "max_cycles",
     "kernels_simulated": 4,
-    "interrupted": [{"uid": 5, "ctx": "0x6165bdd7ec90", "kernel_id": 5, "name": "_Z6vecAddPdS_S_i"}],
+    "left_out": {"kernels": 1, "why": "did not finish: the cycle limit (-gpgpu_max_cycle) stopped it"},
+    "interrupted": [
+        {
+            "uid": 5,
+            "ctx": "0x6165bdd7ec90",
+            "kernel_id": 5,
+            "name": "_Z6vecAddPdS_S_i",
+            "trace_file": "/home/researcher/traces/kernel-5-ctx_0x6165bdd7ec90.traceg.xz",
+        }
+    ],
     "metrics": {
         **SIMULATION_METRICS,
         "run_sim_ns": 10317.3789,
@@ -299,6 +324,55 @@ STOPPED_DETAIL_EXAMPLE = {
         "run_error": -1.5517,
     },
     "kernels": SIMULATION_DETAIL_EXAMPLE["kernels"][:4],
+}
+DEADLOCK_LINE = (
+    "GPGPU-Sim uArch: ERROR ** deadlock detected: last writeback core 29 @ gpu_sim_cycle 5486 "
+    "(+ gpu_tot_sim_cycle 63571) (94514 cycles ago)"
+)
+DEADLOCK_DETAIL_EXAMPLE = {
+    **STOPPED_DETAIL_EXAMPLE,
+    "name": "accelsim-73f9fac-RTX3070-deadlock",
+    "stopped": "deadlock",
+    "fatal": {"line": 46556, "text": DEADLOCK_LINE},
+    "left_out": {
+        "kernels": 1,
+        "why": f"did not finish: the simulator detected a deadlock (line 46556: {DEADLOCK_LINE})",
+    },
+}
+FAILED_DETAIL_EXAMPLE = {
+    **UPLOADING_SIMULATION,
+    "name": "accelsim-73f9fac-RTX3070-sm90",
+    "state": "failed",
+    "error": "the log simulated no kernel: the simulator stopped at line 286: unsupported binary version: 90",
+    "reason": None,
+    "complete": False,
+    "stopped": "error",
+    "fatal": {"line": 286, "text": "unsupported binary version: 90"},
+    "left_out": {"kernels": 0, "why": None},
+    "interrupted": [],
+    "steps": [],
+    "families": [],
+    "kernels": [],
+}
+NO_TIMES_DETAIL_EXAMPLE = {
+    **SIMULATION_DETAIL_EXAMPLE,
+    "name": "accelsim-73f9fac-RTX2060",
+    "reason": "the trace has no measured kernel times: upload an Nsight Systems export or a timing file to compare",
+    "kernels_compared": 0,
+    "compared": 0,
+    "metrics": {
+        **dict.fromkeys(SIMULATION_METRICS),
+        "within_10_percent": 0,
+        "kernels_compared": 0,
+        "run_sim_ns": 10317.3789,
+        "run_measured_ns": None,
+        "run_error": None,
+    },
+    "steps": [],
+    "families": [],
+    "kernels": [
+        {**kernel, "measured_ns": None, "error": None} for kernel in SIMULATION_DETAIL_EXAMPLE["kernels"]
+    ],
 }
 ACCURACY_EXAMPLE = [
     {
@@ -309,6 +383,7 @@ ACCURACY_EXAMPLE = [
         "mape": 10.0587,
         "aggregate_error": 11.2253,
         "pearson_r": 0.9918,
+        "left_out": {"simulations": 0, "why": None},
     },
     {
         "simulator_build": "accelsim-commit-73f9fac6_modified_0.0_24-10-08-10-02-11",
@@ -318,6 +393,7 @@ ACCURACY_EXAMPLE = [
         "mape": 14.7012,
         "aggregate_error": 12.903,
         "pearson_r": 0.9871,
+        "left_out": {"simulations": 2, "why": "ready, but no kernel compared (see each simulation's reason)"},
     },
 ]
 
@@ -327,6 +403,24 @@ SIMULATION_DETAIL_EXAMPLES = [
         "StoppedAtMaxCycles",
         summary="Stopped at the cycle limit: the interrupted launch left out",
         value=STOPPED_DETAIL_EXAMPLE,
+        response_only=True,
+    ),
+    OpenApiExample(
+        "Deadlock",
+        summary="A deadlock: the kernel that deadlocked named and left out of every total",
+        value=DEADLOCK_DETAIL_EXAMPLE,
+        response_only=True,
+    ),
+    OpenApiExample(
+        "SimulatedNothing",
+        summary="Failed: the log simulated no kernel, the simulator's fatal line quoted",
+        value=FAILED_DETAIL_EXAMPLE,
+        response_only=True,
+    ),
+    OpenApiExample(
+        "NoMeasuredTimes",
+        summary="Ready, nothing compared: the trace has no measured times",
+        value=NO_TIMES_DETAIL_EXAMPLE,
         response_only=True,
     ),
 ]

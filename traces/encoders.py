@@ -14,6 +14,9 @@ from datetime import datetime
 import orjson
 
 from traces.accuracy import (
+    FATAL_KEYS,
+    LEFT_OUT_KEYS,
+    RUN_FACT_KEYS,
     SIMULATED_KERNEL_KEYS,
     SIMULATION_METRIC_KEYS,
     SIMULATION_SUMMARY_COLUMNS,
@@ -247,7 +250,7 @@ def encode_json(value: dict) -> bytes:
 
 # --- simulations (traces.accuracy) ----------------------------------------------------------------
 
-_INTERRUPTED_KEYS = ("uid", "ctx", "kernel_id", "name")
+_INTERRUPTED_KEYS = ("uid", "ctx", "kernel_id", "name", "trace_file")
 
 
 def _ordered(value: dict | None, keys: tuple[str, ...]) -> dict | None:
@@ -259,9 +262,20 @@ def _ordered(value: dict | None, keys: tuple[str, ...]) -> dict | None:
 def simulation_summary_dict(row: tuple, *, columns: tuple[str, ...] = SIMULATION_SUMMARY_COLUMNS) -> dict:
     """A SimulationSummary from `accuracy.simulation_summary_rows` (or, with `trace_id` first in
     `columns`, a row of `accuracy.simulation_list_rows`)."""
-    summary = dict(zip(columns, row, strict=True))
+    stored = dict(zip(columns, row, strict=True))
+    summary = {}
+    for key, value in stored.items():
+        summary[key] = value
+        if key == "kernels_compared":
+            summary["compared"] = value
     for key in ("created_at", "updated_at"):
         summary[key] = format_timestamp(summary[key])
+    summary["fatal"] = _ordered(summary["fatal"], FATAL_KEYS)
+    summary["left_out"] = _ordered(summary["left_out"], LEFT_OUT_KEYS) or {"kernels": 0, "why": None}
+    run = _ordered(summary["run"], RUN_FACT_KEYS)
+    if run is not None and run["selection"] is not None:
+        run["selection"] = _ordered(run["selection"], ("select", "cover"))
+    summary["run"] = run
     summary["metrics"] = _ordered(summary["metrics"], SIMULATION_METRIC_KEYS)
     return summary
 

@@ -490,7 +490,7 @@ class SweepCursor(models.Model):
 SIMULATION_NAME_MAX = 100
 # The version of ingest/simulations.py's reading of a log and its pairing, recorded on each
 # simulation it reads (as CURRENT_PARSER_VERSION is for traces).
-CURRENT_SIMULATION_READER_VERSION = 1
+CURRENT_SIMULATION_READER_VERSION = 2
 
 
 class Simulation(models.Model):
@@ -520,7 +520,24 @@ class Simulation(models.Model):
     complete = models.BooleanField(null=True, blank=True)
     stopped = models.CharField(max_length=16, null=True, blank=True)
     interrupted = models.JSONField(
-        default=list, blank=True, help_text="The launches a cycle limit stopped: left out of the pairs."
+        default=list,
+        blank=True,
+        help_text="The launches that did not finish (a cycle limit, a kill, a deadlock): left out of the pairs.",
+    )
+    # What the simulation's state means, in words (issue 29).
+    reason = models.TextField(
+        null=True, blank=True, help_text="Why it waits, or why fewer kernels than simulated were compared."
+    )
+    fatal = models.JSONField(
+        null=True, blank=True, help_text="The simulator's fatal line in the log: {line, text}."
+    )
+    left_out = models.JSONField(
+        null=True, blank=True, help_text="The kernels left out of every total: {kernels, why}."
+    )
+    run = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="simulation.json's facts of the run (host, times, builds, selection).",
     )
     sim_total_cycles = models.BigIntegerField(null=True, blank=True)
     kernels_simulated = models.BigIntegerField(default=0)

@@ -12,7 +12,7 @@ views validate with them.
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
-from traces.accuracy import SIMULATION_SUMMARY_COLUMNS
+from traces.accuracy import SIMULATION_SUMMARY_KEYS
 from traces.analysis import COMPARE_BY
 from traces.api_examples import (
     COMPARISON_EXAMPLES,
@@ -310,19 +310,85 @@ class SimulationMetricsSerializer(serializers.Serializer):
         ref_name = "SimulationMetrics"
 
 
+class SimulationFatalSerializer(serializers.Serializer):
+    """The simulator's fatal line in its log (unsupported binary version, a trace file `xz`
+    could not open, an unknown config option, an assertion, a deadlock)."""
+
+    line = serializers.IntegerField(help_text="Its line number in the log (1: the first).")
+    text = serializers.CharField(help_text="The line, as the simulator printed it.")
+
+    class Meta:
+        ref_name = "SimulationFatal"
+
+
+class SimulationLeftOutSerializer(serializers.Serializer):
+    """The kernels left out of every total (both sides): those that did not finish."""
+
+    kernels = serializers.IntegerField()
+    why = serializers.CharField(allow_null=True, help_text="Null when none was left out.")
+
+    class Meta:
+        ref_name = "SimulationLeftOut"
+
+
+class SimulationSelectionSerializer(serializers.Serializer):
+    select = serializers.CharField(help_text='"unique" or "step:NAME": which launches were simulated.')
+    cover = serializers.FloatField(allow_null=True)
+
+    class Meta:
+        ref_name = "SimulationSelection"
+
+
+class SimulationRunSerializer(serializers.Serializer):
+    """What simulation.json says of the run (each key null when it does not say)."""
+
+    accel_sim_build = serializers.CharField(allow_null=True, help_text="The log's `Accel-Sim [build ...]`.")
+    gpgpu_sim_build = serializers.CharField(
+        allow_null=True, help_text="The log's `GPGPU-Sim ... [build ...]`."
+    )
+    host = serializers.CharField(allow_null=True)
+    started_at = serializers.CharField(allow_null=True, help_text="ISO 8601.")
+    ended_at = serializers.CharField(allow_null=True, help_text="ISO 8601.")
+    exit_status = serializers.IntegerField(allow_null=True, help_text="The simulator's; it tells little.")
+    selection = SimulationSelectionSerializer(allow_null=True)
+
+    class Meta:
+        ref_name = "SimulationRun"
+
+
 class SimulationSummarySerializer(serializers.ModelSerializer):
     """A simulation of a trace, in any state, without its steps, families and kernels."""
 
     metrics = SimulationMetricsSerializer(allow_null=True, help_text="Null until the simulation is ready.")
+    fatal = SimulationFatalSerializer(
+        allow_null=True, help_text="The simulator's fatal line, when the log has one."
+    )
+    left_out = SimulationLeftOutSerializer()
+    run = SimulationRunSerializer(allow_null=True, help_text="Null when simulation.json says nothing of it.")
+    compared = serializers.IntegerField(help_text="Kernels compared (= kernels_compared).")
 
     class Meta:
         model = Simulation
-        fields = SIMULATION_SUMMARY_COLUMNS
+        fields = SIMULATION_SUMMARY_KEYS
         ref_name = "SimulationSummary"
         extra_kwargs = {
-            **{name: {"required": True} for name in SIMULATION_SUMMARY_COLUMNS},
+            **{name: {"required": True} for name in SIMULATION_SUMMARY_KEYS},
             "name": {"required": True, "help_text": "Its folder: <run>/simulations/<name>/."},
-            "stopped": {"required": True, "help_text": "null, max_cycles or killed."},
+            "state": {
+                "required": True,
+                "help_text": "uploading (waiting: see reason), parsing, ready, or failed (see error): "
+                "failed when the log simulated no kernel.",
+            },
+            "stopped": {
+                "required": True,
+                "help_text": "How the log ended early: null (it did not), deadlock, killed, max_cycles, or "
+                "error (the simulator quit on its fatal line after some kernels finished).",
+            },
+            "reason": {
+                "required": True,
+                "help_text": "In words: what it waits for (waiting for simulation.json), or why a ready "
+                "simulation compared nothing or fewer kernels than it simulated.",
+            },
         }
 
 
@@ -332,7 +398,7 @@ class SimulationListItemSerializer(SimulationSummarySerializer):
     trace_id = serializers.CharField(help_text="The trace it simulates.")
 
     class Meta(SimulationSummarySerializer.Meta):
-        fields = ("trace_id", *SIMULATION_SUMMARY_COLUMNS)
+        fields = ("trace_id", *SIMULATION_SUMMARY_KEYS)
         ref_name = "SimulationListItem"
 
 
@@ -341,6 +407,7 @@ class InterruptedKernelSerializer(serializers.Serializer):
     ctx = serializers.CharField(allow_null=True)
     kernel_id = serializers.IntegerField()
     name = serializers.CharField()
+    trace_file = serializers.CharField(allow_null=True, help_text="Its trace header's kernel-N.traceg file.")
 
     class Meta:
         ref_name = "InterruptedKernel"
@@ -403,8 +470,16 @@ class SimulationDetailSerializer(SimulationSummarySerializer):
     kernels = SimulatedKernelSerializer(many=True)
 
     class Meta(SimulationSummarySerializer.Meta):
-        fields = (*SIMULATION_SUMMARY_COLUMNS, "interrupted", "steps", "families", "kernels")
+        fields = (*SIMULATION_SUMMARY_KEYS, "interrupted", "steps", "families", "kernels")
         ref_name = "SimulationDetail"
+
+
+class AccuracyLeftOutSerializer(serializers.Serializer):
+    simulations = serializers.IntegerField()
+    why = serializers.CharField(allow_null=True)
+
+    class Meta:
+        ref_name = "AccuracyLeftOut"
 
 
 class SimulationAccuracySerializer(serializers.Serializer):
@@ -419,6 +494,9 @@ class SimulationAccuracySerializer(serializers.Serializer):
     mape = serializers.FloatField(allow_null=True)
     aggregate_error = serializers.FloatField(allow_null=True)
     pearson_r = serializers.FloatField(allow_null=True)
+    left_out = AccuracyLeftOutSerializer(
+        help_text="Its ready simulations that compared no kernel: not counted in the row."
+    )
 
     class Meta:
         ref_name = "SimulationAccuracy"

@@ -38,6 +38,10 @@ DECISION_FIELDS = [
     "complete",
     "stopped",
     "interrupted",
+    "reason",
+    "fatal",
+    "left_out",
+    "run",
     "sim_total_cycles",
     "kernels_simulated",
     "kernels_compared",
@@ -59,6 +63,10 @@ READ_FIELDS = {
     "complete": None,
     "stopped": None,
     "interrupted": [],
+    "reason": None,
+    "fatal": None,
+    "left_out": None,
+    "run": None,
     "sim_total_cycles": None,
     "kernels_simulated": 0,
     "kernels_compared": 0,
@@ -125,9 +133,21 @@ def simulations_register(trace: Trace, folders: dict[str, list[dict]]) -> list[t
     return outcomes
 
 
-def simulation_wait(simulation: Simulation, *, fingerprint: str, trace_seen_at) -> None:
-    """Files landed, not its marker (or its trace is not ready yet): `uploading`, nothing read."""
-    _decided(simulation, TraceState.UPLOADING, None, fingerprint=None, trace_seen_at=trace_seen_at)
+WAITING_FOR_MARKER = "waiting for simulation.json"
+
+
+def simulation_wait(simulation: Simulation, *, fingerprint: str, trace_seen_at, reason: str) -> None:
+    """Files landed, not its marker (or its trace is not ready yet): `uploading`, nothing read,
+    `reason` saying what it waits for. Its fingerprint is kept: it is decided on again only when
+    its listing (or its trace) changes, not every pass."""
+    _decided(
+        simulation,
+        TraceState.UPLOADING,
+        None,
+        fingerprint=fingerprint,
+        trace_seen_at=trace_seen_at,
+        read={"reason": reason},
+    )
 
 
 def simulation_start_parsing(simulation: Simulation) -> None:

@@ -109,8 +109,9 @@ def test_threads_give_the_same_traces_kernels_and_states_as_one_after_another(db
 def test_many_new_runs_are_listed_in_one_listing_of_the_prefix(db, s3, settings):
     upload_runs(s3, 60, make=lambda n: ({"traces/stats_ctx_0x1": stats(2)}, OK))
     result = passes.poll_bucket()
-    # The run folders, the prefix's 120 objects, then per run metadata.json and its stats file.
-    assert result.cost.s3_requests == 1 + 1 + 60 * 2
+    # The run folders, the polling watch's page (ingest.sweep.watch_pages), the prefix's 120
+    # objects, then per run metadata.json and its stats file.
+    assert result.cost.s3_requests == 1 + 1 + 1 + 60 * 2
     assert Trace.objects.filter(state=TraceState.READY, kernel_count=2).count() == 60
 
 
@@ -139,9 +140,10 @@ def test_the_pass_line_says_the_requests_a_run(db, s3):
     upload_runs(s3, 3, make=lambda n: ({"traces/stats_ctx_0x1": stats(2)}, OK))
     out = io.StringIO()
     call_command("ingest_traces", stdout=out, stderr=io.StringIO())
-    # A listing of the run folders; per run a listing, metadata.json and the stats file.
+    # A listing of the run folders and the polling watch's page; per run a listing,
+    # metadata.json and the stats file.
     assert re.search(
-        r"S3: 10 requests \(3\.3 a run looked at\), [\d.]+ s waiting; database: ", out.getvalue()
+        r"S3: 11 requests \(3\.7 a run looked at\), [\d.]+ s waiting; database: ", out.getvalue()
     )
 
 
@@ -203,14 +205,15 @@ def test_an_idle_pass_over_a_thousand_failed_runs_costs_one_listing(db, s3, sett
     upload_runs(s3, 1000, make=lambda n: ({}, {"status": "failed", "error": "the profiler crashed"}))
     first = passes.poll_bucket()
     assert Trace.objects.filter(state=TraceState.FAILED).count() == 1000
-    # The run folders, the prefix's 1,000 objects in one page, each run's metadata.json.
-    assert first.cost.s3_requests == 1 + 1 + 1000
+    # The run folders, the polling watch's page, the prefix's 1,000 objects in one page, each
+    # run's metadata.json.
+    assert first.cost.s3_requests == 1 + 1 + 1 + 1000
     idle = passes.poll_bucket()
-    assert (idle.listed, idle.changes, idle.cost.s3_requests) == (0, [], 1)
+    assert (idle.listed, idle.changes, idle.cost.s3_requests) == (0, [], 1 + 1)
     # As their waits run out, the failed runs cost a listing each, not the thousand of them.
     Trace.objects.filter(pk__in=["r001", "r002", "r003"]).update(recheck_after=None)
     due = passes.poll_bucket()
-    assert (due.listed, due.changes, due.cost.s3_requests) == (3, [], 1 + 3)
+    assert (due.listed, due.changes, due.cost.s3_requests) == (3, [], 1 + 1 + 3)
 
 
 def test_a_listing_that_fails_ends_the_pass_as_the_bucket_listing_does(db, s3, monkeypatch):
@@ -232,8 +235,9 @@ def test_listings_past_what_a_scan_keeps_are_listed_again_by_their_parse(db, s3,
     assert (scan.to_parse, list(scan.listings)) == (["r000", "r001", "r002"], ["r000", "r001"])
     result = passes.poll_bucket()
     assert dict(Trace.objects.values_list("id", "kernel_count")) == {"r000": 1, "r001": 2, "r002": 3}
-    # The folders and 3 listings, a second listing of r002 by its parse, 2 files a run.
-    assert result.cost.s3_requests == 1 + 3 + 1 + 3 * 2
+    # The folders, the watch's page and 3 listings, a second listing of r002 by its parse, 2
+    # files a run.
+    assert result.cost.s3_requests == 1 + 1 + 3 + 1 + 3 * 2
 
 
 def registration_queries(s3, runs: int) -> int:

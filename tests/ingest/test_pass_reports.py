@@ -33,10 +33,11 @@ def test_the_pass_line_says_what_it_asked_of_s3_and_the_database(db, upload, set
     assert first.cost.s3_requests >= 1 + 4 * 3  # the folders; per run a listing, metadata.json, the stats
     assert first.cost.db_queries > 0
     idle = passes.poll_bucket()
-    # Nothing changed: one listing of the run folders, whatever number of runs are ready or failed.
-    assert (idle.cost.s3_requests, idle.changes) == (1, [])
+    # Nothing changed: one listing of the run folders and one page of the polling watch
+    # (ingest.sweep.watch_pages: the prefix's keys, a page per CASCADE_S3_PAGE_SIZE).
+    assert (idle.cost.s3_requests, idle.changes) == (2, [])
     assert idle.summary().endswith(
-        f"; S3: 1 requests, {idle.cost.s3_seconds:.1f} s waiting; "
+        f"; S3: 2 requests, {idle.cost.s3_seconds:.1f} s waiting; "
         f"database: {idle.cost.db_queries} queries, {idle.cost.db_seconds:.1f} s"
     )
 
@@ -70,8 +71,10 @@ def recheck_ready_now(trace_id: str) -> None:
     Trace.objects.filter(pk=trace_id).update(recheck_after=None)
 
 
-def test_a_re_uploaded_ready_run_is_noticed_by_its_metadata_json(db, upload):
-    """Issue 12, finding 3: a re-uploaded ready run was never noticed; the API served old data."""
+def test_a_re_uploaded_ready_run_is_noticed_by_its_metadata_json(db, upload, settings):
+    """Issue 12, finding 3: a re-uploaded ready run was never noticed; the API served old data.
+    Without the polling watch (which notices it at the next pass: test_simulation_watch.py)."""
+    settings.CASCADE_POLL_WATCH_PAGES = 0
     upload("run", {"traces/stats_ctx_0x1": stats(10)}, OK)
     passes.poll_bucket()
     upload("run", {"traces/stats_ctx_0x1": stats(30)}, {**OK, "model": "second upload"})
@@ -83,7 +86,8 @@ def test_a_re_uploaded_ready_run_is_noticed_by_its_metadata_json(db, upload):
     assert Trace.objects.get(pk="run").model == "second upload"
 
 
-def test_an_unchanged_ready_run_costs_a_head_and_a_simulations_listing_when_due(db, upload):
+def test_an_unchanged_ready_run_costs_a_head_and_a_simulations_listing_when_due(db, upload, settings):
+    settings.CASCADE_POLL_WATCH_PAGES = 0  # without the polling watch, which stands for the recheck
     for run in ("a", "b"):
         upload(run, {"traces/stats_ctx_0x1": stats(3)}, OK)
     passes.poll_bucket()

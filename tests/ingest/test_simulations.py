@@ -404,12 +404,13 @@ def test_a_million_character_line_is_read_past_and_a_longer_one_than_the_limit_f
 
 
 @pytest.mark.django_db
-def test_binary_junk_as_a_plain_log_is_ready_killed_with_nothing_simulated(s3, upload, hal_log):
+def test_binary_junk_as_a_plain_log_fails_killed_with_nothing_simulated(s3, upload, hal_log):
     upload("hal", hal_trace(hal_log), metadata={"status": "ok"})
     upload_simulation(s3, "hal", "junk", bytes(range(256)) * 4096)
     passes.poll_bucket()
     sim = simulation("hal", "junk")
-    assert (sim.state, sim.stopped, sim.kernels_simulated) == (TraceState.READY, "killed", 0)
+    assert (sim.state, sim.stopped, sim.kernels_simulated) == (TraceState.FAILED, "killed", 0)
+    assert sim.error.startswith("the log simulated no kernel")
 
 
 @pytest.mark.django_db

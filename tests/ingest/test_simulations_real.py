@@ -104,7 +104,7 @@ def test_each_real_log_pairs_as_an_independent_reading_says(s3, upload, name, co
 
 
 @pytest.mark.django_db
-def test_a_max_cycle_log_is_ready_incomplete_with_the_interrupted_kernel_named(s3, upload):
+def test_a_max_cycle_log_that_finished_no_kernel_fails_naming_the_interrupted_one(s3, upload):
     log = real_log("swayhrl__replay_1_run.MAXCYCLE.EXCERPT.log")
     ctx, launches = spec_of(log)
     assert [(uid, kernel_id) for uid, kernel_id, _ in launches] == [(1, 34)]  # kernel-34 is uid 1
@@ -117,23 +117,25 @@ def test_a_max_cycle_log_is_ready_incomplete_with_the_interrupted_kernel_named(s
     upload_simulation(s3, "run", "limit", log)
     passes.poll_bucket()
     sim = simulation("run", "limit")
-    assert sim.state == TraceState.READY, sim.error
+    # Its only kernel did not finish: nothing was simulated (issue 29), the limit and uid 1 named.
+    assert sim.state == TraceState.FAILED
     assert (sim.complete, sim.stopped) == (False, "max_cycles")
-    assert [(k["uid"], k["ctx"], k["kernel_id"]) for k in sim.interrupted] == [(1, ctx, 34)]
-    assert "flash_fwd_kernel" in sim.interrupted[0]["name"]
+    assert "simulated no kernel" in sim.error and "uid 1" in sim.error and "flash_fwd_kernel" in sim.error
+    assert "cycle limit" in sim.error
     assert not SimulatedKernel.objects.filter(simulation=sim).exists()  # left out of the pairs
 
 
 @pytest.mark.django_db
-def test_a_log_killed_in_its_option_dump_is_ready_killed_with_nothing_simulated(s3, upload):
+def test_a_log_killed_in_its_option_dump_fails_killed_with_nothing_simulated(s3, upload):
     log = real_log("spapad__classic_run_l1_bw_32f_out.TRUNCATED.log")
     assert len(log) % 4096 == 0 and not log.endswith(b"\n")
     upload("run", trace_files(None, [(1, 1, "_Z5firstv")]), metadata={"status": "ok"})
     upload_simulation(s3, "run", "killed", log)
     passes.poll_bucket()
     sim = simulation("run", "killed")
-    assert sim.state == TraceState.READY, sim.error
+    assert sim.state == TraceState.FAILED
     assert (sim.complete, sim.stopped, sim.kernels_simulated, sim.kernels_compared) == (False, "killed", 0, 0)
+    assert "simulated no kernel" in sim.error and "killed" in sim.error
 
 
 @pytest.mark.django_db

@@ -96,11 +96,19 @@ def test_an_idle_reconciling_pass_over_a_thousand_ready_traces_costs_one_listing
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda run_id: upload_run(s3, run_id), run_ids))
     register_ready(run_ids)
-    # The reference, without events: the run folders (one page of 1,000), then for each ready
-    # run, all due, a HEAD of its metadata.json and a listing of its simulations/; nothing changed.
+    # The reference, without events nor the polling watch: the run folders (one page of 1,000),
+    # then for each ready run, all due, a HEAD of its metadata.json and a listing of its
+    # simulations/; nothing changed.
+    settings.CASCADE_POLL_WATCH_PAGES = 0
     full = passes.poll_bucket()
     assert (full.changes, full.errors, full.cost.s3_requests) == ([], [], 1 + 1000 * 2)
     Trace.objects.update(recheck_after=None)  # every ready recheck due again
+    # With the polling watch (the default): the run folders and the prefix's two pages, which
+    # stand for every ready recheck.
+    settings.CASCADE_POLL_WATCH_PAGES = 20
+    watched = passes.poll_bucket()
+    assert (watched.changes, watched.errors, watched.cost.s3_requests) == ([], [], 1 + 2)
+    assert not Trace.objects.filter(recheck_after__isnull=False).exists()
 
     idle = sweep_pass()
     assert (idle.listed, idle.changes, idle.errors, idle.simulation_changes) == (0, [], [], [])

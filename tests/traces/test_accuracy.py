@@ -572,6 +572,7 @@ def test_accuracy_by_build_pools_every_kernel_and_ranks_the_most_accurate_first(
             "mape": pytest.approx(old["mape"]),
             "aggregate_error": pytest.approx(old["aggregate_error"]),
             "pearson_r": None,  # x is constant
+            "left_out": {"simulations": 0, "why": None},
         },
         {
             "simulator_build": "new",
@@ -581,22 +582,26 @@ def test_accuracy_by_build_pools_every_kernel_and_ranks_the_most_accurate_first(
             "mape": pytest.approx(25.0),
             "aggregate_error": pytest.approx(25.0),
             "pearson_r": None,
+            "left_out": {"simulations": 0, "why": None},
         },
         {
+            # Issue 29: a ready simulation that compared nothing does not count; the row says so.
             "simulator_build": "nothing",
-            "simulations": 1,
-            "traces": 1,
+            "simulations": 0,
+            "traces": 0,
             "kernels_compared": 0,
             "mape": None,
             "aggregate_error": None,
             "pearson_r": None,
+            "left_out": {"simulations": 1, "why": accuracy.NOTHING_COMPARED},
         },
     ]
     by_config = accuracy.accuracy_by("config", Simulation.objects.filter(trace=trace))
     assert [(row["config"], row["simulations"], row["kernels_compared"]) for row in by_config] == [
-        ("SM80", 2, 1),
+        ("SM80", 1, 1),
         ("SM90", 1, 1),
     ]
+    assert by_config[0]["left_out"]["simulations"] == 1  # "empty"
 
 
 def test_accuracy_by_is_a_build_or_a_config():

@@ -379,7 +379,7 @@ def test_a_stopped_simulation_names_its_interrupted_kernels(staff_client, trace)
     page = read(staff_client.get(simulation_url(stopped)))
     assert field(page, "Ended").text == "stopped: max_cycles"
     assert field(page, "Core clock").text == "1000 MHz"
-    assert field(page, "Simulated cycles, whole run").text == "12,345,678"
+    assert field(page, "Simulated cycles, the finished kernels").text == "12,345,678"
     assert field(page, "GPGPU-Sim build").text == "4.2.0 [build gpgpu-sim_git-commit-90ec33997]"
     rows = table_rows(page.find(id="simulation-interrupted-table"))
     assert [(r["uid"].text, r["context"].text, r["kernel id"].text, r["kernel"].text) for r in rows] == [
@@ -388,6 +388,58 @@ def test_a_stopped_simulation_names_its_interrupted_kernels(staff_client, trace)
     assert "max_cycles" in page.find(id="simulation-interrupted").text
     row = read(staff_client.get(SIMULATIONS)).find(id="result_list")
     assert "stopped: max_cycles" in row.text
+
+
+def test_a_deadlocked_simulation_says_so_in_words_with_its_line_and_the_kernel_left_out(staff_client, trace):
+    line = "GPGPU-Sim uArch: ERROR ** deadlock detected: last writeback core 29 @ gpu_sim_cycle 5486"
+    stopped = simulate(
+        trace,
+        "deadlock",
+        {1: 3100, 2: 1000},
+        complete=False,
+        stopped="deadlock",
+        fatal={"line": 46556, "text": line},
+        left_out={"kernels": 1, "why": "did not finish: the simulator detected a deadlock"},
+        interrupted=[
+            {"uid": 3, "ctx": "0xa", "kernel_id": 3, "name": CUBLAS, "trace_file": "/t/kernel-3.traceg"}
+        ],
+    )
+    page = read(staff_client.get(simulation_url(stopped)))
+    assert field(page, "Stopped").text == "deadlock: the simulator detected a deadlock and aborted"
+    assert field(page, "The simulator's fatal line").text == f"line 46556: {line}"
+    left_out = field(page, "Left out").text
+    assert left_out.startswith(
+        "1 kernel left out of every total: did not finish: the simulator detected a deadlock"
+    )
+    assert "uid 3 (/t/kernel-3.traceg" in left_out
+    # The trace's page lists it with its state and why.
+    rows = {
+        row["Name"].text: row
+        for row in table_rows(
+            read(staff_client.get(reverse("admin:traces_trace_change", args=[trace.id])))
+            .find(id="simulations-group")
+            .find("table")
+        )
+    }
+    assert rows["deadlock"]["State"].text.strip() == "ready"
+    assert "1 kernel left out" in rows["deadlock"]["Why"].text
+
+
+def test_a_waiting_and_an_untimed_simulation_say_why(staff_client, trace):
+    waiting = Simulation.objects.create(
+        trace=trace, name="waits", state=TraceState.UPLOADING, reason="waiting for simulation.json"
+    )
+    page = read(staff_client.get(simulation_url(waiting)))
+    assert field(page, "Reason").text == "waiting for simulation.json"
+    rows = {
+        row["Name"].text: row
+        for row in table_rows(
+            read(staff_client.get(reverse("admin:traces_trace_change", args=[trace.id])))
+            .find(id="simulations-group")
+            .find("table")
+        )
+    }
+    assert rows["waits"]["Why"].text == "waiting for simulation.json"
 
 
 def test_overlapped_kernels_are_left_out_of_the_scatter(staff_client, trace):

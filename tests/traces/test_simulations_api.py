@@ -47,8 +47,13 @@ SUMMARY_KEYS = [
     "core_clock_mhz",
     "complete",
     "stopped",
+    "reason",
+    "fatal",
+    "left_out",
+    "run",
     "kernels_simulated",
     "kernels_compared",
+    "compared",
     "metrics",
 ]
 METRIC_KEYS = [
@@ -234,8 +239,8 @@ def test_a_simulation_has_its_steps_families_and_kernels_in_the_traces_order(api
     body = get_json(api, "/api/traces/demo/simulations/sim-a")
 
     assert list(body) == [*SUMMARY_KEYS, "interrupted", "steps", "families", "kernels"]
-    assert body["interrupted"] == [{"uid": 6, "ctx": CTX, "kernel_id": 5, "name": GEMM}]
-    assert list(body["interrupted"][0]) == ["uid", "ctx", "kernel_id", "name"]
+    assert body["interrupted"] == [{"uid": 6, "ctx": CTX, "kernel_id": 5, "name": GEMM, "trace_file": None}]
+    assert list(body["interrupted"][0]) == ["uid", "ctx", "kernel_id", "name", "trace_file"]
     assert body["steps"] == [
         {"step": "step 0 (prefill)", "sim_ns": 270.0, "measured_ns": 300, "error": pytest.approx(-10.0)},
         {"step": "step 1 (decode)", "sim_ns": 330.0, "measured_ns": 300, "error": pytest.approx(10.0)},
@@ -395,6 +400,7 @@ def test_accuracy_ranks_the_builds_most_accurate_first(api, builds):
             "mape",
             "aggregate_error",
             "pearson_r",
+            "left_out",
         ]
     ] * 2
     build_a, build_b = body
@@ -411,6 +417,25 @@ def test_accuracy_ranks_the_builds_most_accurate_first(api, builds):
     )
     # The failed build-c and the uploading simulation have no row: only ready simulations count.
     assert get_json(api, "/api/simulations/accuracy", {"by": "simulator_build"}) == body
+
+
+def test_accuracy_leaves_out_ready_simulations_that_compared_nothing_and_says_so(api, builds, make_trace):
+    before = get_json(api, "/api/simulations/accuracy")
+    untimed = make_trace("untimed", state=TraceState.READY)
+    KernelContext.objects.create(trace=untimed, index=0, ctx=CTX)
+    simulate(untimed, "sim-untimed", [(0, 1, GEMM, None, None, 100)], minutes=4)  # build-a
+    simulate(untimed, "sim-d", [(0, 1, GEMM, None, None, 100)], minutes=5, simulator_build="build-d")
+    body = get_json(api, "/api/simulations/accuracy")
+    build_a = next(row for row in body if row["simulator_build"] == "build-a")
+    # build-a's figures are those without the simulation that compared nothing.
+    assert {key: build_a[key] for key in before[0] if key != "left_out"} == {
+        key: before[0][key] for key in before[0] if key != "left_out"
+    }
+    assert build_a["left_out"]["simulations"] == 1 and "no kernel compared" in build_a["left_out"]["why"]
+    build_d = body[-1]
+    assert (build_d["simulator_build"], build_d["simulations"], build_d["mape"]) == ("build-d", 0, None)
+    assert build_d["left_out"]["simulations"] == 1
+    assert before[0]["left_out"] == {"simulations": 0, "why": None}
 
 
 def test_accuracy_by_config_with_the_lists_filters(api, builds):

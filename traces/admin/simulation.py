@@ -86,14 +86,42 @@ class SimulationColumns:
     def aggregate_error_column(self, obj: Simulation):
         return show((obj.metrics or {}).get("aggregate_error"), "percent")
 
+    @admin.display(description="why")
+    def reason_column(self, obj: Simulation):
+        """What its state means, in words: what it waits for, why it failed, what was left out."""
+        if obj.state == TraceState.FAILED:
+            return truncated(obj.error, 120) or "-"
+        words = [obj.reason] if obj.reason else []
+        if (obj.left_out or {}).get("kernels"):
+            words.append(left_out_words(obj.left_out))
+        return truncated("; ".join(words), 120) or "-"
+
     @admin.display(description="ended")
     def ended_column(self, obj: Simulation):
         """A normal end, the cycle limit or a killed run; "-" before the log is read."""
         if obj.complete is None and obj.stopped is None:
             return "-"
         if obj.stopped:
-            return format_html('<span title="stopped: {}">stopped: {}</span>', obj.stopped, obj.stopped)
+            words = STOPPED_WORDS.get(obj.stopped, obj.stopped)
+            return format_html('<span title="{}">stopped: {}</span>', words, obj.stopped)
         return "complete" if obj.complete else "incomplete"
+
+
+# How a log ended early, in words (ingest.simlog's `stopped`).
+STOPPED_WORDS = {
+    "deadlock": "the simulator detected a deadlock and aborted",
+    "killed": "the log ends without the simulator's exit line: the run was killed, or the log cut",
+    "max_cycles": "the cycle limit (-gpgpu_max_cycle) stopped the run",
+    "error": "the simulator quit on an error (its fatal line below)",
+}
+
+
+def left_out_words(left_out: dict | None) -> str:
+    count = (left_out or {}).get("kernels") or 0
+    if not count:
+        return "none"
+    kernels = "kernel" if count == 1 else "kernels"
+    return f"{count} {kernels} left out of every total: {left_out.get('why') or 'did not finish'}"
 
 
 class SimulationInline(SimulationColumns, admin.TabularInline):
@@ -109,6 +137,7 @@ class SimulationInline(SimulationColumns, admin.TabularInline):
         "compared_column",
         "mape_column",
         "aggregate_error_column",
+        "reason_column",
     )
     extra = 0
     can_delete = False
@@ -125,7 +154,7 @@ class SimulationInline(SimulationColumns, admin.TabularInline):
         return False
 
     def get_queryset(self, request):
-        return super().get_queryset(request).defer("files", "interrupted", "notes", "error")
+        return super().get_queryset(request).defer("files", "interrupted", "notes", "run", "fatal")
 
 
 class SimulationAdmin(StorableLookups, SimulationColumns, admin.ModelAdmin):
@@ -146,7 +175,23 @@ class SimulationAdmin(StorableLookups, SimulationColumns, admin.ModelAdmin):
     ordering = ("-created_at", "name")
     actions = ("compare", "delete_selected")
     fieldsets = (
-        (None, {"fields": ("name", "trace_link", "state_display", "error", "created_at", "updated_at")}),
+        (
+            None,
+            {
+                "fields": (
+                    "name",
+                    "trace_link",
+                    "state_display",
+                    "error",
+                    "reason",
+                    "stopped_display",
+                    "fatal_display",
+                    "left_out_display",
+                    "created_at",
+                    "updated_at",
+                )
+            },
+        ),
         (
             "Run",
             {
@@ -162,6 +207,7 @@ class SimulationAdmin(StorableLookups, SimulationColumns, admin.ModelAdmin):
                     "cycles_display",
                     "kernels_simulated",
                     "kernels_compared",
+                    "run_display",
                 )
             },
         ),
@@ -177,6 +223,10 @@ class SimulationAdmin(StorableLookups, SimulationColumns, admin.ModelAdmin):
     readonly_fields = (
         "trace_link",
         "state_display",
+        "stopped_display",
+        "fatal_display",
+        "left_out_display",
+        "run_display",
         "gpgpusim_display",
         "clock_display",
         "ended_column",
@@ -196,7 +246,7 @@ class SimulationAdmin(StorableLookups, SimulationColumns, admin.ModelAdmin):
         queryset = super().get_queryset(request)
         match = request.resolver_match
         if match is not None and match.url_name == "traces_simulation_changelist":
-            queryset = queryset.defer("files", "interrupted", "notes")
+            queryset = queryset.defer("files", "interrupted", "notes", "run", "fatal")
         return queryset
 
     # --- columns and fields -----------------------------------------------------------
@@ -204,6 +254,40 @@ class SimulationAdmin(StorableLookups, SimulationColumns, admin.ModelAdmin):
     @admin.display(description="trace", ordering="trace")
     def trace_link(self, obj: Simulation):
         return format_html('<a href="{}">{}</a>', trace_url(obj.trace_id), obj.trace_id)
+
+    @admin.display(description="stopped", empty_value="-")
+    def stopped_display(self, obj: Simulation):
+        if obj.stopped is None:
+            return None if obj.complete is None else "no: the log ends normally"
+        return f"{obj.stopped}: {STOPPED_WORDS.get(obj.stopped, obj.stopped)}"
+
+    @admin.display(description="the simulator's fatal line", empty_value="-")
+    def fatal_display(self, obj: Simulation):
+        if not obj.fatal:
+            return None
+        return format_html("line {}: <code>{}</code>", obj.fatal.get("line"), obj.fatal.get("text"))
+
+    @admin.display(description="left out")
+    def left_out_display(self, obj: Simulation):
+        words = left_out_words(obj.left_out)
+        named = [
+            f"uid {kernel.get('uid')} ({kernel.get('trace_file') or kernel.get('kernel_id')}, {kernel.get('name')})"
+            for kernel in (obj.interrupted or [])[:3]
+        ]
+        if named:
+            words += ": " + "; ".join(named) + (" ..." if len(obj.interrupted) > 3 else "")
+        return words
+
+    @admin.display(description="run (simulation.json)", empty_value="-")
+    def run_display(self, obj: Simulation):
+        if not obj.run:
+            return None
+        rows = format_html_join(
+            "",
+            "<tr><th>{}</th><td>{}</td></tr>",
+            ((key, "-" if value is None else value) for key, value in obj.run.items()),
+        )
+        return format_html("<table><tbody>{}</tbody></table>", rows)
 
     @admin.display(description="GPGPU-Sim", ordering="gpgpusim_build", empty_value="-")
     def gpgpusim_column(self, obj: Simulation):
@@ -217,9 +301,9 @@ class SimulationAdmin(StorableLookups, SimulationColumns, admin.ModelAdmin):
     def clock_display(self, obj: Simulation):
         return None if obj.core_clock_mhz is None else f"{obj.core_clock_mhz:g} MHz"
 
-    @admin.display(description="simulated cycles, whole run", empty_value="-")
+    @admin.display(description="simulated cycles, the finished kernels", empty_value="-")
     def cycles_display(self, obj: Simulation):
-        """The log's last complete gpu_tot_sim_cycle."""
+        """The gpu_tot_sim_cycle of the log's last block of a finished kernel."""
         return None if obj.sim_total_cycles is None else f"{obj.sim_total_cycles:,}"
 
     @admin.display(description="files")
