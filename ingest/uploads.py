@@ -201,7 +201,7 @@ def register(trace_id: str, name: str) -> Simulation:
 def read_simulations(trace_id: str) -> int:
     """The run's simulations decided on and read now, as `ingest_traces --trace RUN` reads them
     after its trace; the changes, counted. The one call both the task and the thread make."""
-    changes = simulations.simulation_pass(trace_id=trace_id)
+    changes = simulations.read_simulations_now(trace_id)
     for change in changes:
         logger.info("%s", change)
     return len(changes)

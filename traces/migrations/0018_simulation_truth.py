@@ -2,7 +2,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    dependencies = [("traces", "0015_trace_files_undecided")]
+    dependencies = [("traces", "0017_kernelname_demangled")]
 
     operations = [
         migrations.AlterField(
