@@ -218,6 +218,7 @@ def test_a_failing_recheck_of_a_ready_trace(db, runs, s3, s3_proxy, api, tmp_pat
     """The HEAD that checks a ready trace for a re-upload fails every attempt, once: that pass
     fails, the ready traces keep their kernels, and the next pass ingests the new run."""
     settings.CASCADE_READY_RECHECK_SECONDS = 0  # every pass checks every ready trace
+    settings.CASCADE_POLL_WATCH_PAGES = 0  # the recheck's HEADs, not the watch's pages
     assert passes_until_ready(runs, api).errors == []
     newcomer = generate(tmp_path, "newcomer", SEVERAL["legacy"])
     upload(s3, newcomer)
@@ -235,6 +236,7 @@ def test_a_ready_trace_that_cannot_be_rechecked_does_not_stop_new_runs(
     """An object the bucket owner may list but not read (another account's upload without
     bucket-owner-full-control, a policy on one prefix): its trace's HEAD is refused for good."""
     settings.CASCADE_READY_RECHECK_SECONDS = 0  # every pass checks every ready trace
+    settings.CASCADE_POLL_WATCH_PAGES = 0  # the recheck's HEADs, not the watch's pages
     assert passes_until_ready(runs, api).errors == []
     newcomer = generate(tmp_path, "newcomer", SEVERAL["legacy"])
     upload(s3, newcomer)
