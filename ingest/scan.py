@@ -17,6 +17,7 @@ differ from the database (ingest.sweep, which calls `scan_bucket(swept=...)`).
 """
 
 import logging
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -328,7 +329,39 @@ def fingerprint(objects: list[S3Object]) -> str:
 
 
 def inventory(objects: list[S3Object]) -> list[dict]:
-    return [{"key": obj.key, "bytes": obj.size, "etag": obj.etag} for obj in objects]
+    """The listing as a trace records it (`Trace.files`): every object but those whose path is
+    not a plain relative one (`unsafe_path`), which no one lists, signs or reads."""
+    return [
+        {"key": obj.key, "bytes": obj.size, "etag": obj.etag} for obj in objects if unsafe_path(obj.name) is None
+    ]
+
+
+# A drive letter (`C:`), as Windows reads the start of a path.
+DRIVE = re.compile(r"^[A-Za-z]:")
+
+
+def unsafe_path(path: str) -> str | None:
+    """Why `path` (a key's path in its run folder) is not a plain relative POSIX path, or None.
+
+    A client writes each file at its path under the folder it pulls into: a `..`, an absolute
+    path, a backslash (a separator on Windows), a drive letter or UNC prefix would write
+    outside it, and control characters reach a terminal raw (issue 31)."""
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in path):
+        return "a control character"
+    if "\\" in path:
+        return "a backslash"
+    if DRIVE.match(path):
+        return "a drive letter"
+    if path.startswith("/"):
+        return "an absolute path"
+    if ".." in path.split("/"):
+        return "a '..' component"
+    return None
+
+
+def shown_path(path: str) -> str:
+    """`path` with its control characters escaped (`\\x1b`), to be shown."""
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}" for c in path)
 
 
 def register_objects(run_id: str, objects: list[S3Object]) -> tuple[Trace | None, TraceChange | None]:

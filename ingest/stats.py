@@ -88,28 +88,6 @@ class KernelRow(NamedTuple):
     stream_id: int | None = None
 
 
-def decode_lines(lines: Iterable[bytes]) -> Iterator[tuple[int, str, bool]]:
-    """(line number, text without its line ending, whether it is the last line) for each line.
-
-    Raises StatsError on bytes that are not text: a binary file uploaded under a stats name.
-    """
-    previous: tuple[int, str] | None = None
-    for number, raw in enumerate(lines, start=1):
-        if b"\x00" in raw:
-            raise StatsError(number, "binary data (NUL byte), not a text file")
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise StatsError(number, "binary data (not UTF-8 text), not a text file") from None
-        if number == 1:
-            text = text.removeprefix("\ufeff")  # a byte-order mark from a Windows editor
-        if previous is not None:
-            yield (*previous, False)
-        previous = (number, text.rstrip("\r\n"))
-    if previous is not None:
-        yield (*previous, True)
-
-
 def header_extra_columns(line: str, number: int = 1) -> int | None:
     """Columns after the totals if `line` is a header, else None.
 
@@ -208,8 +186,9 @@ def parse_stats_lines(
         if following is not None and (b"\x00" in following or not following.isascii()):
             check_text(following, number + 1)
         final_raw, final_number, final_offset = raw, number, offset
-        if following is None and not raw.endswith(b"\n"):
-            # The last line, without the newline the tracer ends every line with: cut.
+        if following is None and not raw.endswith((b"\n", b", ")):
+            # The last line, without the newline the tracer ends every line with (or the `, `
+            # of a half whose kernel never exited, a killed run's: note_unfinished_end): cut.
             rows, cut = cut_line(raw, number, offset, extra_columns, notes)
         else:
             if (
@@ -808,19 +787,62 @@ class TracedIds(Set):
         return f"TracedIds({shown}{', ...' if len(self._firsts) > 8 else ''})"
 
 
-def parse_kernelslist_lines(lines: Iterable[bytes]) -> TracedIds:
+def parse_kernelslist_lines(
+    lines: Iterable[bytes],
+    *,
+    held: Callable[[str], bool] | None = None,
+    ctx: str | None = None,
+    notes: list | None = None,
+    traced: TracedIds | None = None,
+) -> TracedIds:
     """The ids of the kernels that were traced: the trace files a kernelslist names.
 
     `MemcpyHtoD,<addr>,<bytes>` lines and anything else that names no kernel trace are
-    skipped; v5 (`.trace.xz`), v4 (`.trace`) and post-processed (`.traceg`) names all count.
-    Held as ranges (TracedIds), not a set: a kernelslist may name millions of launches.
+    skipped; every layout the simulator and its post-processor read counts: `kernelslist`,
+    `kernelslist_ctx_<ctx>` and their post-processed `.g`, naming `.trace` (raw) or `.traceg`
+    (grouped) files, `.xz` or not. Held as ranges (TracedIds), not a set: a kernelslist may
+    name millions of launches.
+
+    `held(file name)`: whether the run holds that file (beside the list): a launch whose file
+    the run lacks was not traced as far as anyone can use it. `ctx`: the context the ids are
+    for; a list's entries of another context (a run-wide `kernelslist.g`) are skipped.
+    `traced`: ids already read from another list of the context, added to. A last line
+    without its newline that names no file the run holds was cut: dropped, and said in `notes`.
     """
-    traced = TracedIds()
-    for number, line, _is_last in decode_lines(lines):
-        match = TRACE_FILE_ID.match(line.strip())
-        if match:
-            kernel_id = kernel_id_number(match.group(1), number, line.strip())
-            if kernel_id < 1:
-                raise kernel_id_error(match.group(1), number, line.strip())
-            traced.add(kernel_id)
+    traced = TracedIds() if traced is None else traced
+    position = 0
+    ctx_suffix = None if ctx is None else f"-ctx_{ctx}".lower()
+    for number, raw in enumerate(lines, start=1):
+        offset = position
+        position += len(raw)
+        if b"\x00" in raw:
+            raise StatsError(number, "binary data (NUL byte), not a text file")
+        cut = not raw.endswith(b"\n")
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            if not (cut and error.reason == "unexpected end of data"):
+                raise StatsError(number, "binary data (not UTF-8 text), not a text file") from None
+            line = raw[: error.start].decode("utf-8")
+        entry = line.strip().removeprefix("\ufeff")
+        file_name = entry.rpartition("/")[2]
+        match = TRACE_FILE_ID.match(file_name)
+        whole = match is not None and TRACE_FILE.fullmatch(file_name) is not None
+        if cut and entry and not (whole and (held is None or held(file_name))):
+            note(
+                notes,
+                offset,
+                f"the list ends mid-line (no newline): its last line {shown_text(entry)} is dropped",
+            )
+            break
+        if match is None:
+            continue
+        if ctx_suffix is not None and "-ctx_" in file_name and ctx_suffix + "." not in file_name.lower():
+            continue  # another context's launch, in a list of the whole run
+        if held is not None and not held(file_name):
+            continue
+        kernel_id = kernel_id_number(match.group(1), number, entry)
+        if kernel_id < 1:
+            raise kernel_id_error(match.group(1), number, entry)
+        traced.add(kernel_id)
     return traced.finish()
