@@ -240,5 +240,7 @@ def files_to_parse(run_id: str, objects: list[S3Object], raw_metadata: bytes) ->
         keys = listed_keys(listed, inventory(objects), run_prefix)
         objects = [obj for obj in objects if obj.key in keys]
     sources = stats_sources(objects)
-    wanted = list({obj.key: obj for source in sources for obj in (*source.kernelslists, source.stats)}.values())
+    wanted = list(
+        {obj.key: obj for source in sources for obj in (*source.kernelslists, source.stats)}.values()
+    )
     return wanted + [obj for obj in objects if obj.name in (TIMELINE_NAME, TIMING_NAME)]

@@ -66,7 +66,9 @@ def stats_sources(objects: list[S3Object]) -> list[StatsSource]:
             names = (f"traces/kernelslist_ctx_{ctx}", f"traces/kernelslist_ctx_{ctx}.g", *RUN_KERNELSLISTS)
             sources.append(StatsSource(obj, tuple(by_name[n] for n in names if n in by_name), ctx))
         elif filename == "stats.csv":
-            sources.append(StatsSource(obj, tuple(by_name[n] for n in RUN_KERNELSLISTS if n in by_name), None))
+            sources.append(
+                StatsSource(obj, tuple(by_name[n] for n in RUN_KERNELSLISTS if n in by_name), None)
+            )
     return sorted(sources, key=lambda source: (source.ctx is None, source.ctx or ""))
 
 

@@ -332,7 +332,9 @@ def inventory(objects: list[S3Object]) -> list[dict]:
     """The listing as a trace records it (`Trace.files`): every object but those whose path is
     not a plain relative one (`unsafe_path`), which no one lists, signs or reads."""
     return [
-        {"key": obj.key, "bytes": obj.size, "etag": obj.etag} for obj in objects if unsafe_path(obj.name) is None
+        {"key": obj.key, "bytes": obj.size, "etag": obj.etag}
+        for obj in objects
+        if unsafe_path(obj.name) is None
     ]
 
 
@@ -361,7 +363,9 @@ def unsafe_path(path: str) -> str | None:
 
 def shown_path(path: str) -> str:
     """`path` with its control characters escaped (`\\x1b`), to be shown."""
-    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}" for c in path)
+    return "".join(
+        c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}" for c in path
+    )
 
 
 def register_objects(run_id: str, objects: list[S3Object]) -> tuple[Trace | None, TraceChange | None]:

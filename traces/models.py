@@ -53,7 +53,11 @@ class Trace(models.Model):
     trace_gpu_arch = models.TextField(null=True, blank=True)
     suggested_sim_config = models.TextField(null=True, blank=True)
     kernel_count = models.BigIntegerField(default=0)
-    bytes = models.BigIntegerField(default=0)
+    bytes = models.BigIntegerField(
+        default=0,
+        help_text="The bytes of the files a reader gets (`/files`): those metadata.json lists and itself, "
+        "or every file of a run without a list; never simulations/, nor a file left out for its path.",
+    )
     has_real_timing = models.BooleanField(default=False)
     has_step_timeline = models.BooleanField(default=False)
     sample = models.BooleanField(default=False)

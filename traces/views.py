@@ -184,7 +184,8 @@ class TraceViewSet(viewsets.ViewSet):
 
     def browsable_detail(self, head: dict, rows) -> dict:
         """The detail for a person in a browser: the first kernels, and how to get them all."""
-        detail = {**head, "kernels": [encoders.kernel_row_to_dict(row) for row in rows]}
+        before, after = encoders.detail_head_and_tail(head)
+        detail = {**before, "kernels": [encoders.kernel_row_to_dict(row) for row in rows], **after}
         if head["kernel_count"] > len(detail["kernels"]) and detail["kernels"]:
             detail["kernels_shown"] = (
                 f"the first {BROWSABLE_KERNELS_MAX} of {head['kernel_count']} kernels; "
