@@ -837,12 +837,11 @@ def parse_kernelslist_lines(
             break
         if match is None:
             continue
-        if ctx_suffix is not None and "-ctx_" in file_name and ctx_suffix + "." not in file_name.lower():
-            continue  # another context's launch, in a list of the whole run
-        if held is not None and not held(file_name):
-            continue
         kernel_id = kernel_id_number(match.group(1), number, entry)
         if kernel_id < 1:
             raise kernel_id_error(match.group(1), number, entry)
-        traced.add(kernel_id)
+        if ctx_suffix is not None and "-ctx_" in file_name and ctx_suffix + "." not in file_name.lower():
+            continue  # another context's launch, in a list of the whole run
+        if held is None or held(file_name):
+            traced.add(kernel_id)
     return traced.finish()

@@ -31,7 +31,7 @@ from django.utils import timezone
 
 from ingest import bucket
 from ingest.bucket import S3Object
-from ingest.scan import Scan, scan_bucket, storable_run_id
+from ingest.scan import Scan, scan_bucket, storable_run_id, unsafe_path
 from ingest.simulations import FOLDER as SIMULATIONS_FOLDER
 from ingest.simulations import folders
 from traces.models import SIMULATION_NAME_MAX, DeletedTrace, Simulation, SweepCursor, Trace, files_fingerprint
@@ -94,8 +94,10 @@ def sweep_page() -> Swept:
         if rest.startswith(SIMULATIONS_FOLDER):
             simulation_objects.setdefault(run_id, []).append(obj)
             trace_objects.setdefault(run_id, [])
-        else:
+        elif unsafe_path(rest) is None:  # as a trace records its listing (scan.inventory)
             trace_objects.setdefault(run_id, []).append((obj.key, obj.size, obj.etag))
+        else:
+            trace_objects.setdefault(run_id, [])
     # The run the cursor is in: its keys after the cursor may all be gone, and it on no page.
     cursor_run, slash, _ = after[len(base) :].partition("/") if after.startswith(base) else ("", "", "")
     if slash and cursor_run:

@@ -7,7 +7,7 @@ and nullability from the Trace model; what no model holds (a kernel as the API w
 analysis's sums) is written here.
 """
 
-from drf_spectacular.utils import extend_schema_serializer
+from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
 from traces.accuracy import SIMULATION_SUMMARY_COLUMNS
@@ -20,7 +20,8 @@ from traces.api_examples import (
     SIMULATION_DETAIL_EXAMPLES,
     SUMMARY_EXAMPLES,
 )
-from traces.models import Simulation, Trace
+from traces.encoders import waiting_text
+from traces.models import Simulation, Trace, TraceState
 from traces.selection import BASIS_INSTS, BASIS_LAUNCHES, BASIS_TIME, SELECT_BY
 from traces.selectors import TRACE_ADDED_COLUMNS, TRACE_PUBLISHED_COLUMNS, TRACE_SUMMARY_COLUMNS
 
@@ -86,12 +87,17 @@ class TraceSummarySerializer(serializers.ModelSerializer):
 
     # A JSONField says nothing of its items: the model's default is a list of step names.
     layers = serializers.ListField(child=serializers.CharField())
-    waiting_for = serializers.CharField(
-        allow_null=True,
+    waiting_for = serializers.SerializerMethodField(
         help_text="What an uploading trace waits for: `metadata.json`, or the files metadata.json "
-        "lists that have not landed (`2 files listed in metadata.json: ...`); null unless uploading.",
+        "lists that have not landed (`2 files listed in metadata.json: ...`); null unless uploading."
     )
     warnings = TraceWarningSerializer(many=True)
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_waiting_for(self, trace: Trace) -> str | None:
+        if trace.state != TraceState.UPLOADING:
+            return None
+        return waiting_text(trace.waiting_for if trace.metadata_json is not None else None)
 
     class Meta:
         model = Trace
