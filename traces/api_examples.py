@@ -216,6 +216,7 @@ SUMMARY_EXAMPLE = {
             "time_share": 0.25,
         },
     ],
+    "traced_launches": 2,
 }
 COMPARE_EXAMPLE = {
     "a": {"id": "h100", "kernel_count": 3, "total_insts": 2000, "duration_ns": 800},
