@@ -376,18 +376,6 @@ ACCURACY_EXAMPLE = [
 ]
 
 SIMULATION_DETAIL_EXAMPLES = [
-    OpenApiExample(
-        "Uploading",
-        summary="Uploading: what it waits for",
-        value=detail_example(UPLOADING_SUMMARY, []),
-        response_only=True,
-    ),
-    OpenApiExample(
-        "CutShort",
-        summary="A stats file cut short: the complete rows kept, the cut named (kernels trimmed)",
-        value=detail_example(CUT_SUMMARY, []),
-        response_only=True,
-    ),
     OpenApiExample("Simulation", value=SIMULATION_DETAIL_EXAMPLE, response_only=True),
     OpenApiExample(
         "StoppedAtMaxCycles",
