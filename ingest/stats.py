@@ -186,9 +186,20 @@ def parse_stats_lines(
         if following is not None and (b"\x00" in following or not following.isascii()):
             check_text(following, number + 1)
         final_raw, final_number, final_offset = raw, number, offset
-        if following is None and not raw.endswith((b"\n", b", ")):
-            # The last line, without the newline the tracer ends every line with (or the `, `
-            # of a half whose kernel never exited, a killed run's: note_unfinished_end): cut.
+        if following is None and not raw.endswith(b"\n"):
+            # The last line, without the newline the tracer ends every line with: cut, or the
+            # halves of launches that never exited (a killed run's: note_unfinished_end), which
+            # the fast path takes where they are whole (it declines a half cut short).
+            if (
+                raw.endswith(b", ")
+                and launch_text is not None
+                and not extra_columns
+                and (taken := launch_text.line(raw, last_id)) is not None
+            ):
+                last_id, last_line = taken, number
+                if launch_text.full:
+                    yield launch_text.take()
+                continue
             rows, cut = cut_line(raw, number, offset, extra_columns, notes)
         else:
             if (

@@ -126,3 +126,15 @@ def test_every_cut_point_of_the_last_two_lines_keeps_the_complete_rows_and_names
             assert first_line <= notes[0].offset <= cut
             cuts += 1
     assert cuts > 0
+
+
+def test_the_fast_path_stores_every_cut_point_as_the_general_reader_does(db, on_postgres):
+    """Through ingest.launch_text (PostgreSQL's COPY text) and the rows alike, at every cut."""
+    from tests.ingest.test_launch_text import assert_stored_alike
+
+    name = "qishao-chalmers+accel-sim-framework__util__tracer_nvbit__traces__traces__stats_ctx_0x2356c30"
+    data = shared_fixture("real-tracer", name).read_bytes()
+    first_line = data.rfind(b"\n", 0, data.rfind(b"\n", 0, len(data) - 1)) + 1
+    for cut in range(first_line + 1, len(data) + 1):
+        result, _ = assert_stored_alike({"0x2356c30": data[:cut]}, 0)
+        assert isinstance(result, list) and result, (cut, result)
