@@ -10,6 +10,7 @@ Nsight's) are joined on each launch; neither ever fails a trace. Every file is r
 the run's ReadAhead (ingest.read_ahead).
 """
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -317,8 +318,21 @@ class RunNotes:
 
 
 def held_files(sources: list[StatsSource], listed: list[S3Object] | None) -> Callable[[str], bool]:
-    """Whether the run holds a file a kernel list names (a name in traces/, beside the lists)."""
+    """Whether the run holds a file a kernel list names (a name in traces/, beside the lists).
+
+    Looked up in the listing's keys, sorted (S3 lists them so): a run that traced a million
+    kernels lists a million trace files, and a set of their names would cost as much again."""
     if listed is None:
         listed = [obj for source in sources for obj in (source.stats, *source.kernelslists)]
-    names = {obj.name.removeprefix("traces/") for obj in listed if obj.name.startswith("traces/")}
-    return names.__contains__
+    keys = [obj.key for obj in listed]
+    if any(a > b for a, b in zip(keys, keys[1:], strict=False)):
+        keys.sort()
+    stats = sources[0].stats if sources else None
+    folder = "" if stats is None else stats.key[: len(stats.key) - len(stats.name)] + "traces/"
+
+    def held(name: str) -> bool:
+        key = folder + name
+        at = bisect_left(keys, key)
+        return at < len(keys) and keys[at] == key
+
+    return held
