@@ -168,7 +168,7 @@ def json_agg_sql(database_url: str, run_id: str) -> str:
 
     from traces.encoders import kernel_row_to_dict
     from traces.models import KERNEL_COLUMNS, Trace
-    from traces.selectors import TRACE_SUMMARY_COLUMNS
+    from traces.selectors import TRACE_PUBLISHED_COLUMNS
 
     kernel_sql = kernel_query_sql(database_url, run_id)
     aliases = ", ".join(f"c{i}" for i in range(len(KERNEL_COLUMNS)))
@@ -180,15 +180,21 @@ def json_agg_sql(database_url: str, run_id: str) -> str:
     columns = tuple(_Column(i, as_number=types[i] == oid) for i in range(len(KERNEL_COLUMNS)))
     kernel = _json_sql(kernel_row_to_dict(columns))
     head = []
-    for name in TRACE_SUMMARY_COLUMNS:
+    for name in TRACE_PUBLISHED_COLUMNS:
         column = f't."{Trace._meta.get_field(name).column}"'
         if name in ("created_at", "updated_at"):
             column = f"""to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"""
         head.append(f"'{name}', {column}")
     metadata = f't."{Trace._meta.get_field("metadata_json").column}"::json'
+    # After `kernels` (issues 28-31). `waiting_for` is null but for an uploading trace, which
+    # the bench's runs never are (the API's sentence of files is not built here).
+    tail = (
+        "'waiting_for', CASE WHEN t.state = 'uploading' AND t.metadata_json IS NULL THEN 'metadata.json' END, "
+        "'warnings', t.warnings, 'traced_launches', t.traced_launches"
+    )
     return (
         f"SELECT json_build_object({', '.join(head)}, 'metadata', {metadata}, 'kernels', "
-        f"coalesce((SELECT json_agg({kernel}) FROM ({kernel_sql}) AS k({aliases})), '[]'::json)) "
+        f"coalesce((SELECT json_agg({kernel}) FROM ({kernel_sql}) AS k({aliases})), '[]'::json), {tail}) "
         f"FROM {Trace._meta.db_table} t WHERE t.id = {trace_id}"
     )
 

@@ -34,6 +34,7 @@ from ingest.metadata import (
     with_derived_arch_and_config,
 )
 from ingest.parse import Progress, parse_into, stats_sources
+from ingest.paths import path_problem, shown_path
 from ingest.read_ahead import ReadAhead
 from ingest.scan import fingerprint, inventory, upload_timed_out
 from traces import services
@@ -54,8 +55,11 @@ def decide(
     """Look at the run's metadata.json, then wait, fail or parse. Bad input fails the trace;
     S3 trouble raises, for the caller to retry. `files`: what was read ahead (`fetch_small_files`)."""
     files = ReadAhead() if files is None else files
-    by_name = {obj.name: obj for obj in objects}
     current = fingerprint(objects)
+    # Files whose path would leave a client's folder: in no listing, never read (scan.inventory).
+    warnings = [left_out(obj.name, why) for obj in objects if (why := path_problem(obj.name))]
+    objects = [obj for obj in objects if path_problem(obj.name) is None]
+    by_name = {obj.name: obj for obj in objects}
     if METADATA_NAME not in by_name:
         nested = next(name for name in by_name if name.endswith("/" + METADATA_NAME))
         error = (
@@ -72,7 +76,17 @@ def decide(
         fail(trace, str(problem), current, run=run_fields(None, set(by_name), trace.id))
         return
     run = run_fields(metadata, set(by_name), trace.id)
-    missing = missing_listed_files(listed_files(metadata), inventory(objects), bucket.run_prefix(trace.id))
+    run_prefix = bucket.run_prefix(trace.id)
+    listed = listed_files(metadata)
+    missing = []
+    for key in missing_listed_files(listed, inventory(objects), run_prefix):
+        path = key.removeprefix(run_prefix) if key.startswith(run_prefix) else key.lstrip("/")
+        if (why := path_problem(path)) is None:
+            missing.append(key)
+        elif (warning := left_out(path, why)) not in warnings:
+            warnings.append(warning)  # listed, but never waited for
+    # What the trace's files are to a reader: metadata.json's list and itself (else the listing).
+    run["bytes"] = run_bytes(objects, listed, run_prefix)
     if missing and upload_timed_out(trace):
         shown = ", ".join(missing[:MISSING_KEYS_SHOWN])
         more = f" and {len(missing) - MISSING_KEYS_SHOWN} more" if len(missing) > MISSING_KEYS_SHOWN else ""
@@ -80,10 +94,12 @@ def decide(
             f"upload incomplete: {len(missing)} file(s) listed in metadata.json did not arrive within "
             f"CASCADE_UPLOAD_TIMEOUT ({settings.CASCADE_UPLOAD_TIMEOUT} s) of the last new file: {shown}{more}"
         )
-        fail(trace, error, current, run=run, kind=failures.UPLOAD)
+        fail(trace, error, current, run=run, kind=failures.UPLOAD, warnings=warnings)
         return
     if missing:
-        services.trace_wait_for_files(trace, run=run, waiting_for=missing, fingerprint=current)
+        services.trace_wait_for_files(
+            trace, run=run, waiting_for=missing, fingerprint=current, warnings=warnings
+        )
         logger.info(
             "%s: waiting for %d file(s) listed in metadata.json: %s",
             trace.id,
@@ -93,13 +109,12 @@ def decide(
         return
     profiler_failure = failure(metadata)
     if profiler_failure is not None:
-        fail(trace, profiler_failure, current, run=run, kind=failures.PROFILER)
+        fail(trace, profiler_failure, current, run=run, kind=failures.PROFILER, warnings=warnings)
         return
     run = with_derived_arch_and_config(run)
-    listed = listed_files(metadata)
     if listed:
         # Only what the run says it is: files left over from an earlier upload are not read.
-        keys = listed_keys(listed, inventory(objects), bucket.run_prefix(trace.id))
+        keys = listed_keys(listed, inventory(objects), run_prefix)
         objects = [obj for obj in objects if obj.key in keys]
     try:
         parse_into(
@@ -110,14 +125,22 @@ def decide(
             launches_expected=metadata.get("kernel_count") != 0,
             progress=progress,
             files=files,
+            warnings=warnings,
         )
     except TraceInputError as problem:
-        fail(trace, str(problem), current, run=run, parsed=True)
+        fail(trace, str(problem), current, run=run, parsed=True, warnings=warnings)
     # Input the parser let through but the database refuses, and anything else: ingest.failures.
 
 
 def fail(
-    trace: Trace, error: str, current: str, *, run: dict, parsed: bool = False, kind: str = failures.INPUT
+    trace: Trace,
+    error: str,
+    current: str,
+    *,
+    run: dict,
+    parsed: bool = False,
+    kind: str = failures.INPUT,
+    warnings: list[dict] | None = None,
 ) -> None:
     services.trace_fail(
         trace,
@@ -125,8 +148,29 @@ def fail(
         fingerprint=current,
         run=run,
         parser_version=CURRENT_PARSER_VERSION if parsed else None,
+        warnings=warnings,
     )
     failures.trace_failed(trace.id, kind, error)
+
+
+def left_out(path: str, why: str) -> dict:
+    """The warning for a file whose path is not a plain relative one (scan.path_problem)."""
+    return {
+        "file": shown_path(path),
+        "offset": None,
+        "what": f"not a plain relative POSIX path ({why}): left out of the trace's files, never read, "
+        "listed or signed",
+    }
+
+
+def run_bytes(objects: list[S3Object], listed: list[dict], run_prefix: str) -> int:
+    """The bytes of the files a reader of the trace gets (`/files`, `cascade pull`): those
+    metadata.json lists and itself, or every file of a run without a list; never simulations/
+    (not in a run's listing) nor a file left out (scan.path_problem)."""
+    if not listed:
+        return sum(obj.size for obj in objects)
+    keys = listed_keys(listed, inventory(objects), run_prefix) | {run_prefix + METADATA_NAME}
+    return sum(obj.size for obj in objects if obj.key in keys)
 
 
 def metadata_limits() -> MetadataLimits:
@@ -197,5 +241,7 @@ def files_to_parse(run_id: str, objects: list[S3Object], raw_metadata: bytes) ->
         keys = listed_keys(listed, inventory(objects), run_prefix)
         objects = [obj for obj in objects if obj.key in keys]
     sources = stats_sources(objects)
-    wanted = [obj for source in sources for obj in (source.kernelslist, source.stats) if obj is not None]
+    wanted = list(
+        {obj.key: obj for source in sources for obj in (*source.kernelslists, source.stats)}.values()
+    )
     return wanted + [obj for obj in objects if obj.name in (TIMELINE_NAME, TIMING_NAME)]

@@ -64,6 +64,7 @@ class LaunchText:
         self.rows: list = []  # COPY text rows, one a launch (a tuple where its shape is pending)
         self.launches = 0
         self.without_totals = 0
+        self.traced_launches = 0  # of the launches taken, those `traced` names
         self.taken = False  # a block was handed on
 
     @property
@@ -93,10 +94,11 @@ class LaunchText:
         halves = raw.rstrip(b"\r\n")[7:].split(b", kernel-")
         if self.context is None and not self._start(halves[0]):
             return None
-        taken = len(self.rows)
+        taken, traced = len(self.rows), self.traced_launches
         last = self._halves(halves, last_id)
         if last is None:
             del self.rows[taken:]
+            self.traced_launches = traced
         return last
 
     def _halves(self, halves: list[bytes], last_id: int) -> int | None:
@@ -166,6 +168,7 @@ class LaunchText:
 
     def _tail(self, kernel_id: int) -> bytes:
         traced = kernel_id in self.traced
+        self.traced_launches += traced
         step = None if self.step_of is None else self.step_of(self.ctx, kernel_id)
         if self.duration_of is not None:  # the launch's own: not worth keeping
             return self.writer.launch_tail(traced, step, self.duration_of(self.ctx, kernel_id, None, None))

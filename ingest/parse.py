@@ -10,8 +10,9 @@ Nsight's) are joined on each launch; neither ever fails a trace. Every file is r
 the run's ReadAhead (ingest.read_ahead).
 """
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.conf import settings
 
@@ -33,12 +34,23 @@ HEADER_PEEK_BYTES = 4096
 @dataclass(frozen=True)
 class StatsSource:
     stats: S3Object
-    kernelslist: S3Object | None
+    # Every kernel list that may name the context's trace files (`kernelslists`).
+    kernelslists: tuple[S3Object, ...]
     ctx: str | None
 
 
+# The run-wide lists: the tracer's v4 `kernelslist`, the post-processor's `kernelslist.g`.
+RUN_KERNELSLISTS = ("traces/kernelslist", "traces/kernelslist.g")
+
+
 def stats_sources(objects: list[S3Object]) -> list[StatsSource]:
-    """The stats files under traces/, each with its context's kernelslist, in ctx order."""
+    """The stats files under traces/, each with the kernel lists of its context, in ctx order.
+
+    A context's lists are every layout the simulator and its post-processor read:
+    `kernelslist_ctx_<ctx>` (the tracer's) and `kernelslist_ctx_<ctx>.g` (post-processed),
+    then the run-wide `kernelslist` and `kernelslist.g`, whose entries of other contexts are
+    skipped when read (stats.parse_kernelslist_lines).
+    """
     by_name = {obj.name: obj for obj in objects}
     sources = []
     for obj in objects:
@@ -52,10 +64,12 @@ def stats_sources(objects: list[S3Object]) -> list[StatsSource]:
                 raise TraceInputError(
                     f"{obj.name}: {ctx[:80]!r} is not a CUDA context (0x and at most 62 hex digits)"
                 )
-            sources.append(StatsSource(obj, by_name.get(f"traces/kernelslist_ctx_{ctx}"), ctx))
+            names = (f"traces/kernelslist_ctx_{ctx}", f"traces/kernelslist_ctx_{ctx}.g", *RUN_KERNELSLISTS)
+            sources.append(StatsSource(obj, tuple(by_name[n] for n in names if n in by_name), ctx))
         elif filename == "stats.csv":
-            kernelslist = by_name.get("traces/kernelslist") or by_name.get("traces/kernelslist.g")
-            sources.append(StatsSource(obj, kernelslist, None))
+            sources.append(
+                StatsSource(obj, tuple(by_name[n] for n in RUN_KERNELSLISTS if n in by_name), None)
+            )
     return sorted(sources, key=lambda source: (source.ctx is None, source.ctx or ""))
 
 
@@ -68,17 +82,19 @@ def parse_into(
     launches_expected: bool = True,
     progress: Progress | None,
     files: ReadAhead,
+    warnings: list[dict] = (),
 ) -> None:
     """Parse the run's stats files (and steps, timing) into the trace's kernels: `parsing`, then
-    `ready`; bad input raises TraceInputError. Every file is read through `files`."""
+    `ready`; bad input raises TraceInputError. Every file is read through `files`. `warnings`:
+    what the decision found already (files left out of the listing), the trace's first."""
     sources = stats_sources(objects)
     if not sources:
         raise TraceInputError(
             "no stats file in the upload: expected traces/stats_ctx_0x<ctx> or traces/stats.csv"
         )
     for source in sources:
-        for obj in (source.stats, source.kernelslist):
-            if obj is not None and obj.size > settings.CASCADE_MAX_STATS_BYTES:
+        for obj in (source.stats, *source.kernelslists):
+            if obj.size > settings.CASCADE_MAX_STATS_BYTES:
                 raise TraceInputError(
                     f"{obj.name}: {obj.size} bytes is far too large for a tracer stats file "
                     f"(CASCADE_MAX_STATS_BYTES is {settings.CASCADE_MAX_STATS_BYTES})"
@@ -99,11 +115,21 @@ def parse_into(
             def launch_text(source: StatsSource, traced: stats.TracedIds) -> LaunchText:
                 return LaunchText(source.ctx, writer, traced, step_of, duration_of)
 
-        rows = kernel_rows(trace.id, sources, extra_columns, progress, files, launch_text)
+        notes = RunNotes(list(warnings))
+        rows = kernel_rows(
+            trace.id, sources, extra_columns, progress, files, launch_text, listed=objects, notes=notes
+        )
+        rows = noted(rows, notes, extras)
         rows = with_steps_and_durations(rows, step_index, durations, extras)
         return at_least_one_launch(rows) if launches_expected else rows
 
     services.trace_store_kernels(trace, launches, fingerprint=current, extras=extras)
+
+
+def noted(rows: Iterator, notes: "RunNotes", extras: services.RunExtras) -> Iterator:
+    """`rows`, then what the parse noted handed to the store with the steps and timing."""
+    yield from rows
+    extras.warnings, extras.traced_launches = notes.warnings, notes.traced_launches
 
 
 def read_steps_and_timing(
@@ -210,36 +236,58 @@ def kernel_rows(
     progress: Progress | None,
     files: ReadAhead,
     launch_text: Callable[[StatsSource, stats.TracedIds], LaunchText] | None = None,
+    *,
+    listed: list[S3Object] | None = None,
+    notes: "RunNotes | None" = None,
 ) -> Iterator:
     """Rows in KERNEL_COLUMNS order, streamed file after file; bad input raises TraceInputError.
 
     With `launch_text` (a file's LaunchText, from its source and traced kernel ids), the
     common lines come as LaunchBlocks of COPY text instead, steps and durations included,
     among the rows of the others.
+
+    A launch is `traced` when a kernel list of its context names it and the run (`listed`: its
+    objects) holds the file named. `notes` receives the files' warnings (a file cut short, a
+    killed run's unfinished launches) and the count of traced launches, as they stream.
     """
     count = 0
     every = settings.CASCADE_PROGRESS_EVERY
     report_at = every
+    notes = RunNotes() if notes is None else notes
+    held = held_files(sources, listed)
     for source in sources:
         traced = stats.TracedIds()
-        if source.kernelslist is not None:
+        for kernelslist in source.kernelslists:
+            file_notes: list[stats.StatsNote] = []
             try:
-                traced = stats.parse_kernelslist_lines(files.read_lines(source.kernelslist))
+                stats.parse_kernelslist_lines(
+                    files.read_lines(kernelslist),
+                    held=held,
+                    ctx=source.ctx,
+                    notes=file_notes,
+                    traced=traced,
+                )
             except (stats.StatsError, bucket.LineTooLong) as problem:
-                raise TraceInputError(f"{source.kernelslist.name}: {problem}") from None
+                raise TraceInputError(f"{kernelslist.name}: {problem}") from None
+            notes.add(kernelslist.name, file_notes)
         text = None if launch_text is None else launch_text(source, traced)
         lines = files.read_lines(source.stats, blank_runs=True)
+        file_notes = []
         try:
-            for row in stats.parse_stats_lines(lines, extra_columns=extra_columns, launch_text=text):
+            for row in stats.parse_stats_lines(
+                lines, extra_columns=extra_columns, launch_text=text, notes=file_notes
+            ):
                 if type(row) is LaunchBlock:
                     yield row
                     count += row.launches
                 else:
                     *launch, device, stream = row
+                    is_traced = row.kernel_id in traced
+                    notes.traced_launches += is_traced
                     yield (
                         source.ctx,
                         *launch,
-                        row.kernel_id in traced,
+                        is_traced,
                         NO_DEVICE if device is None else device,
                         stream,
                     )
@@ -249,3 +297,42 @@ def kernel_rows(
                     report_at = count + every - count % every
         except (stats.StatsError, bucket.LineTooLong) as problem:
             raise TraceInputError(f"{source.stats.name}: {problem}") from None
+        if text is not None:
+            notes.traced_launches += text.traced_launches
+        notes.add(source.stats.name, file_notes)
+
+
+@dataclass
+class RunNotes:
+    """What a parse tells besides the launches: the warnings (`{file, offset, what}`, each once,
+    in the order met) and how many launches have their instruction trace file in the run."""
+
+    warnings: list[dict] = field(default_factory=list)
+    traced_launches: int = 0
+
+    def add(self, file: str, notes: list[stats.StatsNote]) -> None:
+        for offset, what in notes:
+            warning = {"file": file, "offset": offset, "what": what}
+            if warning not in self.warnings:  # a run-wide kernel list is read for each context
+                self.warnings.append(warning)
+
+
+def held_files(sources: list[StatsSource], listed: list[S3Object] | None) -> Callable[[str], bool]:
+    """Whether the run holds a file a kernel list names (a name in traces/, beside the lists).
+
+    Looked up in the listing's keys, sorted (S3 lists them so): a run that traced a million
+    kernels lists a million trace files, and a set of their names would cost as much again."""
+    if listed is None:
+        listed = [obj for source in sources for obj in (source.stats, *source.kernelslists)]
+    keys = [obj.key for obj in listed]
+    if any(a > b for a, b in zip(keys, keys[1:], strict=False)):
+        keys.sort()
+    stats = sources[0].stats if sources else None
+    folder = "" if stats is None else stats.key[: len(stats.key) - len(stats.name)] + "traces/"
+
+    def held(name: str) -> bool:
+        key = folder + name
+        at = bisect_left(keys, key)
+        return at < len(keys) and keys[at] == key
+
+    return held

@@ -33,6 +33,7 @@ from django.utils import timezone
 from ingest import bucket, failures
 from ingest.bucket import S3Object
 from ingest.metadata import METADATA_NAME
+from ingest.paths import path_problem
 from traces import services
 from traces.models import CURRENT_PARSER_VERSION, DeletedTrace, Trace, TraceState, files_fingerprint
 from traces.text import is_storable
@@ -340,9 +341,16 @@ def fingerprint(objects: list[S3Object]) -> str:
 
 
 def inventory(objects: list[S3Object]) -> list[dict]:
-    return [{"key": obj.key, "bytes": obj.size, "etag": obj.etag} for obj in objects]
+    """The listing as a trace records it (`Trace.files`): every object but those whose path is
+    not a plain relative one (`path_problem`), which no one lists, signs or reads."""
+    return [
+        {"key": obj.key, "bytes": obj.size, "etag": obj.etag}
+        for obj in objects
+        if path_problem(obj.name) is None
+    ]
 
 
+# A drive letter (`C:`), as Windows reads the start of a path.
 def register_objects(run_id: str, objects: list[S3Object]) -> tuple[Trace | None, TraceChange | None]:
     """Record the run's listing: its trace (None: deleted, files unchanged) and the change, if any."""
     return register_listings([(run_id, objects)])[0]

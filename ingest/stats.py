@@ -88,28 +88,6 @@ class KernelRow(NamedTuple):
     stream_id: int | None = None
 
 
-def decode_lines(lines: Iterable[bytes]) -> Iterator[tuple[int, str, bool]]:
-    """(line number, text without its line ending, whether it is the last line) for each line.
-
-    Raises StatsError on bytes that are not text: a binary file uploaded under a stats name.
-    """
-    previous: tuple[int, str] | None = None
-    for number, raw in enumerate(lines, start=1):
-        if b"\x00" in raw:
-            raise StatsError(number, "binary data (NUL byte), not a text file")
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise StatsError(number, "binary data (not UTF-8 text), not a text file") from None
-        if number == 1:
-            text = text.removeprefix("\ufeff")  # a byte-order mark from a Windows editor
-        if previous is not None:
-            yield (*previous, False)
-        previous = (number, text.rstrip("\r\n"))
-    if previous is not None:
-        yield (*previous, True)
-
-
 def header_extra_columns(line: str, number: int = 1) -> int | None:
     """Columns after the totals if `line` is a header, else None.
 
@@ -144,8 +122,16 @@ def as_unsigned(value: int, line_number: int, column: str) -> int:
     return value
 
 
-def parse_stats_lines(lines: Iterable[bytes], *, extra_columns: int = 0, launch_text=None) -> Iterator:
+def parse_stats_lines(
+    lines: Iterable[bytes], *, extra_columns: int = 0, launch_text=None, notes: list | None = None
+) -> Iterator:
     """Every kernel launch in one stats file, in file order.
+
+    A file that ends mid-line was cut (a killed job, a full disk, an interrupted copy): the
+    tracer ends every line it finishes with a newline. Its last line is read by `cut_line`:
+    the whole launch halves on it are kept (without totals), the rest dropped, and `notes`,
+    if given, receives a StatsNote saying where and what. A file whose last launches never got
+    their totals (a killed run) says so in `notes` too.
 
     `extra_columns` is the header's width beyond the standard twelve, for files that have
     no header of their own (every context but the first); a header in the file wins.
@@ -173,9 +159,14 @@ def parse_stats_lines(lines: Iterable[bytes], *, extra_columns: int = 0, launch_
     if following is not None:
         check_text(following, 1)
     number = 0
+    position = 0  # bytes before `following`
+    final_raw, final_number, final_offset = None, 0, 0  # the last line with text
+    cut = False  # the last line was cut and said so
     while following is not None:
         raw = following
         number += 1
+        offset = position
+        position += len(raw)
         if raw.isspace():
             # Blank lines, skipped in a loop of their own. A line source may give a run of them
             # as one piece (ingest.bucket's `blank_runs`, so that they cost less per byte than
@@ -184,6 +175,7 @@ def parse_stats_lines(lines: Iterable[bytes], *, extra_columns: int = 0, launch_
             for following in lines:
                 if not following.isspace():
                     break
+                position += len(following)
                 number += 1 if following == b"\n" else 1 + following.count(b"\n") - following.endswith(b"\n")
             else:
                 following = None
@@ -193,100 +185,121 @@ def parse_stats_lines(lines: Iterable[bytes], *, extra_columns: int = 0, launch_
         following = next(lines, None)
         if following is not None and (b"\x00" in following or not following.isascii()):
             check_text(following, number + 1)
-        if (
-            launch_text is not None
-            and not extra_columns
-            and (taken := launch_text.line(raw, last_id)) is not None
-        ):
-            last_id, last_line = taken, number
-            if launch_text.full:
-                yield launch_text.take()
-            continue
-        # The common line: one launch with its totals.
-        if (match := line_match(raw)) is not None:
-            trace_file, kernel_id, gpu, launch, insts, reported = match.groups()
-            if gpu is None and (known := launches.get(launch)) is not None:
-                kernel_id, insts, reported = int(kernel_id), int(insts), int(reported)
-                if kernel_id > last_id and 0 <= insts < UINT32 and 0 <= reported < UINT32:
-                    last_id, last_line = kernel_id, number
-                    yield new_row(
+        final_raw, final_number, final_offset = raw, number, offset
+        if following is None and not raw.endswith(b"\n"):
+            # The last line, without the newline the tracer ends every line with: cut, or the
+            # halves of launches that never exited (a killed run's: note_unfinished_end), which
+            # the fast path takes where they are whole (it declines a half cut short).
+            if (
+                raw.endswith(b", ")
+                and launch_text is not None
+                and not extra_columns
+                and (taken := launch_text.line(raw, last_id)) is not None
+            ):
+                last_id, last_line = taken, number
+                if launch_text.full:
+                    yield launch_text.take()
+                continue
+            rows, cut = cut_line(raw, number, offset, extra_columns, notes)
+        else:
+            if (
+                launch_text is not None
+                and not extra_columns
+                and (taken := launch_text.line(raw, last_id)) is not None
+            ):
+                last_id, last_line = taken, number
+                if launch_text.full:
+                    yield launch_text.take()
+                continue
+            # The common line: one launch with its totals.
+            if (match := line_match(raw)) is not None:
+                trace_file, kernel_id, gpu, launch, insts, reported = match.groups()
+                if gpu is None and (known := launches.get(launch)) is not None:
+                    kernel_id, insts, reported = int(kernel_id), int(insts), int(reported)
+                    if kernel_id > last_id and 0 <= insts < UINT32 and 0 <= reported < UINT32:
+                        last_id, last_line = kernel_id, number
+                        yield new_row(
+                            KernelRow,
+                            (
+                                kernel_id,
+                                known[0],
+                                trace_file.decode("ascii"),
+                                *known[1:],
+                                insts,
+                                reported,
+                                None,
+                                None,
+                            ),
+                        )
+                        continue
+                matches = [match]
+                totals = match.group(5, 6)
+            # Graph-captured halves (`, ` after each), then the totals or the line's end.
+            elif (match := half_match(raw)) is not None:
+                matches = [match]
+                while True:
+                    if (tail := tail_match(raw, match.end())) is not None:
+                        totals = tail.group(1, 2)
+                        break
+                    if (match := half_match(raw, match.end())) is None:
+                        matches = []  # not the common shape after all
+                        break
+                    matches.append(match)
+            else:
+                matches = []
+            rows = []
+            for match in matches:
+                trace_file, kernel_id, gpu, launch = match.group(1, 2, 3, 4)
+                if (known := launches.get(launch)) is None:
+                    known = read_launch(launch, number)
+                    if known is None:
+                        rows = None  # an empty name: parse_launches says so
+                        break
+                    if len(launches) < LAUNCHES_CACHED:
+                        launches[launch] = known
+                rows.append(
+                    new_row(
                         KernelRow,
                         (
-                            kernel_id,
+                            int(kernel_id),
                             known[0],
                             trace_file.decode("ascii"),
                             *known[1:],
-                            insts,
-                            reported,
                             None,
+                            None,
+                            None if gpu is None else int(gpu),
                             None,
                         ),
                     )
-                    continue
-            matches = [match]
-            totals = match.group(5, 6)
-        # Graph-captured halves (`, ` after each), then the totals or the line's end.
-        elif (match := half_match(raw)) is not None:
-            matches = [match]
-            while True:
-                if (tail := tail_match(raw, match.end())) is not None:
-                    totals = tail.group(1, 2)
-                    break
-                if (match := half_match(raw, match.end())) is None:
-                    matches = []  # not the common shape after all
-                    break
-                matches.append(match)
-        else:
-            matches = []
-        rows = []
-        for match in matches:
-            trace_file, kernel_id, gpu, launch = match.group(1, 2, 3, 4)
-            if (known := launches.get(launch)) is None:
-                known = read_launch(launch, number)
-                if known is None:
-                    rows = None  # an empty name: parse_launches says so
-                    break
-                if len(launches) < LAUNCHES_CACHED:
-                    launches[launch] = known
-            rows.append(
-                new_row(
-                    KernelRow,
-                    (
-                        int(kernel_id),
-                        known[0],
-                        trace_file.decode("ascii"),
-                        *known[1:],
-                        None,
-                        None,
-                        None if gpu is None else int(gpu),
-                        None,
-                    ),
                 )
-            )
-        if rows and totals[0] is not None:  # the last launch ran to its exit
-            insts, reported = int(totals[0]), int(totals[1])
-            if not (0 <= insts < UINT32 and 0 <= reported < UINT32):
-                insts, reported = unsigned_numbers([insts, reported], number, TOTALS_COLUMNS)
-            rows[-1] = rows[-1]._replace(total_insts=insts, total_reported_insts=reported)
-        if not rows:
-            # Anything else: headers, blank lines, demangled names, forks, damage.
-            text = raw.decode("utf-8")
-            if number == 1:
-                text = text.removeprefix("\ufeff")  # a byte-order mark from a Windows editor
-            line = text.rstrip("\r\n")
-            if not line.strip():
-                continue
-            header = header_extra_columns(line, number)
-            if header is not None:
-                extra_columns = header
-                line_match, half_match, tail_match = fast_patterns(extra_columns)
-                continue
-            try:
-                rows = parse_launches(line, number, is_last=following is None, extra_columns=extra_columns)
-            except StatsError:
-                raise
-            except ValueError:  # int() of a number longer than Python reads (4,300 digits)
-                raise StatsError(number, f"a number too long for a tracer's value: {line[:120]!r}") from None
+            if rows and totals[0] is not None:  # the last launch ran to its exit
+                insts, reported = int(totals[0]), int(totals[1])
+                if not (0 <= insts < UINT32 and 0 <= reported < UINT32):
+                    insts, reported = unsigned_numbers([insts, reported], number, TOTALS_COLUMNS)
+                rows[-1] = rows[-1]._replace(total_insts=insts, total_reported_insts=reported)
+            if not rows:
+                # Anything else: headers, blank lines, demangled names, forks, damage.
+                text = raw.decode("utf-8")
+                if number == 1:
+                    text = text.removeprefix("\ufeff")  # a byte-order mark from a Windows editor
+                line = text.rstrip("\r\n")
+                if not line.strip():
+                    continue
+                header = header_extra_columns(line, number)
+                if header is not None:
+                    extra_columns = header
+                    line_match, half_match, tail_match = fast_patterns(extra_columns)
+                    continue
+                try:
+                    rows = parse_launches(
+                        line, number, is_last=following is None, extra_columns=extra_columns
+                    )
+                except StatsError:
+                    raise
+                except ValueError:  # int() of a number longer than Python reads (4,300 digits)
+                    raise StatsError(
+                        number, f"a number too long for a tracer's value: {line[:120]!r}"
+                    ) from None
         for row in rows:
             if row[0] < 1:
                 raise kernel_id_error(str(row[0]), number, row[2])
@@ -305,6 +318,8 @@ def parse_stats_lines(lines: Iterable[bytes], *, extra_columns: int = 0, launch_
                     raise order_error(row, number, previous)
                 previous_ids[device] = (row[0], number)
             yield row
+    if final_raw is not None and not cut and notes is not None:
+        note_unfinished_end(final_raw, final_number, final_offset, notes)
     if launch_text is not None and (block := launch_text.take()) is not None:
         yield block
 
@@ -331,13 +346,155 @@ def kernel_id_error(digits: str, line_number: int, trace_file: str) -> StatsErro
 
 
 def check_text(raw: bytes, number: int) -> None:
-    """Raises StatsError on bytes that are not text: a binary file uploaded under a stats name."""
+    """Raises StatsError on bytes that are not text: a binary file uploaded under a stats name.
+
+    A last line (no newline) cut inside a character is text cut short: `cut_line` reads it."""
     if b"\x00" in raw:
         raise StatsError(number, "binary data (NUL byte), not a text file")
     try:
         raw.decode("utf-8")
-    except UnicodeDecodeError:
+    except UnicodeDecodeError as error:
+        if error.reason == "unexpected end of data" and not raw.endswith(b"\n"):
+            return
         raise StatsError(number, "binary data (not UTF-8 text), not a text file") from None
+
+
+class StatsNote(NamedTuple):
+    """Something a file's reader kept or dropped that a reader of the trace must know:
+    `offset` is the byte of the file where it happened (where the dropped text starts)."""
+
+    offset: int
+    what: str
+
+
+# Where a launch half starts on a line: a trace file name (after a device fork's two ids).
+HALF_START = re.compile(r"(?:^|(?<=, ))(?:-?[0-9]+, -?[0-9]+, )?kernel-[0-9]", re.ASCII)
+# What a cut can leave of the totals, `%d,%d` (and a fork's extra columns).
+TOTALS_PREFIX = re.compile(r"\s*-?[0-9]*(?:,-?[0-9]*(?:,[^,]*)*)?", re.ASCII)
+# Ends of the whole halves tried before the last half's start, at most (a line of graph-captured
+# halves can be long: the search stays linear in it).
+CUT_TRIES_BEFORE = 64
+
+
+def cut_line(
+    raw: bytes, number: int, offset: int, extra_columns: int, notes: list | None
+) -> tuple[list[KernelRow], bool]:
+    """A file's last line, which has no newline: the tracer was stopped (or the file cut) while
+    writing it. (The launches kept, whether a note said what was dropped.)
+
+    The tracer writes a launch half (ending in `", "`) at launch, then `"%d,%d\n"` in one write
+    when the kernel exits: so totals without their newline may be cut short, and are never
+    trusted. The whole halves on the line are kept, without totals; whatever follows the last
+    of them (cut totals, a half cut short) is dropped. No row is ever read from a part of a
+    half: a prefix is kept only where it parses as whole halves whose numbers agree (#blocks
+    and #threads the products of the dimensions, as the tracer computes them).
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:  # cut inside a character (check_text let only that by)
+        text = raw[: error.start].decode("utf-8")
+    bom = 0
+    if number == 1 and text.startswith("\ufeff"):
+        text, bom = text[1:], 3
+    line = text.rstrip("\r")
+    if not line.strip():
+        return [], False
+    if header_extra_columns(line, number) is not None:
+        note(
+            notes,
+            offset,
+            "the file ends inside its header line (no newline after it): nothing after it was read",
+        )
+        return [], True
+    if line.endswith(", "):
+        try:
+            rows = parse_launches(line, number, is_last=False, extra_columns=extra_columns)
+            if all(map(numbers_agree, rows)):
+                return rows, False  # whole halves, no totals: note_unfinished_end says so
+        except (StatsError, ValueError):
+            pass
+    rows, kept = [], 0
+    for end in cut_candidates(line):
+        try:
+            candidate = parse_launches(line[:end], number, is_last=False, extra_columns=extra_columns)
+        except (StatsError, ValueError):
+            continue
+        if candidate and all(map(numbers_agree, candidate)):
+            rows, kept = candidate, end
+            break
+    dropped = line[kept:]
+    at = offset + bom + len(line[:kept].encode("utf-8"))
+    if rows and TOTALS_PREFIX.fullmatch(dropped):
+        what = (
+            f"the file ends inside the totals of {rows[-1].trace_file} ({dropped.strip()!r}, no newline "
+            "after them): the launch is kept without totals"
+        )
+    elif rows:
+        what = (
+            f"the file ends inside a launch: {shown_text(dropped)} dropped; the {len(rows)} whole "
+            f"launch(es) before it on the line ({span(rows)}) are kept "
+            "without totals"
+        )
+    else:
+        what = f"the file ends inside a launch: its last line {shown_text(dropped)} dropped"
+    note(notes, at, what)
+    return rows, True
+
+
+def cut_candidates(line: str) -> Iterator[int]:
+    """Where the whole halves of a cut line may end, longest first: after each `", "` from the
+    start of the line's last half on, then a few before it."""
+    starts = [match.start() for match in HALF_START.finditer(line)]
+    last_start = starts[-1] if starts else 0
+    end = len(line)
+    tries_before = 0
+    while (end := line.rfind(", ", 0, end)) != -1:
+        after = end + 2
+        if after <= last_start:
+            tries_before += 1
+            if tries_before > CUT_TRIES_BEFORE:
+                return
+        yield after
+
+
+def numbers_agree(row: KernelRow) -> bool:
+    return (row.grid_x * row.grid_y * row.grid_z) % UINT32 == row.blocks and (
+        row.block_x * row.block_y * row.block_z
+    ) % UINT32 == row.threads
+
+
+def note_unfinished_end(raw: bytes, number: int, offset: int, notes: list) -> None:
+    """The file's last line ends with launch halves (`", "`) that no totals followed: the
+    launches the tracer saw start but never saw exit, a killed run's (or, for graph-captured
+    ones, a run stopped before its next ordinary launch)."""
+    line = raw.rstrip(b"\r\n")
+    if not line.endswith(b", "):
+        return
+    files = re.findall(rb"(?:^|, )(?:-?[0-9]+, -?[0-9]+, )?(kernel-[0-9][^,]*)", line)
+    count = len(files) or 1
+    which = files[0].decode("utf-8", "replace") if files else "?"
+    if count > 1:
+        which += f" to {files[-1].decode('utf-8', 'replace')}"
+    note(
+        notes,
+        offset + len(line),
+        f"the file ends with {count} launch(es) whose totals were never written ({which}): the run "
+        "was stopped (killed, or its copy cut) before they finished; kept without totals",
+    )
+
+
+def span(rows: list[KernelRow]) -> str:
+    first, last = rows[0].trace_file, rows[-1].trace_file
+    return first if first == last else f"{first} to {last}"
+
+
+def note(notes: list | None, offset: int, what: str) -> None:
+    if notes is not None:
+        notes.append(StatsNote(offset, what))
+
+
+def shown_text(text: str) -> str:
+    return repr(text) if len(text) <= 80 else f"{text[:60]!r}... ({len(text)} characters)"
 
 
 def order_error(row: KernelRow, number: int, previous: tuple[int, int]) -> StatsError:
@@ -506,6 +663,8 @@ def parse_launches(line: str, number: int, *, is_last: bool, extra_columns: int)
             consistent = launch_numbers_consistent(numbers)
             if follows == "cut" and not consistent:
                 continue  # not even a launch cut short: a broken row
+            if follows == "end" and not consistent and not fields[end + LAUNCH_NUMBERS]:
+                continue  # `, ` ends a half; a bare `,` is what a cut left of the totals
             if end == name_start + 1 or consistent:
                 # A name without commas (every mangled name), or the numbers agree with
                 # each other: this is where the name ends.
@@ -639,19 +798,61 @@ class TracedIds(Set):
         return f"TracedIds({shown}{', ...' if len(self._firsts) > 8 else ''})"
 
 
-def parse_kernelslist_lines(lines: Iterable[bytes]) -> TracedIds:
+def parse_kernelslist_lines(
+    lines: Iterable[bytes],
+    *,
+    held: Callable[[str], bool] | None = None,
+    ctx: str | None = None,
+    notes: list | None = None,
+    traced: TracedIds | None = None,
+) -> TracedIds:
     """The ids of the kernels that were traced: the trace files a kernelslist names.
 
     `MemcpyHtoD,<addr>,<bytes>` lines and anything else that names no kernel trace are
-    skipped; v5 (`.trace.xz`), v4 (`.trace`) and post-processed (`.traceg`) names all count.
-    Held as ranges (TracedIds), not a set: a kernelslist may name millions of launches.
+    skipped; every layout the simulator and its post-processor read counts: `kernelslist`,
+    `kernelslist_ctx_<ctx>` and their post-processed `.g`, naming `.trace` (raw) or `.traceg`
+    (grouped) files, `.xz` or not. Held as ranges (TracedIds), not a set: a kernelslist may
+    name millions of launches.
+
+    `held(file name)`: whether the run holds that file (beside the list): a launch whose file
+    the run lacks was not traced as far as anyone can use it. `ctx`: the context the ids are
+    for; a list's entries of another context (a run-wide `kernelslist.g`) are skipped.
+    `traced`: ids already read from another list of the context, added to. A last line
+    without its newline that names no file the run holds was cut: dropped, and said in `notes`.
     """
-    traced = TracedIds()
-    for number, line, _is_last in decode_lines(lines):
-        match = TRACE_FILE_ID.match(line.strip())
-        if match:
-            kernel_id = kernel_id_number(match.group(1), number, line.strip())
-            if kernel_id < 1:
-                raise kernel_id_error(match.group(1), number, line.strip())
+    traced = TracedIds() if traced is None else traced
+    position = 0
+    ctx_suffix = None if ctx is None else f"-ctx_{ctx}".lower()
+    for number, raw in enumerate(lines, start=1):
+        offset = position
+        position += len(raw)
+        if b"\x00" in raw:
+            raise StatsError(number, "binary data (NUL byte), not a text file")
+        cut = not raw.endswith(b"\n")
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            if not (cut and error.reason == "unexpected end of data"):
+                raise StatsError(number, "binary data (not UTF-8 text), not a text file") from None
+            line = raw[: error.start].decode("utf-8")
+        entry = line.strip().removeprefix("\ufeff")
+        file_name = entry.rpartition("/")[2]
+        match = TRACE_FILE_ID.match(file_name)
+        whole = match is not None and TRACE_FILE.fullmatch(file_name) is not None
+        if cut and entry and not (whole and (held is None or held(file_name))):
+            note(
+                notes,
+                offset,
+                f"the list ends mid-line (no newline): its last line {shown_text(entry)} is dropped",
+            )
+            break
+        if match is None:
+            continue
+        kernel_id = kernel_id_number(match.group(1), number, entry)
+        if kernel_id < 1:
+            raise kernel_id_error(match.group(1), number, entry)
+        if ctx_suffix is not None and "-ctx_" in file_name and ctx_suffix + "." not in file_name.lower():
+            continue  # another context's launch, in a list of the whole run
+        if held is None or held(file_name):
             traced.add(kernel_id)
     return traced.finish()

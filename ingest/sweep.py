@@ -32,6 +32,7 @@ from django.utils import timezone
 
 from ingest import bucket
 from ingest.bucket import S3Object
+from ingest.paths import path_problem
 from ingest.scan import Scan, scan_bucket, storable_run_id
 from ingest.simulations import FOLDER as SIMULATIONS_FOLDER
 from ingest.simulations import folders
@@ -132,8 +133,10 @@ def sweep_page(after: str | None = None) -> Swept:
         if rest.startswith(SIMULATIONS_FOLDER):
             simulation_objects.setdefault(run_id, []).append(obj)
             trace_objects.setdefault(run_id, [])
-        else:
+        elif path_problem(rest) is None:  # as a trace records its listing (scan.inventory)
             trace_objects.setdefault(run_id, []).append((obj.key, obj.size, obj.etag))
+        else:
+            trace_objects.setdefault(run_id, [])
     # The run the cursor is in: its keys after the cursor may all be gone, and it on no page.
     cursor_run, slash, _ = after[len(base) :].partition("/") if after.startswith(base) else ("", "", "")
     if slash and cursor_run:

@@ -22,6 +22,9 @@ FAILED_SUMMARY = {
     "has_real_timing": False,
     "has_step_timeline": False,
     "sample": False,
+    "waiting_for": None,
+    "warnings": [],
+    "traced_launches": 0,
 }
 DEMO_SUMMARY = {
     "id": "demo",
@@ -39,6 +42,9 @@ DEMO_SUMMARY = {
     "has_real_timing": False,
     "has_step_timeline": True,
     "sample": False,
+    "waiting_for": None,
+    "warnings": [],
+    "traced_launches": 20,
 }
 SAMPLE_SUMMARY = {
     "id": "sample__facebook_opt-125m__h100-e2e",
@@ -56,6 +62,9 @@ SAMPLE_SUMMARY = {
     "has_real_timing": True,
     "has_step_timeline": True,
     "sample": True,
+    "waiting_for": None,
+    "warnings": [],
+    "traced_launches": 712,
 }
 DEMO_METADATA = {
     "status": "ok",
@@ -91,34 +100,78 @@ def example_kernel(kernel_id: int, *, insts: int | None = 50066, device: int | N
     return kernel
 
 
+UPLOADING_SUMMARY = {
+    **DEMO_SUMMARY,
+    "id": "demo-uploading",
+    "state": "uploading",
+    "suggested_sim_config": None,
+    "kernel_count": 0,
+    "bytes": 4822,
+    "has_step_timeline": False,
+    "waiting_for": "2 files listed in metadata.json: traces/stats_ctx_0x6165bdd7ec90, traces/kernelslist.g",
+    "traced_launches": 0,
+}
+CUT_SUMMARY = {
+    **DEMO_SUMMARY,
+    "id": "demo-cut",
+    "kernel_count": 1100,
+    "traced_launches": 0,
+    "warnings": [
+        {
+            "file": "traces/stats.csv",
+            "offset": 301327,
+            "what": "the file ends inside a launch: its last line 'kernel-1101.tra' dropped",
+        }
+    ],
+}
+ADDED_KEYS = ("waiting_for", "warnings", "traced_launches")  # after the reference's: `kernels` too
+
+
+def detail_example(summary: dict, kernels: list[dict]) -> dict:
+    """A TraceDetail: the reference's keys (`metadata`, `kernels` last), then those added since."""
+    published = {key: value for key, value in summary.items() if key not in ADDED_KEYS}
+    return {
+        **published,
+        "metadata": DEMO_METADATA,
+        "kernels": kernels,
+        **{key: summary[key] for key in ADDED_KEYS},
+    }
+
+
 LIST_EXAMPLE = [FAILED_SUMMARY, DEMO_SUMMARY, SAMPLE_SUMMARY]
 DETAIL_EXAMPLES = [
     OpenApiExample(
+        "Uploading",
+        summary="Uploading: what it waits for",
+        value=detail_example(UPLOADING_SUMMARY, []),
+        response_only=True,
+    ),
+    OpenApiExample(
+        "CutShort",
+        summary="A stats file cut short: the complete rows kept, the cut named (kernels trimmed)",
+        value=detail_example(CUT_SUMMARY, []),
+        response_only=True,
+    ),
+    OpenApiExample(
         "Demo",
         summary="The reference's demo (kernels trimmed)",
-        value={**DEMO_SUMMARY, "metadata": DEMO_METADATA, "kernels": []},
+        value=detail_example(DEMO_SUMMARY, []),
         response_only=True,
     ),
     OpenApiExample(
         "NullTotals",
         summary="Kernels: one without totals (captured into a CUDA graph)",
-        value={
-            **DEMO_SUMMARY,
-            "kernel_count": 2,
-            "metadata": DEMO_METADATA,
-            "kernels": [example_kernel(1), example_kernel(2, insts=None)],
-        },
+        value=detail_example(
+            {**DEMO_SUMMARY, "kernel_count": 2}, [example_kernel(1), example_kernel(2, insts=None)]
+        ),
         response_only=True,
     ),
     OpenApiExample(
         "DeviceIdFork",
         summary="Kernels of the tracer fork that records devices",
-        value={
-            **DEMO_SUMMARY,
-            "kernel_count": 2,
-            "metadata": DEMO_METADATA,
-            "kernels": [example_kernel(1, device=0), example_kernel(1, device=1)],
-        },
+        value=detail_example(
+            {**DEMO_SUMMARY, "kernel_count": 2}, [example_kernel(1, device=0), example_kernel(1, device=1)]
+        ),
         response_only=True,
     ),
 ]
@@ -163,6 +216,7 @@ SUMMARY_EXAMPLE = {
             "time_share": 0.25,
         },
     ],
+    "traced_launches": 2,
 }
 COMPARE_EXAMPLE = {
     "a": {"id": "h100", "kernel_count": 3, "total_insts": 2000, "duration_ns": 800},

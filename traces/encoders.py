@@ -24,7 +24,7 @@ from traces.accuracy import (
 )
 from traces.analysis import Comparison, Launches, Ratios, Summary, TraceTotals
 from traces.models import KERNEL_COLUMNS, NO_DEVICE
-from traces.selectors import TRACE_SUMMARY_COLUMNS
+from traces.selectors import TRACE_ADDED_COLUMNS, TRACE_SUMMARY_COLUMNS, WAITING_FOR_METADATA
 
 _TIMESTAMPS = frozenset(
     {TRACE_SUMMARY_COLUMNS.index("created_at"), TRACE_SUMMARY_COLUMNS.index("updated_at")}
@@ -44,6 +44,37 @@ def trace_row_to_dict(fields: tuple[str, ...], row: tuple) -> dict:
         name: format_timestamp(value) if index in _TIMESTAMPS else value
         for index, (name, value) in enumerate(zip(fields, row, strict=True))
     }
+
+
+# Keys of files shown in `waiting_for`, at most (the admin shows as many).
+WAITING_KEYS_SHOWN = 10
+
+
+def waiting_text(missing: list[str] | None) -> str | None:
+    """An uploading trace's `waiting_for`, as the admin says it: `metadata.json` before it lands
+    (`missing` None), then the files metadata.json lists that have not (none: null)."""
+    if missing is None:
+        return WAITING_FOR_METADATA
+    if not missing:
+        return None
+    shown = ", ".join(missing[:WAITING_KEYS_SHOWN])
+    if len(missing) > WAITING_KEYS_SHOWN:
+        shown += f" and {len(missing) - WAITING_KEYS_SHOWN} more"
+    return f"{len(missing)} file{'' if len(missing) == 1 else 's'} listed in metadata.json: {shown}"
+
+
+_STATE = TRACE_SUMMARY_COLUMNS.index("state")
+_WAITING_FOR = TRACE_SUMMARY_COLUMNS.index("waiting_for")
+_WARNINGS = TRACE_SUMMARY_COLUMNS.index("warnings")
+
+
+def with_added_values(summary: dict, state: str, waiting_for, has_metadata: bool) -> dict:
+    """`summary` (a TraceSummary from stored values) with `waiting_for` as the API says it."""
+    if state != "uploading":
+        summary["waiting_for"] = None
+    else:
+        summary["waiting_for"] = waiting_text(waiting_for if has_metadata else None)
+    return summary
 
 
 def kernel_row_to_dict(row: tuple) -> dict:
@@ -104,11 +135,23 @@ def trace_detail_head(row: tuple, *, raw_metadata: bool = True) -> dict:
     """
     head = trace_row_to_dict(TRACE_SUMMARY_COLUMNS, row[:-1])
     metadata_json = row[-1]
+    with_added_values(head, row[_STATE], row[_WAITING_FOR], metadata_json is not None)
+    added = {name: head.pop(name) for name in TRACE_ADDED_COLUMNS}
     if metadata_json is None:
         head["metadata"] = None
     else:
         head["metadata"] = orjson.Fragment(metadata_json) if raw_metadata else json.loads(metadata_json)
+    # After the reference's keys (its `kernels` last but these): `detail_head_and_tail` splits them.
+    head.update(added)
     return head
+
+
+def detail_head_and_tail(head: dict) -> tuple[dict, dict]:
+    """A `trace_detail_head` as the keys before `kernels` and those after it."""
+    return (
+        {name: value for name, value in head.items() if name not in TRACE_ADDED_COLUMNS},
+        {name: head[name] for name in TRACE_ADDED_COLUMNS if name in head},
+    )
 
 
 def encode_summaries(summaries: list[dict]) -> bytes:
@@ -123,6 +166,11 @@ def list_row_to_dict(row: tuple, layers: dict[str, list] | None = None) -> dict:
     API's text, `layers` JSON text). `layers`: lists already read, by their text (traces
     share a handful of them), to be only encoded again."""
     summary = dict(zip(TRACE_SUMMARY_COLUMNS, row, strict=True))
+    waiting = row[_WAITING_FOR]  # the list's text (selectors._list_rows): null unless uploading
+    if waiting is not None:
+        waiting = waiting_text(None if waiting == WAITING_FOR_METADATA else orjson.loads(waiting))
+    summary["waiting_for"] = waiting
+    summary["warnings"] = orjson.loads(row[_WARNINGS])
     text = row[_LAYERS]
     if layers is None:
         summary["layers"] = orjson.loads(text)
@@ -162,8 +210,9 @@ def encode_trace_detail(head: dict, rows: Iterable[tuple]) -> Iterator[bytes]:
     """The TraceDetail JSON in pieces: the head, then kernels a chunk at a time.
 
     Memory stays at one chunk whatever the kernel count; concatenated, the pieces are
-    exactly `orjson.dumps({**head, "kernels": [...]})`.
+    exactly `orjson.dumps({**before, "kernels": [...], **after})` (`detail_head_and_tail`).
     """
+    head, tail = detail_head_and_tail(head)
     head_json = orjson.dumps({**head, "kernels": []})
     yield head_json[: -len(b"[]}")] + b"["
     chunk: list[dict] = []
@@ -176,7 +225,7 @@ def encode_trace_detail(head: dict, rows: Iterable[tuple]) -> Iterator[bytes]:
             chunk = []
     if chunk:
         yield (b"" if first else b",") + orjson.dumps(chunk)[1:-1]
-    yield b"]}"
+    yield b"]," + orjson.dumps(tail)[1:] if tail else b"]}"
 
 
 # --- /summary and /compare (traces.analysis) --------------------------------------------
@@ -218,6 +267,8 @@ def summary_dict(summary: Summary) -> dict:
             }
             for kernel in summary.kernels
         ],
+        # After the keys it had: launches whose instruction trace file the run holds.
+        "traced_launches": sum(kernel.traced for kernel in summary.kernels),
     }
 
 
@@ -312,6 +363,7 @@ def simulated_kernel_dict(row: tuple) -> dict:
 
 def encode_simulation_detail(head: dict, rows: Iterable[tuple]) -> Iterator[bytes]:
     """The SimulationDetail JSON in pieces, kernels a chunk at a time (as `encode_trace_detail`)."""
+    head, tail = detail_head_and_tail(head)
     head_json = orjson.dumps({**head, "kernels": []})
     yield head_json[: -len(b"[]}")] + b"["
     chunk: list[dict] = []
@@ -324,7 +376,7 @@ def encode_simulation_detail(head: dict, rows: Iterable[tuple]) -> Iterator[byte
             chunk = []
     if chunk:
         yield (b"" if first else b",") + orjson.dumps(chunk)[1:-1]
-    yield b"]}"
+    yield b"]," + orjson.dumps(tail)[1:] if tail else b"]}"
 
 
 # --- kernels.csv ------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import secrets
 
 from django.conf import settings
 from django.db import models
+from django.db.models import Value
 from django.db.models.signals import pre_delete
 from django.dispatch import receiver
 from django.utils import timezone
@@ -24,8 +25,10 @@ class TraceState(models.TextChoices):
 # 1: until 2026-11 (graph-captured launches merged, killed runs refused); 2: every launch;
 # 3: each launch with its step (timeline.json) and measured time (timing.csv); 4: values
 # past the tracer's unsigned 32 bits refused (they were stored as read); 5: kernel id 0 and
-# kernelslist ids past 2^63 - 1 refused, Nsight exports with kernels left over not used.
-CURRENT_PARSER_VERSION = 5
+# kernelslist ids past 2^63 - 1 refused, Nsight exports with kernels left over not used;
+# 6: a file cut mid-line keeps its complete rows (totals without their newline not trusted),
+# `traced` only where the run holds the trace file, every kernel-list layout read (issues 28, 29).
+CURRENT_PARSER_VERSION = 6
 
 
 class Trace(models.Model):
@@ -50,7 +53,11 @@ class Trace(models.Model):
     trace_gpu_arch = models.TextField(null=True, blank=True)
     suggested_sim_config = models.TextField(null=True, blank=True)
     kernel_count = models.BigIntegerField(default=0)
-    bytes = models.BigIntegerField(default=0)
+    bytes = models.BigIntegerField(
+        default=0,
+        help_text="The bytes of the files a reader gets (`/files`): those metadata.json lists and itself, "
+        "or every file of a run without a list; never simulations/, nor a file left out for its path.",
+    )
     has_real_timing = models.BooleanField(default=False)
     has_step_timeline = models.BooleanField(default=False)
     sample = models.BooleanField(default=False)
@@ -67,6 +74,19 @@ class Trace(models.Model):
     kernels_without_totals = models.BigIntegerField(
         default=0,
         help_text="Launches whose totals the tracer never wrote: captured into a CUDA graph, or a killed run's last.",
+    )
+    # Defaults in the database too, as files_undecided's: rows inserted by SQL (the benches' seeders).
+    traced_launches = models.BigIntegerField(
+        default=0,
+        db_default=0,
+        help_text="Launches whose instruction trace file the run holds (named by a kernel list, and there).",
+    )
+    warnings = models.JSONField(
+        default=list,
+        db_default=Value([], output_field=models.JSONField()),
+        blank=True,
+        help_text="What a reader of the trace must know, {file, offset, what} each: a file cut short "
+        "(what was dropped, at which byte), a killed run's unfinished launches, a file left out of the listing.",
     )
     # Kept as text, not jsonb, so that the API returns metadata.json's keys in their order.
     metadata_json = models.TextField(null=True, blank=True, help_text="metadata.json, parsed and re-encoded.")

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import connections, router, transaction
 from django.db.models import (
     BigIntegerField,
+    Case,
     CharField,
     Count,
     ExpressionWrapper,
@@ -28,6 +29,7 @@ from django.db.models import (
     Sum,
     TextField,
     Value,
+    When,
     Window,
 )
 from django.db.models.expressions import RawSQL
@@ -40,7 +42,9 @@ from traces.models import KERNEL_COLUMNS, Kernel, KernelContext, KernelName, Ste
 # --- the API -------------------------------------------------------------------------
 
 # A TraceSummary's fields in the API reference's order: the columns read, and the JSON keys.
-TRACE_SUMMARY_COLUMNS = (
+# The published reference's, then those added since (TRACE_ADDED_COLUMNS, after them: a client
+# of the reference reads the keys it knows in their order).
+TRACE_PUBLISHED_COLUMNS = (
     "id",
     "state",
     "error",
@@ -57,6 +61,10 @@ TRACE_SUMMARY_COLUMNS = (
     "has_step_timeline",
     "sample",
 )
+# What an uploading trace waits for (null unless it waits: `encoders.waiting_text`), what a reader
+# must know (a file cut short, a killed run, a file left out), launches with their trace file.
+TRACE_ADDED_COLUMNS = ("waiting_for", "warnings", "traced_launches")
+TRACE_SUMMARY_COLUMNS = (*TRACE_PUBLISHED_COLUMNS, *TRACE_ADDED_COLUMNS)
 TRACE_DETAIL_COLUMNS = (*TRACE_SUMMARY_COLUMNS, "metadata_json")
 
 # Rows per round trip of the kernels' server-side cursor.
@@ -131,7 +139,13 @@ class UtcText(Func):
 
 # The list's rows: TRACE_SUMMARY_COLUMNS with the timestamps as the API's text and `layers` as
 # JSON text (`encoders.list_row_to_dict`).
-_LIST_TEXT = {"created_at": "list_created_at", "updated_at": "list_updated_at", "layers": "list_layers"}
+_LIST_TEXT = {
+    "created_at": "list_created_at",
+    "updated_at": "list_updated_at",
+    "layers": "list_layers",
+    "waiting_for": "list_waiting_for",
+    "warnings": "list_warnings",
+}
 LIST_ROW_COLUMNS = tuple(_LIST_TEXT.get(name, name) for name in TRACE_SUMMARY_COLUMNS)
 
 
@@ -140,7 +154,19 @@ def _list_rows(traces):
         list_created_at=UtcText("created_at"),
         list_updated_at=UtcText("updated_at"),
         list_layers=Cast("layers", TextField()),
+        # Only an uploading trace waits: metadata.json first, then the files it lists.
+        list_waiting_for=Case(
+            When(state=TraceState.UPLOADING, metadata_json__isnull=True, then=Value(WAITING_FOR_METADATA)),
+            When(state=TraceState.UPLOADING, then=Cast("waiting_for", TextField())),
+            default=None,
+            output_field=TextField(),
+        ),
+        list_warnings=Cast("warnings", TextField()),
     )
+
+
+# An uploading trace's `waiting_for` before its metadata.json lands.
+WAITING_FOR_METADATA = "metadata.json"
 
 
 def _listed(filters: TraceFilter | None, page: ListPage):

@@ -9,7 +9,7 @@ upload (`SimulationUploadRequestSerializer`, `SimulationCompleteRequestSerialize
 views validate with them.
 """
 
-from drf_spectacular.utils import extend_schema_serializer
+from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
 from traces.accuracy import SIMULATION_SUMMARY_KEYS
@@ -22,9 +22,10 @@ from traces.api_examples import (
     SIMULATION_DETAIL_EXAMPLES,
     SUMMARY_EXAMPLES,
 )
+from traces.encoders import waiting_text
 from traces.models import SIMULATION_NAME_MAX, Simulation, Trace, TraceState
 from traces.selection import BASIS_INSTS, BASIS_LAUNCHES, BASIS_TIME, SELECT_BY
-from traces.selectors import TRACE_SUMMARY_COLUMNS
+from traces.selectors import TRACE_ADDED_COLUMNS, TRACE_PUBLISHED_COLUMNS, TRACE_SUMMARY_COLUMNS
 
 
 class ErrorSerializer(serializers.Serializer):
@@ -67,11 +68,38 @@ class KernelSerializer(serializers.Serializer):
         ref_name = "Kernel"
 
 
+class TraceWarningSerializer(serializers.Serializer):
+    """Something a reader of the trace must know, said once: a file cut short (where, and what
+    was dropped or kept without totals), a killed run's launches that never got totals, a
+    file left out of the trace's files for a path that would leave a client's folder."""
+
+    file = serializers.CharField(help_text="The file's path in the run's folder, e.g. traces/stats.csv.")
+    offset = serializers.IntegerField(
+        allow_null=True, help_text="The byte of the file where it happened (null: the whole file)."
+    )
+    what = serializers.CharField(help_text="What happened, and what Cascade kept or dropped.")
+
+    class Meta:
+        ref_name = "TraceWarning"
+
+
 class TraceSummarySerializer(serializers.ModelSerializer):
-    """A trace, in any state, without its metadata and kernels."""
+    """A trace, in any state, without its metadata and kernels. The reference's keys, then
+    (after them) `waiting_for`, `warnings` and `traced_launches`."""
 
     # A JSONField says nothing of its items: the model's default is a list of step names.
     layers = serializers.ListField(child=serializers.CharField())
+    waiting_for = serializers.SerializerMethodField(
+        help_text="What an uploading trace waits for: `metadata.json`, or the files metadata.json "
+        "lists that have not landed (`2 files listed in metadata.json: ...`); null unless uploading."
+    )
+    warnings = TraceWarningSerializer(many=True)
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_waiting_for(self, trace: Trace) -> str | None:
+        if trace.state != TraceState.UPLOADING:
+            return None
+        return waiting_text(trace.waiting_for if trace.metadata_json is not None else None)
 
     class Meta:
         model = Trace
@@ -93,7 +121,7 @@ class TraceDetailSerializer(TraceSummarySerializer):
     kernels = KernelSerializer(many=True)
 
     class Meta(TraceSummarySerializer.Meta):
-        fields = (*TRACE_SUMMARY_COLUMNS, "metadata", "kernels")
+        fields = (*TRACE_PUBLISHED_COLUMNS, "metadata", "kernels", *TRACE_ADDED_COLUMNS)
         ref_name = "TraceDetail"
 
 
@@ -130,7 +158,7 @@ class KernelMixSerializer(serializers.Serializer):
     name = serializers.CharField()
     demangled = serializers.CharField(help_text="The name demangled; cuBLAS's unmangled names as they are.")
     launches = serializers.IntegerField()
-    traced = serializers.IntegerField(help_text="Launches the tracer traced.")
+    traced = serializers.IntegerField(help_text="Launches whose instruction trace file the run holds.")
     total_insts = serializers.IntegerField(allow_null=True)
     duration_ns = serializers.IntegerField(allow_null=True)
     insts_share = serializers.FloatField(allow_null=True)
@@ -147,6 +175,9 @@ class TraceAnalysisSerializer(TraceTotalsSerializer):
 
     steps = StepTotalSerializer(many=True)
     kernels = KernelMixSerializer(many=True)
+    traced_launches = serializers.IntegerField(
+        help_text="Launches whose instruction trace file the run holds (a kernel list names it, and it is there)."
+    )
 
     class Meta:
         ref_name = "TraceAnalysis"

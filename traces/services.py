@@ -50,6 +50,8 @@ DECISION_FIELDS = [
     "error",
     "kernel_count",
     "kernels_without_totals",
+    "warnings",
+    "traced_launches",
     "parser_version",
     "parsed_fingerprint",
     "waiting_for",
@@ -183,12 +185,15 @@ def _recheck_later(record: Trace | DeletedTrace) -> None:
 # --- Decisions, made by an ingestion pass that holds the trace's lock --------------------------
 
 
-def trace_wait_for_files(trace: Trace, *, run: dict, waiting_for: list[str], fingerprint: str) -> None:
+def trace_wait_for_files(
+    trace: Trace, *, run: dict, waiting_for: list[str], fingerprint: str, warnings: list[dict] | None = None
+) -> None:
     """metadata.json is there, files it lists are not: the upload goes on."""
     _apply(trace, run)
     trace.state = TraceState.UPLOADING
     trace.error = None
     trace.waiting_for = waiting_for
+    trace.warnings = warnings or []
     trace.parsed_fingerprint = fingerprint
     trace.recheck_after, trace.recheck_seconds = None, 0  # listed every pass until the files land
     trace.save(
@@ -196,6 +201,7 @@ def trace_wait_for_files(trace: Trace, *, run: dict, waiting_for: list[str], fin
             "state",
             "error",
             "waiting_for",
+            "warnings",
             "parsed_fingerprint",
             "recheck_after",
             "recheck_seconds",
@@ -240,6 +246,10 @@ class RunExtras:
     steps: list[dict] = field(default_factory=list)
     timing_used: bool = False
     timing_error: str | None = None
+    # What a reader of the trace must know (`Trace.warnings`), and the launches with their
+    # instruction trace file in the run.
+    warnings: list[dict] = field(default_factory=list)
+    traced_launches: int = 0
 
 
 def trace_store_kernels(
@@ -281,6 +291,8 @@ def trace_store_kernels(
         trace.error = None
         trace.kernel_count = count
         trace.kernels_without_totals = without_totals[0]
+        trace.warnings = extras.warnings
+        trace.traced_launches = extras.traced_launches
         trace.parsed_fingerprint = fingerprint
         trace.recheck_after, trace.recheck_seconds = ready_recheck_after(), 0
         trace.parse_attempts = 0
@@ -327,7 +339,13 @@ def traces_recheck_ready_later(trace_ids: list[str]) -> None:
 
 
 def trace_fail(
-    trace: Trace, error: str, *, fingerprint: str, run: dict, parser_version: int | None = None
+    trace: Trace,
+    error: str,
+    *,
+    fingerprint: str,
+    run: dict,
+    parser_version: int | None = None,
+    warnings: list[dict] | None = None,
 ) -> None:
     """The upload is wrong (the run's own fault): failed with `error`, kernels dropped.
 
@@ -343,6 +361,7 @@ def trace_fail(
     for name in RUN_FIELDS:
         setattr(trace, name, replace_unstorable(getattr(trace, name)))
     trace.error = replace_unstorable(error)
+    trace.warnings = warnings or []
     try:
         _write_failure(trace, parser_version, fingerprint)
     except DatabaseError:
@@ -373,6 +392,7 @@ def _write_failure(trace: Trace, parser_version: int | None, fingerprint: str) -
         trace.state = TraceState.FAILED
         trace.kernel_count = 0
         trace.kernels_without_totals = 0
+        trace.traced_launches = 0
         trace.parser_version = parser_version
         trace.parsed_fingerprint = fingerprint
         trace.waiting_for = []
@@ -408,6 +428,7 @@ def trace_mark_failed(trace_id: str, error: str, *, retry: bool = False) -> None
             trace.error = error
             trace.kernel_count = 0
             trace.kernels_without_totals = 0
+            trace.traced_launches = 0
             trace.waiting_for = []
             trace.parsed_fingerprint = "" if retry else trace.files_fingerprint()
             trace.recheck_after, trace.recheck_seconds = (
@@ -424,6 +445,7 @@ def trace_mark_failed(trace_id: str, error: str, *, retry: bool = False) -> None
                     "error",
                     "kernel_count",
                     "kernels_without_totals",
+                    "traced_launches",
                     "waiting_for",
                     "parsed_fingerprint",
                     "recheck_after",

@@ -216,7 +216,8 @@ class TraceViewSet(viewsets.ViewSet):
         kernels = [encoders.kernel_row_to_dict(row) for row in rows]
         count = head["kernel_count"] if head["state"] in selectors.SERVES_KERNELS else 0
         pages = max(1, -(-count // BROWSABLE_KERNELS_PAGE))
-        detail = {**head}
+        before, after = encoders.detail_head_and_tail(head)
+        detail = {**before}
         if count > BROWSABLE_KERNELS_PAGE:
             first = (number - 1) * BROWSABLE_KERNELS_PAGE + 1
 
@@ -236,7 +237,7 @@ class TraceViewSet(viewsets.ViewSet):
                 "last": page_url(pages),
             }
         detail["kernels"] = kernels
-        return detail
+        return {**detail, **after}
 
     def json_or_browsable(self, request, value: dict):
         if self.wants_json(request):

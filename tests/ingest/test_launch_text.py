@@ -66,7 +66,7 @@ class Rollback(Exception):
 def source(ctx: str, data: bytes, bodies: dict) -> parse.StatsSource:
     obj = S3Object(key=f"run/traces/stats_ctx_{ctx}", size=len(data), etag=f'"{ctx}"')
     bodies[(obj.key, obj.etag)] = data
-    return parse.StatsSource(stats=obj, kernelslist=None, ctx=ctx)
+    return parse.StatsSource(stats=obj, kernelslists=(), ctx=ctx)
 
 
 def stored(

@@ -278,6 +278,8 @@ def test_several_contexts_later_ones_without_header(db, upload):
         + stats_row(3, "0xbbbb"),
         "traces/kernelslist_ctx_0xaaaa": "MemcpyHtoD,0x1,8\nkernel-2-ctx_0xaaaa.trace.xz\n",
         "traces/kernelslist_ctx_0xbbbb": "kernel-1-ctx_0xbbbb.trace.xz\nkernel-3-ctx_0xbbbb.trace.xz\n",
+        # Traced: named by a kernelslist, and the run holds the file (issue 28).
+        **{f"traces/kernel-{n}.trace.xz": b"x" for n in ("2-ctx_0xaaaa", "1-ctx_0xbbbb", "3-ctx_0xbbbb")},
     }
     upload("multi", files, metadata=OK)
     passes.poll_bucket()
@@ -335,6 +337,7 @@ def test_legacy_stats_csv(db, upload):
     files = {
         "traces/stats.csv": STATS_HEADER + stats_row(1, None) + stats_row(2, None),
         "traces/kernelslist": "MemcpyHtoD,0x1,8\nkernel-1.trace\n",
+        "traces/kernel-1.trace": b"x",
     }
     upload("legacy", files, metadata=OK)
     passes.poll_bucket()
@@ -348,7 +351,7 @@ def test_demangled_names_negative_values_crlf_and_unfinished_last_row(db, upload
     stats = (
         STATS_HEADER
         + "kernel-1-ctx_0xaaaa.trace.xz, void at::native::f<float, 4>(int, float*), 98, 1, 1, 98, 1024, 1, 1, 1024, -2,-2\n"
-        + "kernel-2-ctx_0xaaaa.trace.xz, _Z1gv, 4, 1, 1, 4, 64, 1, 1, 64"
+        + "kernel-2-ctx_0xaaaa.trace.xz, _Z1gv, 4, 1, 1, 4, 64, 1, 1, 64, "  # killed: no totals
     ).replace("\n", "\r\n")
     upload("tricky", {"traces/stats_ctx_0xaaaa": stats}, metadata=OK)
     passes.poll_bucket()

@@ -49,14 +49,23 @@ def test_a_run_the_database_cannot_store_is_skipped_and_every_other_run_goes_on(
     assert any("'bad\\x00run'" in record.getMessage() for record in caplog.records)
 
 
-def test_a_listing_the_database_refuses_skips_that_run_only(db, s3, upload, vecadd_files):
+def test_a_key_the_database_cannot_store_is_left_out_of_its_runs_listing_and_named(
+    db, s3, upload, vecadd_files
+):
+    # A control character (here NUL, which PostgreSQL text cannot hold): not a plain relative
+    # path, so in no listing (issue 31); the run is read without it and says so.
     upload("good", vecadd_files, metadata=OK)
     s3.put_object(Bucket=TEST_BUCKET, Key=f"{PREFIX}odd/traces/a\x00b", Body=b"x")
     upload("odd", vecadd_files, metadata=OK)
 
     passes.poll_bucket()
 
-    assert dict(Trace.objects.values_list("id", "state")) == {"good": TraceState.READY}
+    assert dict(Trace.objects.values_list("id", "state")) == {
+        "good": TraceState.READY,
+        "odd": TraceState.READY,
+    }
+    (warning,) = Trace.objects.get(pk="odd").warnings
+    assert warning["file"] == "traces/a\\x00b" and "control character" in warning["what"]
 
 
 def test_a_folder_without_metadata_json_is_listed_again_later_and_later(db, s3, upload, s3_log):

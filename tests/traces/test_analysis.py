@@ -157,7 +157,17 @@ def test_summary_of_a_timed_run_with_steps(api, h100):
     assert response.status_code == 200
     assert response["Content-Type"] == "application/json"
     body = response.json()
-    assert list(body) == ["id", "kernel_count", "total_insts", "duration_ns", "steps", "kernels"]
+    # Issue 28: after the keys it had, launches with their instruction trace file in the run.
+    assert list(body) == [
+        "id",
+        "kernel_count",
+        "total_insts",
+        "duration_ns",
+        "steps",
+        "kernels",
+        "traced_launches",
+    ]
+    assert body["traced_launches"] == sum(kernel["traced"] for kernel in body["kernels"])
     # 1000 + 500 + 600 + 400 (the graph-captured launch has none); 300 + 200 + 100 + 50 + 150.
     assert body["id"] == "h100"
     assert (body["kernel_count"], body["total_insts"], body["duration_ns"]) == (5, 2500, 800)
@@ -224,6 +234,7 @@ def test_summary_of_a_ready_trace_without_kernels(api, make_trace):
         "duration_ns": None,
         "steps": [],
         "kernels": [],
+        "traced_launches": 0,
     }
 
 

@@ -12,6 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from traces.models import Kernel, Trace, TraceState
 from traces.views import BROWSABLE_KERNELS_PAGE, STREAM_KERNELS_ABOVE
 
+ADDED_KEYS = ["waiting_for", "warnings", "traced_launches"]
 SUMMARY_KEYS = [
     "id",
     "state",
@@ -28,8 +29,11 @@ SUMMARY_KEYS = [
     "has_real_timing",
     "has_step_timeline",
     "sample",
+    # Issues 28-31, after the reference's keys: what an uploading trace waits for, what a reader
+    # must know (a file cut short, a killed run, a file left out), launches with their trace file.
+    *ADDED_KEYS,
 ]
-DETAIL_KEYS = [*SUMMARY_KEYS, "metadata", "kernels"]
+DETAIL_KEYS = [*SUMMARY_KEYS[: -len(ADDED_KEYS)], "metadata", "kernels", *ADDED_KEYS]
 KERNEL_KEYS = [
     "ctx",
     "kernel_id",
@@ -173,6 +177,9 @@ def test_summary_values(api, make_trace):
         "has_real_timing": True,
         "has_step_timeline": True,
         "sample": True,
+        "waiting_for": None,
+        "warnings": [],
+        "traced_launches": 0,
     }
 
 

@@ -87,7 +87,13 @@ def expected_detail(old_apps, trace_id: str) -> bytes:
         .values_list(*KERNEL_COLUMNS)
     )
     names = dict(OldStep.objects.filter(trace_id=trace_id).values_list("index", "name"))
-    head = encoders.trace_detail_head(selectors.trace_detail_row(trace_id))
+    # The trace's row from the old table; the columns added since (migration 0016) at their defaults.
+    OldTrace = old_apps.get_model("traces", "Trace")
+    added = {"warnings": [], "traced_launches": 0}
+    columns = [name for name in selectors.TRACE_DETAIL_COLUMNS if name not in added]
+    values = dict(zip(columns, OldTrace.objects.filter(pk=trace_id).values_list(*columns).get(), strict=True))
+    row = tuple(values[name] if name in values else added[name] for name in selectors.TRACE_DETAIL_COLUMNS)
+    head = encoders.trace_detail_head(row)
     return b"".join(encoders.encode_trace_detail(head, selectors.with_step_names(iter(list(rows)), names)))
 
 

@@ -27,6 +27,7 @@ from tests.helpers import store_kernels
 from traces.filters import TraceFilter
 from traces.models import Trace, TraceState
 
+ADDED_KEYS = ["waiting_for", "warnings", "traced_launches"]
 SUMMARY_KEYS = [
     "id",
     "state",
@@ -43,6 +44,9 @@ SUMMARY_KEYS = [
     "has_real_timing",
     "has_step_timeline",
     "sample",
+    # Issues 28-31, after the reference's keys: what an uploading trace waits for, what a reader
+    # must know (a file cut short, a killed run, a file left out), launches with their trace file.
+    *ADDED_KEYS,
 ]
 KERNEL_KEYS = [
     "ctx",
@@ -281,7 +285,12 @@ def test_statuses_and_error_bodies_are_documented(openapi):
 def test_shapes_keep_the_references_keys_and_order(openapi):
     schemas = openapi["components"]["schemas"]
     assert list(schemas["TraceSummary"]["properties"]) == SUMMARY_KEYS
-    assert list(schemas["TraceDetail"]["properties"]) == [*SUMMARY_KEYS, "metadata", "kernels"]
+    assert list(schemas["TraceDetail"]["properties"]) == [
+        *SUMMARY_KEYS[: -len(ADDED_KEYS)],
+        "metadata",
+        "kernels",
+        *ADDED_KEYS,
+    ]
     assert list(schemas["Kernel"]["properties"]) == [*KERNEL_KEYS, *FORK_KEYS]
     assert sorted(schemas["Kernel"]["required"]) == sorted(KERNEL_KEYS)  # the fork's keys are optional
     assert schemas["Kernel"]["properties"]["total_insts"]["nullable"] is True

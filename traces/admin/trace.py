@@ -99,7 +99,17 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
         ),
         (
             "Contents",
-            {"fields": ("kernel_count", "without_totals", "parser_version_display", "size", "kernels_link")},
+            {
+                "fields": (
+                    "kernel_count",
+                    "without_totals",
+                    "traced_launches",
+                    "warnings_display",
+                    "parser_version_display",
+                    "size",
+                    "kernels_link",
+                )
+            },
         ),
         ("metadata.json", {"fields": ("metadata_pretty",)}),
         ("Files", {"fields": ("files_table",)}),
@@ -114,6 +124,7 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
     readonly_fields = (
         "state_display",
         "without_totals",
+        "warnings_display",
         "parser_version_display",
         "size",
         "kernels_link",
@@ -192,6 +203,28 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
             "launch has none. Their total_insts and total_reported_insts are null.",
             obj.kernels_without_totals,
             obj.kernel_count,
+        )
+
+    @admin.display(description="warnings")
+    def warnings_display(self, obj: Trace):
+        """Trace.warnings: the file, the byte, what was kept or dropped (a file cut short, a
+        killed run, a file left out for its path)."""
+        if not obj.warnings:
+            return "none"
+        return format_html(
+            "<ul>{}</ul>",
+            format_html_join(
+                "",
+                "<li><code>{}</code>{}: {}</li>",
+                (
+                    (
+                        warning.get("file", ""),
+                        "" if warning.get("offset") is None else f" at byte {warning['offset']}",
+                        warning.get("what", ""),
+                    )
+                    for warning in obj.warnings
+                ),
+            ),
         )
 
     @admin.display(description="parser version")
