@@ -52,6 +52,10 @@ RUN_FOLDERS = ("traces", "configs")
 # When a selection rewrites kernelslist.g, the run's own list is kept beside it under this name.
 RUN_LIST_KEPT = "traces/kernelslist.g.run"
 POSTPROCESS = "./util/tracer_nvbit/tracer_tool/traces-processing/post-traces-processing"
+SIMULATOR = "gpu-simulator/bin/release/accel-sim.out"
+# A tested config's files in an accel-sim-framework tree, as `cascade simulate` copies them.
+GPGPUSIM_CONFIGS = "gpu-simulator/gpgpu-sim/configs/tested-cfgs"  # gpgpusim.config and its .icnt
+ACCELSIM_CONFIGS = "gpu-simulator/configs/tested-cfgs"  # trace.config
 
 
 @dataclass
@@ -68,20 +72,47 @@ class PullResult:
     missing: list[str] = field(default_factory=list)  # trace files the kernel list names, not in the run
     warnings: list[str] = field(default_factory=list)
 
-    def next_steps(self, suggested_config: str | None = None) -> list[str]:
-        """What to run next, from an accel-sim-framework checkout."""
+    select: str | None = None  # the selection pulled ("unique", "step:NAME"), for `cascade simulate`
+    cover: float = 1.0
+
+    def next_steps(self, suggested_config: str | None = None, accel_sim: str | None = None) -> list[str]:
+        """What to run next, from an accel-sim-framework checkout (`accel_sim`, its path where
+        known, else `<ROOT>`). A run that carries its own configs/ is simulated with them; one
+        that does not (the samples name a tested config instead) with the tested config's files
+        in a folder of their own, as `cascade simulate` does, which is also the first step."""
         steps = []
+        config = suggested_config or "<CONFIG>"
+        root = quote(str(Path(accel_sim).absolute())) if accel_sim else "<ROOT>"
+        trace = quote(str(self.kernelslist))
+        if not self.configs:
+            simulate = (
+                f"cascade simulate {quote(self.trace_id)} --config {quote(config)} --accel-sim {root} "
+                f"--workdir {quote(str(self.dest))}"
+            )
+            if self.select:
+                simulate += f" --select {quote(self.select)}"
+                if self.cover != 1.0:
+                    simulate += f" --cover {self.cover:g}"
+            steps.append(simulate)
         if self.postprocess:
             steps.append(f"{POSTPROCESS} {quote(str(self.postprocess))}")
-        configs = " ".join(f"-config {quote(str(path))}" for path in self.configs)
-        steps.append(
-            f"./gpu-simulator/bin/release/accel-sim.out -trace {quote(str(self.kernelslist))} {configs}".rstrip()
-        )
+        if self.configs:
+            configs = " ".join(f"-config {quote(str(path))}" for path in self.configs)
+            steps.append(f"./{SIMULATOR} -trace {trace} {configs}")
+        else:
+            # GPGPU-Sim opens the .icnt file gpgpusim.config names from the working folder.
+            folder = quote(str(self.dest / "simulations" / config))
+            steps.append(
+                f"mkdir -p {folder} && cp {root}/{GPGPUSIM_CONFIGS}/{quote(config)}/* "
+                f"{root}/{ACCELSIM_CONFIGS}/{quote(config)}/trace.config {folder}/"
+            )
+            steps.append(
+                f"cd {folder} && {root}/{SIMULATOR} -trace {trace} -config ./gpgpusim.config -config ./trace.config"
+            )
         if self.dest.name == "NO_ARGS":  # laid out as run_simulations.py looks for traces
-            config = f"{suggested_config}-SASS" if suggested_config else "<CONFIG>-SASS"
             steps.append(
                 f"./util/job_launching/run_simulations.py -B <suite with app {self.dest.parent.name}> "
-                f"-C {config} -T {quote(str(self.dest.parent.parent))} -N {quote(self.trace_id)}"
+                f"-C {config}-SASS -T {quote(str(self.dest.parent.parent))} -N {quote(self.trace_id)}"
             )
         return steps
 
@@ -116,7 +147,7 @@ def pull(
     layout, lists = kernelslist.source_lists(paths)
 
     stems = None
-    result = PullResult(trace_id=trace_id, dest=dest)
+    result = PullResult(trace_id=trace_id, dest=dest, select=select, cover=cover)
     refused = listing.get("refused") or []
     if refused:
         names = ", ".join(repr(item.get("key")) for item in refused[:3])

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('traces', '0015_trace_files_undecided'),
+        ('traces', '0018_simulation_truth'),
     ]
 
     operations = [
