@@ -8,11 +8,13 @@ errors) reaches the terminal through `visible`: its control characters escaped.
 import argparse
 import codecs
 import json
+import os
 import sys
 
 from cascade_client.api import Cascade
 from cascade_client.errors import CascadeError
 from cascade_client.progress import size
+from cascade_client.pull import POSTPROCESS
 from cascade_client.terminal import visible
 
 EPILOG = """environment: CASCADE_URL (default http://127.0.0.1:8000), CASCADE_TOKEN (required).
@@ -238,11 +240,16 @@ def pull(cascade: Cascade, args) -> None:
         )
     except CascadeError:
         pass
-    steps = result.next_steps(suggested)
+    steps = result.next_steps(suggested, os.environ.get("ACCEL_SIM_ROOT") or None)
     print("next, from your accel-sim-framework checkout:")
-    if result.postprocess:
-        print("  # the run holds raw traces: post-process the listed ones (writes traces/kernelslist.g)")
-    for step in steps:
+    in_one = steps[0].startswith("cascade simulate ")  # a run without configs/: a tested config
+    for n, step in enumerate(steps):
+        if in_one and n == 0:
+            print("  # post-process, simulate with the tested config and upload the log, in one command:")
+        elif in_one and n == 1:
+            print("  # or by hand (the simulator runs in a folder holding the tested config's files):")
+        if step.startswith(POSTPROCESS):
+            print("  # the run holds raw traces: post-process the listed ones (writes traces/kernelslist.g)")
         print(f"  {visible(step)}")
 
 

@@ -56,6 +56,7 @@ SIMULATOR = "gpu-simulator/bin/release/accel-sim.out"
 # A tested config's files in an accel-sim-framework tree, as `cascade simulate` copies them.
 GPGPUSIM_CONFIGS = "gpu-simulator/gpgpu-sim/configs/tested-cfgs"  # gpgpusim.config and its .icnt
 ACCELSIM_CONFIGS = "gpu-simulator/configs/tested-cfgs"  # trace.config
+CONFIG_NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")  # a tested config's folder name, as SM86_RTX3070
 
 
 @dataclass
@@ -71,7 +72,6 @@ class PullResult:
     groups: list[dict] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # trace files the kernel list names, not in the run
     warnings: list[str] = field(default_factory=list)
-
     select: str | None = None  # the selection pulled ("unique", "step:NAME"), for `cascade simulate`
     cover: float = 1.0
 
@@ -81,12 +81,13 @@ class PullResult:
         that does not (the samples name a tested config instead) with the tested config's files
         in a folder of their own, as `cascade simulate` does, which is also the first step."""
         steps = []
-        config = suggested_config or "<CONFIG>"
+        named = suggested_config if CONFIG_NAME.match(suggested_config or "") else None
+        config = named or "<CONFIG>"
         root = quote(str(Path(accel_sim).absolute())) if accel_sim else "<ROOT>"
         trace = quote(str(self.kernelslist))
         if not self.configs:
             simulate = (
-                f"cascade simulate {quote(self.trace_id)} --config {quote(config)} --accel-sim {root} "
+                f"cascade simulate {quote(self.trace_id)} --config {config} --accel-sim {root} "
                 f"--workdir {quote(str(self.dest))}"
             )
             if self.select:
@@ -101,13 +102,14 @@ class PullResult:
             steps.append(f"./{SIMULATOR} -trace {trace} {configs}")
         else:
             # GPGPU-Sim opens the .icnt file gpgpusim.config names from the working folder.
-            folder = quote(str(self.dest / "simulations" / config))
+            # A subshell, so that the next line still runs from the checkout.
+            folder = quote(str(self.dest / "simulations" / (named or "CONFIG")))
             steps.append(
-                f"mkdir -p {folder} && cp {root}/{GPGPUSIM_CONFIGS}/{quote(config)}/* "
-                f"{root}/{ACCELSIM_CONFIGS}/{quote(config)}/trace.config {folder}/"
+                f"mkdir -p {folder} && cp {root}/{GPGPUSIM_CONFIGS}/{config}/* "
+                f"{root}/{ACCELSIM_CONFIGS}/{config}/trace.config {folder}/"
             )
             steps.append(
-                f"cd {folder} && {root}/{SIMULATOR} -trace {trace} -config ./gpgpusim.config -config ./trace.config"
+                f"(cd {folder} && {root}/{SIMULATOR} -trace {trace} -config ./gpgpusim.config -config ./trace.config)"
             )
         if self.dest.name == "NO_ARGS":  # laid out as run_simulations.py looks for traces
             steps.append(

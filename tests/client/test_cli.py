@@ -54,22 +54,22 @@ def test_kernels_csv_goes_to_a_file_as_served(run, tmp_path):
     assert json.loads(out) == [{"ctx": "0x1", "kernel_id": 1}]
 
 
-def test_pull_says_what_to_run_next(run, tmp_path):
+def test_pull_says_what_to_run_next(run, fake, tmp_path, monkeypatch):
+    monkeypatch.delenv("ACCEL_SIM_ROOT", raising=False)
     dest = tmp_path / "traces-root" / "opt125m" / "NO_ARGS"
     status, out, err = run("pull", "opt", str(dest))
     assert status == 0
     assert out.splitlines()[0].startswith(f"pulled opt into {dest}: ")
+    assert f"  cascade simulate opt --config SM90_H100 --accel-sim <ROOT> --workdir {dest}\n" in out
     assert f"post-traces-processing {dest}/traces/kernelslist.cascade" in out
-    assert f"accel-sim.out -trace {dest}/traces/kernelslist.g" in out
+    assert f"accel-sim.out -trace {dest}/traces/kernelslist.g -config ./gpgpusim.config" in out
+    assert "/configs/gpgpusim.config" not in out  # the run has no configs/
     assert (
         f"run_simulations.py -B <suite with app opt125m> -C SM90_H100-SASS -T {tmp_path / 'traces-root'}"
         in out
     )
     # Not a terminal: one plain line per file, no carriage return.
-    assert (
-        "\r" not in err
-        and err.count("downloaded ") == len(list((dest / "traces").glob("kernel-*.trace.xz"))) + 7
-    )
+    assert "\r" not in err and err.count("downloaded ") == len(fake.objects)
 
 
 @pytest.mark.parametrize(
@@ -94,20 +94,21 @@ def test_each_error_is_one_line_and_its_own_status(run, monkeypatch, tmp_path, a
 
 
 def test_a_file_changed_in_the_bucket_is_status_7(run, fake, tmp_path):
-    fake.objects["configs/trace.config"] += b"more"
+    path = "traces/stats_ctx_0x7b50cedc2670"
+    fake.objects[path] += b"more"
     status, _, err = run("pull", "opt", str(tmp_path))
     assert status == 7
     assert err.splitlines()[-1] == (
-        "cascade: configs/trace.config changed in the bucket since the listing "
+        f"cascade: {path} changed in the bucket since the listing "
         "(412: its ETag is no longer the listed one); run the pull again"
     )
     # A multipart object's ETag says nothing of a change its size shows.
-    fake.multipart.add("configs/trace.config")
+    fake.multipart.add(path)
     status, _, err = run("pull", "opt", str(tmp_path))
     assert status == 7
     assert err.splitlines()[-1] == (
-        "cascade: configs/trace.config changed in the bucket since the listing "
-        f"({len(fake.objects['configs/trace.config'])} bytes, listed {len(fake.listed['configs/trace.config'])}); "
+        f"cascade: {path} changed in the bucket since the listing "
+        f"({len(fake.objects[path])} bytes, listed {len(fake.listed[path])}); "
         "run the pull again"
     )
 
@@ -237,15 +238,19 @@ def test_pulls_that_cannot_be_done_are_one_line_and_their_own_status(run, fake, 
 
 def test_the_next_commands_name_absolute_paths(run, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ACCEL_SIM_ROOT", "accel-sim-framework")  # relative too: made absolute
     status, out, _ = run("pull", "opt", "here")
     assert status == 0
     assert out.splitlines()[0].startswith(f"pulled opt into {tmp_path}/here: ")
     steps = out.split("next, from your accel-sim-framework checkout:\n")[1]
+    root = tmp_path / "accel-sim-framework"
+    assert f"cascade simulate opt --config SM90_H100 --accel-sim {root} --workdir {tmp_path}/here\n" in steps
+    assert f"post-traces-processing {tmp_path}/here/traces/kernelslist.cascade" in steps
     assert (
-        f"-trace {tmp_path}/here/traces/kernelslist.g -config {tmp_path}/here/configs/gpgpusim.config"
+        f"(cd {tmp_path}/here/simulations/SM90_H100 && {root}/gpu-simulator/bin/release/accel-sim.out "
+        f"-trace {tmp_path}/here/traces/kernelslist.g -config ./gpgpusim.config -config ./trace.config)"
         in steps
     )
-    assert f"post-traces-processing {tmp_path}/here/traces/kernelslist.cascade" in steps
 
 
 def test_a_token_pasted_with_spaces_works(run, monkeypatch):

@@ -420,6 +420,9 @@ def test_the_next_commands_are_absolute_from_a_relative_destination(live, tmp_pa
     assert done.returncode == 0, done.stderr
     steps = done.stdout.split("next, from your accel-sim-framework checkout:\n")[1]
     assert f"post-traces-processing {tmp_path}/rel/traces/kernelslist.cascade" in steps
+    assert f"--workdir {tmp_path}/rel\n" in steps
     assert (
-        f"-trace {tmp_path}/rel/traces/kernelslist.g -config {tmp_path}/rel/configs/gpgpusim.config" in steps
+        f"-trace {tmp_path}/rel/traces/kernelslist.g -config ./gpgpusim.config -config ./trace.config"
+        in steps
     )
+    assert f"(cd {tmp_path}/rel/simulations/" in steps  # the samples carry no configs/ of their own

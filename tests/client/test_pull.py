@@ -45,15 +45,72 @@ def test_a_raw_run_gets_one_list_for_post_processing_and_the_kernelslist_g_it_wi
     ]
     assert (tmp_path / "traces/kernelslist.g").read_text().splitlines() == renamed
     assert result.postprocess == tmp_path / "traces/kernelslist.cascade"
-    steps = result.next_steps("SM90_H100")
+    steps = result.next_steps("SM86_RTX3070")
+    assert steps[1].endswith(f"post-traces-processing {tmp_path}/traces/kernelslist.cascade")
+    assert (
+        f"-trace {tmp_path}/traces/kernelslist.g -config ./gpgpusim.config -config ./trace.config" in steps[3]
+    )
+
+
+def test_a_run_without_configs_is_simulated_on_the_suggested_tested_config(cascade, tmp_path):
+    """The samples carry no configs/: the next commands never name one, and use the tested
+    config's files from the tree, as `cascade simulate` (the first of them) does."""
+    result = cascade.pull("opt", tmp_path / "run")
+    assert result.configs == []
+    steps = result.next_steps("SM86_RTX3070")
+    assert "configs/" not in " ".join(steps).replace("/configs/tested-cfgs/", "")
+    run, folder = tmp_path / "run", tmp_path / "run/simulations/SM86_RTX3070"
+    assert steps == [
+        f"cascade simulate opt --config SM86_RTX3070 --accel-sim <ROOT> --workdir {run}",
+        f"./util/tracer_nvbit/tracer_tool/traces-processing/post-traces-processing {run}/traces/kernelslist.cascade",
+        f"mkdir -p {folder} && cp <ROOT>/gpu-simulator/gpgpu-sim/configs/tested-cfgs/SM86_RTX3070/* "
+        f"<ROOT>/gpu-simulator/configs/tested-cfgs/SM86_RTX3070/trace.config {folder}/",
+        f"(cd {folder} && <ROOT>/gpu-simulator/bin/release/accel-sim.out -trace {run}/traces/kernelslist.g "
+        "-config ./gpgpusim.config -config ./trace.config)",
+    ]
+    known = result.next_steps("SM75_RTX2060", accel_sim=str(tmp_path / "accel sim"))
+    assert known[0] == (
+        f"cascade simulate opt --config SM75_RTX2060 --accel-sim '{tmp_path}/accel sim' --workdir {run}"
+    )
+    assert known[3].startswith(f"(cd {run}/simulations/SM75_RTX2060 && '{tmp_path}/accel sim'/gpu-simulator/")
+    # A name that is no tested config's folder name is not written into a command.
+    assert result.next_steps("../x; rm -rf ~")[0].startswith("cascade simulate opt --config <CONFIG> ")
+
+
+def test_a_selection_is_simulated_as_it_was_pulled(cascade, fake, tmp_path):
+    fake.selection = selection_of([(CTX_A, 143, 3)])
+    result = cascade.pull("opt", tmp_path, select="step:step 0 (prefill)", cover=0.9)
+    assert result.next_steps("SM86_RTX3070")[0] == (
+        f"cascade simulate opt --config SM86_RTX3070 --accel-sim <ROOT> --workdir {tmp_path} "
+        "--select 'step:step 0 (prefill)' --cover 0.9"
+    )
+
+
+def test_a_run_with_its_own_configs_is_simulated_with_them(fake, tmp_path):
+    import httpx
+    from cascade_client import Cascade
+
+    from tests.client.conftest import TOKEN
+
+    for name in ("gpgpusim.config", "trace.config"):
+        fake.objects[f"configs/{name}"] = b"-gpgpu_n_clusters 1\n"
+    fake.listed = dict(fake.objects)
+    with Cascade("http://cascade.test", TOKEN, transport=httpx.MockTransport(fake.handler)) as cascade:
+        result = cascade.pull("opt", tmp_path)
+    assert result.configs == [tmp_path / "configs/gpgpusim.config", tmp_path / "configs/trace.config"]
+    steps = result.next_steps("SM86_RTX3070")
     assert steps[0].endswith(f"post-traces-processing {tmp_path}/traces/kernelslist.cascade")
-    assert f"-trace {tmp_path}/traces/kernelslist.g -config {tmp_path}/configs/gpgpusim.config" in steps[1]
+    assert steps[1] == (
+        f"./gpu-simulator/bin/release/accel-sim.out -trace {tmp_path}/traces/kernelslist.g "
+        f"-config {tmp_path}/configs/gpgpusim.config -config {tmp_path}/configs/trace.config"
+    )
+    assert len(steps) == 2
 
 
 def test_a_complete_file_is_skipped_and_a_partial_one_fetched_again(cascade, fake, tmp_path):
     cascade.pull("opt", tmp_path)
-    first = f"traces/kernel-5-ctx_{CTX_A}.trace.xz"
-    second = f"traces/kernel-6-ctx_{CTX_A}.trace.xz"
+    first = f"traces/kernel-142-ctx_{CTX_A}.trace.xz"
+    second = f"traces/kernel-143-ctx_{CTX_A}.trace.xz"
     (tmp_path / first).unlink()
     (tmp_path / (first + ".part")).write_bytes(fake.objects[first][:10])  # a download killed midway
     (tmp_path / second).write_bytes(b"x" * len(fake.objects[second]))  # right size, wrong bytes
@@ -67,7 +124,7 @@ def test_a_complete_file_is_skipped_and_a_partial_one_fetched_again(cascade, fak
 
 
 def test_a_multipart_etag_checks_the_size_only(cascade, fake, tmp_path):
-    path = "configs/gpgpusim.config"
+    path = f"traces/kernel-145-ctx_{CTX_A}.trace.xz"
     fake.multipart.add(path)
     cascade.pull("opt", tmp_path)
     assert (tmp_path / path).read_bytes() == fake.objects[path]
@@ -80,7 +137,7 @@ def test_a_multipart_etag_checks_the_size_only(cascade, fake, tmp_path):
 def test_a_file_changed_in_the_bucket_since_the_listing_stops_the_pull(cascade, fake, tmp_path, change):
     from cascade_client import FileChanged
 
-    path = "configs/trace.config"
+    path = f"traces/stats_ctx_{CTX_B}"
     body = fake.objects[path]
     if change == "longer":
         fake.objects[path] = body + b"\n"
@@ -88,20 +145,20 @@ def test_a_file_changed_in_the_bucket_since_the_listing_stops_the_pull(cascade, 
         del fake.objects[path]
     else:
         fake.objects[path] = bytes(reversed(body))
-    with pytest.raises(FileChanged, match="configs/trace.config"):
+    with pytest.raises(FileChanged, match=path):
         cascade.pull("opt", tmp_path, jobs=1)
     assert not (tmp_path / path).exists() and not (tmp_path / (path + ".part")).exists()
 
 
 def test_a_selection_fetches_the_representatives_and_names_only_them(cascade, fake, tmp_path):
-    fake.selection = selection_of([(CTX_B, 175, 40), (CTX_A, 6, 30), (CTX_A, 10, 2)])
+    fake.selection = selection_of([(CTX_B, 179, 40), (CTX_A, 143, 30), (CTX_A, 148, 2)])
     result = cascade.pull("opt", tmp_path, select="unique")
     traces = sorted(p for p in tree(tmp_path) if p.startswith("traces/kernel-"))
     assert traces == sorted(
         [
-            f"traces/kernel-6-ctx_{CTX_A}.trace.xz",
-            f"traces/kernel-10-ctx_{CTX_A}.trace.xz",
-            f"traces/kernel-175-ctx_{CTX_B}.trace.xz",
+            f"traces/kernel-143-ctx_{CTX_A}.trace.xz",
+            f"traces/kernel-148-ctx_{CTX_A}.trace.xz",
+            f"traces/kernel-179-ctx_{CTX_B}.trace.xz",
         ]
     )
     # Memcpy lines of every context in order, and the three launches in the run's order.
@@ -115,15 +172,15 @@ def test_a_selection_fetches_the_representatives_and_names_only_them(cascade, fa
     }
     listed = (tmp_path / "traces/kernelslist.g").read_text().splitlines()
     assert listed == memcpy[CTX_A] + [
-        f"kernel-6-ctx_{CTX_A}.traceg.xz",
-        f"kernel-10-ctx_{CTX_A}.traceg.xz",
-    ] + memcpy[CTX_B] + [f"kernel-175-ctx_{CTX_B}.traceg.xz"]
+        f"kernel-143-ctx_{CTX_A}.traceg.xz",
+        f"kernel-148-ctx_{CTX_A}.traceg.xz",
+    ] + memcpy[CTX_B] + [f"kernel-179-ctx_{CTX_B}.traceg.xz"]
     saved = json.loads((tmp_path / "cascade.json").read_text())
     assert saved["trace_id"] == "opt" and saved["selection"]["by"] == "unique"
     assert [(g["representative"]["kernel_id"], g["weight"]) for g in saved["groups"]] == [
-        (175, 40),
-        (6, 30),
-        (10, 2),
+        (179, 40),
+        (143, 30),
+        (148, 2),
     ]
     assert all(g["in_kernelslist"] for g in saved["groups"])
     assert sum(g["weight"] for g in result.groups) == 72
@@ -216,10 +273,10 @@ def test_the_progress_bar_redraws_one_line_on_a_terminal():
 
 
 def test_an_untraced_representative_is_weighed_but_not_listed_and_said_once(cascade, fake, tmp_path):
-    fake.selection = selection_of([(CTX_A, 6, 3), (CTX_A, 900, 5), (CTX_B, 901, 1)])
+    fake.selection = selection_of([(CTX_A, 143, 3), (CTX_A, 900, 5), (CTX_B, 901, 1)])
     result = cascade.pull("opt", tmp_path, select="unique")
     assert [(g["representative"]["kernel_id"], g["in_kernelslist"]) for g in result.groups] == [
-        (6, True),
+        (143, True),
         (900, False),
         (901, False),
     ]
@@ -231,7 +288,7 @@ def test_an_untraced_representative_is_weighed_but_not_listed_and_said_once(casc
         for line in (tmp_path / "traces/kernelslist.g").read_text().splitlines()
         if line.startswith("kernel")
     ]
-    assert kernels == [f"kernel-6-ctx_{CTX_A}.traceg.xz"]
+    assert kernels == [f"kernel-143-ctx_{CTX_A}.traceg.xz"]
 
 
 # --- a pull that cannot mix or mislead (issue 30) ------------------------------------------------
@@ -249,19 +306,20 @@ def test_the_trace_id_is_in_the_folder_before_its_first_file(cascade, fake, tmp_
 def test_a_folder_of_another_trace_is_refused_unless_forced(cascade, fake, tmp_path):
     from cascade_client import DestinationInUse
 
+    theirs = f"traces/kernelslist_ctx_{CTX_A}"
     (tmp_path / "cascade.json").write_text(json.dumps({"trace_id": "llama"}))
-    (tmp_path / "configs").mkdir()
-    (tmp_path / "configs/gpgpusim.config").write_text("llama's config\n")
+    (tmp_path / "traces").mkdir()
+    (tmp_path / theirs).write_text("llama's list\n")
     with pytest.raises(DestinationInUse) as refused:
         cascade.pull("opt", tmp_path)
     assert str(refused.value) == (
         f"{tmp_path} holds trace llama (its cascade.json): pull opt into another folder, or --force to pull over it"
     )
     assert not any(r.url.host == "bucket.test" for r in fake.requests)
-    assert (tmp_path / "configs/gpgpusim.config").read_text() == "llama's config\n"
+    assert (tmp_path / theirs).read_text() == "llama's list\n"
     cascade.pull("opt", tmp_path, force=True)
     assert json.loads((tmp_path / "cascade.json").read_text())["trace_id"] == "opt"
-    assert (tmp_path / "configs/gpgpusim.config").read_bytes() == fake.objects["configs/gpgpusim.config"]
+    assert (tmp_path / theirs).read_bytes() == fake.objects[theirs]
 
 
 def test_a_folder_of_run_files_that_no_trace_claims_is_refused(cascade, tmp_path):
@@ -323,7 +381,9 @@ def test_relative_destinations_become_absolute(cascade, tmp_path, monkeypatch):
 
 def test_paths_with_spaces_are_quoted_in_the_next_commands(cascade, tmp_path):
     result = cascade.pull("opt", tmp_path / "my runs")
-    assert f"-trace '{tmp_path}/my runs/traces/kernelslist.g'" in result.next_steps()[1]
+    steps = result.next_steps()
+    assert f"--workdir '{tmp_path}/my runs'" in steps[0]
+    assert f"-trace '{tmp_path}/my runs/traces/kernelslist.g'" in steps[3]
 
 
 def kernel_lines(path):
@@ -398,7 +458,7 @@ def test_a_legacy_raw_list_names_trace_files_without_xz(tmp_path):
 def test_an_sse_kms_etag_is_no_md5_and_the_size_is_checked_still(cascade, fake, tmp_path):
     from cascade_client import FileChanged
 
-    path = "configs/gpgpusim.config"
+    path = f"traces/kernel-329-ctx_{CTX_A}.trace.xz"
     fake.kms.add(path)
     cascade.pull("opt", tmp_path / "a")
     assert (tmp_path / "a" / path).read_bytes() == fake.objects[path]
