@@ -178,6 +178,14 @@ def listed_kernels(lines: list[str]) -> list[str]:
     return [line for line in lines if not line.startswith("Memcpy")]
 
 
+def once(lines: list[str]) -> list[str]:
+    """Each line once: a tracer folder with both `kernelslist` and `kernelslist_ctx_0x..` (the
+    same launches) can be pulled into a list naming every kernel twice; the simulator would run
+    each twice and the second run's uids would name launches the trace has once."""
+    seen = set()
+    return [line for line in lines if not (line in seen or seen.add(line))]
+
+
 def three_field_memcpy(lines: list[str]) -> list[str]:
     """`MemcpyHtoD,ADDRESS,BYTES`: forks append a 4th field (the `.bin` file), on which the
     simulator aborts (trace_parser.cc:278, `params.size() == 3`)."""
@@ -229,17 +237,32 @@ def prepare(root: Path, traces: Path, *, config: str, arch: int | None, jobs: in
     listing = traces / "kernelslist.g"
     if not listing.is_file():
         raise SimulateError(f"the pull wrote no {listing}: the run lists no traced kernel")
-    lines = kernelslist.lines_of(listing.read_text())
+    lines = once(kernelslist.lines_of(listing.read_text()))
     names = listed_kernels(lines)
     if not names:
         raise SimulateError(f"{listing} lists no kernel: nothing to simulate")
-    raw = []
+    # Each listed file, or the raw file post-processing turns into it.
+    sources, raw = {}, []
     for name in names:
-        if (traces / name).is_file():
-            continue
         source = traces / name.replace(".traceg", ".trace")
-        if (traces / name).suffix in (".traceg", ".xz") and source.is_file():
+        if (traces / name).is_file():
+            sources[name] = traces / name
+        elif ".traceg" in name and source.is_file():
+            sources[name] = source
             raw.append(source.name)
+    missing = [name for name in names if name not in sources]
+    if missing and not force:
+        raise SimulateError(
+            f"{listing.name} names {len(missing)} of {len(names)} trace files the pull does not have "
+            f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); it has "
+            f"{len(names) - len(missing)}; --force to simulate anyway (the simulator stops at the first)"
+        )
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        versions = dict(zip(sources, pool.map(binary_version, sources.values()), strict=True))
+    found = {n: v for n, v in versions.items() if v is not None}
+    if not found and arch is not None:
+        found = {"the trace's arch": arch}
+    check_sass(config, found, force=force)
     for name in raw:
         if grouped_under_raw_name(traces / name) and not force:
             raise SimulateError(
@@ -248,24 +271,16 @@ def prepare(root: Path, traces: Path, *, config: str, arch: int | None, jobs: in
             )
     if raw:
         postprocess(root, traces, raw, jobs=jobs, out=out)
-    missing = [name for name in names if not (traces / name).is_file()]
-    if missing and not force:
-        raise SimulateError(
-            f"{listing.name} names {len(missing)} of {len(names)} trace files the pull does not have "
-            f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); it has "
-            f"{len(names) - len(missing)}; --force to simulate anyway (the simulator stops at the first)"
+    original = kernelslist.lines_of(listing.read_text())
+    if len(lines) != len(original):
+        print(
+            f"dropped {len(original) - len(lines)} repeated line(s) of {listing.name}", file=out, flush=True
         )
-    present = [name for name in names if (traces / name).is_file()]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        versions = dict(zip(present, pool.map(lambda n: binary_version(traces / n), present), strict=True))
-    found = {n: v for n, v in versions.items() if v is not None}
-    if not found and arch is not None:
-        found = {"the trace's arch": arch}
-    check_sass(config, found, force=force)
     fixed = three_field_memcpy(lines)
     if fixed != lines:
-        listing.write_text("".join(line + "\n" for line in fixed))
         print("cut MemcpyHtoD lines to 3 fields (the simulator aborts on a 4th)", file=out, flush=True)
+    if fixed != original:
+        listing.write_text("".join(line + "\n" for line in fixed))
     return listing
 
 
@@ -352,7 +367,10 @@ def _post(client, path: str, body: dict) -> dict:
     except httpx.TransportError as error:
         raise client._unreachable(error) from None
     if response.status_code == 403:
-        detail = response.json().get("detail", "") if response.content else ""
+        try:
+            detail = response.json().get("detail", "")
+        except ValueError:
+            detail = ""
         raise CascadeError(f"the server refused the upload (403): {detail or 'the token may not upload'}")
     check(response, client.url)
     return response.json()
