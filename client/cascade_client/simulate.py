@@ -179,11 +179,12 @@ def listed_kernels(lines: list[str]) -> list[str]:
 
 
 def once(lines: list[str]) -> list[str]:
-    """Each line once: a tracer folder with both `kernelslist` and `kernelslist_ctx_0x..` (the
-    same launches) can be pulled into a list naming every kernel twice; the simulator would run
-    each twice and the second run's uids would name launches the trace has once."""
+    """Each kernel line once: a tracer folder with both `kernelslist` and `kernelslist_ctx_0x..`
+    (the same launches) can be pulled into a list naming every kernel twice; the simulator would
+    run each twice and the second run's uids would name launches the trace has once. Memcpy lines
+    are kept as they are (copying the same bytes again is harmless)."""
     seen = set()
-    return [line for line in lines if not (line in seen or seen.add(line))]
+    return [line for line in lines if line.startswith("Memcpy") or not (line in seen or seen.add(line))]
 
 
 def three_field_memcpy(lines: list[str]) -> list[str]:
