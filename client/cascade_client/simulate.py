@@ -557,9 +557,14 @@ def summary_lines(result: SimulateResult) -> list[str]:
                 f"    {k['error']:+8.1f} %  {k.get('sim_cycles')} cycles = {_ns(k.get('sim_ns'))} vs "
                 f"{_ns(k.get('measured_ns'))}  kernel {k.get('kernel_id')}  {(k.get('name') or '')[:60]}"
             )
+    fatal = s.get("fatal")
+    if isinstance(fatal, dict):
+        lines.append(f"  the simulator's fatal line (log line {fatal.get('line')}): {fatal.get('text')}")
     left = s.get("left_out")
-    if left:
-        lines.append(f"  left out: {left if isinstance(left, str) else json.dumps(left)}")
+    if isinstance(left, dict) and left.get("kernels"):
+        lines.append(f"  left out: {left['kernels']} kernel(s): {left.get('why') or 'not said'}")
+    elif isinstance(left, dict):
+        lines.append("  left out: none")
     overlapped = sum(1 for k in s.get("kernels") or [] if k.get("overlapped"))
     if overlapped:
         lines.append(
