@@ -42,22 +42,6 @@ def parser() -> argparse.ArgumentParser:
     kernels.add_argument("--format", choices=["csv", "json"], default="csv")
     kernels.add_argument("--output", "-o", metavar="FILE", help="write there instead of stdout")
 
-    pull = commands.add_parser(
-        "pull",
-        help="download a run into a folder Accel-Sim simulates",
-        description="Download a run's traces/ and configs/ through presigned links, checked and "
-        "resumable; with --select, only representative launches and their weights.",
-    )
-    pull.add_argument("trace_id", metavar="ID")
-    pull.add_argument("dest", metavar="DEST", nargs="?", help="folder (default ./ID)")
-    pull.add_argument(
-        "--select", metavar="unique|step:NAME", help="only one launch per group of identical work"
-    )
-    pull.add_argument(
-        "--cover", type=float, default=1.0, help="share of the run the groups cover (default 1.0)"
-    )
-    pull.add_argument("--jobs", type=int, default=8, help="downloads at once (default 8)")
-
     simulate = commands.add_parser(
         "simulate",
         help="pull a trace, run your Accel-Sim on it, upload the log, print the accuracy",
@@ -79,6 +63,22 @@ def parser() -> argparse.ArgumentParser:
     simulate.add_argument("--workdir", metavar="DIR", help="where to pull and simulate (default ./ID)")
     simulate.add_argument("--timeout", type=float, metavar="S", help="kill the simulator after S seconds")
     simulate.add_argument("--force", action="store_true", help="simulate despite a SASS or file mismatch")
+
+    pull = commands.add_parser(
+        "pull",
+        help="download a run into a folder Accel-Sim simulates",
+        description="Download a run's traces/ and configs/ through presigned links, checked and "
+        "resumable; with --select, only representative launches and their weights.",
+    )
+    pull.add_argument("trace_id", metavar="ID")
+    pull.add_argument("dest", metavar="DEST", nargs="?", help="folder (default ./ID)")
+    pull.add_argument(
+        "--select", metavar="unique|step:NAME", help="only one launch per group of identical work"
+    )
+    pull.add_argument(
+        "--cover", type=float, default=1.0, help="share of the run the groups cover (default 1.0)"
+    )
+    pull.add_argument("--jobs", type=int, default=8, help="downloads at once (default 8)")
     return top
 
 

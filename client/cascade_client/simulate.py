@@ -18,6 +18,7 @@ single-threaded and one run is one simulation (one log), so it runs once.
 """
 
 import concurrent.futures
+import inspect
 import json
 import lzma
 import os
@@ -472,7 +473,10 @@ def simulate(
     if arch is not None:
         check_sass(config, {f"the trace ({trace['trace_gpu_arch']})": arch}, force=force)
     dest = Path(workdir) if workdir else Path(trace_id)
-    pulled = client.pull(trace_id, dest, select=select, cover=cover, jobs=jobs, progress=True)
+    options = {"select": select, "cover": cover, "jobs": jobs, "progress": True}
+    if "allow_missing" in inspect.signature(client.pull).parameters:
+        options["allow_missing"] = True  # what is missing is refused below, in one line, unless --force
+    pulled = client.pull(trace_id, dest, **options)
     for warning in pulled.warnings:
         print(f"cascade: warning: {warning}", file=out, flush=True)
     timing.pull = time.monotonic() - started
