@@ -131,20 +131,22 @@ def check_tree(root: Path, config: str) -> None:
         )
 
 
-def check_sass(config: str, versions: dict[str, int], *, force: bool) -> None:
+def check_sass(config: str, versions: dict[str, int], *, force: bool, said_by: str | None = None) -> None:
     """Every listed trace's SASS version is one the config runs (the simulator stops at the first
-    one it has no opcode map for, `unsupported binary version`, with exit status 0)."""
+    one it has no opcode map for, `unsupported binary version`, with exit status 0). `versions`
+    maps each trace file to its header's version; `said_by` names what said it instead (the
+    trace's `trace_gpu_arch`, before anything is pulled)."""
     runs = CONFIG_SASS.get(config)
     if runs is None or force:
         return
     wrong = {name: v for name, v in versions.items() if v not in runs}
     if wrong:
-        found = sorted(set(wrong.values()))
+        found = "/".join(map(str, sorted(set(wrong.values()))))
+        where = said_by or f"{len(wrong)} of {len(versions)} listed trace files, e.g. {next(iter(wrong))}"
         runnable = ", ".join(f"{c} ({'/'.join(map(str, sorted(s)))})" for c, s in CONFIG_SASS.items())
         raise SimulateError(
-            f"config {config} runs SASS {'/'.join(map(str, sorted(runs)))}, the trace is SASS "
-            f"{'/'.join(map(str, found))} ({len(wrong)} of {len(versions)} listed kernels, e.g. "
-            f"{next(iter(wrong))}); Accel-Sim's tested configs run: {runnable}; --force to run anyway"
+            f"config {config} runs SASS {'/'.join(map(str, sorted(runs)))}, the trace is SASS {found} "
+            f"({where}); Accel-Sim's tested configs run: {runnable}; --force to run anyway"
         )
 
 
@@ -233,7 +235,7 @@ def postprocess(root: Path, traces: Path, raw: list[str], *, jobs: int, out) -> 
         )
 
 
-def prepare(root: Path, traces: Path, *, config: str, arch: int | None, jobs: int, force: bool, out) -> Path:
+def prepare(root: Path, traces: Path, *, config: str, jobs: int, force: bool, out) -> Path:
     """From the pulled traces/ to the list the simulator reads: post-processed, checked, memcpy
     lines cut. Returns the kernel list."""
     listing = traces / "kernelslist.g"
@@ -261,10 +263,7 @@ def prepare(root: Path, traces: Path, *, config: str, arch: int | None, jobs: in
         )
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         versions = dict(zip(sources, pool.map(binary_version, sources.values()), strict=True))
-    found = {n: v for n, v in versions.items() if v is not None}
-    if not found and arch is not None:
-        found = {"the trace's arch": arch}
-    check_sass(config, found, force=force)
+    check_sass(config, {n: v for n, v in versions.items() if v is not None}, force=force)
     for name in raw:
         if grouped_under_raw_name(traces / name) and not force:
             raise SimulateError(
@@ -471,7 +470,8 @@ def simulate(
     trace = next((t for t in client.traces() if t["id"] == trace_id), None) or client.trace(trace_id)
     arch = arch_version(trace.get("trace_gpu_arch"))
     if arch is not None:
-        check_sass(config, {f"the trace ({trace['trace_gpu_arch']})": arch}, force=force)
+        said_by = f"its trace_gpu_arch is {trace['trace_gpu_arch']}"
+        check_sass(config, {trace_id: arch}, force=force, said_by=said_by)
     dest = Path(workdir) if workdir else Path(trace_id)
     options = {"select": select, "cover": cover, "jobs": jobs, "progress": True}
     if "allow_missing" in inspect.signature(client.pull).parameters:
@@ -482,7 +482,7 @@ def simulate(
     timing.pull = time.monotonic() - started
 
     started = time.monotonic()
-    listing = prepare(root, dest / "traces", config=config, arch=arch, jobs=jobs, force=force, out=out)
+    listing = prepare(root, dest / "traces", config=config, jobs=jobs, force=force, out=out)
     run = dest / "simulations" / name
     config_folder(root, config, run)
     timing.prepare = time.monotonic() - started

@@ -387,7 +387,8 @@ def test_a_sass_version_the_config_cannot_run_is_refused_unless_forced(live):
     done = live.simulate("gemm", "--config", "SM75_RTX2060", "--workdir", "wrong-sass", log="gemm")
     assert done.returncode == 1
     (line,) = done.stderr.strip().splitlines()
-    assert "config SM75_RTX2060 runs SASS 75, the trace is SASS 80" in line and "SM86_RTX3070 (80/86)" in line
+    assert "config SM75_RTX2060 runs SASS 75, the trace is SASS 80 (its trace_gpu_arch is sm_80)" in line
+    assert "SM86_RTX3070 (80/86)" in line
     assert not (live.tmp / "wrong-sass").exists()  # refused before the pull
     # The raw run's API says no arch: its trace headers say 75, read after the pull.
     done = live.simulate("raw", "--config", "SM86_RTX3070", "--workdir", "raw-wrong", log="raw")
