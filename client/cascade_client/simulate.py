@@ -182,12 +182,19 @@ def listed_kernels(lines: list[str]) -> list[str]:
 
 
 def once(lines: list[str]) -> list[str]:
-    """Each kernel line once: a tracer folder with both `kernelslist` and `kernelslist_ctx_0x..`
-    (the same launches) can be pulled into a list naming every kernel twice; the simulator would
-    run each twice and the second run's uids would name launches the trace has once. Memcpy lines
-    are kept as they are (copying the same bytes again is harmless)."""
+    """The kernel list as the simulator can finish it: each line once, nothing after the last kernel.
+
+    A tracer folder with both `kernelslist` and `kernelslist_ctx_0x..` (the same launches) can be
+    pulled into a list naming everything twice: each kernel would run twice (and its second uid
+    name a launch the trace has once). MemcpyHtoD lines after the last kernel make the real
+    simulator abort once the kernels are done (`accel-sim.cc:144: ... cleanup(unsigned int):
+    Assertion 'k' failed.`, seen with this repetition). So a repeated line is dropped (copying
+    the same bytes to the same address again changes nothing), and so are the memcpy lines after
+    the last kernel (no kernel reads what they copy)."""
     seen = set()
-    return [line for line in lines if line.startswith("Memcpy") or not (line in seen or seen.add(line))]
+    kept = [line for line in lines if not (line in seen or seen.add(line))]
+    last = max((i for i, line in enumerate(kept) if not line.startswith("Memcpy")), default=-1)
+    return kept[: last + 1]
 
 
 def three_field_memcpy(lines: list[str]) -> list[str]:
@@ -275,7 +282,9 @@ def prepare(root: Path, traces: Path, *, config: str, jobs: int, force: bool, ou
     original = kernelslist.lines_of(listing.read_text())
     if len(lines) != len(original):
         print(
-            f"dropped {len(original) - len(lines)} repeated line(s) of {listing.name}", file=out, flush=True
+            f"dropped {len(original) - len(lines)} line(s) of {listing.name} repeated or after its last kernel",
+            file=out,
+            flush=True,
         )
     fixed = three_field_memcpy(lines)
     if fixed != lines:
