@@ -89,6 +89,11 @@ for line in listing.read_text().splitlines():
     kernels += 1
 if kernels == 0:
     die("the kernel list names no kernel", 0)
+listed = [line.strip() for line in listing.read_text().splitlines() if line.strip()]
+if listed[-1].startswith("Memcpy"):  # the real one aborts so once its kernels are done
+    die("accel-sim.cc:144: void accel_sim_framework::cleanup(unsigned int): Assertion `k' failed.")
+if len(set(listed)) != len(listed):
+    die("a line listed twice: the real one would run it twice, its recorded log has each once", 1)
 # Which recorded log to print is the one thing it is told of the trace (STAND_IN_LOG).
 LOG = json.loads(Path("@LOGS@").read_text())[os.environ["STAND_IN_LOG"]]
 with open(LOG, "rb") as recorded:
