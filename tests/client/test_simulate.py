@@ -96,9 +96,14 @@ if len(set(listed)) != len(listed):
     die("a line listed twice: the real one would run it twice, its recorded log has each once", 1)
 # Which recorded log to print is the one thing it is told of the trace (STAND_IN_LOG).
 LOG = json.loads(Path("@LOGS@").read_text())[os.environ["STAND_IN_LOG"]]
+STALL_AFTER = int(os.environ.get("STAND_IN_STALL_AFTER_LINES", "0"))  # a run that never ends
 with open(LOG, "rb") as recorded:
-    for line in recorded:
+    for number, line in enumerate(recorded, start=1):
         sys.stdout.buffer.write(line)
+        if number == STALL_AFTER:
+            sys.stdout.flush()
+            import time
+            time.sleep(600)
 '''
 
 STAND_IN_POSTPROCESSOR = '''#!@PYTHON@
@@ -229,8 +234,9 @@ class Live:
     def __init__(self, url, token, root, env, tmp):
         self.url, self.token, self.root, self.env, self.tmp = url, token, root, env, tmp
 
-    def simulate(self, trace_id, *args, log, timeout=300):
+    def simulate(self, trace_id, *args, log, timeout=300, **stand_in):
         env = {
+            **{f"STAND_IN_{key.upper()}": str(value) for key, value in stand_in.items()},
             "PATH": os.environ["PATH"],
             "PYTHONPATH": str(ROOT / "client"),
             "CASCADE_URL": self.url,
@@ -409,3 +415,39 @@ def test_a_kernel_list_naming_files_the_pull_lacks_is_refused(live):
         "names 1 of 8 trace files the pull does not have (kernel-8.traceg.xz)" in last and "--force" in last
     )
     assert not (live.tmp / "lacking/simulations").exists()
+
+
+def test_a_simulator_past_its_timeout_is_killed_and_what_it_finished_still_compared(live):
+    log = live.logs["gemm"]
+    text = log.read_text(errors="replace").splitlines(keepends=True)
+    # Stall once the third kernel's stat block is whole (just before the fourth is loaded):
+    # three finished, the fourth never does.
+    printed = [i for i, line in enumerate(text) if line.startswith("Header info loaded")][3]
+    done = live.simulate(
+        "gemm",
+        "--config",
+        "SM86_RTX3070",
+        "--name",
+        "standin-killed",
+        "--timeout",
+        "5",
+        "--workdir",
+        "killed",
+        log="gemm",
+        stall_after_lines=printed,
+    )
+    marker = json.loads((live.tmp / "killed/simulations/standin-killed/simulation.json").read_text())
+    assert marker["status"] == "ok" and marker["exit_status"] == 128 + 9  # SIGKILL, as a shell says it
+    assert "stopped after --timeout 5 s" in done.stderr
+    assert [line.split()[1] for line in done.stderr.splitlines() if " finished: " in line] == [
+        "1/8",
+        "2/8",
+        "3/8",
+    ]
+    rows, simulation = accuracy_rows(live, "gemm", "standin-killed")
+    expected = expected_rows(live, "gemm")
+    assert {k: v for k, v in rows.items() if v[0] is not None} == {
+        k: expected[k] for k in sorted(expected)[:3]
+    }
+    assert simulation["stopped"] == "killed"
+    assert done.returncode == 0, done.stdout + done.stderr  # ready, three kernels compared
