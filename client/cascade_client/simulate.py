@@ -203,6 +203,13 @@ def three_field_memcpy(lines: list[str]) -> list[str]:
     return [",".join(line.split(",")[:3]) if line.startswith("Memcpy") else line for line in lines]
 
 
+def ends_whole(path: Path) -> bool:
+    """A plain `.traceg` its `cat` writer has finished: it ends with a whole line."""
+    with path.open("rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
+
+
 def xz_whole(path: Path) -> bool:
     return subprocess.run(["xz", "-t", str(path)], capture_output=True).returncode == 0
 
@@ -225,9 +232,11 @@ def postprocess(root: Path, traces: Path, raw: list[str], *, jobs: int, out) -> 
         while time.monotonic() < deadline:
             if path.is_file():
                 size = path.stat().st_size
-                if not path.name.endswith(".xz"):
-                    return size > 0
-                if size == last and size > 0 and xz_whole(path):
+                if (
+                    size == last
+                    and size > 0
+                    and (xz_whole(path) if path.name.endswith(".xz") else ends_whole(path))
+                ):
                     return True
                 last = size
             time.sleep(0.2)
@@ -307,7 +316,11 @@ def simulator_env(root: Path) -> dict[str, str]:
     """The environment with GPGPU-Sim's libcudart.so found (setup_environment puts it on
     LD_LIBRARY_PATH; a shell that did not source it still runs the built simulator)."""
     env = dict(os.environ)
-    libs = sorted({str(p.parent) for p in (root / "gpu-simulator/gpgpu-sim/lib").glob("*/*/*/libcudart.so*")})
+    lib = root / "gpu-simulator/gpgpu-sim/lib"
+    if str(lib) in env.get("LD_LIBRARY_PATH", ""):
+        return env  # setup_environment.sh was sourced: its choice of build stands
+    libs = sorted({str(p.parent) for p in lib.glob("*/*/release/libcudart.so*")})
+    libs = libs or sorted({str(p.parent) for p in lib.glob("*/*/*/libcudart.so*")})
     if libs:
         env["LD_LIBRARY_PATH"] = os.pathsep.join([*libs, env.get("LD_LIBRARY_PATH", "")]).rstrip(os.pathsep)
     return env
