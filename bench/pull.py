@@ -139,18 +139,29 @@ SIMULATABLE = {
 
 
 def simulate_rows(accel_sim: str | None, s3, env: dict, url: str, tmp: Path) -> list[dict]:
-    """`cascade simulate` on each real simulatable trace, timed by its parts."""
+    """`cascade simulate` on each sample that claims a config ROOT has and each real simulatable
+    trace (with made-up measured times), timed by its parts."""
     if not accel_sim:
         log("no --accel-sim ROOT (or ACCEL_SIM_ROOT): the cascade simulate rows need a built Accel-Sim")
         return []
     from cascade_client import Cascade
     from cascade_client.simulate import simulate, tree_configs
 
+    configs = tree_configs(Path(accel_sim))
+    # The shipped samples that name a config the tree has (what `run.py demo` seeds), as they are.
+    samples = {}
+    for folder in sorted((ROOT / "samples").glob("sample__*")):
+        config = json.loads((folder / "metadata.json").read_text()).get("suggested_sim_config")
+        if config in configs:
+            samples[folder.name] = config
+            common.upload_folder(s3, BUCKET, folder, f"{PREFIX}{folder.name}/")
     shared = Path(os.environ.get("CASCADE_SHARED_FIXTURES", ROOT.parent / "shared" / "fixtures"))
     folders = {f: c for f, c in SIMULATABLE.items() if (shared / "real-simulatable" / f / "traces").is_dir()}
-    folders = {f: c for f, c in folders.items() if c in tree_configs(Path(accel_sim))}
-    if not folders:
-        log(f"no real simulatable trace under {shared} whose config {accel_sim} has: no simulate rows")
+    folders = {f: c for f, c in folders.items() if c in configs}
+    if not folders and not samples:
+        log(
+            f"no sample or real simulatable trace under {shared} for the configs {accel_sim} has: no simulate rows"
+        )
         return []
     for n, folder in enumerate(folders, start=1):
         base = f"{PREFIX}sim-{n}/"
@@ -165,17 +176,13 @@ def simulate_rows(accel_sim: str | None, s3, env: dict, url: str, tmp: Path) -> 
     manage("ingest_traces", env=env)
     token = manage("create_token", "bench-simulate", "--scope", "write", env=env).splitlines()[-1]
     results = []
+    runs = {name: (name, config) for name, config in samples.items()}
+    runs |= {folder: (f"sim-{n}", config) for n, (folder, config) in enumerate(folders.items(), start=1)}
     with Cascade(url, token) as cascade:
-        for n, (folder, config) in enumerate(folders.items(), start=1):
+        for folder, (trace_id, config) in runs.items():
             started = time.perf_counter()
             result = simulate(
-                cascade,
-                f"sim-{n}",
-                config=config,
-                root=accel_sim,
-                name="bench",
-                workdir=tmp / f"sim-{n}",
-                jobs=8,
+                cascade, trace_id, config=config, root=accel_sim, name="bench", workdir=tmp / trace_id, jobs=8
             )
             wall = time.perf_counter() - started
             t = result.timing

@@ -440,7 +440,7 @@ def _put(http: httpx.Client, url: str, body: bytes, headers: dict, name: str) ->
 def wait_for(client, trace_id: str, name: str, *, timeout: float = POLL_SECONDS) -> dict:
     """The simulation once Cascade has read it: `ready` or `failed`."""
     path = client._path(trace_id, "simulations", quote(name, safe=""))
-    deadline, pause = time.monotonic() + timeout, 0.2
+    deadline, pause = time.monotonic() + timeout, 0.1
     while True:
         simulation = client._get(path).json()
         if simulation.get("state") in ("ready", "failed"):
@@ -450,7 +450,7 @@ def wait_for(client, trace_id: str, name: str, *, timeout: float = POLL_SECONDS)
                 f"Cascade has not read simulation {name} after {timeout:.0f} s (state {simulation.get('state')})"
             )
         time.sleep(pause)
-        pause = min(pause * 1.5, 2.0)
+        pause = min(pause * 1.2, 2.0)  # a read of a small log takes a fraction of a second
 
 
 # --- the command ----------------------------------------------------------------------------
