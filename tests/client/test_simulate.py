@@ -278,6 +278,7 @@ def live(tmp_path_factory):
             CASCADE_S3_BUCKET=BUCKET,
             CASCADE_S3_ENDPOINT_URL=endpoint,
             CASCADE_PARSE_PROCESSES="1",
+            CASCADE_SIM_MULTIPART_BYTES="4096",  # the logs (about 14 kB compressed) go up in parts
             **credentials,
         )
 
@@ -313,6 +314,7 @@ def live(tmp_path_factory):
         with gunicorn(env, tmp, workers=2) as server:
             live = Live(server.url, token, root, env, tmp)
             live.measured = measured
+            live.bucket = bucket
             live.logs = {"gemm": gemm / GEMM_LOG, "raw": raw / RAW_LOG}
             deadline = time.monotonic() + 60
             while {t["id"] for t in live.get("/api/traces?state=ready")} < {"gemm", "raw", "lacking"}:
@@ -360,6 +362,13 @@ def test_the_loop_brings_back_rows_equal_to_the_real_log_and_the_uploaded_times(
     assert "pairs: 8 compared of 8 simulated" in done.stdout
     assert f"MAPE {metrics['mape']:.2f} %" in done.stdout
     assert "worst kernels" in done.stdout
+    # The log in the bucket is what the simulator printed, byte for byte, uploaded in parts.
+    key = f"{PREFIX}gemm/simulations/standin-gemm/sim.log.xz"
+    assert (
+        lzma.decompress(live.bucket.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+        == live.logs["gemm"].read_bytes()
+    )
+    assert live.bucket.head_object(Bucket=BUCKET, Key=key)["ETag"].endswith('-1"')  # a multipart upload's
     # simulation.json as uploaded: the builds read from the log's own lines.
     marker = json.loads((live.tmp / "gemm/simulations/standin-gemm/simulation.json").read_text())
     text = live.logs["gemm"].read_text()
