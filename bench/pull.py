@@ -154,7 +154,10 @@ def simulate_rows(accel_sim: str | None, s3, env: dict, url: str, tmp: Path) -> 
         config = json.loads((folder / "metadata.json").read_text()).get("suggested_sim_config")
         if config in configs:
             samples[folder.name] = config
-            common.upload_folder(s3, BUCKET, folder, f"{PREFIX}{folder.name}/")
+            files = sorted(p for p in folder.rglob("*") if p.is_file())
+            for path in sorted(files, key=lambda p: p.name == "metadata.json"):  # metadata.json last
+                key = f"{PREFIX}{folder.name}/{path.relative_to(folder).as_posix()}"
+                s3.put_object(Bucket=BUCKET, Key=key, Body=path.read_bytes())
     shared = Path(os.environ.get("CASCADE_SHARED_FIXTURES", ROOT.parent / "shared" / "fixtures"))
     folders = {f: c for f, c in SIMULATABLE.items() if (shared / "real-simulatable" / f / "traces").is_dir()}
     folders = {f: c for f, c in folders.items() if c in configs}
