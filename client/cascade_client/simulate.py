@@ -63,6 +63,7 @@ KERNEL_DONE = re.compile(r"^kernel_name = (\S+)")
 SIM_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 HEADER_BYTES = 64 * 1024  # a trace's header lines come before its first instruction
 XZ_WAIT_SECONDS = 120.0  # how long the post-processor's detached xz writers may take to finish
+APPEAR_SECONDS = 5.0  # an output not there by then was never begun
 POLL_SECONDS = 900.0  # how long Cascade may take to read the log
 
 
@@ -227,9 +228,11 @@ def postprocess(root: Path, traces: Path, raw: list[str], *, jobs: int, out) -> 
 
     def whole(path: Path) -> bool:
         # Its xz writers outlive it: wait until the file stops growing and `xz -t` passes.
-        deadline = time.monotonic() + XZ_WAIT_SECONDS
+        started = time.monotonic()
         last = -1
-        while time.monotonic() < deadline:
+        while time.monotonic() < started + XZ_WAIT_SECONDS:
+            if not path.is_file() and time.monotonic() > started + APPEAR_SECONDS:
+                return False  # its writer's shell makes the file at once: none is writing it
             if path.is_file():
                 size = path.stat().st_size
                 if (

@@ -114,7 +114,7 @@ import lzma, os, subprocess, sys, time
 from collections import defaultdict
 from pathlib import Path
 
-if len(sys.argv) != 2 or not Path(sys.argv[1]).is_file():
+if os.environ.get("STAND_IN_POSTPROCESS_FAILS") or len(sys.argv) != 2 or not Path(sys.argv[1]).is_file():
     print("Unable to open file: %s" % sys.argv[1:], file=sys.stderr)
     sys.exit(0)
 listing = Path(sys.argv[1])
@@ -460,3 +460,14 @@ def test_a_simulator_past_its_timeout_is_killed_and_what_it_finished_still_compa
     }
     assert simulation["stopped"] == "killed"
     assert done.returncode == 0, done.stdout + done.stderr  # ready, three kernels compared
+
+
+def test_a_post_processor_that_wrote_nothing_is_caught_though_it_exits_0(live):
+    done = live.simulate(
+        "raw", "--config", "SM75_RTX2060", "--workdir", "pp-fails", log="raw", postprocess_fails=1
+    )
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert f"post-processing wrote no whole kernel-1-ctx_{RAW_CTX}.traceg.xz" in last
+    assert "Unable to open file" in last and "its exit status 0 tells nothing" in last
+    assert not (live.tmp / "pp-fails/simulations").exists()
