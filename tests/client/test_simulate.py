@@ -471,3 +471,11 @@ def test_a_post_processor_that_wrote_nothing_is_caught_though_it_exits_0(live):
     assert f"post-processing wrote no whole kernel-1-ctx_{RAW_CTX}.traceg.xz" in last
     assert "Unable to open file" in last and "its exit status 0 tells nothing" in last
     assert not (live.tmp / "pp-fails/simulations").exists()
+
+
+def test_a_second_simulation_in_the_same_folder_reuses_the_pull(live):
+    first = live.simulate("gemm", "--config", "SM86_RTX3070", "--name", "standin-again-1", log="gemm")
+    again = live.simulate("gemm", "--config", "SM86_RTX3070", "--name", "standin-again-2", log="gemm")
+    assert first.returncode == 0 and again.returncode == 0, again.stdout + again.stderr
+    assert "downloaded traces/" not in again.stderr  # every file already there and whole
+    assert accuracy_rows(live, "gemm", "standin-again-2")[0] == expected_rows(live, "gemm")
