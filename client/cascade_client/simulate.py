@@ -339,9 +339,12 @@ def run_simulator(root: Path, run: Path, listing: Path, *, timeout: float | None
     log = run / "sim.log"
     finished = 0
     with log.open("wb") as sink:
-        process = subprocess.Popen(
-            command, cwd=run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=simulator_env(root)
-        )
+        try:
+            process = subprocess.Popen(
+                command, cwd=run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=simulator_env(root)
+            )
+        except OSError as error:
+            raise SimulateError(f"cannot run {command[0]}: {error.strerror or error}") from None
         killer = None
         if timeout:
             killer = threading.Timer(timeout, process.kill)
