@@ -217,12 +217,16 @@ def xz_whole(path: Path) -> bool:
 
 def postprocess(root: Path, traces: Path, raw: list[str], *, jobs: int, out) -> None:
     """The tree's own post-processor over the raw files, then each output checked and waited for."""
+    tool = root / POSTPROCESSOR
+    if not os.access(tool, os.X_OK):
+        raise SimulateError(
+            f"the run holds raw traces and {root} has no {POSTPROCESSOR}: build it "
+            f"(make -C {Path(POSTPROCESSOR).parent}) or pull a post-processed run"
+        )
     listing = traces / "kernelslist.simulate"
     listing.write_text("".join(name + "\n" for name in raw))
     print(f"post-processing {len(raw)} raw trace file(s) with {POSTPROCESSOR}", file=out, flush=True)
-    done = subprocess.run(
-        [str(root / POSTPROCESSOR), str(listing)], capture_output=True, text=True, timeout=24 * 3600
-    )
+    done = subprocess.run([str(tool), str(listing)], capture_output=True, text=True, timeout=24 * 3600)
     said = (done.stderr or "").strip().splitlines()
     outputs = [traces / kernelslist.postprocessed(name) for name in raw]
 
