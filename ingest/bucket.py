@@ -580,18 +580,29 @@ def presigning_client(*, public: bool = True):
     return current[2]
 
 
-def presigned_gets(keys: Iterable[str], seconds: int, *, public: bool = True) -> list[str]:
+def presigned_gets(
+    keys: Iterable[str], seconds: int, *, etags: Iterable[str | None] | None = None, public: bool = True
+) -> list[str]:
     """A presigned GET URL for each key, valid `seconds` from now: local computation (an HMAC
-    per key from the credentials), no request to S3, whatever the number of keys."""
+    per key from the credentials), no request to S3, whatever the number of keys.
+
+    With `etags`, each URL is pinned to its object's ETag: `If-Match` is a signed header, so S3
+    answers only a GET that sends it with that value, and 412 (before any byte of the body)
+    once the object was replaced."""
     keys = list(keys)
     if not keys:
         return []
+    etags = list(etags) if etags is not None else [None] * len(keys)
     require_bucket()
     s3 = presigning_client(public=public)
     bucket = bucket_name()
     return [
-        s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=seconds)
-        for key in keys
+        s3.generate_presigned_url(
+            "get_object",
+            Params={"Bucket": bucket, "Key": key, **({"IfMatch": etag} if etag else {})},
+            ExpiresIn=seconds,
+        )
+        for key, etag in zip(keys, etags, strict=True)
     ]
 
 

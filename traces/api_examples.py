@@ -415,6 +415,8 @@ def _example_file(path: str, size: int, etag: str) -> dict:
 
 FILES_EXAMPLE = {
     "trace_id": "demo",
+    "state": "ready",
+    "error": None,
     "expires_at": "2026-11-08T09:59:02Z",
     "files": [
         _example_file("configs/config_hopper_islip.icnt", 1352, '"3c1f2a0e5b9d4c7e8f6a1b2c3d4e5f60"'),
@@ -422,6 +424,7 @@ FILES_EXAMPLE = {
         _example_file("configs/trace.config", 1085, '"0f1e2d3c4b5a69788796a5b4c3d2e1f0"'),
         _example_file("metadata.json", 412, '"5e4d3c2b1a0f9e8d7c6b5a4938271605"'),
     ],
+    "refused": [],
 }
 FILES_EXAMPLES = [
     OpenApiExample("Files", summary="The reference's demo", value=FILES_EXAMPLE, response_only=True)

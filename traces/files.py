@@ -5,7 +5,8 @@ timed out).
 
 The files come from the trace's last listing (`Trace.files`) and its metadata.json: one query,
 no request to S3 (presigning is an HMAC per key). Ingestion answers which keys they are and
-signs them (`traces.signals.files_requested`), since the bucket is its concern.
+signs them (`traces.signals.files_requested`), since the bucket is its concern, and leaves out
+(under `refused`) any key whose path would leave the client's folder.
 """
 
 from datetime import UTC, datetime, timedelta
@@ -28,10 +29,10 @@ def trace_files(trace_id: str) -> dict | None:
     `expires_at` is taken before the URLs are signed and rounded down, so that every URL is
     valid at least until then.
     """
-    row = Trace.objects.filter(pk=trace_id).values_list("files", "metadata_json").first()
+    row = Trace.objects.filter(pk=trace_id).values_list("files", "metadata_json", "state", "error").first()
     if row is None:
         return None
-    listing, metadata_json = row
+    listing, metadata_json, state, error = row
     seconds = settings.CASCADE_PRESIGN_SECONDS
     expires_at = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=seconds)
     answers = files_requested.send(
@@ -41,4 +42,12 @@ def trace_files(trace_id: str) -> dict | None:
         raise ImproperlyConfigured(
             "no installed app answers traces.signals.files_requested (is `ingest` installed?)"
         )
-    return {"trace_id": trace_id, "expires_at": format_expiry(expires_at), "files": answers[0][1]}
+    downloads = answers[0][1]
+    return {
+        "trace_id": trace_id,
+        "state": state,  # a client pulls a ready trace only, and says why not otherwise
+        "error": error,
+        "expires_at": format_expiry(expires_at),
+        "files": downloads["files"],
+        "refused": downloads["refused"],
+    }

@@ -20,7 +20,7 @@ from traces.api_examples import (
     SIMULATION_DETAIL_EXAMPLES,
     SUMMARY_EXAMPLES,
 )
-from traces.models import Simulation, Trace
+from traces.models import Simulation, Trace, TraceState
 from traces.selection import BASIS_INSTS, BASIS_LAUNCHES, BASIS_TIME, SELECT_BY
 from traces.selectors import TRACE_SUMMARY_COLUMNS
 
@@ -435,10 +435,21 @@ class TraceFileSerializer(serializers.Serializer):
     etag = serializers.CharField(
         help_text='Its ETag as S3 lists it, quotes included (`"<md5>"` for an object uploaded in one part).'
     )
-    url = serializers.URLField(help_text="A presigned GET: no Authorization header, valid until expires_at.")
+    url = serializers.URLField(
+        help_text="A presigned GET, valid until expires_at: no Authorization header, and "
+        "`If-Match: <etag>` (signed: S3 refuses the GET without it, and answers 412 once the object changed)."
+    )
 
     class Meta:
         ref_name = "TraceFile"
+
+
+class RefusedFileSerializer(serializers.Serializer):
+    key = serializers.CharField(help_text="The object's key in the bucket.")
+    reason = serializers.CharField(help_text="Why it is not listed: its path would leave a client's folder.")
+
+    class Meta:
+        ref_name = "RefusedFile"
 
 
 @extend_schema_serializer(examples=FILES_EXAMPLES)
@@ -446,8 +457,19 @@ class TraceFilesSerializer(serializers.Serializer):
     """A run's files, each with a presigned download URL, in path order."""
 
     trace_id = serializers.CharField()
+    state = serializers.ChoiceField(
+        choices=TraceState.choices, help_text="The trace's state, as the detail's."
+    )
+    error = serializers.CharField(
+        allow_null=True, help_text="Why it failed, as the detail's; null otherwise."
+    )
     expires_at = serializers.DateTimeField(help_text="UTC; every URL is valid at least until then.")
     files = TraceFileSerializer(many=True)
+    refused = RefusedFileSerializer(
+        many=True,
+        help_text="The run's keys left out of `files`: a path with `..`, a backslash, a drive or UNC "
+        "prefix, a colon, a control character or a Windows device name.",
+    )
 
     class Meta:
         ref_name = "TraceFiles"

@@ -37,7 +37,8 @@ class Cascade:
         transport: httpx.BaseTransport | None = None,
     ):
         self.url = (url or os.environ.get("CASCADE_URL") or DEFAULT_URL).rstrip("/")
-        self.token = token if token is not None else os.environ.get("CASCADE_TOKEN", "")
+        # Spaces around a pasted token are the paste's, never the token's.
+        self.token = (token if token is not None else os.environ.get("CASCADE_TOKEN", "")).strip()
         # One transport for Cascade and the bucket's links alike (tests hand in a MockTransport).
         self.transport = transport
         self._http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport)
@@ -97,17 +98,20 @@ class Cascade:
             import pandas
         except ImportError:
             raise CascadeError("as_frame=True needs pandas: pip install 'cascade-client[pandas]'") from None
-        body = b"".join(self.kernels_csv(trace_id))
+        body = b"".join(self.kernels_csv(trace_id, raw=True))
         return pandas.read_csv(io.BytesIO(body), keep_default_na=False, na_values=[""])
 
-    def kernels_csv(self, trace_id: str) -> Iterator[bytes]:
-        """`kernels.csv` as it arrives (decompressed), chunk by chunk."""
-        with self._stream(self._path(trace_id, "kernels.csv")) as response:
+    def kernels_csv(self, trace_id: str, *, raw: bool = False) -> Iterator[bytes]:
+        """`kernels.csv` as it arrives (decompressed), chunk by chunk: for a spreadsheet, its
+        cells that would read as formulas neutralised by the server (a leading `'`); with
+        `raw=True` (`?raw=1`) the text as it is, for programs."""
+        params = {"raw": "1"} if raw else None
+        with self._stream(self._path(trace_id, "kernels.csv"), params=params) as response:
             yield from response.iter_bytes()
 
     def kernel_rows(self, trace_id: str) -> Iterator[dict[str, str]]:
-        """`kernels.csv` read row by row with the csv module: strings, "" for null."""
-        yield from csv.DictReader(_lines(self.kernels_csv(trace_id)))
+        """`kernels.csv` read row by row with the csv module: strings (the raw text), "" for null."""
+        yield from csv.DictReader(_lines(self.kernels_csv(trace_id, raw=True)))
 
     def pull(
         self,
@@ -118,11 +122,23 @@ class Cascade:
         cover: float = 1.0,
         jobs: int = 8,
         progress=None,
+        force: bool = False,
+        allow_missing: bool = False,
     ):
         """The run into `dest` (default `./<trace_id>`), ready for Accel-Sim; see pull.py."""
         from cascade_client.pull import pull
 
-        return pull(self, trace_id, dest, select=select, cover=cover, jobs=jobs, progress=progress)
+        return pull(
+            self,
+            trace_id,
+            dest,
+            select=select,
+            cover=cover,
+            jobs=jobs,
+            progress=progress,
+            force=force,
+            allow_missing=allow_missing,
+        )
 
     # --- HTTP -----------------------------------------------------------------------------
 
@@ -133,6 +149,10 @@ class Cascade:
         if not self.token:
             raise NoToken(
                 "no token: set CASCADE_TOKEN (an operator makes one with `python manage.py create_token NAME`)"
+            )
+        if not all("!" <= char <= "~" for char in self.token):
+            raise BadToken(
+                "CASCADE_TOKEN is malformed: it holds a space or a character no token has; copy it again"
             )
         return {"Authorization": f"Bearer {self.token}"}
 
@@ -145,7 +165,7 @@ class Cascade:
         check(response, self.url)
         return response
 
-    def _stream(self, path: str):
+    def _stream(self, path: str, params: dict | None = None):
         client = self
 
         class Stream:
@@ -153,7 +173,7 @@ class Cascade:
                 headers = client._headers()
                 try:
                     self.response = client._http.send(
-                        client._http.build_request("GET", path, headers=headers), stream=True
+                        client._http.build_request("GET", path, params=params, headers=headers), stream=True
                     )
                 except httpx.TransportError as error:
                     raise client._unreachable(error) from None

@@ -1,20 +1,24 @@
 """`cascade`: the client's command line. Thin: parse, call `Cascade`, print for a person.
 
 Errors are one line on stderr, `cascade: <what went wrong>`, and the exit status says which
-(errors.py lists the codes).
+(errors.py lists the codes). What the server or an uploader wrote (metadata, kernel names,
+errors) reaches the terminal through `visible`: its control characters escaped.
 """
 
 import argparse
+import codecs
 import json
 import sys
 
 from cascade_client.api import Cascade
 from cascade_client.errors import CascadeError
 from cascade_client.progress import size
+from cascade_client.terminal import visible
 
 EPILOG = """environment: CASCADE_URL (default http://127.0.0.1:8000), CASCADE_TOKEN (required).
 exit status: 0 done, 1 other error, 2 wrong arguments, 3 no token, 4 token refused,
-5 no such trace, 6 server unreachable, 7 file changed in the bucket, 8 trace not ready."""
+5 no such trace, 6 server unreachable, 7 file changed in the bucket, 8 trace not ready,
+9 trace files missing from the run, 10 destination is a file or another trace's folder."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -79,6 +83,14 @@ def parser() -> argparse.ArgumentParser:
         "--cover", type=float, default=1.0, help="share of the run the groups cover (default 1.0)"
     )
     pull.add_argument("--jobs", type=int, default=8, help="downloads at once (default 8)")
+    pull.add_argument(
+        "--force", action="store_true", help="pull into a folder that holds another trace's files"
+    )
+    pull.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="pull although the kernel list names trace files the run lacks",
+    )
     return top
 
 
@@ -88,11 +100,19 @@ def main(argv: list[str] | None = None) -> int:
         with Cascade() as cascade:
             return COMMANDS[args.command](cascade, args) or 0
     except CascadeError as error:
-        print(f"cascade: {error}", file=sys.stderr)
+        print(f"cascade: {visible(error)}", file=sys.stderr)
         return error.exit_code
     except KeyboardInterrupt:
-        print("cascade: interrupted", file=sys.stderr)
+        print(
+            "cascade: interrupted"
+            + ("; run the same command again to resume" if args.command == "pull" else ""),
+            file=sys.stderr,
+        )
         return 130
+    except OSError as error:  # a folder or file that cannot be written: one line, not a traceback
+        where = f": {error.filename}" if error.filename else ""
+        print(f"cascade: {visible(error.strerror or error)}{visible(where)}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # `cascade kernels ID | head`
         sys.stderr.close()
         return 0
@@ -101,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 def traces(cascade: Cascade, args) -> None:
     rows = cascade.traces(state=args.state, model=args.model, trace_gpu_arch=args.arch, source_gpu=args.gpu)
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps(rows, indent=2))  # ensure_ascii: every control character escaped
         return
     table = [
         [
@@ -129,13 +149,17 @@ def show(cascade: Cascade, args) -> None:
         return
     fields = [
         ("id", trace["id"]),
-        ("state", trace["state"] + (f" ({trace['error']})" if trace["error"] else "")),
+        ("state", trace["state"] + (f" ({trace['error']})" if trace.get("error") else "")),
         ("model", trace["model"] or "-"),
         ("gpu", f"{trace['source_gpu'] or '-'}, traced for {trace['trace_gpu_arch'] or '?'}"),
         ("simulate with", trace["suggested_sim_config"] or "-"),
         ("size", size(trace["bytes"] or 0)),
         ("created", trace["created_at"]),
     ]
+    if trace.get("waiting_for"):  # an uploading trace: what it waits for (servers since issue 30)
+        fields.append(("waiting for", trace["waiting_for"]))
+    for warning in trace.get("warnings") or []:
+        fields.append(("warning", f"{warning.get('file')}: {warning.get('what')}"))
     if trace["state"] != "ready":
         print_fields(fields + [("kernels", "none yet: the trace is not ready")])
         return
@@ -187,9 +211,13 @@ def show(cascade: Cascade, args) -> None:
 
 def kernels(cascade: Cascade, args) -> None:
     out = open(args.output, "wb") if args.output else sys.stdout.buffer  # noqa: SIM115
+    on_terminal = not args.output and sys.stdout.isatty()
     try:
         if args.format == "csv":
+            decoder = codecs.getincrementaldecoder("utf-8")("replace")
             for chunk in cascade.kernels_csv(args.trace_id):
+                if on_terminal:  # a file gets the bytes as served; a terminal, no escape sequence
+                    chunk = visible(decoder.decode(chunk), keep="\r\n").encode()
                 out.write(chunk)
         else:
             out.write(json.dumps(cascade.kernels(args.trace_id)).encode() + b"\n")
@@ -203,12 +231,19 @@ def pull(cascade: Cascade, args) -> None:
     if args.select and args.select != "unique" and not (args.select.startswith("step:") and args.select[5:]):
         raise CascadeError(f"--select takes unique or step:NAME, not {args.select!r}")
     result = cascade.pull(
-        args.trace_id, args.dest, select=args.select, cover=args.cover, jobs=args.jobs, progress=True
+        args.trace_id,
+        args.dest,
+        select=args.select,
+        cover=args.cover,
+        jobs=args.jobs,
+        progress=True,
+        force=args.force,
+        allow_missing=args.allow_missing,
     )
     for warning in result.warnings:
-        print(f"cascade: warning: {warning}", file=sys.stderr)
+        print(f"cascade: warning: {visible(warning)}", file=sys.stderr)
     print(
-        f"pulled {args.trace_id} into {result.dest}: {result.downloaded} files downloaded "
+        f"pulled {visible(args.trace_id)} into {visible(result.dest)}: {result.downloaded} files downloaded "
         f"({size(result.bytes)}), {result.skipped} already there"
     )
     if result.groups:
@@ -230,7 +265,7 @@ def pull(cascade: Cascade, args) -> None:
     if result.postprocess:
         print("  # the run holds raw traces: post-process the listed ones (writes traces/kernelslist.g)")
     for step in steps:
-        print(f"  {step}")
+        print(f"  {visible(step)}")
 
 
 def simulate(cascade: Cascade, args) -> int:
@@ -261,10 +296,11 @@ COMMANDS = {"traces": traces, "show": show, "kernels": kernels, "pull": pull, "s
 def print_fields(fields: list[tuple[str, str]]) -> None:
     width = max(len(name) for name, _ in fields)
     for name, value in fields:
-        print(f"{name:<{width}}  {value}")
+        print(f"{name:<{width}}  {visible(value)}")
 
 
 def print_table(header: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> None:
+    rows = [[visible(cell) for cell in row] for row in rows]
     widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=False)]
     for row in [header, *rows]:
         cells = [

@@ -12,7 +12,9 @@ the cases apart by the status (docs/client.md lists them):
     6  the server could not be reached
     7  a file changed in the bucket since the listing (size or MD5 differs, or the bucket
        answered 403/404 for its link): run the pull again
-    8  the trace is not ready for what was asked (409)
+    8  the trace is not ready for what was asked (409), or not ready to pull (its state says why)
+    9  the run lacks instruction trace files that its kernel list names (`--allow-missing`)
+   10  the destination cannot take the pull: a file, or a folder of another trace (`--force`)
 """
 
 
@@ -42,3 +44,11 @@ class FileChanged(CascadeError):
 
 class NotReady(CascadeError):
     exit_code = 8
+
+
+class MissingTraceFiles(CascadeError):
+    exit_code = 9
+
+
+class DestinationInUse(CascadeError):
+    exit_code = 10

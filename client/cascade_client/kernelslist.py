@@ -58,3 +58,15 @@ def selected(lines: list[str], stems: set[str] | None) -> list[str]:
     """The list's memcpy lines, in order, and the kernel lines of the launches in `stems`
     (every one when `stems` is None)."""
     return [line for line in lines if line.startswith("Memcpy") or stems is None or trace_stem(line) in stems]
+
+
+def missing(lines: list[str], paths: list[str]) -> list[str]:
+    """The trace files a kernel list (in `traces/`) names that are not among the run's `paths`:
+    each kernel line is the name of a file beside the list, `.trace`, `.traceg` or either `.xz`,
+    which the simulator (or the post-processing step, for raw lists) opens as named."""
+    present = set(paths)
+    return [
+        line
+        for line in lines
+        if not line.startswith("Memcpy") and str(PurePosixPath("traces") / line) not in present
+    ]

@@ -4,8 +4,17 @@ The files come straight from the bucket through the presigned links of `/files` 
 no byte through Cascade), several at once. Each lands as `<file>.part` and is renamed only once
 its size, and its MD5 where the ETag is one, match the listing: a file already in place and
 matching is skipped, a `.part` is fetched again from its start, so a pull that was killed
-resumes by running it again. A file that no longer matches the listing (or whose link the
-bucket refuses) changed in the bucket since: FileChanged, and the partial download is removed.
+resumes by running it again; Ctrl-C stops every download at once and leaves the `.part`
+files. A file that no longer matches the listing changed in the bucket since: FileChanged, and
+the partial download is removed. Each link is signed for the listed ETag and sent with it
+(`If-Match`: a replaced object answers 412 before any byte), and no more bytes than listed are
+ever written (a longer body is cut off at once).
+
+What cannot be pulled is said, never mixed in: only a `ready` trace is pulled; the trace's id is
+written into the folder (`cascade.json`) before its first file, and a folder that holds another
+trace is refused unless `force`; a kernel list that names trace files the run lacks stops the
+pull unless `allow_missing`. A path from the listing is written only if it stays in the folder
+on POSIX and Windows alike (paths.py).
 
 With a selection (`/selection`), only the representatives' trace files are fetched, and the
 kernel list names only them (memcpy lines kept in order); `cascade.json` records each group's
@@ -17,19 +26,29 @@ import json
 import os
 import re
 import threading
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path, PurePosixPath
+from pathlib import Path
+from shlex import quote
 
 import httpx
 
 from cascade_client import kernelslist
-from cascade_client.errors import CascadeError, FileChanged, Unreachable
-from cascade_client.progress import Silent
+from cascade_client.errors import (
+    CascadeError,
+    DestinationInUse,
+    FileChanged,
+    MissingTraceFiles,
+    NotReady,
+    Unreachable,
+)
+from cascade_client.paths import path_problem
+from cascade_client.progress import Progress, Silent
 
 MD5_ETAG = re.compile(r'^"([0-9a-fA-F]{32})"$')  # multipart ETags carry "-<parts>": no MD5
-CHUNK = 1 << 20
+CHUNK = 64 * 1024  # a stop (a failure elsewhere, Ctrl-C) is seen within a chunk
+CLAIM = "cascade.json"  # the trace a folder holds, written before its first file
+RUN_FOLDERS = ("traces", "configs")
 # When a selection rewrites kernelslist.g, the run's own list is kept beside it under this name.
 RUN_LIST_KEPT = "traces/kernelslist.g.run"
 POSTPROCESS = "./util/tracer_nvbit/tracer_tool/traces-processing/post-traces-processing"
@@ -46,48 +65,77 @@ class PullResult:
     postprocess: Path | None = None  # the list to post-process first, for a run of raw traces
     configs: list[Path] = field(default_factory=list)
     groups: list[dict] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # trace files the kernel list names, not in the run
     warnings: list[str] = field(default_factory=list)
 
     def next_steps(self, suggested_config: str | None = None) -> list[str]:
         """What to run next, from an accel-sim-framework checkout."""
         steps = []
         if self.postprocess:
-            steps.append(f"{POSTPROCESS} {self.postprocess}")
-        configs = " ".join(f"-config {path}" for path in self.configs)
+            steps.append(f"{POSTPROCESS} {quote(str(self.postprocess))}")
+        configs = " ".join(f"-config {quote(str(path))}" for path in self.configs)
         steps.append(
-            f"./gpu-simulator/bin/release/accel-sim.out -trace {self.kernelslist} {configs}".rstrip()
+            f"./gpu-simulator/bin/release/accel-sim.out -trace {quote(str(self.kernelslist))} {configs}".rstrip()
         )
         if self.dest.name == "NO_ARGS":  # laid out as run_simulations.py looks for traces
             config = f"{suggested_config}-SASS" if suggested_config else "<CONFIG>-SASS"
             steps.append(
                 f"./util/job_launching/run_simulations.py -B <suite with app {self.dest.parent.name}> "
-                f"-C {config} -T {self.dest.parent.parent} -N {self.trace_id}"
+                f"-C {config} -T {quote(str(self.dest.parent.parent))} -N {quote(self.trace_id)}"
             )
         return steps
 
 
-def pull(client, trace_id: str, dest=None, *, select=None, cover=1.0, jobs=8, progress=None) -> PullResult:
-    dest = Path(dest if dest is not None else trace_id)
+def pull(
+    client,
+    trace_id: str,
+    dest=None,
+    *,
+    select: str | None = None,
+    cover: float = 1.0,
+    jobs: int = 8,
+    progress=None,
+    force: bool = False,
+    allow_missing: bool = False,
+) -> PullResult:
+    """The run of a ready trace into `dest` (default `./<trace_id>`, made absolute), or with
+    `select` ("unique" or "step:<name>") only its representatives; see the module's docstring.
+
+    Raises NotReady for a trace that is not `ready`, DestinationInUse for a `dest` that is a
+    file or holds another trace (unless `force`), MissingTraceFiles when the kernel list names
+    trace files the run lacks (unless `allow_missing`: then they are in `warnings`),
+    FileChanged, Unreachable; KeyboardInterrupt stops at once, leaving `.part` files."""
+    dest = Path(dest if dest is not None else trace_id).absolute()
+    _check_folder(dest)
     listing = client.files(trace_id)
+    _check_ready(trace_id, listing)
+    entries = [_checked(entry) for entry in listing["files"]]
     selection = client.selection(trace_id, select, cover=cover) if select else None
-    entries = [entry for entry in listing["files"] if _safe(entry["path"])]
+    _claim(dest, trace_id, client.url, force)
     paths = [entry["path"] for entry in entries]
     layout, lists = kernelslist.source_lists(paths)
 
     stems = None
     result = PullResult(trace_id=trace_id, dest=dest)
+    refused = listing.get("refused") or []
+    if refused:
+        names = ", ".join(repr(item.get("key")) for item in refused[:3])
+        result.warnings.append(
+            f"the server left out {len(refused)} file{'s' * (len(refused) != 1)} whose paths could leave "
+            f"the folder: {names}{', ...' if len(refused) > 3 else ''}"
+        )
+    on_disk = {kernelslist.trace_stem(p) for p in paths if kernelslist.is_kernel_trace(p)}
     if selection is not None:
         stems = set()
         for group in selection["groups"]:
             stem = kernelslist.trace_stem(group["representative"].get("trace_file") or "")
             if stem:
                 stems.add(stem)
-        on_disk = {kernelslist.trace_stem(p) for p in paths if kernelslist.is_kernel_trace(p)}
-        missing = sorted(stems - on_disk)
-        if missing:
+        untraced = sorted(stems - on_disk)
+        if untraced:
             result.warnings.append(
-                f"{len(missing)} of {len(selection['groups'])} representatives have no trace file in the run "
-                f"(not traced: {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}): "
+                f"{len(untraced)} of {len(selection['groups'])} representatives have no trace file in the run "
+                f"(not traced: {', '.join(untraced[:3])}{', ...' if len(untraced) > 3 else ''}): "
                 "their groups are weighed in cascade.json but cannot be simulated from this run"
             )
     wanted = [
@@ -102,27 +150,35 @@ def pull(client, trace_id: str, dest=None, *, select=None, cover=1.0, jobs=8, pr
         rewritten = selection is not None and path == kernelslist.POSTPROCESSED_LIST
         return RUN_LIST_KEPT if rewritten else path
 
-    _download_all(client, wanted, dest, local, jobs, progress, result)
+    # The lists first: what they name says whether the run is whole, before the large files.
+    first = [e for e in wanted if e["path"] in lists]
+    if progress is None:
+        progress = Silent()
+    elif progress is True:
+        progress = Progress(len(wanted), sum(e["bytes"] for e in wanted))
+    try:
+        _download_all(client, first, dest, local, jobs, progress, result)
+        sources = [(dest / local(path)).read_text(errors="replace") for path in lists]
+        lines = _kernel_lines(sources, stems, selection, on_disk)
+        missing = kernelslist.missing(lines, paths)
+        if missing:
+            what = _missing(missing, lists, on_disk)
+            if not allow_missing:
+                raise MissingTraceFiles(f"{what}; nothing else pulled (--allow-missing pulls the rest)")
+            result.warnings.append(what)
+        result.missing = missing
+        rest = [e for e in wanted if e["path"] not in lists]
+        _download_all(client, rest, dest, local, jobs, progress, result)
+    finally:
+        progress.close()
 
-    # The kernel list the simulator reads.
-    sources = [(dest / local(path)).read_text() for path in lists]
-    lines = [line for text in sources for line in kernelslist.selected(kernelslist.lines_of(text), stems)]
-    if not lists and selection is not None:  # a run without lists: the representatives, in run order
-        lines = sorted(
-            (
-                g["representative"]["trace_file"]
-                for g in selection["groups"]
-                if g["representative"].get("trace_file")
-            ),
-            key=lambda name: _launch_order(selection, name),
-        )
     simulated = dest / kernelslist.POSTPROCESSED_LIST
     if layout == "raw" and (lists or selection is not None):
-        raw = dest / kernelslist.RAW_LIST
-        _write(raw, lines)
+        raw_list = dest / kernelslist.RAW_LIST
+        _write(raw_list, lines)
         # What the post-processing step will write from it, so the folder reads whole already.
         _write(simulated, [kernelslist.postprocessed(line) for line in lines])
-        result.postprocess = raw
+        result.postprocess = raw_list
     elif selection is not None:
         _write(simulated, lines)
     result.kernelslist = simulated
@@ -132,10 +188,11 @@ def pull(client, trace_id: str, dest=None, *, select=None, cover=1.0, jobs=8, pr
     if selection is not None:
         result.groups = [_group(g, kept) for g in selection["groups"]]
     _write_json(
-        dest / "cascade.json",
+        dest / CLAIM,
         {
             "trace_id": trace_id,
             "server": client.url,
+            "complete": True,
             "pulled_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
             "selection": None
             if selection is None
@@ -148,10 +205,116 @@ def pull(client, trace_id: str, dest=None, *, select=None, cover=1.0, jobs=8, pr
             "postprocess": str(kernelslist.RAW_LIST) if result.postprocess else None,
             "files": len(wanted),
             "bytes": sum(e["bytes"] for e in wanted),
+            "missing": missing,
             "warnings": result.warnings,
         },
     )
     return result
+
+
+def _kernel_lines(sources: list[str], stems: set | None, selection: dict | None, on_disk: set) -> list[str]:
+    """The kernel list the simulator reads: the run's lists' lines (the selected launches only,
+    with a selection), or for a run without lists the traced representatives, in run order."""
+    lines = [line for text in sources for line in kernelslist.selected(kernelslist.lines_of(text), stems)]
+    if not sources and selection is not None:
+        lines = sorted(
+            (
+                g["representative"]["trace_file"]
+                for g in selection["groups"]
+                if kernelslist.trace_stem(g["representative"].get("trace_file") or "") in on_disk
+            ),
+            key=lambda name: _launch_order(selection, name),
+        )
+    return lines
+
+
+def _missing(missing: list[str], lists: list[str], on_disk: set) -> str:
+    named = f"{lists[0]} names" if len(lists) == 1 else "the kernel lists name"
+    what = (
+        f"{named} {len(missing)} instruction trace file{'s' * (len(missing) != 1)} that the run "
+        f"lacks: {', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}"
+    )
+    raw = [name for name in missing if kernelslist.trace_stem(name) in on_disk]
+    if raw:
+        what += f" ({len(raw)} of them only as raw .trace files: post-process them first)"
+    return what
+
+
+def _check_ready(trace_id: str, listing: dict) -> None:
+    """Only a ready trace is pulled: an uploading one lacks files, a failed one may be wrong."""
+    state = listing.get("state", "ready")  # a server older than the `state` key: as before
+    if state == "ready":
+        return
+    error = listing.get("error")
+    hint = {
+        "uploading": "its upload is not complete yet: pull it once it is ready",
+        "parsing": "it is being read: pull it in a moment",
+        "failed": "ask an operator to fix the run and re-ingest it",
+    }.get(state, "pull it once it is ready")
+    raise NotReady(
+        f"trace {trace_id} is {state}" + (f": {error}" if error else "") + f"; nothing pulled ({hint})"
+    )
+
+
+def _check_folder(dest: Path) -> None:
+    """A folder, or one that can be made: neither it nor its nearest existing parent a file."""
+    for folder in (dest, *dest.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                where = "" if folder == dest else f": cannot pull into {dest}"
+                raise DestinationInUse(f"{folder} is a file, not a folder{where or ': pull into a folder'}")
+            return
+
+
+def _claim(dest: Path, trace_id: str, server: str, force: bool) -> None:
+    """Write the trace's id into `dest` before any file, so that two traces never mix in one
+    folder: a folder another trace's cascade.json claims, or holding run files that none
+    claims, is refused unless `force`."""
+    claimed = None
+    try:
+        claimed = json.loads((dest / CLAIM).read_text()).get("trace_id")
+    except FileNotFoundError:
+        pass
+    except (ValueError, AttributeError, OSError):
+        claimed = "?"  # unreadable: not ours to overwrite silently
+    if not force:
+        if claimed is not None and claimed != trace_id:
+            raise DestinationInUse(
+                f"{dest} holds trace {claimed!s} (its {CLAIM}): pull {trace_id} into another folder, "
+                "or --force to pull over it"
+            )
+        if claimed is None and any(
+            (dest / folder).is_dir() and any((dest / folder).iterdir()) for folder in RUN_FOLDERS
+        ):
+            raise DestinationInUse(
+                f"{dest} holds a run's files but no {CLAIM}: pull {trace_id} into another folder, "
+                "or --force to pull over them"
+            )
+    if claimed == trace_id:
+        return
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise DestinationInUse(f"cannot make the folder {dest}: {error.strerror or error}") from None
+    _write_json(dest / CLAIM, {"trace_id": trace_id, "server": server, "complete": False})
+
+
+def _checked(entry: dict) -> dict:
+    """A listed file, as the server's word that could be anyone's: a path that stays in the
+    folder on POSIX and Windows alike, and a size."""
+    problem = path_problem(entry.get("path"))
+    if problem is not None:
+        raise CascadeError(
+            f"the server listed a file outside the run's folder ({problem}): {entry.get('path')!r}; nothing more pulled"
+        )
+    if not isinstance(entry.get("bytes"), int) or isinstance(entry["bytes"], bool) or entry["bytes"] < 0:
+        raise CascadeError(f"the server listed {entry['path']} without a size; nothing more pulled")
+    etag = entry.get("etag")
+    if etag is not None and not (isinstance(etag, str) and all(" " <= char <= "~" for char in etag)):
+        raise CascadeError(
+            f"the server listed {entry['path']} with an ETag no bucket sends; nothing more pulled"
+        )
+    return entry
 
 
 def _group(group: dict, kept: set) -> dict:
@@ -177,14 +340,6 @@ def _launch_order(selection: dict, trace_file: str):
     return ("", 0)
 
 
-def _safe(path: str) -> bool:
-    """A path relative to the run's folder, never out of it (the listing is a server's word)."""
-    parts = PurePosixPath(path).parts
-    if not parts or PurePosixPath(path).is_absolute() or ".." in parts:
-        raise CascadeError(f"the server listed a file outside the run's folder: {path!r}")
-    return True
-
-
 def _write(path: Path, lines: list[str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(path.name + ".part")
@@ -201,7 +356,14 @@ def _write_json(path: Path, value) -> None:
 # --- downloads --------------------------------------------------------------------------
 
 
-def expected_md5(etag: str | None) -> str | None:
+def expected_md5(etag: str | None, headers=None) -> str | None:
+    """The MD5 an ETag is: a quoted 32-hex one, of an object that is not encrypted with KMS or
+    a customer's key (S3 says so in the GET's headers; those objects' ETags are no MD5s)."""
+    if headers is not None and (
+        headers.get("x-amz-server-side-encryption", "").startswith("aws:kms")
+        or "x-amz-server-side-encryption-customer-algorithm" in headers
+    ):
+        return None
     match = MD5_ETAG.match(etag or "")
     return match.group(1).lower() if match else None
 
@@ -209,7 +371,7 @@ def expected_md5(etag: str | None) -> str | None:
 def file_md5(path: Path) -> str:
     digest = hashlib.md5()
     with path.open("rb") as f:
-        while chunk := f.read(CHUNK):
+        while chunk := f.read(1 << 20):
             digest.update(chunk)
     return digest.hexdigest()
 
@@ -223,73 +385,118 @@ def complete(path: Path, entry: dict) -> bool:
 
 
 def _download_all(client, entries, dest, local, jobs, progress, result) -> None:
-    from cascade_client.progress import Progress
-
+    """`entries` into `dest`, `jobs` at a time, on daemon threads: the first failure stops the
+    others at their next chunk, and so does Ctrl-C, at once (a thread stuck in a read is left
+    behind, never waited for), leaving `.part` files for the next run to fetch again."""
     todo = []
     for entry in entries:
         path = dest / local(entry["path"])
         if complete(path, entry):
             result.skipped += 1
+            progress.file_done(entry["path"], entry["bytes"], skipped=True)
         else:
             todo.append((entry, path))
-    if progress is None:
-        progress = Silent()
-    elif progress is True:
-        progress = Progress(len(todo), sum(e["bytes"] for e, _ in todo))
+    if not todo:
+        return
     stop = threading.Event()
+    queue = list(reversed(todo))
+    lock = threading.Lock()
+    failures: list[BaseException] = []
+    finished = threading.Semaphore(0)
+
+    def work(http: httpx.Client) -> None:
+        try:
+            while not stop.is_set():
+                with lock:
+                    if not queue:
+                        return
+                    entry, path = queue.pop()
+                try:
+                    _download(http, entry, path, progress, stop)
+                except BaseException as error:  # noqa: BLE001  handed to the caller's thread
+                    with lock:
+                        failures.append(error)
+                    stop.set()
+        finally:
+            finished.release()
+
     # No token and no base URL: the links are the bucket's, signed for anyone who holds them.
-    with httpx.Client(timeout=httpx.Timeout(60.0), transport=client.transport, follow_redirects=True) as http:
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            futures = [pool.submit(_download, http, entry, path, progress, stop) for entry, path in todo]
-            done, pending = wait(futures, return_when=FIRST_EXCEPTION)
-            failed = [f for f in done if f.exception()]
-            if failed:
-                stop.set()
-                for future in pending:
-                    future.cancel()
-                wait(pending)
-                progress.close()
-                raise failed[0].exception()
-    progress.close()
-    result.downloaded = len(todo)
-    result.bytes = sum(entry["bytes"] for entry, _ in todo)
+    http = httpx.Client(timeout=httpx.Timeout(60.0), transport=client.transport, follow_redirects=True)
+    workers = [
+        threading.Thread(target=work, args=(http,), daemon=True, name=f"cascade-pull-{n}")
+        for n in range(max(1, min(jobs, len(todo))))
+    ]
+    try:
+        for worker in workers:
+            worker.start()
+        for _ in workers:
+            finished.acquire()
+    except BaseException:  # Ctrl-C: the threads stop at their next chunk; none is waited for
+        stop.set()
+        raise
+    http.close()
+    if failures:
+        raise failures[0]
+    result.downloaded += len(todo)
+    result.bytes += sum(entry["bytes"] for entry, _ in todo)
 
 
 def _download(http: httpx.Client, entry: dict, path: Path, progress, stop: threading.Event) -> None:
+    """One file into `<path>.part`, renamed once whole: never more bytes than listed (a longer
+    body is cut off at once), `If-Match` with the listed ETag (the link is signed for it: a
+    replaced object answers 412 before any byte), then its MD5 where the ETag is one."""
     if stop.is_set():
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     part = path.with_name(path.name + ".part")
+    listed = entry["bytes"]
     digest, written = hashlib.md5(), 0
+    headers = {"If-Match": entry["etag"]} if entry.get("etag") else {}
     try:
-        with http.stream("GET", entry["url"]) as response:
-            if response.status_code in (403, 404):
+        with http.stream("GET", entry["url"], headers=headers) as response:
+            status = response.status_code
+            if status == 412:  # If-Match failed: S3 sends no byte of the new object
                 raise FileChanged(
-                    f"{entry['path']}: the bucket answered {response.status_code} for its link: the file "
+                    f"{entry['path']} changed in the bucket since the listing (412: its ETag is no "
+                    "longer the listed one); run the pull again"
+                )
+            if status in (403, 404):
+                raise FileChanged(
+                    f"{entry['path']}: the bucket answered {status} for its link: the file "
                     "changed or went since the listing, or the link expired; run the pull again"
                 )
-            if response.status_code >= 400:
-                raise CascadeError(f"{entry['path']}: the bucket answered {response.status_code}")
+            if status >= 400:
+                raise CascadeError(f"{entry['path']}: the bucket answered {status}")
+            announced = response.headers.get("content-length")
+            if announced is not None and announced.strip().isdigit() and int(announced) != listed:
+                raise FileChanged(
+                    f"{entry['path']} changed in the bucket since the listing ({int(announced)} bytes, "
+                    f"listed {listed}); run the pull again"
+                )
+            md5 = expected_md5(entry.get("etag"), response.headers)
             with part.open("wb") as out:
                 for chunk in response.iter_raw(CHUNK):  # the bytes as stored, never decoded
                     if stop.is_set():
-                        return
+                        return  # the .part stays, for the next pull to fetch again
+                    if written + len(chunk) > listed:
+                        raise FileChanged(
+                            f"{entry['path']} is longer in the bucket than listed ({listed} bytes): cut off "
+                            "there; run the pull again"
+                        )
                     out.write(chunk)
                     digest.update(chunk)
                     written += len(chunk)
                     progress.advance(len(chunk))
+    except FileChanged:
+        part.unlink(missing_ok=True)
+        raise
     except httpx.TransportError as error:
         raise Unreachable(
             f"{entry['path']}: cannot reach the bucket: {error or type(error).__name__}"
         ) from None
-    md5 = expected_md5(entry.get("etag"))
-    if written != entry["bytes"] or (md5 is not None and digest.hexdigest() != md5):
+    if written != listed or (md5 is not None and digest.hexdigest() != md5):
         part.unlink(missing_ok=True)
-        what = (
-            f"{written} bytes, listed {entry['bytes']}"
-            if written != entry["bytes"]
-            else "its MD5 differs from its ETag"
-        )
+        what = f"{written} bytes, listed {listed}" if written != listed else "its MD5 differs from its ETag"
         raise FileChanged(
             f"{entry['path']} changed in the bucket since the listing ({what}); run the pull again"
         )

@@ -32,25 +32,38 @@ class FakeCascade:
         }
         self.listed = dict(self.objects)  # what /files lists: sizes and ETags as of the listing
         self.multipart = set()  # paths whose ETag is a multipart one (no MD5)
+        self.kms = set()  # paths encrypted with SSE-KMS: their ETag is no MD5
         self.selection = None
+        self.state, self.error = "ready", None
+        self.refused: list[dict] = []  # what /files says it left out
+        self.on_bucket = None  # called with each request to the bucket, before it is answered
         self.requests: list[httpx.Request] = []
 
-    def etag(self, path: str) -> str:
+    def etag(self, path: str, body: bytes | None = None) -> str:
         if path in self.multipart:
             return '"0123456789abcdef0123456789abcdef-2"'
-        return f'"{hashlib.md5(self.listed[path]).hexdigest()}"'
+        if path in self.kms:
+            return f'"{hashlib.md5(b"kms" + (self.listed[path] if body is None else body)).hexdigest()}"'
+        return f'"{hashlib.md5(self.listed[path] if body is None else body).hexdigest()}"'
 
     def handler(self, request: httpx.Request) -> httpx.Response:
         self.requests.append(request)
         if request.url.host == "bucket.test":
             path = unquote(request.url.path.removeprefix("/"))
+            if self.on_bucket is not None:
+                self.on_bucket(request)
             if path not in self.objects:
                 return httpx.Response(404, text="<Error><Code>NoSuchKey</Code></Error>")
             assert "authorization" not in request.headers, "the token went to the bucket"
             body = self.objects[path]  # streamed, as a real transport's answer is
-            return httpx.Response(
-                200, headers={"Content-Length": str(len(body))}, stream=httpx.ByteStream(body)
-            )
+            # S3's If-Match: the object's ETag now (a multipart one stands for the listed bytes).
+            now = self.etag(path) if path in self.multipart else self.etag(path, body)
+            if request.headers.get("if-match") not in (None, now):
+                return httpx.Response(412, text="<Error><Code>PreconditionFailed</Code></Error>")
+            headers = {"Content-Length": str(len(body))}
+            if path in self.kms:
+                headers["x-amz-server-side-encryption"] = "aws:kms"
+            return httpx.Response(200, headers=headers, stream=httpx.ByteStream(body))
         if request.headers.get("authorization") != f"Bearer {TOKEN}":
             return httpx.Response(401, json={"detail": "Invalid token."})
         parts = [unquote(p) for p in request.url.raw_path.decode().split("?")[0].split("/") if p]
@@ -73,7 +86,15 @@ class FakeCascade:
                 for path, body in sorted(self.listed.items())
             ]
             return httpx.Response(
-                200, json={"trace_id": self.trace_id, "expires_at": "2030-01-01T00:00:00Z", "files": files}
+                200,
+                json={
+                    "trace_id": self.trace_id,
+                    "state": self.state,
+                    "error": self.error,
+                    "expires_at": "2030-01-01T00:00:00Z",
+                    "files": files,
+                    "refused": self.refused,
+                },
             )
         if route == "selection":
             if self.selection is None:
@@ -90,8 +111,8 @@ class FakeCascade:
     def summary_row(self) -> dict:
         return {
             "id": self.trace_id,
-            "state": "ready",
-            "error": None,
+            "state": self.state,
+            "error": self.error,
             "created_at": "2026-11-08T06:19:57.515017Z",
             "updated_at": "2026-11-08T06:19:57.515017Z",
             "model": "facebook/opt-125m",

@@ -10,9 +10,18 @@ import pytest
 
 from tests.client.conftest import ROOT
 
-pytestmark = pytest.mark.slow
+
+@pytest.mark.parametrize(
+    "path", ["client/build/lib/x.py", "client/cascade_client.egg-info/PKG-INFO", "client/dist/a.whl", "x.whl"]
+)
+def test_build_outputs_are_ignored_by_git(path):
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    done = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "--no-index", "-q", path])
+    assert done.returncode == 0, f"{path} is not ignored"
 
 
+@pytest.mark.slow
 def test_pip_install_client_on_a_fresh_virtualenv(tmp_path):
     # A copy: building in place would leave build/ and *.egg-info in the repository.
     source = tmp_path / "client"
@@ -45,6 +54,7 @@ def test_pip_install_client_on_a_fresh_virtualenv(tmp_path):
         csv = b"ctx,kernel_id,name,total_insts,duration_ns\\n0x1,1,k,10,\\n0x1,2,k,,5\\n"
         def answer(request):
             assert request.url.path == "/api/traces/t/kernels.csv", request.url
+            assert request.url.params["raw"] == "1", request.url  # the text as it is, for pandas
             return httpx.Response(200, content=csv)
         frame = Cascade("http://c.test", "tok", transport=httpx.MockTransport(answer)).kernels("t", as_frame=True)
         assert list(frame.columns) == ["ctx", "kernel_id", "name", "total_insts", "duration_ns"]

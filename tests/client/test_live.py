@@ -10,6 +10,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 import boto3
 import pytest
@@ -25,6 +26,8 @@ OPT = "sample__facebook_opt-125m__h100-e2e"
 BIG = "client-big-run"
 BIG_CTX = "0x55aa00"
 BIG_BYTES = 96 * 1024 * 1024  # long enough to kill a download of it midway
+VECADD = "client-vecadd"  # the real tracer's vecadd run: its kernelslist.g names a .traceg.xz it lacks
+FAILED = "client-failed"
 
 
 class Live:
@@ -107,12 +110,13 @@ def live(tmp_path_factory):
         manage("migrate", "-v", "0")
         manage("load_samples", "--create-bucket")
         upload_big_run(bucket)
+        upload_vecadd_and_failed_runs(bucket)
         manage("ingest_traces")
         token = manage("create_token", "client-tests").splitlines()[-1]
         with gunicorn(env, tmp, workers=2) as server:
             live = Live(server.url, token, bucket, env, tmp)
             deadline = time.monotonic() + 60
-            while {t["id"] for t in live.client().traces(state="ready")} < {OPT, BIG}:
+            while {t["id"] for t in live.client().traces(state="ready")} < {OPT, BIG, VECADD}:
                 assert time.monotonic() < deadline, "the samples never became ready"
                 manage("ingest_traces")
             yield live
@@ -140,6 +144,21 @@ def upload_big_run(bucket) -> None:
         bucket.put_object(Bucket=BUCKET, Key=f"{PREFIX}{BIG}/{path}", Body=body)
 
 
+def upload_vecadd_and_failed_runs(bucket) -> None:
+    from tests.helpers import DATA, VECADD_CTX
+
+    vecadd = DATA / "accelsim-vecadd-v5"
+    files = {
+        f"traces/{name}": (vecadd / name).read_bytes()
+        for name in ("kernelslist.g", f"kernelslist_ctx_{VECADD_CTX}", f"stats_ctx_{VECADD_CTX}")
+    }
+    for path, body in {**files, "configs/gpgpusim.config": b"-gpgpu_n_clusters 1\n"}.items():
+        bucket.put_object(Bucket=BUCKET, Key=f"{PREFIX}{VECADD}/{path}", Body=body)
+        bucket.put_object(Bucket=BUCKET, Key=f"{PREFIX}{FAILED}/{path}", Body=body)
+    bucket.put_object(Bucket=BUCKET, Key=f"{PREFIX}{VECADD}/metadata.json", Body=b'{"status": "ok"}')
+    bucket.put_object(Bucket=BUCKET, Key=f"{PREFIX}{FAILED}/metadata.json", Body=b'{"status": "failed"}')
+
+
 def tree(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
@@ -162,8 +181,10 @@ def test_a_presigned_link_needs_no_token_and_the_server_serves_no_file_bytes(liv
 
     listing = live.client().files(OPT)
     entry = next(e for e in listing["files"] if e["path"] == "configs/gpgpusim.config")
-    answer = httpx.get(entry["url"])  # no Authorization header at all
+    # No Authorization header at all; If-Match with the listed ETag, as the URL is signed for.
+    answer = httpx.get(entry["url"], headers={"If-Match": entry["etag"]})
     assert answer.status_code == 200 and answer.content == live.objects(OPT)["configs/gpgpusim.config"]
+    assert "if-match" in dict(parse_qsl(urlsplit(entry["url"]).query))["X-Amz-SignedHeaders"].split(";")
     assert not entry["url"].startswith(live.url)
 
 
@@ -190,7 +211,8 @@ def test_a_pull_killed_midway_resumes_and_redoes_only_the_partial_file(live, tmp
     assert {path: tree(dest)[path] for path in expected} == expected
     assert not part.exists()
     # Only what was not complete was fetched again.
-    finished_before = {p for p in before if not p.endswith(".part")}
+    assert json.loads(before["cascade.json"])["trace_id"] == BIG  # the claim came first
+    finished_before = {p for p in before if not p.endswith(".part") and p != "cascade.json"}
     fetched = {line.split()[1] for line in done.stderr.splitlines() if line.startswith("downloaded ")}
     assert fetched == set(expected) - finished_before
     assert f"{len(finished_before)} already there" in done.stdout
@@ -218,7 +240,10 @@ def test_a_file_changed_in_the_bucket_after_the_listing_is_detected(live, tmp_pa
         with ChangedAfterListing(live.url, live.token) as client, pytest.raises(FileChanged) as error:
             client.pull(OPT, tmp_path, jobs=2)
         assert "configs/trace.config" in str(error.value)
+        # Pinned to the listed ETag: the bucket refused the replaced object before any byte.
+        assert "412" in str(error.value) if change != "deleted" else "404" in str(error.value)
         assert not (tmp_path / "configs/trace.config").exists()
+        assert not (tmp_path / "configs/trace.config.part").exists()
     finally:
         live.bucket.put_object(Bucket=BUCKET, Key=key, Body=original)
 
@@ -333,3 +358,68 @@ def test_kernels_as_a_dataframe_hold_the_detail_launch_for_launch(live):
     assert list(zip(frame["grid_x"], frame["block_x"], strict=True)) == [
         (k["grid_dim"][0], k["block_dim"][0]) for k in detail["kernels"]
     ]
+
+
+# --- a pull that cannot mix or mislead (issue 30) ---------------------------------------------------
+
+
+def test_a_pull_into_another_trace_s_folder_is_refused_unless_forced(live, tmp_path):
+    dest = tmp_path / "run"
+    assert live.run("pull", VECADD, str(dest), "--allow-missing").returncode == 0
+    done = live.run("pull", OPT, str(dest))
+    assert (done.returncode, done.stdout) == (10, "")
+    assert done.stderr == (
+        f"cascade: {dest} holds trace {VECADD} (its cascade.json): pull {OPT} into another folder, "
+        "or --force to pull over it\n"
+    )
+    assert json.loads((dest / "cascade.json").read_text())["trace_id"] == VECADD
+    forced = live.run("pull", OPT, str(dest), "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads((dest / "cascade.json").read_text())["trace_id"] == OPT
+
+
+def test_a_pull_into_a_file_is_one_line(live, tmp_path):
+    (tmp_path / "afile").write_text("x")
+    done = live.run("pull", OPT, str(tmp_path / "afile"))
+    assert (done.returncode, done.stdout) == (10, "")
+    assert done.stderr == f"cascade: {tmp_path}/afile is a file, not a folder: pull into a folder\n"
+
+
+def test_a_failed_trace_is_not_pulled_and_says_why(live, tmp_path):
+    done = live.run("pull", FAILED, str(tmp_path / "failed"))
+    assert (done.returncode, done.stdout) == (8, "")
+    assert done.stderr == (
+        f"cascade: trace {FAILED} is failed: profiler reported status 'failed' in metadata.json; "
+        "nothing pulled (ask an operator to fix the run and re-ingest it)\n"
+    )
+    assert not (tmp_path / "failed").exists()
+
+
+def test_the_real_vecadd_run_lacks_the_trace_its_kernelslist_g_names(live, tmp_path):
+    from tests.helpers import DATA
+
+    named = [
+        line
+        for line in (DATA / "accelsim-vecadd-v5/kernelslist.g").read_text().splitlines()
+        if line and not line.startswith("Memcpy")
+    ]
+    done = live.run("pull", VECADD, str(tmp_path / "v"))
+    assert (done.returncode, done.stdout) == (9, "")
+    assert done.stderr.splitlines()[-1] == (
+        f"cascade: traces/kernelslist.g names 1 instruction trace file that the run lacks: {named[0]}; "
+        "nothing else pulled (--allow-missing pulls the rest)"
+    )
+    allowed = live.run("pull", VECADD, str(tmp_path / "v"), "--allow-missing")
+    assert allowed.returncode == 0 and "cascade: warning: traces/kernelslist.g names 1" in allowed.stderr
+    assert json.loads((tmp_path / "v/cascade.json").read_text())["missing"] == named
+
+
+def test_the_next_commands_are_absolute_from_a_relative_destination(live, tmp_path):
+    command, env = live.cli("pull", OPT, "rel")
+    done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    steps = done.stdout.split("next, from your accel-sim-framework checkout:\n")[1]
+    assert f"post-traces-processing {tmp_path}/rel/traces/kernelslist.cascade" in steps
+    assert (
+        f"-trace {tmp_path}/rel/traces/kernelslist.g -config {tmp_path}/rel/configs/gpgpusim.config" in steps
+    )

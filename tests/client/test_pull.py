@@ -230,3 +230,247 @@ def test_an_untraced_representative_is_weighed_but_not_listed_and_said_once(casc
         if line.startswith("kernel")
     ]
     assert kernels == [f"kernel-6-ctx_{CTX_A}.traceg.xz"]
+
+
+# --- a pull that cannot mix or mislead (issue 30) ------------------------------------------------
+
+
+def test_the_trace_id_is_in_the_folder_before_its_first_file(cascade, fake, tmp_path):
+    seen = []
+    fake.on_bucket = lambda request: seen.append(json.loads((tmp_path / "run/cascade.json").read_text()))
+    cascade.pull("opt", tmp_path / "run")
+    assert seen and all(claim["trace_id"] == "opt" and claim["complete"] is False for claim in seen)
+    saved = json.loads((tmp_path / "run/cascade.json").read_text())
+    assert saved["trace_id"] == "opt" and saved["complete"] is True
+
+
+def test_a_folder_of_another_trace_is_refused_unless_forced(cascade, fake, tmp_path):
+    from cascade_client import DestinationInUse
+
+    (tmp_path / "cascade.json").write_text(json.dumps({"trace_id": "llama"}))
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs/gpgpusim.config").write_text("llama's config\n")
+    with pytest.raises(DestinationInUse) as refused:
+        cascade.pull("opt", tmp_path)
+    assert str(refused.value) == (
+        f"{tmp_path} holds trace llama (its cascade.json): pull opt into another folder, or --force to pull over it"
+    )
+    assert not any(r.url.host == "bucket.test" for r in fake.requests)
+    assert (tmp_path / "configs/gpgpusim.config").read_text() == "llama's config\n"
+    cascade.pull("opt", tmp_path, force=True)
+    assert json.loads((tmp_path / "cascade.json").read_text())["trace_id"] == "opt"
+    assert (tmp_path / "configs/gpgpusim.config").read_bytes() == fake.objects["configs/gpgpusim.config"]
+
+
+def test_a_folder_of_run_files_that_no_trace_claims_is_refused(cascade, tmp_path):
+    from cascade_client import DestinationInUse
+
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces/kernelslist.g").write_text("kernel-1.traceg\n")
+    with pytest.raises(DestinationInUse, match="holds a run's files but no cascade.json"):
+        cascade.pull("opt", tmp_path)
+    (tmp_path / "notes.txt").write_text("mine\n")  # other files are no run's: an empty run folder is fine
+    (tmp_path / "traces/kernelslist.g").unlink()
+    cascade.pull("opt", tmp_path)
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"
+
+
+def test_a_destination_that_is_a_file_is_refused(cascade, fake, tmp_path):
+    from cascade_client import DestinationInUse
+
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(
+        DestinationInUse, match=f"^{tmp_path}/afile is a file, not a folder: pull into a folder$"
+    ):
+        cascade.pull("opt", tmp_path / "afile")
+    with pytest.raises(
+        DestinationInUse, match=f"^{tmp_path}/afile is a file, not a folder: cannot pull into "
+    ):
+        cascade.pull("opt", tmp_path / "afile" / "run")
+    assert not fake.requests or not any(r.url.host == "bucket.test" for r in fake.requests)
+
+
+@pytest.mark.parametrize(
+    ("state", "error", "message"),
+    [
+        (
+            "failed",
+            "stats_ctx_0x1: line 3 is not a launch",
+            "trace opt is failed: stats_ctx_0x1: line 3 is not a launch; nothing pulled",
+        ),
+        ("uploading", None, "trace opt is uploading; nothing pulled (its upload is not complete yet"),
+        ("parsing", None, "trace opt is parsing; nothing pulled"),
+    ],
+)
+def test_a_trace_that_is_not_ready_is_not_pulled(cascade, fake, tmp_path, state, error, message):
+    from cascade_client import NotReady
+
+    fake.state, fake.error = state, error
+    with pytest.raises(NotReady) as refused:
+        cascade.pull("opt", tmp_path / "run")
+    assert str(refused.value).startswith(message)
+    assert not (tmp_path / "run").exists()
+
+
+def test_relative_destinations_become_absolute(cascade, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = cascade.pull("opt", "rel/run")
+    assert result.dest == tmp_path / "rel/run"
+    assert all(str(tmp_path) in step for step in result.next_steps())
+
+
+def test_paths_with_spaces_are_quoted_in_the_next_commands(cascade, tmp_path):
+    result = cascade.pull("opt", tmp_path / "my runs")
+    assert f"-trace '{tmp_path}/my runs/traces/kernelslist.g'" in result.next_steps()[1]
+
+
+def kernel_lines(path):
+    return [line for line in path.read_text().splitlines() if line and not line.startswith("Memcpy")]
+
+
+def test_trace_files_the_kernel_list_names_but_the_run_lacks_stop_the_pull(cascade, fake, tmp_path):
+    from cascade_client import MissingTraceFiles
+
+    named = kernel_lines(SAMPLE / f"traces/kernelslist_ctx_{CTX_A}")
+    gone = [f"traces/{named[0]}", f"traces/{named[3]}"]
+    for path in gone:
+        del fake.listed[path], fake.objects[path]
+    with pytest.raises(MissingTraceFiles) as refused:
+        cascade.pull("opt", tmp_path)
+    assert str(refused.value) == (
+        f"the kernel lists name 2 instruction trace files that the run lacks: {named[0]}, {named[3]}; "
+        "nothing else pulled (--allow-missing pulls the rest)"
+    )
+    fetched = {r.url.path.removeprefix("/") for r in fake.requests if r.url.host == "bucket.test"}
+    assert fetched == {f"traces/kernelslist_ctx_{CTX_A}", f"traces/kernelslist_ctx_{CTX_B}"}
+
+    result = cascade.pull("opt", tmp_path, allow_missing=True)
+    assert result.missing == [named[0], named[3]] and result.warnings[0].startswith("the kernel lists name 2")
+    assert json.loads((tmp_path / "cascade.json").read_text())["missing"] == [named[0], named[3]]
+    assert tree(tmp_path).keys() >= set(fake.objects)
+
+
+def test_the_real_vecadd_kernelslist_g_names_a_post_processed_trace_the_run_lacks(tmp_path):
+    """The tracer's own kernelslist.g (v5) beside only the raw trace: the simulator would not
+    find the .traceg.xz it names."""
+    import httpx
+    from cascade_client import Cascade, MissingTraceFiles
+
+    from tests.client.conftest import TOKEN, FakeCascade
+    from tests.helpers import shared_fixture
+
+    listed = shared_fixture("accelsim-vecadd-v5", "kernelslist.g")
+    (named,) = kernel_lines(listed)  # the one launch, as the tracer named it
+    raw = named.replace(".traceg", ".trace")
+    fake = FakeCascade()
+    fake.objects = {"traces/kernelslist.g": listed.read_bytes(), f"traces/{raw}": b"\xfd7zXZ\x00raw"}
+    fake.listed = dict(fake.objects)
+    with Cascade("http://cascade.test", TOKEN, transport=httpx.MockTransport(fake.handler)) as cascade:
+        with pytest.raises(MissingTraceFiles) as refused:
+            cascade.pull("opt", tmp_path)
+    assert str(refused.value).startswith(
+        f"traces/kernelslist.g names 1 instruction trace file that the run lacks: {named} "
+        "(1 of them only as raw .trace files: post-process them first)"
+    )
+
+
+def test_a_legacy_raw_list_names_trace_files_without_xz(tmp_path):
+    import httpx
+    from cascade_client import Cascade, MissingTraceFiles
+
+    from tests.client.conftest import TOKEN, FakeCascade
+
+    fake = FakeCascade()
+    fake.objects = {
+        "traces/kernelslist": b"MemcpyHtoD,0x1,8\nkernel-1.trace\nkernel-2.trace\n",
+        "traces/kernel-1.trace": b"-k",
+    }
+    fake.listed = dict(fake.objects)
+    with Cascade("http://cascade.test", TOKEN, transport=httpx.MockTransport(fake.handler)) as cascade:
+        with pytest.raises(
+            MissingTraceFiles, match="names 1 instruction trace file that the run lacks: kernel-2.trace;"
+        ):
+            cascade.pull("opt", tmp_path)
+
+
+def test_an_sse_kms_etag_is_no_md5_and_the_size_is_checked_still(cascade, fake, tmp_path):
+    from cascade_client import FileChanged
+
+    path = "configs/gpgpusim.config"
+    fake.kms.add(path)
+    cascade.pull("opt", tmp_path / "a")
+    assert (tmp_path / "a" / path).read_bytes() == fake.objects[path]
+    fake.objects[path] += b"x"  # the same ETag (the fake pins the listed one), a longer body
+    fake.kms.discard(path)
+    fake.multipart.add(path)
+    with pytest.raises(FileChanged, match="bytes, listed"):
+        cascade.pull("opt", tmp_path / "b")
+
+
+WINDOWS_HOSTILE = [
+    "C:\\Windows\\x.dll",
+    "C:/Windows/x.dll",
+    "\\\\server\\share\\x",
+    "//server/share/x",
+    "a\\..\\..\\win.txt",
+    "a/../../x",
+    "/etc/x",
+    "traces/x\x00.trace",
+    "traces/\x1b[2Jx",
+    "traces/CON",
+    "",
+]
+
+
+@pytest.mark.parametrize("path", WINDOWS_HOSTILE, ids=[repr(p) for p in WINDOWS_HOSTILE])
+def test_a_path_that_leaves_the_folder_on_posix_or_windows_is_never_written(cascade, fake, tmp_path, path):
+    from cascade_client import CascadeError
+
+    fake.listed = {"configs/gpgpusim.config": b"ok", path: b"x"}
+    fake.objects = dict(fake.listed)
+    with pytest.raises(CascadeError, match="the server listed a file outside the run's folder"):
+        cascade.pull("opt", tmp_path / "run")
+    assert list(tmp_path.rglob("*")) == []  # nothing written at all, not even cascade.json
+
+
+def test_the_same_rule_as_the_server():
+    """The client's copy of ingest.downloads.path_problem (the client installs alone) answers
+    the same for every hostile path and a few plain ones."""
+    from cascade_client.paths import path_problem as client_rule
+
+    from ingest.downloads import path_problem as server_rule
+
+    for path in [*WINDOWS_HOSTILE, "traces/kernel-1-ctx_0x1.trace.xz", "configs/a b+c (1).txt", "é/ü"]:
+        assert client_rule(path) == server_rule(path), path
+
+
+def test_what_the_server_left_out_is_said(cascade, fake, tmp_path):
+    fake.refused = [
+        {"key": "accelsim-traces/opt/a/../../x", "reason": "not listed: its path has a `..` component"}
+    ]
+    result = cascade.pull("opt", tmp_path)
+    assert result.warnings == [
+        "the server left out 1 file whose paths could leave the folder: 'accelsim-traces/opt/a/../../x'"
+    ]
+
+
+def test_programs_read_kernels_csv_raw(cascade, fake):
+    list(cascade.kernel_rows("opt"))
+    assert dict(fake.requests[-1].url.params) == {"raw": "1"}
+    b"".join(cascade.kernels_csv("opt"))
+    assert dict(fake.requests[-1].url.params) == {}
+
+
+def test_a_token_with_surrounding_spaces_is_trimmed_and_an_inner_one_refused(fake):
+    import httpx
+    from cascade_client import BadToken, Cascade
+
+    from tests.client.conftest import TOKEN
+
+    with Cascade(
+        "http://cascade.test", f"  {TOKEN} \n", transport=httpx.MockTransport(fake.handler)
+    ) as client:
+        assert client.traces()[0]["id"] == "opt"
+    with Cascade("http://cascade.test", "cas_te st", transport=httpx.MockTransport(fake.handler)) as client:
+        with pytest.raises(BadToken, match="^CASCADE_TOKEN is malformed: it holds a space or a character"):
+            client.traces()

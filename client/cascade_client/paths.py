@@ -1,0 +1,41 @@
+"""Which paths a pull writes: a file's path comes from the server's listing, which an uploader
+who can write any key under the bucket's prefix controls. A path is written only if it is a
+plain relative POSIX path that stays in its folder under POSIX and Windows rules alike; the
+server (ingest/downloads.py) applies the same rule before it lists or signs a key.
+"""
+
+import re
+import unicodedata
+from pathlib import PurePosixPath, PureWindowsPath
+
+# Names Windows reserves for devices in any folder, whatever their extension (`nul.txt` too).
+WINDOWS_DEVICES = re.compile(r"^(con|prn|aux|nul|com[0-9¹²³]|lpt[0-9¹²³]|conin\$|conout\$)(\.|$)", re.I)
+
+
+def path_problem(path: str) -> str | None:
+    """Why `path` would not stay a plain file in the destination folder (None: it would)."""
+    if not isinstance(path, str) or not path:
+        return "an empty path"
+    if any(unicodedata.category(char) == "Cc" for char in path):
+        return "a control character"
+    if "\\" in path:
+        return "a backslash (a folder separator on Windows)"
+    if ":" in path:
+        return "a colon (a drive letter or an NTFS stream on Windows)"
+    if path.startswith("/"):
+        return "an absolute path"
+    windows = PureWindowsPath(path)
+    if windows.drive or windows.root:
+        return "a Windows drive or UNC prefix"
+    parts = path.split("/")
+    if ".." in parts:
+        return "a `..` component"
+    if any(part in ("", ".") for part in parts):
+        return "an empty or `.` component"
+    if any(part.endswith((".", " ")) for part in parts):
+        return "a component ending in a dot or a space (Windows drops them)"
+    if any(WINDOWS_DEVICES.match(part) for part in parts):
+        return "a Windows device name"
+    if PurePosixPath(path).parts != tuple(parts) or windows.parts != tuple(parts):
+        return "a path read differently on POSIX and Windows"
+    return None
