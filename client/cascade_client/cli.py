@@ -286,7 +286,7 @@ def simulate(cascade: Cascade, args) -> int:
         timeout=args.timeout,
         force=args.force,
     )
-    print("\n".join(summary_lines(result)))
+    print("\n".join(visible(line) for line in summary_lines(result)))  # names and errors are an uploader's
     return 0 if result.succeeded else 1
 
 

@@ -39,6 +39,7 @@ import httpx
 from cascade_client import kernelslist
 from cascade_client.api import check
 from cascade_client.errors import CascadeError
+from cascade_client.terminal import visible
 
 SIMULATOR = "gpu-simulator/bin/release/accel-sim.out"
 POSTPROCESSOR = "util/tracer_nvbit/tracer_tool/traces-processing/post-traces-processing"
@@ -361,7 +362,9 @@ def run_simulator(root: Path, run: Path, listing: Path, *, timeout: float | None
                 if match:
                     finished += 1
                     print(
-                        f"  kernel {finished}/{listed} finished: {match.group(1)[:90]}", file=out, flush=True
+                        f"  kernel {finished}/{listed} finished: {visible(match.group(1)[:90])}",
+                        file=out,
+                        flush=True,
                     )
             status = process.wait()
         finally:
