@@ -10,6 +10,13 @@ this process) through `/files`' presigned links. The worker's resident set is re
 before the pull and its high-water mark (VmHWM) after: the same for 8 MB and for 1 GB means
 the files went around the server, from the bucket to the client. The figures, in Markdown,
 go to stdout; progress to stderr.
+
+    python -m bench.pull --accel-sim ROOT      (or ACCEL_SIM_ROOT; issue 28)
+
+adds `cascade simulate`'s rows: each real trace of ../shared/fixtures/real-simulatable/ whose
+config ROOT has, uploaded with measured times, simulated by ROOT's own Accel-Sim, and Cascade's
+share of the command's wall time (pull, upload, read, against the simulator's own; target 10 %
+or less). Without a built Accel-Sim (CI) those rows are left out, saying so.
 """
 
 import argparse
@@ -40,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.pull", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", choices=SCALES, default="full")
     parser.add_argument("--json", type=Path, help="write the figures there too")
+    parser.add_argument("--accel-sim", metavar="ROOT", default=os.environ.get("ACCEL_SIM_ROOT"))
     options = parser.parse_args(argv)
     sys.path.insert(0, str(ROOT / "client"))
 
@@ -90,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{run_id}: {pulled / 1e6:,.1f} MB in {seconds:.2f} s; worker peak {after['VmHWM'] / 1e6:.1f} MB"
                     )
                     shutil.rmtree(tmp / run_id)
+            simulated = simulate_rows(options.accel_sim, s3, env, url, tmp)
 
     print(
         "| pull | files | bytes pulled | seconds | MB/s | server worker RSS before | its peak (VmHWM) after |"
@@ -101,9 +110,107 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['bytes'] / 1e6 / row['seconds']:,.0f} | {row['worker_rss_before'] / 1e6:.1f} MB | "
             f"{row['worker_peak'] / 1e6:.1f} MB |"
         )
+    if simulated:
+        print()
+        print(
+            "| cascade simulate | config | kernels | wall s | simulator s | pull s | upload s | read s "
+            "| Cascade / simulator |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|")
+        for row in simulated:
+            print(
+                f"| {row['trace']} | {row['config']} | {row['kernels']} | {row['wall']:.2f} | "
+                f"{row['simulator']:.2f} | {row['pull']:.2f} | {row['upload']:.2f} | {row['read']:.2f} | "
+                f"{row['share'] * 100:.1f} % |"
+            )
     if options.json:
-        options.json.write_text(json.dumps({"rows": rows}, indent=2) + "\n")
+        options.json.write_text(json.dumps({"rows": rows, "simulate": simulated}, indent=2) + "\n")
     return 0
+
+
+# The real traces the real simulator runs (../shared/fixtures/real-simulatable/SOURCES.md), with
+# the config each was recorded with.
+SIMULATABLE = {
+    "romnn+microgpusim__vectoradd-100-32-sm61": "SM6_TITANX",
+    "MrTang-Yuhan+Accel-Sim-Flashinfer__flashinfer-gemm-sm80": "SM86_RTX3070",
+    "qishao-chalmers+accel-sim-framework__vecadd-raw-sm75": "SM75_RTX2060",
+    "qishao-chalmers+accel-sim-framework__vectoradd-vectorsub-sm75": "SM75_RTX2060",
+}
+
+
+def simulate_rows(accel_sim: str | None, s3, env: dict, url: str, tmp: Path) -> list[dict]:
+    """`cascade simulate` on each sample that claims a config ROOT has and each real simulatable
+    trace (with made-up measured times), timed by its parts."""
+    if not accel_sim:
+        log("no --accel-sim ROOT (or ACCEL_SIM_ROOT): the cascade simulate rows need a built Accel-Sim")
+        return []
+    from cascade_client import Cascade
+    from cascade_client.simulate import simulate, tree_configs
+
+    configs = tree_configs(Path(accel_sim))
+    # The shipped samples that name a config the tree has (what `run.py demo` seeds), as they are.
+    samples = {}
+    for folder in sorted((ROOT / "samples").glob("sample__*")):
+        config = json.loads((folder / "metadata.json").read_text()).get("suggested_sim_config")
+        if config in configs:
+            samples[folder.name] = config
+            files = sorted(p for p in folder.rglob("*") if p.is_file())
+            for path in sorted(files, key=lambda p: p.name == "metadata.json"):  # metadata.json last
+                key = f"{PREFIX}{folder.name}/{path.relative_to(folder).as_posix()}"
+                s3.put_object(Bucket=BUCKET, Key=key, Body=path.read_bytes())
+    shared = Path(os.environ.get("CASCADE_SHARED_FIXTURES", ROOT.parent / "shared" / "fixtures"))
+    folders = {f: c for f, c in SIMULATABLE.items() if (shared / "real-simulatable" / f / "traces").is_dir()}
+    folders = {f: c for f, c in folders.items() if c in configs}
+    if not folders and not samples:
+        log(
+            f"no sample or real simulatable trace under {shared} for the configs {accel_sim} has: no simulate rows"
+        )
+        return []
+    for n, folder in enumerate(folders, start=1):
+        base = f"{PREFIX}sim-{n}/"
+        traces = shared / "real-simulatable" / folder / "traces"
+        for path in sorted(traces.iterdir()):
+            s3.put_object(Bucket=BUCKET, Key=f"{base}traces/{path.name}", Body=path.read_bytes())
+        ctx = "".join(p.name[len("stats_ctx_") :] for p in traces.glob("stats_ctx_*"))[:64]
+        ids = range(1, 1 + sum(1 for p in traces.iterdir() if ".trace" in p.name))
+        rows = "".join(f"{ctx},{k},{k * 100_000},{k * 100_000 + 20_000},20000\n" for k in ids)
+        s3.put_object(Bucket=BUCKET, Key=f"{base}timing.csv", Body=f"{TIMING_HEADER}\n{rows}".encode())
+        s3.put_object(Bucket=BUCKET, Key=f"{base}metadata.json", Body=b'{"status": "ok"}')
+    manage("ingest_traces", env=env)
+    token = manage("create_token", "bench-simulate", "--scope", "write", env=env).splitlines()[-1]
+    results = []
+    runs = {name: (name, config) for name, config in samples.items()}
+    runs |= {folder: (f"sim-{n}", config) for n, (folder, config) in enumerate(folders.items(), start=1)}
+    with Cascade(url, token) as cascade:
+        for folder, (trace_id, config) in runs.items():
+            started = time.perf_counter()
+            result = simulate(
+                cascade, trace_id, config=config, root=accel_sim, name="bench", workdir=tmp / trace_id, jobs=8
+            )
+            wall = time.perf_counter() - started
+            t = result.timing
+            results.append(
+                {
+                    "trace": folder,
+                    "config": config,
+                    "kernels": result.simulation.get("kernels_simulated"),
+                    "state": result.simulation.get("state"),
+                    "wall": wall,
+                    "simulator": t.simulator,
+                    "pull": t.pull,
+                    "prepare": t.prepare,
+                    "upload": t.upload,
+                    "read": t.read,
+                    "share": t.cascade / t.simulator if t.simulator else None,
+                }
+            )
+            log(
+                f"{folder}: {result.simulation.get('state')}, simulator {t.simulator:.1f} s, Cascade {t.cascade:.2f} s"
+            )
+    return results
+
+
+TIMING_HEADER = "ctx,kernel_id,start_ns,end_ns,duration_ns"
 
 
 def manage(*args: str, env: dict) -> str:

@@ -48,6 +48,28 @@ def parser() -> argparse.ArgumentParser:
     kernels.add_argument("--format", choices=["csv", "json"], default="csv")
     kernels.add_argument("--output", "-o", metavar="FILE", help="write there instead of stdout")
 
+    simulate = commands.add_parser(
+        "simulate",
+        help="pull a trace, run your Accel-Sim on it, upload the log, print the accuracy",
+        description="Pull the trace, post-process it, run accel-sim.out with a tested config of your "
+        "accel-sim-framework checkout, upload the log to Cascade and print how the simulation compares "
+        "(docs/simulations.md). Exit status 0 only when Cascade compared at least one kernel.",
+    )
+    simulate.add_argument("trace_id", metavar="ID")
+    simulate.add_argument(
+        "--config", required=True, metavar="NAME", help="a tested config, e.g. SM75_RTX2060"
+    )
+    simulate.add_argument("--accel-sim", metavar="ROOT", help="your built checkout (default $ACCEL_SIM_ROOT)")
+    simulate.add_argument(
+        "--name", metavar="SIM", help="the simulation's name (default accelsim_CONFIG_TIME)"
+    )
+    simulate.add_argument("--select", metavar="unique|step:NAME", help="simulate representatives only")
+    simulate.add_argument("--cover", type=float, default=1.0, help="share the groups cover (default 1.0)")
+    simulate.add_argument("--jobs", type=int, default=8, help="downloads and checks at once (default 8)")
+    simulate.add_argument("--workdir", metavar="DIR", help="where to pull and simulate (default ./ID)")
+    simulate.add_argument("--timeout", type=float, metavar="S", help="kill the simulator after S seconds")
+    simulate.add_argument("--force", action="store_true", help="simulate despite a SASS or file mismatch")
+
     pull = commands.add_parser(
         "pull",
         help="download a run into a folder Accel-Sim simulates",
@@ -253,7 +275,29 @@ def pull(cascade: Cascade, args) -> None:
         print(f"  {visible(step)}")
 
 
-COMMANDS = {"traces": traces, "show": show, "kernels": kernels, "pull": pull}
+def simulate(cascade: Cascade, args) -> int:
+    from cascade_client.simulate import simulate, summary_lines
+
+    if args.select and args.select != "unique" and not (args.select.startswith("step:") and args.select[5:]):
+        raise CascadeError(f"--select takes unique or step:NAME, not {args.select!r}")
+    result = simulate(
+        cascade,
+        args.trace_id,
+        config=args.config,
+        root=args.accel_sim,
+        name=args.name,
+        select=args.select,
+        cover=args.cover,
+        jobs=args.jobs,
+        workdir=args.workdir,
+        timeout=args.timeout,
+        force=args.force,
+    )
+    print("\n".join(visible(line) for line in summary_lines(result)))  # names and errors are an uploader's
+    return 0 if result.succeeded else 1
+
+
+COMMANDS = {"traces": traces, "show": show, "kernels": kernels, "pull": pull, "simulate": simulate}
 
 
 def print_fields(fields: list[tuple[str, str]]) -> None:

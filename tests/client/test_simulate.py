@@ -1,0 +1,481 @@
+"""`cascade simulate`'s whole loop against Cascade as deployed (gunicorn, moto's S3 server), with a
+STAND-IN for Accel-Sim.
+
+CI has no simulator, and none can be installed from the package registries. So the test writes a
+fake accel-sim-framework tree whose `accel-sim.out` and `post-traces-processing` are small Python
+stand-ins: they check the arguments and files they are given as the real ones need them (both
+config files in the working folder, the files gpgpusim.config names beside it, the kernel list,
+3-field MemcpyHtoD lines, every listed trace file present, whole and grouped), and the simulator
+stand-in then prints the REAL simulator's recorded log for that trace, from
+../shared/fixtures/real-simulatable/. It proves the loop (pull, post-process, run, upload, read,
+print), not the simulator.
+
+The expected values are read here, independently of Cascade: the simulated cycles by a regex
+over that real log's `gpu_sim_cycle` lines, the measured side from the timing file this test
+writes and uploads.
+"""
+
+import json
+import lzma
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import boto3
+import pytest
+
+from tests.client.conftest import ROOT
+from tests.gunicorn_process import clean_environ, gunicorn
+from tests.helpers import shared_fixture
+
+pytestmark = pytest.mark.slow
+
+BUCKET = "cascade-client-simulate"
+PREFIX = "accelsim-traces/"
+GEMM = "MrTang-Yuhan+Accel-Sim-Flashinfer__flashinfer-gemm-sm80"  # 8 kernels, .traceg.xz, legacy stats.csv
+RAW = "qishao-chalmers+accel-sim-framework__vecadd-raw-sm75"  # raw .trace.xz, 4-field MemcpyHtoD lines
+GEMM_LOG = "accel-sim.SM86_RTX3070.log"
+RAW_LOG = "accel-sim.SM75_RTX2060.log"
+RAW_CTX = "0x189ec30"
+
+# --- the stand-ins ---------------------------------------------------------------------------
+
+STAND_IN_SIMULATOR = '''#!@PYTHON@
+"""STAND-IN for Accel-Sim's accel-sim.out (tests/client/test_simulate.py): checks what the real
+one needs, then prints the real simulator's recorded log for this trace. Not a simulator."""
+import json, lzma, os, re, sys
+from pathlib import Path
+
+def die(message, status=134):
+    print("stand-in accel-sim.out: " + message, file=sys.stderr)
+    sys.exit(status)
+
+args = sys.argv[1:]
+if len(args) != 6 or args[0] != "-trace" or args[2:] != ["-config", "./gpgpusim.config", "-config", "./trace.config"]:
+    die("expected -trace LIST -config ./gpgpusim.config -config ./trace.config, got %r" % args, 1)
+for name in ("gpgpusim.config", "trace.config"):
+    if not Path(name).is_file():
+        die("no ./%s in %s" % (name, os.getcwd()), 1)
+for line in Path("gpgpusim.config").read_text().splitlines():
+    if line.startswith("-inter_config_file") and not Path(line.split()[1]).is_file():
+        die("gpgpusim.config names %s, not in the working folder" % line.split()[1], 1)
+listing = Path(args[1])
+if not listing.is_file():
+    die("no kernel list %s" % listing, 1)
+kernels = 0
+for line in listing.read_text().splitlines():
+    if not line.strip():
+        continue
+    if line.startswith("Memcpy"):
+        if len(line.split(",")) != 3:
+            die("trace_parser.cc:278: Assertion `params.size() == 3' failed.")
+        continue
+    path = listing.parent / line.strip()
+    if not path.is_file():
+        die("xz: %s: No such file or directory" % path, 0)
+    opener = lzma.open if path.name.endswith(".xz") else open
+    try:
+        with opener(path, "rb") as f:
+            body = f.read()  # the whole file: a cut .xz raises here
+    except (OSError, EOFError, lzma.LZMAError) as error:
+        die("%s is not whole: %s" % (path, error))
+    if not re.search(rb"^-binary version = \\d+", body, re.M):
+        die("%s has no -binary version header" % path)
+    if not re.search(rb"^#BEGIN_TB\\n\\nthread block = \\d+,\\d+,\\d+\\n\\nwarp = \\d+\\ninsts = [1-9]", body, re.M):
+        die("accel-sim.cc:144: Assertion `k' failed. (%s has no grouped warp)" % path.name)
+    kernels += 1
+if kernels == 0:
+    die("the kernel list names no kernel", 0)
+listed = [line.strip() for line in listing.read_text().splitlines() if line.strip()]
+if listed[-1].startswith("Memcpy"):  # the real one aborts so once its kernels are done
+    die("accel-sim.cc:144: void accel_sim_framework::cleanup(unsigned int): Assertion `k' failed.")
+if len(set(listed)) != len(listed):
+    die("a line listed twice: the real one would run it twice, its recorded log has each once", 1)
+# Which recorded log to print is the one thing it is told of the trace (STAND_IN_LOG).
+LOG = json.loads(Path("@LOGS@").read_text())[os.environ["STAND_IN_LOG"]]
+STALL_AFTER = int(os.environ.get("STAND_IN_STALL_AFTER_LINES", "0"))  # a run that never ends
+with open(LOG, "rb") as recorded:
+    for number, line in enumerate(recorded, start=1):
+        sys.stdout.buffer.write(line)
+        if number == STALL_AFTER:
+            sys.stdout.flush()
+            import time
+            time.sleep(600)
+'''
+
+STAND_IN_POSTPROCESSOR = '''#!@PYTHON@
+"""STAND-IN for Accel-Sim's post-traces-processing (tests/client/test_simulate.py): groups raw
+lines per block and warp as the real one does, and like the real one exits 0 whatever happens and
+returns while its xz writer is still writing."""
+import lzma, os, subprocess, sys, time
+from collections import defaultdict
+from pathlib import Path
+
+if os.environ.get("STAND_IN_POSTPROCESS_FAILS") or len(sys.argv) != 2 or not Path(sys.argv[1]).is_file():
+    print("Unable to open file: %s" % sys.argv[1:], file=sys.stderr)
+    sys.exit(0)
+listing = Path(sys.argv[1])
+out = []
+for line in listing.read_text().splitlines():
+    if line.startswith("Memcpy"):
+        out.append(line)
+        continue
+    if not line.startswith("kernel"):
+        print("Undefined command: " + line, file=sys.stderr)
+        sys.exit(0)
+    source = listing.parent / line
+    with (lzma.open if line.endswith(".xz") else open)(source, "rt") as f:
+        text = f.read()
+    header, _, body = text.partition("#traces format")
+    fmt, _, body = body.partition("\\n")
+    warps = defaultdict(list)
+    for raw in body.splitlines():
+        fields = raw.split()
+        if len(fields) > 4 and not raw.startswith("#"):
+            warps[tuple(fields[:3]), fields[3]].append(" ".join(fields[4:]))
+    grouped = [header + "#traces format" + fmt + "\\n"]
+    for block in sorted({b for b, _ in warps}):
+        grouped.append("#BEGIN_TB\\n\\nthread block = %s\\n\\n" % ",".join(block))
+        for (b, w), insts in sorted(warps.items()):
+            if b == block:
+                grouped.append("warp = %s\\ninsts = %d\\n%s\\n\\n" % (w, len(insts), "\\n".join(insts)))
+        grouped.append("#END_TB\\n\\n")
+    target = listing.parent / (line[:-3] + "g.xz" if line.endswith(".xz") else line + "g")
+    out.append(target.name)
+    data = "".join(grouped).encode()
+    if line.endswith(".xz"):
+        # A detached writer, slow on purpose: the real one returns before its `xz` finishes.
+        code = "import lzma,sys,time;d=sys.stdin.buffer.read();f=open(sys.argv[1],'wb');" \\
+               "c=lzma.compress(d);f.write(c[:len(c)//2]);f.flush();time.sleep(1.5);f.write(c[len(c)//2:]);f.close()"
+        writer = subprocess.Popen([sys.executable, "-c", code, str(target)], stdin=subprocess.PIPE, start_new_session=True)
+        writer.stdin.write(data)
+        writer.stdin.close()
+    else:
+        target.write_bytes(data)
+(listing.parent / (listing.name + ".g")).write_text("".join(l + "\\n" for l in out))
+sys.exit(0)
+'''
+
+
+def stand_in_tree(root: Path, logs: dict[str, Path]) -> Path:
+    """A fake accel-sim-framework checkout laid out as a real built one: tested configs (one
+    without its trace.config, as SM2_GTX480 really is), the simulator and the post-processor."""
+    for config in ("SM86_RTX3070", "SM75_RTX2060", "SM2_GTX480"):
+        folder = root / "gpu-simulator/gpgpu-sim/configs/tested-cfgs" / config
+        folder.mkdir(parents=True)
+        (folder / "gpgpusim.config").write_text(
+            f"# stand-in config {config}\n-inter_config_file config_{config}_islip.icnt\n"
+        )
+        (folder / f"config_{config}_islip.icnt").write_text("// stand-in interconnect\n")
+        if config != "SM2_GTX480":
+            trace_config = root / "gpu-simulator/configs/tested-cfgs" / config / "trace.config"
+            trace_config.parent.mkdir(parents=True)
+            trace_config.write_text(f"# stand-in trace.config {config}\n")
+    simulator = root / "gpu-simulator/bin/release/accel-sim.out"
+    simulator.parent.mkdir(parents=True)
+    # One stand-in per log: which recorded log it prints is the only thing it knows of the trace.
+    logs_json = root / "logs.json"
+    logs_json.write_text(json.dumps({k: str(v) for k, v in logs.items()}))
+    simulator.write_text(
+        STAND_IN_SIMULATOR.replace("@PYTHON@", sys.executable).replace("@LOGS@", str(logs_json))
+    )
+    post = root / "util/tracer_nvbit/tracer_tool/traces-processing/post-traces-processing"
+    post.parent.mkdir(parents=True)
+    post.write_text(STAND_IN_POSTPROCESSOR.replace("@PYTHON@", sys.executable))
+    for tool in (simulator, post):
+        tool.chmod(0o755)
+    return root
+
+
+# --- the real traces, uploaded with measured times -----------------------------------------
+
+
+def log_cycles(log: Path) -> dict[int, int]:
+    """uid -> gpu_sim_cycle, read from the real log's stat blocks."""
+    text = log.read_text(errors="replace")
+    uids = [int(u) for u in re.findall(r"^kernel_launch_uid = (\d+)", text, re.M)]
+    cycles = [int(c) for c in re.findall(r"^gpu_sim_cycle = (\d+)", text, re.M)]
+    assert len(uids) == len(cycles) > 0
+    return dict(zip(uids, cycles, strict=True))
+
+
+def log_kernel_ids(log: Path) -> list[int]:
+    """uid k's launch: the k-th `Header info loaded ... kernel-N...` line's N."""
+    text = log.read_text(errors="replace")
+    return [
+        int(n)
+        for n in re.findall(r"^Header info loaded for kernel command : \S*/kernel-(\d+)[-.]", text, re.M)
+    ]
+
+
+def upload_run(bucket, run: str, folder: Path, ctx: str, kernel_ids: list[int], *, arch: str | None) -> dict:
+    """The real trace folder as it is, a timing.csv of made-up measured times, metadata.json last."""
+    keys = []
+    for path in sorted((folder / "traces").iterdir()):
+        key = f"{PREFIX}{run}/traces/{path.name}"
+        bucket.put_object(Bucket=BUCKET, Key=key, Body=path.read_bytes())
+        keys.append({"key": key, "bytes": path.stat().st_size})
+    measured = {kid: 3000 + 517 * kid for kid in kernel_ids}  # ns
+    rows = "".join(f"{ctx},{kid},{1000 * kid},{1000 * kid + ns},{ns}\n" for kid, ns in measured.items())
+    timing = f"ctx,kernel_id,start_ns,end_ns,duration_ns\n{rows}".encode()
+    bucket.put_object(Bucket=BUCKET, Key=f"{PREFIX}{run}/timing.csv", Body=timing)
+    keys.append({"key": f"{PREFIX}{run}/timing.csv", "bytes": len(timing)})
+    metadata = {"status": "ok", "files": keys}
+    if arch:
+        metadata["trace_gpu_arch"] = arch
+    bucket.put_object(Bucket=BUCKET, Key=f"{PREFIX}{run}/metadata.json", Body=json.dumps(metadata))
+    return measured
+
+
+class Live:
+    def __init__(self, url, token, root, env, tmp):
+        self.url, self.token, self.root, self.env, self.tmp = url, token, root, env, tmp
+
+    def simulate(self, trace_id, *args, log, timeout=300, **stand_in):
+        env = {
+            **{f"STAND_IN_{key.upper()}": str(value) for key, value in stand_in.items()},
+            "PATH": os.environ["PATH"],
+            "PYTHONPATH": str(ROOT / "client"),
+            "CASCADE_URL": self.url,
+            "CASCADE_TOKEN": self.token,
+            "ACCEL_SIM_ROOT": str(self.root),
+            "STAND_IN_LOG": log,
+        }
+        command = [sys.executable, "-m", "cascade_client", "simulate", trace_id, *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, cwd=self.tmp)
+
+    def get(self, path):
+        import httpx
+
+        return httpx.get(
+            self.url + path, headers={"Authorization": f"Bearer {self.token}"}, timeout=30
+        ).json()
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    from moto.server import ThreadedMotoServer
+
+    gemm = shared_fixture("real-simulatable", GEMM)
+    raw = shared_fixture("real-simulatable", RAW)
+    tmp = tmp_path_factory.mktemp("client-simulate")
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    moto.start()
+    try:
+        host, port = moto.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        credentials = {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+        env = clean_environ(
+            CASCADE_VAR_DIR=str(tmp),
+            DATABASE_URL=f"sqlite:///{tmp / 'db.sqlite3'}",
+            CASCADE_S3_BUCKET=BUCKET,
+            CASCADE_S3_ENDPOINT_URL=endpoint,
+            CASCADE_PARSE_PROCESSES="1",
+            CASCADE_SIM_MULTIPART_BYTES="4096",  # the logs (about 14 kB compressed) go up in parts
+            **credentials,
+        )
+
+        def manage(*args):
+            done = subprocess.run(
+                [sys.executable, "manage.py", *args],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert done.returncode == 0, done.stderr[-3000:]
+            return done.stdout
+
+        bucket = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **_keys(credentials))
+        bucket.create_bucket(Bucket=BUCKET)
+        manage("migrate", "-v", "0")
+        measured = {
+            "gemm": upload_run(bucket, "gemm", gemm, "", log_kernel_ids(gemm / GEMM_LOG), arch="sm_80"),
+            "raw": upload_run(bucket, "raw", raw, RAW_CTX, log_kernel_ids(raw / RAW_LOG), arch=None),
+        }
+        # A run whose kernel list names a trace file the run lacks (the pull cannot have it).
+        for path in (gemm / "traces").iterdir():
+            if path.name != "kernel-8.traceg.xz":
+                bucket.put_object(
+                    Bucket=BUCKET, Key=f"{PREFIX}lacking/traces/{path.name}", Body=path.read_bytes()
+                )
+        bucket.put_object(Bucket=BUCKET, Key=f"{PREFIX}lacking/metadata.json", Body=b'{"status": "ok"}')
+        manage("ingest_traces")
+        token = manage("create_token", "simulate-tests", "--scope", "write").splitlines()[-1]
+        root = stand_in_tree(tmp / "accel-sim-framework", {"gemm": gemm / GEMM_LOG, "raw": raw / RAW_LOG})
+        with gunicorn(env, tmp, workers=2) as server:
+            live = Live(server.url, token, root, env, tmp)
+            live.measured = measured
+            live.bucket = bucket
+            live.logs = {"gemm": gemm / GEMM_LOG, "raw": raw / RAW_LOG}
+            deadline = time.monotonic() + 60
+            while {t["id"] for t in live.get("/api/traces?state=ready")} < {"gemm", "raw", "lacking"}:
+                assert time.monotonic() < deadline, "the runs never became ready"
+                manage("ingest_traces")
+            yield live
+    finally:
+        moto.stop()
+
+
+def _keys(credentials):
+    return {
+        "aws_access_key_id": credentials["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": credentials["AWS_SECRET_ACCESS_KEY"],
+    }
+
+
+def accuracy_rows(live, trace_id, name) -> dict[int, tuple]:
+    simulation = live.get(f"/api/traces/{trace_id}/simulations/{name}")
+    assert simulation["state"] == "ready", simulation
+    return {k["kernel_id"]: (k["sim_cycles"], k["measured_ns"]) for k in simulation["kernels"]}, simulation
+
+
+def expected_rows(live, trace_id) -> dict[int, tuple]:
+    log = live.logs[trace_id]
+    cycles = log_cycles(log)
+    kernel_ids = log_kernel_ids(log)
+    return {
+        kernel_ids[uid - 1]: (c, live.measured[trace_id][kernel_ids[uid - 1]]) for uid, c in cycles.items()
+    }
+
+
+def test_the_loop_brings_back_rows_equal_to_the_real_log_and_the_uploaded_times(live):
+    done = live.simulate("gemm", "--config", "SM86_RTX3070", "--name", "standin-gemm", log="gemm")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows, simulation = accuracy_rows(live, "gemm", "standin-gemm")
+    assert rows == expected_rows(live, "gemm")
+    assert simulation["kernels_compared"] == 8 and simulation["config"] == "SM86_RTX3070"
+    # Progress came from the simulator's own output: each kernel as it finished, of those listed.
+    assert [line.split()[1] for line in done.stderr.splitlines() if " finished: " in line] == [
+        f"{n}/8" for n in range(1, 9)
+    ]
+    # The summary a person reads, with the pairs and metrics Cascade computed.
+    metrics = simulation["metrics"]
+    assert "pairs: 8 compared of 8 simulated" in done.stdout
+    assert f"MAPE {metrics['mape']:.2f} %" in done.stdout
+    assert "worst kernels" in done.stdout
+    # The log in the bucket is what the simulator printed, byte for byte, uploaded in parts.
+    key = f"{PREFIX}gemm/simulations/standin-gemm/sim.log.xz"
+    assert (
+        lzma.decompress(live.bucket.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+        == live.logs["gemm"].read_bytes()
+    )
+    assert live.bucket.head_object(Bucket=BUCKET, Key=key)["ETag"].endswith('-1"')  # a multipart upload's
+    # simulation.json as uploaded: the builds read from the log's own lines.
+    marker = json.loads((live.tmp / "gemm/simulations/standin-gemm/simulation.json").read_text())
+    text = live.logs["gemm"].read_text()
+    assert marker["accel_sim_build"] == re.search(r"Accel-Sim \[build ([^\]]*)\]", text).group(1)
+    assert marker["gpgpu_sim_build"] == re.search(
+        r"GPGPU-Sim Simulator Version \S+\s+\[build ([^\]]*)\]", text
+    ).group(1)
+    assert marker["status"] == "ok" and marker["exit_status"] == 0 and marker["selection"] is None
+    assert (
+        marker["config"] == "SM86_RTX3070" and marker["host"] and marker["started_at"] <= marker["ended_at"]
+    )
+
+
+def test_raw_traces_are_post_processed_waited_for_and_their_memcpy_lines_cut(live):
+    done = live.simulate("raw", "--config", "SM75_RTX2060", "--name", "standin-raw", log="raw")
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows, _ = accuracy_rows(live, "raw", "standin-raw")
+    assert rows == expected_rows(live, "raw")
+    traces = live.tmp / "raw/traces"
+    with lzma.open(traces / f"kernel-1-ctx_{RAW_CTX}.traceg.xz") as f:  # whole: the wait was long enough
+        assert b"#BEGIN_TB" in f.read()
+    listed = (traces / "kernelslist.g").read_text().splitlines()
+    memcpy = [line for line in listed if line.startswith("Memcpy")]
+    assert len(memcpy) == 3 and all(len(line.split(",")) == 3 for line in memcpy)
+    assert not listed[-1].startswith("Memcpy")  # the simulator aborts on memcpy lines after the last kernel
+    assert [line for line in listed if not line.startswith("Memcpy")] == [f"kernel-1-ctx_{RAW_CTX}.traceg.xz"]
+
+
+def test_a_config_the_tree_lacks_is_refused_naming_those_it_has(live):
+    done = live.simulate("gemm", "--config", "SM90_H100", log="gemm")
+    assert done.returncode == 1
+    (line,) = done.stderr.strip().splitlines()
+    assert "SM90_H100 is not in" in line and line.endswith("it has: SM75_RTX2060, SM86_RTX3070")
+
+
+def test_a_sass_version_the_config_cannot_run_is_refused_unless_forced(live):
+    done = live.simulate("gemm", "--config", "SM75_RTX2060", "--workdir", "wrong-sass", log="gemm")
+    assert done.returncode == 1
+    (line,) = done.stderr.strip().splitlines()
+    assert "config SM75_RTX2060 runs SASS 75, the trace is SASS 80 (its trace_gpu_arch is sm_80)" in line
+    assert "SM86_RTX3070 (80/86)" in line
+    assert not (live.tmp / "wrong-sass").exists()  # refused before the pull
+    # The raw run's API says no arch: its trace headers say 75, read after the pull.
+    done = live.simulate("raw", "--config", "SM86_RTX3070", "--workdir", "raw-wrong", log="raw")
+    assert done.returncode == 1 and "the trace is SASS 75" in done.stderr.strip().splitlines()[-1]
+
+
+def test_a_kernel_list_naming_files_the_pull_lacks_is_refused(live):
+    done = live.simulate("lacking", "--config", "SM86_RTX3070", log="gemm")
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert (
+        "names 1 of 8 trace files the pull does not have (kernel-8.traceg.xz)" in last and "--force" in last
+    )
+    assert not (live.tmp / "lacking/simulations").exists()
+
+
+def test_a_simulator_past_its_timeout_is_killed_and_what_it_finished_still_compared(live):
+    log = live.logs["gemm"]
+    text = log.read_text(errors="replace").splitlines(keepends=True)
+    # Stall once the third kernel's stat block is whole (just before the fourth is loaded):
+    # three finished, the fourth never does.
+    printed = [i for i, line in enumerate(text) if line.startswith("Header info loaded")][3]
+    done = live.simulate(
+        "gemm",
+        "--config",
+        "SM86_RTX3070",
+        "--name",
+        "standin-killed",
+        "--timeout",
+        "5",
+        "--workdir",
+        "killed",
+        log="gemm",
+        stall_after_lines=printed,
+    )
+    marker = json.loads((live.tmp / "killed/simulations/standin-killed/simulation.json").read_text())
+    assert marker["status"] == "ok" and marker["exit_status"] == 128 + 9  # SIGKILL, as a shell says it
+    assert "stopped after --timeout 5 s" in done.stderr
+    assert [line.split()[1] for line in done.stderr.splitlines() if " finished: " in line] == [
+        "1/8",
+        "2/8",
+        "3/8",
+    ]
+    rows, simulation = accuracy_rows(live, "gemm", "standin-killed")
+    expected = expected_rows(live, "gemm")
+    assert {k: v for k, v in rows.items() if v[0] is not None} == {
+        k: expected[k] for k in sorted(expected)[:3]
+    }
+    assert simulation["stopped"] == "killed"
+    assert done.returncode == 0, done.stdout + done.stderr  # ready, three kernels compared
+
+
+def test_a_post_processor_that_wrote_nothing_is_caught_though_it_exits_0(live):
+    done = live.simulate(
+        "raw", "--config", "SM75_RTX2060", "--workdir", "pp-fails", log="raw", postprocess_fails=1
+    )
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert f"post-processing wrote no whole kernel-1-ctx_{RAW_CTX}.traceg.xz" in last
+    assert "Unable to open file" in last and "its exit status 0 tells nothing" in last
+    assert not (live.tmp / "pp-fails/simulations").exists()
+
+
+def test_a_second_simulation_in_the_same_folder_reuses_the_pull(live):
+    first = live.simulate("gemm", "--config", "SM86_RTX3070", "--name", "standin-again-1", log="gemm")
+    again = live.simulate("gemm", "--config", "SM86_RTX3070", "--name", "standin-again-2", log="gemm")
+    assert first.returncode == 0 and again.returncode == 0, again.stdout + again.stderr
+    assert "downloaded traces/" not in again.stderr  # every file already there and whole
+    assert accuracy_rows(live, "gemm", "standin-again-2")[0] == expected_rows(live, "gemm")
