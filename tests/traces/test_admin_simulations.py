@@ -222,6 +222,15 @@ def test_step_chart_draws_simulated_beside_measured_on_one_scale():
     assert [entry.colour for entry in chart.legend[:2]] == [SIM_COLOUR, MEASURED_COLOUR]
 
 
+def test_a_step_named_with_its_phase_is_titled_with_it_once():
+    """The timeline's names often carry the phase ("step 26 (decode)"): never "(decode) (decode)"."""
+    named, bare = step_chart(
+        [StepInput("step 26 (decode)", "decode", 1950, 1500), StepInput("step 27", "decode", 1950, 1500)]
+    ).groups
+    assert named.title.startswith("step 26 (decode): ") and "(decode) (decode)" not in named.title
+    assert bare.title.startswith("step 27 (decode): ")
+
+
 def test_step_chart_merges_consecutive_steps_past_its_bound():
     steps = [StepInput(f"step {n}", "prefill" if n < 4 else "decode", 10.0 * n, 5.0) for n in range(250)]
     chart = step_chart(steps, max_bars=120)

@@ -279,7 +279,7 @@ def step_chart(steps: Sequence[StepInput], *, max_bars: int = MAX_STEP_BARS) -> 
                 measured_height=round(measured_h, 2),
                 strip_width=round(2 * bar_width, 2),
                 phase_colour=colours[phase],
-                title=f"{label} ({phase}): simulated {'-' if sim is None else duration(sim)}, measured "
+                title=f"{with_phase(label, phase)}: simulated {'-' if sim is None else duration(sim)}, measured "
                 f"{'-' if measured is None else duration(measured)}, {signed_error(sim, measured)}",
                 labelled=index % every == 0,
             )
@@ -301,3 +301,9 @@ def step_chart(steps: Sequence[StepInput], *, max_bars: int = MAX_STEP_BARS) -> 
         ),
     ]
     return chart
+
+
+def with_phase(label: str, phase: str) -> str:
+    """`step 3 (decode)`, once: the timeline's step names often carry their phase already
+    ("step 26 (decode)"), which a second one would double."""
+    return label if phase.lower() in label.lower() else f"{label} ({phase})"
