@@ -17,13 +17,29 @@ TIMELINE_NAME = "timeline.json"
 TIMING_NAME = "timing.csv"
 METADATA_STRINGS = ("model", "source_gpu", "trace_gpu_arch", "suggested_sim_config")
 
-# Accel-Sim's tested configs, by the SASS architecture they model.
+# Accel-Sim's tested configs (both gpgpusim.config and trace.config exist), with the SASS
+# versions each runs (docs/simulations.md; accel-sim-framework 73f9fac, gpgpu-sim 667834c).
+# There is no Ada (sm_89) or Hopper (sm_90) config, and no SM80_A100: A100 traces run on
+# SM86_RTX3070, the only Ampere config.
+TESTED_SIM_CONFIGS = {
+    "SM3_KEPLER_TITAN": ("sm_35",),
+    "SM6_TITANX": ("sm_60", "sm_61"),
+    "SM7_QV100": ("sm_70",),
+    "SM7_GV100": ("sm_70",),
+    "SM7_TITANV": ("sm_70",),
+    "SM75_RTX2060": ("sm_75",),
+    "SM75_RTX2060_S": ("sm_75",),
+    "SM86_RTX3070": ("sm_80", "sm_86"),
+}
+# The config suggested for a run that names none: only tested configs, so none for sm_89/sm_90.
 SIM_CONFIG_FOR_ARCH = {
+    "sm_35": "SM3_KEPLER_TITAN",
+    "sm_60": "SM6_TITANX",
+    "sm_61": "SM6_TITANX",
     "sm_70": "SM7_QV100",
     "sm_75": "SM75_RTX2060",
-    "sm_80": "SM80_A100",
+    "sm_80": "SM86_RTX3070",
     "sm_86": "SM86_RTX3070",
-    "sm_90": "SM90_H100",
 }
 SIM_CONFIG_ARCH = re.compile(r"^SM(\d)(\d?)_", re.IGNORECASE)
 
@@ -271,5 +287,7 @@ def derive_arch_and_config(arch: str | None, config: str | None) -> tuple[str | 
     if config and not arch:
         match = SIM_CONFIG_ARCH.match(config)
         if match:
-            return f"sm_{match.group(1)}{match.group(2) or '0'}", config
+            arch = f"sm_{match.group(1)}{match.group(2) or '0'}"
+            runs = TESTED_SIM_CONFIGS.get(config.upper(), (arch,))
+            return arch if arch in runs else runs[0], config
     return arch, config

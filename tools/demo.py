@@ -8,8 +8,10 @@ ready *through the API*, and prints how to use it. Ctrl-C stops everything it st
 
 `--check` does the same without a human: start, wait for the samples, query the API, stop
 everything, and exit 0 only if the samples came out as expected (the showcase with every launch
-its timeline.json lists, those captured into CUDA graphs without totals). Its last line on stdout is
-a JSON report (the API's answers and the pids it started), for the test that runs it.
+its timeline.json lists, those captured into CUDA graphs without totals), and a simulation uploaded
+to the embedded S3 once the samples are ready (a Turing sample's log, as tools/simulation.py writes
+it) reads `ready` through the API within 10 s of its simulation.json (issue 29). Its last line on
+stdout is a JSON report (the API's answers and the pids it started), for the test that runs it.
 
 `--events` runs the poller on S3's event notifications (`ingest_traces --watch --events`): on the
 embedded S3, moto's SQS holds the queue the bucket notifies before the samples are uploaded; the
@@ -44,6 +46,11 @@ LOG_INFO = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+ INFO ")
 # The web server's port when none is given: the client's default address (`cascade` without
 # CASCADE_URL talks to http://127.0.0.1:8000), and Django's. Taken when free; else a free one.
 DEFAULT_PORT = 8000
+# `--check`'s own simulation: of a ready sample that names a tested config (SM75_RTX2060), read
+# within SIMULATION_BOUND seconds of its marker's upload (issue 29).
+CHECK_SIMULATION_RUN = "sample__facebook_opt-125m__rtx2060-e2e"
+CHECK_SIMULATION_NAME = "demo-check"
+SIMULATION_BOUND = 10.0
 
 
 def free_port() -> int:
@@ -93,6 +100,23 @@ def expected_simulations() -> dict[tuple[str, str], str]:
         status = json.loads(marker.read_text()).get("status")
         states[marker.parents[2].name, marker.parent.name] = "ready" if status == "ok" else "failed"
     return states
+
+
+def check_simulation_files(run_id: str, name: str) -> list[tuple[str, bytes]]:
+    """A simulation of the shipped sample `run_id`, as tools/simulation.py writes one beside a
+    run (its log from the sample's own trace headers): (file name, bytes), simulation.json last."""
+    import shutil
+    import tempfile
+
+    from tools.samples import SAMPLES as SPECS
+    from tools.simulation import SimSpec, write_simulation
+
+    spec = SimSpec(name=name, with_config=False, notes="written by `run.py demo --check`")
+    with tempfile.TemporaryDirectory() as scratch:
+        run_dir = Path(scratch) / run_id  # a copy: samples/ is never written to
+        shutil.copytree(SAMPLES / run_id, run_dir, ignore=shutil.ignore_patterns("simulations"))
+        written = write_simulation(run_dir, SPECS[run_id], spec, run_id=run_id)
+        return [(file, (written.folder / file).read_bytes()) for file in written.files]
 
 
 def expected_launches(run_id: str) -> tuple[int, int] | None:
@@ -358,6 +382,44 @@ class Demo:
             raise RuntimeError(f"sample simulations read, but not as expected: {wrong}")
         return [found[key] for key in expected]
 
+    def check_simulation_upload(self) -> dict:
+        """Upload a simulation of a ready sample (the log, then simulation.json) and time how
+        long the API takes to show it decided: {"state", "error", "seconds"}, or "skipped"."""
+        from ingest import bucket
+
+        run_id, name = CHECK_SIMULATION_RUN, CHECK_SIMULATION_NAME
+        result = {"trace": run_id, "name": name, "bound_s": SIMULATION_BOUND}
+        if not self.embedded_s3:
+            self.say("check: no simulation uploaded (not the embedded S3: your bucket is left alone)")
+            return {**result, "skipped": True}
+        folder = f"{bucket.run_prefix(run_id)}simulations/{name}/"
+        for file, body in check_simulation_files(run_id, name):
+            bucket.put_object(folder + file, body)
+        uploaded = time.monotonic()
+        deadline = uploaded + SIMULATION_BOUND
+        simulation = {}
+        while True:
+            self.ensure_running()
+            found = {sim["name"]: sim for sim in self.api(f"/api/traces/{run_id}/simulations")}
+            simulation = found.get(name, {})
+            if simulation.get("state") in FINAL_STATES or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        seconds = round(time.monotonic() - uploaded, 2)
+        state = simulation.get("state", "not seen")
+        self.say(
+            f"check: simulation {name} of {run_id}: {state} {seconds:.2f} s after its simulation.json"
+            f" (bound {SIMULATION_BOUND:.0f} s)"
+        )
+        compared = (simulation.get("metrics") or {}).get("kernels_compared")
+        return {
+            **result,
+            "state": state,
+            "error": simulation.get("error"),
+            "seconds": seconds,
+            "kernels_compared": compared,
+        }
+
     # --- stopping ----------------------------------------------------------------------------
 
     def stop(self) -> None:
@@ -395,7 +457,7 @@ class Demo:
         traces = self.wait_for_samples()
         curl = f'curl -H "Authorization: Bearer {self.token}" {self.url}/api/traces/{SHOWCASE}'
         if self.check:
-            return self.report(traces, curl)
+            return self.report(traces, curl, self.check_simulation_upload())
         ready = ", ".join(f"{t['id']} ({t['state']}, {t['kernel_count']} kernels)" for t in traces)
         print(
             f"\nCascade is running.\n\n"
@@ -431,10 +493,18 @@ class Demo:
         values = {name: self.env[name] for name in names if self.env.get(name)}
         return "export " + " ".join(f"{name}={shlex.quote(value)}" for name, value in values.items())
 
-    def report(self, traces: list[dict], curl: str) -> int:
+    def report(self, traces: list[dict], curl: str, uploaded: dict) -> int:
         detail = self.api(f"/api/traces/{SHOWCASE}")
         kernels = detail.pop("kernels")
         problems = []
+        if not uploaded.get("skipped") and (
+            uploaded["state"] != "ready" or uploaded["seconds"] > SIMULATION_BOUND
+        ):
+            problems.append(
+                f"{uploaded['trace']}: simulation {uploaded['name']} {uploaded['state']}"
+                f" ({uploaded['error']}) {uploaded['seconds']} s after its upload, not ready within"
+                f" {SIMULATION_BOUND:.0f} s"
+            )
         if detail["state"] != "ready" or len(kernels) != detail["kernel_count"] or not kernels:
             problems.append(
                 f"{SHOWCASE}: {detail['state']}, {len(kernels)} kernels of {detail['kernel_count']}"
@@ -472,6 +542,7 @@ class Demo:
             "ready_before_first_poll": self.ready_before_first_pass,
             "traces": traces,
             "detail": detail,
+            "simulation_upload": uploaded,
             "problems": problems,
         }
         self.say("check: " + ("passed" if not problems else "; ".join(problems)))

@@ -87,6 +87,16 @@ def assert_samples(traces: list[dict]) -> None:
     assert "failed" in failed["error"]
 
 
+def assert_simulation_read_within_10_s(report: dict) -> None:
+    """Issue 29: a simulation uploaded (log, then simulation.json) after its trace is ready
+    reads `ready` through the API within 10 s; the check uploads one and reports the time."""
+    uploaded = report["simulation_upload"]
+    assert uploaded["trace"] == "sample__facebook_opt-125m__rtx2060-e2e"
+    assert uploaded["state"] == "ready", uploaded
+    assert 0 <= uploaded["seconds"] <= 10
+    assert uploaded["kernels_compared"] > 0
+
+
 def test_check_mode_ingests_the_samples_through_the_api_and_stops_everything(demo_env):
     result = subprocess.run(
         [sys.executable, "-m", "tools.demo", "--check"],
@@ -100,6 +110,7 @@ def test_check_mode_ingests_the_samples_through_the_api_and_stops_everything(dem
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["problems"] == []
     assert_samples(report["traces"])
+    assert_simulation_read_within_10_s(report)
     detail = report["detail"]
     assert detail["state"] == "ready"
     assert detail["kernels_received"] == detail["kernel_count"]
@@ -207,6 +218,7 @@ def test_check_mode_with_events_ingests_the_samples_from_their_events_alone(demo
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["problems"] == [] and report["events"] is True
     assert_samples(report["traces"])
+    assert_simulation_read_within_10_s(report)
     ready = [trace for trace in report["traces"] if trace["state"] == "ready"]
     assert report["ready_before_first_poll"] >= len(ready) > 0
     assert all(gone(pid) for pid in report["pids"].values()), report["pids"]
