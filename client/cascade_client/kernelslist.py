@@ -13,8 +13,8 @@ from pathlib import PurePosixPath
 KERNEL_TRACE = re.compile(r"^(kernel-.+?)\.trace")
 POSTPROCESSED_LIST = "traces/kernelslist.g"
 # The post-processing step's input that `pull` writes for a run of raw traces: one list over
-# every context, so that the step writes one kernelslist.g (given a folder, it writes one
-# `.g` per context and only the first is named kernelslist.g).
+# every context (`for_simulator`), so that the step writes one list, `kernelslist.cascade.g`
+# (`<list>.g`), the lines of the kernelslist.g `pull` writes beside it.
 RAW_LIST = "traces/kernelslist.cascade"
 
 
