@@ -271,7 +271,9 @@ def pull(cascade: Cascade, args) -> None:
         elif in_one and n == 1:
             print("  # or by hand (the simulator runs in a folder holding the tested config's files):")
         if step.startswith(POSTPROCESS):
-            print("  # the run holds raw traces: post-process the listed ones (writes traces/kernelslist.g)")
+            print(
+                "  # the run holds raw traces: post-process the listed ones (writes the .traceg.xz files traces/kernelslist.g names)"
+            )
         print(f"  {visible(step)}")
 
 

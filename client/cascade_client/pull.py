@@ -19,6 +19,11 @@ on POSIX and Windows alike (paths.py).
 With a selection (`/selection`), only the representatives' trace files are fetched, and the
 kernel list names only them (memcpy lines kept in order); `cascade.json` records each group's
 weight, the launches its representative stands for.
+
+The kernel list written is the one the simulator accepts (`kernelslist.for_simulator`): each
+launch once (a run-wide `kernelslist` and a context's list name the same ones), 3-field memcpy
+lines, none after the last kernel. A run's own kernelslist.g that breaks this is kept beside as
+kernelslist.g.run.
 """
 
 import hashlib
@@ -179,8 +184,12 @@ def pull(
         or kernelslist.trace_stem(e["path"]) in stems
     ]
 
+    # The run's kernelslist.g goes beside the one the pull writes: with a selection, and where an
+    # earlier pull of the run already put it there (its kernelslist.g needed fixing).
+    aside = selection is not None or (dest / RUN_LIST_KEPT).is_file()
+
     def local(path: str) -> str:
-        rewritten = selection is not None and path == kernelslist.POSTPROCESSED_LIST
+        rewritten = aside and path == kernelslist.POSTPROCESSED_LIST
         return RUN_LIST_KEPT if rewritten else path
 
     # The lists first: what they name says whether the run is whole, before the large files.
@@ -212,7 +221,12 @@ def pull(
         # What the post-processing step will write from it, so the folder reads whole already.
         _write(simulated, [kernelslist.postprocessed(line) for line in lines])
         result.postprocess = raw_list
-    elif selection is not None:
+    elif selection is not None or (aside and lists):
+        _write(simulated, lines)
+    elif lists and lines != kernelslist.lines_of(sources[0]):
+        # The run's own kernelslist.g repeats a launch, has 4-field memcpy lines or ends on a
+        # memcpy line: the simulator aborts on it, so the fixed list takes its name.
+        os.replace(simulated, dest / RUN_LIST_KEPT)
         _write(simulated, lines)
     result.kernelslist = simulated
     result.configs = [dest / p for p in paths if p in ("configs/gpgpusim.config", "configs/trace.config")]
@@ -246,9 +260,10 @@ def pull(
 
 
 def _kernel_lines(sources: list[str], stems: set | None, selection: dict | None, on_disk: set) -> list[str]:
-    """The kernel list the simulator reads: the run's lists' lines (the selected launches only,
-    with a selection), or for a run without lists the traced representatives, in run order."""
-    lines = [line for text in sources for line in kernelslist.selected(kernelslist.lines_of(text), stems)]
+    """The kernel list the simulator reads: the run's lists as `kernelslist.for_simulator` makes
+    them one (the selected launches only, with a selection), or for a run without lists the
+    traced representatives, in run order."""
+    lines = kernelslist.for_simulator([kernelslist.lines_of(text) for text in sources], stems)
     if not sources and selection is not None:
         lines = sorted(
             (

@@ -183,28 +183,6 @@ def listed_kernels(lines: list[str]) -> list[str]:
     return [line for line in lines if not line.startswith("Memcpy")]
 
 
-def once(lines: list[str]) -> list[str]:
-    """The kernel list as the simulator can finish it: each line once, nothing after the last kernel.
-
-    A tracer folder with both `kernelslist` and `kernelslist_ctx_0x..` (the same launches) can be
-    pulled into a list naming everything twice: each kernel would run twice (and its second uid
-    name a launch the trace has once). MemcpyHtoD lines after the last kernel make the real
-    simulator abort once the kernels are done (`accel-sim.cc:144: ... cleanup(unsigned int):
-    Assertion 'k' failed.`, seen with this repetition). So a repeated line is dropped (copying
-    the same bytes to the same address again changes nothing), and so are the memcpy lines after
-    the last kernel (no kernel reads what they copy)."""
-    seen = set()
-    kept = [line for line in lines if not (line in seen or seen.add(line))]
-    last = max((i for i, line in enumerate(kept) if not line.startswith("Memcpy")), default=-1)
-    return kept[: last + 1]
-
-
-def three_field_memcpy(lines: list[str]) -> list[str]:
-    """`MemcpyHtoD,ADDRESS,BYTES`: forks append a 4th field (the `.bin` file), on which the
-    simulator aborts (trace_parser.cc:278, `params.size() == 3`)."""
-    return [",".join(line.split(",")[:3]) if line.startswith("Memcpy") else line for line in lines]
-
-
 def ends_whole(path: Path) -> bool:
     """A plain `.traceg` its `cat` writer has finished: it ends with a whole line."""
     with path.open("rb") as f:
@@ -265,7 +243,8 @@ def prepare(root: Path, traces: Path, *, config: str, jobs: int, force: bool, ou
     listing = traces / "kernelslist.g"
     if not listing.is_file():
         raise SimulateError(f"the pull wrote no {listing}: the run lists no traced kernel")
-    lines = once(kernelslist.lines_of(listing.read_text()))
+    # The list as the simulator accepts it (kernelslist.for_simulator): what the pull writes already.
+    lines = kernelslist.for_simulator([kernelslist.lines_of(listing.read_text())])
     names = listed_kernels(lines)
     if not names:
         raise SimulateError(f"{listing} lists no kernel: nothing to simulate")
@@ -303,11 +282,10 @@ def prepare(root: Path, traces: Path, *, config: str, jobs: int, force: bool, ou
             file=out,
             flush=True,
         )
-    fixed = three_field_memcpy(lines)
-    if fixed != lines:
+    if [kernelslist.three_fields(line) for line in original] != original:
         print("cut MemcpyHtoD lines to 3 fields (the simulator aborts on a 4th)", file=out, flush=True)
-    if fixed != original:
-        listing.write_text("".join(line + "\n" for line in fixed))
+    if lines != original:
+        listing.write_text("".join(line + "\n" for line in lines))
     return listing
 
 

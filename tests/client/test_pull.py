@@ -536,3 +536,153 @@ def test_a_token_with_surrounding_spaces_is_trimmed_and_an_inner_one_refused(fak
     with Cascade("http://cascade.test", "cas_te st", transport=httpx.MockTransport(fake.handler)) as client:
         with pytest.raises(BadToken, match="^CASCADE_TOKEN is malformed: it holds a space or a character"):
             client.traces()
+
+
+# --- the kernel list the simulator accepts (issue 28) ------------------------------------------
+# Expected lists are the real files' own lines, read with plain string work: what Accel-Sim's
+# docs (../shared/docs/accel-sim-simulator.md) say the simulator needs of them.
+
+
+def real_lines(path):
+    return [line.strip() for line in path.read_text().splitlines() if line.strip()]
+
+
+def accepted(lines):
+    """What the simulator needs of a real list that already names each launch once: memcpy lines
+    of 3 fields (`MemcpyHtoD,ADDRESS,BYTES`), nothing after the last kernel line."""
+    cut = [",".join(line.split(",")[:3]) if line.startswith("Memcpy") else line for line in lines]
+    last = max(i for i, line in enumerate(cut) if not line.startswith("Memcpy"))
+    return cut[: last + 1]
+
+
+def real_lists():
+    from tests.helpers import shared_fixture
+
+    found = []
+    for folder in ("real-tracer", "real-tracer-2"):
+        found += sorted(p for p in shared_fixture(folder).iterdir() if "kernelslist" in p.name)
+    found += sorted(shared_fixture("real-simulatable").glob("*/traces/*kernelslist*"))
+    return found
+
+
+def test_every_real_list_alone_is_accepted_as_it_is_with_its_memcpy_lines_cut():
+    from cascade_client import kernelslist
+
+    lists = real_lists()
+    assert len(lists) > 30
+    for path in lists:
+        lines = real_lines(path)
+        kernels = [line for line in lines if not line.startswith("Memcpy")]
+        assert len(set(kernels)) == len(kernels), path  # the tracer names each launch once
+        assert kernelslist.for_simulator([lines]) == accepted(lines), path
+
+
+def test_a_run_wide_list_and_a_contexts_list_of_the_same_launches_list_each_once():
+    """The real vecadd-raw run holds `kernelslist` and `kernelslist_ctx_0x189ec30`, the same
+    lines (4-field memcpy lines): concatenated, the real simulator aborted (accel-sim.cc:144)."""
+    from cascade_client import kernelslist
+
+    from tests.helpers import shared_fixture
+
+    traces = shared_fixture(
+        "real-simulatable", "qishao-chalmers+accel-sim-framework__vecadd-raw-sm75", "traces"
+    )
+    paths = [f"traces/{p.name}" for p in traces.iterdir()]
+    layout, lists = kernelslist.source_lists(paths)
+    assert layout == "raw" and lists == ["traces/kernelslist", "traces/kernelslist_ctx_0x189ec30"]
+    run_wide, context = (real_lines(traces / p.removeprefix("traces/")) for p in lists)
+    assert run_wide == context and any(len(line.split(",")) == 4 for line in context)
+    assert kernelslist.for_simulator([run_wide, context]) == accepted(context)
+
+
+def test_two_contexts_and_a_run_wide_list_naming_both_list_each_launch_once_in_launch_order():
+    """Two real contexts' lists (KevinWu2017's), and a run-wide list that names both in launch
+    order: each launch once, with the copies before it, in the run-wide list's order."""
+    from cascade_client import kernelslist
+
+    from tests.helpers import shared_fixture
+
+    folder = shared_fixture("real-tracer-2")
+    a, b = (real_lines(p) for p in sorted(folder.glob("KevinWu2017*kernelslist_ctx_*")))
+    assert kernelslist.for_simulator([a, b]) == accepted(a) + accepted(b)
+    assert kernelslist.for_simulator([b + a, a, b]) == accepted(b) + accepted(a)
+    # Memcpy lines after a context's last kernel, as a killed run can leave: never at the end.
+    assert kernelslist.for_simulator([a + b[:1], a]) == accepted(a)
+
+
+def test_a_selection_keeps_the_copies_before_a_launch_left_out_for_the_next_one_kept():
+    from cascade_client import kernelslist
+
+    from tests.helpers import shared_fixture
+
+    bfs = real_lines(
+        shared_fixture(
+            "real-tracer-2",
+            "nassosliak+accel-sim-framework__util__tracer_nvbit__traces__bfs-rodinia-3.1__kernelslist",
+        )
+    )
+    kernels = [line for line in bfs if not line.startswith("Memcpy")]
+    keep = {kernelslist.trace_stem(kernels[1]), kernelslist.trace_stem(kernels[5])}
+    upto = bfs.index(kernels[5])
+    expected = [
+        line for line in bfs[: upto + 1] if line.startswith("Memcpy") or line in (kernels[1], kernels[5])
+    ]
+    assert kernelslist.for_simulator([bfs], keep) == expected
+    # The repeated one-byte copy between bfs's kernels is the run's own: each one stays.
+    assert len(set(expected)) < len(expected)
+
+
+def pulled(objects, tmp_path, **options):
+    import httpx
+    from cascade_client import Cascade
+
+    from tests.client.conftest import TOKEN, FakeCascade
+
+    fake = FakeCascade()
+    fake.objects = dict(objects)
+    fake.listed = dict(fake.objects)
+    with Cascade("http://cascade.test", TOKEN, transport=httpx.MockTransport(fake.handler)) as cascade:
+        return cascade.pull("opt", tmp_path, **options)
+
+
+def test_pull_of_a_run_with_both_lists_writes_each_launch_once_for_both_tools(tmp_path):
+    """The real vecadd-raw run: the post-processor's input and the kernelslist.g it leads to name
+    the one launch once, memcpy lines of 3 fields before it and none after."""
+    from tests.helpers import shared_fixture
+
+    traces = shared_fixture(
+        "real-simulatable", "qishao-chalmers+accel-sim-framework__vecadd-raw-sm75", "traces"
+    )
+    objects = {f"traces/{p.name}": p.read_bytes() for p in traces.iterdir()}
+    result = pulled(objects, tmp_path)
+    expected = accepted(real_lines(traces / "kernelslist_ctx_0x189ec30"))
+    assert (tmp_path / "traces/kernelslist.cascade").read_text().splitlines() == expected
+    assert (tmp_path / "traces/kernelslist.g").read_text().splitlines() == [
+        line.replace(".trace.xz", ".traceg.xz") for line in expected
+    ]
+    assert result.postprocess == tmp_path / "traces/kernelslist.cascade"
+    assert (tmp_path / "traces/kernelslist").read_bytes() == objects[
+        "traces/kernelslist"
+    ]  # the run's, as it was
+
+
+def test_a_post_processed_list_the_simulator_aborts_on_is_fixed_and_the_runs_kept_beside(tmp_path):
+    """A fork's kernelslist.g: the real romnn list with a 4th field on its memcpy lines and a copy
+    after its last kernel. The pulled kernelslist.g is the real list again; a second pull skips all."""
+    from tests.helpers import shared_fixture
+
+    traces = shared_fixture("real-simulatable", "romnn+microgpusim__vectoradd-100-32-sm61", "traces")
+    real = real_lines(traces / "kernelslist.g")
+    memcpy = [line for line in real if line.startswith("Memcpy")]
+    forked = [f"{line},copy.bin" if line.startswith("Memcpy") else line for line in real] + memcpy[:1]
+    objects = {
+        "traces/kernelslist.g": "".join(line + "\n" for line in forked).encode(),
+        "traces/kernel-1.traceg": (traces / "kernel-1.traceg").read_bytes(),
+    }
+    result = pulled(objects, tmp_path)
+    assert (tmp_path / "traces/kernelslist.g").read_text().splitlines() == real
+    assert (tmp_path / "traces/kernelslist.g.run").read_bytes() == objects["traces/kernelslist.g"]
+    assert result.kernelslist == tmp_path / "traces/kernelslist.g"
+    again = pulled(objects, tmp_path)
+    assert again.downloaded == 0 and again.skipped == 2
+    assert (tmp_path / "traces/kernelslist.g").read_text().splitlines() == real

@@ -395,6 +395,13 @@ def test_raw_traces_are_post_processed_waited_for_and_their_memcpy_lines_cut(liv
     assert len(memcpy) == 3 and all(len(line.split(",")) == 3 for line in memcpy)
     assert not listed[-1].startswith("Memcpy")  # the simulator aborts on memcpy lines after the last kernel
     assert [line for line in listed if not line.startswith("Memcpy")] == [f"kernel-1-ctx_{RAW_CTX}.traceg.xz"]
+    # The run has `kernelslist` and `kernelslist_ctx_..`, the same lines: the pull's list for the
+    # post-processor names the launch once too, its memcpy lines the context list's, cut to 3 fields.
+    context = [line for line in (traces / f"kernelslist_ctx_{RAW_CTX}").read_text().splitlines() if line]
+    assert (traces / "kernelslist").read_text().splitlines() == context
+    assert (traces / "kernelslist.cascade").read_text().splitlines() == [
+        ",".join(line.split(",")[:3]) for line in context
+    ]
 
 
 def test_a_config_the_tree_lacks_is_refused_naming_those_it_has(live):
@@ -479,3 +486,28 @@ def test_a_second_simulation_in_the_same_folder_reuses_the_pull(live):
     assert first.returncode == 0 and again.returncode == 0, again.stdout + again.stderr
     assert "downloaded traces/" not in again.stderr  # every file already there and whole
     assert accuracy_rows(live, "gemm", "standin-again-2")[0] == expected_rows(live, "gemm")
+
+
+def test_a_list_an_older_pull_wrote_twice_over_is_fixed_before_the_simulator_starts(tmp_path):
+    """An older pull of a run with both `kernelslist` and `kernelslist_ctx_..` concatenated them:
+    every line twice, memcpy lines after the last kernel (the real simulator aborted,
+    accel-sim.cc:144). prepare() rewrites it as the simulator accepts it: the real list's lines."""
+    import io
+
+    from cascade_client import simulate
+
+    real = shared_fixture("real-simulatable", "romnn+microgpusim__vectoradd-100-32-sm61", "traces")
+    lines = [line for line in (real / "kernelslist.g").read_text().splitlines() if line]
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    (traces / "kernel-1.traceg").write_bytes((real / "kernel-1.traceg").read_bytes())
+    (traces / "kernelslist.g").write_text(
+        "".join(f"{line},x.bin\n" if line.startswith("Memcpy") else line + "\n" for line in lines * 2)
+    )
+    out = io.StringIO()
+    listing = simulate.prepare(
+        tmp_path / "no-tree", traces, config="SM6_TITANX", jobs=1, force=False, out=out
+    )
+    assert listing.read_text().splitlines() == lines
+    assert "dropped 4 line(s) of kernelslist.g repeated or after its last kernel" in out.getvalue()
+    assert "cut MemcpyHtoD lines to 3 fields" in out.getvalue()
