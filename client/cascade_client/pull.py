@@ -119,9 +119,15 @@ class PullResult:
         if self.dest.name == "NO_ARGS":  # laid out as run_simulations.py looks for traces
             steps.append(
                 f"./util/job_launching/run_simulations.py -B <suite with app {self.dest.parent.name}> "
-                f"-C {config}-SASS -T {quote(str(self.dest.parent.parent))} -N {quote(self.trace_id)}"
+                f"-C {launcher_config(config)} -T {quote(str(self.dest.parent.parent))} -N {quote(self.trace_id)}"
             )
         return steps
+
+
+def launcher_config(config: str) -> str:
+    """The name Accel-Sim's launcher (`run_simulations.py -C`) gives a tested config: without its
+    `SMxx_` prefix, with `-SASS` (SM86_RTX3070 is RTX3070-SASS, in its define-standard-cfgs.yml)."""
+    return re.sub(r"^SM\d+_", "", config) + "-SASS"
 
 
 def pull(

@@ -64,10 +64,7 @@ def test_pull_says_what_to_run_next(run, fake, tmp_path, monkeypatch):
     assert f"post-traces-processing {dest}/traces/kernelslist.cascade" in out
     assert f"accel-sim.out -trace {dest}/traces/kernelslist.g -config ./gpgpusim.config" in out
     assert "/configs/gpgpusim.config" not in out  # the run has no configs/
-    assert (
-        f"run_simulations.py -B <suite with app opt125m> -C SM90_H100-SASS -T {tmp_path / 'traces-root'}"
-        in out
-    )
+    assert f"run_simulations.py -B <suite with app opt125m> -C H100-SASS -T {tmp_path / 'traces-root'}" in out
     # Not a terminal: one plain line per file, no carriage return.
     assert "\r" not in err and err.count("downloaded ") == len(fake.objects)
 

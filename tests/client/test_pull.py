@@ -686,3 +686,14 @@ def test_a_post_processed_list_the_simulator_aborts_on_is_fixed_and_the_runs_kep
     again = pulled(objects, tmp_path)
     assert again.downloaded == 0 and again.skipped == 2
     assert (tmp_path / "traces/kernelslist.g").read_text().splitlines() == real
+
+
+@pytest.mark.parametrize(
+    "config, launcher",
+    # As Accel-Sim's util/job_launching/configs/define-standard-cfgs.yml names them.
+    [("SM86_RTX3070", "RTX3070-SASS"), ("SM7_QV100", "QV100-SASS"), ("SM75_RTX2060", "RTX2060-SASS")],
+)
+def test_the_launcher_names_a_tested_config_without_its_sm_prefix(config, launcher):
+    from cascade_client.pull import launcher_config
+
+    assert launcher_config(config) == launcher
