@@ -42,7 +42,7 @@ from ingest.bucket import S3Object
 from ingest.failures import SimulationInputError
 from ingest.simlog import SimKernel, SimLog, read_sim_log_chunks
 from traces import simulations as services
-from traces.accuracy import simulation_metrics
+from traces.accuracy import RUN_FACT_KEYS, simulation_metrics
 from traces.demangle import demangle
 from traces.locks import trace_lock
 from traces.models import (
@@ -93,16 +93,8 @@ MARKER_KEYS = (
     "ended_at",
     "exit_status",
 )
-# The marker's facts of the run, stored as Simulation.run (the API's `run`), in this order.
-RUN_KEYS = (
-    "accel_sim_build",
-    "gpgpu_sim_build",
-    "host",
-    "started_at",
-    "ended_at",
-    "exit_status",
-    "selection",
-)
+# The marker's facts of the run, stored as Simulation.run (the API's `run`), in the API's order.
+RUN_KEYS = RUN_FACT_KEYS
 SELECTION_KEYS = ("select", "cover")
 SELECT_STEP = re.compile(r"step:.{1,200}", re.DOTALL)
 MAX_EXIT_STATUS = 2**31
