@@ -90,7 +90,19 @@ class TraceNotReady(APIException):
     default_code = "not_ready"
 
 
-class TraceViewSet(viewsets.ViewSet):
+class OperatorDescribed:
+    """The browsable API's description of a viewset: its `operator_description`, not the
+    docstring written for the code's readers."""
+
+    operator_description = ""
+
+    def get_view_description(self, html=False):
+        if not html:
+            return self.operator_description
+        return format_html("<p>{}</p>", self.operator_description)
+
+
+class TraceViewSet(OperatorDescribed, viewsets.ViewSet):
     """Traces as the API reference documents them.
 
     Rows come from `traces.selectors`; JSON clients get them as bytes encoded by
@@ -118,11 +130,6 @@ class TraceViewSet(viewsets.ViewSet):
     # Trace ids are S3 folder names: dots, `+`, `@` and `=` included.
     lookup_value_regex = "[^/]+"
     lookup_url_kwarg = "trace_id"
-
-    def get_view_description(self, html=False):
-        if not html:
-            return self.operator_description
-        return format_html("<p>{}</p>", self.operator_description)
 
     def wants_json(self, request) -> bool:
         return isinstance(request.accepted_renderer, JSONRenderer)
@@ -370,7 +377,7 @@ def with_coding(response, coding: str):
     return response
 
 
-class SimulationViewSet(viewsets.ViewSet):
+class SimulationViewSet(OperatorDescribed, viewsets.ViewSet):
     """Every trace's simulations, and which simulator build or config is the most accurate."""
 
     operator_description = (
@@ -383,11 +390,6 @@ class SimulationViewSet(viewsets.ViewSet):
     queryset = Simulation.objects.none()
     filter_backends = [DjangoFilterBackend]
     filterset_class = SimulationFilter
-
-    def get_view_description(self, html=False):
-        if not html:
-            return self.operator_description
-        return format_html("<p>{}</p>", self.operator_description)
 
     def json_or_browsable(self, request, value):
         if isinstance(request.accepted_renderer, JSONRenderer):
@@ -425,7 +427,7 @@ class JsonErrorsOnly(BaseContentNegotiation):
         return renderers[0], renderers[0].media_type
 
 
-class TraceDownloadsViewSet(viewsets.ViewSet):
+class TraceDownloadsViewSet(OperatorDescribed, viewsets.ViewSet):
     """What a client downloads of a trace: its run's files from the bucket, through presigned
     URLs (`traces.files`; no byte of them passes through Cascade), and its launches as CSV for
     pandas (streamed and compressed as the detail's JSON, with the same ETag rules)."""
@@ -434,11 +436,6 @@ class TraceDownloadsViewSet(viewsets.ViewSet):
     permission_classes = [CanViewTraces]
     lookup_value_regex = TraceViewSet.lookup_value_regex
     lookup_url_kwarg = TraceViewSet.lookup_url_kwarg
-
-    def get_view_description(self, html=False):
-        if not html:
-            return self.operator_description
-        return format_html("<p>{}</p>", self.operator_description)
 
     @files_schema
     @action(detail=True, methods=["get"], url_path="files")
@@ -528,7 +525,7 @@ def first_error(errors, where: str = "") -> str:
     return f"{where}: {message}" if where else message
 
 
-class SimulationUploadViewSet(viewsets.ViewSet):
+class SimulationUploadViewSet(OperatorDescribed, viewsets.ViewSet):
     """A simulation uploaded by a script (`cascade simulate`), with a `write` token: where to PUT
     its files (presigned, into `<run>/simulations/<name>/`; no byte passes through Cascade),
     then the upload's completion, which has it read at once (`traces.files`, ingestion's)."""
@@ -540,11 +537,6 @@ class SimulationUploadViewSet(viewsets.ViewSet):
     permission_classes = [CanUploadSimulations]
     lookup_value_regex = TraceViewSet.lookup_value_regex
     lookup_url_kwarg = TraceViewSet.lookup_url_kwarg
-
-    def get_view_description(self, html=False):
-        if not html:
-            return self.operator_description
-        return format_html("<p>{}</p>", self.operator_description)
 
     def ready_trace(self, trace_id: str) -> None:
         """404 for no such trace; 409, saying its state, for one that is not ready."""
