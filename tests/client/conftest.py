@@ -2,8 +2,10 @@
 its one dependency, httpx), against a fake Cascade and bucket (httpx.MockTransport) here, and
 against gunicorn and moto's server in test_live.py."""
 
+import contextlib
 import hashlib
 import json
+import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import unquote
@@ -16,6 +18,64 @@ if str(ROOT / "client") not in sys.path:
     sys.path.insert(0, str(ROOT / "client"))
 
 SAMPLE = ROOT / "samples" / "sample__facebook_opt-125m__h100-e2e"
+S3_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+@contextlib.contextmanager
+def deployed_cascade(tmp: Path, bucket_name: str, **settings: str):
+    """Cascade's environment as deployed on moto's S3 server: the environment for gunicorn and
+    manage.py (its own SQLite, one parse process, `settings` on top), a boto3 client of the
+    bucket, and `manage(*args)`, which runs a command in it and answers its stdout. The live
+    tests (test_live.py, test_simulate.py) start gunicorn on it."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from tests.gunicorn_process import clean_environ
+
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    moto.start()
+    try:
+        host, port = moto.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        env = clean_environ(
+            CASCADE_VAR_DIR=str(tmp),
+            DATABASE_URL=f"sqlite:///{tmp / 'db.sqlite3'}",
+            CASCADE_S3_BUCKET=bucket_name,
+            CASCADE_S3_ENDPOINT_URL=endpoint,
+            CASCADE_PARSE_PROCESSES="1",
+            **S3_CREDENTIALS,
+            **settings,
+        )
+
+        def manage(*args: str) -> str:
+            done = subprocess.run(
+                [sys.executable, "manage.py", *args],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            assert done.returncode == 0, done.stderr[-3000:]
+            return done.stdout
+
+        bucket = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name=S3_CREDENTIALS["AWS_DEFAULT_REGION"],
+            aws_access_key_id=S3_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=S3_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        )
+        manage("migrate", "-v", "0")
+        yield env, bucket, manage
+    finally:
+        moto.stop()
+
+
 TOKEN = "cas_test"
 
 

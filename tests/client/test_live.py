@@ -12,11 +12,10 @@ from collections import Counter
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
-import boto3
 import pytest
 
-from tests.client.conftest import ROOT
-from tests.gunicorn_process import clean_environ, free_port, gunicorn
+from tests.client.conftest import ROOT, deployed_cascade
+from tests.gunicorn_process import free_port, gunicorn
 
 pytestmark = pytest.mark.slow
 
@@ -66,48 +65,8 @@ class Live:
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
-    from moto.server import ThreadedMotoServer
-
     tmp = tmp_path_factory.mktemp("client-live")
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    moto.start()
-    try:
-        host, port = moto.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        credentials = {
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1",
-        }
-        env = clean_environ(
-            CASCADE_VAR_DIR=str(tmp),
-            DATABASE_URL=f"sqlite:///{tmp / 'db.sqlite3'}",
-            CASCADE_S3_BUCKET=BUCKET,
-            CASCADE_S3_ENDPOINT_URL=endpoint,
-            CASCADE_PARSE_PROCESSES="1",
-            **credentials,
-        )
-
-        def manage(*args):
-            done = subprocess.run(
-                [sys.executable, "manage.py", *args],
-                cwd=ROOT,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
-            assert done.returncode == 0, done.stderr[-3000:]
-            return done.stdout
-
-        bucket = boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
-        manage("migrate", "-v", "0")
+    with deployed_cascade(tmp, BUCKET) as (env, bucket, manage):
         manage("load_samples", "--create-bucket")
         upload_big_run(bucket)
         upload_vecadd_and_failed_runs(bucket)
@@ -120,8 +79,6 @@ def live(tmp_path_factory):
                 assert time.monotonic() < deadline, "the samples never became ready"
                 manage("ingest_traces")
             yield live
-    finally:
-        moto.stop()
 
 
 def upload_big_run(bucket) -> None:

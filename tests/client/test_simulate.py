@@ -24,11 +24,10 @@ import sys
 import time
 from pathlib import Path
 
-import boto3
 import pytest
 
-from tests.client.conftest import ROOT
-from tests.gunicorn_process import clean_environ, gunicorn
+from tests.client.conftest import ROOT, deployed_cascade
+from tests.gunicorn_process import gunicorn
 from tests.helpers import shared_fixture
 
 pytestmark = pytest.mark.slow
@@ -257,46 +256,12 @@ class Live:
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
-    from moto.server import ThreadedMotoServer
-
     gemm = shared_fixture("real-simulatable", GEMM)
     raw = shared_fixture("real-simulatable", RAW)
     tmp = tmp_path_factory.mktemp("client-simulate")
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    moto.start()
-    try:
-        host, port = moto.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        credentials = {
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_DEFAULT_REGION": "us-east-1",
-        }
-        env = clean_environ(
-            CASCADE_VAR_DIR=str(tmp),
-            DATABASE_URL=f"sqlite:///{tmp / 'db.sqlite3'}",
-            CASCADE_S3_BUCKET=BUCKET,
-            CASCADE_S3_ENDPOINT_URL=endpoint,
-            CASCADE_PARSE_PROCESSES="1",
-            CASCADE_SIM_MULTIPART_BYTES="4096",  # the logs (about 14 kB compressed) go up in parts
-            **credentials,
-        )
-
-        def manage(*args):
-            done = subprocess.run(
-                [sys.executable, "manage.py", *args],
-                cwd=ROOT,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
-            assert done.returncode == 0, done.stderr[-3000:]
-            return done.stdout
-
-        bucket = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **_keys(credentials))
+    # The logs (about 14 kB compressed) go up in parts.
+    with deployed_cascade(tmp, BUCKET, CASCADE_SIM_MULTIPART_BYTES="4096") as (env, bucket, manage):
         bucket.create_bucket(Bucket=BUCKET)
-        manage("migrate", "-v", "0")
         measured = {
             "gemm": upload_run(bucket, "gemm", gemm, "", log_kernel_ids(gemm / GEMM_LOG), arch="sm_80"),
             "raw": upload_run(bucket, "raw", raw, RAW_CTX, log_kernel_ids(raw / RAW_LOG), arch=None),
@@ -321,15 +286,6 @@ def live(tmp_path_factory):
                 assert time.monotonic() < deadline, "the runs never became ready"
                 manage("ingest_traces")
             yield live
-    finally:
-        moto.stop()
-
-
-def _keys(credentials):
-    return {
-        "aws_access_key_id": credentials["AWS_ACCESS_KEY_ID"],
-        "aws_secret_access_key": credentials["AWS_SECRET_ACCESS_KEY"],
-    }
 
 
 def accuracy_rows(live, trace_id, name) -> dict[int, tuple]:
