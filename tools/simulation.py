@@ -42,15 +42,9 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.generator import (
-    ARCH_SASS,
-    Launch,
-    RunSpec,
-    _steps,
-    kernel_duration,
-    launches,
-    platform_for,
-)
+from tools.kernels import ARCH_SASS, platform_for
+from tools.timing_files import kernel_duration
+from tools.workload import Launch, RunSpec, launches, run_steps
 
 LOG_NAME = "sim.log"
 MARKER_NAME = "simulation.json"
@@ -471,7 +465,7 @@ def killed_log(data: bytes, fraction: float, block_ends: list[int]) -> tuple[byt
 
 
 def _take_steps(run: RunSpec):
-    for entry, _ in zip(_steps(run.layers), range(len(run.layers)), strict=False):
+    for entry, _ in zip(run_steps(run.layers), range(len(run.layers)), strict=False):
         yield entry
 
 
