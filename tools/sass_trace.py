@@ -17,7 +17,7 @@ from tools.workload import Launch
 @dataclass(frozen=True)
 class Opcodes:
     """The SASS one generation's generated warps run: opcode names taken from real traces of it
-    (../shared/fixtures/real-simulatable/), each one the simulator's opcode map for it knows."""
+    (the shared fixtures' real-simulatable/ runs), each one the simulator's opcode map for it knows."""
 
     mov: str
     s2r: str

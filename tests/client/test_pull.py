@@ -540,7 +540,7 @@ def test_a_token_with_surrounding_spaces_is_trimmed_and_an_inner_one_refused(fak
 
 # --- the kernel list the simulator accepts (issue 28) ------------------------------------------
 # Expected lists are the real files' own lines, read with plain string work: what Accel-Sim's
-# docs (../shared/docs/accel-sim-simulator.md) say the simulator needs of them.
+# docs say (docs/formats.md#the-tracers-files) the simulator needs of them.
 
 
 def real_lines(path):
