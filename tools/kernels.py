@@ -163,6 +163,26 @@ K_FLASH_COMBINE = (
     "N7cutlass6half_tE19Flash_kernel_traitsILi64ELi64ELi128ELi4ES3_EELi4ELi1ELb1EEEvNS_16Flash_fwd_paramsE"
 )
 
+# RTX 2060 (Turing, sm_75): cuBLAS's Turing kernels; vLLM runs its XFormers backend there (no
+# FlashAttention before Ampere): xFormers' CUTLASS kernel for prefill, vLLM's paged attention v2
+# and its reduce for decode. Against an H100: about 1/19 the fp16 tensor throughput, 1/10 the
+# bandwidth.
+K_TURING_PREFILL = "turing_fp16_s1688gemm_fp16_128x128_ldg8_f2f_tn"
+K_TURING_PREFILL_WIDE = "turing_fp16_s1688gemm_fp16_256x128_ldg8_f2f_tn"
+K_TURING_NARROW = "turing_fp16_s1688gemm_fp16_128x64_sliced1x2_ldg8_f2f_tn"
+K_TURING_DECODE = "turing_fp16_s1688gemm_fp16_64x64_sliced1x2_ldg8_f2f_tn"
+K_XFORMERS_PREFILL = (
+    "_Z39fmha_cutlassF_f16_aligned_64x64_rf_sm75N15AttentionKernelIN7cutlass6half_tENS0_4arch4Sm75E"
+    "Lb1ELi64ELi64ELi64ELb1ELb1EE6ParamsE"
+)
+K_PAGED_ATTENTION = (
+    "_ZN4vllm25paged_attention_v2_kernelIttLi64ELi16ELi128ELNS_18Fp8KVCacheDataTypeE0ELb0ELi512EEEvPfS2_"
+    "PT_PKS3_PKT0_S9_ifPKiSB_iPKfiiiSD_SD_"
+)
+K_PAGED_ATTENTION_REDUCE = (
+    "_ZN4vllm32paged_attention_v2_reduce_kernelItLi64ELi128ELi512EEEvPT_PKfS4_PKS1_PKii"
+)
+
 # (name, grid, block, warp instructions per block): shapes as the real kernels launch them.
 Shape = tuple[str, tuple[int, int, int], tuple[int, int, int], int]
 # A GEMM of the model: its role, and whether its token count is a prefill's.
@@ -185,95 +205,69 @@ class Platform:
     min_duration_ns: int
 
 
-H100 = Platform(
-    prefill_gemms={
-        "qkv": (K_GEMM_PREFILL, 128, 128, 1),
-        "out": (K_NVJET_PREFILL_NARROW, 128, 64, 1),
-        "fc1": (K_GEMM_PREFILL_WIDE, 128, 256, 1),
-        "fc2": (K_NVJET_PREFILL_DEEP, 128, 128, 1),
-        "logits": (K_NVJET_LOGITS, 8, 192, 1),
-    },
-    decode_gemms={
-        "qkv": (K_GEMM_DECODE, 8, 64, 4),
-        "out": (K_NVJET_DECODE, 8, 64, 1),
-        "fc1": (K_NVJET_DECODE_WIDE, 8, 128, 1),
-        "fc2": (K_GEMM_DECODE, 8, 64, 4),
-        "logits": (K_NVJET_LOGITS, 8, 192, 1),
-    },
-    attention_prefill=K_FA3_PREFILL,
-    attention_decode=K_FA3_DECODE,
-    attention_combine=K_FA3_COMBINE,
+# cuBLAS's kernel for each GEMM of the model, per GPU, for prefill- and decode-sized products:
+# (GPU, role, prefill kernel, tile M, tile N, split-K ways, decode kernel, tile M, tile N, ways).
+GEMM_CHOICES = (
+    ("H100", "qkv", K_GEMM_PREFILL, 128, 128, 1, K_GEMM_DECODE, 8, 64, 4),
+    ("H100", "out", K_NVJET_PREFILL_NARROW, 128, 64, 1, K_NVJET_DECODE, 8, 64, 1),
+    ("H100", "fc1", K_GEMM_PREFILL_WIDE, 128, 256, 1, K_NVJET_DECODE_WIDE, 8, 128, 1),
+    ("H100", "fc2", K_NVJET_PREFILL_DEEP, 128, 128, 1, K_GEMM_DECODE, 8, 64, 4),
+    ("H100", "logits", K_NVJET_LOGITS, 8, 192, 1, K_NVJET_LOGITS, 8, 192, 1),
+    ("A100", "qkv", K_SM80_PREFILL, 128, 128, 1, K_SM80_DECODE_SPLITK, 64, 32, 4),
+    ("A100", "out", K_AMPERE_PREFILL_NARROW, 128, 64, 1, K_CUTLASS_DECODE, 16, 16, 1),
+    ("A100", "fc1", K_SM80_PREFILL_WIDE, 256, 128, 1, K_SM80_DECODE_WIDE, 32, 64, 1),
+    ("A100", "fc2", K_AMPERE_PREFILL_DEEP, 128, 128, 1, K_SM80_DECODE_SPLITK, 64, 32, 4),
+    ("A100", "logits", K_AMPERE_LOGITS, 64, 64, 1, K_AMPERE_LOGITS, 64, 64, 1),
+    ("RTX2060", "qkv", K_TURING_PREFILL, 128, 128, 1, K_TURING_DECODE, 64, 64, 1),
+    ("RTX2060", "out", K_TURING_NARROW, 128, 64, 1, K_TURING_DECODE, 64, 64, 1),
+    ("RTX2060", "fc1", K_TURING_PREFILL_WIDE, 256, 128, 1, K_TURING_DECODE, 64, 64, 1),
+    ("RTX2060", "fc2", K_TURING_PREFILL, 128, 128, 1, K_TURING_DECODE, 64, 64, 1),
+    ("RTX2060", "logits", K_TURING_DECODE, 64, 64, 1, K_TURING_DECODE, 64, 64, 1),
+)  # fmt: skip
+
+
+def _platform(
+    gpu: str,
+    attention: tuple[str, str, str],
+    *,
+    gemm_block: int,
+    slowdown: tuple[float, float, float],
+    min_ns: int,
+) -> Platform:
+    """A GPU's `Platform`: its GEMMs from `GEMM_CHOICES`, its attention kernels (prefill, decode,
+    combine), the large-tile GEMMs' threads per CTA, the slowdown of (gemm, attention, memory)
+    kernels against an H100, and the shortest kernel's nanoseconds."""
+    rows = [row for row in GEMM_CHOICES if row[0] == gpu]
+    return Platform(
+        prefill_gemms={row[1]: row[2:6] for row in rows},
+        decode_gemms={row[1]: row[6:10] for row in rows},
+        attention_prefill=attention[0],
+        attention_decode=attention[1],
+        attention_combine=attention[2],
+        gemm_block=gemm_block,
+        slowdown=dict(zip(("gemm", "attention", "memory"), slowdown, strict=True)),
+        min_duration_ns=min_ns,
+    )
+
+
+H100 = _platform(
+    "H100",
+    (K_FA3_PREFILL, K_FA3_DECODE, K_FA3_COMBINE),
     gemm_block=384,
-    slowdown={"gemm": 1.0, "attention": 1.0, "memory": 1.0},
-    min_duration_ns=1500,
+    slowdown=(1.0, 1.0, 1.0),
+    min_ns=1500,
 )
 # A100 against H100 (dense fp16: 312 vs 989 TFLOP/s; HBM: 2.0 vs 3.35 TB/s): GEMMs and
 # attention lose most, memory-bound kernels about the bandwidth ratio.
-A100 = Platform(
-    prefill_gemms={
-        "qkv": (K_SM80_PREFILL, 128, 128, 1),
-        "out": (K_AMPERE_PREFILL_NARROW, 128, 64, 1),
-        "fc1": (K_SM80_PREFILL_WIDE, 256, 128, 1),
-        "fc2": (K_AMPERE_PREFILL_DEEP, 128, 128, 1),
-        "logits": (K_AMPERE_LOGITS, 64, 64, 1),
-    },
-    decode_gemms={
-        "qkv": (K_SM80_DECODE_SPLITK, 64, 32, 4),
-        "out": (K_CUTLASS_DECODE, 16, 16, 1),
-        "fc1": (K_SM80_DECODE_WIDE, 32, 64, 1),
-        "fc2": (K_SM80_DECODE_SPLITK, 64, 32, 4),
-        "logits": (K_AMPERE_LOGITS, 64, 64, 1),
-    },
-    attention_prefill=K_FLASH,
-    attention_decode=K_FLASH_SPLITKV,
-    attention_combine=K_FLASH_COMBINE,
+A100 = _platform(
+    "A100", (K_FLASH, K_FLASH_SPLITKV, K_FLASH_COMBINE), gemm_block=256, slowdown=(2.1, 1.8, 1.5), min_ns=2200
+)
+RTX2060 = _platform(
+    "RTX2060",
+    (K_XFORMERS_PREFILL, K_PAGED_ATTENTION, K_PAGED_ATTENTION_REDUCE),
     gemm_block=256,
-    slowdown={"gemm": 2.1, "attention": 1.8, "memory": 1.5},
-    min_duration_ns=2200,
-)
-
-
-# RTX 2060 (Turing, sm_75): cuBLAS's Turing kernels; vLLM runs its XFormers backend there (no
-# FlashAttention before Ampere): xFormers' CUTLASS kernel for prefill, vLLM's paged attention v2
-# and its reduce for decode. Against an H100: about 1/19 the fp16 tensor throughput, 1/10 the
-# bandwidth.
-K_TURING_PREFILL = "turing_fp16_s1688gemm_fp16_128x128_ldg8_f2f_tn"
-K_TURING_PREFILL_WIDE = "turing_fp16_s1688gemm_fp16_256x128_ldg8_f2f_tn"
-K_TURING_NARROW = "turing_fp16_s1688gemm_fp16_128x64_sliced1x2_ldg8_f2f_tn"
-K_TURING_DECODE = "turing_fp16_s1688gemm_fp16_64x64_sliced1x2_ldg8_f2f_tn"
-K_XFORMERS_PREFILL = (
-    "_Z39fmha_cutlassF_f16_aligned_64x64_rf_sm75N15AttentionKernelIN7cutlass6half_tENS0_4arch4Sm75E"
-    "Lb1ELi64ELi64ELi64ELb1ELb1EE6ParamsE"
-)
-K_PAGED_ATTENTION = (
-    "_ZN4vllm25paged_attention_v2_kernelIttLi64ELi16ELi128ELNS_18Fp8KVCacheDataTypeE0ELb0ELi512EEEvPfS2_"
-    "PT_PKS3_PKT0_S9_ifPKiSB_iPKfiiiSD_SD_"
-)
-K_PAGED_ATTENTION_REDUCE = (
-    "_ZN4vllm32paged_attention_v2_reduce_kernelItLi64ELi128ELi512EEEvPT_PKfS4_PKS1_PKii"
-)
-
-RTX2060 = Platform(
-    prefill_gemms={
-        "qkv": (K_TURING_PREFILL, 128, 128, 1),
-        "out": (K_TURING_NARROW, 128, 64, 1),
-        "fc1": (K_TURING_PREFILL_WIDE, 256, 128, 1),
-        "fc2": (K_TURING_PREFILL, 128, 128, 1),
-        "logits": (K_TURING_DECODE, 64, 64, 1),
-    },
-    decode_gemms={
-        "qkv": (K_TURING_DECODE, 64, 64, 1),
-        "out": (K_TURING_DECODE, 64, 64, 1),
-        "fc1": (K_TURING_DECODE, 64, 64, 1),
-        "fc2": (K_TURING_DECODE, 64, 64, 1),
-        "logits": (K_TURING_DECODE, 64, 64, 1),
-    },
-    attention_prefill=K_XFORMERS_PREFILL,
-    attention_decode=K_PAGED_ATTENTION,
-    attention_combine=K_PAGED_ATTENTION_REDUCE,
-    gemm_block=256,
-    slowdown={"gemm": 14.0, "attention": 11.0, "memory": 9.0},
-    min_duration_ns=3000,
+    slowdown=(14.0, 11.0, 9.0),
+    min_ns=3000,
 )
 
 
