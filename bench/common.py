@@ -8,6 +8,7 @@ as it is deployed, as child processes (`manage.py ingest_traces`, gunicorn), aga
 databases it creates and drops (`scratch_database`).
 """
 
+import http.client
 import logging
 import os
 import platform
@@ -253,33 +254,19 @@ def child_env(**settings: str) -> dict:
     return env
 
 
-def manage(*args: str, env: dict, timeout: float = 600, tree: Path = ROOT) -> Child:
-    """`python manage.py ARGS` in a child process, its peak RSS recorded by bench/hwm.py;
-    `tree`: another checkout's manage.py (an earlier commit's, which has no bench/hwm.py)."""
+def manage(*args: str, env: dict, timeout: float = 600) -> Child:
+    """`python manage.py ARGS` in a child process, its peak RSS recorded by bench/hwm.py."""
     if not Path("/proc/self/status").exists():
-        return run_child([sys.executable, "manage.py", *args], env=env, timeout=timeout, cwd=tree)
+        return run_child([sys.executable, "manage.py", *args], env=env, timeout=timeout, cwd=ROOT)
     with tempfile.TemporaryDirectory(prefix="cascade-bench-hwm-") as tmp:
         hwm = Path(tmp) / "vmhwm"
-        # This checkout's bench/hwm.py, run as a script, for another's manage.py too: its
-        # project on the path, so that its peak RSS is its own as well.
         return run_child(
             [sys.executable, str(ROOT / "bench" / "hwm.py"), str(hwm), "manage.py", *args],
-            env={**env, "PYTHONPATH": str(tree)},
+            env={**env, "PYTHONPATH": str(ROOT)},
             timeout=timeout,
-            cwd=tree,
+            cwd=ROOT,
             hwm=hwm,
         )
-
-
-@contextmanager
-def worktree(revision: str, path: Path) -> Iterator[Path]:
-    """A checkout of `revision` at `path` (git worktree), removed afterwards."""
-    git = ["git", "-C", str(ROOT), "worktree"]
-    subprocess.run([*git, "add", "--detach", "--quiet", str(path), revision], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run([*git, "remove", "--force", str(path)], check=False)
 
 
 def free_port() -> int:
@@ -421,3 +408,31 @@ def ingest_generated(run_id: str, kernels: int, contexts: int, seed: int = 1) ->
     if change is None or change.new_state != "ready":
         raise SystemExit(f"ingestion did not make {run_id} ready: {change}")
     return seconds
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict  # lower-cased names
+    nbytes: int  # the body as sent (compressed if it was), without chunked framing
+    seconds: float  # from sending the request to the body's last byte
+    body: bytes | None = None  # with keep=True
+
+
+def http_get(port: int, path: str, headers: dict, *, timeout: float = 900, keep: bool = False) -> Answer:
+    """A GET to 127.0.0.1:port read to its end, the body counted (kept if asked), not decoded."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        started = time.perf_counter()
+        conn.request("GET", path, headers=headers)
+        response = conn.getresponse()
+        nbytes, kept = 0, []
+        while chunk := response.read(1 << 20):
+            nbytes += len(chunk)
+            if keep:
+                kept.append(chunk)
+        seconds = time.perf_counter() - started
+        headers = {k.lower(): v for k, v in response.getheaders()}
+        return Answer(response.status, headers, nbytes, seconds, b"".join(kept) if keep else None)
+    finally:
+        conn.close()

@@ -216,7 +216,7 @@ class Community:
             )
 
     def detail(self, port: int, auth: dict, big: str) -> None:
-        from bench.api_bench import http_get
+        from bench.common import http_get
 
         path = f"/api/traces/{big}"
         headers = {**auth, "Accept-Encoding": "gzip"}
@@ -426,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only", default=",".join(FIGURES), help=f"comma-separated, of: {', '.join(FIGURES)}"
     )
     parser.add_argument("--json", metavar="FILE", help="also write the results here")
+    parser.add_argument("--output", metavar="FILE", help="also write the table here (Markdown)")
     parser.add_argument(
         "--server",
         default=common.server_url(os.environ.get("BENCH_DATABASE_URL", common.DEFAULT_SERVER_URL)),
@@ -470,6 +471,8 @@ def main(argv: list[str] | None = None) -> int:
         bench.rows.append(Row(figure, f"not measured: {why}", "", "", None))
     output = f"{heading(args.scale, scale, machine)}\n\n{table(bench.rows)}\n"
     print(output)
+    if args.output:
+        Path(args.output).write_text(output)
     log(f"done in {time.perf_counter() - started:.0f} s")
     if args.json:
         Path(args.json).write_text(

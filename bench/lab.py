@@ -76,22 +76,8 @@ SCALES = {
     "full": Scale(launches=1_000_000, memory_launches=4_000_000, runs=2_000, failed_runs=1_000, timeout=7200),
 }
 
-# The figures recorded in issue 11, before the work the issue asks for (the "before" column).
+# The pass over new runs is judged against issue 11's recorded pass (its reference).
 RECORDED_RUNS_SECONDS, RECORDED_RUNS = 148.8, 2_000
-BEFORE = {
-    "ingest": "29.5 s vs 14.2 s = 2.08x",
-    "memory": "110 MB at 200k, 116 MB at 1M, 127 MB at 2M",
-    "traced": "issue 22: 108 MB at 1M launches in 8 contexts, 131 MB at 2M (traced ids in a set)",
-    "storage": "398 B (326 heap + 72 index)",
-    "growth": "465 B",
-    "api": "12.3 s vs 18.0 s = 0.69x, 348 MB",
-    "gzip": "348 MB (no compression)",
-    "zstd": "348 MB (no compression)",
-    "etag": "200, full 348 MB again",
-    "dataframe": "no kernels.csv: the JSON detail only",
-    "runs": f"{RECORDED_RUNS_SECONDS} s for {RECORDED_RUNS:,} runs",
-    "idle": "1,000+ S3 listings",
-}
 
 # Each run of the lab gets its own key prefix in the bucket, so each pass sees only its runs.
 BUCKET = "cascade-lab"
@@ -107,7 +93,6 @@ class Row:
     ratio: str
     target: str
     met: bool | None  # None: nothing to judge (the figure could not be taken)
-    before: str
     values: dict = field(default_factory=dict)  # the raw numbers, for --json
 
 
@@ -135,7 +120,6 @@ class Lab:
         self.rows: list[Row] = []
         self.secret = os.urandom(16).hex()
         self.large_rss: int | None = None  # the large run's ingest_traces, for memory
-        self.before: tuple[str, Path] | None = None  # (revision, its checkout): --before
 
     def env(self, database_url: str, prefix: str, **extra: str) -> dict:
         return common.child_env(
@@ -149,15 +133,12 @@ class Lab:
             **extra,
         )
 
-    def ingest(
-        self, database_url: str, prefix: str, label: str, tree: Path = common.ROOT, **extra: str
-    ) -> common.Child:
+    def ingest(self, database_url: str, prefix: str, label: str, **extra: str) -> common.Child:
         log(f"{label}: manage.py ingest_traces")
         child = common.manage(
             "ingest_traces",
             env=self.env(database_url, prefix, **extra),
             timeout=self.scale.timeout,
-            tree=tree,
         )
         log(f"{label}: {child.seconds:.1f} s, peak RSS {mb(child.max_rss)}; {child.summary_line()}")
         return child
@@ -202,7 +183,7 @@ class Lab:
             if "storage" in figures:
                 self.storage(db, n, stats_bytes, size_before)
             if "ingest" in figures:
-                from bench.ingest_bench import psql_copy_seconds
+                from bench.references import psql_copy_seconds
 
                 log(f"{run_id}: psql \\copy of the same rows into an equivalent table")
                 copy = psql_copy_seconds(db, run_id)
@@ -225,7 +206,6 @@ class Lab:
                         ),
                         "≤ 1.5x",
                         judged <= 1.5,
-                        BEFORE["ingest"],
                         {
                             "seconds": child.seconds,
                             "pass_seconds": own,
@@ -275,7 +255,6 @@ class Lab:
                 f"{per_launch / raw:.2f}x",
                 "≤ 150 B",
                 per_launch <= 150,
-                BEFORE["storage"],
                 {
                     "bytes_per_launch": per_launch,
                     "heap": heap / n,
@@ -294,13 +273,13 @@ class Lab:
                 f"{growth / n / raw:.2f}x",
                 "≤ 150 B",
                 growth / n <= 150,
-                BEFORE["growth"],
                 {"bytes_per_launch": growth / n, "raw": raw},
             )
         )
 
     def api(self, db: str, prefix: str, run_id: str, n: int, figures: set[str]) -> None:
-        from bench.api_bench import http_get, json_agg_seconds
+        from bench.common import http_get
+        from bench.references import json_agg_seconds
 
         env = self.env(db, prefix)
         token = common.manage("create_token", "bench-lab", env=env).stdout.split()[-1]
@@ -338,77 +317,82 @@ class Lab:
         if plain.status != 200:
             raise RuntimeError(f"GET {path} answered {plain.status}")
         if "api" in figures:
-            ratio = plain.seconds / agg_seconds
+            self.api_rows(n, plain, (agg_seconds, agg_bytes, same_json), encoded)
+        if "etag" in figures:
+            self.etag_row(plain, again)
+        if frames is not None:
+            self.dataframe(frames, n)
+
+    def api_rows(self, n: int, plain, reference: tuple, encoded: dict) -> None:
+        """The api row (beside json_agg's seconds, bytes and sameness) and one per encoding."""
+        agg_seconds, agg_bytes, same_json = reference
+        ratio = plain.seconds / agg_seconds
+        self.add(
+            Row(
+                "api",
+                f"`GET /api/traces/{{id}}`, {n:,} launches, through gunicorn",
+                f"{secs(plain.seconds)}, {mb(plain.nbytes)}",
+                f"PostgreSQL `json_agg` of the same JSON {secs(agg_seconds)}, {mb(agg_bytes)}"
+                + (" (**not the same JSON**)" if same_json is False else ""),
+                f"{ratio:.2f}x",
+                "≤ 0.7x",
+                ratio <= 0.7,
+                {
+                    "seconds": plain.seconds,
+                    "bytes": plain.nbytes,
+                    "json_agg_seconds": agg_seconds,
+                    "json_agg_bytes": agg_bytes,
+                    "same_json": same_json,
+                    "ratio": ratio,
+                },
+            )
+        )
+        for encoding, answer in encoded.items():
+            sent = answer.headers.get("content-encoding", "none")
+            share = answer.nbytes / plain.nbytes
             self.add(
                 Row(
-                    "api",
-                    f"`GET /api/traces/{{id}}`, {n:,} launches, through gunicorn",
-                    f"{secs(plain.seconds)}, {mb(plain.nbytes)}",
-                    f"PostgreSQL `json_agg` of the same JSON {secs(agg_seconds)}, {mb(agg_bytes)}"
-                    + (" (**not the same JSON**)" if same_json is False else ""),
-                    f"{ratio:.2f}x",
-                    "≤ 0.7x",
-                    ratio <= 0.7,
-                    BEFORE["api"],
+                    encoding,
+                    f"… with `Accept-Encoding: {encoding}`: bytes on the wire",
+                    f"{mb(answer.nbytes)} (Content-Encoding: {sent}), {secs(answer.seconds)}",
+                    f"identity {mb(plain.nbytes)}",
+                    f"1/{1 / share:.1f}" if share else "0",
+                    "≤ 1/8",
+                    answer.status == 200 and share <= 1 / 8,
                     {
-                        "seconds": plain.seconds,
-                        "bytes": plain.nbytes,
-                        "json_agg_seconds": agg_seconds,
-                        "json_agg_bytes": agg_bytes,
-                        "same_json": same_json,
-                        "ratio": ratio,
+                        "status": answer.status,
+                        "content_encoding": sent,
+                        "bytes": answer.nbytes,
+                        "seconds": answer.seconds,
+                        "identity_bytes": plain.nbytes,
                     },
                 )
             )
-            for encoding, answer in encoded.items():
-                sent = answer.headers.get("content-encoding", "none")
-                share = answer.nbytes / plain.nbytes
-                self.add(
-                    Row(
-                        encoding,
-                        f"… with `Accept-Encoding: {encoding}`: bytes on the wire",
-                        f"{mb(answer.nbytes)} (Content-Encoding: {sent}), {secs(answer.seconds)}",
-                        f"identity {mb(plain.nbytes)}",
-                        f"1/{1 / share:.1f}" if share else "0",
-                        "≤ 1/8",
-                        answer.status == 200 and share <= 1 / 8,
-                        BEFORE[encoding],
-                        {
-                            "status": answer.status,
-                            "content_encoding": sent,
-                            "bytes": answer.nbytes,
-                            "seconds": answer.seconds,
-                            "identity_bytes": plain.nbytes,
-                        },
-                    )
-                )
-        if "etag" in figures:
-            if again is None:
-                measured, values = "no ETag in the first answer: nothing to send", {"etag": None}
-            else:
-                measured = f"{again.status}, {again.nbytes:,} B, {secs(again.seconds)}"
-                values = {
-                    "etag": etag,
-                    "status": again.status,
-                    "bytes": again.nbytes,
-                    "seconds": again.seconds,
-                }
-            self.add(
-                Row(
-                    "etag",
-                    "… again with `If-None-Match` of its ETag",
-                    measured,
-                    f"first GET {plain.status}, {mb(plain.nbytes)}",
-                    "",
-                    "304",
-                    again is not None and again.status == 304,
-                    BEFORE["etag"],
-                    values,
-                )
-            )
 
-        if frames is not None:
-            self.dataframe(frames, n)
+    def etag_row(self, plain, again) -> None:
+        etag = plain.headers.get("etag")
+        if again is None:
+            measured, values = "no ETag in the first answer: nothing to send", {"etag": None}
+        else:
+            measured = f"{again.status}, {again.nbytes:,} B, {secs(again.seconds)}"
+            values = {
+                "etag": etag,
+                "status": again.status,
+                "bytes": again.nbytes,
+                "seconds": again.seconds,
+            }
+        self.add(
+            Row(
+                "etag",
+                "… again with `If-None-Match` of its ETag",
+                measured,
+                f"first GET {plain.status}, {mb(plain.nbytes)}",
+                "",
+                "304",
+                again is not None and again.status == 304,
+                values,
+            )
+        )
 
     def dataframe(self, frames: dict, n: int) -> None:
         if not frames["csv_rows"] == frames["json_rows"] == n:
@@ -423,7 +407,6 @@ class Lab:
                 f"{frames['ratio']:.2f}x",
                 "≤ 1/3",
                 frames["ratio"] <= 1 / 3,
-                BEFORE["dataframe"],
                 frames,
             )
         )
@@ -448,7 +431,6 @@ class Lab:
                 f"{second / first:.2f}x",
                 "< 100 MB, flat (within 5 MB)",
                 max(first, second) < 100 * MB and abs(growth) <= 5 * MB,
-                BEFORE["memory"],
                 {"rss": {small: first, n: second}},
             )
         )
@@ -510,7 +492,6 @@ class Lab:
                 f"{rss[sizes[-1]] / rss[sizes[0]]:.2f}x",
                 "< 100 MB, flat (within 5 MB)",
                 max(rss.values()) < 100 * MB and abs(growth) <= 5 * MB,
-                BEFORE["traced"],
                 {"rss": rss},
             )
         )
@@ -555,12 +536,6 @@ class Lab:
                 reference = self.ingest(
                     db, prefix, f"{n:,} new runs, CASCADE_S3_THREADS=1", CASCADE_S3_THREADS="1"
                 )
-        before = None
-        if self.before is not None:  # the same runs through an earlier commit's pass
-            revision, tree = self.before
-            with common.scratch_database(self.server, "runs0") as db:
-                common.manage("migrate", "--noinput", env=self.env(db, prefix), tree=tree)
-                before = self.ingest(db, prefix, f"{n:,} new runs, {revision}", tree=tree)
         recorded = RECORDED_RUNS_SECONDS * n / RECORDED_RUNS
         faster = recorded / child.seconds  # wall time, process start included
         requests = child.s3_requests()
@@ -571,13 +546,6 @@ class Lab:
         if reference is not None:
             text += f"; `CASCADE_S3_THREADS=1` {reference.timing()}"
             ratio += f" ({reference.seconds / child.seconds:.1f}x vs 1 thread)"
-        # Judged against the earlier commit on the same runs, machine and moment when there is
-        # one (--before): a shared machine's speed varies from day to day; else the record.
-        judged = faster
-        if before is not None:
-            text += f"; {self.before[0]} on the same runs {before.timing()}"
-            judged = before.seconds / child.seconds
-            ratio += f"; {judged:.1f}x faster than {self.before[0]}"
         self.add(
             Row(
                 "runs",
@@ -586,8 +554,7 @@ class Lab:
                 text,
                 ratio,
                 "≥ 4x faster",
-                judged >= 4,
-                BEFORE["runs"],
+                faster >= 4,
                 {
                     "seconds": child.seconds,
                     "pass_seconds": child.pass_seconds(),
@@ -595,7 +562,6 @@ class Lab:
                     "runs": n,
                     "recorded_seconds": recorded,
                     "one_thread_seconds": reference.seconds if reference else None,
-                    "before_seconds": before.seconds if before else None,
                 },
             )
         )
@@ -625,7 +591,6 @@ class Lab:
                 "",
                 f"≤ {allowed} (listing pages only)",
                 requests is not None and requests <= allowed,
-                BEFORE["idle"],
                 {
                     "s3_requests": requests,
                     "first_pass_s3_requests": first.s3_requests(),
@@ -665,12 +630,12 @@ def every_launch_traced(folder: Path) -> None:
 
 def table(rows: list[Row]) -> str:
     lines = [
-        "| figure | measured | reference | ratio | target | met? | before (issue 11) |",
-        "|---|---|---|---|---|---|---|",
+        "| figure | measured | reference | ratio | target | met? |",
+        "|---|---|---|---|---|---|",
     ]
     for row in rows:
         met = "—" if row.met is None else ("yes" if row.met else "**no**")
-        cells = (row.figure, row.measured, row.reference, row.ratio, row.target, met, row.before)
+        cells = (row.figure, row.measured, row.reference, row.ratio, row.target, met)
         lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     return "\n".join(lines)
 
@@ -698,11 +663,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--only", default=",".join(FIGURES), help=f"comma-separated, of: {', '.join(FIGURES)}"
     )
     parser.add_argument("--json", metavar="FILE", help="also write the results here")
-    parser.add_argument(
-        "--before",
-        metavar="REV",
-        help="also run the pass over new runs with this git revision's code (a worktree), on the same runs",
-    )
+    parser.add_argument("--output", metavar="FILE", help="also write the table here (Markdown)")
     parser.add_argument(
         "--server",
         default=common.server_url(os.environ.get("BENCH_DATABASE_URL", common.DEFAULT_SERVER_URL)),
@@ -747,8 +708,6 @@ def main(argv: list[str] | None = None) -> int:
             "migrate", "--noinput", env=common.child_env(DATABASE_URL=template, CASCADE_VAR_DIR=str(tmp))
         )
         lab = Lab(args.server, endpoint, template.rsplit("/", 1)[1], tmp, scale)
-        if args.before and args.figures & {"runs"}:
-            lab.before = (args.before, stack.enter_context(common.worktree(args.before, tmp / "before")))
         lab.s3.create_bucket(Bucket=BUCKET)
         steps = [
             (args.figures & BIG_TRACE_FIGURES, lambda: lab.large_run(args.figures)),
@@ -770,10 +729,12 @@ def main(argv: list[str] | None = None) -> int:
     for figure, why in failures.items():
         for key in ROW_KEYS[figure]:
             if key not in measured:
-                lab.rows.append(Row(key, key, f"not measured: {why}", "", "", "", None, BEFORE.get(key, "")))
+                lab.rows.append(Row(key, key, f"not measured: {why}", "", "", "", None))
     rows = sorted(lab.rows, key=lambda row: ROW_ORDER.index(row.key))
     output = f"{heading(args.scale, scale, machine)}\n\n{table(rows)}\n"
     print(output)
+    if args.output:
+        Path(args.output).write_text(output)
     log(f"done in {time.perf_counter() - started:.0f} s")
     if args.json:
         Path(args.json).write_text(

@@ -22,8 +22,7 @@ import time
 from pathlib import Path
 
 from bench import common
-from bench.api_bench import http_get
-from bench.common import log
+from bench.common import http_get, log
 from bench.community_data import INSERT_SQL
 
 SCALES = {"tiny": 3_000, "small": 20_000, "full": 100_000}
