@@ -110,11 +110,12 @@ def moto_server() -> Iterator[str]:
         server.stop()
 
 
-def s3_client(endpoint: str):
+def s3_client(endpoint: str, service: str = "s3"):
+    """A client of moto's server (S3, or `service`: SQS) with the bench's credentials."""
     import boto3
 
     return boto3.client(
-        "s3",
+        service,
         endpoint_url=endpoint,
         region_name=AWS_ENV["AWS_DEFAULT_REGION"],
         aws_access_key_id=AWS_ENV["AWS_ACCESS_KEY_ID"],
