@@ -318,6 +318,36 @@ def gunicorn(env: dict, *, start_timeout: float = 120) -> Iterator[int]:
                 process.wait(30)
 
 
+def proc_status(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM (bytes) and PPid of a process, from /proc."""
+    values = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, rest = line.partition(":")
+        if name in ("VmRSS", "VmHWM", "PPid"):
+            values[name] = int(rest.split()[0]) * (1 if name == "PPid" else 1024)
+    return values
+
+
+def gunicorn_processes(port: int) -> dict[int, dict[str, int]]:
+    """Each gunicorn process bound to `port` (its environment says so), master and workers:
+    its `proc_status`."""
+    found = {}
+    marker = f"CASCADE_BIND=127.0.0.1:{port}".encode()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                found[int(pid)] = proc_status(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def gunicorn_workers(port: int) -> list[int]:
+    """The pids of the workers of the gunicorn on `port` (those whose parent is its master)."""
+    processes = gunicorn_processes(port)
+    return sorted(pid for pid, status in processes.items() if status["PPid"] in processes)
+
+
 # --- The machine ---------------------------------------------------------------------------------
 
 
@@ -437,3 +467,10 @@ def http_get(port: int, path: str, headers: dict, *, timeout: float = 900, keep:
         return Answer(response.status, headers, nbytes, seconds, b"".join(kept) if keep else None)
     finally:
         conn.close()
+
+
+def shared_fixture(*parts: str) -> Path | None:
+    """A real file from a public repository under CASCADE_SHARED_FIXTURES (read here only), or
+    None where it is unset: the benches that build on one take it as an option's default."""
+    root = os.environ.get("CASCADE_SHARED_FIXTURES")
+    return Path(root, *parts) if root else None

@@ -59,22 +59,6 @@ def copy_seconds(db: str, limit: int | None, repeat: int) -> tuple[float, int]:
     return statistics.median(times), size
 
 
-def worker_hwm(port: int) -> dict[int, int]:
-    """VmHWM (bytes) of each gunicorn process bound to `port` (its environment says so)."""
-    found = {}
-    marker = f"CASCADE_BIND=127.0.0.1:{port}".encode()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if marker not in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-                continue
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    found[int(pid)] = int(line.split()[1]) * 1024
-        except OSError:
-            continue
-    return found
-
-
 def measure(server: str, traces: int, repeat: int, tmp: Path) -> dict:
     with common.scratch_database(server, "listing") as db:
         env = common.child_env(DATABASE_URL=db, CASCADE_VAR_DIR=str(tmp))
@@ -99,7 +83,7 @@ def measure_served(port: int, auth: dict, traces: int, repeat: int) -> dict:
     for _ in range(4):  # each worker's first request pays for its imports
         http_get(port, "/api/traces?limit=1", auth)
     results: dict = {"traces": traces}
-    before = worker_hwm(port)
+    before = {pid: status["VmHWM"] for pid, status in common.gunicorn_processes(port).items()}
     log("GET /api/traces")
     seconds, full = median_seconds(port, "/api/traces", auth, repeat)
     results["list"] = {"seconds": seconds, "bytes": full.nbytes}
@@ -107,7 +91,7 @@ def measure_served(port: int, auth: dict, traces: int, repeat: int) -> dict:
     results["list_gzip"] = {"seconds": gz_seconds, "bytes": gz.nbytes}
     zs_seconds, zs = median_seconds(port, "/api/traces", {**auth, "Accept-Encoding": "zstd"}, repeat)
     results["list_zstd"] = {"seconds": zs_seconds, "bytes": zs.nbytes}
-    after = worker_hwm(port)
+    after = {pid: status["VmHWM"] for pid, status in common.gunicorn_processes(port).items()}
     results["rss"] = {"before": max(before.values()), "after": max(after.values())}
     log("GET /api/traces?limit=100, then deep in the list")
     seconds, page = median_seconds(port, "/api/traces?limit=100", auth, repeat * 5)
