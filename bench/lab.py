@@ -25,20 +25,19 @@ table, in Markdown, to stdout. The figures (docs/performance.md says how to read
 - idle     the second pass over a bucket of failed runs: S3 requests.
 """
 
-import argparse
 import json
 import math
 import os
 import sys
 import tempfile
 import time
-import traceback
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench import common
+from bench import common, harness
 from bench.common import log
+from bench.harness import Row
 
 FIGURES = ("ingest", "memory", "traced", "storage", "api", "etag", "dataframe", "runs", "idle")
 BIG_TRACE_FIGURES = {"ingest", "memory", "storage", "api", "etag", "dataframe"}
@@ -82,18 +81,6 @@ RECORDED_RUNS_SECONDS, RECORDED_RUNS = 148.8, 2_000
 # Each run of the lab gets its own key prefix in the bucket, so each pass sees only its runs.
 BUCKET = "cascade-lab"
 TEMPLATE_RUN = "lab-template-run"
-
-
-@dataclass
-class Row:
-    key: str
-    figure: str
-    measured: str
-    reference: str
-    ratio: str
-    target: str
-    met: bool | None  # None: nothing to judge (the figure could not be taken)
-    values: dict = field(default_factory=dict)  # the raw numbers, for --json
 
 
 def mb(nbytes: float) -> str:
@@ -625,79 +612,26 @@ def every_launch_traced(folder: Path) -> None:
     metadata_path.write_text(json.dumps(metadata, indent=2) + "\n")
 
 
-# --- The table ----------------------------------------------------------------------------------
-
-
-def table(rows: list[Row]) -> str:
-    lines = [
-        "| figure | measured | reference | ratio | target | met? |",
-        "|---|---|---|---|---|---|",
-    ]
-    for row in rows:
-        met = "—" if row.met is None else ("yes" if row.met else "**no**")
-        cells = (row.figure, row.measured, row.reference, row.ratio, row.target, met)
-        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
-    return "\n".join(lines)
-
-
 def heading(scale_name: str, scale: Scale, machine: dict) -> str:
-    load = machine["load_average"]
-    return "\n".join(
-        [
-            f"Lab bench, scale `{scale_name}`: {scale.launches:,}-launch run "
-            f"(memory also at {scale.memory_launches:,}), {scale.runs:,} new runs, "
-            f"{scale.failed_runs:,} failed runs; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
-            "",
-            f"Machine: {machine['cores']} cores ({machine['cpu']}), {machine['ram_bytes'] / 2**30:.1f} GiB RAM"
-            + (f", load average {load[0]:.1f} at the start" if load else "")
-            + f"; Python {machine['python']}, PostgreSQL {machine['postgresql']}, Django {machine['django']}, "
-            f"psycopg {machine['psycopg']} (libpq {machine['libpq']}).",
-        ]
+    return (
+        f"Lab bench, scale `{scale_name}`: {scale.launches:,}-launch run "
+        f"(memory also at {scale.memory_launches:,}), {scale.runs:,} new runs, "
+        f"{scale.failed_runs:,} failed runs; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n\n"
+        + harness.machine_line(machine)
     )
-
-
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scale", choices=SCALES, default="full", help="sizes (default: full, the issue's)")
-    parser.add_argument(
-        "--only", default=",".join(FIGURES), help=f"comma-separated, of: {', '.join(FIGURES)}"
-    )
-    parser.add_argument("--json", metavar="FILE", help="also write the results here")
-    parser.add_argument("--output", metavar="FILE", help="also write the table here (Markdown)")
-    parser.add_argument(
-        "--server",
-        default=common.server_url(os.environ.get("BENCH_DATABASE_URL", common.DEFAULT_SERVER_URL)),
-        help="the PostgreSQL server for the scratch databases (default: BENCH_DATABASE_URL's, else %(default)s)",
-    )
-    args = parser.parse_args(argv)
-    args.figures = {name.strip() for name in args.only.split(",") if name.strip()}
-    if unknown := args.figures - set(FIGURES):
-        parser.error(f"unknown figures {', '.join(sorted(unknown))}; choose among {', '.join(FIGURES)}")
-    return args
-
-
-def configure_django(server: str) -> None:
-    """Django in this process only for the models' table names and the API's own queries;
-    pointed at the maintenance database, never at a scratch one it would hold open."""
-    os.environ.update(
-        DJANGO_SETTINGS_MODULE="cascade.settings",
-        DATABASE_URL=common.database_url(server, "postgres"),
-        DJANGO_SECRET_KEY=os.environ.get("DJANGO_SECRET_KEY", "bench-not-a-secret"),
-    )
-    import django
-
-    django.setup()
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    parser = harness.arguments("python -m bench", __doc__, SCALES, FIGURES)
+    args = harness.parse(parser, sys.argv[1:] if argv is None else argv, FIGURES)
     scale = SCALES[args.scale]
     os.chdir(common.ROOT)
     if str(common.ROOT) not in sys.path:
         sys.path.insert(0, str(common.ROOT))
     started = time.perf_counter()
-    configure_django(args.server)
+    harness.configure_django(args.server)
     machine = common.machine(args.server)
+    step = harness.Steps()
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cascade-bench-")))
         log("moto's S3 server on 127.0.0.1")
@@ -709,48 +643,19 @@ def main(argv: list[str] | None = None) -> int:
         )
         lab = Lab(args.server, endpoint, template.rsplit("/", 1)[1], tmp, scale)
         lab.s3.create_bucket(Bucket=BUCKET)
-        steps = [
-            (args.figures & BIG_TRACE_FIGURES, lambda: lab.large_run(args.figures)),
-            (args.figures & {"memory"}, lab.memory),
-            (args.figures & {"traced"}, lab.traced),
-            (args.figures & {"runs"}, lab.new_runs),
-            (args.figures & {"idle"}, lab.idle_pass),
-        ]
-        failures = {}
-        for figures, step in steps:
-            if not figures:
-                continue
-            try:
-                step()
-            except Exception as error:  # one figure that cannot be taken leaves the others
-                log(f"failed: {''.join(traceback.format_exception(error)).rstrip()}")
-                failures.update(dict.fromkeys(figures, f"{type(error).__name__}: {error}".splitlines()[0]))
+        step(args.figures & BIG_TRACE_FIGURES, lambda: lab.large_run(args.figures))
+        step(args.figures & {"memory"}, lab.memory)
+        step(args.figures & {"traced"}, lab.traced)
+        step(args.figures & {"runs"}, lab.new_runs)
+        step(args.figures & {"idle"}, lab.idle_pass)
     measured = {row.key for row in lab.rows}
-    for figure, why in failures.items():
+    for figure, why in step.failures.items():
         for key in ROW_KEYS[figure]:
             if key not in measured:
                 lab.rows.append(Row(key, key, f"not measured: {why}", "", "", "", None))
     rows = sorted(lab.rows, key=lambda row: ROW_ORDER.index(row.key))
-    output = f"{heading(args.scale, scale, machine)}\n\n{table(rows)}\n"
-    print(output)
-    if args.output:
-        Path(args.output).write_text(output)
-    log(f"done in {time.perf_counter() - started:.0f} s")
-    if args.json:
-        Path(args.json).write_text(
-            json.dumps(
-                {
-                    "scale": args.scale,
-                    "sizes": asdict(scale),
-                    "machine": machine,
-                    "rows": [asdict(r) for r in rows],
-                    "markdown": output,
-                    "seconds": time.perf_counter() - started,
-                },
-                indent=2,
-                default=str,
-            )
-            + "\n"
-        )
+    harness.report(
+        args, heading(args.scale, scale, machine), rows, started, sizes=asdict(scale), machine=machine
+    )
     # Unmet targets are figures, not failures (the table says which); a figure not taken is.
-    return 1 if failures else 0
+    return 1 if step.failures else 0
