@@ -1,9 +1,9 @@
 """What the benchmarks share: scratch PostgreSQL databases, moto's S3 server, child processes
 measured one by one (time and peak RSS), gunicorn, uploads of generated runs, the machine.
 
-The single-figure scripts (`ingest_bench.py`, `api_bench.py`, `analysis_bench.py`) run in one
-process against their own database (`cascade_bench`, created if missing; BENCH_DATABASE_URL
-for another) through `setup()`. The lab bench (`python -m bench`, bench/lab.py) runs Cascade
+The benches that run Cascade in their own process (`bench.analysis`, `bench.replica`) use their
+own database (`cascade_bench`, created if missing; BENCH_DATABASE_URL for another) through
+`setup()`. The lab bench (`python -m bench`, bench/lab.py) runs Cascade
 as it is deployed, as child processes (`manage.py ingest_traces`, gunicorn), against scratch
 databases it creates and drops (`scratch_database`).
 """

@@ -1,6 +1,6 @@
 """The community bench (issue 22): Cascade at 100,000 traces and 50M launches, each figure beside a reference.
 
-    python3 run.py bench community [--scale tiny|small|full] [--only list,detail,...] [--json FILE]
+    python3 run.py bench community [--scale tiny|small|full] [--only list,detail,...] [--output FILE] [--json FILE]
     .venv/bin/python -m bench community ...            (the same, inside the virtualenv)
 
 One scratch PostgreSQL database is filled server-side (bench/community_data.py): `--scale`

@@ -1,6 +1,6 @@
 """The lab-scale bench of issue 11: every figure beside its reference, measured in one run.
 
-    python3 run.py bench [--scale tiny|small|full] [--only ingest,memory,...] [--json FILE]
+    python3 run.py bench [--scale tiny|small|full] [--only ingest,memory,...] [--output FILE] [--json FILE]
     .venv/bin/python -m bench ...                      (the same, inside the virtualenv)
 
 Cascade runs as it is deployed: `manage.py ingest_traces` and gunicorn are child processes,
@@ -10,23 +10,23 @@ runs come from the project's generator (tools/generator.py). Progress goes to st
 table, in Markdown, to stdout. The figures (docs/performance.md says how to read them):
 
 - ingest   `ingest_traces` of one generated run beside `psql \\copy` of the rows it stored
-           into an equivalent table (bench/ingest_bench.py);
+           into an equivalent table (bench/references.py);
 - memory   the peak RSS of that `ingest_traces`, and of one on a run four times as large;
 - traced   the peak RSS of `ingest_traces` on runs of one context whose kernelslist names every
            launch (the tracer's default), with timing.csv and timeline.json: 1x, 2x and 4x the
            large run's launches, side by side (issue 22);
 - storage  what PostgreSQL holds per launch, beside the stats text it came from;
 - api      `GET /api/traces/{id}` of that run through gunicorn beside PostgreSQL's json_agg
-           of the same JSON (bench/api_bench.py), then with gzip and zstd accepted;
+           of the same JSON (bench/references.py), then with gzip and zstd accepted;
 - etag     the same GET again with If-None-Match;
 - dataframe  that run's launches into a pandas DataFrame through `kernels.csv` beside through
            the JSON detail (bench/dataframe.py);
-- runs     one pass over many new small runs: seconds, S3 requests per run;
+- runs     one pass over many new small runs: seconds, S3 requests per run (bench/lab_runs.py,
+           as traced and idle);
 - idle     the second pass over a bucket of failed runs: S3 requests.
 """
 
 import json
-import math
 import os
 import sys
 import tempfile
@@ -422,195 +422,6 @@ class Lab:
             )
         )
 
-    # --- every launch traced, one context (issue 22) --------------------------------------------
-
-    def traced_run(self, prefix: str, run_id: str, launches: int) -> int:
-        """A generated run of one context, timing.csv and timeline.json, whose kernelslist names
-        every launch, as the tracer's default kernel window does (the generator traces a few)."""
-        from tools import generator
-
-        spec = generator.RunSpec(kernels=launches, contexts=1, seed=2, timing=True, timeline=True)
-        started = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="cascade-bench-run-", dir=self.tmp) as tmp:
-            folder = Path(tmp) / run_id
-            generator.write_run(folder, spec, run_id=run_id, key_prefix=prefix)
-            every_launch_traced(folder)
-            # Traced: named, and held (issue 28). The generator writes a few kernels' trace files;
-            # the list names every launch, and is read whole all the same.
-            held = len(list((folder / "traces").glob("kernel-*")))
-            common.upload_folder(self.s3, BUCKET, folder, f"{prefix}{run_id}/")
-        log(
-            f"{run_id}: {launches:,} launches, every one traced, generated and uploaded in "
-            f"{time.perf_counter() - started:.1f} s"
-        )
-        return held
-
-    def traced(self) -> None:
-        sizes = [self.scale.launches, 2 * self.scale.launches, 4 * self.scale.launches]
-        rss = {}
-        for n in sizes:
-            run_id, prefix = f"lab-traced-{n}", f"lab-traced-{n}/"
-            with common.scratch_database(self.server, "traced", template=self.template) as db:
-                held = self.traced_run(prefix, run_id, n)
-                child = self.ingest(db, prefix, run_id)
-                state, count, traced, timed, stepped, timing_error = common.query(
-                    db,
-                    "SELECT t.state, t.kernel_count, count(*) FILTER (WHERE k.traced),"
-                    " count(k.duration_ns), count(k.step), t.timing_error"
-                    " FROM traces_trace t JOIN traces_kernel k ON k.trace_key = t.key"
-                    " WHERE t.id = %s GROUP BY t.key, t.state, t.kernel_count, t.timing_error",
-                    (run_id,),
-                )[0]
-            if state != "ready" or count != n or traced != held or timed != n or stepped != n:
-                raise RuntimeError(
-                    f"{run_id} came out {state} with {count} kernels, {traced} traced, {timed} timed, "
-                    f"{stepped} in a step, not ready with {n} of each and {held} traced "
-                    f"({timing_error or 'no timing error'})"
-                )
-            rss[n] = child.max_rss
-        growth = rss[sizes[-1]] - rss[sizes[0]]
-        self.add(
-            Row(
-                "traced",
-                f"Peak RSS of `ingest_traces`, one context, every launch traced, timing and steps: "
-                f"{', '.join(f'{n:,}' for n in sizes)} launches",
-                " and ".join(mb(rss[n]) for n in sizes),
-                f"4x the launches: {growth / MB:+,.1f} MB",
-                f"{rss[sizes[-1]] / rss[sizes[0]]:.2f}x",
-                "< 100 MB, flat (within 5 MB)",
-                max(rss.values()) < 100 * MB and abs(growth) <= 5 * MB,
-                {"rss": rss},
-            )
-        )
-
-    # --- many small runs -----------------------------------------------------------------------
-
-    def upload_runs(self, prefix: str, count: int, spec) -> list[str]:
-        """`count` copies of one generated run, each under its own run id."""
-        from tools import generator
-
-        started = time.perf_counter()
-        run_ids = [f"{prefix.rstrip('/')}-{i:05d}" for i in range(count)]
-        with tempfile.TemporaryDirectory(prefix="cascade-bench-run-", dir=self.tmp) as tmp:
-            folder = Path(tmp) / TEMPLATE_RUN
-            generator.write_run(folder, spec, run_id=TEMPLATE_RUN, key_prefix=prefix)
-            common.upload_copies(self.s3, BUCKET, folder, prefix, TEMPLATE_RUN, run_ids)
-        log(f"{prefix}: {count:,} runs uploaded in {time.perf_counter() - started:.1f} s")
-        return run_ids
-
-    def count_states(self, db: str) -> dict:
-        return dict(common.query(db, "SELECT state, count(*) FROM traces_trace GROUP BY state"))
-
-    def new_runs(self) -> None:
-        from django.conf import settings
-
-        from tools import generator
-
-        n = self.scale.runs
-        prefix = "lab-runs/"
-        # A sample-like run (700 launches, prefill and decode steps, timeline.json and
-        # timing.csv), with four instruction traces rather than 64: they are listed, never read.
-        self.upload_runs(prefix, n, generator.RunSpec(max_traced=4))
-        with common.scratch_database(self.server, "runs", template=self.template) as db:
-            child = self.ingest(db, prefix, f"{n:,} new runs")
-            states = self.count_states(db)
-        if states.get("ready", 0) != n:
-            raise RuntimeError(f"{n} new runs came out {states}")
-        reference = None
-        # The same pass one S3 request at a time, where the setting exists (same run, same data).
-        if hasattr(settings, "CASCADE_S3_THREADS"):
-            with common.scratch_database(self.server, "runs1", template=self.template) as db:
-                reference = self.ingest(
-                    db, prefix, f"{n:,} new runs, CASCADE_S3_THREADS=1", CASCADE_S3_THREADS="1"
-                )
-        recorded = RECORDED_RUNS_SECONDS * n / RECORDED_RUNS
-        faster = recorded / child.seconds  # wall time, process start included
-        requests = child.s3_requests()
-        text = f"recorded {RECORDED_RUNS_SECONDS} s for {RECORDED_RUNS:,} runs"
-        if n != RECORDED_RUNS:
-            text += f" ({secs(recorded)} for {n:,})"
-        ratio = f"{faster:.1f}x faster"
-        if reference is not None:
-            text += f"; `CASCADE_S3_THREADS=1` {reference.timing()}"
-            ratio += f" ({reference.seconds / child.seconds:.1f}x vs 1 thread)"
-        self.add(
-            Row(
-                "runs",
-                f"One pass over {n:,} new small runs",
-                f"{child.timing()}, {requests / n:.1f} S3 requests per run" if requests else child.timing(),
-                text,
-                ratio,
-                "≥ 4x faster",
-                faster >= 4,
-                {
-                    "seconds": child.seconds,
-                    "pass_seconds": child.pass_seconds(),
-                    "s3_requests": requests,
-                    "runs": n,
-                    "recorded_seconds": recorded,
-                    "one_thread_seconds": reference.seconds if reference else None,
-                },
-            )
-        )
-
-    def idle_pass(self) -> None:
-        from tools import generator
-
-        n = self.scale.failed_runs
-        prefix = "lab-failed/"
-        spec = generator.RunSpec(kernels=50, status="failed", max_traced=2, timing=False, timeline=False)
-        self.upload_runs(prefix, n, spec)
-        with common.scratch_database(self.server, "idle", template=self.template) as db:
-            first = self.ingest(db, prefix, f"{n:,} failed runs, first pass")
-            second = self.ingest(db, prefix, f"{n:,} failed runs, second pass")
-            states = self.count_states(db)
-        if states.get("failed", 0) != n:
-            raise RuntimeError(f"{n} failed runs came out {states}")
-        requests = second.s3_requests()
-        # Nothing changed: the listing of the run folders (a page per 1,000) and little else.
-        allowed = math.ceil(n / 1000) + 4
-        self.add(
-            Row(
-                "idle",
-                f"Idle pass: {n:,} failed runs, nothing changed",
-                f"{requests} S3 requests, {second.timing()}",
-                f"first pass {first.s3_requests()} S3 requests",
-                "",
-                f"≤ {allowed} (listing pages only)",
-                requests is not None and requests <= allowed,
-                {
-                    "s3_requests": requests,
-                    "first_pass_s3_requests": first.s3_requests(),
-                    "seconds": second.seconds,
-                },
-            )
-        )
-
-
-def every_launch_traced(folder: Path) -> None:
-    """Rewrite each kernelslist of the run in `folder` to name every launch of its context
-    (the instruction traces are not written: a launch named but not held is not traced, issue 28,
-    but every name is read), and
-    metadata.json's sizes to match."""
-    metadata_path = folder / "metadata.json"
-    metadata = json.loads(metadata_path.read_text())
-    for kernelslist in sorted((folder / "traces").glob("kernelslist*")):
-        ctx = kernelslist.name.removeprefix("kernelslist").removeprefix("_ctx_")
-        stats = folder / "traces" / (f"stats_ctx_{ctx}" if ctx else "stats.csv")
-        with stats.open("rb") as lines:
-            launches = sum(line.count(b"kernel-") for line in lines)
-        kept = [
-            line for line in kernelslist.read_text().splitlines(keepends=True) if line.startswith("Memcpy")
-        ]
-        scheme = f"-ctx_{ctx}.trace.xz" if ctx else ".trace"
-        with kernelslist.open("w") as out:
-            out.writelines(kept)
-            out.writelines(f"kernel-{n}{scheme}\n" for n in range(1, launches + 1))
-        for entry in metadata["files"]:
-            if entry["key"].endswith(f"/traces/{kernelslist.name}"):
-                entry["bytes"] = kernelslist.stat().st_size
-    metadata_path.write_text(json.dumps(metadata, indent=2) + "\n")
-
 
 def heading(scale_name: str, scale: Scale, machine: dict) -> str:
     return (
@@ -622,6 +433,8 @@ def heading(scale_name: str, scale: Scale, machine: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from bench import lab_runs
+
     parser = harness.arguments("python -m bench", __doc__, SCALES, FIGURES)
     args = harness.parse(parser, sys.argv[1:] if argv is None else argv, FIGURES)
     scale = SCALES[args.scale]
@@ -645,9 +458,9 @@ def main(argv: list[str] | None = None) -> int:
         lab.s3.create_bucket(Bucket=BUCKET)
         step(args.figures & BIG_TRACE_FIGURES, lambda: lab.large_run(args.figures))
         step(args.figures & {"memory"}, lab.memory)
-        step(args.figures & {"traced"}, lab.traced)
-        step(args.figures & {"runs"}, lab.new_runs)
-        step(args.figures & {"idle"}, lab.idle_pass)
+        step(args.figures & {"traced"}, lambda: lab_runs.traced(lab))
+        step(args.figures & {"runs"}, lambda: lab_runs.new_runs(lab))
+        step(args.figures & {"idle"}, lambda: lab_runs.idle_pass(lab))
     measured = {row.key for row in lab.rows}
     for figure, why in step.failures.items():
         for key in ROW_KEYS[figure]:
