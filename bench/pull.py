@@ -1,7 +1,7 @@
 """The web server's memory during `cascade pull` (issue 21): flat, since no file byte passes
 through it, beside the bytes pulled.
 
-    python -m bench.pull [--scale small|full] [--json FILE]
+    python -m bench.pull [--scale small|full] [--json FILE] [--real-traces DIR]
 
 Cascade runs as deployed (gunicorn, one worker, `manage.py` to ingest), on SQLite in a scratch
 folder, reading moto's S3 server, which this process runs. For each size, a run of that many
