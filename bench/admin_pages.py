@@ -1,36 +1,21 @@
-"""The admin at 100,000 traces and 50M launches (issue 22): each page under a second.
+"""The admin at 100,000 traces and 50M launches (issue 22): each page under a second, taken by
+`python -m bench community --only admin` on its seeded database.
 
-    python -m bench.admin_pages [--scale tiny|small|full] [--server postgres://...] [--repeat 5] [--json FILE]
-    python -m bench.admin_pages --database postgres://.../seeded   # a database seeded already
-
-A scratch database (migrated, seeded by `bench/community_data.py`, then dropped), Cascade
-through gunicorn as deployed, a superuser logged in through the admin's own login form; then
-the median of `--repeat` GETs of each page, after one that warms the worker: the trace list
+Cascade through gunicorn as deployed, a superuser logged in through the admin's own login form; then
+the median of `repeat` GETs of each page, after one that warms the worker: the trace list
 (plain, filtered by state, searched), the page of the big trace and of a tiny one, the kernel
-list (plain, one trace's, a deep page of it). Printed as a Markdown table beside the issue's
-target, 1 s a page.
-
-Other benches reuse the pieces (bench/community.py): `measure(port, database_url, seeded)`
-(a superuser made and logged in, every page timed: the rows), or with a client of your own
-`admin_client(port, username, password)` after `create_superuser(env, username, password)`;
-`pages(seeded)` (what is timed), `table(rows)`.
+list (plain, one trace's, a deep page of it). Each page's target is 1 s.
 """
 
-import argparse
-import json
-import os
 import secrets
 import statistics
-import sys
-import tempfile
 import time
 from contextlib import ExitStack, closing
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from urllib.parse import quote as urlquote
 from urllib.parse import urlencode
 
-from bench import common, community_data
+from bench import common
 from bench.common import log
 
 TARGET_SECONDS = 1.0
@@ -135,7 +120,7 @@ def time_page(client, label: str, path: str, repeat: int) -> PageTime:
     return PageTime(label, path, statistics.median(times[1:]), times[0], times[1:], size)
 
 
-def measure(port: int, access, seeded: dict | None = None, *, repeat: int = 5) -> list[dict]:
+def measure(port: int, access, seeded: dict, *, repeat: int = 5) -> list[dict]:
     """Each admin page (`pages`) timed on the gunicorn at `port`, as rows: `page`, `path`,
     `seconds` (the median of `repeat` GETs after the first), `first`, `times`, `bytes`, `met`,
     and `reference` (the first GET, said in words: a big trace's page is computed then).
@@ -143,12 +128,8 @@ def measure(port: int, access, seeded: dict | None = None, *, repeat: int = 5) -
     `access`: an httpx client logged in (`admin_client`), or the URL of the database the
     server reads, where a superuser is then created and logged in through the login form.
     `seeded`: `community_data.seed()`'s answer (its `big` and `tiny` traces and the big one's
-    launches); None: the database's biggest trace and a tiny one (`seeded_ids`).
+    launches).
     """
-    if seeded is None:
-        if not isinstance(access, str):
-            raise ValueError("measure needs seed()'s answer, or the database URL to find the traces in")
-        seeded = seeded_ids(access)
     with ExitStack() as stack:
         client = access
         if isinstance(access, str):
@@ -163,68 +144,5 @@ def measure(port: int, access, seeded: dict | None = None, *, repeat: int = 5) -
     return rows
 
 
-def table(rows: list[dict]) -> str:
-    """Markdown of measure()'s rows: each page's first GET (a big trace's page computed) and
-    the median of the later ones (its reads kept), beside the target; met on the median."""
-    lines = ["| page | first GET | median of the next | target | met? |", "|---|---|---|---|---|"]
-    for row in rows:
-        lines.append(
-            f"| {row['page']} | {ms(row['first'])} | {ms(row['seconds'])} | < {TARGET_SECONDS:g} s "
-            f"| {'yes' if row['met'] else 'NO'} |"
-        )
-    return "\n".join(lines)
-
-
 def ms(seconds: float) -> str:
     return f"{seconds * 1000:,.0f} ms"
-
-
-def run(db: str, seeded: dict | None, repeat: int, tmp: Path) -> dict:
-    """Gunicorn on `db` (seeded), each page measured; what --json saves."""
-    env = common.child_env(DATABASE_URL=db, CASCADE_VAR_DIR=str(tmp))
-    with common.gunicorn(env) as port:
-        rows = measure(port, db, seeded, repeat=repeat)
-    return {"seeded": seeded, "pages": rows}
-
-
-def seeded_ids(db: str) -> dict:
-    """The big trace (the most launches), its launches, and a tiny one of a database seeded
-    before: what measure() reads of seed()'s answer."""
-    big, launches, tiny = common.query(
-        db,
-        "SELECT (SELECT id FROM traces_trace ORDER BY kernel_count DESC, id LIMIT 1), "
-        "(SELECT max(kernel_count) FROM traces_trace), "
-        "(SELECT id FROM traces_trace WHERE state = 'ready' AND kernel_count >= 2 ORDER BY kernel_count, id LIMIT 1)",
-    )[0]
-    return {"big": big, "big_trace_launches": launches, "tiny": tiny}
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", choices=community_data.SCALES, default="small")
-    parser.add_argument(
-        "--server",
-        default=common.server_url(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432")),
-    )
-    parser.add_argument("--database", help="a database seeded already (kept): measure only")
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args(argv)
-    traces, launches, big = community_data.SCALES[args.scale]
-    with tempfile.TemporaryDirectory(prefix="cascade-bench-admin-") as tmp:
-        if args.database:
-            results = run(args.database, None, args.repeat, Path(tmp))
-        else:
-            with common.scratch_database(args.server, "admin") as db:
-                common.manage("migrate", "--noinput", env=common.child_env(DATABASE_URL=db))
-                seeded = community_data.seed(db, traces=traces, launches=launches, big_trace_launches=big)
-                results = run(db, seeded, args.repeat, Path(tmp))
-                results["database"] = db.rsplit("/", 1)[1]  # dropped on the way out
-    print(table(results["pages"]))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

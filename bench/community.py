@@ -1,6 +1,6 @@
 """The community bench (issue 22): Cascade at 100,000 traces and 50M launches, each figure beside a reference.
 
-    python3 run.py bench community [--scale tiny|small|full] [--only list,detail,...] [--json FILE]
+    python3 run.py bench community [--scale tiny|small|full] [--only list,detail,...] [--output FILE] [--json FILE]
     .venv/bin/python -m bench community ...            (the same, inside the virtualenv)
 
 One scratch PostgreSQL database is filled server-side (bench/community_data.py): `--scale`
@@ -26,7 +26,6 @@ figures, each printed beside its reference:
 Progress goes to stderr, the Markdown table to stdout. docs/performance.md holds the last table.
 """
 
-import argparse
 import json
 import os
 import statistics
@@ -34,13 +33,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import common
+from bench import common, harness
 from bench.common import log
+from bench.harness import Row
 
 FIGURES = ("list", "detail", "admin", "integrity", "events", "delete", "idle", "memory")
 SERVED = {"list", "detail", "admin"}
@@ -70,13 +69,8 @@ SCALES = {
 }
 
 
-@dataclass
-class Row:
-    figure: str
-    measured: str
-    reference: str
-    target: str
-    met: bool | None
+def row(figure: str, measured: str, reference: str, target: str, met: bool | None) -> Row:
+    return Row(figure, figure, measured, reference, "", target, met)
 
 
 def secs(seconds: float) -> str:
@@ -186,7 +180,7 @@ class Community:
         n = self.scale.traces
         copy_list, copy_page = r["copy_list"], r["copy_page"]
         self.add(
-            Row(
+            row(
                 f"`GET /api/traces`, all {n:,} traces",
                 f"{secs(r['list']['seconds'])}, {r['list']['bytes'] / MB:,.1f} MB",
                 f"`COPY json_agg` {secs(copy_list['seconds'])}, {copy_list['bytes'] / MB:,.1f} MB",
@@ -196,7 +190,7 @@ class Community:
         )
         for key, label in (("page", "first"), ("deep_page", "half way, by `Link`")):
             self.add(
-                Row(
+                row(
                     f"`GET /api/traces?limit=100`, {label}",
                     secs(r[key]["seconds"]),
                     f"`COPY json_agg` of 100 {secs(copy_page['seconds'])}",
@@ -206,7 +200,7 @@ class Community:
             )
         for key, label in (("304", "the full list"), ("page_304", "a page of 100")):
             self.add(
-                Row(
+                row(
                     f"304 of {label} (`If-None-Match`)",
                     secs(r[key]["seconds"]),
                     f"its 200: {secs(r['list' if key == '304' else 'page']['seconds'])}",
@@ -216,7 +210,7 @@ class Community:
             )
 
     def detail(self, port: int, auth: dict, big: str) -> None:
-        from bench.api_bench import http_get
+        from bench.common import http_get
 
         path = f"/api/traces/{big}"
         headers = {**auth, "Accept-Encoding": "gzip"}
@@ -232,7 +226,7 @@ class Community:
             "bytes": first.nbytes,
         }
         self.add(
-            Row(
+            row(
                 f"gzip `GET /api/traces/{{id}}`, {self.scale.big:,} launches, again",
                 f"{secs(repeated)} (median of 3), {first.nbytes / MB:,.1f} MB",
                 f"the first, computed: {secs(first.seconds)}",
@@ -248,7 +242,7 @@ class Community:
         self.values["admin"] = pages
         for page in pages:
             self.add(
-                Row(
+                row(
                     f"admin: {page['page']}",
                     f"first {secs(page['first'])}, then {secs(page['seconds'])} (median)",
                     "",
@@ -265,7 +259,7 @@ class Community:
         counted = time.perf_counter() - started
         self.values["integrity"] = {"seconds": child.seconds, "count_seconds": counted}
         self.add(
-            Row(
+            row(
                 f"`manage.py check_integrity`, {launches:,} launches",
                 secs(child.seconds),
                 f"`SELECT count(*)` of the launches {secs(counted)}",
@@ -283,7 +277,7 @@ class Community:
         self.values["events"] = times
         worst, polled = max(times["events"]), times["polling"]
         self.add(
-            Row(
+            row(
                 f"`metadata.json` upload to `ready`, S3 events ({len(times['events'])} runs)",
                 f"median {secs(statistics.median(times['events']))}, worst {secs(worst)}",
                 f"polling every {s.poll_seconds} s: median {secs(statistics.median(polled))}, "
@@ -304,7 +298,7 @@ class Community:
         self.values["delete"] = r
         old, new = r["one_delete"], r["batches"]
         self.add(
-            Row(
+            row(
                 f"delete a {self.scale.big:,}-launch trace amid {self.scale.launches:,}",
                 f"trace gone in {new['trace_gone_ms']:,.0f} ms; launches purged in {secs(new['seconds'])} "
                 f"({new['statements']} batches of {r['batch']:,}, longest {new['batch_max_ms']:,.0f} ms), "
@@ -322,7 +316,7 @@ class Community:
         self.values["idle"] = r
         without, events = r["without_events"], r["with_events"]
         self.add(
-            Row(
+            row(
                 f"S3 requests of an idle pass, {r['traces']:,} ready traces ({r['objects']:,} objects), "
                 "events on: the reconciler's sweep",
                 f"{events['s3_requests']:,} a pass (most in a lap of {events['lap_passes']:,} passes: "
@@ -338,13 +332,13 @@ class Community:
     def memory(self) -> None:
         argv = ["-m", "bench", "--only", "traced", "--scale", self.scale.lab_scale, "--server", self.server]
         r = self.child_json("memory", argv)
-        (row,) = [row for row in r["rows"] if row["key"] == "traced"]
-        rss = {int(n): value for n, value in row["values"]["rss"].items()}
+        (traced,) = [each for each in r["rows"] if each["key"] == "traced"]
+        rss = {int(n): value for n, value in traced["values"]["rss"].items()}
         sizes = sorted(rss)
         growth = rss[sizes[-1]] - rss[sizes[0]]
         self.values["memory"] = rss
         self.add(
-            Row(
+            row(
                 "peak RSS of `ingest_traces`, one context, every launch traced: "
                 + ", ".join(f"{n:,}" for n in sizes),
                 " and ".join(f"{rss[n] / MB:,.1f} MB" for n in sizes),
@@ -399,15 +393,6 @@ def copy_trace(db: str, source: str, new_id: str) -> None:
     log(f"{new_id}: a copy of {source} ({', '.join(keyed)})")
 
 
-def table(rows: list[Row]) -> str:
-    lines = ["| figure | measured | reference | target | met? |", "|---|---|---|---|---|"]
-    for row in rows:
-        met = "—" if row.met is None else ("yes" if row.met else "**no**")
-        cells = (row.figure, row.measured, row.reference, row.target, met)
-        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
-    return "\n".join(lines)
-
-
 def heading(name: str, scale: Scale, machine: dict) -> str:
     load = machine["load_average"]
     return (
@@ -420,39 +405,15 @@ def heading(name: str, scale: Scale, machine: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench community", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scale", choices=SCALES, default="full", help="sizes (default: full, the issue's)")
-    parser.add_argument(
-        "--only", default=",".join(FIGURES), help=f"comma-separated, of: {', '.join(FIGURES)}"
-    )
-    parser.add_argument("--json", metavar="FILE", help="also write the results here")
-    parser.add_argument(
-        "--server",
-        default=common.server_url(os.environ.get("BENCH_DATABASE_URL", common.DEFAULT_SERVER_URL)),
-        help="the PostgreSQL server for the scratch databases (default: BENCH_DATABASE_URL's, else %(default)s)",
-    )
-    args = parser.parse_args(argv)
-    figures = {name.strip() for name in args.only.split(",") if name.strip()}
-    if unknown := figures - set(FIGURES):
-        parser.error(f"unknown figures {', '.join(sorted(unknown))}; choose among {', '.join(FIGURES)}")
-    from bench.lab import configure_django
-
+    parser = harness.arguments("python -m bench community", __doc__, SCALES, FIGURES)
+    args = harness.parse(parser, argv, FIGURES)
+    figures = args.figures
     os.chdir(common.ROOT)
     started = time.perf_counter()
-    configure_django(args.server)
+    harness.configure_django(args.server)
     scale = SCALES[args.scale]
     machine = common.machine(args.server)
-    failures: dict[str, str] = {}
-
-    def step(names: set[str], run) -> None:
-        if not names:
-            return
-        try:
-            run()
-        except Exception as error:  # one figure that cannot be taken leaves the others
-            log(f"failed: {''.join(traceback.format_exception(error)).rstrip()}")
-            failures.update(dict.fromkeys(names, f"{type(error).__name__}: {error}".splitlines()[0]))
-
+    step = harness.Steps()
     with tempfile.TemporaryDirectory(prefix="cascade-bench-community-") as tmp:
         bench = Community(args.server, scale, Path(tmp))
         if figures & (SERVED | {"integrity", "events", "delete"}):
@@ -466,25 +427,9 @@ def main(argv: list[str] | None = None) -> int:
                 step(figures & {"delete"}, lambda: bench.delete(db, seeded))
         step(figures & {"idle"}, bench.idle)
         step(figures & {"memory"}, bench.memory)
-    for figure, why in sorted(failures.items()):
-        bench.rows.append(Row(figure, f"not measured: {why}", "", "", None))
-    output = f"{heading(args.scale, scale, machine)}\n\n{table(bench.rows)}\n"
-    print(output)
-    log(f"done in {time.perf_counter() - started:.0f} s")
-    if args.json:
-        Path(args.json).write_text(
-            json.dumps(
-                {
-                    "scale": args.scale,
-                    "machine": machine,
-                    "rows": [row.__dict__ for row in bench.rows],
-                    "values": bench.values,
-                    "markdown": output,
-                    "seconds": time.perf_counter() - started,
-                },
-                indent=2,
-                default=str,
-            )
-            + "\n"
-        )
-    return 1 if failures else 0
+    for figure, why in sorted(step.failures.items()):
+        bench.rows.append(row(figure, f"not measured: {why}", "", "", None))
+    harness.report(
+        args, heading(args.scale, scale, machine), bench.rows, started, machine=machine, values=bench.values
+    )
+    return 1 if step.failures else 0

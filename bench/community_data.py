@@ -228,89 +228,87 @@ def seed(
         # batches of a scratch database, never its consistency).
         conn.execute("SET synchronous_commit = off")
         log(f"seeding {traces:,} traces, {launches:,} launches (one of {big_trace_launches:,})")
-        names = kernel_names()
-        conn.execute(
-            "INSERT INTO traces_kernelname (digest, name) "
-            "SELECT sha256(convert_to(name, 'UTF8')), name FROM unnest(%s::text[]) AS name "
-            "ON CONFLICT (digest) DO NOTHING",
-            (names,),
-        )
-        name_ids = [
-            row[0]
-            for row in conn.execute(
-                "SELECT k.id FROM unnest(%s::text[]) WITH ORDINALITY AS given(name, position) "
-                "JOIN traces_kernelname k ON k.digest = sha256(convert_to(given.name, 'UTF8')) "
-                "ORDER BY given.position",
-                (names,),
-            )
-        ]
+        name_ids = _insert_names(conn)
         conn.execute(INSERT_SQL, (traces,))
         stage("traces")
-        with conn.transaction():
-            conn.execute(
-                PLAN_SQL,
-                {
-                    "sigma": SIGMA,
-                    "big_n": big_n,
-                    "big": big_trace_launches,
-                    "big_contexts": BIG_CONTEXTS,
-                    "others": others,
-                    "cap": max(1, big_trace_launches - 1),
-                    "step_kernels": STEP_KERNELS,
-                    "max_steps": MAX_STEPS,
-                },
-            )
-            conn.execute("CREATE UNIQUE INDEX ON seed_plan (key)")
-            conn.execute("ANALYZE seed_plan")
-        planned = conn.execute("SELECT COALESCE(SUM(launches), 0)::bigint FROM seed_plan").fetchone()[0]
-        if planned != launches:
-            raise RuntimeError(f"planned {planned:,} launches, not {launches:,}")
+        _plan(conn, launches, big_n=big_n, big=big_trace_launches, others=others)
         _describe_traces(conn)
         _contexts_and_steps(conn)
         stage("plan, trace rows, contexts, steps")
         _load_kernels(conn, name_ids, launches, stage, indexes_after_load=indexes_after_load)
-        conn.execute("VACUUM ANALYZE traces_trace")
-        conn.execute("VACUUM ANALYZE traces_kernelcontext")
-        conn.execute("VACUUM ANALYZE traces_step")
-        conn.execute("VACUUM ANALYZE traces_kernelname")
-        conn.execute("VACUUM ANALYZE traces_kernel")
+        for table in ("trace", "kernelcontext", "step", "kernelname", "kernel"):
+            conn.execute(f"VACUUM ANALYZE traces_{table}")
         stage("VACUUM ANALYZE")
-        found = conn.execute(
-            """
-            SELECT
-                (SELECT id FROM seed_plan WHERE n = %(big_n)s),
-                (SELECT id FROM seed_plan WHERE launches >= 2 AND contexts = 1 ORDER BY launches, n LIMIT 1),
-                (SELECT id FROM seed_plan WHERE contexts > 1 AND n <> %(big_n)s ORDER BY launches DESC, n LIMIT 1),
-                (SELECT count(*) FROM traces_trace),
-                (SELECT count(*) FROM traces_trace WHERE state = 'ready'),
-                (SELECT count(*) FROM traces_trace WHERE state = 'uploading'),
-                (SELECT count(*) FROM seed_plan WHERE launches >= 100000),
-                (SELECT count(*) FROM traces_kernelcontext),
-                (SELECT count(*) FROM traces_step),
-                (SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY launches) FROM seed_plan),
-                pg_total_relation_size('traces_kernel')
-            """,
-            {"big_n": big_n},
-        ).fetchone()
+        found = _found(conn, big_n)
         conn.execute("DROP TABLE seed_plan")
-    big, tiny, multi, count, ready, uploading, past_100k, contexts, steps, median, kernel_bytes = found
-    return {
-        "big": big,
-        "tiny": tiny,
-        "multi_context": multi,
-        "traces": count,
-        "ready": ready,
-        "uploading": uploading,
+    return found | {
         "launches": launches,
         "big_trace_launches": big_trace_launches,
-        "traces_past_100k_launches": past_100k,
-        "median_launches": median,
         "names": len(name_ids),
-        "contexts": contexts,
-        "steps": steps,
-        "kernel_table_bytes": kernel_bytes,
         "seconds": seconds,
     }
+
+
+def _insert_names(conn) -> list[int]:
+    """The registry's kernel names stored (KernelName); their ids in kernel_names()'s order."""
+    names = kernel_names()
+    conn.execute(
+        "INSERT INTO traces_kernelname (digest, name) "
+        "SELECT sha256(convert_to(name, 'UTF8')), name FROM unnest(%s::text[]) AS name "
+        "ON CONFLICT (digest) DO NOTHING",
+        (names,),
+    )
+    return [
+        row[0]
+        for row in conn.execute(
+            "SELECT k.id FROM unnest(%s::text[]) WITH ORDINALITY AS given(name, position) "
+            "JOIN traces_kernelname k ON k.digest = sha256(convert_to(given.name, 'UTF8')) "
+            "ORDER BY given.position",
+            (names,),
+        )
+    ]
+
+
+def _plan(conn, launches: int, *, big_n: int, big: int, others: int) -> None:
+    """seed_plan: each trace's launches, contexts and steps (PLAN_SQL), checked to add up."""
+    parameters = {
+        "sigma": SIGMA,
+        "big_n": big_n,
+        "big": big,
+        "big_contexts": BIG_CONTEXTS,
+        "others": others,
+        "cap": max(1, big - 1),
+        "step_kernels": STEP_KERNELS,
+        "max_steps": MAX_STEPS,
+    }
+    with conn.transaction():
+        conn.execute(PLAN_SQL, parameters)
+        conn.execute("CREATE UNIQUE INDEX ON seed_plan (key)")
+        conn.execute("ANALYZE seed_plan")
+    planned = conn.execute("SELECT COALESCE(SUM(launches), 0)::bigint FROM seed_plan").fetchone()[0]
+    if planned != launches:
+        raise RuntimeError(f"planned {planned:,} launches, not {launches:,}")
+
+
+FOUND = {
+    "big": "(SELECT id FROM seed_plan WHERE n = %(big_n)s)",
+    "tiny": "(SELECT id FROM seed_plan WHERE launches >= 2 AND contexts = 1 ORDER BY launches, n LIMIT 1)",
+    "multi_context": "(SELECT id FROM seed_plan WHERE contexts > 1 AND n <> %(big_n)s ORDER BY launches DESC, n LIMIT 1)",
+    "traces": "(SELECT count(*) FROM traces_trace)",
+    "ready": "(SELECT count(*) FROM traces_trace WHERE state = 'ready')",
+    "uploading": "(SELECT count(*) FROM traces_trace WHERE state = 'uploading')",
+    "traces_past_100k_launches": "(SELECT count(*) FROM seed_plan WHERE launches >= 100000)",
+    "contexts": "(SELECT count(*) FROM traces_kernelcontext)",
+    "steps": "(SELECT count(*) FROM traces_step)",
+    "median_launches": "(SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY launches) FROM seed_plan)",
+    "kernel_table_bytes": "pg_total_relation_size('traces_kernel')",
+}
+
+
+def _found(conn, big_n: int) -> dict:
+    """The interesting traces' ids and the counts, read back from what was stored."""
+    row = conn.execute(f"SELECT {', '.join(FOUND.values())}", {"big_n": big_n}).fetchone()
+    return dict(zip(FOUND, row, strict=True))
 
 
 def _describe_traces(conn) -> None:

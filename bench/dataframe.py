@@ -68,7 +68,7 @@ def json_frame(port: int, trace_id: str, headers: dict, *, loads=json.loads) -> 
 
 def measure(port: int, trace_id: str, headers: dict, *, repeat: int = 2) -> dict:
     """The best of `repeat` of each way (the first CSV and JSON warm the server's worker too)."""
-    from bench.api_bench import http_get
+    from bench.common import http_get
 
     csv_bytes = http_get(
         port, f"/api/traces/{trace_id}/kernels.csv", {**headers, "Accept-Encoding": "identity"}

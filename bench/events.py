@@ -13,9 +13,7 @@ With polling the wait is half the interval on average, and the whole interval at
 
 import argparse
 import json
-import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -23,37 +21,29 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import common
+
 ROOT = Path(__file__).resolve().parent.parent
 BUCKET = "cascade-bench-events"
 PREFIX = "accelsim-traces/"
 SCALES = {"small": {"runs": 2, "poll_seconds": 3}, "full": {"runs": 5, "poll_seconds": 30}}
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def run_files() -> dict[str, bytes]:
-    """A run of vecadd's real tracer output (tests/data), metadata.json aside."""
-    folder = ROOT / "tests" / "data" / "accelsim-vecadd-v5"
-    return {f"traces/{path.name}": path.read_bytes() for path in sorted(folder.iterdir()) if path.is_file()}
+    """A small generated run's files (tools.generator), metadata.json aside: it is put last."""
+    from tools import generator
+
+    spec = generator.RunSpec(kernels=50, max_traced=2, timing=False, timeline=False)
+    with tempfile.TemporaryDirectory(prefix="bench-events-run-") as tmp:
+        folder = Path(tmp) / "run"
+        generator.write_run(folder, spec)
+        paths = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "metadata.json")
+        return {p.relative_to(folder).as_posix(): p.read_bytes() for p in paths}
 
 
-def wait_for_port(port: int) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise RuntimeError(f"nothing listens on {port}")
-
-
-def state_of(db: Path | str, run_id: str) -> str | None:
-    """The run's state in the poller's database: a SQLite file, or a PostgreSQL URL."""
-    if isinstance(db, str):
+def state_of(db: str, run_id: str) -> str | None:
+    """The run's state in the poller's database: a PostgreSQL URL, or a SQLite file."""
+    if db.startswith("postgres"):
         import psycopg
 
         with psycopg.connect(db, autocommit=True) as connection:
@@ -66,7 +56,7 @@ def state_of(db: Path | str, run_id: str) -> str | None:
     return row[0] if row else None
 
 
-def measure(mode: str, env: dict, s3, runs: int, poll_seconds: int, db: Path | str) -> list[float]:
+def measure(mode: str, env: dict, s3, runs: int, poll_seconds: int, db: str) -> list[float]:
     argv = [sys.executable, str(ROOT / "manage.py"), "ingest_traces", "--watch"]
     argv += ["--events"] if mode == "events" else ["--interval", str(poll_seconds)]
     poller = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -100,60 +90,27 @@ def ready_times(runs: int, poll_seconds: int, database_url: str | None = None) -
     """Seconds from metadata.json's PUT to `ready`, per run, with events and with polling:
     {"events": [...], "polling": [...]}. `database_url`: a migrated PostgreSQL database to
     run against (the community bench's, 100,000 traces in it); else a scratch SQLite file."""
-    import boto3
-
-    port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    workdir = Path(tempfile.mkdtemp(prefix="bench-events-"))
-    credentials = {
-        "AWS_ACCESS_KEY_ID": "bench",
-        "AWS_SECRET_ACCESS_KEY": "bench",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("CASCADE_", "DATABASE_URL", "AWS_"))},
-        **credentials,
-        "CASCADE_VAR_DIR": str(workdir),
-        "CASCADE_S3_BUCKET": BUCKET,
-        "CASCADE_S3_ENDPOINT_URL": endpoint,
-        "DJANGO_SETTINGS_MODULE": "cascade.settings",
-    }
-    if database_url:
-        env["DATABASE_URL"] = database_url
-    moto = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port(port)
-        session = boto3.session.Session(
-            aws_access_key_id="bench", aws_secret_access_key="bench", region_name="us-east-1"
+    with tempfile.TemporaryDirectory(prefix="bench-events-") as workdir, common.moto_server() as endpoint:
+        env = common.child_env(
+            CASCADE_VAR_DIR=workdir, CASCADE_S3_BUCKET=BUCKET, CASCADE_S3_ENDPOINT_URL=endpoint
         )
-        s3 = session.client("s3", endpoint_url=endpoint)
-        sqs = session.client("sqs", endpoint_url=endpoint)
+        if database_url:
+            env["DATABASE_URL"] = database_url
+        s3 = common.s3_client(endpoint)
+        sqs = common.s3_client(endpoint, service="sqs")
         s3.create_bucket(Bucket=BUCKET)
         queue = sqs.create_queue(QueueName="cascade-bench-events")["QueueUrl"]
         arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        events = {"QueueArn": arn, "Events": ["s3:ObjectCreated:*", "s3:ObjectRemoved:*"]}
         s3.put_bucket_notification_configuration(
-            Bucket=BUCKET,
-            NotificationConfiguration={
-                "QueueConfigurations": [
-                    {"QueueArn": arn, "Events": ["s3:ObjectCreated:*", "s3:ObjectRemoved:*"]}
-                ]
-            },
+            Bucket=BUCKET, NotificationConfiguration={"QueueConfigurations": [events]}
         )
-        subprocess.run(
-            [sys.executable, str(ROOT / "manage.py"), "migrate", "-v", "0"], cwd=ROOT, env=env, check=True
-        )
-        db = database_url or workdir / "cascade.sqlite3"
+        common.manage("migrate", "-v", "0", env=env)
+        db = database_url or str(Path(workdir) / "cascade.sqlite3")
         return {
             "events": measure("events", {**env, "CASCADE_SQS_QUEUE_URL": queue}, s3, runs, poll_seconds, db),
             "polling": measure("polling", env, s3, runs, poll_seconds, db),
         }
-    finally:
-        moto.terminate()
-        moto.wait(timeout=30)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -211,7 +211,9 @@ def _wait_for(endpoint: str) -> None:
         time.sleep(0.2)
 
 
-def measure(db: str, env: dict, traces: int, upload_seconds: float) -> dict:
+def ready_traces(db: str, env: dict, traces: int) -> None:
+    """`traces` ready traces as a pass leaves them, in one INSERT ... SELECT; checked by
+    `ingest_traces --trace` of the first finding nothing new."""
     import psycopg
 
     parser_version = int(
@@ -230,6 +232,20 @@ def measure(db: str, env: dict, traces: int, upload_seconds: float) -> dict:
     if f"{first}: nothing new" not in check.stdout:
         raise RuntimeError(f"the inserted trace {first} is not as a pass leaves it:\n{check.stdout}")
 
+
+def unchanged_pass(env: dict, watch_pages: int, label: str) -> common.Child:
+    """One `ingest_traces` pass without events, checked to change nothing."""
+    log(f"without events, {label}: ingest_traces")
+    child = common.manage(
+        "ingest_traces", env={**env, "CASCADE_POLL_WATCH_PAGES": str(watch_pages)}, timeout=7200
+    )
+    if " 0 changed" not in child.summary_line():
+        raise RuntimeError(f"the pass without events ({label}) changed something: {child.summary_line()}")
+    return child
+
+
+def measure(db: str, env: dict, traces: int, upload_seconds: float) -> dict:
+    ready_traces(db, env, traces)
     log("with events on: the reconciler's sweep, a whole lap")
     lap, lap_wall = sweep_lap(env)
     if any(p["differ"] or p["changes"] or p["errors"] for p in lap):
@@ -248,18 +264,9 @@ def measure(db: str, env: dict, traces: int, upload_seconds: float) -> dict:
         watch_requests += 2 * traces  # the rest left to the ready recheck, all due here
     watch_seconds = None
     if measured_reference:
-        log("without events: ingest_traces, every ready recheck due, without the polling watch")
-        reference = common.manage("ingest_traces", env={**env, "CASCADE_POLL_WATCH_PAGES": "0"}, timeout=7200)
-        summary = reference.summary_line()
-        if " 0 changed" not in summary:
-            raise RuntimeError(f"the pass without events changed something: {summary}")
+        reference = unchanged_pass(env, 0, "every ready recheck due, without the polling watch")
         reference_requests, reference_seconds = reference.s3_requests(), reference.pass_seconds()
-        log("without events, with the polling watch (the default): ingest_traces")
-        watched = common.manage(
-            "ingest_traces", env={**env, "CASCADE_POLL_WATCH_PAGES": str(WATCH_PAGES)}, timeout=7200
-        )
-        if " 0 changed" not in watched.summary_line():
-            raise RuntimeError(f"the watched pass changed something: {watched.summary_line()}")
+        watched = unchanged_pass(env, WATCH_PAGES, "with the polling watch (the default)")
         watch_requests, watch_seconds = watched.s3_requests(), watched.pass_seconds()
     return {
         "traces": traces,

@@ -1,30 +1,16 @@
-"""`GET /api/traces` at 100,000 traces (issue 22): the full list, a page of 100, a 304.
-
-    python -m bench.listing [--scale tiny|small|full] [--server postgres://...] [--json FILE]
-
-A scratch database (migrated, then dropped) gets `--scale` registered traces in one
-`INSERT ... SELECT generate_series` (bench/community_data.py's INSERT_SQL: most ready, a
-quarter still uploading; rows only, no kernels, which the list never reads), and Cascade answers through gunicorn as
-deployed. Printed beside a reference: the full list (identity, gzip and zstd) beside `COPY (SELECT
+"""`GET /api/traces` at 100,000 traces (issue 22): the full list, a page of 100, a 304, taken by
+`python -m bench community --only list` on its seeded database. Beside a reference: the full list (identity, gzip and zstd) beside `COPY (SELECT
 json_agg(...)) TO STDOUT` of the same rows and columns; the first page of 100 and one deep in
 the list (followed from a Link) beside the same COPY of 100 rows; the 304 of each; and the
 peak RSS (VmHWM) of the gunicorn worker that served them. Targets, from the issue: the full
 list under 2 s, a page under 50 ms, a 304 under 20 ms. Timings are the median of `--repeat`.
 """
 
-import argparse
-import json
-import os
 import statistics
-import sys
-import tempfile
 import time
-from pathlib import Path
 
 from bench import common
-from bench.api_bench import http_get
-from bench.common import log
-from bench.community_data import INSERT_SQL
+from bench.common import http_get, log
 
 SCALES = {"tiny": 3_000, "small": 20_000, "full": 100_000}
 TARGETS = {"list": 2.0, "page": 0.050, "304": 0.020}
@@ -60,47 +46,13 @@ def copy_seconds(db: str, limit: int | None, repeat: int) -> tuple[float, int]:
     return statistics.median(times), size
 
 
-def worker_hwm(port: int) -> dict[int, int]:
-    """VmHWM (bytes) of each gunicorn process bound to `port` (its environment says so)."""
-    found = {}
-    marker = f"CASCADE_BIND=127.0.0.1:{port}".encode()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if marker not in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-                continue
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    found[int(pid)] = int(line.split()[1]) * 1024
-        except OSError:
-            continue
-    return found
-
-
-def measure(server: str, traces: int, repeat: int, tmp: Path) -> dict:
-    with common.scratch_database(server, "listing") as db:
-        env = common.child_env(DATABASE_URL=db, CASCADE_VAR_DIR=str(tmp))
-        common.manage("migrate", "--noinput", env=env)
-        log(f"{traces:,} traces, one INSERT ... SELECT")
-        with __import__("psycopg").connect(db, autocommit=True) as conn:
-            started = time.perf_counter()
-            conn.execute(INSERT_SQL, (traces,))
-            conn.execute("VACUUM ANALYZE traces_trace")
-            log(f"  inserted in {time.perf_counter() - started:.1f} s")
-        token = common.manage("create_token", "bench-listing", env=env).stdout.split()[-1]
-        auth = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
-        with common.gunicorn(env) as port:
-            results = measure_served(port, auth, traces, repeat)
-        results.update(measure_reference(db, repeat))
-    return results
-
-
 def measure_served(port: int, auth: dict, traces: int, repeat: int) -> dict:
     """The list through a running gunicorn: full (identity, gzip, zstd), pages, 304s, the
     workers' peak RSS. The community bench (bench/community.py) calls it on its database."""
     for _ in range(4):  # each worker's first request pays for its imports
         http_get(port, "/api/traces?limit=1", auth)
     results: dict = {"traces": traces}
-    before = worker_hwm(port)
+    before = {pid: status["VmHWM"] for pid, status in common.gunicorn_processes(port).items()}
     log("GET /api/traces")
     seconds, full = median_seconds(port, "/api/traces", auth, repeat)
     results["list"] = {"seconds": seconds, "bytes": full.nbytes}
@@ -108,7 +60,7 @@ def measure_served(port: int, auth: dict, traces: int, repeat: int) -> dict:
     results["list_gzip"] = {"seconds": gz_seconds, "bytes": gz.nbytes}
     zs_seconds, zs = median_seconds(port, "/api/traces", {**auth, "Accept-Encoding": "zstd"}, repeat)
     results["list_zstd"] = {"seconds": zs_seconds, "bytes": zs.nbytes}
-    after = worker_hwm(port)
+    after = {pid: status["VmHWM"] for pid, status in common.gunicorn_processes(port).items()}
     results["rss"] = {"before": max(before.values()), "after": max(after.values())}
     log("GET /api/traces?limit=100, then deep in the list")
     seconds, page = median_seconds(port, "/api/traces?limit=100", auth, repeat * 5)
@@ -133,92 +85,3 @@ def measure_reference(db: str, repeat: int) -> dict:
         "copy_list": dict(zip(("seconds", "bytes"), copy_seconds(db, None, repeat), strict=True)),
         "copy_page": dict(zip(("seconds", "bytes"), copy_seconds(db, 100, repeat * 5), strict=True)),
     }
-
-
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:,.1f} ms" if seconds < 1 else f"{seconds:,.2f} s"
-
-
-def table(r: dict) -> str:
-    def row(figure, measured, reference, target, met):
-        return f"| {figure} | {measured} | {reference} | {target} | {'yes' if met else 'NO'} |"
-
-    n = r["traces"]
-    mb = 1e6
-    lines = [
-        "| figure | measured | reference | target | met? |",
-        "|---|---|---|---|---|",
-        row(
-            f"full list, {n:,} traces",
-            f"{ms(r['list']['seconds'])}, {r['list']['bytes'] / mb:,.1f} MB",
-            f"COPY json_agg {ms(r['copy_list']['seconds'])}, {r['copy_list']['bytes'] / mb:,.1f} MB",
-            "< 2 s",
-            r["list"]["seconds"] < TARGETS["list"],
-        ),
-        row(
-            "full list, gzip",
-            f"{ms(r['list_gzip']['seconds'])}, {r['list_gzip']['bytes'] / mb:,.1f} MB",
-            "",
-            "< 2 s",
-            r["list_gzip"]["seconds"] < TARGETS["list"],
-        ),
-        row(
-            "full list, zstd",
-            f"{ms(r['list_zstd']['seconds'])}, {r['list_zstd']['bytes'] / mb:,.1f} MB",
-            "",
-            "< 2 s",
-            r["list_zstd"]["seconds"] < TARGETS["list"],
-        ),
-        row(
-            "page of 100 (first)",
-            ms(r["page"]["seconds"]),
-            f"COPY json_agg {ms(r['copy_page']['seconds'])}",
-            "< 50 ms",
-            r["page"]["seconds"] < TARGETS["page"],
-        ),
-        row(
-            "page of 100 (half way, by Link)",
-            ms(r["deep_page"]["seconds"]),
-            "",
-            "< 50 ms",
-            r["deep_page"]["seconds"] < TARGETS["page"],
-        ),
-        row("304, full list", ms(r["304"]["seconds"]), "", "< 20 ms", r["304"]["seconds"] < TARGETS["304"]),
-        row(
-            "304, page of 100",
-            ms(r["page_304"]["seconds"]),
-            "",
-            "< 20 ms",
-            r["page_304"]["seconds"] < TARGETS["304"],
-        ),
-        row(
-            "web worker peak RSS",
-            f"{r['rss']['after'] / mb:,.0f} MB",
-            f"{r['rss']['before'] / mb:,.0f} MB before the full list",
-            "flat",
-            r["rss"]["after"] - r["rss"]["before"] < 50 * mb,
-        ),
-    ]
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", choices=SCALES, default="full")
-    parser.add_argument(
-        "--server",
-        default=common.server_url(os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432")),
-    )
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="cascade-bench-listing-") as tmp:
-        results = measure(args.server, SCALES[args.scale], args.repeat, Path(tmp))
-    print(table(results))
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Many API clients at once against a running Cascade: throughput, latency, errors, invalid JSON.
 
-    .venv/bin/python bench/load.py --url http://127.0.0.1:8765 --token cas_... [--clients 50]
+    python -m bench.load --url http://127.0.0.1:8765 --token cas_... [--clients 50]
         [--duration 30 | --requests 5000] [--small ID] [--large ID] [--mix list:45,small:45,large:10]
 
 Each client is a thread with its own keep-alive connection (http.client), spread over a few

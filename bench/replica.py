@@ -1,7 +1,7 @@
 """The API read from a PostgreSQL streaming standby (DATABASE_REPLICA_URL) beside the primary,
 and how far the standby trails an ingest.
 
-    .venv/bin/python bench/replica.py [--traces 20000] [--kernels 200000] [--repeat 5]
+    python -m bench.replica [--traces 20000] [--kernels 200000] [--repeat 5]
 
 Starts two PostgreSQL clusters of its own in a temporary folder, on ports of their own: a
 primary (initdb) and a hot standby made from it by `pg_basebackup -R` (streaming replication),
@@ -116,12 +116,7 @@ def main() -> None:
 def measure(args, primary_url: str, standby_url: str) -> None:
     import psycopg
     from django.contrib.auth import get_user_model
-    from django.core import signing
-    from django.db import connections
-    from django.test import Client
-    from django.test.utils import CaptureQueriesContext
 
-    from cascade.db_routers import PIN_COOKIE, REPLICA
     from traces.models import ApiToken, Trace, next_trace_keys
 
     common.log(f"registering {args.traces:,} traces")
@@ -138,17 +133,31 @@ def measure(args, primary_url: str, standby_url: str) -> None:
     common.ingest_generated(run_id, args.kernels, contexts=4)
     user, _ = get_user_model().objects.get_or_create(username="bench")
     _, token = ApiToken.issue(user)
-    primary = psycopg.connect(primary_url, autocommit=True)
-    standby = psycopg.connect(standby_url, autocommit=True)
-    assert standby.execute("SELECT pg_is_in_recovery()").fetchone()[0], "not a standby"
-    replay = wait_for_replay(primary, standby)
-    common.log(f"standby caught up with the load in {replay:.2f} s")
+    with (
+        psycopg.connect(primary_url, autocommit=True) as primary,
+        psycopg.connect(standby_url, autocommit=True) as standby,
+    ):
+        assert standby.execute("SELECT pg_is_in_recovery()").fetchone()[0], "not a standby"
+        replay = wait_for_replay(primary, standby)
+        common.log(f"standby caught up with the load in {replay:.2f} s")
+        get = getter(token)
+        reads(args, get, run_id)
+        lag(args, get, primary, standby)
+
+
+def getter(token: str):
+    """A GET through Django's whole stack in this process: (status, body bytes). `where`:
+    "standby" as a fresh client reads, "primary" with the pin a browser carries after a write."""
+    from django.core import signing
+    from django.test import Client
+
+    from cascade.db_routers import PIN_COOKIE
 
     signer = signing.get_cookie_signer(salt=PIN_COOKIE + PIN_COOKIE)
 
     def get(path: str, where: str, **headers) -> tuple[int, int]:
         client = Client()
-        if where == "primary":  # the pin a browser carries after a write
+        if where == "primary":
             client.cookies[PIN_COOKIE] = signer.sign("1")
         response = client.get(
             path, SERVER_NAME="127.0.0.1", HTTP_AUTHORIZATION=f"Bearer {token}", HTTP_ACCEPT="application/json",
@@ -156,6 +165,16 @@ def measure(args, primary_url: str, standby_url: str) -> None:
         )  # fmt: skip
         size = sum(map(len, response.streaming_content)) if response.streaming else len(response.content)
         return response.status_code, size
+
+    return get
+
+
+def reads(args, get, run_id: str) -> None:
+    """Each API read from the standby beside the primary, best of `--repeat`, interleaved."""
+    from django.db import connections
+    from django.test.utils import CaptureQueriesContext
+
+    from cascade.db_routers import REPLICA
 
     requests = [
         (f"GET /api/traces ({args.traces + 1:,} traces)", "/api/traces", {}),
@@ -185,7 +204,11 @@ def measure(args, primary_url: str, standby_url: str) -> None:
         row = {where: min(spent) for where, spent in times.items()}
         print(f"  {label:<42} {row['standby'] * 1000:>8.1f} ms {row['primary'] * 1000:>7.1f} ms")
 
-    # Lag: a whole ingest, then a one-row write.
+
+def lag(args, get, primary, standby) -> None:
+    """How far the standby trails: a whole ingest, then one-row writes."""
+    from traces.models import Trace
+
     lag_run = f"bench-replica-lag-{args.kernels}"
     common.log(f"ingesting {args.kernels:,} more launches, then waiting for the standby")
     common.ingest_generated(lag_run, args.kernels, contexts=4)
@@ -226,8 +249,6 @@ def measure(args, primary_url: str, standby_url: str) -> None:
         f"  a one-row write seen on the standby          median {small[len(small) // 2] * 1000:.1f} ms, "
         f"worst {small[-1] * 1000:.1f} ms (20 writes, each through Django on the primary)"
     )
-    primary.close()
-    standby.close()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """What `/summary` and `/compare` cost on million-launch traces, beside PostgreSQL alone.
 
-    .venv/bin/python bench/analysis_bench.py [--kernels 1000000] [--repeat 5]
+    python -m bench.analysis [--kernels 1000000] [--repeat 5]
 
 Loads two generated runs (tools.generator: an H100 run and an A100 run, with steps and
 measured times) into the bench database with COPY (`traces.kernel_store.kernels_replace`),
@@ -134,21 +134,24 @@ def best_direct(sql: str, repeat: int) -> float:
 
 
 def reference_sql(a: str, b: str) -> dict[str, str]:
-    """The GROUP BYs each route runs, as one psql would send them."""
-    from traces.models import Kernel
+    """The GROUP BYs each route runs (`traces.analysis`: by the trace's key and the name's id,
+    then by step), as one psql would send them; column names from the live models."""
+    from traces.models import Kernel, Trace
 
-    table = Kernel._meta.db_table
+    table, column = Kernel._meta.db_table, lambda name: Kernel._meta.get_field(name).column
+    keys = dict(Trace.objects.filter(pk__in=[a, b]).values_list("id", "key"))
+    trace, name, insts = column("trace"), column("kernel_name"), column("total_insts")
     by_name = (
-        "SELECT trace_id, name, count(*), count(id) FILTER (WHERE traced), sum(total_insts), "
-        f"sum(duration_ns) FROM {table} WHERE trace_id {{}} GROUP BY trace_id, name"
+        f"SELECT {trace}, {name}, count(*), count(kernel_id) FILTER (WHERE traced), "
+        f"sum({insts}::bigint), sum(duration_ns) FROM {table} WHERE {trace} {{}} GROUP BY {trace}, {name}"
     )
     by_step = (
-        f"SELECT step, count(*), sum(total_insts), sum(duration_ns) FROM {table} "
-        f"WHERE trace_id = '{a}' AND step IS NOT NULL GROUP BY step"
+        f"SELECT step, count(*), sum({insts}::bigint), sum(duration_ns) FROM {table} "
+        f"WHERE {trace} = {keys[a]} AND step IS NOT NULL GROUP BY step"
     )
     return {
-        "summary": f"{by_name.format(f'= {chr(39)}{a}{chr(39)}')}; {by_step}",
-        "compare": by_name.format(f"IN ('{a}', '{b}')"),
+        "summary": f"{by_name.format(f'= {keys[a]}')}; {by_step}",
+        "compare": by_name.format(f"IN ({keys[a]}, {keys[b]})"),
     }
 
 
