@@ -20,7 +20,6 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from django.db import transaction
 from django.db.models import Case, Count, Exists, FloatField, OuterRef, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import Abs, Cast
 from django.db.models.lookups import GreaterThan, LessThanOrEqual
@@ -28,6 +27,7 @@ from django.db.models.lookups import GreaterThan, LessThanOrEqual
 from cascade.db_routers import read_connection
 from traces.demangle import demangle_all
 from traces.models import KernelContext, KernelName, SimulatedKernel, Simulation, Step, TraceState
+from traces.snapshots import snapshot, streamed_rows
 
 # Rows per round trip when a simulation's launches are streamed.
 FETCH_ROWS = 2000
@@ -256,7 +256,7 @@ def simulation_kernels(simulation: Simulation) -> Iterator[SimKernelRow]:
     chunk at a time (a server-side cursor on PostgreSQL)."""
     steps = _steps(simulation)
     contexts = _contexts(simulation)
-    for context, *rest in _stored_rows(_cursor_rows(*kernels_sql(simulation.pk))):
+    for context, *rest in _stored_rows(streamed_rows(*kernels_sql(simulation.pk), FETCH_ROWS)):
         yield _kernel_row(contexts.get(context), rest, steps)
 
 
@@ -472,11 +472,8 @@ def kernel_changes(a: Simulation, b: Simulation) -> Iterator[KernelChange]:
         raise ValueError(f"{a} and {b} simulate different traces")
     contexts = _contexts(a)
     sql = _both_sql(" ORDER BY a.context, a.kernel_id")
-    with read_connection.chunked_cursor() as cursor:
-        cursor.execute(sql, [b.pk, a.pk])
-        while rows := cursor.fetchmany(FETCH_ROWS):
-            for row in rows:
-                yield _change(row, contexts)
+    for row in streamed_rows(sql, [b.pk, a.pk], FETCH_ROWS):
+        yield _change(row, contexts)
 
 
 def compare_simulations(a: Simulation, b: Simulation, count: int = 20) -> SimulationComparison:
@@ -684,22 +681,6 @@ def kernels_sql(simulation_id: int, limit: int | None = None) -> tuple[str, list
     return sql, params
 
 
-def _fetched(cursor) -> Iterator[tuple]:
-    while rows := cursor.fetchmany(FETCH_ROWS):
-        yield from rows
-
-
-def _cursor_rows(sql: str, params: list) -> Iterator[tuple]:
-    with read_connection.chunked_cursor() as cursor:
-        cursor.execute(sql, params)
-        yield from _fetched(cursor)
-
-
-def _held_rows(cursor) -> Iterator[tuple]:
-    with cursor:  # closed when streamed or dropped (a client gone)
-        yield from _fetched(cursor)
-
-
 def _stored_rows(rows: Iterator[tuple]) -> Iterator[tuple]:
     """SQLite answers booleans as 0 and 1."""
     for row in rows:
@@ -743,46 +724,16 @@ def _detail_parts(trace_id: str, name: str) -> tuple | None:
 
 
 def simulation_detail(trace_id: str, name: str, limit: int | None = None) -> SimulationDetail | None:
-    """The simulation `name` of the trace, read from one snapshot of the database, or None.
-
-    As `selectors.trace_detail_snapshot` does for a trace: on PostgreSQL the row, the sums and
-    the launches' cursor are read and declared in one REPEATABLE READ transaction, the cursor
-    held past its commit (WITH HOLD), so that a simulation read again meanwhile cannot mix two
-    reads in one answer. Launches are served while the simulation is ready or read again.
-    """
-    if read_connection.vendor != "postgresql":
+    """The simulation `name` of the trace, read from one snapshot of the database
+    (`traces.snapshots`), or None: a simulation read again meanwhile cannot mix two reads in
+    one answer. Launches are served while the simulation is ready or read again."""
+    with snapshot(held=True) as reads:
         parts = _detail_parts(trace_id, name)
         if parts is None:
             return None
         found, simulation, steps, families = parts
-        kernels = iter(())
-        if found[_STATE] in SERVES_KERNELS:
-            kernels = api_kernels(
-                _stored_rows(_cursor_rows(*kernels_sql(simulation.pk, limit))),
-                _contexts(simulation),
-                _steps(simulation),
-            )
-        return SimulationDetail(found[:-2], found[-2], steps, families, kernels)
-    own_transaction = not read_connection.in_atomic_block
-    held = read_connection.chunked_cursor()
-    try:
-        with transaction.atomic(using=read_connection.alias):
-            if own_transaction:
-                with read_connection.cursor() as cursor:
-                    cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            parts = _detail_parts(trace_id, name)
-            if parts is None:
-                held.close()
-                return None
-            found, simulation, steps, families = parts
-            if found[_STATE] not in SERVES_KERNELS:
-                held.close()
-                return SimulationDetail(found[:-2], found[-2], steps, families, iter(()))
-            contexts, step_names = _contexts(simulation), _steps(simulation)
-            held.execute(*kernels_sql(simulation.pk, limit))
-    except BaseException:
-        held.close()
-        raise
-    return SimulationDetail(
-        found[:-2], found[-2], steps, families, api_kernels(_held_rows(held), contexts, step_names)
-    )
+        if found[_STATE] not in SERVES_KERNELS:
+            return SimulationDetail(found[:-2], found[-2], steps, families, iter(()))
+        contexts, step_names = _contexts(simulation), _steps(simulation)
+        rows = reads.held_rows(*kernels_sql(simulation.pk, limit), FETCH_ROWS)
+    return SimulationDetail(found[:-2], found[-2], steps, families, api_kernels(rows, contexts, step_names))

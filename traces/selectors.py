@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from django.db import connections, router, transaction
+from django.db import connections, router
 from django.db.models import (
     BigIntegerField,
     Case,
@@ -38,6 +38,7 @@ from django.db.models.functions import Cast
 from cascade.db_routers import read_connection
 from traces.filters import ListPage, TraceFilter
 from traces.models import KERNEL_COLUMNS, Kernel, KernelContext, KernelName, Step, Trace, TraceState
+from traces.snapshots import snapshot, streamed_rows
 
 # --- the API -------------------------------------------------------------------------
 
@@ -287,7 +288,7 @@ def _fetched(rows) -> Iterator[tuple]:
     if read_connection.vendor != "postgresql":
         return rows.iterator(chunk_size=LIST_FETCH_ROWS)
     sql, params = rows.query.sql_with_params()
-    return _cursor_rows(sql, params)
+    return streamed_rows(sql, params, LIST_FETCH_ROWS)
 
 
 def _summaries(first: tuple, rows: Iterator[tuple]) -> Iterator[tuple]:
@@ -309,19 +310,7 @@ def kernel_rows(trace_id: str, limit: int | None = None, offset: int = 0) -> Ite
     """The trace's kernels as KERNEL_COLUMNS tuples in (ctx, device, kernel_id) order, through
     a server-side cursor (PostgreSQL)."""
     sql, params = kernels_sql(trace_id, limit, offset)
-    return with_step_names(_cursor_rows(sql, params), step_names(trace_id))
-
-
-def _cursor_rows(sql: str, params: list) -> Iterator[tuple]:
-    with read_connection.chunked_cursor() as cursor:
-        cursor.execute(sql, params)
-        yield from _fetched_rows(cursor)
-
-
-def _fetched_rows(cursor) -> Iterator[tuple]:
-    """A Django cursor's rows, KERNEL_FETCH_ROWS a round trip."""
-    while rows := cursor.fetchmany(KERNEL_FETCH_ROWS):
-        yield from rows
+    return with_step_names(streamed_rows(sql, params, KERNEL_FETCH_ROWS), step_names(trace_id))
 
 
 # A trace with more contexts than this (none known: a GPU's processes and devices, a few dozen
@@ -414,47 +403,17 @@ STATE_COLUMN = TRACE_DETAIL_COLUMNS.index("state")
 def trace_detail_snapshot(
     trace_id: str, limit: int | None = None, offset: int = 0
 ) -> tuple[tuple | None, Iterator[tuple]]:
-    """The trace's detail row and its kernels, read from one snapshot of the database.
-
-    Read separately, a detail could say `kernel_count` 1000 and stream 3000 kernels that a
-    parse committed in between. On PostgreSQL the row is read and the kernels' cursor
-    declared in one REPEATABLE READ transaction; the cursor is held past its commit (WITH
-    HOLD), so the response streams rows of that snapshot however long the client takes.
-
-    The cursor is Django's, so its query is counted and logged like any other and its errors
-    are django.db's: Django's server-side cursor is WITH HOLD when it is created in autocommit
-    mode (outside any transaction, as `QuerySet.iterator()` needs), so it is created just
-    before the transaction and declared inside it. test_api_snapshots checks both.
-    """
-    if read_connection.vendor != "postgresql":
+    """The trace's detail row and its kernels, read from one snapshot of the database
+    (`traces.snapshots`): read separately, a detail could say `kernel_count` 1000 and stream
+    3000 kernels that a parse committed in between."""
+    with snapshot(held=True) as reads:
         row = trace_detail_row(trace_id)
-        serves = row is not None and row[STATE_COLUMN] in SERVES_KERNELS
-        return row, kernel_rows(trace_id, limit, offset) if serves else iter(())
-    # Inside a caller's transaction (a test's), its snapshot rules: the level is set only
-    # as a transaction's first statement (and the cursor, not held, lives as long as it).
-    own_transaction = not read_connection.in_atomic_block
-    held = read_connection.chunked_cursor()
-    try:
-        with transaction.atomic(using=read_connection.alias):
-            if own_transaction:
-                with read_connection.cursor() as cursor:
-                    cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            row = trace_detail_row(trace_id)
-            if row is None or row[STATE_COLUMN] not in SERVES_KERNELS:
-                held.close()
-                return row, iter(())
-            names = step_names(trace_id)
-            sql, params = kernels_sql(trace_id, limit, offset)  # its contexts from the same snapshot
-            held.execute(sql, params)
-    except BaseException:
-        held.close()
-        raise
-    return row, with_step_names(_held_rows(held), names)
-
-
-def _held_rows(cursor) -> Iterator[tuple]:
-    with cursor:  # closed when streamed or dropped (a client gone): its errors ignored
-        yield from _fetched_rows(cursor)
+        if row is None or row[STATE_COLUMN] not in SERVES_KERNELS:
+            return row, iter(())
+        names = step_names(trace_id)
+        sql, params = kernels_sql(trace_id, limit, offset)  # its contexts from the same snapshot
+        rows = reads.held_rows(sql, params, KERNEL_FETCH_ROWS)
+    return row, with_step_names(rows, names)
 
 
 # --- the admin's trace page -----------------------------------------------------------

@@ -28,6 +28,7 @@ from traces.admin.analysis_charts import (
 from traces.admin.chart import MAX_BARS
 from traces.admin.display import kernel_changelist_url, shown_names
 from traces.models import Trace
+from traces.snapshots import snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ def trace_page_reads(trace: Trace) -> tuple[selectors.KernelSummary, dict]:
     if keep and (kept := cache.get(key)) is not None:
         return kept
     # One snapshot: the chart, the contexts and the analysis of the same launches.
-    with analysis.snapshot():
+    with snapshot(one_trace=True):
         summary = selectors.kernel_summary(trace.id, kernel_count=trace.kernel_count, run_count=MAX_BARS)
         # The mix, steps and calibration of a trace that has kernels (one that failed, or is
         # uploading, says so once, above).
@@ -113,7 +114,7 @@ def trace_analysis(trace: Trace) -> dict:
     """The trace page's context for the kernel mix, the steps and the calibration: five
     queries (four untimed), whatever the trace's size."""
     # One snapshot: a parse committing meanwhile would make the charts disagree with the table.
-    with analysis.snapshot():
+    with snapshot(one_trace=True):
         return _trace_analysis(trace)
 
 
