@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from django.db.models import Count, Q, Sum
 
 from traces.demangle import demangle_all
+from traces.launch_summaries import as_bigint, trace_launches
 from traces.models import Kernel, KernelName, Step, Trace
-from traces.selectors import as_bigint, trace_launches
 
 BY_NAME = "name"
 BY_DEMANGLED = "demangled"
