@@ -26,7 +26,7 @@ from traces.metrics import (
     values_from_sums,
 )
 from traces.models import KernelName, SimulatedKernel, Simulation, Step, TraceState
-from traces.snapshots import snapshot, streamed_rows
+from traces.snapshots import snapshot
 
 # Rows per round trip when a simulation's launches are streamed.
 FETCH_ROWS = 2000
@@ -101,10 +101,8 @@ def _steps(simulation: Simulation) -> dict[int, tuple[str, str | None]]:
     }
 
 
-def _rows(rows: QuerySet[SimulatedKernel], steps: dict, *, stream: bool) -> Iterator[SimKernelRow]:
-    values = rows.values_list(*_KERNEL_COLUMNS)
-    for ctx, *rest in values.iterator(chunk_size=FETCH_ROWS) if stream else values:
-        yield _kernel_row(ctx, rest, steps)
+def _rows(rows: QuerySet[SimulatedKernel], steps: dict) -> list[SimKernelRow]:
+    return [_kernel_row(ctx, rest, steps) for ctx, *rest in rows.values_list(*_KERNEL_COLUMNS)]
 
 
 def _kernel_row(ctx: str | None, row, steps: dict) -> SimKernelRow:
@@ -127,15 +125,6 @@ def _kernel_row(ctx: str | None, row, steps: dict) -> SimKernelRow:
     )
 
 
-def simulation_kernels(simulation: Simulation) -> Iterator[SimKernelRow]:
-    """Every launch of the simulation in the trace's order (context, kernel_id), streamed a
-    chunk at a time (a server-side cursor on PostgreSQL)."""
-    steps = _steps(simulation)
-    contexts = trace_context_names(simulation.trace_id)
-    for context, *rest in _stored_rows(streamed_rows(*kernels_sql(simulation.pk), FETCH_ROWS)):
-        yield _kernel_row(contexts.get(context), rest, steps)
-
-
 def worst_kernels(simulation: Simulation, count: int = 20) -> list[SimKernelRow]:
     """The `count` launches with the largest |error|, largest first (ties in the trace's
     order); launches without an error (no time, x = 0) are not ranked."""
@@ -144,7 +133,7 @@ def worst_kernels(simulation: Simulation, count: int = 20) -> list[SimKernelRow]
         .annotate(abs_error=ABS_ERROR / MEASURED)
         .order_by("-abs_error", "context", "kernel_id")[:count]
     )
-    return list(_rows(rows, _steps(simulation), stream=False))
+    return _rows(rows, _steps(simulation))
 
 
 @dataclass(frozen=True)
@@ -430,12 +419,6 @@ def kernels_sql(simulation_id: int, limit: int | None = None) -> tuple[str, list
         sql += " LIMIT %s"
         params.append(limit)
     return sql, params
-
-
-def _stored_rows(rows: Iterator[tuple]) -> Iterator[tuple]:
-    """SQLite answers booleans as 0 and 1."""
-    for row in rows:
-        yield (*row[:-1], bool(row[-1]))
 
 
 def api_kernels(

@@ -199,29 +199,6 @@ def _mix(groups: list[dict], totals: TraceTotals) -> list[KernelMix]:
     return mix
 
 
-def kernel_mix(trace_id: str) -> list[KernelMix]:
-    """The trace's launches grouped by kernel name, most instructions first: one query.
-
-    `traced`: how many of the name's launches the tracer traced. Shares are of the trace's
-    summed instructions and measured time.
-    """
-    groups = _name_groups([trace_id])
-    return _mix(groups, _totals(trace_id, groups))
-
-
-def trace_totals(trace_id: str) -> TraceTotals:
-    """The trace's launch count, summed instructions and measured time: one query."""
-    totals = trace_launches(trace_id).aggregate(
-        launches=Count("*"), insts=Sum(as_bigint("total_insts")), duration=Sum("duration_ns")
-    )
-    return TraceTotals(
-        id=trace_id,
-        kernel_count=totals["launches"],
-        total_insts=totals["insts"],
-        duration_ns=totals["duration"],
-    )
-
-
 def step_totals(trace_id: str) -> list[StepTotal]:
     """Each step of the trace's timeline in order, with its launches' totals: two queries.
 

@@ -135,17 +135,6 @@ def joins(first: int | None, insts: int | None, tolerance: Fraction = TOLERANCE)
     return insts * tolerance.denominator <= first * (tolerance.denominator + tolerance.numerator)
 
 
-def split_counts(counts: Iterable[int | None], tolerance: Fraction = TOLERANCE) -> list[list[int | None]]:
-    """One name and shape's counts split into groups by the rule (the module's docstring)."""
-    groups: list[list[int | None]] = []
-    for insts in sorted(counts, key=lambda value: (value is None, value or 0)):
-        if groups and joins(groups[-1][0], insts, tolerance):
-            groups[-1].append(insts)
-        else:
-            groups.append([insts])
-    return groups
-
-
 def _where(trace_key: int, steps: list[int] | None) -> tuple[str, list]:
     sql, params = "k.trace_key = %s", [trace_key]
     if steps is not None:

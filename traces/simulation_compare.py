@@ -1,15 +1,13 @@
 """Two simulations of one trace compared, launch by launch: which launches got closer to the
 measured time, which further, by how much (the admin's compare page reads it)."""
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from cascade.db_routers import read_connection
-from traces.accuracy import FETCH_ROWS, simulation_metrics
+from traces.accuracy import simulation_metrics
 from traces.launch_summaries import trace_context_names
 from traces.metrics import signed_error
 from traces.models import KernelName, SimulatedKernel, Simulation
-from traces.snapshots import streamed_rows
 
 
 @dataclass(frozen=True)
@@ -80,22 +78,11 @@ def _changes(sql: str, params: list, contexts: dict[int, str | None]) -> list[Ke
         return [_change(row, contexts) for row in cursor.fetchall()]
 
 
-def kernel_changes(a: Simulation, b: Simulation) -> Iterator[KernelChange]:
-    """Every launch both compared, in the trace's order, streamed a chunk at a time."""
-    if a.trace_id != b.trace_id:
-        raise ValueError(f"{a} and {b} simulate different traces")
-    contexts = trace_context_names(a.trace_id)
-    sql = _both_sql(" ORDER BY a.context, a.kernel_id")
-    for row in streamed_rows(sql, [b.pk, a.pk], FETCH_ROWS):
-        yield _change(row, contexts)
-
-
 def compare_simulations(a: Simulation, b: Simulation, count: int = 20) -> SimulationComparison:
     """Simulation b against a, launch by launch: how many got closer or further from the
     measured time, by how much on average, and the `count` that moved most each way.
 
-    Counts and extremes come from the database (four queries), whatever the launch count;
-    `kernel_changes` streams every launch.
+    Counts and extremes come from the database (four queries), whatever the launch count.
     """
     if a.trace_id != b.trace_id:
         raise ValueError(f"{a} and {b} simulate different traces")
