@@ -102,12 +102,12 @@ def _steps(simulation: Simulation) -> dict[int, tuple[str, str | None]]:
 
 
 def _rows(rows: QuerySet[SimulatedKernel], steps: dict) -> list[SimKernelRow]:
-    return [_kernel_row(ctx, rest, steps) for ctx, *rest in rows.values_list(*_KERNEL_COLUMNS)]
+    return [_kernel_row(row, steps) for row in rows.values_list(*_KERNEL_COLUMNS)]
 
 
-def _kernel_row(ctx: str | None, row, steps: dict) -> SimKernelRow:
-    """A stored launch's columns after its ctx (kernel_id ... overlapped), as a SimKernelRow."""
-    kernel_id, name, step, uid, cycles, insn, sim_ns, measured_ns, overlapped = row
+def _kernel_row(row: tuple, steps: dict) -> SimKernelRow:
+    """A stored launch's _KERNEL_COLUMNS as a SimKernelRow."""
+    ctx, kernel_id, name, step, uid, cycles, insn, sim_ns, measured_ns, overlapped = row
     step_name, phase = steps.get(step, (None, None)) if step is not None else (None, None)
     return SimKernelRow(
         ctx=ctx,
