@@ -298,13 +298,6 @@ def trace_detail_row(trace_id: str) -> tuple | None:
     return Trace.objects.filter(pk=trace_id).values_list(*TRACE_DETAIL_COLUMNS).first()
 
 
-def kernel_rows(trace_id: str, limit: int | None = None, offset: int = 0) -> Iterator[tuple]:
-    """The trace's kernels as KERNEL_COLUMNS tuples in (ctx, device, kernel_id) order, through
-    a server-side cursor (PostgreSQL)."""
-    sql, params = kernels_sql(trace_id, limit, offset)
-    return with_step_names(streamed_rows(sql, params, KERNEL_FETCH_ROWS), step_names(trace_id))
-
-
 # A trace with more contexts than this (none known: a GPU's processes and devices, a few dozen
 # at most) joins its contexts instead of naming them in the query.
 CASE_CONTEXTS = 64
