@@ -14,7 +14,7 @@ transaction and declared inside it (tests/traces/test_api_snapshots.py checks bo
 """
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from django.db import transaction
 
@@ -82,17 +82,20 @@ def snapshot(*, held: bool = False, one_trace: bool = False) -> Iterator[Snapsho
     own_transaction = not read_connection.in_atomic_block
     cursor = read_connection.chunked_cursor() if held else None
     reads = Snapshot(cursor)
-    try:
-        with transaction.atomic(using=read_connection.alias):
+    with transaction.atomic(using=read_connection.alias):
+        try:
             if own_transaction and read_connection.vendor == "postgresql":
                 with read_connection.cursor() as setting:
                     setting.execute(_REPEATABLE_READ)
                     if one_trace:
                         setting.execute(ONE_TRACE_PLANS)
             yield reads
-    except BaseException:
-        if cursor is not None:
-            cursor.close()
-        raise
+        except BaseException:
+            # Closed before the rollback, which would take a declared cursor with it (a CLOSE
+            # after it fails, and inside a caller's transaction aborts it).
+            if cursor is not None:
+                with suppress(read_connection.Database.Error):
+                    cursor.close()
+            raise
     if cursor is not None and not reads.holds:
         cursor.close()
