@@ -61,6 +61,7 @@ from traces.selection import (
 )
 from traces.serializers import SimulationCompleteRequestSerializer, SimulationUploadRequestSerializer
 from traces.signals import UploadRefused
+from traces.snapshots import snapshot
 from traces.text import is_storable
 
 # Below this many kernels a detail is sent in one piece, with a Content-Length. Above it, a
@@ -265,7 +266,7 @@ class TraceViewSet(OperatorDescribed, viewsets.ViewSet):
     @action(detail=True, methods=["get"], url_path="summary")
     def summary(self, request, trace_id=None):
         # One snapshot: the state checked and the sums read agree even while a parse commits.
-        with analysis.snapshot():
+        with snapshot(one_trace=True):
             self.ready_traces((trace_id,))
             result = analysis.summary(trace_id)
         return self.json_or_browsable(request, encoders.summary_dict(result))
@@ -276,7 +277,7 @@ class TraceViewSet(OperatorDescribed, viewsets.ViewSet):
         by = request.query_params.get("by", analysis.BY_NAME)
         if by not in analysis.COMPARE_BY:
             raise ParseError(f"by must be one of {', '.join(analysis.COMPARE_BY)}, not {shown(by)}")
-        with analysis.snapshot():
+        with snapshot(one_trace=True):
             self.ready_traces((trace_id, other_id))
             result = analysis.compare(trace_id, other_id, by)
         return self.json_or_browsable(request, encoders.comparison_dict(result))

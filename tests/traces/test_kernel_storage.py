@@ -195,7 +195,7 @@ def test_launches_come_back_as_they_were_stored_whatever_their_order_and_files(d
     with transaction.atomic():
         assert kernel_store.kernels_replace("mixed", iter(launches)) == len(launches)
 
-    stored = list(selectors.kernel_rows("mixed"))
+    stored = list(selectors.trace_detail_snapshot("mixed")[1])
     ctx, device, kernel_id = (KERNEL_COLUMNS.index(column) for column in ("ctx", "device", "kernel_id"))
     assert stored == sorted(launches, key=lambda row: (row[ctx], row[device], row[kernel_id]))
     assert list(
@@ -239,7 +239,7 @@ def test_two_parses_adding_one_new_name_do_not_wait_for_each_other(on_postgres):
         worker.join(timeout=20)
         assert not worker.is_alive(), "the second parse waited for the first's transaction"
     assert errors == []
-    assert [row[2] for row in selectors.kernel_rows("b")] == ["_Z8brandnewv", "_Z5elsev"]
+    assert [row[2] for row in selectors.trace_detail_snapshot("b")[1]] == ["_Z8brandnewv", "_Z5elsev"]
     assert KernelName.objects.filter(name="_Z8brandnewv").count() == 1
 
 

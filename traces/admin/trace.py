@@ -3,7 +3,7 @@
 Nothing is edited here: the bucket is the source of truth. The actions re-ingest a trace
 (the poller's own code path), mark it failed, or delete it; "Compare" puts two traces side by
 side, kernel by kernel. The page summarises the kernels from two queries
-(`traces.selectors.kernel_summary`) and shows their mix, steps and calibration from five more
+(`traces.launch_summaries.kernel_summary`) and shows their mix, steps and calibration from five more
 (`analysis_pages`), in one snapshot, kept for a big trace until it changes
 (`analysis_pages.trace_page_reads`); deleting counts them instead of collecting a million
 kernels one by one for Django's confirmation page.
