@@ -1,8 +1,17 @@
-"""The API reference's examples, as the OpenAPI schema shows them (`traces.serializers`
-attaches each to the shape it illustrates; the list's is set by `traces.openapi.finish_schema`).
+"""The API's examples, in one place: the OpenAPI schema shows them (`traces.serializers`
+attaches each to the shape it illustrates; the lists' are set by `traces.openapi.finish_schema`)
+and docs/api.md's ```json blocks are written from `DOCS_EXAMPLES` (`python -m
+traces.api_examples` rewrites them). Longer than 500 lines because it is data: one example of
+every answer of every route, each a literal a reader can compare with a real answer.
 
-The schema tests validate the list's and the detail's against their shapes.
+tests/traces/test_api_docs_examples.py checks that the docs hold exactly these, and that they
+have the keys, order and types of the live API's answers.
 """
+
+import json
+import re
+import sys
+from pathlib import Path
 
 from drf_spectacular.utils import OpenApiExample
 
@@ -139,6 +148,8 @@ def detail_example(summary: dict, kernels: list[dict]) -> dict:
 
 
 LIST_EXAMPLE = [FAILED_SUMMARY, DEMO_SUMMARY, SAMPLE_SUMMARY]
+# The demo's first two kernels (the rest trimmed): the second without totals.
+NULL_TOTALS_DETAIL = detail_example(DEMO_SUMMARY, [example_kernel(1), example_kernel(2, insts=None)])
 DETAIL_EXAMPLES = [
     OpenApiExample(
         "Uploading",
@@ -161,9 +172,7 @@ DETAIL_EXAMPLES = [
     OpenApiExample(
         "NullTotals",
         summary="Kernels: one without totals (captured into a CUDA graph)",
-        value=detail_example(
-            {**DEMO_SUMMARY, "kernel_count": 2}, [example_kernel(1), example_kernel(2, insts=None)]
-        ),
+        value=NULL_TOTALS_DETAIL,
         response_only=True,
     ),
     OpenApiExample(
@@ -591,14 +600,11 @@ KERNELS_CSV_EXAMPLE = (
 # abridged; a real answer's are signed for the bucket's public endpoint.
 _PUT = (
     "https://s3.example.org/traces/accelsim-traces/demo/simulations/accelsim-SM86_RTX3070/{name}"
-    "?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=...&X-Amz-Date=20261108T085902Z"
-    "&X-Amz-Expires=3600&X-Amz-SignedHeaders=content-length%3Bhost&X-Amz-Signature=..."
+    "?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires=3600&X-Amz-Signature=..."
 )
 _PART = (
     "https://s3.example.org/traces/accelsim-traces/demo/simulations/accelsim-SM86_RTX3070/sim.log.xz"
-    "?uploadId=2~n2xQ...&partNumber={number}&X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=..."
-    "&X-Amz-Date=20261108T085902Z&X-Amz-Expires=3600&X-Amz-SignedHeaders=content-length%3Bhost"
-    "&X-Amz-Signature=..."
+    "?uploadId=2~n2xQ...&partNumber={number}&X-Amz-Expires=3600&X-Amz-Signature=..."
 )
 SIMULATION_UPLOAD_REQUEST = {
     "files": [
@@ -675,3 +681,66 @@ SIMULATION_COMPLETE_EXAMPLES = [
         "Complete", summary="Registered, being read", value=SIMULATION_COMPLETE_EXAMPLE, response_only=True
     ),
 ]
+
+
+# --- docs/api.md: its ```json blocks, written from these values ------------------------------------
+
+# Each block follows a `<!-- example: NAME -->` line in docs/api.md; lists trimmed to stay short.
+DOCS_EXAMPLES = {
+    "traces": [DEMO_SUMMARY],
+    "trace": NULL_TOTALS_DETAIL,
+    "summary": {**SUMMARY_EXAMPLE, "kernels": SUMMARY_EXAMPLE["kernels"][1:]},
+    "compare": {**COMPARE_EXAMPLE, "kernels": COMPARE_EXAMPLE["kernels"][:1]},
+    "selection": {
+        **SELECTION_EXAMPLE,
+        "groups": [{**group, "members": group["members"][:2]} for group in SELECTION_EXAMPLE["groups"][:1]],
+    },
+    "files": {**FILES_EXAMPLE, "files": FILES_EXAMPLE["files"][1:2]},
+    "trace-simulations": [UPLOADING_SIMULATION],
+    "simulation": {
+        **SIMULATION_DETAIL_EXAMPLE,
+        "steps": SIMULATION_DETAIL_EXAMPLE["steps"][1:],
+        "families": SIMULATION_DETAIL_EXAMPLE["families"][:1],
+        "kernels": SIMULATION_DETAIL_EXAMPLE["kernels"][3:],
+    },
+    "simulations": SIMULATION_LIST_EXAMPLE[:1],
+    "accuracy": ACCURACY_EXAMPLE[:1],
+    "upload-request": SIMULATION_UPLOAD_REQUEST,
+    "upload": SIMULATION_UPLOAD_EXAMPLE,
+    "complete-request": SIMULATION_COMPLETE_REQUEST,
+    "complete": SIMULATION_COMPLETE_EXAMPLE,
+}
+DOCS_BLOCK = re.compile(r"(<!-- example: (?P<name>[a-z-]+) -->\n```json\n)(?P<body>.*?)(\n```)", re.DOTALL)
+DOCS_WIDTH = 100
+
+
+def docs_json(value, indent: str = "") -> str:
+    """`value` as JSON a reader can scan: on one line where it fits DOCS_WIDTH, else its keys
+    (or items) packed into lines of that width, a long one on lines of its own."""
+    flat = json.dumps(value, ensure_ascii=False)
+    if len(indent) + len(flat) <= DOCS_WIDTH or not isinstance(value, dict | list) or not value:
+        return flat
+    inner = indent + "  "
+    if isinstance(value, dict):
+        parts = [f"{json.dumps(key)}: {docs_json(item, inner)}" for key, item in value.items()]
+    else:
+        parts = [docs_json(item, inner) for item in value]
+    lines, line = [], ""
+    for part in parts:
+        if line and ("\n" in part or len(inner) + len(line) + len(part) + 2 > DOCS_WIDTH):
+            lines.append(line)
+            line = ""
+        line = f"{line}, {part}" if line else part
+    lines.append(line)
+    opening, closing = "{}" if isinstance(value, dict) else "[]"
+    return f"{opening}\n{inner}" + f",\n{inner}".join(lines) + f"\n{indent}{closing}"
+
+
+def docs_with_examples(text: str) -> str:
+    """docs/api.md's text with each example block rewritten from DOCS_EXAMPLES."""
+    return DOCS_BLOCK.sub(lambda block: block[1] + docs_json(DOCS_EXAMPLES[block["name"]]) + block[4], text)
+
+
+if __name__ == "__main__":  # python -m traces.api_examples [docs/api.md]
+    docs = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/api.md")
+    docs.write_text(docs_with_examples(docs.read_text()))
