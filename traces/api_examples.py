@@ -15,66 +15,90 @@ from pathlib import Path
 
 from drf_spectacular.utils import OpenApiExample
 
-FAILED_SUMMARY = {
-    "id": "demo-failed",
-    "state": "failed",
-    "error": "profiler reported status 'failed' in metadata.json",
-    "created_at": "2026-11-08T08:59:02.590922Z",
-    "updated_at": "2026-11-08T08:59:02.592166Z",
-    "model": None,
-    "layers": [],
-    "source_gpu": None,
-    "trace_gpu_arch": "sm_86",
-    "suggested_sim_config": None,
-    "kernel_count": 0,
-    "bytes": 16650759,
-    "has_real_timing": False,
-    "has_step_timeline": False,
-    "sample": False,
-    "waiting_for": None,
-    "warnings": [],
-    "traced_launches": 0,
-}
-DEMO_SUMMARY = {
-    "id": "demo",
-    "state": "ready",
-    "error": None,
-    "created_at": "2026-11-08T08:59:02.587743Z",
-    "updated_at": "2026-11-08T08:59:02.592073Z",
-    "model": None,
-    "layers": [],
-    "source_gpu": None,
-    "trace_gpu_arch": "sm_86",
-    "suggested_sim_config": "SM86_RTX3070",
-    "kernel_count": 20,
-    "bytes": 16890250,
-    "has_real_timing": False,
-    "has_step_timeline": True,
-    "sample": False,
-    "waiting_for": None,
-    "warnings": [],
-    "traced_launches": 20,
-}
-SAMPLE_SUMMARY = {
-    "id": "sample__facebook_opt-125m__h100-e2e",
-    "state": "ready",
-    "error": None,
-    "created_at": "2026-11-08T06:19:57.515017Z",
-    "updated_at": "2026-11-08T06:19:57.515017Z",
-    "model": "facebook/opt-125m",
-    "layers": ["step 0 (prefill)", "step 2 (decode)", "step 10 (decode)", "step 26 (decode)"],
-    "source_gpu": "NVIDIA H100 80GB HBM3",
-    "trace_gpu_arch": "sm_90",
-    "suggested_sim_config": "SM90_H100",
-    "kernel_count": 712,
-    "bytes": 13065268,
-    "has_real_timing": True,
-    "has_step_timeline": True,
-    "sample": True,
-    "waiting_for": None,
-    "warnings": [],
-    "traced_launches": 712,
-}
+from traces import shapes
+
+
+def shaped(shape: shapes.Shape, values: dict) -> dict:
+    """An example of `shape`: its keys in its order, each from `values` or the field's own
+    `example`; an optional field only where `values` has it."""
+    unknown = set(values) - set(shape.keys)
+    assert not unknown, f"{shape.name} has no {sorted(unknown)}"
+    return {
+        field.name: values.get(field.name, field.example)
+        for field in shape.fields
+        if field.name in values or not field.optional
+    }
+
+
+FAILED_SUMMARY = shaped(
+    shapes.TRACE_SUMMARY,
+    {
+        "id": "demo-failed",
+        "state": "failed",
+        "error": "profiler reported status 'failed' in metadata.json",
+        "created_at": "2026-11-08T08:59:02.590922Z",
+        "updated_at": "2026-11-08T08:59:02.592166Z",
+        "model": None,
+        "layers": [],
+        "source_gpu": None,
+        "trace_gpu_arch": "sm_86",
+        "suggested_sim_config": None,
+        "kernel_count": 0,
+        "bytes": 16650759,
+        "has_real_timing": False,
+        "has_step_timeline": False,
+        "sample": False,
+        "waiting_for": None,
+        "warnings": [],
+        "traced_launches": 0,
+    },
+)
+DEMO_SUMMARY = shaped(
+    shapes.TRACE_SUMMARY,
+    {
+        "id": "demo",
+        "state": "ready",
+        "error": None,
+        "created_at": "2026-11-08T08:59:02.587743Z",
+        "updated_at": "2026-11-08T08:59:02.592073Z",
+        "model": None,
+        "layers": [],
+        "source_gpu": None,
+        "trace_gpu_arch": "sm_86",
+        "suggested_sim_config": "SM86_RTX3070",
+        "kernel_count": 20,
+        "bytes": 16890250,
+        "has_real_timing": False,
+        "has_step_timeline": True,
+        "sample": False,
+        "waiting_for": None,
+        "warnings": [],
+        "traced_launches": 20,
+    },
+)
+SAMPLE_SUMMARY = shaped(
+    shapes.TRACE_SUMMARY,
+    {
+        "id": "sample__facebook_opt-125m__h100-e2e",
+        "state": "ready",
+        "error": None,
+        "created_at": "2026-11-08T06:19:57.515017Z",
+        "updated_at": "2026-11-08T06:19:57.515017Z",
+        "model": "facebook/opt-125m",
+        "layers": ["step 0 (prefill)", "step 2 (decode)", "step 10 (decode)", "step 26 (decode)"],
+        "source_gpu": "NVIDIA H100 80GB HBM3",
+        "trace_gpu_arch": "sm_90",
+        "suggested_sim_config": "SM90_H100",
+        "kernel_count": 712,
+        "bytes": 13065268,
+        "has_real_timing": True,
+        "has_step_timeline": True,
+        "sample": True,
+        "waiting_for": None,
+        "warnings": [],
+        "traced_launches": 712,
+    },
+)
 DEMO_METADATA = {
     "status": "ok",
     "files": [
@@ -106,7 +130,7 @@ def example_kernel(kernel_id: int, *, insts: int | None = 50066, device: int | N
     if device is not None:
         kernel["device_id"] = device
         kernel["stream_id"] = 7
-    return kernel
+    return shaped(shapes.KERNEL, kernel)
 
 
 UPLOADING_SUMMARY = {
@@ -133,18 +157,11 @@ CUT_SUMMARY = {
         }
     ],
 }
-ADDED_KEYS = ("waiting_for", "warnings", "traced_launches")  # after the reference's: `kernels` too
 
 
 def detail_example(summary: dict, kernels: list[dict]) -> dict:
     """A TraceDetail: the reference's keys (`metadata`, `kernels` last), then those added since."""
-    published = {key: value for key, value in summary.items() if key not in ADDED_KEYS}
-    return {
-        **published,
-        "metadata": DEMO_METADATA,
-        "kernels": kernels,
-        **{key: summary[key] for key in ADDED_KEYS},
-    }
+    return shaped(shapes.TRACE_DETAIL, {**summary, "metadata": DEMO_METADATA, "kernels": kernels})
 
 
 LIST_EXAMPLE = [FAILED_SUMMARY, DEMO_SUMMARY, SAMPLE_SUMMARY]
@@ -258,51 +275,57 @@ COMPARISON_EXAMPLES = [OpenApiExample("Comparison", value=COMPARE_EXAMPLE, respo
 
 # One simulation of the sample trace's first five launches at 1755 MHz: four compared, the fifth
 # overlapped (concurrent kernels share one stat block).
-SIMULATION_METRICS = {
-    "mape": 10.0587,
-    "aggregate_error": 11.2253,
-    "pearson_r": 0.9918,
-    "rpd": 9.8826,
-    "nrmse": 0.1433,
-    "within_10_percent": 2,
-    "kernels_compared": 4,
-    "sim_total_ns": 10317.3789,
-    "measured_total_ns": 10480,
-    "total_error": -1.5517,
-    "run_sim_ns": 10883.1909,
-    "run_measured_ns": 11120,
-    "run_error": -2.1296,
-}
-SIMULATION_SUMMARY = {
-    "name": "accelsim-2260456e-SM90_H100",
-    "state": "ready",
-    "error": None,
-    "created_at": "2026-11-09T10:12:40.114205Z",
-    "updated_at": "2026-11-09T10:12:41.020113Z",
-    "simulator": "accel-sim",
-    "simulator_build": "accelsim-commit-2260456ea5e6a1420f5734f145a4b7d8ab1d4737_modified_1.0",
-    "gpgpusim_build": "4.2.0 [build gpgpu-sim_git-commit-13c67115070dc2f0876254a790d0238073ca364a_modified_2.0]",
-    "config": "SM90_H100",
-    "core_clock_mhz": 1755.0,
-    "complete": True,
-    "stopped": None,
-    "reason": None,
-    "fatal": None,
-    "left_out": {"kernels": 0, "why": None},
-    "run": {
-        "accel_sim_build": "accelsim-commit-2260456ea5e6a1420f5734f145a4b7d8ab1d4737_modified_1.0",
-        "gpgpu_sim_build": "gpgpu-sim_git-commit-13c67115070dc2f0876254a790d0238073ca364a_modified_2.0",
-        "host": "sim-node-07",
-        "started_at": "2026-11-09T10:12:40Z",
-        "ended_at": "2026-11-09T10:58:02Z",
-        "exit_status": 0,
-        "selection": {"select": "unique", "cover": 0.95},
+SIMULATION_METRICS = shaped(
+    shapes.SIMULATION_METRICS,
+    {
+        "mape": 10.0587,
+        "aggregate_error": 11.2253,
+        "pearson_r": 0.9918,
+        "rpd": 9.8826,
+        "nrmse": 0.1433,
+        "within_10_percent": 2,
+        "kernels_compared": 4,
+        "sim_total_ns": 10317.3789,
+        "measured_total_ns": 10480,
+        "total_error": -1.5517,
+        "run_sim_ns": 10883.1909,
+        "run_measured_ns": 11120,
+        "run_error": -2.1296,
     },
-    "kernels_simulated": 5,
-    "kernels_compared": 4,
-    "compared": 4,
-    "metrics": SIMULATION_METRICS,
-}
+)
+SIMULATION_SUMMARY = shaped(
+    shapes.SIMULATION_SUMMARY,
+    {
+        "name": "accelsim-2260456e-SM90_H100",
+        "state": "ready",
+        "error": None,
+        "created_at": "2026-11-09T10:12:40.114205Z",
+        "updated_at": "2026-11-09T10:12:41.020113Z",
+        "simulator": "accel-sim",
+        "simulator_build": "accelsim-commit-2260456ea5e6a1420f5734f145a4b7d8ab1d4737_modified_1.0",
+        "gpgpusim_build": "4.2.0 [build gpgpu-sim_git-commit-13c67115070dc2f0876254a790d0238073ca364a_modified_2.0]",
+        "config": "SM90_H100",
+        "core_clock_mhz": 1755.0,
+        "complete": True,
+        "stopped": None,
+        "reason": None,
+        "fatal": None,
+        "left_out": {"kernels": 0, "why": None},
+        "run": {
+            "accel_sim_build": "accelsim-commit-2260456ea5e6a1420f5734f145a4b7d8ab1d4737_modified_1.0",
+            "gpgpu_sim_build": "gpgpu-sim_git-commit-13c67115070dc2f0876254a790d0238073ca364a_modified_2.0",
+            "host": "sim-node-07",
+            "started_at": "2026-11-09T10:12:40Z",
+            "ended_at": "2026-11-09T10:58:02Z",
+            "exit_status": 0,
+            "selection": {"select": "unique", "cover": 0.95},
+        },
+        "kernels_simulated": 5,
+        "kernels_compared": 4,
+        "compared": 4,
+        "metrics": SIMULATION_METRICS,
+    },
+)
 UPLOADING_SIMULATION = {
     **SIMULATION_SUMMARY,
     "name": "accelsim-dev-SM90_H100",
@@ -330,7 +353,7 @@ SIMULATION_LIST_EXAMPLE = [{"trace_id": SAMPLE_TRACE, **simulation} for simulati
 def example_simulated_kernel(
     kernel_id: int, name: str, step: str, cycles: int | None, measured_ns: int, error: float | None
 ) -> dict:
-    return {
+    values = {
         "ctx": "0x6165bdd7ec90",
         "kernel_id": kernel_id,
         "name": name,
@@ -343,27 +366,31 @@ def example_simulated_kernel(
         "error": error,
         "overlapped": cycles is None,
     }
+    return shaped(shapes.SIMULATED_KERNEL, values)
 
 
-SIMULATION_DETAIL_EXAMPLE = {
-    **SIMULATION_SUMMARY,
-    "interrupted": [],
-    "steps": [
-        {"step": "step 0 (prefill)", "sim_ns": 6835.3276, "measured_ns": 7220, "error": -5.3279},
-        {"step": "step 1 (decode)", "sim_ns": 3482.0513, "measured_ns": 3260, "error": 6.8114},
-    ],
-    "families": [
-        {"family": "vecAdd", "count": 2, "mape": 10.1197, "aggregate_error": 11.0371},
-        {"family": GEMM_EXAMPLE, "count": 2, "mape": 9.9977, "aggregate_error": 11.7465},
-    ],
-    "kernels": [
-        example_simulated_kernel(1, GEMM_EXAMPLE, "step 0 (prefill)", 3694, 1820, 15.6507),
-        example_simulated_kernel(2, "_Z6vecAddPdS_S_i", "step 0 (prefill)", 8302, 5400, -12.3984),
-        example_simulated_kernel(3, GEMM_EXAMPLE, "step 1 (decode)", 1758, 960, 4.3447),
-        example_simulated_kernel(4, "_Z6vecAddPdS_S_i", "step 1 (decode)", 4353, 2300, 7.841),
-        example_simulated_kernel(5, "_Z6vecAddPdS_S_i", "step 1 (decode)", None, 640, None),
-    ],
-}
+SIMULATION_DETAIL_EXAMPLE = shaped(
+    shapes.SIMULATION_DETAIL,
+    {
+        **SIMULATION_SUMMARY,
+        "interrupted": [],
+        "steps": [
+            {"step": "step 0 (prefill)", "sim_ns": 6835.3276, "measured_ns": 7220, "error": -5.3279},
+            {"step": "step 1 (decode)", "sim_ns": 3482.0513, "measured_ns": 3260, "error": 6.8114},
+        ],
+        "families": [
+            {"family": "vecAdd", "count": 2, "mape": 10.1197, "aggregate_error": 11.0371},
+            {"family": GEMM_EXAMPLE, "count": 2, "mape": 9.9977, "aggregate_error": 11.7465},
+        ],
+        "kernels": [
+            example_simulated_kernel(1, GEMM_EXAMPLE, "step 0 (prefill)", 3694, 1820, 15.6507),
+            example_simulated_kernel(2, "_Z6vecAddPdS_S_i", "step 0 (prefill)", 8302, 5400, -12.3984),
+            example_simulated_kernel(3, GEMM_EXAMPLE, "step 1 (decode)", 1758, 960, 4.3447),
+            example_simulated_kernel(4, "_Z6vecAddPdS_S_i", "step 1 (decode)", 4353, 2300, 7.841),
+            example_simulated_kernel(5, "_Z6vecAddPdS_S_i", "step 1 (decode)", None, 640, None),
+        ],
+    },
+)
 STOPPED_DETAIL_EXAMPLE = {
     **SIMULATION_DETAIL_EXAMPLE,
     "name": "accelsim-2260456e-SM90_H100-short",

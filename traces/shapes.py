@@ -14,8 +14,6 @@ schema, and the docs' examples check asks for it.
 
 from dataclasses import dataclass
 
-from traces.models import TraceState
-
 # Kinds, as OpenAPI writes them.
 STRING = "string"
 INTEGER = "integer"  # a plain JSON integer
@@ -25,7 +23,9 @@ BOOLEAN = "boolean"
 DATETIME = "date-time"  # `2026-11-08T08:59:02.590922Z` (`encoders.format_timestamp`)
 OBJECT = "object"  # free-form JSON object (metadata.json as uploaded)
 ARRAY = "array"  # of `items`: a kind or a Shape
-STATES = tuple(TraceState.values)
+# TraceState's values (tests/traces/test_shapes.py checks): no model import, so that the
+# declaration reads without Django set up (`python -m traces.api_examples`).
+STATES = ("uploading", "parsing", "ready", "failed")
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,7 @@ class Field:
     optional: bool = False  # absent from some answers (the device-id fork's keys)
     length: int | None = None  # an ARRAY of exactly this many items
     max_length: int | None = None
+    example: object = None  # its value in the examples where they do not say (traces.api_examples)
 
 
 @dataclass(frozen=True)
