@@ -2,8 +2,9 @@
 
 A trace can hold a million kernels: a serializer object per kernel costs several times
 what encoding tuples with orjson does, and one list of a million dicts costs gigabytes.
-So `traces.selectors` reads rows in a fixed order, they are turned into the documented shapes
-here, and kernels are encoded in chunks as they arrive from a server-side cursor.
+So `traces.selectors` reads rows in a fixed order, they are turned into the shapes
+`traces.shapes` declares here (its keys, in its order), and kernels are encoded in chunks as
+they arrive from a server-side cursor.
 """
 
 import json

@@ -31,7 +31,7 @@ STATES = ("uploading", "parsing", "ready", "failed")
 @dataclass(frozen=True)
 class Field:
     name: str
-    kind: str  # a kind above, or the name of `shape`'s kind: an object of another shape
+    kind: str  # one of the kinds above (OBJECT with `shape`: an object of that shape)
     doc: str = ""
     null: bool = False
     column: str | None = None  # the database column it is read from, when it is one
