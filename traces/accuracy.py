@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from django.db.models import Count, Exists, OuterRef, QuerySet, Sum
 
+from traces import shapes
 from traces.demangle import demangle_all
 from traces.launch_summaries import trace_context_names
 from traces.metrics import (
@@ -308,66 +309,18 @@ def accuracy_by(by: str, simulations: QuerySet[Simulation]) -> list[dict]:
 
 # --- the API's reads ---------------------------------------------------------------------------
 
-# A SimulationSummary's fields in the API's order: the columns read, and the JSON keys.
-SIMULATION_SUMMARY_COLUMNS = (
-    "name",
-    "state",
-    "error",
-    "created_at",
-    "updated_at",
-    "simulator",
-    "simulator_build",
-    "gpgpusim_build",
-    "config",
-    "core_clock_mhz",
-    "complete",
-    "stopped",
-    "reason",
-    "fatal",
-    "left_out",
-    "run",
-    "kernels_simulated",
-    "kernels_compared",
-    "metrics",
-)
-# The API's keys of a SimulationSummary: the columns, with `compared` (= kernels_compared,
-# the contract's name) after kernels_compared.
-_COMPARED_AT = SIMULATION_SUMMARY_COLUMNS.index("kernels_compared") + 1
-SIMULATION_SUMMARY_KEYS = (
-    *SIMULATION_SUMMARY_COLUMNS[:_COMPARED_AT],
-    "compared",
-    *SIMULATION_SUMMARY_COLUMNS[_COMPARED_AT:],
-)
-FATAL_KEYS = ("line", "text")
-LEFT_OUT_KEYS = ("kernels", "why")
-RUN_FACT_KEYS = (
-    "accel_sim_build",
-    "gpgpu_sim_build",
-    "host",
-    "started_at",
-    "ended_at",
-    "exit_status",
-    "selection",
-)
+# A SimulationSummary's fields in the API's order (`traces.shapes`): the columns read; its keys
+# add `compared` (= kernels_compared, the contract's name) after kernels_compared.
+SIMULATION_SUMMARY_COLUMNS = shapes.SIMULATION_SUMMARY.columns()
+SIMULATION_SUMMARY_KEYS = shapes.SIMULATION_SUMMARY.keys
+RUN_FACT_KEYS = shapes.SIMULATION_RUN.keys
 # Why /api/simulations/accuracy leaves a ready simulation out.
 NOTHING_COMPARED = "ready, but no kernel compared (see each simulation's reason)"
 # Simulation.metrics' keys in the API's order (simulation_metrics writes them).
 RUN_KEYS = ("run_sim_ns", "run_measured_ns", "run_error")
 SIMULATION_METRIC_KEYS = (*METRIC_KEYS, *RUN_KEYS)
 # A simulated launch as the API writes it.
-SIMULATED_KERNEL_KEYS = (
-    "ctx",
-    "kernel_id",
-    "name",
-    "step",
-    "uid",
-    "sim_cycles",
-    "sim_insn",
-    "sim_ns",
-    "measured_ns",
-    "error",
-    "overlapped",
-)
+SIMULATED_KERNEL_KEYS = shapes.SIMULATED_KERNEL.keys
 # A simulation serves the launches of its last read while ready, and while it is read again.
 SERVES_KERNELS = (TraceState.READY, TraceState.PARSING)
 _STATE = SIMULATION_SUMMARY_COLUMNS.index("state")

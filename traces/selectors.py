@@ -28,37 +28,22 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 
 from cascade.db_routers import read_connection
+from traces import shapes
 from traces.filters import ListPage, TraceFilter
 from traces.models import KERNEL_COLUMNS, KernelContext, Step, Trace, TraceState
 from traces.snapshots import snapshot, streamed_rows
 
 # --- the API -------------------------------------------------------------------------
 
-# A TraceSummary's fields in the API reference's order: the columns read, and the JSON keys.
-# The published reference's, then those added since (TRACE_ADDED_COLUMNS, after them: a client
-# of the reference reads the keys it knows in their order).
-TRACE_PUBLISHED_COLUMNS = (
-    "id",
-    "state",
-    "error",
-    "created_at",
-    "updated_at",
-    "model",
-    "layers",
-    "source_gpu",
-    "trace_gpu_arch",
-    "suggested_sim_config",
-    "kernel_count",
-    "bytes",
-    "has_real_timing",
-    "has_step_timeline",
-    "sample",
-)
+# A TraceSummary's fields in the API reference's order (`traces.shapes`): the columns read, and
+# the JSON keys. The published reference's, then those added since (TRACE_ADDED_COLUMNS, after
+# them: a client of the reference reads the keys it knows in their order).
+TRACE_PUBLISHED_COLUMNS = tuple(field.column for field in shapes.TRACE_PUBLISHED)
 # What an uploading trace waits for (null unless it waits: `encoders.waiting_text`), what a reader
 # must know (a file cut short, a killed run, a file left out), launches with their trace file.
-TRACE_ADDED_COLUMNS = ("waiting_for", "warnings", "traced_launches")
-TRACE_SUMMARY_COLUMNS = (*TRACE_PUBLISHED_COLUMNS, *TRACE_ADDED_COLUMNS)
-TRACE_DETAIL_COLUMNS = (*TRACE_SUMMARY_COLUMNS, "metadata_json")
+TRACE_ADDED_COLUMNS = tuple(field.column for field in shapes.TRACE_ADDED)
+TRACE_SUMMARY_COLUMNS = shapes.TRACE_SUMMARY.columns()
+TRACE_DETAIL_COLUMNS = (*TRACE_SUMMARY_COLUMNS, shapes.TRACE_DETAIL.field("metadata").column)
 
 # Rows per round trip of the kernels' server-side cursor.
 KERNEL_FETCH_ROWS = 2000

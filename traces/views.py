@@ -33,20 +33,22 @@ from traces.filters import (
     trace_list_page,
 )
 from traces.models import Simulation, Trace, TraceState
-from traces.openapi import (
+from traces.openapi_simulations import (
     accuracy_schema,
+    simulation_complete_schema,
+    simulation_schema,
+    simulation_upload_schema,
+    simulations_schema,
+    trace_simulations_schema,
+)
+from traces.openapi_traces import (
     compare_schema,
     files_schema,
     kernels_csv_schema,
     list_schema,
     retrieve_schema,
     selection_schema,
-    simulation_complete_schema,
-    simulation_schema,
-    simulation_upload_schema,
-    simulations_schema,
     summary_schema,
-    trace_simulations_schema,
 )
 from traces.permissions import CanUploadSimulations, CanViewTraces
 from traces.selection import (
