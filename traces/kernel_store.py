@@ -8,7 +8,8 @@ knows the stored layout (names as KernelName ids, (ctx, device) as the trace's c
 trace files dropped where the context's scheme derives them) lives here, and so does every
 COPY: the names connection, the threaded COPY writer, the renumbering of contexts. The writer,
 the encoder of its COPY text and the columns they share change together: a column moved in one
-and not the other would store launches wrongly.
+and not the other would store launches wrongly. That is why it is one module of over 500
+lines: split, a column's change would span files that nothing ties together.
 """
 
 import queue
