@@ -163,38 +163,7 @@ def _trace_analysis(trace: Trace) -> dict:
         "step_table": step_table(step_rows, timed=timed),
     }
     if summary.steps:
-        per_bar = max(1, math.ceil(len(summary.steps) / launch_summaries.MAX_STEP_BARS))
-        split = launch_summaries.step_kernel_split(
-            trace.id, names=[name for name in colours if name != OTHER], per_bar=per_bar
-        )
-        context["steps_per_bar"] = per_bar
-        context["step_insts_svg"] = render_to_string(
-            "admin/traces/trace/stacked_bars.svg",
-            {
-                "chart": stacked_chart(
-                    step_bars(summary.steps, split, per_bar, "insts"),
-                    colours,
-                    unit="instructions",
-                    steps_per_bar=per_bar,
-                    shown=shown,
-                ),
-                "title": "Instructions per step, by kernel",
-            },
-        )
-        if timed:
-            context["step_time_svg"] = render_to_string(
-                "admin/traces/trace/stacked_bars.svg",
-                {
-                    "chart": stacked_chart(
-                        step_bars(summary.steps, split, per_bar, "time"),
-                        colours,
-                        unit="ns",
-                        steps_per_bar=per_bar,
-                        shown=shown,
-                    ),
-                    "title": "Measured time per step, by kernel",
-                },
-            )
+        context.update(step_charts(trace, summary.steps, colours, shown, timed=timed))
     if timed:
         sample = launch_summaries.calibration_sample(trace.id, kernel_count=totals.kernel_count)
         context["calibration_points"] = len(sample)
@@ -202,6 +171,36 @@ def _trace_analysis(trace: Trace) -> dict:
         context["calibration_svg"] = render_to_string(
             "admin/traces/trace/calibration.svg", {"chart": calibration_chart(sample, colours, shown)}
         )
+    return context
+
+
+def step_charts(
+    trace: Trace,
+    steps: list[analysis.StepTotal],
+    colours: dict[str, str],
+    shown: dict[str, str],
+    *,
+    timed: bool,
+) -> dict:
+    """The step charts' context: instructions per step by kernel, and measured time where
+    the trace has it, each bar `steps_per_bar` consecutive steps."""
+    per_bar = max(1, math.ceil(len(steps) / launch_summaries.MAX_STEP_BARS))
+    split = launch_summaries.step_kernel_split(
+        trace.id, names=[name for name in colours if name != OTHER], per_bar=per_bar
+    )
+
+    def chart_svg(measure: str, unit: str, title: str) -> str:
+        chart = stacked_chart(
+            step_bars(steps, split, per_bar, measure), colours, unit=unit, steps_per_bar=per_bar, shown=shown
+        )
+        return render_to_string("admin/traces/trace/stacked_bars.svg", {"chart": chart, "title": title})
+
+    context = {
+        "steps_per_bar": per_bar,
+        "step_insts_svg": chart_svg("insts", "instructions", "Instructions per step, by kernel"),
+    }
+    if timed:
+        context["step_time_svg"] = chart_svg("time", "ns", "Measured time per step, by kernel")
     return context
 
 
