@@ -349,25 +349,11 @@ class Community:
         )
 
 
-def columns(db: str, table: str) -> list[str]:
-    """The table's columns, those a sequence or an identity fills aside."""
-    return [
-        name
-        for name, default, identity in common.query(
-            db,
-            "SELECT column_name::text, column_default, is_identity FROM information_schema.columns"
-            " WHERE table_schema = 'public' AND table_name = %s ORDER BY ordinal_position",
-            (table,),
-        )
-        if identity != "YES" and not (default or "").startswith("nextval(")
-    ]
-
-
 def copy_trace(db: str, source: str, new_id: str) -> None:
     """A copy of trace `source` named `new_id`: its row and every row keyed by its trace_key."""
     import psycopg
 
-    trace_columns = [c for c in columns(db, "traces_trace") if c not in ("id", "key")]
+    trace_columns = [c for c in harness.loaded_columns(db, "traces_trace") if c not in ("id", "key")]
     keyed = [
         table
         for (table,) in common.query(
@@ -384,7 +370,7 @@ def copy_trace(db: str, source: str, new_id: str) -> None:
             (new_id, source),
         ).fetchone()
         for table in keyed:
-            others = ", ".join(c for c in columns(db, table) if c != "trace_key")
+            others = ", ".join(c for c in harness.loaded_columns(db, table) if c != "trace_key")
             conn.execute(
                 f"INSERT INTO {table} (trace_key, {others}) SELECT %s, {others} FROM {table}"
                 " WHERE trace_key = (SELECT key FROM traces_trace WHERE id = %s)",
