@@ -20,7 +20,7 @@ table, in Markdown, to stdout. The figures (docs/performance.md says how to read
            of the same JSON (bench/harness.py), then with gzip and zstd accepted;
 - etag     the same GET again with If-None-Match;
 - dataframe  that run's launches into a pandas DataFrame through `kernels.csv` beside through
-           the JSON detail (bench/dataframe.py);
+           the JSON detail (bench/lab_runs.py);
 - runs     one pass over many new small runs: seconds, S3 requests per run (bench/lab_runs.py,
            as traced and idle);
 - idle     the second pass over a bucket of failed runs: S3 requests.
@@ -297,10 +297,10 @@ class Lab:
                 again = http_get(port, path, {**auth, "Accept-Encoding": "identity", "If-None-Match": etag})
             frames = None
             if "dataframe" in figures:
-                from bench.dataframe import measure
+                from bench.lab_runs import dataframe_seconds
 
                 log(f"{path}/kernels.csv and {path} into pandas DataFrames")
-                frames = measure(port, run_id, auth)
+                frames = dataframe_seconds(port, run_id, auth)
         if plain.status != 200:
             raise RuntimeError(f"GET {path} answered {plain.status}")
         if "api" in figures:

@@ -279,9 +279,9 @@ def test_the_community_bench_takes_every_figure_at_the_tiny_scale(server, tmp_pa
 
 
 def test_the_blank_lines_bench_prints_a_row_per_workload():
-    """bench/blank_lines.py: a few kB of each workload, beside real rows."""
+    """`bench.simlog blank-lines`: a few kB of each workload, beside real rows."""
     bench = subprocess.run(
-        [sys.executable, "-m", "bench.blank_lines", "--mb", "0.05", "--repeat", "1"],
+        [sys.executable, "-m", "bench.simlog", "blank-lines", "--mb", "0.05", "--repeat", "1"],
         cwd=ROOT,
         capture_output=True,
         text=True,
