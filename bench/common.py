@@ -1,7 +1,7 @@
 """What the benchmarks share: scratch PostgreSQL databases, moto's S3 server, child processes
 measured one by one (time and peak RSS), gunicorn, uploads of generated runs, the machine.
 
-The benches that run Cascade in their own process (`bench.analysis`, `bench.replica`) use their
+The benches that run Cascade in their own process (`bench.reads`) use their
 own database (`cascade_bench`, created if missing; BENCH_DATABASE_URL for another) through
 `setup()`. The lab bench (`python -m bench`, bench/lab.py) runs Cascade
 as it is deployed, as child processes (`manage.py ingest_traces`, gunicorn), against scratch
@@ -271,13 +271,10 @@ def manage(*args: str, env: dict, timeout: float = 600) -> Child:
 
 
 def write_hwm(path: str) -> None:
-    """The process's own peak RSS (VmHWM, KiB) into `path`, as it exits.
-
-    wait4's ru_maxrss is not that: Linux carries the RSS of the process image replaced by exec
-    into it, and a child started by vfork (subprocess's way) replaces the parent's, so a child
-    of a large parent reports at least the parent's size. Run as `python bench/common.py OUT
-    SCRIPT ARGS...` (a path, so only the standard library is imported before SCRIPT).
-    """
+    """The process's own peak RSS (VmHWM, KiB) into `path` as it exits (`python bench/common.py
+    OUT SCRIPT ARGS...`: a path, only the standard library imported before SCRIPT). Not wait4's
+    ru_maxrss: Linux carries into it the RSS of the image exec replaced, and a vfork'd child
+    (subprocess's way) replaces the parent's, so a large parent's child reports its size."""
     with open("/proc/self/status") as status:
         for line in status:
             if line.startswith("VmHWM:"):
