@@ -1,7 +1,7 @@
 """What the benchmarks share: scratch PostgreSQL databases, moto's S3 server, child processes
 measured one by one (time and peak RSS), gunicorn, uploads of generated runs, the machine.
 
-The benches that run Cascade in their own process (`bench.analysis`, `bench.replica`) use their
+The benches that run Cascade in their own process (`bench.reads`) use their
 own database (`cascade_bench`, created if missing; BENCH_DATABASE_URL for another) through
 `setup()`. The lab bench (`python -m bench`, bench/lab.py) runs Cascade
 as it is deployed, as child processes (`manage.py ingest_traces`, gunicorn), against scratch
@@ -204,9 +204,9 @@ def run_child(
 ) -> Child:
     """Run `args` to its end (killed past `timeout`), stdout captured, stderr passed through.
 
-    Peak RSS: the VmHWM the child wrote to `hwm` (bench/hwm.py), else the child's own
+    Peak RSS: the VmHWM the child wrote to `hwm` (`write_hwm`), else the child's own
     rusage from os.wait4 (not RUSAGE_CHILDREN's maximum over every child so far), which on
-    Linux is at least this process's size at the fork (see bench/hwm.py).
+    Linux is at least this process's size at the fork (see `write_hwm`).
     """
     with tempfile.TemporaryFile() as out:
         started = time.perf_counter()
@@ -256,18 +256,31 @@ def child_env(**settings: str) -> dict:
 
 
 def manage(*args: str, env: dict, timeout: float = 600) -> Child:
-    """`python manage.py ARGS` in a child process, its peak RSS recorded by bench/hwm.py."""
+    """`python manage.py ARGS` in a child process, its peak RSS recorded by `write_hwm`."""
     if not Path("/proc/self/status").exists():
         return run_child([sys.executable, "manage.py", *args], env=env, timeout=timeout, cwd=ROOT)
     with tempfile.TemporaryDirectory(prefix="cascade-bench-hwm-") as tmp:
         hwm = Path(tmp) / "vmhwm"
         return run_child(
-            [sys.executable, str(ROOT / "bench" / "hwm.py"), str(hwm), "manage.py", *args],
+            [sys.executable, str(ROOT / "bench" / "common.py"), str(hwm), "manage.py", *args],
             env={**env, "PYTHONPATH": str(ROOT)},
             timeout=timeout,
             cwd=ROOT,
             hwm=hwm,
         )
+
+
+def write_hwm(path: str) -> None:
+    """The process's own peak RSS (VmHWM, KiB) into `path` as it exits (`python bench/common.py
+    OUT SCRIPT ARGS...`: a path, only the standard library imported before SCRIPT). Not wait4's
+    ru_maxrss: Linux carries into it the RSS of the image exec replaced, and a vfork'd child
+    (subprocess's way) replaces the parent's, so a large parent's child reports its size."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                with open(path, "w") as out:
+                    out.write(line.split()[1])
+                return
 
 
 def free_port() -> int:
@@ -474,3 +487,13 @@ def shared_fixture(*parts: str) -> Path | None:
     None where it is unset: the benches that build on one take it as an option's default."""
     root = os.environ.get("CASCADE_SHARED_FIXTURES")
     return Path(root, *parts) if root else None
+
+
+if __name__ == "__main__":
+    import atexit
+    import runpy
+
+    out_file, script, *script_args = sys.argv[1:]
+    atexit.register(write_hwm, out_file)
+    sys.argv = [script, *script_args]
+    runpy.run_path(script, run_name="__main__")

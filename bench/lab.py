@@ -10,17 +10,17 @@ runs come from the project's generator (tools/generator.py). Progress goes to st
 table, in Markdown, to stdout. The figures (docs/performance.md says how to read them):
 
 - ingest   `ingest_traces` of one generated run beside `psql \\copy` of the rows it stored
-           into an equivalent table (bench/references.py);
+           into an equivalent table (bench/harness.py);
 - memory   the peak RSS of that `ingest_traces`, and of one on a run four times as large;
 - traced   the peak RSS of `ingest_traces` on runs of one context whose kernelslist names every
            launch (the tracer's default), with timing.csv and timeline.json: 1x, 2x and 4x the
            large run's launches, side by side (issue 22);
 - storage  what PostgreSQL holds per launch, beside the stats text it came from;
 - api      `GET /api/traces/{id}` of that run through gunicorn beside PostgreSQL's json_agg
-           of the same JSON (bench/references.py), then with gzip and zstd accepted;
+           of the same JSON (bench/harness.py), then with gzip and zstd accepted;
 - etag     the same GET again with If-None-Match;
 - dataframe  that run's launches into a pandas DataFrame through `kernels.csv` beside through
-           the JSON detail (bench/dataframe.py);
+           the JSON detail (bench/lab_runs.py);
 - runs     one pass over many new small runs: seconds, S3 requests per run (bench/lab_runs.py,
            as traced and idle);
 - idle     the second pass over a bucket of failed runs: S3 requests.
@@ -170,7 +170,7 @@ class Lab:
             if "storage" in figures:
                 self.storage(db, n, stats_bytes, size_before)
             if "ingest" in figures:
-                from bench.references import psql_copy_seconds
+                from bench.harness import psql_copy_seconds
 
                 log(f"{run_id}: psql \\copy of the same rows into an equivalent table")
                 copy = psql_copy_seconds(db, run_id)
@@ -266,7 +266,7 @@ class Lab:
 
     def api(self, db: str, prefix: str, run_id: str, n: int, figures: set[str]) -> None:
         from bench.common import http_get
-        from bench.references import json_agg_seconds
+        from bench.harness import json_agg_seconds
 
         env = self.env(db, prefix)
         token = common.manage("create_token", "bench-lab", env=env).stdout.split()[-1]
@@ -297,10 +297,10 @@ class Lab:
                 again = http_get(port, path, {**auth, "Accept-Encoding": "identity", "If-None-Match": etag})
             frames = None
             if "dataframe" in figures:
-                from bench.dataframe import measure
+                from bench.lab_runs import dataframe_seconds
 
                 log(f"{path}/kernels.csv and {path} into pandas DataFrames")
-                frames = measure(port, run_id, auth)
+                frames = dataframe_seconds(port, run_id, auth)
         if plain.status != 200:
             raise RuntimeError(f"GET {path} answered {plain.status}")
         if "api" in figures:

@@ -5,7 +5,7 @@ an event did not announce (a message lost, a notification misconfigured for a wh
 every run folder and comparing every ready run for that (scan_bucket) costs a request per
 thousand runs every pass, and two per ready run (a HEAD of its metadata.json, a listing of its
 simulations/) every CASCADE_READY_RECHECK_SECONDS, for nothing most of the time (figures:
-docs/performance.md, bench/idle.py). The sweep lists instead ONE page (CASCADE_S3_PAGE_SIZE keys) of
+docs/performance.md, bench/community/watch.py). The sweep lists instead ONE page (CASCADE_S3_PAGE_SIZE keys) of
 the prefix, without a delimiter, after a cursor kept in the database (SweepCursor), and moves
 the cursor on; past the prefix's last key it starts again. A whole sweep takes
 objects / CASCADE_S3_PAGE_SIZE reconciling passes.

@@ -151,10 +151,10 @@ def test_the_pull_bench_runs_at_a_small_scale(tmp_path):
 
 
 def test_the_events_bench_times_both_modes_at_a_small_scale(tmp_path):
-    """bench/events.py: moto's S3 and SQS, two runs a mode; events within their 3 s target."""
+    """`bench.community.watch events`: moto's S3 and SQS, two runs a mode; events within their 3 s target."""
     results = tmp_path / "events.json"
     bench = subprocess.run(
-        [sys.executable, "-m", "bench.events", "--scale", "small", "--json", str(results)],
+        [sys.executable, "-m", "bench.community.watch", "events", "--scale", "small", "--json", str(results)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -174,13 +174,14 @@ def test_the_events_bench_times_both_modes_at_a_small_scale(tmp_path):
 
 
 def test_the_community_seeder_stores_what_ingestion_would(server, tmp_path):
-    """bench/community_data.py: each trace's kernel_count and kernels_without_totals are its
+    """bench/community/data.py: each trace's kernel_count and kernels_without_totals are its
     launches', names and contexts are shared as KernelWriter shares them, the launches total."""
-    from bench import common, community_data
+    from bench import common
+    from bench.community import data
 
     with common.scratch_database(server, "seedtest") as url:
         common.manage("migrate", "--noinput", env=common.child_env(DATABASE_URL=url))
-        seeded = community_data.seed(url, traces=400, launches=30_000, big_trace_launches=10_000)
+        seeded = data.seed(url, traces=400, launches=30_000, big_trace_launches=10_000)
         [(wrong_counts, wrong_without, launches, big, orphans, unnamed, out_of_order)] = common.query(
             url,
             """
@@ -279,9 +280,9 @@ def test_the_community_bench_takes_every_figure_at_the_tiny_scale(server, tmp_pa
 
 
 def test_the_blank_lines_bench_prints_a_row_per_workload():
-    """bench/blank_lines.py: a few kB of each workload, beside real rows."""
+    """`bench.simlog blank-lines`: a few kB of each workload, beside real rows."""
     bench = subprocess.run(
-        [sys.executable, "-m", "bench.blank_lines", "--mb", "0.05", "--repeat", "1"],
+        [sys.executable, "-m", "bench.simlog", "blank-lines", "--mb", "0.05", "--repeat", "1"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -293,11 +294,20 @@ def test_the_blank_lines_bench_prints_a_row_per_workload():
 
 
 @pytest.mark.parametrize(
-    "module", ["bench.analysis", "bench.replica", "bench.load", "bench.big_delete", "bench.community_data"]
+    "module",
+    [
+        "bench.reads analysis",
+        "bench.reads replica",
+        "bench.load",
+        "bench.community.delete",
+        "bench.community.data",
+    ],
 )
 def test_each_other_bench_parses_its_arguments(module):
     """The benches too large for the suite (or needing a running server) import and parse
     their command line; docs/performance.md gives their smallest runs."""
-    done = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", *module.split(), "--help"], cwd=ROOT, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("usage:")

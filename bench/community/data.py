@@ -1,6 +1,6 @@
 """A community's registry in PostgreSQL, fast: 100,000 traces and 50M launches (issue 22).
 
-    python -m bench.community_data DATABASE_URL [--scale tiny|small|full]
+    python -m bench.community.data DATABASE_URL [--scale tiny|small|full]
 
 `seed()` fills an empty, migrated database the way ingestion would have left it, with
 set-based SQL run by the server (`INSERT ... SELECT generate_series`; no row goes through

@@ -2,11 +2,11 @@
 batches by `kernels_purge`): time, WAL, dead tuples, and how long a writer of another trace
 waits meanwhile. docs/performance.md quotes its figures.
 
-    DATABASE_URL=postgres://... python -m bench.big_delete [--launches 1000000] [--batch 10000]
+    DATABASE_URL=postgres://... python -m bench.community.delete [--launches 1000000] [--batch 10000]
 
 Empties the database's trace tables first: point it at a scratch database. With
 `--existing OLD,NEW` it deletes two traces of the database as it is instead (the community
-bench's, amid 50M launches: bench/community.py).
+bench's, amid 50M launches: bench/community/__init__.py).
 """
 
 import argparse

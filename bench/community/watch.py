@@ -1,6 +1,19 @@
-"""The idle pass at 100,000 traces, with S3 events on and without (issue 22).
+"""How soon a deployment sees a run, and what its idle passes cost in S3 requests (issue 22).
+`ready_times`: from a `metadata.json` upload to `ready`, with S3 events (within 3 s) and polling.
 
-    python -m bench.idle [--scale tiny|small|full] [--server postgres://...] [--json FILE]
+    python -m bench.community.watch events [--runs 5] [--poll-seconds 30] [--scale small] [--json FILE]
+
+Starts moto's server (S3 and SQS on one endpoint), a queue the bucket notifies, and a scratch
+SQLite database, then for each mode starts the real poller as a deployment runs it
+(`manage.py ingest_traces --watch --events`, or `--watch --interval CASCADE_POLL_SECONDS`) and
+uploads `--runs` small runs one after another, each at a random moment of the poll's cycle, as
+uploads land; the time is from metadata.json's PUT returning to the trace's row reading `ready`
+(the database polled every 20 ms). Prints both side by side: the median and the worst.
+With polling the wait is half the interval on average, and the whole interval at worst.
+
+`idle_requests`: the idle pass at 100,000 traces, with S3 events on and without.
+
+    python -m bench.community.watch idle [--scale tiny|small|full] [--server postgres://...] [--json FILE]
 
 moto's server (its own process), a bucket holding `--scale` run folders (1,000 / 10,000 /
 100,000) of three small objects each (metadata.json, a kernelslist, a stats file), uploaded on
@@ -25,14 +38,13 @@ it, side by side:
 - with events on: the reconciling pass (`ingest_traces --watch --events`, Celery's poll with a
   queue), `passes.poll_bucket(sweep=True)` (ingest.sweep): one page of the bucket. Issue 22's
   target: at most one listing page per CASCADE_POLL_SECONDS_WITH_EVENTS.
-
-`idle_requests(traces)` returns the figures for the community bench (bench/community.py).
 """
 
 import argparse
 import hashlib
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -44,8 +56,129 @@ from pathlib import Path
 from bench import common
 from bench.common import log
 
-SCALES = {"tiny": 1_000, "small": 10_000, "full": 100_000}
-BUCKET = "cascade-bench-idle"
+PREFIX = "accelsim-traces/"
+
+EVENTS_BUCKET = "cascade-bench-events"
+EVENTS_SCALES = {"small": {"runs": 2, "poll_seconds": 3}, "full": {"runs": 5, "poll_seconds": 30}}
+
+
+def run_files() -> dict[str, bytes]:
+    """A small generated run's files (tools.generator), metadata.json aside: it is put last."""
+    from tools import generator
+
+    spec = generator.RunSpec(kernels=50, max_traced=2, timing=False, timeline=False)
+    with tempfile.TemporaryDirectory(prefix="bench-events-run-") as tmp:
+        folder = Path(tmp) / "run"
+        generator.write_run(folder, spec)
+        paths = sorted(p for p in folder.rglob("*") if p.is_file() and p.name != "metadata.json")
+        return {p.relative_to(folder).as_posix(): p.read_bytes() for p in paths}
+
+
+def state_of(db: str, run_id: str) -> str | None:
+    """The run's state in the poller's database: a PostgreSQL URL, or a SQLite file."""
+    if db.startswith("postgres"):
+        import psycopg
+
+        with psycopg.connect(db, autocommit=True) as connection:
+            row = connection.execute("SELECT state FROM traces_trace WHERE id = %s", (run_id,)).fetchone()
+        return row[0] if row else None
+    import sqlite3
+
+    with sqlite3.connect(db, timeout=30) as connection:
+        row = connection.execute("SELECT state FROM traces_trace WHERE id = ?", (run_id,)).fetchone()
+    return row[0] if row else None
+
+
+def ready_seconds(mode: str, env: dict, s3, runs: int, poll_seconds: int, db: str) -> list[float]:
+    argv = [sys.executable, str(common.ROOT / "manage.py"), "ingest_traces", "--watch"]
+    argv += ["--events"] if mode == "events" else ["--interval", str(poll_seconds)]
+    poller = subprocess.Popen(
+        argv, cwd=common.ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        time.sleep(3)  # its start (Django, the first poll on an empty bucket)
+        files = run_files()
+        seconds = []
+        for n in range(runs):
+            time.sleep(random.uniform(0, poll_seconds))  # anywhere in the poll's cycle
+            run_id = f"{mode}-{n}"
+            for name, body in files.items():
+                s3.put_object(Bucket=EVENTS_BUCKET, Key=f"{PREFIX}{run_id}/{name}", Body=body)
+            s3.put_object(
+                Bucket=EVENTS_BUCKET, Key=f"{PREFIX}{run_id}/metadata.json", Body=b'{"status": "ok"}'
+            )
+            landed = time.monotonic()
+            deadline = landed + poll_seconds + 60
+            while state_of(db, run_id) != "ready":
+                if time.monotonic() > deadline or poller.poll() is not None:
+                    raise RuntimeError(
+                        f"{run_id} not ready with {mode} after {time.monotonic() - landed:.0f} s"
+                    )
+                time.sleep(0.02)
+            seconds.append(time.monotonic() - landed)
+            print(f"bench: {mode} {run_id}: ready {seconds[-1]:.2f} s after metadata.json", file=sys.stderr)
+        return seconds
+    finally:
+        poller.terminate()
+        poller.wait(timeout=30)
+
+
+def ready_times(runs: int, poll_seconds: int, database_url: str | None = None) -> dict:
+    """Seconds from metadata.json's PUT to `ready`, per run, with events and with polling:
+    {"events": [...], "polling": [...]}. `database_url`: a migrated PostgreSQL database to
+    run against (the community bench's, 100,000 traces in it); else a scratch SQLite file."""
+    with tempfile.TemporaryDirectory(prefix="bench-events-") as workdir, common.moto_server() as endpoint:
+        env = common.child_env(
+            CASCADE_VAR_DIR=workdir, CASCADE_S3_BUCKET=EVENTS_BUCKET, CASCADE_S3_ENDPOINT_URL=endpoint
+        )
+        if database_url:
+            env["DATABASE_URL"] = database_url
+        s3 = common.s3_client(endpoint)
+        sqs = common.s3_client(endpoint, service="sqs")
+        s3.create_bucket(Bucket=EVENTS_BUCKET)
+        queue = sqs.create_queue(QueueName="cascade-bench-events")["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        events = {"QueueArn": arn, "Events": ["s3:ObjectCreated:*", "s3:ObjectRemoved:*"]}
+        s3.put_bucket_notification_configuration(
+            Bucket=EVENTS_BUCKET, NotificationConfiguration={"QueueConfigurations": [events]}
+        )
+        common.manage("migrate", "-v", "0", env=env)
+        db = database_url or str(Path(workdir) / "cascade.sqlite3")
+        return {
+            "events": ready_seconds(
+                "events", {**env, "CASCADE_SQS_QUEUE_URL": queue}, s3, runs, poll_seconds, db
+            ),
+            "polling": ready_seconds("polling", env, s3, runs, poll_seconds, db),
+        }
+
+
+def events_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.community.watch events", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--scale", choices=EVENTS_SCALES, default="full")
+    parser.add_argument("--runs", type=int, help="runs uploaded in each mode (5; small: 2)")
+    parser.add_argument("--poll-seconds", type=int, help="the poll's interval (CASCADE_POLL_SECONDS: 30)")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    options = parser.parse_args(argv)
+    scale = EVENTS_SCALES[options.scale]
+    runs = options.runs or scale["runs"]
+    poll_seconds = options.poll_seconds or scale["poll_seconds"]
+    figures = ready_times(runs, poll_seconds)
+    print("| from metadata.json to ready | median | worst | runs | target |\n|---|---|---|---|---|")
+    for mode, seconds in figures.items():
+        label = "S3 events (moto's SQS)" if mode == "events" else f"polling every {poll_seconds} s"
+        target = "within 3 s" if mode == "events" else f"{poll_seconds / 2:.0f} s on average"
+        print(
+            f"| {label} | {statistics.median(seconds):.2f} s | {max(seconds):.2f} s | {len(seconds)} | {target} |"
+        )
+    if options.json:
+        options.json.write_text(json.dumps({"poll_seconds": poll_seconds, "seconds": figures}, indent=2))
+    return 0 if max(figures["events"]) <= 3 else 1
+
+
+IDLE_SCALES = {"tiny": 1_000, "small": 10_000, "full": 100_000}
+IDLE_BUCKET = "cascade-bench-idle"
 PREFIX = "accelsim-traces/"
 PAGE_SIZE = 1000  # CASCADE_S3_PAGE_SIZE's default: S3's most
 MEASURED_REFERENCE = 1_000  # past this many traces the reference pass is computed (see above)
@@ -118,7 +251,7 @@ def upload(s3, traces: int) -> float:
 
     def one(run_id: str) -> None:
         for name in sorted(OBJECTS, key=lambda name: name == "metadata.json"):
-            s3.put_object(Bucket=BUCKET, Key=f"{PREFIX}{run_id}/{name}", Body=OBJECTS[name])
+            s3.put_object(Bucket=IDLE_BUCKET, Key=f"{PREFIX}{run_id}/{name}", Body=OBJECTS[name])
 
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=16) as pool:
@@ -171,12 +304,12 @@ def idle_requests(traces: int, *, server: str = common.DEFAULT_SERVER_URL) -> di
     try:
         _wait_for(endpoint)
         s3 = common.s3_client(endpoint)
-        s3.create_bucket(Bucket=BUCKET)
+        s3.create_bucket(Bucket=IDLE_BUCKET)
         log(f"{traces:,} run folders of {len(OBJECTS)} objects, on 16 threads")
         upload_seconds = upload(s3, traces)
         log(f"  uploaded in {upload_seconds:.0f} s")
         first = run_ids(1)[0]
-        listed = s3.head_object(Bucket=BUCKET, Key=f"{PREFIX}{first}/metadata.json")["ETag"]
+        listed = s3.head_object(Bucket=IDLE_BUCKET, Key=f"{PREFIX}{first}/metadata.json")["ETag"]
         if listed != etag(OBJECTS["metadata.json"]):
             raise RuntimeError(
                 f"moto's ETag {listed} is not the body's MD5: the inserted listings would differ"
@@ -186,12 +319,12 @@ def idle_requests(traces: int, *, server: str = common.DEFAULT_SERVER_URL) -> di
                 env = common.child_env(
                     DATABASE_URL=db,
                     CASCADE_VAR_DIR=tmp,
-                    CASCADE_S3_BUCKET=BUCKET,
+                    CASCADE_S3_BUCKET=IDLE_BUCKET,
                     CASCADE_S3_ENDPOINT_URL=endpoint,
                     CASCADE_S3_PAGE_SIZE=str(PAGE_SIZE),
                 )
                 common.manage("migrate", "--noinput", env=env)
-                return measure(db, env, traces, upload_seconds)
+                return idle_measure(db, env, traces, upload_seconds)
     finally:
         moto.terminate()
         moto.wait(timeout=30)
@@ -244,7 +377,7 @@ def unchanged_pass(env: dict, watch_pages: int, label: str) -> common.Child:
     return child
 
 
-def measure(db: str, env: dict, traces: int, upload_seconds: float) -> dict:
+def idle_measure(db: str, env: dict, traces: int, upload_seconds: float) -> dict:
     ready_traces(db, env, traces)
     log("with events on: the reconciler's sweep, a whole lap")
     lap, lap_wall = sweep_lap(env)
@@ -305,7 +438,7 @@ def measure(db: str, env: dict, traces: int, upload_seconds: float) -> dict:
     }
 
 
-def table(r: dict) -> str:
+def idle_table(r: dict) -> str:
     n, without, events = r["traces"], r["without_events"], r["with_events"]
     watch = r["polling_watch"]
     reference_time = f"{without['seconds']:,.1f} s" if without["measured"] else "-"
@@ -336,21 +469,26 @@ def table(r: dict) -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.idle", description=__doc__.splitlines()[0])
-    parser.add_argument("--scale", choices=SCALES, default="full")
+def idle_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.community.watch idle", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--scale", choices=IDLE_SCALES, default="full")
     parser.add_argument(
         "--server",
         default=common.server_url(os.environ.get("DATABASE_URL", common.DEFAULT_SERVER_URL)),
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    results = idle_requests(SCALES[args.scale], server=args.server)
-    print(table(results))
+    results = idle_requests(IDLE_SCALES[args.scale], server=args.server)
+    print(idle_table(results))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0 if results["target_met"] else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    commands = {"events": events_main, "idle": idle_main}
+    if sys.argv[1:2] and sys.argv[1] in commands:
+        sys.exit(commands[sys.argv[1]](sys.argv[2:]))
+    sys.exit(f"usage: python -m bench.community.watch {{{','.join(commands)}}} [--help] ...")

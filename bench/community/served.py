@@ -1,10 +1,14 @@
-"""The admin at 100,000 traces and 50M launches (issue 22): each page under a second, taken by
-`python -m bench community --only admin` on its seeded database.
+"""What `python -m bench community` times through gunicorn on its seeded database (issue 22).
 
-Cascade through gunicorn as deployed, a superuser logged in through the admin's own login form; then
-the median of `repeat` GETs of each page, after one that warms the worker: the trace list
-(plain, filtered by state, searched), the page of the big trace and of a tiny one, the kernel
-list (plain, one trace's, a deep page of it). Each page's target is 1 s.
+`--only list`: `GET /api/traces` at 100,000 traces: the full list (identity, gzip and zstd)
+beside `COPY (SELECT json_agg(...)) TO STDOUT` of the same rows and columns; the first page of
+100 and one deep in the list (followed from a Link) beside the same COPY of 100 rows; the 304 of
+each; the peak RSS (VmHWM) of the worker that served them. Timings: the median of `repeat`.
+
+`--only admin`: a superuser logged in through the admin's own login form, then the median of
+`repeat` GETs of each page after one that warms the worker: the trace list (plain, filtered by
+state, searched), the page of the big trace and of a tiny one, the kernel list (plain, one
+trace's, a deep page of it). Each page's target is 1 s.
 """
 
 import secrets
@@ -16,9 +20,82 @@ from urllib.parse import quote as urlquote
 from urllib.parse import urlencode
 
 from bench import common
-from bench.common import log
+from bench.common import http_get, log
 
-TARGET_SECONDS = 1.0
+COLUMNS = (
+    "id, state, error, created_at, updated_at, model, layers, source_gpu, trace_gpu_arch, "
+    "suggested_sim_config, kernel_count, bytes, has_real_timing, has_step_timeline, sample"
+)
+
+
+def median_seconds(port: int, path: str, headers: dict, repeat: int, status: int = 200):
+    answers = [http_get(port, path, headers) for _ in range(repeat)]
+    for answer in answers:
+        if answer.status != status:
+            raise RuntimeError(f"GET {path} answered {answer.status}, not {status}")
+    return statistics.median(a.seconds for a in answers), answers[-1]
+
+
+def copy_seconds(db: str, limit: int | None, repeat: int) -> tuple[float, int]:
+    """The reference: PostgreSQL builds the same JSON array and sends it, COPY TO STDOUT."""
+    import psycopg
+
+    rows = f"SELECT {COLUMNS} FROM traces_trace ORDER BY created_at DESC, id" + (
+        f" LIMIT {limit}" if limit else ""
+    )
+    sql = f"COPY (SELECT json_agg(t) FROM ({rows}) t) TO STDOUT"
+    times, size = [], 0
+    with psycopg.connect(db, autocommit=True) as conn:
+        for _ in range(repeat):
+            started = time.perf_counter()
+            with conn.cursor().copy(sql) as copy:
+                size = sum(len(block) for block in copy)
+            times.append(time.perf_counter() - started)
+    return statistics.median(times), size
+
+
+def measure_served(port: int, auth: dict, traces: int, repeat: int) -> dict:
+    """The list through a running gunicorn: full (identity, gzip, zstd), pages, 304s, the
+    workers' peak RSS. The community bench (bench/community.py) calls it on its database."""
+    for _ in range(4):  # each worker's first request pays for its imports
+        http_get(port, "/api/traces?limit=1", auth)
+    results: dict = {"traces": traces}
+    before = {pid: status["VmHWM"] for pid, status in common.gunicorn_processes(port).items()}
+    log("GET /api/traces")
+    seconds, full = median_seconds(port, "/api/traces", auth, repeat)
+    results["list"] = {"seconds": seconds, "bytes": full.nbytes}
+    gz_seconds, gz = median_seconds(port, "/api/traces", {**auth, "Accept-Encoding": "gzip"}, repeat)
+    results["list_gzip"] = {"seconds": gz_seconds, "bytes": gz.nbytes}
+    zs_seconds, zs = median_seconds(port, "/api/traces", {**auth, "Accept-Encoding": "zstd"}, repeat)
+    results["list_zstd"] = {"seconds": zs_seconds, "bytes": zs.nbytes}
+    after = {pid: status["VmHWM"] for pid, status in common.gunicorn_processes(port).items()}
+    results["rss"] = {"before": max(before.values()), "after": max(after.values())}
+    log("GET /api/traces?limit=100, then deep in the list")
+    seconds, page = median_seconds(port, "/api/traces?limit=100", auth, repeat * 5)
+    results["page"] = {"seconds": seconds, "bytes": page.nbytes}
+    deep, deep_path = page, "/api/traces?limit=100"
+    for _ in range(min(traces // 100 // 2, 500)):  # follow the links half way
+        deep_path = deep.headers["link"].split(">")[0].split("127.0.0.1:" + str(port))[1]
+        deep = http_get(port, deep_path, auth)
+    seconds, _ = median_seconds(port, deep_path, auth, repeat * 5)
+    results["deep_page"] = {"seconds": seconds, "path": deep_path}
+    log("304s")
+    tag = {**auth, "If-None-Match": full.headers["etag"]}
+    results["304"] = {"seconds": median_seconds(port, "/api/traces", tag, repeat * 5, 304)[0]}
+    tag = {**auth, "If-None-Match": page.headers["etag"]}
+    results["page_304"] = {"seconds": median_seconds(port, "/api/traces?limit=100", tag, repeat * 5, 304)[0]}
+    return results
+
+
+def measure_reference(db: str, repeat: int) -> dict:
+    log("the reference: COPY (SELECT json_agg(...)) TO STDOUT")
+    return {
+        "copy_list": dict(zip(("seconds", "bytes"), copy_seconds(db, None, repeat), strict=True)),
+        "copy_page": dict(zip(("seconds", "bytes"), copy_seconds(db, 100, repeat * 5), strict=True)),
+    }
+
+
+ADMIN_TARGET_SECONDS = 1.0
 USERNAME = "bench-admin"
 # Launches a kernel list page shows (KernelAdmin.list_per_page): a deep page is this many rows
 # times its number past the start.
@@ -38,7 +115,7 @@ class PageTime:
 
     @property
     def met(self) -> bool:
-        return self.seconds < TARGET_SECONDS
+        return self.seconds < ADMIN_TARGET_SECONDS
 
 
 def admin_id(trace_id: str) -> str:
@@ -120,14 +197,14 @@ def time_page(client, label: str, path: str, repeat: int) -> PageTime:
     return PageTime(label, path, statistics.median(times[1:]), times[0], times[1:], size)
 
 
-def measure(port: int, access, seeded: dict, *, repeat: int = 5) -> list[dict]:
+def measure_admin(port: int, access, seeded: dict, *, repeat: int = 5) -> list[dict]:
     """Each admin page (`pages`) timed on the gunicorn at `port`, as rows: `page`, `path`,
     `seconds` (the median of `repeat` GETs after the first), `first`, `times`, `bytes`, `met`,
     and `reference` (the first GET, said in words: a big trace's page is computed then).
 
     `access`: an httpx client logged in (`admin_client`), or the URL of the database the
     server reads, where a superuser is then created and logged in through the login form.
-    `seeded`: `community_data.seed()`'s answer (its `big` and `tiny` traces and the big one's
+    `seeded`: `bench.community.data.seed()`'s answer (its `big` and `tiny` traces and the big one's
     launches).
     """
     with ExitStack() as stack:

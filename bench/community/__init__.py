@@ -3,22 +3,22 @@
     python3 run.py bench community [--scale tiny|small|full] [--only list,detail,...] [--output FILE] [--json FILE]
     .venv/bin/python -m bench community ...            (the same, inside the virtualenv)
 
-One scratch PostgreSQL database is filled server-side (bench/community_data.py): `--scale`
+One scratch PostgreSQL database is filled server-side (bench/community/data.py): `--scale`
 registered traces (most ready, a quarter uploading, many tiny, one of 1M launches) and their
 launches. Cascade then serves it as deployed (gunicorn, gunicorn.conf.py) and runs against it
 as deployed (`manage.py ingest_traces` children, moto's S3 and SQS server on 127.0.0.1). The
 figures, each printed beside its reference:
 
 - list     `GET /api/traces`: the full list, a page of 100 (first and half way, by Link), the
-           304 of each, beside PostgreSQL's `COPY (SELECT json_agg(...))` (bench/listing.py);
+           304 of each, beside PostgreSQL's `COPY (SELECT json_agg(...))` (bench/community/served.py);
 - detail   a repeated gzip GET of the 1M-launch trace's detail beside its first, computed one;
-- admin    the trace list, a trace's page and the kernel list, logged in (bench/admin_pages.py);
+- admin    the trace list, a trace's page and the kernel list, logged in (bench/community/served.py);
 - integrity  `manage.py check_integrity` over every launch, beside `SELECT count(*)` of them;
 - events   from a `metadata.json` upload to `ready`, with S3 events and with polling every
-           30 s, the poller running on this database (bench/events.py);
+           30 s, the poller running on this database (bench/community/watch.py);
 - delete   a 1M-launch trace deleted amid the others: the old way (one DELETE) beside the new
-           (the trace at once, its launches purged in batches; bench/big_delete.py);
-- idle     the S3 requests of an idle pass with events on beside without (bench/idle.py; its
+           (the trace at once, its launches purged in batches; bench/community/delete.py);
+- idle     the S3 requests of an idle pass with events on beside without (bench/community/watch.py; its
            own bucket and database, since the idle pass needs every trace in the bucket too);
 - memory   the peak RSS of `ingest_traces` on runs of one context with every launch traced,
            1x, 2x and 4x (the lab bench's `traced` figure; 1M to 4M at full scale).
@@ -59,7 +59,7 @@ class Scale:
     events_runs: int  # runs uploaded in each mode
     poll_seconds: int  # the polling mode's interval
     lab_scale: str  # the lab bench's scale for memory (its 1x, 2x, 4x)
-    idle_scale: str  # bench/idle.py's
+    idle_scale: str  # bench/community/watch.py's idle scale
 
 
 SCALES = {
@@ -118,14 +118,14 @@ class Community:
     # --- the community database ----------------------------------------------------------------
 
     def seeded(self, stack: ExitStack) -> tuple[str, dict]:
-        from bench import community_data
+        from bench.community import data
 
         db = stack.enter_context(common.scratch_database(self.server, "community"))
         common.manage("migrate", "--noinput", env=self.env(db))
         s = self.scale
         log(f"seeding {s.traces:,} traces, {s.launches:,} launches (one of {s.big:,})")
         started = time.perf_counter()
-        seeded = community_data.seed(db, traces=s.traces, launches=s.launches, big_trace_launches=s.big)
+        seeded = data.seed(db, traces=s.traces, launches=s.launches, big_trace_launches=s.big)
         self.values["seed"] = {**seeded, "seconds": time.perf_counter() - started}
         log(f"seeded in {time.perf_counter() - started:.0f} s: {seeded}")
         return db, seeded
@@ -159,7 +159,7 @@ class Community:
         return run_id
 
     def served(self, db: str, seeded: dict, figures: set[str]) -> None:
-        from bench import listing
+        from bench.community import served
 
         env = self.env(db)
         token = common.manage("create_token", "bench-community", env=env).stdout.split()[-1]
@@ -167,8 +167,8 @@ class Community:
         log("gunicorn (gunicorn.conf.py) on 127.0.0.1")
         with common.gunicorn(env) as port:
             if "list" in figures:
-                listed = listing.measure_served(port, auth, self.scale.traces, repeat=3)
-                listed.update(listing.measure_reference(db, repeat=3))
+                listed = served.measure_served(port, auth, self.scale.traces, repeat=3)
+                listed.update(served.measure_reference(db, repeat=3))
                 self.values["list"] = listed
                 self.list_rows(listed)
             if "detail" in figures:
@@ -236,9 +236,9 @@ class Community:
         )
 
     def admin(self, port: int, db: str, seeded: dict) -> None:
-        from bench import admin_pages
+        from bench.community import served
 
-        pages = admin_pages.measure(port, db, seeded)
+        pages = served.measure_admin(port, db, seeded)
         self.values["admin"] = pages
         for page in pages:
             self.add(
@@ -269,11 +269,11 @@ class Community:
         )
 
     def events(self, db: str) -> None:
-        from bench import events
+        from bench.community import watch
 
         s = self.scale
         log(f"events: {s.events_runs} runs each with events and polling every {s.poll_seconds} s")
-        times = events.ready_times(s.events_runs, s.poll_seconds, database_url=db)
+        times = watch.ready_times(s.events_runs, s.poll_seconds, database_url=db)
         self.values["events"] = times
         worst, polled = max(times["events"]), times["polling"]
         self.add(
@@ -293,7 +293,7 @@ class Community:
         copy_trace(db, seeded["big"], copy)
         env = {**self.env(db), "DJANGO_SETTINGS_MODULE": "cascade.settings"}
         r = self.child_json(
-            "delete", ["-m", "bench.big_delete", "--existing", f"{copy},{seeded['big']}"], env=env
+            "delete", ["-m", "bench.community.delete", "--existing", f"{copy},{seeded['big']}"], env=env
         )
         self.values["delete"] = r
         old, new = r["one_delete"], r["batches"]
@@ -311,7 +311,15 @@ class Community:
         )
 
     def idle(self) -> None:
-        argv = ["-m", "bench.idle", "--scale", self.scale.idle_scale, "--server", self.server]
+        argv = [
+            "-m",
+            "bench.community.watch",
+            "idle",
+            "--scale",
+            self.scale.idle_scale,
+            "--server",
+            self.server,
+        ]
         r = self.child_json("idle", argv)
         self.values["idle"] = r
         without, events = r["without_events"], r["with_events"]
@@ -349,25 +357,11 @@ class Community:
         )
 
 
-def columns(db: str, table: str) -> list[str]:
-    """The table's columns, those a sequence or an identity fills aside."""
-    return [
-        name
-        for name, default, identity in common.query(
-            db,
-            "SELECT column_name::text, column_default, is_identity FROM information_schema.columns"
-            " WHERE table_schema = 'public' AND table_name = %s ORDER BY ordinal_position",
-            (table,),
-        )
-        if identity != "YES" and not (default or "").startswith("nextval(")
-    ]
-
-
 def copy_trace(db: str, source: str, new_id: str) -> None:
     """A copy of trace `source` named `new_id`: its row and every row keyed by its trace_key."""
     import psycopg
 
-    trace_columns = [c for c in columns(db, "traces_trace") if c not in ("id", "key")]
+    trace_columns = [c for c in harness.loaded_columns(db, "traces_trace") if c not in ("id", "key")]
     keyed = [
         table
         for (table,) in common.query(
@@ -384,7 +378,7 @@ def copy_trace(db: str, source: str, new_id: str) -> None:
             (new_id, source),
         ).fetchone()
         for table in keyed:
-            others = ", ".join(c for c in columns(db, table) if c != "trace_key")
+            others = ", ".join(c for c in harness.loaded_columns(db, table) if c != "trace_key")
             conn.execute(
                 f"INSERT INTO {table} (trace_key, {others}) SELECT %s, {others} FROM {table}"
                 " WHERE trace_key = (SELECT key FROM traces_trace WHERE id = %s)",
