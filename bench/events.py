@@ -36,8 +36,9 @@ def free_port() -> int:
 
 
 def run_files() -> dict[str, bytes]:
-    """A run of vecadd's real tracer output (tests/data), metadata.json aside."""
-    folder = ROOT / "tests" / "data" / "accelsim-vecadd-v5"
+    """A run of vecadd's real tracer output (in CASCADE_SHARED_FIXTURES), metadata.json aside."""
+    shared = Path(os.environ.get("CASCADE_SHARED_FIXTURES", ROOT.parent / "shared" / "fixtures"))
+    folder = shared / "accelsim-vecadd-v5"
     return {f"traces/{path.name}": path.read_bytes() for path in sorted(folder.iterdir()) if path.is_file()}
 
 

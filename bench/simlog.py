@@ -2,7 +2,7 @@
 
     python -m bench.simlog [--mb 1024] [--scale small] [--keep DIR] [--uids 40000]
 
-Builds a log of about `--mb` MB in a temp dir from a real one (halUW's, tests/data/real-sim-logs:
+Builds a log of about `--mb` MB in a temp dir from a real one (halUW's, in CASCADE_SHARED_FIXTURES' real-sim-logs:
 its build lines and option dump, then kernel after kernel as Accel-Sim prints them: the trace
 header, the launch line, the chatter, `Destroy streams`, the whole stat block with its cache
 statistics, its footer), each kernel with the next uid and kernel-N, its cycles adding up; and a
@@ -28,13 +28,14 @@ import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-REAL_LOG = ROOT / "tests" / "data" / "real-sim-logs" / "halUW__benchmark_1_stream_clean.log.gz"
+SHARED = Path(os.environ.get("CASCADE_SHARED_FIXTURES", ROOT.parent / "shared" / "fixtures"))
+REAL_LOG = SHARED / "real-sim-logs" / "halUW__benchmark_1_stream_clean.log"
 CHUNK = 1024**2  # what the reader is given at a time (an S3 body's or a decompressor's chunks)
 SCALES = {"small": 8, "full": 1024}  # MB
 
 
 def _real_lines() -> list[bytes]:
-    return gzip.decompress(REAL_LOG.read_bytes()).split(b"\n")
+    return REAL_LOG.read_bytes().split(b"\n")
 
 
 def log_pieces(size: int):

@@ -1,6 +1,6 @@
 """A simulation's accuracy (traces/accuracy.py) against an independent reading of the spec.
 
-The definitions (docs: ../shared/docs/accel-sim-correlation.md section 5, COMMON20): x is the
+The definitions (docs/formats.md#accuracy-metrics, after Accel-Sim's COMMON20): x is the
 measured time, y the simulated time, over the launches that have both. Expected values here
 are computed in the test from those words with plain Python (`statistics`, `math`), never
 from the module's sums; rows are made with the ORM.
