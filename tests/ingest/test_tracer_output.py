@@ -11,10 +11,9 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from ingest import bucket, passes, scan
-from tests.helpers import DATA, STATS_HEADER
+from tests.helpers import STATS_HEADER, shared_fixture
 from traces.models import CURRENT_PARSER_VERSION, Kernel, Trace, TraceState, files_fingerprint
 
-REAL = DATA / "real-tracer"
 KILLED_RUN = "MrTang-Yuhan+Accel-Sim-Flashinfer__test-traces__flashinfer-gemm__traces__"
 OK = {"status": "ok", "trace_gpu_arch": "sm_90"}
 # Issue 9's example: launches 1 and 2 captured into a CUDA graph, 3 an ordinary launch.
@@ -27,8 +26,8 @@ GRAPH_LINE = (
 
 def killed_run_files() -> dict:
     return {
-        "traces/stats.csv": (REAL / f"{KILLED_RUN}stats.csv").read_bytes(),
-        "traces/kernelslist.g": (REAL / f"{KILLED_RUN}kernelslist.g").read_bytes(),
+        "traces/stats.csv": shared_fixture("real-tracer", f"{KILLED_RUN}stats.csv").read_bytes(),
+        "traces/kernelslist.g": shared_fixture("real-tracer", f"{KILLED_RUN}kernelslist.g").read_bytes(),
     }
 
 

@@ -1,10 +1,10 @@
 """The generator's instruction traces against real ones: what the simulator runs.
 
-The truth is the real traces in `../shared/fixtures/real-simulatable/` (traced by the Accel-Sim
+The truth is the real traces in `shared_fixture("real-simulatable")` (traced by the Accel-Sim
 NVBit tracer and run to completion by the real simulator, SOURCES.md there). The line grammar
 below is written from their lines, and checked on them first; the grouping is read by a reader
 written here from the post-processor's output format, also checked on them first. The simulator
-aborts unless every warp of every block is in a trace (../shared/docs/accel-sim-simulator.md),
+aborts unless every warp of every block is in a trace (docs/formats.md#the-simulators-log),
 so that is counted from the header's dimensions: blocks = product of grid dim, warps per block
 = ceil(threads / 32).
 """
@@ -25,7 +25,7 @@ from tools.samples import SAMPLES
 
 REPO = Path(__file__).resolve().parents[2]
 # Tested configs at accel-sim-framework 73f9fac / gpgpu-sim 667834c, and the SASS each runs
-# (../shared/docs/accel-sim-simulator.md).
+# (docs/formats.md#the-simulators-log).
 TESTED_CONFIGS = {"SM75_RTX2060": {75}, "SM75_RTX2060_S": {75}, "SM86_RTX3070": {80, 86}, "SM7_QV100": {70}}
 
 # One instruction as the real grouped traces hold it (the raw ones prefix `x y z warp [line] `):
