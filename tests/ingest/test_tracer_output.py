@@ -10,7 +10,8 @@ from django.core.management import call_command
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from ingest import bucket, passes, scan
+from ingest import bucket, passes
+from ingest.listing import inventory
 from tests.helpers import STATS_HEADER, shared_fixture
 from traces.models import CURRENT_PARSER_VERSION, Kernel, Trace, TraceState, files_fingerprint
 
@@ -159,7 +160,7 @@ def test_traces_ingested_before_the_fix_are_read_again_by_reparse_outdated(uploa
     try:
         old = migrate(("traces", "0001_initial")).loader.project_state([("traces", "0001_initial")]).apps
         OldTrace, OldKernel = old.get_model("traces", "Trace"), old.get_model("traces", "Kernel")
-        listing = scan.inventory(bucket.list_run_objects("killed"))
+        listing = inventory(bucket.list_run_objects("killed"))
         OldTrace.objects.create(
             id="killed",
             files=listing,
@@ -169,7 +170,7 @@ def test_traces_ingested_before_the_fix_are_read_again_by_reparse_outdated(uploa
             "got 11 fields of which the last 8 are numbers",
         )
         # Parser 1 merged the graph's three launches into one row: kernel 1, kernel 3's numbers.
-        graph_listing = scan.inventory(bucket.list_run_objects("graph"))
+        graph_listing = inventory(bucket.list_run_objects("graph"))
         graph = OldTrace.objects.create(
             id="graph",
             state="ready",
