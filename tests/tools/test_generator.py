@@ -10,7 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from ingest import bucket, passes
-from tools import generator
+from tools import generator, workload
 from tools.generator import RunSpec
 from tools.samples import SAMPLES, write_samples
 from tools.upload import upload_run_folder
@@ -67,7 +67,7 @@ def written_launches(stats: Path) -> list[Written]:
     return launches
 
 
-def tracer_bytes(launch: generator.Launch, *, counted: int | None) -> str:
+def tracer_bytes(launch: workload.Launch, *, counted: int | None) -> str:
     """What the tracer writes for `launch`: its launch half, then `counted` if it exited.
 
     C's `%d` of an unsigned 32-bit value, emulated with ctypes (2^31 and above print negative).
@@ -96,12 +96,12 @@ def stats_files(folder: Path) -> list[Path]:
 
 def test_one_launch_as_the_tracer_writes_it_and_graph_halves_running_together():
     def launch(kernel_id, name, grid, block, insts, *, captured=False, replayed=0):
-        return generator.Launch(
+        return workload.Launch(
             "0x1", kernel_id, name, grid, block, insts, False, 0, captured=captured, replayed_insts=replayed
         )
 
     ordinary = [launch(1, "_Z6vecAddPdS_S_i", (98, 1, 1), (1024, 1, 1), 50066)]
-    assert "".join(row for _, row in generator.stats_rows(ordinary)) == (
+    assert "".join(row for _, row in workload.stats_rows(ordinary)) == (
         "kernel-1-ctx_0x1.trace.xz, _Z6vecAddPdS_S_i, 98, 1, 1, 98, 1024, 1, 1, 1024, 50066,50066\n"
     )
     step = [
@@ -110,23 +110,23 @@ def test_one_launch_as_the_tracer_writes_it_and_graph_halves_running_together():
         launch(3, "_Z4copyv", (2, 1, 1), (64, 1, 1), 900),
         launch(4, "_Z6argmaxv", (1, 1, 1), (32, 1, 1), 2**31 + 5),
     ]
-    assert "".join(row for _, row in generator.stats_rows(step)) == (
+    assert "".join(row for _, row in workload.stats_rows(step)) == (
         "kernel-1-ctx_0x1.trace.xz, _Z4gemmv, 8, 4, 1, 32, 128, 1, 1, 128, "
         "kernel-2-ctx_0x1.trace.xz, _Z7softmaxv, 16, 1, 1, 16, 256, 1, 1, 256, "
         "kernel-3-ctx_0x1.trace.xz, _Z4copyv, 2, 1, 1, 2, 64, 1, 1, 64, 900,900\n"
         "kernel-4-ctx_0x1.trace.xz, _Z6argmaxv, 1, 1, 1, 1, 32, 1, 1, 32, -2147483643,-2147483643\n"
     )
     # Killed during kernel 4: its launch half ends the file. Or the file ends in captured halves.
-    assert "".join(row for _, row in generator.stats_rows(step, killed=True)).endswith(
+    assert "".join(row for _, row in workload.stats_rows(step, killed=True)).endswith(
         "900,900\nkernel-4-ctx_0x1.trace.xz, _Z6argmaxv, 1, 1, 1, 1, 32, 1, 1, 32, "
     )
-    assert "".join(row for _, row in generator.stats_rows(step[:2])) == (
+    assert "".join(row for _, row in workload.stats_rows(step[:2])) == (
         "kernel-1-ctx_0x1.trace.xz, _Z4gemmv, 8, 4, 1, 32, 128, 1, 1, 128, "
         "kernel-2-ctx_0x1.trace.xz, _Z7softmaxv, 16, 1, 1, 16, 256, 1, 1, 256, "
     )
     # The graph replayed before kernel 3 ran: the counters, read at kernel 3's exit, hold both.
     after_replay = [launch(3, "_Z4copyv", (2, 1, 1), (64, 1, 1), 900, replayed=700 + 800)]
-    assert "".join(row for _, row in generator.stats_rows(after_replay)) == (
+    assert "".join(row for _, row in workload.stats_rows(after_replay)) == (
         "kernel-3-ctx_0x1.trace.xz, _Z4copyv, 2, 1, 1, 2, 64, 1, 1, 64, 2400,2400\n"
     )
 
@@ -146,7 +146,7 @@ def test_stats_files_are_the_tracers_printf_output_byte_for_byte(tmp_path, spec)
     replayed after its capture, is counted into the step's first eager launch."""
     run = tmp_path / "run"
     generator.write_run(run, spec)
-    all_launches = list(generator.launches(spec))
+    all_launches = list(workload.launches(spec))
     expected: dict[str | None, str] = {}
     counters = 0  # what the GPU executed since the last ordinary launch's exit
     for index, launch in enumerate(all_launches):

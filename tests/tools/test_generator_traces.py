@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import shared_fixture
-from tools import generator
+from tools import workload
 from tools.generator import RunSpec, launches, write_run
 from tools.samples import SAMPLES
 
@@ -275,7 +275,7 @@ def test_the_grouped_layout_is_what_post_processing_makes_of_the_raw_one(tmp_pat
     for path in sorted((raw / "traces").glob("kernel-*.trace.xz")):
         text = read_text(path)
         assert read_raw(text, lineinfo=False) == read_grouped(
-            read_text(grouped / "traces" / generator.grouped_name(path.name))
+            read_text(grouped / "traces" / workload.grouped_name(path.name))
         )
     (raw_list,) = (raw / "traces").glob("kernelslist_ctx_*")
     post = (grouped / "traces" / f"{raw_list.name}.g").read_text().splitlines()

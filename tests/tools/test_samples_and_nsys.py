@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from tools import generator
-from tools.generator import NSYS_GPU_TRACE_COLUMNS, RunSpec
+from tools import generator, kernels, workload
+from tools.generator import RunSpec
 from tools.samples import SAMPLES
+from tools.timing_files import NSYS_GPU_TRACE_COLUMNS
+from tools.tracer_format import STATS_HEADER
 
 REPO = Path(__file__).resolve().parents[2]
 H100_SAMPLE = "sample__facebook_opt-125m__h100-e2e"
@@ -27,7 +29,7 @@ NSYS_2024_HEADER = (
 def kernel_names(run_id: str) -> list[str]:
     names = []
     for stats in sorted((REPO / "samples" / run_id / "traces").glob("stats_ctx_*")):
-        text = stats.read_text().removeprefix(generator.STATS_HEADER)
+        text = stats.read_text().removeprefix(STATS_HEADER)
         names += [half.split(", ")[0] for half in text.split(".trace.xz, ")[1:]]
     return names
 
@@ -42,22 +44,22 @@ def metadata(run_id: str) -> dict:
 @pytest.mark.parametrize("run_id", [H100_SAMPLE, A100_SAMPLE])
 def test_the_opt_samples_show_a_real_vllm_kernel_mix(run_id):
     names = kernel_names(run_id)
-    assert len(names) == 700 == generator.steps_kernel_count(generator.OPT_125M_LAYERS)
+    assert len(names) == 700 == workload.steps_kernel_count(workload.OPT_125M_LAYERS)
     assert 25 <= len(set(names)) <= 40
     distinct = set(names)
     for kernel in (
-        generator.K_EMBED,
-        generator.K_EMBED_SMALL,
-        generator.K_LAYER_NORM,
-        generator.K_CACHE,
-        generator.K_RELU,
-        generator.K_ADD,
-        generator.K_SOFTMAX,
-        generator.K_TOPK,
-        generator.K_ARGMAX,
+        kernels.K_EMBED,
+        kernels.K_EMBED_SMALL,
+        kernels.K_LAYER_NORM,
+        kernels.K_CACHE,
+        kernels.K_RELU,
+        kernels.K_ADD,
+        kernels.K_SOFTMAX,
+        kernels.K_TOPK,
+        kernels.K_ARGMAX,
     ):
         assert kernel in distinct
-    gemms = {name for name in distinct if generator.kernel_kind(name) == "gemm"}
+    gemms = {name for name in distinct if kernels.kernel_kind(name) == "gemm"}
     assert len(gemms) >= 6  # QKV, out, FC1, FC2 and the logits in prefill and decode tile shapes
 
 
@@ -76,7 +78,7 @@ def test_the_a100_sample_is_the_same_model_on_ampere_with_ampere_kernels_and_slo
     assert any(name.startswith("ampere_fp16_s16816gemm") for name in a100_names)
     assert any(name.startswith("_ZN5flash24flash_fwd_splitkv_kernel") for name in a100_names)
     assert any(name.startswith("sm90_xmma_gemm") for name in h100_names)
-    assert generator.K_CACHE in h100_names & a100_names  # PyTorch's and vLLM's own kernels are shared
+    assert kernels.K_CACHE in h100_names & a100_names  # PyTorch's and vLLM's own kernels are shared
 
     def total_ns(run_id: str) -> int:
         with open(REPO / "samples" / run_id / "timing.csv", newline="") as f:
