@@ -38,6 +38,7 @@ from pathlib import Path
 from bench import common, harness
 from bench.common import log
 from bench.harness import Row
+from bench.lab_constants import BUCKET, MB, mb, secs
 
 FIGURES = ("ingest", "memory", "traced", "storage", "api", "etag", "dataframe", "runs", "idle")
 BIG_TRACE_FIGURES = {"ingest", "memory", "storage", "api", "etag", "dataframe"}
@@ -54,7 +55,6 @@ ROW_KEYS = {
     "idle": ["idle"],
 }
 ROW_ORDER = [key for figure in FIGURES for key in ROW_KEYS[figure]]
-MB = 1e6
 # Up to this many launches the API's JSON and json_agg's are also compared, whole.
 CHECK_JSON_LAUNCHES = 20_000
 
@@ -74,24 +74,6 @@ SCALES = {
     "small": Scale(launches=100_000, memory_launches=400_000, runs=200, failed_runs=100, timeout=1800),
     "full": Scale(launches=1_000_000, memory_launches=4_000_000, runs=2_000, failed_runs=1_000, timeout=7200),
 }
-
-# The pass over new runs is judged against issue 11's recorded pass (its reference).
-RECORDED_RUNS_SECONDS, RECORDED_RUNS = 148.8, 2_000
-
-# Each run of the lab gets its own key prefix in the bucket, so each pass sees only its runs.
-BUCKET = "cascade-lab"
-TEMPLATE_RUN = "lab-template-run"
-
-
-def mb(nbytes: float) -> str:
-    """Bytes as MB, or kB and B where MB would say 0.0."""
-    if nbytes >= 100_000:
-        return f"{nbytes / MB:,.1f} MB"
-    return f"{nbytes / 1000:,.1f} kB" if nbytes >= 1000 else f"{nbytes:,.0f} B"
-
-
-def secs(seconds: float) -> str:
-    return f"{seconds:,.1f} s" if seconds >= 10 else f"{seconds:,.2f} s"
 
 
 class Lab:

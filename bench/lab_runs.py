@@ -16,12 +16,12 @@ import orjson
 from bench import common
 from bench.common import log
 from bench.harness import Row
-from bench.lab import BUCKET, MB, RECORDED_RUNS, RECORDED_RUNS_SECONDS, TEMPLATE_RUN, Lab, mb, secs
+from bench.lab_constants import BUCKET, MB, RECORDED_RUNS, RECORDED_RUNS_SECONDS, TEMPLATE_RUN, mb, secs
 
 # --- every launch traced, one context (issue 22) ---------------------------------------------------
 
 
-def traced_run(lab: Lab, prefix: str, run_id: str, launches: int) -> int:
+def traced_run(lab, prefix: str, run_id: str, launches: int) -> int:
     """A generated run of one context, timing.csv and timeline.json, whose kernelslist names
     every launch, as the tracer's default kernel window does (the generator traces a few)."""
     from tools import generator
@@ -43,7 +43,7 @@ def traced_run(lab: Lab, prefix: str, run_id: str, launches: int) -> int:
     return held
 
 
-def traced(lab: Lab) -> None:
+def traced(lab) -> None:
     sizes = [lab.scale.launches, 2 * lab.scale.launches, 4 * lab.scale.launches]
     rss = {}
     for n in sizes:
@@ -85,7 +85,7 @@ def traced(lab: Lab) -> None:
 # --- many small runs -----------------------------------------------------------------------
 
 
-def upload_runs(lab: Lab, prefix: str, count: int, spec) -> list[str]:
+def upload_runs(lab, prefix: str, count: int, spec) -> list[str]:
     """`count` copies of one generated run, each under its own run id."""
     from tools import generator
 
@@ -103,7 +103,7 @@ def count_states(db: str) -> dict:
     return dict(common.query(db, "SELECT state, count(*) FROM traces_trace GROUP BY state"))
 
 
-def new_runs(lab: Lab) -> None:
+def new_runs(lab) -> None:
     from django.conf import settings
 
     from tools import generator
@@ -156,7 +156,7 @@ def new_runs(lab: Lab) -> None:
     )
 
 
-def idle_pass(lab: Lab) -> None:
+def idle_pass(lab) -> None:
     from tools import generator
 
     n = lab.scale.failed_runs

@@ -12,7 +12,7 @@ is decoded as JSON (a detail must hold `kernel_count` kernels). Without --small/
 ready traces with the fewest and the most kernels are taken from the list.
 
 Only 127.0.0.1, localhost and [::1] are accepted: this is a load test, not a tool to point at
-someone else's server. docs/reliability.md ("Load") says how to start a Cascade to measure,
+someone else's server. docs/performance.md says how to start a Cascade to measure,
 with gunicorn and a generated 100,000-launch trace, and records the figures.
 """
 
@@ -136,7 +136,7 @@ def choose_traces(args) -> dict:
             t for t in get_json(args.host, args.port, args.token, "/api/traces") if t["state"] == "ready"
         ]
         if not ready:
-            raise SystemExit("no ready trace to request: ingest one first (docs/reliability.md, Load)")
+            raise SystemExit("no ready trace to request: ingest one first (docs/performance.md)")
         ready.sort(key=lambda t: t["kernel_count"])
         small, large = args.small or ready[0]["id"], args.large or ready[-1]["id"]
     paths = {"list": "/api/traces", "small": f"/api/traces/{quote(small, safe='')}"}

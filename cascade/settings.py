@@ -105,6 +105,7 @@ INSTALLED_APPS = [
     "csp",
     "traces",
     "ingest",
+    "tools",
 ]
 
 MIDDLEWARE = [

@@ -3,7 +3,11 @@
 `GET /api/traces/{trace_id}/selection` (representative kernels), and simulations:
 `GET /api/traces/{trace_id}/simulations[/{name}]`, `GET /api/simulations[/accuracy]`; a trace's
 downloads: `GET /api/traces/{trace_id}/files` (presigned URLs) and `.../kernels.csv`; a
-simulation's upload: `POST /api/traces/{trace_id}/simulations/{name}/upload` and `.../complete`."""
+simulation's upload: `POST /api/traces/{trace_id}/simulations/{name}/upload` and `.../complete`.
+
+Why one module: every view of the API is here and each is thin (the reads are in selectors,
+accuracy and selection, the bytes in encoders), so the routes read top to bottom in one file.
+"""
 
 from django.http import HttpResponse, StreamingHttpResponse
 from django.urls import reverse
