@@ -5,7 +5,7 @@
     python3 run.py test     set up, then run the whole test suite on every core (pytest arguments
                             may follow; `-n 0` runs it in one process)
     python3 run.py bench    set up, then print the lab-scale benchmark table (`python -m bench`;
-                            `--scale small` for a quick look, `--help` for the options)
+                            `--scale small` for a quick look, `--output FILE` to keep it, `--help`)
 
 Setup is a virtualenv in .venv with requirements.txt installed (what a deployment runs), and for
 `test` and `bench` requirements-dev.txt too (the tools that test, lint and measure it); it is

@@ -1,13 +1,14 @@
 """What the benchmarks share: scratch PostgreSQL databases, moto's S3 server, child processes
 measured one by one (time and peak RSS), gunicorn, uploads of generated runs, the machine.
 
-The single-figure scripts (`ingest_bench.py`, `api_bench.py`, `analysis_bench.py`) run in one
-process against their own database (`cascade_bench`, created if missing; BENCH_DATABASE_URL
-for another) through `setup()`. The lab bench (`python -m bench`, bench/lab.py) runs Cascade
+The benches that run Cascade in their own process (`bench.reads`) use their
+own database (`cascade_bench`, created if missing; BENCH_DATABASE_URL for another) through
+`setup()`. The lab bench (`python -m bench`, bench/lab.py) runs Cascade
 as it is deployed, as child processes (`manage.py ingest_traces`, gunicorn), against scratch
 databases it creates and drops (`scratch_database`).
 """
 
+import http.client
 import logging
 import os
 import platform
@@ -109,11 +110,12 @@ def moto_server() -> Iterator[str]:
         server.stop()
 
 
-def s3_client(endpoint: str):
+def s3_client(endpoint: str, service: str = "s3"):
+    """A client of moto's server (S3, or `service`: SQS) with the bench's credentials."""
     import boto3
 
     return boto3.client(
-        "s3",
+        service,
         endpoint_url=endpoint,
         region_name=AWS_ENV["AWS_DEFAULT_REGION"],
         aws_access_key_id=AWS_ENV["AWS_ACCESS_KEY_ID"],
@@ -202,9 +204,9 @@ def run_child(
 ) -> Child:
     """Run `args` to its end (killed past `timeout`), stdout captured, stderr passed through.
 
-    Peak RSS: the VmHWM the child wrote to `hwm` (bench/hwm.py), else the child's own
+    Peak RSS: the VmHWM the child wrote to `hwm` (`write_hwm`), else the child's own
     rusage from os.wait4 (not RUSAGE_CHILDREN's maximum over every child so far), which on
-    Linux is at least this process's size at the fork (see bench/hwm.py).
+    Linux is at least this process's size at the fork (see `write_hwm`).
     """
     with tempfile.TemporaryFile() as out:
         started = time.perf_counter()
@@ -253,33 +255,32 @@ def child_env(**settings: str) -> dict:
     return env
 
 
-def manage(*args: str, env: dict, timeout: float = 600, tree: Path = ROOT) -> Child:
-    """`python manage.py ARGS` in a child process, its peak RSS recorded by bench/hwm.py;
-    `tree`: another checkout's manage.py (an earlier commit's, which has no bench/hwm.py)."""
+def manage(*args: str, env: dict, timeout: float = 600) -> Child:
+    """`python manage.py ARGS` in a child process, its peak RSS recorded by `write_hwm`."""
     if not Path("/proc/self/status").exists():
-        return run_child([sys.executable, "manage.py", *args], env=env, timeout=timeout, cwd=tree)
+        return run_child([sys.executable, "manage.py", *args], env=env, timeout=timeout, cwd=ROOT)
     with tempfile.TemporaryDirectory(prefix="cascade-bench-hwm-") as tmp:
         hwm = Path(tmp) / "vmhwm"
-        # This checkout's bench/hwm.py, run as a script, for another's manage.py too: its
-        # project on the path, so that its peak RSS is its own as well.
         return run_child(
-            [sys.executable, str(ROOT / "bench" / "hwm.py"), str(hwm), "manage.py", *args],
-            env={**env, "PYTHONPATH": str(tree)},
+            [sys.executable, str(ROOT / "bench" / "common.py"), str(hwm), "manage.py", *args],
+            env={**env, "PYTHONPATH": str(ROOT)},
             timeout=timeout,
-            cwd=tree,
+            cwd=ROOT,
             hwm=hwm,
         )
 
 
-@contextmanager
-def worktree(revision: str, path: Path) -> Iterator[Path]:
-    """A checkout of `revision` at `path` (git worktree), removed afterwards."""
-    git = ["git", "-C", str(ROOT), "worktree"]
-    subprocess.run([*git, "add", "--detach", "--quiet", str(path), revision], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run([*git, "remove", "--force", str(path)], check=False)
+def write_hwm(path: str) -> None:
+    """The process's own peak RSS (VmHWM, KiB) into `path` as it exits (`python bench/common.py
+    OUT SCRIPT ARGS...`: a path, only the standard library imported before SCRIPT). Not wait4's
+    ru_maxrss: Linux carries into it the RSS of the image exec replaced, and a vfork'd child
+    (subprocess's way) replaces the parent's, so a large parent's child reports its size."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                with open(path, "w") as out:
+                    out.write(line.split()[1])
+                return
 
 
 def free_port() -> int:
@@ -328,6 +329,36 @@ def gunicorn(env: dict, *, start_timeout: float = 120) -> Iterator[int]:
                 # bench's output open for whoever reads it to its end.
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(30)
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM (bytes) and PPid of a process, from /proc."""
+    values = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, rest = line.partition(":")
+        if name in ("VmRSS", "VmHWM", "PPid"):
+            values[name] = int(rest.split()[0]) * (1 if name == "PPid" else 1024)
+    return values
+
+
+def gunicorn_processes(port: int) -> dict[int, dict[str, int]]:
+    """Each gunicorn process bound to `port` (its environment says so), master and workers:
+    its `proc_status`."""
+    found = {}
+    marker = f"CASCADE_BIND=127.0.0.1:{port}".encode()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if marker in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                found[int(pid)] = proc_status(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def gunicorn_workers(port: int) -> list[int]:
+    """The pids of the workers of the gunicorn on `port` (those whose parent is its master)."""
+    processes = gunicorn_processes(port)
+    return sorted(pid for pid, status in processes.items() if status["PPid"] in processes)
 
 
 # --- The machine ---------------------------------------------------------------------------------
@@ -421,3 +452,48 @@ def ingest_generated(run_id: str, kernels: int, contexts: int, seed: int = 1) ->
     if change is None or change.new_state != "ready":
         raise SystemExit(f"ingestion did not make {run_id} ready: {change}")
     return seconds
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: dict  # lower-cased names
+    nbytes: int  # the body as sent (compressed if it was), without chunked framing
+    seconds: float  # from sending the request to the body's last byte
+    body: bytes | None = None  # with keep=True
+
+
+def http_get(port: int, path: str, headers: dict, *, timeout: float = 900, keep: bool = False) -> Answer:
+    """A GET to 127.0.0.1:port read to its end, the body counted (kept if asked), not decoded."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        started = time.perf_counter()
+        conn.request("GET", path, headers=headers)
+        response = conn.getresponse()
+        nbytes, kept = 0, []
+        while chunk := response.read(1 << 20):
+            nbytes += len(chunk)
+            if keep:
+                kept.append(chunk)
+        seconds = time.perf_counter() - started
+        headers = {k.lower(): v for k, v in response.getheaders()}
+        return Answer(response.status, headers, nbytes, seconds, b"".join(kept) if keep else None)
+    finally:
+        conn.close()
+
+
+def shared_fixture(*parts: str) -> Path | None:
+    """A real file from a public repository under CASCADE_SHARED_FIXTURES (read here only), or
+    None where it is unset: the benches that build on one take it as an option's default."""
+    root = os.environ.get("CASCADE_SHARED_FIXTURES")
+    return Path(root, *parts) if root else None
+
+
+if __name__ == "__main__":
+    import atexit
+    import runpy
+
+    out_file, script, *script_args = sys.argv[1:]
+    atexit.register(write_hwm, out_file)
+    sys.argv = [script, *script_args]
+    runpy.run_path(script, run_name="__main__")

@@ -1,6 +1,6 @@
 """The lab-scale bench of issue 11: every figure beside its reference, measured in one run.
 
-    python3 run.py bench [--scale tiny|small|full] [--only ingest,memory,...] [--json FILE]
+    python3 run.py bench [--scale tiny|small|full] [--only ingest,memory,...] [--output FILE] [--json FILE]
     .venv/bin/python -m bench ...                      (the same, inside the virtualenv)
 
 Cascade runs as it is deployed: `manage.py ingest_traces` and gunicorn are child processes,
@@ -10,35 +10,35 @@ runs come from the project's generator (tools/generator.py). Progress goes to st
 table, in Markdown, to stdout. The figures (docs/performance.md says how to read them):
 
 - ingest   `ingest_traces` of one generated run beside `psql \\copy` of the rows it stored
-           into an equivalent table (bench/ingest_bench.py);
+           into an equivalent table (bench/harness.py);
 - memory   the peak RSS of that `ingest_traces`, and of one on a run four times as large;
 - traced   the peak RSS of `ingest_traces` on runs of one context whose kernelslist names every
            launch (the tracer's default), with timing.csv and timeline.json: 1x, 2x and 4x the
            large run's launches, side by side (issue 22);
 - storage  what PostgreSQL holds per launch, beside the stats text it came from;
 - api      `GET /api/traces/{id}` of that run through gunicorn beside PostgreSQL's json_agg
-           of the same JSON (bench/api_bench.py), then with gzip and zstd accepted;
+           of the same JSON (bench/harness.py), then with gzip and zstd accepted;
 - etag     the same GET again with If-None-Match;
 - dataframe  that run's launches into a pandas DataFrame through `kernels.csv` beside through
-           the JSON detail (bench/dataframe.py);
-- runs     one pass over many new small runs: seconds, S3 requests per run;
+           the JSON detail (bench/lab_runs.py);
+- runs     one pass over many new small runs: seconds, S3 requests per run (bench/lab_runs.py,
+           as traced and idle);
 - idle     the second pass over a bucket of failed runs: S3 requests.
 """
 
-import argparse
 import json
-import math
 import os
 import sys
 import tempfile
 import time
-import traceback
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench import common
+from bench import common, harness
 from bench.common import log
+from bench.harness import Row
+from bench.lab_constants import BUCKET, MB, mb, secs
 
 FIGURES = ("ingest", "memory", "traced", "storage", "api", "etag", "dataframe", "runs", "idle")
 BIG_TRACE_FIGURES = {"ingest", "memory", "storage", "api", "etag", "dataframe"}
@@ -55,7 +55,6 @@ ROW_KEYS = {
     "idle": ["idle"],
 }
 ROW_ORDER = [key for figure in FIGURES for key in ROW_KEYS[figure]]
-MB = 1e6
 # Up to this many launches the API's JSON and json_agg's are also compared, whole.
 CHECK_JSON_LAUNCHES = 20_000
 
@@ -76,51 +75,6 @@ SCALES = {
     "full": Scale(launches=1_000_000, memory_launches=4_000_000, runs=2_000, failed_runs=1_000, timeout=7200),
 }
 
-# The figures recorded in issue 11, before the work the issue asks for (the "before" column).
-RECORDED_RUNS_SECONDS, RECORDED_RUNS = 148.8, 2_000
-BEFORE = {
-    "ingest": "29.5 s vs 14.2 s = 2.08x",
-    "memory": "110 MB at 200k, 116 MB at 1M, 127 MB at 2M",
-    "traced": "issue 22: 108 MB at 1M launches in 8 contexts, 131 MB at 2M (traced ids in a set)",
-    "storage": "398 B (326 heap + 72 index)",
-    "growth": "465 B",
-    "api": "12.3 s vs 18.0 s = 0.69x, 348 MB",
-    "gzip": "348 MB (no compression)",
-    "zstd": "348 MB (no compression)",
-    "etag": "200, full 348 MB again",
-    "dataframe": "no kernels.csv: the JSON detail only",
-    "runs": f"{RECORDED_RUNS_SECONDS} s for {RECORDED_RUNS:,} runs",
-    "idle": "1,000+ S3 listings",
-}
-
-# Each run of the lab gets its own key prefix in the bucket, so each pass sees only its runs.
-BUCKET = "cascade-lab"
-TEMPLATE_RUN = "lab-template-run"
-
-
-@dataclass
-class Row:
-    key: str
-    figure: str
-    measured: str
-    reference: str
-    ratio: str
-    target: str
-    met: bool | None  # None: nothing to judge (the figure could not be taken)
-    before: str
-    values: dict = field(default_factory=dict)  # the raw numbers, for --json
-
-
-def mb(nbytes: float) -> str:
-    """Bytes as MB, or kB and B where MB would say 0.0."""
-    if nbytes >= 100_000:
-        return f"{nbytes / MB:,.1f} MB"
-    return f"{nbytes / 1000:,.1f} kB" if nbytes >= 1000 else f"{nbytes:,.0f} B"
-
-
-def secs(seconds: float) -> str:
-    return f"{seconds:,.1f} s" if seconds >= 10 else f"{seconds:,.2f} s"
-
 
 class Lab:
     """One bench run: the S3 server, the migrated template database, the results."""
@@ -135,7 +89,6 @@ class Lab:
         self.rows: list[Row] = []
         self.secret = os.urandom(16).hex()
         self.large_rss: int | None = None  # the large run's ingest_traces, for memory
-        self.before: tuple[str, Path] | None = None  # (revision, its checkout): --before
 
     def env(self, database_url: str, prefix: str, **extra: str) -> dict:
         return common.child_env(
@@ -149,15 +102,12 @@ class Lab:
             **extra,
         )
 
-    def ingest(
-        self, database_url: str, prefix: str, label: str, tree: Path = common.ROOT, **extra: str
-    ) -> common.Child:
+    def ingest(self, database_url: str, prefix: str, label: str, **extra: str) -> common.Child:
         log(f"{label}: manage.py ingest_traces")
         child = common.manage(
             "ingest_traces",
             env=self.env(database_url, prefix, **extra),
             timeout=self.scale.timeout,
-            tree=tree,
         )
         log(f"{label}: {child.seconds:.1f} s, peak RSS {mb(child.max_rss)}; {child.summary_line()}")
         return child
@@ -202,7 +152,7 @@ class Lab:
             if "storage" in figures:
                 self.storage(db, n, stats_bytes, size_before)
             if "ingest" in figures:
-                from bench.ingest_bench import psql_copy_seconds
+                from bench.harness import psql_copy_seconds
 
                 log(f"{run_id}: psql \\copy of the same rows into an equivalent table")
                 copy = psql_copy_seconds(db, run_id)
@@ -225,7 +175,6 @@ class Lab:
                         ),
                         "≤ 1.5x",
                         judged <= 1.5,
-                        BEFORE["ingest"],
                         {
                             "seconds": child.seconds,
                             "pass_seconds": own,
@@ -275,7 +224,6 @@ class Lab:
                 f"{per_launch / raw:.2f}x",
                 "≤ 150 B",
                 per_launch <= 150,
-                BEFORE["storage"],
                 {
                     "bytes_per_launch": per_launch,
                     "heap": heap / n,
@@ -294,13 +242,13 @@ class Lab:
                 f"{growth / n / raw:.2f}x",
                 "≤ 150 B",
                 growth / n <= 150,
-                BEFORE["growth"],
                 {"bytes_per_launch": growth / n, "raw": raw},
             )
         )
 
     def api(self, db: str, prefix: str, run_id: str, n: int, figures: set[str]) -> None:
-        from bench.api_bench import http_get, json_agg_seconds
+        from bench.common import http_get
+        from bench.harness import json_agg_seconds
 
         env = self.env(db, prefix)
         token = common.manage("create_token", "bench-lab", env=env).stdout.split()[-1]
@@ -331,84 +279,89 @@ class Lab:
                 again = http_get(port, path, {**auth, "Accept-Encoding": "identity", "If-None-Match": etag})
             frames = None
             if "dataframe" in figures:
-                from bench.dataframe import measure
+                from bench.lab_runs import dataframe_seconds
 
                 log(f"{path}/kernels.csv and {path} into pandas DataFrames")
-                frames = measure(port, run_id, auth)
+                frames = dataframe_seconds(port, run_id, auth)
         if plain.status != 200:
             raise RuntimeError(f"GET {path} answered {plain.status}")
         if "api" in figures:
-            ratio = plain.seconds / agg_seconds
+            self.api_rows(n, plain, (agg_seconds, agg_bytes, same_json), encoded)
+        if "etag" in figures:
+            self.etag_row(plain, again)
+        if frames is not None:
+            self.dataframe(frames, n)
+
+    def api_rows(self, n: int, plain, reference: tuple, encoded: dict) -> None:
+        """The api row (beside json_agg's seconds, bytes and sameness) and one per encoding."""
+        agg_seconds, agg_bytes, same_json = reference
+        ratio = plain.seconds / agg_seconds
+        self.add(
+            Row(
+                "api",
+                f"`GET /api/traces/{{id}}`, {n:,} launches, through gunicorn",
+                f"{secs(plain.seconds)}, {mb(plain.nbytes)}",
+                f"PostgreSQL `json_agg` of the same JSON {secs(agg_seconds)}, {mb(agg_bytes)}"
+                + (" (**not the same JSON**)" if same_json is False else ""),
+                f"{ratio:.2f}x",
+                "≤ 0.7x",
+                ratio <= 0.7,
+                {
+                    "seconds": plain.seconds,
+                    "bytes": plain.nbytes,
+                    "json_agg_seconds": agg_seconds,
+                    "json_agg_bytes": agg_bytes,
+                    "same_json": same_json,
+                    "ratio": ratio,
+                },
+            )
+        )
+        for encoding, answer in encoded.items():
+            sent = answer.headers.get("content-encoding", "none")
+            share = answer.nbytes / plain.nbytes
             self.add(
                 Row(
-                    "api",
-                    f"`GET /api/traces/{{id}}`, {n:,} launches, through gunicorn",
-                    f"{secs(plain.seconds)}, {mb(plain.nbytes)}",
-                    f"PostgreSQL `json_agg` of the same JSON {secs(agg_seconds)}, {mb(agg_bytes)}"
-                    + (" (**not the same JSON**)" if same_json is False else ""),
-                    f"{ratio:.2f}x",
-                    "≤ 0.7x",
-                    ratio <= 0.7,
-                    BEFORE["api"],
+                    encoding,
+                    f"… with `Accept-Encoding: {encoding}`: bytes on the wire",
+                    f"{mb(answer.nbytes)} (Content-Encoding: {sent}), {secs(answer.seconds)}",
+                    f"identity {mb(plain.nbytes)}",
+                    f"1/{1 / share:.1f}" if share else "0",
+                    "≤ 1/8",
+                    answer.status == 200 and share <= 1 / 8,
                     {
-                        "seconds": plain.seconds,
-                        "bytes": plain.nbytes,
-                        "json_agg_seconds": agg_seconds,
-                        "json_agg_bytes": agg_bytes,
-                        "same_json": same_json,
-                        "ratio": ratio,
+                        "status": answer.status,
+                        "content_encoding": sent,
+                        "bytes": answer.nbytes,
+                        "seconds": answer.seconds,
+                        "identity_bytes": plain.nbytes,
                     },
                 )
             )
-            for encoding, answer in encoded.items():
-                sent = answer.headers.get("content-encoding", "none")
-                share = answer.nbytes / plain.nbytes
-                self.add(
-                    Row(
-                        encoding,
-                        f"… with `Accept-Encoding: {encoding}`: bytes on the wire",
-                        f"{mb(answer.nbytes)} (Content-Encoding: {sent}), {secs(answer.seconds)}",
-                        f"identity {mb(plain.nbytes)}",
-                        f"1/{1 / share:.1f}" if share else "0",
-                        "≤ 1/8",
-                        answer.status == 200 and share <= 1 / 8,
-                        BEFORE[encoding],
-                        {
-                            "status": answer.status,
-                            "content_encoding": sent,
-                            "bytes": answer.nbytes,
-                            "seconds": answer.seconds,
-                            "identity_bytes": plain.nbytes,
-                        },
-                    )
-                )
-        if "etag" in figures:
-            if again is None:
-                measured, values = "no ETag in the first answer: nothing to send", {"etag": None}
-            else:
-                measured = f"{again.status}, {again.nbytes:,} B, {secs(again.seconds)}"
-                values = {
-                    "etag": etag,
-                    "status": again.status,
-                    "bytes": again.nbytes,
-                    "seconds": again.seconds,
-                }
-            self.add(
-                Row(
-                    "etag",
-                    "… again with `If-None-Match` of its ETag",
-                    measured,
-                    f"first GET {plain.status}, {mb(plain.nbytes)}",
-                    "",
-                    "304",
-                    again is not None and again.status == 304,
-                    BEFORE["etag"],
-                    values,
-                )
-            )
 
-        if frames is not None:
-            self.dataframe(frames, n)
+    def etag_row(self, plain, again) -> None:
+        etag = plain.headers.get("etag")
+        if again is None:
+            measured, values = "no ETag in the first answer: nothing to send", {"etag": None}
+        else:
+            measured = f"{again.status}, {again.nbytes:,} B, {secs(again.seconds)}"
+            values = {
+                "etag": etag,
+                "status": again.status,
+                "bytes": again.nbytes,
+                "seconds": again.seconds,
+            }
+        self.add(
+            Row(
+                "etag",
+                "… again with `If-None-Match` of its ETag",
+                measured,
+                f"first GET {plain.status}, {mb(plain.nbytes)}",
+                "",
+                "304",
+                again is not None and again.status == 304,
+                values,
+            )
+        )
 
     def dataframe(self, frames: dict, n: int) -> None:
         if not frames["csv_rows"] == frames["json_rows"] == n:
@@ -423,7 +376,6 @@ class Lab:
                 f"{frames['ratio']:.2f}x",
                 "≤ 1/3",
                 frames["ratio"] <= 1 / 3,
-                BEFORE["dataframe"],
                 frames,
             )
         )
@@ -448,295 +400,33 @@ class Lab:
                 f"{second / first:.2f}x",
                 "< 100 MB, flat (within 5 MB)",
                 max(first, second) < 100 * MB and abs(growth) <= 5 * MB,
-                BEFORE["memory"],
                 {"rss": {small: first, n: second}},
             )
         )
 
-    # --- every launch traced, one context (issue 22) --------------------------------------------
-
-    def traced_run(self, prefix: str, run_id: str, launches: int) -> int:
-        """A generated run of one context, timing.csv and timeline.json, whose kernelslist names
-        every launch, as the tracer's default kernel window does (the generator traces a few)."""
-        from tools import generator
-
-        spec = generator.RunSpec(kernels=launches, contexts=1, seed=2, timing=True, timeline=True)
-        started = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="cascade-bench-run-", dir=self.tmp) as tmp:
-            folder = Path(tmp) / run_id
-            generator.write_run(folder, spec, run_id=run_id, key_prefix=prefix)
-            every_launch_traced(folder)
-            # Traced: named, and held (issue 28). The generator writes a few kernels' trace files;
-            # the list names every launch, and is read whole all the same.
-            held = len(list((folder / "traces").glob("kernel-*")))
-            common.upload_folder(self.s3, BUCKET, folder, f"{prefix}{run_id}/")
-        log(
-            f"{run_id}: {launches:,} launches, every one traced, generated and uploaded in "
-            f"{time.perf_counter() - started:.1f} s"
-        )
-        return held
-
-    def traced(self) -> None:
-        sizes = [self.scale.launches, 2 * self.scale.launches, 4 * self.scale.launches]
-        rss = {}
-        for n in sizes:
-            run_id, prefix = f"lab-traced-{n}", f"lab-traced-{n}/"
-            with common.scratch_database(self.server, "traced", template=self.template) as db:
-                held = self.traced_run(prefix, run_id, n)
-                child = self.ingest(db, prefix, run_id)
-                state, count, traced, timed, stepped, timing_error = common.query(
-                    db,
-                    "SELECT t.state, t.kernel_count, count(*) FILTER (WHERE k.traced),"
-                    " count(k.duration_ns), count(k.step), t.timing_error"
-                    " FROM traces_trace t JOIN traces_kernel k ON k.trace_key = t.key"
-                    " WHERE t.id = %s GROUP BY t.key, t.state, t.kernel_count, t.timing_error",
-                    (run_id,),
-                )[0]
-            if state != "ready" or count != n or traced != held or timed != n or stepped != n:
-                raise RuntimeError(
-                    f"{run_id} came out {state} with {count} kernels, {traced} traced, {timed} timed, "
-                    f"{stepped} in a step, not ready with {n} of each and {held} traced "
-                    f"({timing_error or 'no timing error'})"
-                )
-            rss[n] = child.max_rss
-        growth = rss[sizes[-1]] - rss[sizes[0]]
-        self.add(
-            Row(
-                "traced",
-                f"Peak RSS of `ingest_traces`, one context, every launch traced, timing and steps: "
-                f"{', '.join(f'{n:,}' for n in sizes)} launches",
-                " and ".join(mb(rss[n]) for n in sizes),
-                f"4x the launches: {growth / MB:+,.1f} MB",
-                f"{rss[sizes[-1]] / rss[sizes[0]]:.2f}x",
-                "< 100 MB, flat (within 5 MB)",
-                max(rss.values()) < 100 * MB and abs(growth) <= 5 * MB,
-                BEFORE["traced"],
-                {"rss": rss},
-            )
-        )
-
-    # --- many small runs -----------------------------------------------------------------------
-
-    def upload_runs(self, prefix: str, count: int, spec) -> list[str]:
-        """`count` copies of one generated run, each under its own run id."""
-        from tools import generator
-
-        started = time.perf_counter()
-        run_ids = [f"{prefix.rstrip('/')}-{i:05d}" for i in range(count)]
-        with tempfile.TemporaryDirectory(prefix="cascade-bench-run-", dir=self.tmp) as tmp:
-            folder = Path(tmp) / TEMPLATE_RUN
-            generator.write_run(folder, spec, run_id=TEMPLATE_RUN, key_prefix=prefix)
-            common.upload_copies(self.s3, BUCKET, folder, prefix, TEMPLATE_RUN, run_ids)
-        log(f"{prefix}: {count:,} runs uploaded in {time.perf_counter() - started:.1f} s")
-        return run_ids
-
-    def count_states(self, db: str) -> dict:
-        return dict(common.query(db, "SELECT state, count(*) FROM traces_trace GROUP BY state"))
-
-    def new_runs(self) -> None:
-        from django.conf import settings
-
-        from tools import generator
-
-        n = self.scale.runs
-        prefix = "lab-runs/"
-        # A sample-like run (700 launches, prefill and decode steps, timeline.json and
-        # timing.csv), with four instruction traces rather than 64: they are listed, never read.
-        self.upload_runs(prefix, n, generator.RunSpec(max_traced=4))
-        with common.scratch_database(self.server, "runs", template=self.template) as db:
-            child = self.ingest(db, prefix, f"{n:,} new runs")
-            states = self.count_states(db)
-        if states.get("ready", 0) != n:
-            raise RuntimeError(f"{n} new runs came out {states}")
-        reference = None
-        # The same pass one S3 request at a time, where the setting exists (same run, same data).
-        if hasattr(settings, "CASCADE_S3_THREADS"):
-            with common.scratch_database(self.server, "runs1", template=self.template) as db:
-                reference = self.ingest(
-                    db, prefix, f"{n:,} new runs, CASCADE_S3_THREADS=1", CASCADE_S3_THREADS="1"
-                )
-        before = None
-        if self.before is not None:  # the same runs through an earlier commit's pass
-            revision, tree = self.before
-            with common.scratch_database(self.server, "runs0") as db:
-                common.manage("migrate", "--noinput", env=self.env(db, prefix), tree=tree)
-                before = self.ingest(db, prefix, f"{n:,} new runs, {revision}", tree=tree)
-        recorded = RECORDED_RUNS_SECONDS * n / RECORDED_RUNS
-        faster = recorded / child.seconds  # wall time, process start included
-        requests = child.s3_requests()
-        text = f"recorded {RECORDED_RUNS_SECONDS} s for {RECORDED_RUNS:,} runs"
-        if n != RECORDED_RUNS:
-            text += f" ({secs(recorded)} for {n:,})"
-        ratio = f"{faster:.1f}x faster"
-        if reference is not None:
-            text += f"; `CASCADE_S3_THREADS=1` {reference.timing()}"
-            ratio += f" ({reference.seconds / child.seconds:.1f}x vs 1 thread)"
-        # Judged against the earlier commit on the same runs, machine and moment when there is
-        # one (--before): a shared machine's speed varies from day to day; else the record.
-        judged = faster
-        if before is not None:
-            text += f"; {self.before[0]} on the same runs {before.timing()}"
-            judged = before.seconds / child.seconds
-            ratio += f"; {judged:.1f}x faster than {self.before[0]}"
-        self.add(
-            Row(
-                "runs",
-                f"One pass over {n:,} new small runs",
-                f"{child.timing()}, {requests / n:.1f} S3 requests per run" if requests else child.timing(),
-                text,
-                ratio,
-                "≥ 4x faster",
-                judged >= 4,
-                BEFORE["runs"],
-                {
-                    "seconds": child.seconds,
-                    "pass_seconds": child.pass_seconds(),
-                    "s3_requests": requests,
-                    "runs": n,
-                    "recorded_seconds": recorded,
-                    "one_thread_seconds": reference.seconds if reference else None,
-                    "before_seconds": before.seconds if before else None,
-                },
-            )
-        )
-
-    def idle_pass(self) -> None:
-        from tools import generator
-
-        n = self.scale.failed_runs
-        prefix = "lab-failed/"
-        spec = generator.RunSpec(kernels=50, status="failed", max_traced=2, timing=False, timeline=False)
-        self.upload_runs(prefix, n, spec)
-        with common.scratch_database(self.server, "idle", template=self.template) as db:
-            first = self.ingest(db, prefix, f"{n:,} failed runs, first pass")
-            second = self.ingest(db, prefix, f"{n:,} failed runs, second pass")
-            states = self.count_states(db)
-        if states.get("failed", 0) != n:
-            raise RuntimeError(f"{n} failed runs came out {states}")
-        requests = second.s3_requests()
-        # Nothing changed: the listing of the run folders (a page per 1,000) and little else.
-        allowed = math.ceil(n / 1000) + 4
-        self.add(
-            Row(
-                "idle",
-                f"Idle pass: {n:,} failed runs, nothing changed",
-                f"{requests} S3 requests, {second.timing()}",
-                f"first pass {first.s3_requests()} S3 requests",
-                "",
-                f"≤ {allowed} (listing pages only)",
-                requests is not None and requests <= allowed,
-                BEFORE["idle"],
-                {
-                    "s3_requests": requests,
-                    "first_pass_s3_requests": first.s3_requests(),
-                    "seconds": second.seconds,
-                },
-            )
-        )
-
-
-def every_launch_traced(folder: Path) -> None:
-    """Rewrite each kernelslist of the run in `folder` to name every launch of its context
-    (the instruction traces are not written: a launch named but not held is not traced, issue 28,
-    but every name is read), and
-    metadata.json's sizes to match."""
-    metadata_path = folder / "metadata.json"
-    metadata = json.loads(metadata_path.read_text())
-    for kernelslist in sorted((folder / "traces").glob("kernelslist*")):
-        ctx = kernelslist.name.removeprefix("kernelslist").removeprefix("_ctx_")
-        stats = folder / "traces" / (f"stats_ctx_{ctx}" if ctx else "stats.csv")
-        with stats.open("rb") as lines:
-            launches = sum(line.count(b"kernel-") for line in lines)
-        kept = [
-            line for line in kernelslist.read_text().splitlines(keepends=True) if line.startswith("Memcpy")
-        ]
-        scheme = f"-ctx_{ctx}.trace.xz" if ctx else ".trace"
-        with kernelslist.open("w") as out:
-            out.writelines(kept)
-            out.writelines(f"kernel-{n}{scheme}\n" for n in range(1, launches + 1))
-        for entry in metadata["files"]:
-            if entry["key"].endswith(f"/traces/{kernelslist.name}"):
-                entry["bytes"] = kernelslist.stat().st_size
-    metadata_path.write_text(json.dumps(metadata, indent=2) + "\n")
-
-
-# --- The table ----------------------------------------------------------------------------------
-
-
-def table(rows: list[Row]) -> str:
-    lines = [
-        "| figure | measured | reference | ratio | target | met? | before (issue 11) |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for row in rows:
-        met = "—" if row.met is None else ("yes" if row.met else "**no**")
-        cells = (row.figure, row.measured, row.reference, row.ratio, row.target, met, row.before)
-        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
-    return "\n".join(lines)
-
 
 def heading(scale_name: str, scale: Scale, machine: dict) -> str:
-    load = machine["load_average"]
-    return "\n".join(
-        [
-            f"Lab bench, scale `{scale_name}`: {scale.launches:,}-launch run "
-            f"(memory also at {scale.memory_launches:,}), {scale.runs:,} new runs, "
-            f"{scale.failed_runs:,} failed runs; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
-            "",
-            f"Machine: {machine['cores']} cores ({machine['cpu']}), {machine['ram_bytes'] / 2**30:.1f} GiB RAM"
-            + (f", load average {load[0]:.1f} at the start" if load else "")
-            + f"; Python {machine['python']}, PostgreSQL {machine['postgresql']}, Django {machine['django']}, "
-            f"psycopg {machine['psycopg']} (libpq {machine['libpq']}).",
-        ]
+    return (
+        f"Lab bench, scale `{scale_name}`: {scale.launches:,}-launch run "
+        f"(memory also at {scale.memory_launches:,}), {scale.runs:,} new runs, "
+        f"{scale.failed_runs:,} failed runs; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n\n"
+        + harness.machine_line(machine)
     )
-
-
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scale", choices=SCALES, default="full", help="sizes (default: full, the issue's)")
-    parser.add_argument(
-        "--only", default=",".join(FIGURES), help=f"comma-separated, of: {', '.join(FIGURES)}"
-    )
-    parser.add_argument("--json", metavar="FILE", help="also write the results here")
-    parser.add_argument(
-        "--before",
-        metavar="REV",
-        help="also run the pass over new runs with this git revision's code (a worktree), on the same runs",
-    )
-    parser.add_argument(
-        "--server",
-        default=common.server_url(os.environ.get("BENCH_DATABASE_URL", common.DEFAULT_SERVER_URL)),
-        help="the PostgreSQL server for the scratch databases (default: BENCH_DATABASE_URL's, else %(default)s)",
-    )
-    args = parser.parse_args(argv)
-    args.figures = {name.strip() for name in args.only.split(",") if name.strip()}
-    if unknown := args.figures - set(FIGURES):
-        parser.error(f"unknown figures {', '.join(sorted(unknown))}; choose among {', '.join(FIGURES)}")
-    return args
-
-
-def configure_django(server: str) -> None:
-    """Django in this process only for the models' table names and the API's own queries;
-    pointed at the maintenance database, never at a scratch one it would hold open."""
-    os.environ.update(
-        DJANGO_SETTINGS_MODULE="cascade.settings",
-        DATABASE_URL=common.database_url(server, "postgres"),
-        DJANGO_SECRET_KEY=os.environ.get("DJANGO_SECRET_KEY", "bench-not-a-secret"),
-    )
-    import django
-
-    django.setup()
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    from bench import lab_runs
+
+    parser = harness.arguments("python -m bench", __doc__, SCALES, FIGURES)
+    args = harness.parse(parser, sys.argv[1:] if argv is None else argv, FIGURES)
     scale = SCALES[args.scale]
     os.chdir(common.ROOT)
     if str(common.ROOT) not in sys.path:
         sys.path.insert(0, str(common.ROOT))
     started = time.perf_counter()
-    configure_django(args.server)
+    harness.configure_django(args.server)
     machine = common.machine(args.server)
+    step = harness.Steps()
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cascade-bench-")))
         log("moto's S3 server on 127.0.0.1")
@@ -747,49 +437,20 @@ def main(argv: list[str] | None = None) -> int:
             "migrate", "--noinput", env=common.child_env(DATABASE_URL=template, CASCADE_VAR_DIR=str(tmp))
         )
         lab = Lab(args.server, endpoint, template.rsplit("/", 1)[1], tmp, scale)
-        if args.before and args.figures & {"runs"}:
-            lab.before = (args.before, stack.enter_context(common.worktree(args.before, tmp / "before")))
         lab.s3.create_bucket(Bucket=BUCKET)
-        steps = [
-            (args.figures & BIG_TRACE_FIGURES, lambda: lab.large_run(args.figures)),
-            (args.figures & {"memory"}, lab.memory),
-            (args.figures & {"traced"}, lab.traced),
-            (args.figures & {"runs"}, lab.new_runs),
-            (args.figures & {"idle"}, lab.idle_pass),
-        ]
-        failures = {}
-        for figures, step in steps:
-            if not figures:
-                continue
-            try:
-                step()
-            except Exception as error:  # one figure that cannot be taken leaves the others
-                log(f"failed: {''.join(traceback.format_exception(error)).rstrip()}")
-                failures.update(dict.fromkeys(figures, f"{type(error).__name__}: {error}".splitlines()[0]))
+        step(args.figures & BIG_TRACE_FIGURES, lambda: lab.large_run(args.figures))
+        step(args.figures & {"memory"}, lab.memory)
+        step(args.figures & {"traced"}, lambda: lab_runs.traced(lab))
+        step(args.figures & {"runs"}, lambda: lab_runs.new_runs(lab))
+        step(args.figures & {"idle"}, lambda: lab_runs.idle_pass(lab))
     measured = {row.key for row in lab.rows}
-    for figure, why in failures.items():
+    for figure, why in step.failures.items():
         for key in ROW_KEYS[figure]:
             if key not in measured:
-                lab.rows.append(Row(key, key, f"not measured: {why}", "", "", "", None, BEFORE.get(key, "")))
+                lab.rows.append(Row(key, key, f"not measured: {why}", "", "", "", None))
     rows = sorted(lab.rows, key=lambda row: ROW_ORDER.index(row.key))
-    output = f"{heading(args.scale, scale, machine)}\n\n{table(rows)}\n"
-    print(output)
-    log(f"done in {time.perf_counter() - started:.0f} s")
-    if args.json:
-        Path(args.json).write_text(
-            json.dumps(
-                {
-                    "scale": args.scale,
-                    "sizes": asdict(scale),
-                    "machine": machine,
-                    "rows": [asdict(r) for r in rows],
-                    "markdown": output,
-                    "seconds": time.perf_counter() - started,
-                },
-                indent=2,
-                default=str,
-            )
-            + "\n"
-        )
+    harness.report(
+        args, heading(args.scale, scale, machine), rows, started, sizes=asdict(scale), machine=machine
+    )
     # Unmet targets are figures, not failures (the table says which); a figure not taken is.
-    return 1 if failures else 0
+    return 1 if step.failures else 0

@@ -1,6 +1,6 @@
 """Many API clients at once against a running Cascade: throughput, latency, errors, invalid JSON.
 
-    .venv/bin/python bench/load.py --url http://127.0.0.1:8765 --token cas_... [--clients 50]
+    python -m bench.load --url http://127.0.0.1:8765 --token cas_... [--clients 50]
         [--duration 30 | --requests 5000] [--small ID] [--large ID] [--mix list:45,small:45,large:10]
 
 Each client is a thread with its own keep-alive connection (http.client), spread over a few
@@ -12,7 +12,7 @@ is decoded as JSON (a detail must hold `kernel_count` kernels). Without --small/
 ready traces with the fewest and the most kernels are taken from the list.
 
 Only 127.0.0.1, localhost and [::1] are accepted: this is a load test, not a tool to point at
-someone else's server. docs/reliability.md ("Load") says how to start a Cascade to measure,
+someone else's server. docs/performance.md says how to start a Cascade to measure,
 with gunicorn and a generated 100,000-launch trace, and records the figures.
 """
 
@@ -136,7 +136,7 @@ def choose_traces(args) -> dict:
             t for t in get_json(args.host, args.port, args.token, "/api/traces") if t["state"] == "ready"
         ]
         if not ready:
-            raise SystemExit("no ready trace to request: ingest one first (docs/reliability.md, Load)")
+            raise SystemExit("no ready trace to request: ingest one first (docs/performance.md)")
         ready.sort(key=lambda t: t["kernel_count"])
         small, large = args.small or ready[0]["id"], args.large or ready[-1]["id"]
     paths = {"list": "/api/traces", "small": f"/api/traces/{quote(small, safe='')}"}

@@ -1,8 +1,8 @@
 """Reading a simulator log against `grep`: issue 20's bar, "at most 3x the grep time, peak RSS under 100 MB".
 
-    python -m bench.simlog [--mb 1024] [--scale small] [--keep DIR] [--uids 40000]
+    python -m bench.simlog [--mb 1024] [--scale small] [--keep DIR] [--uids 40000] [--real-log FILE]
 
-Builds a log of about `--mb` MB in a temp dir from a real one (halUW's, tests/data/real-sim-logs:
+Builds a log of about `--mb` MB in a temp dir from a real one (halUW's, `--real-log`, under the shared fixtures:
 its build lines and option dump, then kernel after kernel as Accel-Sim prints them: the trace
 header, the launch line, the chatter, `Destroy streams`, the whole stat block with its cache
 statistics, its footer), each kernel with the next uid and kernel-N, its cycles adding up; and a
@@ -11,6 +11,12 @@ gzip'd copy. Then prints, side by side, the wall time of `grep -c '^gpu_sim_cycl
 read in chunks, a zlib decompressor's for the .gz), their ratio, and the reader's peak RSS. The
 reader runs in a child process of its own (its peak RSS is its own high-water mark), best of
 `--repeat`; so does grep. The file is read once before any timing, so both read it from the page cache.
+
+    python -m bench.simlog blank-lines [--mb 10] [--repeat 5]
+
+The stats file's parse beside it: each workload (about `--mb` MB) through `ingest.bucket.iter_lines`
+(the stats read's splitter, runs of blank lines as one piece) and `ingest.stats.parse_stats_lines`,
+best of `--repeat`, in MB/s. Real rows are the reference: blank lines must cost no more per byte.
 """
 
 import argparse
@@ -27,19 +33,22 @@ import time
 import zlib
 from pathlib import Path
 
+from bench import common
+
 ROOT = Path(__file__).resolve().parent.parent
-REAL_LOG = ROOT / "tests" / "data" / "real-sim-logs" / "halUW__benchmark_1_stream_clean.log.gz"
+REAL_LOG = ("real-sim-logs", "halUW__benchmark_1_stream_clean.log")  # under the shared fixtures
 CHUNK = 1024**2  # what the reader is given at a time (an S3 body's or a decompressor's chunks)
 SCALES = {"small": 8, "full": 1024}  # MB
 
 
-def _real_lines() -> list[bytes]:
-    return gzip.decompress(REAL_LOG.read_bytes()).split(b"\n")
+def _real_lines(real_log: Path) -> list[bytes]:
+    data = real_log.read_bytes()
+    return (gzip.decompress(data) if real_log.suffix == ".gz" else data).split(b"\n")
 
 
-def log_pieces(size: int):
+def log_pieces(size: int, real_log: Path):
     """The bytes of a log of about `size` bytes, piece by piece (a kernel at a time)."""
-    lines = _real_lines()
+    lines = _real_lines(real_log)
     # halUW, by line number: 1-271 the build lines and option dump, 276-289 the trace header of
     # kernel-1, 4905-4914 the chatter after a launch, 4916-7179 uid 2's stat block and footer.
     yield b"\n".join(lines[:271]) + b"\n"
@@ -83,11 +92,11 @@ def log_pieces(size: int):
     yield b"GPGPU-Sim: *** simulation thread exiting ***\nGPGPU-Sim: *** exit detected ***\n"
 
 
-def write_log(path: Path, size: int) -> int:
+def write_log(path: Path, size: int, real_log: Path) -> int:
     """Write the log; its number of stat blocks."""
     blocks = 0
     with open(path, "wb") as out:
-        for piece in log_pieces(size):
+        for piece in log_pieces(size, real_log):
             blocks += piece.count(b"\ngpgpu_simulation_time = ")
             out.write(piece)
     return blocks
@@ -219,7 +228,6 @@ def measure(path: Path, gz: Path, repeat: int) -> list[dict]:
 # Issue 29's figures for closing a log's kernels, before the fix (quadratic: a cycle-limit log
 # whose last block lists every uid): 6.5 s at 40,000 uids (7.6 s measured here at the time).
 UIDS = 40_000
-UIDS_REFERENCE_SECONDS = 6.5
 UIDS_TARGET_SECONDS = 1.0
 
 
@@ -277,14 +285,13 @@ def measure_uids(uids: int = UIDS, repeat: int = 3) -> list[dict]:
 
 def uids_table(rows: list[dict]) -> str:
     lines = [
-        "| kernels closed | uids | reader | before issue 29 | target |",
-        "|---|---|---|---|---|",
+        "| kernels closed | uids | reader | target |",
+        "|---|---|---|---|",
     ]
     words = {"each": "a block per kernel", "one": "one block lists every uid (cycle limit)"}
     for row in rows:
-        reference = f"{UIDS_REFERENCE_SECONDS} s (quadratic)" if row["shape"] == "one" else ""
         lines.append(
-            f"| {words[row['shape']]} | {row['uids']:,} | {row['reader_seconds']:.3f} s | {reference} "
+            f"| {words[row['shape']]} | {row['uids']:,} | {row['reader_seconds']:.3f} s "
             f"| < {UIDS_TARGET_SECONDS:g} s |"
         )
     return "\n".join(lines)
@@ -306,10 +313,71 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+STATS_MAX_LINE = 16 * 1024**2  # CASCADE_MAX_STATS_LINE's default
+HEADER = (
+    b"kernel id, kernel name, grid_dimX, grid_dimY, grid_dimZ, #blocks, block_dimX, block_dimY, "
+    b"block_dimZ, #threads, total_insts, total_reported_insts\n"
+)
+ROW = (
+    b"kernel-%d-ctx_0x6165bdd7ec90.trace.xz, _Z6vecAddPdS_S_i, 98, 1, 1, 98, 1024, 1, 1, 1024, 50066,50066\n"
+)
+
+
+def stats_rows(size: int, after: bytes = b"") -> bytes:
+    """Real rows as the tracer writes them (each followed by `after`), about `size` bytes."""
+    count = size // (len(ROW % 1) + len(after))
+    return HEADER + b"".join(ROW % n + after for n in range(1, count + 1))
+
+
+def stats_workloads(size: int) -> dict[str, bytes]:
+    return {
+        "real rows": stats_rows(size),
+        "blank lines (LF)": b"\n" * size,
+        "blank lines (CRLF)": b"\r\n" * (size // 2),
+        "blank lines (spaces)": b"    \n" * (size // 5),
+        "rows, one blank line after each": stats_rows(size, b"\n"),
+        "rows, two blank lines after each": stats_rows(size, b"\n\n"),
+        "rows, ten blank lines after each": stats_rows(size, b"\n" * 10),
+    }
+
+
+def megabytes_per_second(data: bytes, repeat: int) -> float:
+    """The best of `repeat` parses of `data`, as ingestion reads a stats file."""
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cascade.settings")
+    from ingest import bucket, stats
+
+    best = float("inf")
+    for _ in range(repeat):
+        started = time.perf_counter()
+        for _ in stats.parse_stats_lines(bucket.iter_lines(data, STATS_MAX_LINE, blank_runs=True)):
+            pass
+        best = min(best, time.perf_counter() - started)
+    return len(data) / best / 1e6
+
+
+def blank_lines(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.simlog blank-lines",
+        description="Blank lines against real rows: MB/s of a stats file's parse.",
+    )
+    parser.add_argument("--mb", type=float, default=10, help="size of each workload, MB")
+    parser.add_argument("--repeat", type=int, default=5, help="parses of each; the best is shown")
+    options = parser.parse_args(argv)
+    print("| workload | MB/s | beside real rows |\n|---|---|---|")
+    reference = None
+    for name, data in stats_workloads(int(options.mb * 1e6)).items():
+        figure = megabytes_per_second(data, options.repeat)
+        reference = reference or figure
+        print(f"| {name} | {figure:,.1f} | {figure / reference:.2f}x |", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
         return child(*argv[1:3])
+    if argv[:1] == ["blank-lines"]:
+        return blank_lines(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=float, help="size of the log, MB (default: the scale's)")
     parser.add_argument("--scale", choices=sorted(SCALES), default="full", help="small: 8 MB, full: 1 GB")
@@ -317,14 +385,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the rows to this file")
     parser.add_argument("--keep", type=Path, help="build the log in this directory and leave it there")
     parser.add_argument("--uids", type=int, default=UIDS, help="kernels of the uid rows' logs")
+    parser.add_argument(
+        "--real-log",
+        type=Path,
+        default=common.shared_fixture(*REAL_LOG),
+        help="halUW's real log (.log or .log.gz), the one the log is built from "
+        "(default: under CASCADE_SHARED_FIXTURES; docs/formats.md#the-simulators-log)",
+    )
     options = parser.parse_args(argv)
+    if options.real_log is None or not options.real_log.is_file():
+        parser.error(
+            f"needs halUW's real log: --real-log FILE or CASCADE_SHARED_FIXTURES ({options.real_log})"
+        )
     size = int((options.mb or SCALES[options.scale]) * 1024**2)
     directory = options.keep or Path(tempfile.mkdtemp(prefix="bench-simlog-"))
     directory.mkdir(parents=True, exist_ok=True)
     try:
         path, gz = directory / "sim.log", directory / "sim.log.gz"
         started = time.perf_counter()
-        blocks = write_log(path, size)
+        blocks = write_log(path, size, options.real_log)
         write_gzip(path, gz)
         print(
             f"[{time.strftime('%H:%M:%S')}] built {path} ({path.stat().st_size / 1e6:,.1f} MB, {blocks:,} stat blocks)"

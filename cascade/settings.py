@@ -3,6 +3,9 @@
 The defaults are the embedded mode (SQLite in ./var, DEBUG off, a secret key generated
 once into ./var): safe to run on a laptop, and every value is overridden in production
 through the variables documented in docs/configuration.md.
+
+Why one module: Django reads one settings module, and an operator looking for where a variable
+is read greps one file; each section below is one subsystem's settings.
 """
 
 import ipaddress
@@ -102,6 +105,7 @@ INSTALLED_APPS = [
     "csp",
     "traces",
     "ingest",
+    "tools",
 ]
 
 MIDDLEWARE = [

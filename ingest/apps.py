@@ -7,8 +7,8 @@ class IngestConfig(AppConfig):
 
     def ready(self):
         from ingest.downloads import run_downloads
-        from ingest.reingest import request_reingest
-        from ingest.uploads import upload_completed, upload_urls
+        from ingest.receivers import request_reingest, upload_completed
+        from ingest.uploads import upload_urls
         from traces.signals import (
             files_requested,
             reingest_requested,

@@ -19,6 +19,7 @@ from django.conf import settings
 from ingest import bucket, failures
 from ingest.bucket import S3Object
 from ingest.failures import TraceInputError
+from ingest.listing import fingerprint, inventory
 from ingest.metadata import (
     METADATA_NAME,
     TIMELINE_NAME,
@@ -36,7 +37,7 @@ from ingest.metadata import (
 from ingest.parse import Progress, parse_into, stats_sources
 from ingest.paths import path_problem, shown_path
 from ingest.read_ahead import ReadAhead
-from ingest.scan import fingerprint, inventory, upload_timed_out
+from ingest.scan import upload_timed_out
 from traces import services
 from traces.models import CURRENT_PARSER_VERSION, Trace
 
@@ -56,7 +57,7 @@ def decide(
     S3 trouble raises, for the caller to retry. `files`: what was read ahead (`fetch_small_files`)."""
     files = ReadAhead() if files is None else files
     current = fingerprint(objects)
-    # Files whose path would leave a client's folder: in no listing, never read (scan.inventory).
+    # Files whose path would leave a client's folder: in no listing, never read (listing.inventory).
     warnings = [left_out(obj.name, why) for obj in objects if (why := path_problem(obj.name))]
     objects = [obj for obj in objects if path_problem(obj.name) is None]
     by_name = {obj.name: obj for obj in objects}

@@ -37,17 +37,10 @@ from django.db import connection
 from ingest import bucket, decision, failures, processes, simulations, sweep
 from ingest.bucket import S3Object
 from ingest.decision import Fetched, decide
+from ingest.listing import Swept, fingerprint, inventory
 from ingest.metering import PassCost, measured
 from ingest.parse import Progress
-from ingest.scan import (
-    Scan,
-    TraceChange,
-    fingerprint,
-    inventory,
-    needs_decision,
-    register_objects,
-    scan_bucket,
-)
+from ingest.scan import Scan, TraceChange, needs_decision, register_objects, scan_bucket
 from traces.kernel_store import kernels_purge
 from traces.locks import trace_lock
 from traces.models import Trace, TraceState
@@ -67,7 +60,7 @@ class PassResult:
     errors: list[str] = field(default_factory=list)
     cost: "PassCost | None" = None
     simulation_changes: list[SimulationChange] = field(default_factory=list)
-    swept: "sweep.Swept | None" = None  # a reconciling pass with events on: the page it read
+    swept: Swept | None = None  # a reconciling pass with events on: the page it read
 
     def summary(self) -> str:
         states = [change.new_state for change in self.changes]

@@ -1,5 +1,5 @@
 """A run's relative paths: which a client may write under the folder it pulls into, and how an
-unsafe one is shown. One rule for the listing a trace records (`scan.inventory`), the files a
+unsafe one is shown. One rule for the listing a trace records (`listing.inventory`), the files a
 client is offered (`downloads`) and the client itself (`cascade_client.paths`, its copy: the
 client installs alone)."""
 

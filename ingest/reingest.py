@@ -1,6 +1,7 @@
-"""Re-ingestion asked for by an operator: queued for Celery, or for the process's one
-background worker. The worker's queue (`ReingestQueue`) also serves ingest/uploads.py, which
-reads a simulation at once when its upload is complete.
+"""Re-ingestion asked for by an operator, without Celery: the process's one background worker
+(ingest.receivers queues a Celery task instead where Celery is configured). The worker's queue
+(`ReingestQueue`) also serves ingest/uploads.py, which reads a simulation at once when its
+upload is complete.
 
 Never in the web request: a large trace takes longer to parse than a web server lets a
 request run (gunicorn's timeout would kill the worker mid-COPY). Without Celery, a web
@@ -18,7 +19,6 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.db import connections
 
 from ingest import failures, passes
@@ -93,39 +93,6 @@ class ReingestQueue:
                 with self._changed:
                     self.running = None
                     self._changed.notify_all()
-
-
-def request_reingest(sender=None, *, trace_ids: list[str], **kwargs) -> str:
-    """Receiver of traces.signals.reingest_requested: says what it did, in a sentence."""
-    if settings.CASCADE_CELERY_CONFIGURED:
-        return queue_for_celery(trace_ids)
-    capacity = settings.CASCADE_REINGEST_QUEUE
-    queued = queue.submit(trace_ids, capacity)
-    said = f"re-ingest in the background: {queued.started} started, {queued.waiting} waiting"
-    if queued.refused:
-        said += (
-            f", {queued.refused} refused: {capacity} already wait (CASCADE_REINGEST_QUEUE), "
-            "ask again once they are done"
-        )
-    else:
-        said += ", 0 refused"
-    return said + "; reload the page to see the result"
-
-
-def queue_for_celery(trace_ids: list[str]) -> str:
-    """A task per trace; a broker that fails half-way is said, with what was queued before."""
-    from ingest.tasks import parse_trace_task
-
-    for done, trace_id in enumerate(trace_ids):
-        try:
-            parse_trace_task.delay(trace_id, reparse=True)
-        except Exception as error:
-            if not done:
-                raise  # nothing queued: the caller says the broker's error
-            return f"{done} queued for re-ingestion, {len(trace_ids) - done} not: {error}"
-    if len(trace_ids) == 1:
-        return "queued for re-ingestion; a Celery worker parses it"
-    return f"{len(trace_ids)} queued for re-ingestion; Celery workers parse them"
 
 
 def reingest_in_background(trace_id: str) -> None:

@@ -21,7 +21,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from itertools import islice
-from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 from django.conf import settings
@@ -32,14 +31,10 @@ from django.utils import timezone
 
 from ingest import bucket, failures
 from ingest.bucket import S3Object
+from ingest.listing import Swept, inventory, storable_run_id
 from ingest.metadata import METADATA_NAME
-from ingest.paths import path_problem
 from traces import services
-from traces.models import CURRENT_PARSER_VERSION, DeletedTrace, Trace, TraceState, files_fingerprint
-from traces.text import is_storable
-
-if TYPE_CHECKING:
-    from ingest.sweep import Swept
+from traces.models import CURRENT_PARSER_VERSION, DeletedTrace, Trace, TraceState
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +77,7 @@ class Scan:
     looked_at: list[str] = field(default_factory=list)
     simulation_listings: dict[str, list[S3Object]] = field(default_factory=dict)
     # With S3 events on, the reconciler's page (ingest.sweep) instead of the whole bucket.
-    swept: "Swept | None" = None
+    swept: Swept | None = None
 
 
 def scan_bucket(
@@ -92,8 +87,8 @@ def scan_bucket(
     reparse_outdated: bool = False,
     outdated_batch: int | None = None,
     undelete: bool = True,
-    swept: "Swept | None" = None,
-    watched: "Swept | None" = None,
+    swept: Swept | None = None,
+    watched: Swept | None = None,
 ) -> Scan:
     """Register new runs, follow the ones in progress, and say which are ready to parse.
 
@@ -336,21 +331,6 @@ def outdated_trace_ids(limit: int | None = None) -> list[str]:
 # --- Registration (listing only) ------------------------------------------------------------
 
 
-def fingerprint(objects: list[S3Object]) -> str:
-    return files_fingerprint(inventory(objects))
-
-
-def inventory(objects: list[S3Object]) -> list[dict]:
-    """The listing as a trace records it (`Trace.files`): every object but those whose path is
-    not a plain relative one (`path_problem`), which no one lists, signs or reads."""
-    return [
-        {"key": obj.key, "bytes": obj.size, "etag": obj.etag}
-        for obj in objects
-        if path_problem(obj.name) is None
-    ]
-
-
-# A drive letter (`C:`), as Windows reads the start of a path.
 def register_objects(run_id: str, objects: list[S3Object]) -> tuple[Trace | None, TraceChange | None]:
     """Record the run's listing: its trace (None: deleted, files unchanged) and the change, if any."""
     return register_listings([(run_id, objects)])[0]
@@ -419,12 +399,6 @@ def register_samples(run_ids: list[str]) -> None:
         if objects:
             register_objects(run_id, objects)
     services.traces_mark_sample(run_ids)
-
-
-def storable_run_id(run_id: str) -> bool:
-    """Whether the database can hold `run_id` as a trace's id (Trace.id: text of 1,024
-    characters at most, no NUL, no lone surrogate)."""
-    return len(run_id) <= Trace._meta.get_field("id").max_length and is_storable(run_id)
 
 
 def has_metadata(trace: Trace) -> bool:

@@ -10,15 +10,18 @@ endpoints.json (some 400 services) is kept whole: cut to the services Cascade ca
 2.6 MB less, but the whole file is decoded before it can be cut, so a process's peak (VmHWM)
 was no lower, only what it held afterwards.
 
-`LeanJSONFileLoader` is botocore's public extension point for this: the file loader a
-session's data loader is given (`Loader.file_loader`).
+`LeanJSONFileLoader` goes through botocore's public parts only: the `file_loader` argument of
+a `Loader`, registered as the session's `data_loader` component (`register_component`) before
+anything is read. One such loader a process (`lean_loader`): a session made later (new
+settings) finds the models it read.
 """
 
 import gzip
 import json
 import os
+from functools import cache
 
-from botocore.loaders import JSONFileLoader
+from botocore.loaders import JSONFileLoader, Loader
 
 # botocore's own order: a model shipped compressed is read as such (botocore.loaders).
 OPENERS = ((".json", open), (".json.gz", gzip.open))
@@ -41,6 +44,17 @@ class LeanJSONFileLoader(JSONFileLoader):
         return None
 
 
+@cache
+def lean_loader(data_path: str | None) -> Loader:
+    """The process's data loader for `data_path` (AWS_DATA_PATH: folders searched before
+    botocore's own, as botocore.loaders.create_loader reads it), reading with LeanJSONFileLoader."""
+    paths = [
+        os.path.expanduser(os.path.expandvars(path)) for path in (data_path or "").split(os.pathsep) if path
+    ]
+    return Loader(extra_search_paths=paths, file_loader=LeanJSONFileLoader())
+
+
 def use_lean_models(botocore_session) -> None:
     """Have `botocore_session` read its data files with LeanJSONFileLoader, before any is read."""
-    botocore_session.get_component("data_loader").file_loader = LeanJSONFileLoader()
+    data_path = botocore_session.get_config_variable("data_path")
+    botocore_session.register_component("data_loader", lean_loader(data_path))

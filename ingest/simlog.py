@@ -2,7 +2,7 @@
 
 Lines in (bytes, as `ingest.bucket.iter_lines` gives them), facts out: the build lines, the core
 clock, the trace headers in load order, each uid's launch, its stat blocks and its end, and how
-the log ended. What the format is, with real examples: ../shared/docs/gpgpu-sim-output.md. The
+the log ended. What the format is, with real examples: docs/formats.md#the-simulators-log. The
 rules that shape this reader:
 
 - uid k is the k-th `Header info loaded for kernel command : .../kernel-N[-ctx_0x...].traceg`
@@ -73,7 +73,7 @@ PTX_LAUNCH = re.compile(
 )
 DESTROY = re.compile(rb"Destroy streams for kernel " + _INT + rb": ")
 # The lines with which the simulator (or what it runs) says it cannot go on, as the real logs
-# print them (../shared/docs/accel-sim-simulator.md, "How each kind of failure looks"): SASS it
+# print them (docs/formats.md#the-simulators-log, how each failure looks): SASS it
 # has no opcode map for, a trace `xz -dc` could not open, a config option it does not know, an
 # assertion, a deadlock. Each holds one of FATAL_NEEDLES, which a chunk is searched for.
 FATAL = re.compile(

@@ -40,6 +40,7 @@ from django.db.models import F, Q
 from ingest import bucket, failures
 from ingest.bucket import S3Object
 from ingest.failures import SimulationInputError
+from ingest.listing import inventory
 from ingest.simlog import SimKernel, SimLog, read_sim_log_chunks
 from traces import simulations as services
 from traces.accuracy import RUN_FACT_KEYS, simulation_metrics
@@ -119,7 +120,7 @@ def simulation_pass(
     listed this pass (no second listing). One run's S3 trouble is left to the next pass."""
     listings = listings or {}
     runs = {trace_id} if trace_id is not None else set(run_ids) | runs_with_simulation_work()
-    runs = {run_id for run_id in runs if is_storable(run_id)}  # no trace: scan.storable_run_id
+    runs = {run_id for run_id in runs if is_storable(run_id)}  # no trace: listing.storable_run_id
     runs = sorted(Trace.objects.filter(pk__in=runs).values_list("pk", flat=True)) if runs else []
 
     def simulation_objects(run_id: str) -> list[S3Object]:  # on an S3 thread
@@ -183,12 +184,6 @@ def folders(run_id: str, objects: list[S3Object]) -> tuple[dict[str, list[S3Obje
     return by_name, stray
 
 
-def inventory(objects: list[S3Object]) -> list[dict]:
-    return [
-        {"key": obj.key, "bytes": obj.size, "etag": obj.etag} for obj in sorted(objects, key=lambda o: o.key)
-    ]
-
-
 # --- One run's simulations -----------------------------------------------------------------
 
 
@@ -208,7 +203,7 @@ def ingest_simulations(run_id: str, objects: list[S3Object]) -> list[SimulationC
             storable[name] = listed
     changes = []
     registered = services.simulations_register(
-        trace, {name: inventory(listed) for name, listed in storable.items()}
+        trace, {name: inventory(listed, every_path=True) for name, listed in storable.items()}
     )
     for simulation, how in registered:
         if how == "deleted":
@@ -238,7 +233,7 @@ def decide_simulation(trace: Trace, name: str, objects: list[S3Object]):
         if not acquired:
             return None
         simulation = Simulation.objects.filter(trace=trace, name=name).first()
-        if simulation is None or simulation.files != inventory(objects):
+        if simulation is None or simulation.files != inventory(objects, every_path=True):
             return None  # deleted, or a newer listing registered by another pass: it decides
         trace = Trace.objects.get(pk=trace.pk)  # its state now
         fingerprint = simulation_fingerprint(simulation.files, trace)

@@ -1,7 +1,7 @@
 """Parse the Accel-Sim NVBit tracer's `stats_ctx_*` / `stats.csv` and kernelslist files.
 
 Pure functions from lines (bytes, as read from S3) to rows: no Django, no I/O. How the
-tracer writes a launch (tracer_tool.cu; docs/trace-a-workload.md, "What the tracer writes"):
+tracer writes a launch (tracer_tool.cu; docs/formats.md#the-tracers-files):
 
 - At launch it appends the launch half, `"%s, %s, %d, %d, %d, %d, %d, %d, %d, %d, "`
   (trace file, name, grid x/y/z, #blocks, block x/y/z, #threads: comma and space after

@@ -5,7 +5,7 @@ an event did not announce (a message lost, a notification misconfigured for a wh
 every run folder and comparing every ready run for that (scan_bucket) costs a request per
 thousand runs every pass, and two per ready run (a HEAD of its metadata.json, a listing of its
 simulations/) every CASCADE_READY_RECHECK_SECONDS, for nothing most of the time (figures:
-docs/performance.md, bench/idle.py). The sweep lists instead ONE page (CASCADE_S3_PAGE_SIZE keys) of
+docs/performance.md, bench/community/watch.py). The sweep lists instead ONE page (CASCADE_S3_PAGE_SIZE keys) of
 the prefix, without a delimiter, after a cursor kept in the database (SweepCursor), and moves
 the cursor on; past the prefix's last key it starts again. A whole sweep takes
 objects / CASCADE_S3_PAGE_SIZE reconciling passes.
@@ -25,15 +25,15 @@ full reconcile on demand.
 
 import logging
 import re
-from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.utils import timezone
 
 from ingest import bucket
 from ingest.bucket import S3Object
+from ingest.listing import Swept, storable_run_id
 from ingest.paths import path_problem
-from ingest.scan import Scan, scan_bucket, storable_run_id
+from ingest.scan import Scan, scan_bucket
 from ingest.simulations import FOLDER as SIMULATIONS_FOLDER
 from ingest.simulations import folders
 from traces.models import SIMULATION_NAME_MAX, DeletedTrace, Simulation, SweepCursor, Trace, files_fingerprint
@@ -42,30 +42,6 @@ from traces.text import unstorable_character
 logger = logging.getLogger(__name__)
 
 Entry = tuple[str, int, str]  # (key, bytes, etag): what a listing and a row's `files` both say
-
-
-@dataclass
-class Swept:
-    """One page of the sweep and what differs on it."""
-
-    after: str  # the page holds the keys after this one ("" from the prefix's start)
-    objects: int = 0  # keys on the page
-    last: bool = True  # no key follows the page: the next one starts the prefix again
-    next_after: str = ""
-    runs: list[str] = field(default_factory=list)  # runs whose trace differs: listed and decided on
-    simulation_runs: list[str] = field(default_factory=list)  # runs whose simulations differ
-    pages: int = 1  # listing requests (watch_pages merges several)
-    watch: bool = False  # a polling pass's watch (watch_pages), not the reconciler's page
-
-    def __str__(self) -> str:
-        where = f"after {self.after!r}" if self.after else "from the start"
-        differ = f"{len(self.runs)} runs differ"
-        if self.simulation_runs:
-            differ += f", {len(self.simulation_runs)} runs' simulations"
-        pages = f" in {self.pages} pages" if self.pages != 1 else ""
-        return (
-            f"swept {self.objects} objects{pages} {where}{', the last page' if self.last else ''}: {differ}"
-        )
 
 
 def sweep_bucket(**options) -> Scan:
@@ -133,7 +109,7 @@ def sweep_page(after: str | None = None) -> Swept:
         if rest.startswith(SIMULATIONS_FOLDER):
             simulation_objects.setdefault(run_id, []).append(obj)
             trace_objects.setdefault(run_id, [])
-        elif path_problem(rest) is None:  # as a trace records its listing (scan.inventory)
+        elif path_problem(rest) is None:  # as a trace records its listing (listing.inventory)
             trace_objects.setdefault(run_id, []).append((obj.key, obj.size, obj.etag))
         else:
             trace_objects.setdefault(run_id, [])

@@ -1,6 +1,6 @@
 """A run's steps (`timeline.json`) and measured kernel times (`timing.csv`): pure readers.
 
-Two timing formats (docs/trace-a-workload.md, "Steps and timing"):
+Two timing formats (docs/formats.md#nsight-exports):
 
 - Cascade's own, as the profiling harness writes it: `ctx,kernel_id,start_ns,end_ns,duration_ns`,
   one row per launch, keyed by the launch's context and kernel id.

@@ -15,8 +15,8 @@ lands, and is then read as a re-upload is.
 "At once": the completion registers the folder's listing in the request (one listing; the
 answer's state is the simulation's own, never a stale `ready`), then reads the run's
 simulations as `ingest_traces --trace RUN` does (`read_simulations`): a Celery task where
-Celery is configured, else on the process's one background thread (ingest/reingest.py's
-queue). A read cut short leaves work that the next poll pass finishes.
+Celery is configured, else on the process's one background thread (`queue`; ingest.receivers
+chooses). A read cut short leaves work that the next poll pass finishes.
 """
 
 import logging
@@ -26,6 +26,7 @@ from django.conf import settings
 from django.db import connections
 
 from ingest import bucket, simulations
+from ingest.listing import inventory
 from ingest.reingest import ReingestQueue
 from traces import simulations as services
 from traces.models import SIMULATION_NAME_MAX, Simulation, Trace
@@ -148,9 +149,9 @@ def upload_urls(
 # --- POST /api/traces/{trace_id}/simulations/{name}/complete ----------------------------------
 
 
-def upload_completed(sender=None, *, trace_id: str, name: str, multipart: list[dict], **kwargs) -> str:
-    """Receiver of traces.signals.simulation_upload_completed: completes the multipart uploads,
-    registers the folder and starts its read; the simulation's state now."""
+def complete(trace_id: str, name: str, multipart: list[dict]) -> Simulation:
+    """A completed upload (traces.signals.simulation_upload_completed, through
+    ingest.receivers): its multipart uploads completed, the folder registered."""
     check_name(name)
     base = folder_key(trace_id, name)
     if len({item["name"] for item in multipart}) != len(multipart):
@@ -173,9 +174,11 @@ def upload_completed(sender=None, *, trace_id: str, name: str, multipart: list[d
                     f"{item['name']}: S3 refused to complete the upload: {code}: {problem.get('Message', '')}"
                 ) from None
             raise
-    simulation = register(trace_id, name)
-    read_soon(trace_id)
-    # Its state now: `uploading` while the read waits, or what a read already made of it.
+    return register(trace_id, name)
+
+
+def state_now(simulation: Simulation) -> str:
+    """`uploading` while the read waits, or what a read already made of it."""
     return (
         Simulation.objects.filter(pk=simulation.pk).values_list("state", flat=True).first()
         or simulation.state
@@ -190,7 +193,7 @@ def register(trace_id: str, name: str) -> Simulation:
     if name not in by_name:
         raise UploadRefused(f"nothing in {folder_key(trace_id, name)}: PUT the files /upload answered first")
     storable = {
-        folder: simulations.inventory(listed)
+        folder: inventory(listed, every_path=True)
         for folder, listed in by_name.items()
         if len(folder) <= SIMULATION_NAME_MAX and unstorable_character(folder) is None
     }
@@ -219,21 +222,3 @@ def read_in_background(trace_id: str) -> None:
 
 
 queue = ReingestQueue(read_in_background, name="cascade-simulation-read")
-
-
-def read_soon(trace_id: str) -> None:
-    """A Celery task where Celery is configured, else the process's background thread; a broker
-    away is logged and the thread reads it (the next pass would, later)."""
-    if settings.CASCADE_CELERY_CONFIGURED:
-        from ingest.tasks import read_simulations_task
-
-        try:
-            read_simulations_task.delay(trace_id)
-            return
-        except Exception:
-            logger.exception("%s: cannot queue the simulations' read, reading it here", trace_id)
-    queued = queue.submit([trace_id], settings.CASCADE_REINGEST_QUEUE)
-    if queued.refused:
-        logger.warning(
-            "%s: the background queue is full (CASCADE_REINGEST_QUEUE): the next pass reads it", trace_id
-        )

@@ -1,10 +1,12 @@
 """Fixtures shared by every test: API clients with tokens, traces, S3, the database vendor.
 
-Helpers that tests import (constants, rows, a lock held elsewhere) are in tests/helpers.py.
+Helpers that tests import (constants, rows, a lock held elsewhere) are in tests/helpers.py, which
+re-exports SHARED_FIXTURES and shared_fixture from here.
 """
 
 import functools
 import os
+from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -12,8 +14,27 @@ from django.db import connection
 from django.test import override_settings
 from rest_framework.test import APIClient
 
-from tests.helpers import TEST_BUCKET, point_traces_storage_at
 from traces.models import ApiToken, Trace
+
+# Real files from public repositories are not the repository's to carry: they are provided beside
+# the checkout (CI always has them) and read where they are. The one setting that says where.
+SHARED_FIXTURES = Path(
+    os.environ.get(
+        "CASCADE_SHARED_FIXTURES", Path(__file__).resolve().parents[1] / ".." / "shared" / "fixtures"
+    )
+).resolve()
+
+
+def shared_fixture(*parts: str) -> Path:
+    """A real file (or folder) under SHARED_FIXTURES. Where it is absent the test skips, saying why
+    (or, called while a module is imported, the whole module does)."""
+    path = SHARED_FIXTURES.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(
+            f"needs the real files in {SHARED_FIXTURES} (CASCADE_SHARED_FIXTURES): {path} is absent",
+            allow_module_level=True,
+        )
+    return path
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -136,6 +157,8 @@ def s3(s3_server, settings):
 
     import boto3
 
+    from tests.helpers import TEST_BUCKET, point_traces_storage_at
+
     urllib.request.urlopen(urllib.request.Request(f"{s3_server}/moto-api/reset", method="POST")).close()
     settings.CASCADE_S3_BUCKET = TEST_BUCKET
     point_traces_storage_at(settings, s3_server, bucket_name=TEST_BUCKET, region_name="us-east-1")
@@ -149,6 +172,8 @@ def child_env(s3, settings):
     """Environment for a child process (a second pass, a Celery worker) that must share
     this test's database and bucket. Use with `transactional_db` so that rows are visible.
     """
+    from tests.helpers import TEST_BUCKET
+
     db = connection.settings_dict
     if connection.vendor == "postgresql":
         url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"

@@ -3,16 +3,14 @@ elsewhere. Fixtures stay in conftest.py."""
 
 import contextlib
 import json
-import os
 import threading
-from pathlib import Path
 
 from django.db import connection
 
+from tests.conftest import SHARED_FIXTURES, shared_fixture
 from tools.tracer_format import DEVICE_STATS_HEADER, STATS_HEADER, stats_launch_half, stats_totals
 
 __all__ = [
-    "DATA",
     "PREFIX",
     "SHARED_FIXTURES",
     "STATS_HEADER",
@@ -26,25 +24,9 @@ __all__ = [
     "stats_row",
 ]
 
-DATA = Path(__file__).resolve().parent / "data"
-# Real files from public repositories are not the repository's to carry: they are provided beside
-# the checkout (CI always has them) and read where they are. The one setting that says where.
-SHARED_FIXTURES = Path(
-    os.environ.get("CASCADE_SHARED_FIXTURES", Path(__file__).resolve().parents[2] / "shared" / "fixtures")
-)
 TEST_BUCKET = "cascade-test-traces"
 PREFIX = "accelsim-traces/"  # CASCADE_S3_PREFIX's default
-VECADD_CTX = "0x6165bdd7ec90"  # the context of tests/data/accelsim-vecadd-v5
-
-
-def shared_fixture(*parts: str) -> Path:
-    """A real file (or folder) under SHARED_FIXTURES; the test skips, saying why, where it is absent."""
-    import pytest
-
-    path = SHARED_FIXTURES.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"needs the real files in {SHARED_FIXTURES} (CASCADE_SHARED_FIXTURES): {path} is absent")
-    return path
+VECADD_CTX = "0x6165bdd7ec90"  # the context of the real run shared_fixture("accelsim-vecadd-v5")
 
 
 def stats_row(

@@ -13,6 +13,8 @@ import psycopg
 import pytest
 from django.db import connection
 
+from tests.helpers import shared_fixture
+
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow  # starts manage.py, gunicorn and moto's server: ~30 s
 
@@ -43,9 +45,10 @@ def server(on_postgres) -> str:
 
 
 def test_the_lab_bench_measures_every_figure_at_the_tiny_scale(server, tmp_path):
-    results = tmp_path / "bench.json"
+    results, written = tmp_path / "bench.json", tmp_path / "bench.md"
     bench = subprocess.Popen(
-        [sys.executable, "-m", "bench", "--scale", "tiny", "--server", server, "--json", str(results)],
+        [sys.executable, "-m", "bench", "--scale", "tiny", "--server", server, "--json", str(results)]
+        + ["--output", str(written)],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -84,7 +87,9 @@ def test_the_lab_bench_measures_every_figure_at_the_tiny_scale(server, tmp_path)
     assert by_key["idle"]["values"]["s3_requests"] is not None
     assert saved["machine"]["cores"] >= 1 and saved["machine"]["postgresql"]
 
-    assert "| figure | measured | reference | ratio | target | met? | before (issue 11) |" in table
+    assert "| figure | measured | reference | ratio | target | met? |" in table
+    # --output: the same Markdown, heading and table, in a file.
+    assert written.read_text().strip() == table.strip() == saved["markdown"].strip()
     # The header, its rule, a row per figure.
     assert sum(line.startswith("|") for line in table.splitlines()) == 2 + len(ROWS)
 
@@ -98,10 +103,13 @@ def test_the_lab_bench_measures_every_figure_at_the_tiny_scale(server, tmp_path)
 
 
 def test_the_simulator_log_bench_runs_at_a_small_scale(tmp_path):
-    """bench/simlog.py: a few MB, one reading; the reader read every block grep counted."""
+    """bench/simlog.py: a few MB built from halUW's real log, one reading; the reader read
+    every block grep counted."""
+    real_log = shared_fixture("real-sim-logs", "halUW__benchmark_1_stream_clean.log")
     results = tmp_path / "simlog.json"
     bench = subprocess.run(
-        [sys.executable, "-m", "bench.simlog", "--scale", "small", "--repeat", "1", "--json", str(results)],
+        [sys.executable, "-m", "bench.simlog", "--scale", "small", "--repeat", "1", "--json", str(results)]
+        + ["--real-log", str(real_log)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -115,7 +123,7 @@ def test_the_simulator_log_bench_runs_at_a_small_scale(tmp_path):
         assert row["grep_seconds"] > 0 and row["reader_seconds"] > 0 and row["peak_rss"] > 0
     assert rows[1]["inflate_seconds"] > 0
     assert sum(line.startswith("| log") for line in bench.stdout.splitlines()) == 2
-    # Issue 29: closing 40,000 uids is linear (6.5 s before, when one block listed them all).
+    # Issue 29: closing 40,000 uids is linear, also when one block lists them all.
     uids_rows = json.loads(results.read_text())["uids_rows"]
     assert [(row["shape"], row["uids"]) for row in uids_rows] == [("each", 40_000), ("one", 40_000)]
     assert all(row["reader_seconds"] > 0 for row in uids_rows)
@@ -143,10 +151,10 @@ def test_the_pull_bench_runs_at_a_small_scale(tmp_path):
 
 
 def test_the_events_bench_times_both_modes_at_a_small_scale(tmp_path):
-    """bench/events.py: moto's S3 and SQS, two runs a mode; events within their 3 s target."""
+    """`bench.community.watch events`: moto's S3 and SQS, two runs a mode; events within their 3 s target."""
     results = tmp_path / "events.json"
     bench = subprocess.run(
-        [sys.executable, "-m", "bench.events", "--scale", "small", "--json", str(results)],
+        [sys.executable, "-m", "bench.community.watch", "events", "--scale", "small", "--json", str(results)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -165,67 +173,15 @@ def test_the_events_bench_times_both_modes_at_a_small_scale(tmp_path):
     )
 
 
-def test_the_list_bench_runs_at_the_tiny_scale(server, tmp_path):
-    """bench/listing.py: every figure taken through gunicorn, the scratch database dropped."""
-    results = tmp_path / "listing.json"
-    bench = subprocess.run(
-        [sys.executable, "-m", "bench.listing", "--scale", "tiny", "--repeat", "1", "--server", server]
-        + ["--json", str(results)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert bench.returncode == 0, bench.stderr[-3000:]
-    saved = json.loads(results.read_text())
-    assert saved["traces"] == 3_000
-    # The same rows as PostgreSQL's json_agg, give or take its spacing.
-    assert 0.8 < saved["copy_list"]["bytes"] / saved["list"]["bytes"] < 1.3
-    assert saved["list_gzip"]["bytes"] < saved["list"]["bytes"] / 4
-    assert saved["list_zstd"]["bytes"] < saved["list"]["bytes"] / 4
-    for figure in ("list", "page", "deep_page", "304", "page_304"):
-        assert saved[figure]["seconds"] > 0, figure
-    assert saved["rss"]["after"] >= saved["rss"]["before"] > 0
-    assert sum(line.startswith("|") for line in bench.stdout.splitlines()) == 2 + 8
-
-
-def test_the_admin_pages_bench_runs_at_the_tiny_scale(server, tmp_path):
-    """bench/admin_pages.py: a community seeded (bench/community_data.py), a superuser logged
-    in through the login form, every page answered through gunicorn, the database dropped."""
-    results = tmp_path / "admin.json"
-    bench = subprocess.run(
-        [sys.executable, "-m", "bench.admin_pages", "--scale", "tiny", "--repeat", "1", "--server", server]
-        + ["--json", str(results)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert bench.returncode == 0, bench.stderr[-3000:]
-    saved = json.loads(results.read_text())
-    seeded = saved["seeded"]
-    # What the seeder promises: the counts asked for, a quarter uploading, one big trace.
-    assert (seeded["traces"], seeded["launches"], seeded["big_trace_launches"]) == (2_000, 200_000, 50_000)
-    assert seeded["uploading"] == 500 and seeded["ready"] == 1_500
-    assert seeded["big"] != seeded["tiny"]
-    assert [page["page"] for page in saved["pages"]][:2] == ["trace list", "trace list, state ready"]
-    assert len(saved["pages"]) == 9
-    for page in saved["pages"]:
-        assert page["seconds"] > 0 and page["bytes"] > 0, page
-    assert sum(line.startswith("|") for line in bench.stdout.splitlines()) == 2 + 9
-    with psycopg.connect(f"{server}/postgres") as conn:
-        left = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (saved["database"],)).fetchall()
-    assert saved["database"].startswith("cascade_bench_admin_") and left == []
-
-
 def test_the_community_seeder_stores_what_ingestion_would(server, tmp_path):
-    """bench/community_data.py: each trace's kernel_count and kernels_without_totals are its
+    """bench/community/data.py: each trace's kernel_count and kernels_without_totals are its
     launches', names and contexts are shared as KernelWriter shares them, the launches total."""
-    from bench import common, community_data
+    from bench import common
+    from bench.community import data
 
     with common.scratch_database(server, "seedtest") as url:
         common.manage("migrate", "--noinput", env=common.child_env(DATABASE_URL=url))
-        seeded = community_data.seed(url, traces=400, launches=30_000, big_trace_launches=10_000)
+        seeded = data.seed(url, traces=400, launches=30_000, big_trace_launches=10_000)
         [(wrong_counts, wrong_without, launches, big, orphans, unnamed, out_of_order)] = common.query(
             url,
             """
@@ -248,29 +204,6 @@ def test_the_community_seeder_stores_what_ingestion_would(server, tmp_path):
     assert (wrong_counts, wrong_without, orphans, unnamed, out_of_order) == (0, 0, 0, 0, 0)
     assert launches == 30_000 and big == 10_000
     assert seeded["uploading"] == 100
-
-
-def test_the_idle_bench_counts_both_passes_requests_at_the_tiny_scale(server, tmp_path):
-    """bench/idle.py: 1,000 ready traces; the reference pass's requests as the scan makes them,
-    the sweep's one listing a pass, a whole lap finding nothing."""
-    results = tmp_path / "idle.json"
-    bench = subprocess.run(
-        [sys.executable, "-m", "bench.idle", "--scale", "tiny", "--server", server, "--json", str(results)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert bench.returncode == 0, bench.stderr[-3000:]
-    saved = json.loads(results.read_text())
-    assert (saved["traces"], saved["objects"]) == (1_000, 3_000)
-    # The run folders (one page), then a HEAD and a simulations/ listing per ready run.
-    assert saved["without_events"]["s3_requests"] == 1 + 2 * 1_000
-    assert saved["polling_watch"]["s3_requests"] == 1 + 3  # the run folders, the prefix's 3 pages
-    assert (saved["with_events"]["s3_requests"], saved["with_events"]["s3_requests_most"]) == (1, 1)
-    assert saved["with_events"]["lap_passes"] == 3  # 3,000 keys, 1,000 a page
-    assert saved["target_met"]
-    assert sum(line.startswith("|") for line in bench.stdout.splitlines()) == 2 + 3
 
 
 def test_the_community_bench_takes_every_figure_at_the_tiny_scale(server, tmp_path):
@@ -307,11 +240,34 @@ def test_the_community_bench_takes_every_figure_at_the_tiny_scale(server, tmp_pa
         "memory",
     }
     values = saved["values"]
-    assert values["seed"]["traces"] == 2_000 and values["seed"]["launches"] == 200_000
-    assert values["list"]["traces"] == 2_000
+    seeded = values["seed"]
+    # What the seeder promises: the counts asked for, a quarter uploading, one big trace.
+    assert (seeded["traces"], seeded["launches"], seeded["big_trace_launches"]) == (2_000, 200_000, 50_000)
+    assert seeded["uploading"] == 500 and seeded["ready"] == 1_500
+    assert seeded["big"] != seeded["tiny"]
+    listed = values["list"]
+    assert listed["traces"] == 2_000
+    # The same rows as PostgreSQL's json_agg, give or take its spacing.
+    assert 0.8 < listed["copy_list"]["bytes"] / listed["list"]["bytes"] < 1.3
+    assert listed["list_gzip"]["bytes"] < listed["list"]["bytes"] / 4
+    assert listed["list_zstd"]["bytes"] < listed["list"]["bytes"] / 4
+    for figure in ("list", "page", "deep_page", "304", "page_304"):
+        assert listed[figure]["seconds"] > 0, figure
+    assert listed["rss"]["after"] >= listed["rss"]["before"] > 0
+    # Every admin page answered, logged in through the login form.
+    assert [page["page"] for page in values["admin"]][:2] == ["trace list", "trace list, state ready"]
     assert len(values["admin"]) == 9
+    for page in values["admin"]:
+        assert page["seconds"] > 0 and page["bytes"] > 0, page
     assert values["delete"]["launches_left_of_deleted_traces"] == 0
-    assert values["idle"]["with_events"]["s3_requests_most"] == 1
+    idle = values["idle"]
+    assert (idle["traces"], idle["objects"]) == (1_000, 3_000)
+    # The run folders (one page), then a HEAD and a simulations/ listing per ready run.
+    assert idle["without_events"]["s3_requests"] == 1 + 2 * 1_000
+    assert idle["polling_watch"]["s3_requests"] == 1 + 3  # the run folders, the prefix's 3 pages
+    assert (idle["with_events"]["s3_requests"], idle["with_events"]["s3_requests_most"]) == (1, 1)
+    assert idle["with_events"]["lap_passes"] == 3  # 3,000 keys, 1,000 a page
+    assert idle["target_met"]
     assert sorted(values["memory"]) == ["2000", "4000", "8000"]
     # A row per figure: 5 for the list, 1 detail, 9 admin pages, 1 each for the rest.
     assert sum(line.startswith("| ") for line in table.splitlines()) == 1 + 5 + 1 + 9 + 5
@@ -321,3 +277,37 @@ def test_the_community_bench_takes_every_figure_at_the_tiny_scale(server, tmp_pa
             (f"cascade\\_bench\\_%\\_{bench.pid}\\_%",),
         ).fetchall()
     assert left == []
+
+
+def test_the_blank_lines_bench_prints_a_row_per_workload():
+    """`bench.simlog blank-lines`: a few kB of each workload, beside real rows."""
+    bench = subprocess.run(
+        [sys.executable, "-m", "bench.simlog", "blank-lines", "--mb", "0.05", "--repeat", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    rows = [line for line in bench.stdout.splitlines() if line.startswith("| ")][1:]
+    assert len(rows) == 7 and rows[0].startswith("| real rows |") and rows[0].endswith("| 1.00x |")
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "bench.reads analysis",
+        "bench.reads replica",
+        "bench.load",
+        "bench.community.delete",
+        "bench.community.data",
+    ],
+)
+def test_each_other_bench_parses_its_arguments(module):
+    """The benches too large for the suite (or needing a running server) import and parse
+    their command line; docs/performance.md gives their smallest runs."""
+    done = subprocess.run(
+        [sys.executable, "-m", *module.split(), "--help"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("usage:")

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from cascade import metrics
 from ingest import bucket
 from tests.gunicorn_process import ROOT, clean_environ, gunicorn
-from tests.helpers import DATA, PREFIX, TEST_BUCKET, VECADD_CTX
+from tests.helpers import PREFIX, TEST_BUCKET, VECADD_CTX, shared_fixture
 from traces.models import TraceState
 
 
@@ -194,7 +194,7 @@ def test_passes_of_ingest_traces_are_counted_and_timed(s3, db):
 
 def upload_vecadd(s3, run_id: str) -> None:
     """The vecadd run as the profiler uploads it: its files, then metadata.json."""
-    folder = DATA / "accelsim-vecadd-v5"
+    folder = shared_fixture("accelsim-vecadd-v5")
     files = {
         f"traces/stats_ctx_{VECADD_CTX}": (folder / f"stats_ctx_{VECADD_CTX}").read_bytes(),
         f"traces/kernelslist_ctx_{VECADD_CTX}": (folder / f"kernelslist_ctx_{VECADD_CTX}").read_bytes(),

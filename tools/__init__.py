@@ -5,7 +5,7 @@ writes whole run folders with it (the tests, the samples and the benchmarks use 
 `simulation` writes a simulator run of a generated run (Accel-Sim's stdout for its kernelslists);
 `upload` puts a run folder into the bucket the way the harness does; `samples` is the spec
 of the shipped `samples/`; `demo` is `python3 run.py demo`. What Cascade runs (the poller,
-the tasks, the API, the admin) never imports from here. Only the operator commands
-`generate_trace` and `load_samples` do: they stay in `ingest/management/commands/`, where
-`manage.py` finds them, and each calls one function here.
+the tasks, the API, the admin) never imports from here. The operator commands
+`generate_trace` and `load_samples` live here (`tools/management/commands/`; `tools` is an app
+for that alone), each calling one function of tools.
 """

@@ -6,7 +6,7 @@ These and the parser come from one reading of tracer_tool.cu, so a test that fed
 other would pass on a shared mistake: the parser's exactness is checked on real tracer files
 (tests/ingest/test_stats_real.py) and on rows rendered from the tracer's own format strings
 (tests/ingest/test_stats_properties.py). What the tracer writes and why is in
-docs/trace-a-workload.md ("What the tracer writes").
+docs/formats.md#the-tracers-files.
 """
 
 STATS_HEADER = (

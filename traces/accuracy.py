@@ -1,161 +1,38 @@
-"""How close a simulation came to the measured run: Accel-Sim's metrics as GROUP BYs.
-
-x is a launch's measured time (`measured_ns`), y its simulated time (`sim_ns`), over the
-launches that have both (overlapped launches have no `sim_ns`). Every metric is a function
-of a few sums (n, Σx, Σy, Σxy, Σx², Σy², Σ|y−x|, Σ|y−x|/x, Σ2|y−x|/(x+y), Σ(y−x)², the count
-within 10%), read in one query: sums add up, so the same SQL serves one simulation, one of its
-steps, a kernel family merged from several names, or every simulation of a simulator build
-pooled (never a mean of means). No PostgreSQL-only aggregate (`corr()`): the suite also runs
-on SQLite.
-
-The definitions are Accel-Sim's (`plot-correlation.py`; ../shared/docs/accel-sim-correlation.md
-section 5): a point with x = 0 adds 0 to the MAPE (Accel-Sim's `err = 0 if hw == 0`) and to
-the RPD when x + y = 0; Pearson's r is null with fewer than two points or a constant side.
-Every metric is null when nothing was compared; counts are 0. Pearson's r comes from raw
-moments in double precision: a side whose variance is lost in rounding (a spread under about
-a billionth of its values) counts as constant.
+"""How close a simulation came to the measured run, read from the database: the metrics
+(`traces.metrics`) of one simulation, of its steps and kernel families, and of every
+simulation of a simulator build or config pooled; its launches, its worst kernels; the
+simulations API's reads (one snapshot, launches streamed). Two simulations compared:
+`traces.simulation_compare`.
 """
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from django.db import transaction
-from django.db.models import Case, Count, Exists, FloatField, OuterRef, Q, QuerySet, Sum, Value, When
-from django.db.models.functions import Abs, Cast
-from django.db.models.lookups import GreaterThan, LessThanOrEqual
+from django.db.models import Count, Exists, OuterRef, QuerySet, Sum
 
-from cascade.db_routers import read_connection
+from traces import shapes
 from traces.demangle import demangle_all
-from traces.models import KernelContext, KernelName, SimulatedKernel, Simulation, Step, TraceState
+from traces.launch_summaries import trace_context_names
+from traces.metrics import (
+    ABS_ERROR,
+    COMPARED,
+    MEASURED,
+    METRIC_KEYS,
+    SUMS,
+    add_sums,
+    clean_sums,
+    empty_sums,
+    metric_values,
+    signed_error,
+    values_from_sums,
+)
+from traces.models import KernelName, SimulatedKernel, Simulation, Step, TraceState
+from traces.snapshots import snapshot
 
 # Rows per round trip when a simulation's launches are streamed.
 FETCH_ROWS = 2000
-# A side's variance below this fraction of its mean square is rounding, not spread.
-CONSTANT_SIDE = 1e-9
 ACCURACY_BY = ("simulator_build", "config")
-METRIC_KEYS = (
-    "mape",
-    "aggregate_error",
-    "pearson_r",
-    "rpd",
-    "nrmse",
-    "within_10_percent",
-    "kernels_compared",
-    "sim_total_ns",
-    "measured_total_ns",
-    "total_error",
-)
-
-# --- the sums ------------------------------------------------------------------------------
-
-_X = Cast("measured_ns", FloatField())
-_Y = Cast("sim_ns", FloatField())
-_ABS = Abs(_Y - _X)
-_ZERO = Value(0.0, output_field=FloatField())
-
-# Launches that have both times (an overlapped launch has no simulated time of its own).
-COMPARED = Q(sim_ns__isnull=False, measured_ns__isnull=False, overlapped=False)
-
-# The sums every metric is made of, as aggregates over SimulatedKernel rows already narrowed
-# to COMPARED ones. `sx_int`: the measured total exactly (a float sum past 2**53 ns rounds).
-SUMS = {
-    "n": Count("*"),
-    "sx_int": Sum("measured_ns"),
-    "sx": Sum(_X),
-    "sy": Sum(_Y),
-    "sxy": Sum(_X * _Y),
-    "sxx": Sum(_X * _X),
-    "syy": Sum(_Y * _Y),
-    "sabs": Sum(_ABS),
-    "sape": Sum(Case(When(GreaterThan(_X, 0), then=_ABS / _X), default=_ZERO, output_field=FloatField())),
-    "srpd": Sum(
-        Case(
-            When(GreaterThan(_X + _Y, 0), then=Value(2.0) * _ABS / (_X + _Y)),
-            default=_ZERO,
-            output_field=FloatField(),
-        )
-    ),
-    "ssq": Sum((_Y - _X) * (_Y - _X)),
-    "within": Sum(Case(When(LessThanOrEqual(_ABS, Value(0.1) * _X), then=Value(1)), default=Value(0))),
-}
-SUM_KEYS = tuple(SUMS)
-
-
-def empty_sums() -> dict:
-    return dict.fromkeys(SUM_KEYS, 0)
-
-
-def clean_sums(row: dict) -> dict:
-    """An aggregate's row as sums: SQL's SUM over no rows is null, here 0."""
-    return {key: row.get(key) or 0 for key in SUM_KEYS}
-
-
-def add_sums(into: dict, other: dict) -> dict:
-    for key in SUM_KEYS:
-        into[key] += other[key]
-    return into
-
-
-def sums_of(rows: QuerySet[SimulatedKernel]) -> dict:
-    """The sums over the compared launches among `rows`: one query."""
-    return clean_sums(rows.filter(COMPARED).order_by().aggregate(**SUMS))
-
-
-def _percent(part: float, whole: float) -> float | None:
-    return None if not whole else part / whole * 100
-
-
-def pearson(n: int, sx: float, sy: float, sxy: float, sxx: float, syy: float) -> float | None:
-    """Pearson's r from raw moments; None with fewer than two points or a constant side."""
-    if n < 2:
-        return None
-    vx = n * sxx - sx * sx
-    vy = n * syy - sy * sy
-    if vx <= CONSTANT_SIDE * n * sxx or vy <= CONSTANT_SIDE * n * syy:
-        return None
-    r = (n * sxy - sx * sy) / math.sqrt(vx * vy)
-    return max(-1.0, min(1.0, r))
-
-
-def values_from_sums(sums: dict) -> dict:
-    """The metrics (METRIC_KEYS, in that order) of these sums."""
-    n = sums["n"]
-    if n == 0:
-        return {
-            **dict.fromkeys(METRIC_KEYS),
-            "within_10_percent": 0,
-            "kernels_compared": 0,
-        }
-    sx, sy = sums["sx"], sums["sy"]
-    return {
-        "mape": sums["sape"] / n * 100,
-        "aggregate_error": _percent(sums["sabs"], sx),
-        "pearson_r": pearson(n, sx, sy, sums["sxy"], sums["sxx"], sums["syy"]),
-        "rpd": sums["srpd"] / n * 100,
-        "nrmse": math.sqrt(sums["ssq"] / n) / (sx / n) if sx else None,
-        "within_10_percent": sums["within"],
-        "kernels_compared": n,
-        "sim_total_ns": sy,
-        "measured_total_ns": sums["sx_int"],
-        "total_error": _percent(sy - sx, sx),
-    }
-
-
-def metric_values(rows: QuerySet[SimulatedKernel]) -> dict:
-    """The metrics over the compared launches among `rows` (any set: a simulation, a step,
-    several simulations): one query."""
-    return values_from_sums(sums_of(rows))
-
-
 # --- one simulation ------------------------------------------------------------------------
-
-
-def signed_error(sim_ns: float | None, measured_ns: int | None) -> float | None:
-    """(y − x) / x in %, signed; None when either is missing or x is 0."""
-    if sim_ns is None or not measured_ns:
-        return None
-    return (sim_ns - measured_ns) / measured_ns * 100
 
 
 def simulation_metrics(simulation: Simulation) -> dict:
@@ -225,15 +102,13 @@ def _steps(simulation: Simulation) -> dict[int, tuple[str, str | None]]:
     }
 
 
-def _rows(rows: QuerySet[SimulatedKernel], steps: dict, *, stream: bool) -> Iterator[SimKernelRow]:
-    values = rows.values_list(*_KERNEL_COLUMNS)
-    for ctx, *rest in values.iterator(chunk_size=FETCH_ROWS) if stream else values:
-        yield _kernel_row(ctx, rest, steps)
+def _rows(rows: QuerySet[SimulatedKernel], steps: dict) -> list[SimKernelRow]:
+    return [_kernel_row(row, steps) for row in rows.values_list(*_KERNEL_COLUMNS)]
 
 
-def _kernel_row(ctx: str | None, row, steps: dict) -> SimKernelRow:
-    """A stored launch's columns after its ctx (kernel_id ... overlapped), as a SimKernelRow."""
-    kernel_id, name, step, uid, cycles, insn, sim_ns, measured_ns, overlapped = row
+def _kernel_row(row: tuple, steps: dict) -> SimKernelRow:
+    """A stored launch's _KERNEL_COLUMNS as a SimKernelRow."""
+    ctx, kernel_id, name, step, uid, cycles, insn, sim_ns, measured_ns, overlapped = row
     step_name, phase = steps.get(step, (None, None)) if step is not None else (None, None)
     return SimKernelRow(
         ctx=ctx,
@@ -251,24 +126,15 @@ def _kernel_row(ctx: str | None, row, steps: dict) -> SimKernelRow:
     )
 
 
-def simulation_kernels(simulation: Simulation) -> Iterator[SimKernelRow]:
-    """Every launch of the simulation in the trace's order (context, kernel_id), streamed a
-    chunk at a time (a server-side cursor on PostgreSQL)."""
-    steps = _steps(simulation)
-    contexts = _contexts(simulation)
-    for context, *rest in _stored_rows(_cursor_rows(*kernels_sql(simulation.pk))):
-        yield _kernel_row(contexts.get(context), rest, steps)
-
-
 def worst_kernels(simulation: Simulation, count: int = 20) -> list[SimKernelRow]:
     """The `count` launches with the largest |error|, largest first (ties in the trace's
     order); launches without an error (no time, x = 0) are not ranked."""
     rows = (
         SimulatedKernel.objects.filter(COMPARED, simulation=simulation, measured_ns__gt=0)
-        .annotate(abs_error=_ABS / _X)
+        .annotate(abs_error=ABS_ERROR / MEASURED)
         .order_by("-abs_error", "context", "kernel_id")[:count]
     )
-    return list(_rows(rows, _steps(simulation), stream=False))
+    return _rows(rows, _steps(simulation))
 
 
 @dataclass(frozen=True)
@@ -391,134 +257,6 @@ def simulation_families(simulation: Simulation) -> list[FamilyAccuracy]:
     return result
 
 
-# --- two simulations of one trace ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class KernelChange:
-    """One launch both simulations compared: its error in each, and the change of |error|
-    in percentage points (negative: b is closer to the measured time)."""
-
-    ctx: str | None
-    kernel_id: int
-    name: str
-    measured_ns: int
-    a_sim_ns: float
-    b_sim_ns: float
-    a_error: float
-    b_error: float
-    change: float
-
-
-@dataclass(frozen=True)
-class SimulationComparison:
-    """Simulation b against simulation a on the launches both compared (x > 0)."""
-
-    a: dict  # simulation_metrics(a)
-    b: dict
-    compared: int  # launches both compared
-    better: int  # |error| smaller in b
-    worse: int
-    unchanged: int
-    mean_change: float | None  # mean change of |error|, percentage points
-    most_improved: list[KernelChange]  # the largest decreases of |error|, largest first
-    most_worsened: list[KernelChange]  # the largest increases, largest first
-
-
-def _both_sql(extra: str = "") -> str:
-    """The launches both simulations compared (the trace's measured time > 0), joined by
-    (context, kernel_id) on the unique index; `change` is the change of |error| in points."""
-    table = SimulatedKernel._meta.db_table
-    names = KernelName._meta.db_table
-    return (
-        "SELECT a.context, a.kernel_id, n.name, a.measured_ns, a.sim_ns, b.sim_ns, "
-        "(ABS(b.sim_ns - a.measured_ns) - ABS(a.sim_ns - a.measured_ns)) * 100.0 / a.measured_ns AS change "
-        f"FROM {table} a JOIN {table} b ON b.simulation_id = %s AND b.context = a.context "
-        "AND b.kernel_id = a.kernel_id "
-        f"JOIN {names} n ON n.id = a.name_id "
-        "WHERE a.simulation_id = %s AND a.sim_ns IS NOT NULL AND b.sim_ns IS NOT NULL "
-        "AND a.measured_ns > 0 AND NOT a.overlapped AND NOT b.overlapped" + extra
-    )
-
-
-def _change(row: tuple, contexts: dict[int, str | None]) -> KernelChange:
-    context, kernel_id, name, measured, a_sim, b_sim, change = row
-    return KernelChange(
-        ctx=contexts.get(context),
-        kernel_id=kernel_id,
-        name=name,
-        measured_ns=measured,
-        a_sim_ns=a_sim,
-        b_sim_ns=b_sim,
-        a_error=signed_error(a_sim, measured),
-        b_error=signed_error(b_sim, measured),
-        change=change,
-    )
-
-
-def _changes(sql: str, params: list, contexts: dict[int, str | None]) -> list[KernelChange]:
-    with read_connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return [_change(row, contexts) for row in cursor.fetchall()]
-
-
-def _contexts(simulation: Simulation) -> dict[int, str | None]:
-    return dict(KernelContext.objects.filter(trace__id=simulation.trace_id).values_list("index", "ctx"))
-
-
-def kernel_changes(a: Simulation, b: Simulation) -> Iterator[KernelChange]:
-    """Every launch both compared, in the trace's order, streamed a chunk at a time."""
-    if a.trace_id != b.trace_id:
-        raise ValueError(f"{a} and {b} simulate different traces")
-    contexts = _contexts(a)
-    sql = _both_sql(" ORDER BY a.context, a.kernel_id")
-    with read_connection.chunked_cursor() as cursor:
-        cursor.execute(sql, [b.pk, a.pk])
-        while rows := cursor.fetchmany(FETCH_ROWS):
-            for row in rows:
-                yield _change(row, contexts)
-
-
-def compare_simulations(a: Simulation, b: Simulation, count: int = 20) -> SimulationComparison:
-    """Simulation b against a, launch by launch: how many got closer or further from the
-    measured time, by how much on average, and the `count` that moved most each way.
-
-    Counts and extremes come from the database (four queries), whatever the launch count;
-    `kernel_changes` streams every launch.
-    """
-    if a.trace_id != b.trace_id:
-        raise ValueError(f"{a} and {b} simulate different traces")
-    params = [b.pk, a.pk]
-    with read_connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT COUNT(*), SUM(CASE WHEN change < 0 THEN 1 ELSE 0 END), "
-            "SUM(CASE WHEN change > 0 THEN 1 ELSE 0 END), SUM(change) "
-            f"FROM ({_both_sql()}) AS both_compared",
-            params,
-        )
-        compared, better, worse, total_change = cursor.fetchone()
-    contexts = _contexts(a)
-    order = " ORDER BY change {}, a.context, a.kernel_id LIMIT %s"
-    improved = [
-        row for row in _changes(_both_sql(order.format("ASC")), [*params, count], contexts) if row.change < 0
-    ]
-    worsened = [
-        row for row in _changes(_both_sql(order.format("DESC")), [*params, count], contexts) if row.change > 0
-    ]
-    better, worse = better or 0, worse or 0
-    return SimulationComparison(
-        a=simulation_metrics(a),
-        b=simulation_metrics(b),
-        compared=compared,
-        better=better,
-        worse=worse,
-        unchanged=compared - better - worse,
-        mean_change=total_change / compared if compared else None,
-        most_improved=improved,
-        most_worsened=worsened,
-    )
-
-
 # --- every simulation of a build or a config -------------------------------------------------
 
 
@@ -571,66 +309,18 @@ def accuracy_by(by: str, simulations: QuerySet[Simulation]) -> list[dict]:
 
 # --- the API's reads ---------------------------------------------------------------------------
 
-# A SimulationSummary's fields in the API's order: the columns read, and the JSON keys.
-SIMULATION_SUMMARY_COLUMNS = (
-    "name",
-    "state",
-    "error",
-    "created_at",
-    "updated_at",
-    "simulator",
-    "simulator_build",
-    "gpgpusim_build",
-    "config",
-    "core_clock_mhz",
-    "complete",
-    "stopped",
-    "reason",
-    "fatal",
-    "left_out",
-    "run",
-    "kernels_simulated",
-    "kernels_compared",
-    "metrics",
-)
-# The API's keys of a SimulationSummary: the columns, with `compared` (= kernels_compared,
-# the contract's name) after kernels_compared.
-_COMPARED_AT = SIMULATION_SUMMARY_COLUMNS.index("kernels_compared") + 1
-SIMULATION_SUMMARY_KEYS = (
-    *SIMULATION_SUMMARY_COLUMNS[:_COMPARED_AT],
-    "compared",
-    *SIMULATION_SUMMARY_COLUMNS[_COMPARED_AT:],
-)
-FATAL_KEYS = ("line", "text")
-LEFT_OUT_KEYS = ("kernels", "why")
-RUN_FACT_KEYS = (
-    "accel_sim_build",
-    "gpgpu_sim_build",
-    "host",
-    "started_at",
-    "ended_at",
-    "exit_status",
-    "selection",
-)
+# A SimulationSummary's fields in the API's order (`traces.shapes`): the columns read; its keys
+# add `compared` (= kernels_compared, the contract's name) after kernels_compared.
+SIMULATION_SUMMARY_COLUMNS = shapes.SIMULATION_SUMMARY.columns()
+SIMULATION_SUMMARY_KEYS = shapes.SIMULATION_SUMMARY.keys
+RUN_FACT_KEYS = shapes.SIMULATION_RUN.keys
 # Why /api/simulations/accuracy leaves a ready simulation out.
 NOTHING_COMPARED = "ready, but no kernel compared (see each simulation's reason)"
 # Simulation.metrics' keys in the API's order (simulation_metrics writes them).
 RUN_KEYS = ("run_sim_ns", "run_measured_ns", "run_error")
 SIMULATION_METRIC_KEYS = (*METRIC_KEYS, *RUN_KEYS)
 # A simulated launch as the API writes it.
-SIMULATED_KERNEL_KEYS = (
-    "ctx",
-    "kernel_id",
-    "name",
-    "step",
-    "uid",
-    "sim_cycles",
-    "sim_insn",
-    "sim_ns",
-    "measured_ns",
-    "error",
-    "overlapped",
-)
+SIMULATED_KERNEL_KEYS = shapes.SIMULATED_KERNEL.keys
 # A simulation serves the launches of its last read while ready, and while it is read again.
 SERVES_KERNELS = (TraceState.READY, TraceState.PARSING)
 _STATE = SIMULATION_SUMMARY_COLUMNS.index("state")
@@ -684,28 +374,6 @@ def kernels_sql(simulation_id: int, limit: int | None = None) -> tuple[str, list
     return sql, params
 
 
-def _fetched(cursor) -> Iterator[tuple]:
-    while rows := cursor.fetchmany(FETCH_ROWS):
-        yield from rows
-
-
-def _cursor_rows(sql: str, params: list) -> Iterator[tuple]:
-    with read_connection.chunked_cursor() as cursor:
-        cursor.execute(sql, params)
-        yield from _fetched(cursor)
-
-
-def _held_rows(cursor) -> Iterator[tuple]:
-    with cursor:  # closed when streamed or dropped (a client gone)
-        yield from _fetched(cursor)
-
-
-def _stored_rows(rows: Iterator[tuple]) -> Iterator[tuple]:
-    """SQLite answers booleans as 0 and 1."""
-    for row in rows:
-        yield (*row[:-1], bool(row[-1]))
-
-
 def api_kernels(
     rows: Iterator[tuple], contexts: dict[int, str | None], steps: dict[int, tuple[str, str | None]]
 ) -> Iterator[tuple]:
@@ -743,46 +411,16 @@ def _detail_parts(trace_id: str, name: str) -> tuple | None:
 
 
 def simulation_detail(trace_id: str, name: str, limit: int | None = None) -> SimulationDetail | None:
-    """The simulation `name` of the trace, read from one snapshot of the database, or None.
-
-    As `selectors.trace_detail_snapshot` does for a trace: on PostgreSQL the row, the sums and
-    the launches' cursor are read and declared in one REPEATABLE READ transaction, the cursor
-    held past its commit (WITH HOLD), so that a simulation read again meanwhile cannot mix two
-    reads in one answer. Launches are served while the simulation is ready or read again.
-    """
-    if read_connection.vendor != "postgresql":
+    """The simulation `name` of the trace, read from one snapshot of the database
+    (`traces.snapshots`), or None: a simulation read again meanwhile cannot mix two reads in
+    one answer. Launches are served while the simulation is ready or read again."""
+    with snapshot(held=True) as reads:
         parts = _detail_parts(trace_id, name)
         if parts is None:
             return None
         found, simulation, steps, families = parts
-        kernels = iter(())
-        if found[_STATE] in SERVES_KERNELS:
-            kernels = api_kernels(
-                _stored_rows(_cursor_rows(*kernels_sql(simulation.pk, limit))),
-                _contexts(simulation),
-                _steps(simulation),
-            )
-        return SimulationDetail(found[:-2], found[-2], steps, families, kernels)
-    own_transaction = not read_connection.in_atomic_block
-    held = read_connection.chunked_cursor()
-    try:
-        with transaction.atomic(using=read_connection.alias):
-            if own_transaction:
-                with read_connection.cursor() as cursor:
-                    cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            parts = _detail_parts(trace_id, name)
-            if parts is None:
-                held.close()
-                return None
-            found, simulation, steps, families = parts
-            if found[_STATE] not in SERVES_KERNELS:
-                held.close()
-                return SimulationDetail(found[:-2], found[-2], steps, families, iter(()))
-            contexts, step_names = _contexts(simulation), _steps(simulation)
-            held.execute(*kernels_sql(simulation.pk, limit))
-    except BaseException:
-        held.close()
-        raise
-    return SimulationDetail(
-        found[:-2], found[-2], steps, families, api_kernels(_held_rows(held), contexts, step_names)
-    )
+        if found[_STATE] not in SERVES_KERNELS:
+            return SimulationDetail(found[:-2], found[-2], steps, families, iter(()))
+        contexts, step_names = trace_context_names(simulation.trace_id), _steps(simulation)
+        rows = reads.held_rows(*kernels_sql(simulation.pk, limit), FETCH_ROWS)
+    return SimulationDetail(found[:-2], found[-2], steps, families, api_kernels(rows, contexts, step_names))

@@ -12,17 +12,14 @@ ratio whose denominator is null or 0 is null. The API (`/summary`, `/compare`) a
 kernel-mix table read these functions; the dataclasses are their contract.
 """
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.db import transaction
 from django.db.models import Count, Q, Sum
 
-from cascade.db_routers import read_connection
 from traces.demangle import demangle_all
+from traces.launch_summaries import as_bigint, trace_launches
 from traces.models import Kernel, KernelName, Step, Trace
-from traces.selectors import as_bigint, trace_launches
 
 BY_NAME = "name"
 BY_DEMANGLED = "demangled"
@@ -103,38 +100,6 @@ class Comparison:
     b: TraceTotals
     by: str
     kernels: list[KernelComparison]
-
-
-# --- snapshots ---------------------------------------------------------------------------
-
-
-@contextmanager
-def snapshot() -> Iterator[None]:
-    """The reads inside see one snapshot of the database (REPEATABLE READ on PostgreSQL).
-
-    A summary is several GROUP BYs: without it, a parse committing between them would give
-    totals that disagree with their parts. Inside a caller's transaction (a test's) its
-    snapshot rules, since the level can only be set as a transaction's first statement.
-    """
-    own_transaction = not read_connection.in_atomic_block
-    with transaction.atomic(using=read_connection.alias):
-        if own_transaction and read_connection.vendor == "postgresql":
-            with read_connection.cursor() as cursor:
-                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                cursor.execute(ONE_TRACE_PLANS)
-        yield
-
-
-# The reads of a snapshot are a trace's launches (or two traces'): a range of the kernel
-# table's primary key, which the planner costs as mostly random reads (a three-column key, a
-# table larger than the default effective_cache_size): it would rather scan every launch of
-# every trace, in parallel (a 1M-launch trace among 50M: 2 s where its range takes 0.25 s); and the
-# cost of a million rows turns on JIT compilation, 0.4 to 0.6 s a query that it never pays
-# back (docs/performance.md, the admin at 50M launches). Its estimates of a trace's groups
-# (a few hundred, which it guesses at a few hundred thousand) would not fit the default 4 MB,
-# so it would sort a million rows through temporary files: 16 MB lets it hash them. SET
-# LOCAL: this transaction only.
-ONE_TRACE_PLANS = "SET LOCAL enable_seqscan = off; SET LOCAL jit = off; SET LOCAL work_mem = '16MB'"
 
 
 def trace_states(trace_ids: Iterable[str]) -> dict[str, str]:
@@ -232,29 +197,6 @@ def _mix(groups: list[dict], totals: TraceTotals) -> list[KernelMix]:
     # The most instructions first (names without counts last), ties by name.
     mix.sort(key=lambda kernel: (-(kernel.total_insts or 0), kernel.total_insts is None, kernel.name))
     return mix
-
-
-def kernel_mix(trace_id: str) -> list[KernelMix]:
-    """The trace's launches grouped by kernel name, most instructions first: one query.
-
-    `traced`: how many of the name's launches the tracer traced. Shares are of the trace's
-    summed instructions and measured time.
-    """
-    groups = _name_groups([trace_id])
-    return _mix(groups, _totals(trace_id, groups))
-
-
-def trace_totals(trace_id: str) -> TraceTotals:
-    """The trace's launch count, summed instructions and measured time: one query."""
-    totals = trace_launches(trace_id).aggregate(
-        launches=Count("*"), insts=Sum(as_bigint("total_insts")), duration=Sum("duration_ns")
-    )
-    return TraceTotals(
-        id=trace_id,
-        kernel_count=totals["launches"],
-        total_insts=totals["insts"],
-        duration_ns=totals["duration"],
-    )
 
 
 def step_totals(trace_id: str) -> list[StepTotal]:

@@ -1,71 +1,104 @@
-"""The API reference's examples, as the OpenAPI schema shows them (`traces.serializers`
-attaches each to the shape it illustrates; the list's is set by `traces.openapi.finish_schema`).
+"""The API's examples, in one place: the OpenAPI schema shows them (`traces.serializers`
+attaches each to the shape it illustrates; the lists' are set by `traces.openapi.finish_schema`)
+and docs/api.md's ```json blocks are written from `DOCS_EXAMPLES` (`python -m
+traces.api_examples` rewrites them). Longer than 500 lines because it is data: one example of
+every answer of every route, each a literal a reader can compare with a real answer.
 
-The schema tests validate the list's and the detail's against their shapes.
+tests/traces/test_api_docs_examples.py checks that the docs hold exactly these, and that they
+have the keys, order and types of the live API's answers.
 """
+
+import json
+import re
+import sys
+from pathlib import Path
 
 from drf_spectacular.utils import OpenApiExample
 
-FAILED_SUMMARY = {
-    "id": "demo-failed",
-    "state": "failed",
-    "error": "profiler reported status 'failed' in metadata.json",
-    "created_at": "2026-11-08T08:59:02.590922Z",
-    "updated_at": "2026-11-08T08:59:02.592166Z",
-    "model": None,
-    "layers": [],
-    "source_gpu": None,
-    "trace_gpu_arch": "sm_86",
-    "suggested_sim_config": None,
-    "kernel_count": 0,
-    "bytes": 16650759,
-    "has_real_timing": False,
-    "has_step_timeline": False,
-    "sample": False,
-    "waiting_for": None,
-    "warnings": [],
-    "traced_launches": 0,
-}
-DEMO_SUMMARY = {
-    "id": "demo",
-    "state": "ready",
-    "error": None,
-    "created_at": "2026-11-08T08:59:02.587743Z",
-    "updated_at": "2026-11-08T08:59:02.592073Z",
-    "model": None,
-    "layers": [],
-    "source_gpu": None,
-    "trace_gpu_arch": "sm_86",
-    "suggested_sim_config": "SM86_RTX3070",
-    "kernel_count": 20,
-    "bytes": 16890250,
-    "has_real_timing": False,
-    "has_step_timeline": True,
-    "sample": False,
-    "waiting_for": None,
-    "warnings": [],
-    "traced_launches": 20,
-}
-SAMPLE_SUMMARY = {
-    "id": "sample__facebook_opt-125m__h100-e2e",
-    "state": "ready",
-    "error": None,
-    "created_at": "2026-11-08T06:19:57.515017Z",
-    "updated_at": "2026-11-08T06:19:57.515017Z",
-    "model": "facebook/opt-125m",
-    "layers": ["step 0 (prefill)", "step 2 (decode)", "step 10 (decode)", "step 26 (decode)"],
-    "source_gpu": "NVIDIA H100 80GB HBM3",
-    "trace_gpu_arch": "sm_90",
-    "suggested_sim_config": "SM90_H100",
-    "kernel_count": 712,
-    "bytes": 13065268,
-    "has_real_timing": True,
-    "has_step_timeline": True,
-    "sample": True,
-    "waiting_for": None,
-    "warnings": [],
-    "traced_launches": 712,
-}
+from traces import shapes
+
+
+def shaped(shape: shapes.Shape, values: dict) -> dict:
+    """An example of `shape`: its keys in its order, each from `values` or the field's own
+    `example`; an optional field only where `values` has it."""
+    unknown = set(values) - set(shape.keys)
+    assert not unknown, f"{shape.name} has no {sorted(unknown)}"
+    return {
+        field.name: values.get(field.name, field.example)
+        for field in shape.fields
+        if field.name in values or not field.optional
+    }
+
+
+FAILED_SUMMARY = shaped(
+    shapes.TRACE_SUMMARY,
+    {
+        "id": "demo-failed",
+        "state": "failed",
+        "error": "profiler reported status 'failed' in metadata.json",
+        "created_at": "2026-11-08T08:59:02.590922Z",
+        "updated_at": "2026-11-08T08:59:02.592166Z",
+        "model": None,
+        "layers": [],
+        "source_gpu": None,
+        "trace_gpu_arch": "sm_86",
+        "suggested_sim_config": None,
+        "kernel_count": 0,
+        "bytes": 16650759,
+        "has_real_timing": False,
+        "has_step_timeline": False,
+        "sample": False,
+        "waiting_for": None,
+        "warnings": [],
+        "traced_launches": 0,
+    },
+)
+DEMO_SUMMARY = shaped(
+    shapes.TRACE_SUMMARY,
+    {
+        "id": "demo",
+        "state": "ready",
+        "error": None,
+        "created_at": "2026-11-08T08:59:02.587743Z",
+        "updated_at": "2026-11-08T08:59:02.592073Z",
+        "model": None,
+        "layers": [],
+        "source_gpu": None,
+        "trace_gpu_arch": "sm_86",
+        "suggested_sim_config": "SM86_RTX3070",
+        "kernel_count": 20,
+        "bytes": 16890250,
+        "has_real_timing": False,
+        "has_step_timeline": True,
+        "sample": False,
+        "waiting_for": None,
+        "warnings": [],
+        "traced_launches": 20,
+    },
+)
+SAMPLE_SUMMARY = shaped(
+    shapes.TRACE_SUMMARY,
+    {
+        "id": "sample__facebook_opt-125m__h100-e2e",
+        "state": "ready",
+        "error": None,
+        "created_at": "2026-11-08T06:19:57.515017Z",
+        "updated_at": "2026-11-08T06:19:57.515017Z",
+        "model": "facebook/opt-125m",
+        "layers": ["step 0 (prefill)", "step 2 (decode)", "step 10 (decode)", "step 26 (decode)"],
+        "source_gpu": "NVIDIA H100 80GB HBM3",
+        "trace_gpu_arch": "sm_90",
+        "suggested_sim_config": "SM90_H100",
+        "kernel_count": 712,
+        "bytes": 13065268,
+        "has_real_timing": True,
+        "has_step_timeline": True,
+        "sample": True,
+        "waiting_for": None,
+        "warnings": [],
+        "traced_launches": 712,
+    },
+)
 DEMO_METADATA = {
     "status": "ok",
     "files": [
@@ -97,7 +130,7 @@ def example_kernel(kernel_id: int, *, insts: int | None = 50066, device: int | N
     if device is not None:
         kernel["device_id"] = device
         kernel["stream_id"] = 7
-    return kernel
+    return shaped(shapes.KERNEL, kernel)
 
 
 UPLOADING_SUMMARY = {
@@ -124,21 +157,16 @@ CUT_SUMMARY = {
         }
     ],
 }
-ADDED_KEYS = ("waiting_for", "warnings", "traced_launches")  # after the reference's: `kernels` too
 
 
 def detail_example(summary: dict, kernels: list[dict]) -> dict:
     """A TraceDetail: the reference's keys (`metadata`, `kernels` last), then those added since."""
-    published = {key: value for key, value in summary.items() if key not in ADDED_KEYS}
-    return {
-        **published,
-        "metadata": DEMO_METADATA,
-        "kernels": kernels,
-        **{key: summary[key] for key in ADDED_KEYS},
-    }
+    return shaped(shapes.TRACE_DETAIL, {**summary, "metadata": DEMO_METADATA, "kernels": kernels})
 
 
 LIST_EXAMPLE = [FAILED_SUMMARY, DEMO_SUMMARY, SAMPLE_SUMMARY]
+# The demo's first two kernels (the rest trimmed): the second without totals.
+NULL_TOTALS_DETAIL = detail_example(DEMO_SUMMARY, [example_kernel(1), example_kernel(2, insts=None)])
 DETAIL_EXAMPLES = [
     OpenApiExample(
         "Uploading",
@@ -161,9 +189,7 @@ DETAIL_EXAMPLES = [
     OpenApiExample(
         "NullTotals",
         summary="Kernels: one without totals (captured into a CUDA graph)",
-        value=detail_example(
-            {**DEMO_SUMMARY, "kernel_count": 2}, [example_kernel(1), example_kernel(2, insts=None)]
-        ),
+        value=NULL_TOTALS_DETAIL,
         response_only=True,
     ),
     OpenApiExample(
@@ -249,51 +275,57 @@ COMPARISON_EXAMPLES = [OpenApiExample("Comparison", value=COMPARE_EXAMPLE, respo
 
 # One simulation of the sample trace's first five launches at 1755 MHz: four compared, the fifth
 # overlapped (concurrent kernels share one stat block).
-SIMULATION_METRICS = {
-    "mape": 10.0587,
-    "aggregate_error": 11.2253,
-    "pearson_r": 0.9918,
-    "rpd": 9.8826,
-    "nrmse": 0.1433,
-    "within_10_percent": 2,
-    "kernels_compared": 4,
-    "sim_total_ns": 10317.3789,
-    "measured_total_ns": 10480,
-    "total_error": -1.5517,
-    "run_sim_ns": 10883.1909,
-    "run_measured_ns": 11120,
-    "run_error": -2.1296,
-}
-SIMULATION_SUMMARY = {
-    "name": "accelsim-2260456e-SM90_H100",
-    "state": "ready",
-    "error": None,
-    "created_at": "2026-11-09T10:12:40.114205Z",
-    "updated_at": "2026-11-09T10:12:41.020113Z",
-    "simulator": "accel-sim",
-    "simulator_build": "accelsim-commit-2260456ea5e6a1420f5734f145a4b7d8ab1d4737_modified_1.0",
-    "gpgpusim_build": "4.2.0 [build gpgpu-sim_git-commit-13c67115070dc2f0876254a790d0238073ca364a_modified_2.0]",
-    "config": "SM90_H100",
-    "core_clock_mhz": 1755.0,
-    "complete": True,
-    "stopped": None,
-    "reason": None,
-    "fatal": None,
-    "left_out": {"kernels": 0, "why": None},
-    "run": {
-        "accel_sim_build": "accelsim-commit-2260456ea5e6a1420f5734f145a4b7d8ab1d4737_modified_1.0",
-        "gpgpu_sim_build": "gpgpu-sim_git-commit-13c67115070dc2f0876254a790d0238073ca364a_modified_2.0",
-        "host": "sim-node-07",
-        "started_at": "2026-11-09T10:12:40Z",
-        "ended_at": "2026-11-09T10:58:02Z",
-        "exit_status": 0,
-        "selection": {"select": "unique", "cover": 0.95},
+SIMULATION_METRICS = shaped(
+    shapes.SIMULATION_METRICS,
+    {
+        "mape": 10.0587,
+        "aggregate_error": 11.2253,
+        "pearson_r": 0.9918,
+        "rpd": 9.8826,
+        "nrmse": 0.1433,
+        "within_10_percent": 2,
+        "kernels_compared": 4,
+        "sim_total_ns": 10317.3789,
+        "measured_total_ns": 10480,
+        "total_error": -1.5517,
+        "run_sim_ns": 10883.1909,
+        "run_measured_ns": 11120,
+        "run_error": -2.1296,
     },
-    "kernels_simulated": 5,
-    "kernels_compared": 4,
-    "compared": 4,
-    "metrics": SIMULATION_METRICS,
-}
+)
+SIMULATION_SUMMARY = shaped(
+    shapes.SIMULATION_SUMMARY,
+    {
+        "name": "accelsim-2260456e-SM90_H100",
+        "state": "ready",
+        "error": None,
+        "created_at": "2026-11-09T10:12:40.114205Z",
+        "updated_at": "2026-11-09T10:12:41.020113Z",
+        "simulator": "accel-sim",
+        "simulator_build": "accelsim-commit-2260456ea5e6a1420f5734f145a4b7d8ab1d4737_modified_1.0",
+        "gpgpusim_build": "4.2.0 [build gpgpu-sim_git-commit-13c67115070dc2f0876254a790d0238073ca364a_modified_2.0]",
+        "config": "SM90_H100",
+        "core_clock_mhz": 1755.0,
+        "complete": True,
+        "stopped": None,
+        "reason": None,
+        "fatal": None,
+        "left_out": {"kernels": 0, "why": None},
+        "run": {
+            "accel_sim_build": "accelsim-commit-2260456ea5e6a1420f5734f145a4b7d8ab1d4737_modified_1.0",
+            "gpgpu_sim_build": "gpgpu-sim_git-commit-13c67115070dc2f0876254a790d0238073ca364a_modified_2.0",
+            "host": "sim-node-07",
+            "started_at": "2026-11-09T10:12:40Z",
+            "ended_at": "2026-11-09T10:58:02Z",
+            "exit_status": 0,
+            "selection": {"select": "unique", "cover": 0.95},
+        },
+        "kernels_simulated": 5,
+        "kernels_compared": 4,
+        "compared": 4,
+        "metrics": SIMULATION_METRICS,
+    },
+)
 UPLOADING_SIMULATION = {
     **SIMULATION_SUMMARY,
     "name": "accelsim-dev-SM90_H100",
@@ -321,7 +353,7 @@ SIMULATION_LIST_EXAMPLE = [{"trace_id": SAMPLE_TRACE, **simulation} for simulati
 def example_simulated_kernel(
     kernel_id: int, name: str, step: str, cycles: int | None, measured_ns: int, error: float | None
 ) -> dict:
-    return {
+    values = {
         "ctx": "0x6165bdd7ec90",
         "kernel_id": kernel_id,
         "name": name,
@@ -334,27 +366,31 @@ def example_simulated_kernel(
         "error": error,
         "overlapped": cycles is None,
     }
+    return shaped(shapes.SIMULATED_KERNEL, values)
 
 
-SIMULATION_DETAIL_EXAMPLE = {
-    **SIMULATION_SUMMARY,
-    "interrupted": [],
-    "steps": [
-        {"step": "step 0 (prefill)", "sim_ns": 6835.3276, "measured_ns": 7220, "error": -5.3279},
-        {"step": "step 1 (decode)", "sim_ns": 3482.0513, "measured_ns": 3260, "error": 6.8114},
-    ],
-    "families": [
-        {"family": "vecAdd", "count": 2, "mape": 10.1197, "aggregate_error": 11.0371},
-        {"family": GEMM_EXAMPLE, "count": 2, "mape": 9.9977, "aggregate_error": 11.7465},
-    ],
-    "kernels": [
-        example_simulated_kernel(1, GEMM_EXAMPLE, "step 0 (prefill)", 3694, 1820, 15.6507),
-        example_simulated_kernel(2, "_Z6vecAddPdS_S_i", "step 0 (prefill)", 8302, 5400, -12.3984),
-        example_simulated_kernel(3, GEMM_EXAMPLE, "step 1 (decode)", 1758, 960, 4.3447),
-        example_simulated_kernel(4, "_Z6vecAddPdS_S_i", "step 1 (decode)", 4353, 2300, 7.841),
-        example_simulated_kernel(5, "_Z6vecAddPdS_S_i", "step 1 (decode)", None, 640, None),
-    ],
-}
+SIMULATION_DETAIL_EXAMPLE = shaped(
+    shapes.SIMULATION_DETAIL,
+    {
+        **SIMULATION_SUMMARY,
+        "interrupted": [],
+        "steps": [
+            {"step": "step 0 (prefill)", "sim_ns": 6835.3276, "measured_ns": 7220, "error": -5.3279},
+            {"step": "step 1 (decode)", "sim_ns": 3482.0513, "measured_ns": 3260, "error": 6.8114},
+        ],
+        "families": [
+            {"family": "vecAdd", "count": 2, "mape": 10.1197, "aggregate_error": 11.0371},
+            {"family": GEMM_EXAMPLE, "count": 2, "mape": 9.9977, "aggregate_error": 11.7465},
+        ],
+        "kernels": [
+            example_simulated_kernel(1, GEMM_EXAMPLE, "step 0 (prefill)", 3694, 1820, 15.6507),
+            example_simulated_kernel(2, "_Z6vecAddPdS_S_i", "step 0 (prefill)", 8302, 5400, -12.3984),
+            example_simulated_kernel(3, GEMM_EXAMPLE, "step 1 (decode)", 1758, 960, 4.3447),
+            example_simulated_kernel(4, "_Z6vecAddPdS_S_i", "step 1 (decode)", 4353, 2300, 7.841),
+            example_simulated_kernel(5, "_Z6vecAddPdS_S_i", "step 1 (decode)", None, 640, None),
+        ],
+    },
+)
 STOPPED_DETAIL_EXAMPLE = {
     **SIMULATION_DETAIL_EXAMPLE,
     "name": "accelsim-2260456e-SM90_H100-short",
@@ -591,14 +627,11 @@ KERNELS_CSV_EXAMPLE = (
 # abridged; a real answer's are signed for the bucket's public endpoint.
 _PUT = (
     "https://s3.example.org/traces/accelsim-traces/demo/simulations/accelsim-SM86_RTX3070/{name}"
-    "?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=...&X-Amz-Date=20261108T085902Z"
-    "&X-Amz-Expires=3600&X-Amz-SignedHeaders=content-length%3Bhost&X-Amz-Signature=..."
+    "?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Expires=3600&X-Amz-Signature=..."
 )
 _PART = (
     "https://s3.example.org/traces/accelsim-traces/demo/simulations/accelsim-SM86_RTX3070/sim.log.xz"
-    "?uploadId=2~n2xQ...&partNumber={number}&X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=..."
-    "&X-Amz-Date=20261108T085902Z&X-Amz-Expires=3600&X-Amz-SignedHeaders=content-length%3Bhost"
-    "&X-Amz-Signature=..."
+    "?uploadId=2~n2xQ...&partNumber={number}&X-Amz-Expires=3600&X-Amz-Signature=..."
 )
 SIMULATION_UPLOAD_REQUEST = {
     "files": [
@@ -675,3 +708,66 @@ SIMULATION_COMPLETE_EXAMPLES = [
         "Complete", summary="Registered, being read", value=SIMULATION_COMPLETE_EXAMPLE, response_only=True
     ),
 ]
+
+
+# --- docs/api.md: its ```json blocks, written from these values ------------------------------------
+
+# Each block follows a `<!-- example: NAME -->` line in docs/api.md; lists trimmed to stay short.
+DOCS_EXAMPLES = {
+    "traces": [DEMO_SUMMARY],
+    "trace": NULL_TOTALS_DETAIL,
+    "summary": {**SUMMARY_EXAMPLE, "kernels": SUMMARY_EXAMPLE["kernels"][1:]},
+    "compare": {**COMPARE_EXAMPLE, "kernels": COMPARE_EXAMPLE["kernels"][:1]},
+    "selection": {
+        **SELECTION_EXAMPLE,
+        "groups": [{**group, "members": group["members"][:2]} for group in SELECTION_EXAMPLE["groups"][:1]],
+    },
+    "files": {**FILES_EXAMPLE, "files": FILES_EXAMPLE["files"][1:2]},
+    "trace-simulations": [UPLOADING_SIMULATION],
+    "simulation": {
+        **SIMULATION_DETAIL_EXAMPLE,
+        "steps": SIMULATION_DETAIL_EXAMPLE["steps"][1:],
+        "families": SIMULATION_DETAIL_EXAMPLE["families"][:1],
+        "kernels": SIMULATION_DETAIL_EXAMPLE["kernels"][3:],
+    },
+    "simulations": SIMULATION_LIST_EXAMPLE[:1],
+    "accuracy": ACCURACY_EXAMPLE[:1],
+    "upload-request": SIMULATION_UPLOAD_REQUEST,
+    "upload": SIMULATION_UPLOAD_EXAMPLE,
+    "complete-request": SIMULATION_COMPLETE_REQUEST,
+    "complete": SIMULATION_COMPLETE_EXAMPLE,
+}
+DOCS_BLOCK = re.compile(r"(<!-- example: (?P<name>[a-z-]+) -->\n```json\n)(?P<body>.*?)(\n```)", re.DOTALL)
+DOCS_WIDTH = 100
+
+
+def docs_json(value, indent: str = "") -> str:
+    """`value` as JSON a reader can scan: on one line where it fits DOCS_WIDTH, else its keys
+    (or items) packed into lines of that width, a long one on lines of its own."""
+    flat = json.dumps(value, ensure_ascii=False)
+    if len(indent) + len(flat) <= DOCS_WIDTH or not isinstance(value, dict | list) or not value:
+        return flat
+    inner = indent + "  "
+    if isinstance(value, dict):
+        parts = [f"{json.dumps(key)}: {docs_json(item, inner)}" for key, item in value.items()]
+    else:
+        parts = [docs_json(item, inner) for item in value]
+    lines, line = [], ""
+    for part in parts:
+        if line and ("\n" in part or len(inner) + len(line) + len(part) + 2 > DOCS_WIDTH):
+            lines.append(line)
+            line = ""
+        line = f"{line}, {part}" if line else part
+    lines.append(line)
+    opening, closing = "{}" if isinstance(value, dict) else "[]"
+    return f"{opening}\n{inner}" + f",\n{inner}".join(lines) + f"\n{indent}{closing}"
+
+
+def docs_with_examples(text: str) -> str:
+    """docs/api.md's text with each example block rewritten from DOCS_EXAMPLES."""
+    return DOCS_BLOCK.sub(lambda block: block[1] + docs_json(DOCS_EXAMPLES[block["name"]]) + block[4], text)
+
+
+if __name__ == "__main__":  # python -m traces.api_examples [docs/api.md]
+    docs = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/api.md")
+    docs.write_text(docs_with_examples(docs.read_text()))

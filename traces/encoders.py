@@ -2,8 +2,9 @@
 
 A trace can hold a million kernels: a serializer object per kernel costs several times
 what encoding tuples with orjson does, and one list of a million dicts costs gigabytes.
-So `traces.selectors` reads rows in a fixed order, they are turned into the documented shapes
-here, and kernels are encoded in chunks as they arrive from a server-side cursor.
+So `traces.selectors` reads rows in a fixed order, they are turned into the shapes
+`traces.shapes` declares here (its keys, in its order), and kernels are encoded in chunks as
+they arrive from a server-side cursor.
 """
 
 import json
@@ -13,21 +14,18 @@ from datetime import datetime
 
 import orjson
 
-from traces.accuracy import (
-    FATAL_KEYS,
-    LEFT_OUT_KEYS,
-    RUN_FACT_KEYS,
-    SIMULATED_KERNEL_KEYS,
-    SIMULATION_METRIC_KEYS,
-    SIMULATION_SUMMARY_COLUMNS,
-    SimulationDetail,
-)
+from traces import shapes
+from traces.accuracy import SIMULATION_SUMMARY_COLUMNS, SimulationDetail
 from traces.analysis import Comparison, Launches, Ratios, Summary, TraceTotals
 from traces.models import KERNEL_COLUMNS, NO_DEVICE
-from traces.selectors import TRACE_ADDED_COLUMNS, TRACE_SUMMARY_COLUMNS, WAITING_FOR_METADATA
+from traces.selectors import WAITING_FOR_METADATA
 
+# A TraceSummary's keys in order (`traces.shapes`: the selectors read its columns in this order),
+# those added after the reference's (after the detail's `kernels`), and where its timestamps are.
+SUMMARY_KEYS = shapes.TRACE_SUMMARY.keys
+ADDED_KEYS = tuple(field.name for field in shapes.TRACE_ADDED)
 _TIMESTAMPS = frozenset(
-    {TRACE_SUMMARY_COLUMNS.index("created_at"), TRACE_SUMMARY_COLUMNS.index("updated_at")}
+    index for index, field in enumerate(shapes.TRACE_SUMMARY.fields) if field.kind == shapes.DATETIME
 )
 
 # Kernels per piece of a streamed TraceDetail.
@@ -39,10 +37,11 @@ def format_timestamp(value: datetime) -> str:
     return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def trace_row_to_dict(fields: tuple[str, ...], row: tuple) -> dict:
+def trace_row_to_dict(row: tuple) -> dict:
+    """A TraceSummary from its stored values (`selectors.TRACE_SUMMARY_COLUMNS`)."""
     return {
         name: format_timestamp(value) if index in _TIMESTAMPS else value
-        for index, (name, value) in enumerate(zip(fields, row, strict=True))
+        for index, (name, value) in enumerate(zip(SUMMARY_KEYS, row, strict=True))
     }
 
 
@@ -63,9 +62,9 @@ def waiting_text(missing: list[str] | None) -> str | None:
     return f"{len(missing)} file{'' if len(missing) == 1 else 's'} listed in metadata.json: {shown}"
 
 
-_STATE = TRACE_SUMMARY_COLUMNS.index("state")
-_WAITING_FOR = TRACE_SUMMARY_COLUMNS.index("waiting_for")
-_WARNINGS = TRACE_SUMMARY_COLUMNS.index("warnings")
+_STATE = shapes.TRACE_SUMMARY.index("state")
+_WAITING_FOR = shapes.TRACE_SUMMARY.index("waiting_for")
+_WARNINGS = shapes.TRACE_SUMMARY.index("warnings")
 
 
 def with_added_values(summary: dict, state: str, waiting_for, has_metadata: bool) -> dict:
@@ -124,7 +123,7 @@ def kernel_row_to_dict(row: tuple) -> dict:
 
 def trace_summaries(rows: Iterable[tuple]) -> list[dict]:
     """TraceSummary objects from `selectors.trace_summary_rows()`."""
-    return [trace_row_to_dict(TRACE_SUMMARY_COLUMNS, row) for row in rows]
+    return [trace_row_to_dict(row) for row in rows]
 
 
 def trace_detail_head(row: tuple, *, raw_metadata: bool = True) -> dict:
@@ -133,10 +132,10 @@ def trace_detail_head(row: tuple, *, raw_metadata: bool = True) -> dict:
     `metadata` is the stored JSON text wrapped as an orjson Fragment (embedded as is, in
     metadata.json's key order), or parsed when `raw_metadata` is false (the browsable API).
     """
-    head = trace_row_to_dict(TRACE_SUMMARY_COLUMNS, row[:-1])
+    head = trace_row_to_dict(row[:-1])
     metadata_json = row[-1]
     with_added_values(head, row[_STATE], row[_WAITING_FOR], metadata_json is not None)
-    added = {name: head.pop(name) for name in TRACE_ADDED_COLUMNS}
+    added = {name: head.pop(name) for name in ADDED_KEYS}
     if metadata_json is None:
         head["metadata"] = None
     else:
@@ -149,8 +148,8 @@ def trace_detail_head(row: tuple, *, raw_metadata: bool = True) -> dict:
 def detail_head_and_tail(head: dict) -> tuple[dict, dict]:
     """A `trace_detail_head` as the keys before `kernels` and those after it."""
     return (
-        {name: value for name, value in head.items() if name not in TRACE_ADDED_COLUMNS},
-        {name: head[name] for name in TRACE_ADDED_COLUMNS if name in head},
+        {name: value for name, value in head.items() if name not in ADDED_KEYS},
+        {name: head[name] for name in ADDED_KEYS if name in head},
     )
 
 
@@ -158,14 +157,14 @@ def encode_summaries(summaries: list[dict]) -> bytes:
     return orjson.dumps(summaries)
 
 
-_LAYERS = TRACE_SUMMARY_COLUMNS.index("layers")
+_LAYERS = shapes.TRACE_SUMMARY.index("layers")
 
 
 def list_row_to_dict(row: tuple, layers: dict[str, list] | None = None) -> dict:
     """A TraceSummary from a row of `selectors.trace_summary_rows` (timestamps already the
     API's text, `layers` JSON text). `layers`: lists already read, by their text (traces
     share a handful of them), to be only encoded again."""
-    summary = dict(zip(TRACE_SUMMARY_COLUMNS, row, strict=True))
+    summary = dict(zip(SUMMARY_KEYS, row, strict=True))
     waiting = row[_WAITING_FOR]  # the list's text (selectors._list_rows): null unless uploading
     if waiting is not None:
         waiting = waiting_text(None if waiting == WAITING_FOR_METADATA else orjson.loads(waiting))
@@ -301,7 +300,9 @@ def encode_json(value: dict) -> bytes:
 
 # --- simulations (traces.accuracy) ----------------------------------------------------------------
 
-_INTERRUPTED_KEYS = ("uid", "ctx", "kernel_id", "name", "trace_file")
+_INTERRUPTED_KEYS = shapes.INTERRUPTED_KERNEL.keys
+_SELECTION_KEYS = shapes.SIMULATION_SELECTION.keys
+SIMULATED_KERNEL_KEYS = shapes.SIMULATED_KERNEL.keys
 
 
 def _ordered(value: dict | None, keys: tuple[str, ...]) -> dict | None:
@@ -321,13 +322,16 @@ def simulation_summary_dict(row: tuple, *, columns: tuple[str, ...] = SIMULATION
             summary["compared"] = value
     for key in ("created_at", "updated_at"):
         summary[key] = format_timestamp(summary[key])
-    summary["fatal"] = _ordered(summary["fatal"], FATAL_KEYS)
-    summary["left_out"] = _ordered(summary["left_out"], LEFT_OUT_KEYS) or {"kernels": 0, "why": None}
-    run = _ordered(summary["run"], RUN_FACT_KEYS)
+    summary["fatal"] = _ordered(summary["fatal"], shapes.SIMULATION_FATAL.keys)
+    summary["left_out"] = _ordered(summary["left_out"], shapes.SIMULATION_LEFT_OUT.keys) or {
+        "kernels": 0,
+        "why": None,
+    }
+    run = _ordered(summary["run"], shapes.SIMULATION_RUN.keys)
     if run is not None and run["selection"] is not None:
-        run["selection"] = _ordered(run["selection"], ("select", "cover"))
+        run["selection"] = _ordered(run["selection"], _SELECTION_KEYS)
     summary["run"] = run
-    summary["metrics"] = _ordered(summary["metrics"], SIMULATION_METRIC_KEYS)
+    summary["metrics"] = _ordered(summary["metrics"], shapes.SIMULATION_METRICS.keys)
     return summary
 
 

@@ -8,17 +8,20 @@ knows the stored layout (names as KernelName ids, (ctx, device) as the trace's c
 trace files dropped where the context's scheme derives them) lives here, and so does every
 COPY: the names connection, the threaded COPY writer, the renumbering of contexts. The writer,
 the encoder of its COPY text and the columns they share change together: a column moved in one
-and not the other would store launches wrongly.
+and not the other would store launches wrongly. That is why it is one module of over 500
+lines: split, a column's change would span files that nothing ties together.
 """
 
 import queue
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from django.db import connection, transaction
-from psycopg.copy import QueuedLibpqWriter
+from psycopg.copy import LibpqWriter
 
 from traces.demangle import INGEST_BUDGET_SECONDS, Budget, demangle_names
 from traces.models import KERNEL_COLUMNS, KernelContext, KernelName, KernelPurge, Trace, name_digest
@@ -170,9 +173,10 @@ LAUNCH_COLUMNS = (
     "trace_file",
 )
 STORED_COLUMNS = SHAPE_COLUMNS + LAUNCH_COLUMNS
-# COPY blocks (psycopg's, up to 128 KiB) queued between the parse and the thread that sends
-# them: the parse runs ahead of PostgreSQL by 2 MiB at most, whatever the trace's size.
+# COPY blocks (of up to 128 KiB, psycopg's most) queued between the parse and the thread that
+# sends them: the parse runs ahead of PostgreSQL by 2 MiB at most, whatever the trace's size.
 COPY_QUEUE_BLOCKS = 16
+COPY_BLOCK_BYTES = 128 * 1024
 
 
 @dataclass(slots=True)
@@ -274,7 +278,7 @@ class KernelWriter:
         self.new_contexts: list[KernelContext] = []
         # Whether LaunchBlocks can be written: COPY text is PostgreSQL's.
         self.copies = connection.vendor == "postgresql"
-        self.names_connection = None
+        self.names_connection: NamesConnection | None = None
         self._copy = None
         self.demangle_budget = Budget(INGEST_BUDGET_SECONDS)
 
@@ -312,10 +316,7 @@ class KernelWriter:
     @contextmanager
     def _copying(self) -> Iterator[None]:
         columns = ", ".join(connection.ops.quote_name(c) for c in STORED_COLUMNS)
-        with (
-            connection.cursor() as cursor,
-            copy_from_stdin(cursor, f"COPY traces_kernel ({columns}) FROM STDIN") as copy,
-        ):
+        with copy_from_stdin(f"COPY traces_kernel ({columns}) FROM STDIN") as copy:
             self._copy = copy
             try:
                 yield
@@ -428,13 +429,12 @@ class KernelWriter:
             shown = [texts[name] if texts[name] is not None else name for _, name in batch]
             limited = [texts[name] is None for _, name in batch]
             if self.copies:
-                with self._names_cursor() as cursor:
-                    cursor.execute(
-                        "INSERT INTO traces_kernelname (digest, name, demangled, demangle_limited) "
-                        "SELECT * FROM unnest(%s::bytea[], %s::text[], %s::text[], %s::boolean[]) "
-                        "ON CONFLICT (digest) DO NOTHING",
-                        [[digest for digest, _ in batch], [name for _, name in batch], shown, limited],
-                    )
+                self._on_names_connection(
+                    "INSERT INTO traces_kernelname (digest, name, demangled, demangle_limited) "
+                    "SELECT * FROM unnest(%s::bytea[], %s::text[], %s::text[], %s::boolean[]) "
+                    "ON CONFLICT (digest) DO NOTHING",
+                    [[digest for digest, _ in batch], [name for _, name in batch], shown, limited],
+                )
             else:  # one writer at a time
                 KernelName.objects.bulk_create(
                     [
@@ -446,10 +446,10 @@ class KernelWriter:
             if lost := self._known_names(batch):
                 raise RuntimeError(f"kernel names inserted but not found: {[name for _, name in lost]}")
 
-    def _names_cursor(self):
+    def _on_names_connection(self, sql: str, params: list) -> list[tuple]:
         if self.names_connection is None:
-            self.names_connection = another_connection()
-        return self.names_connection.cursor()
+            self.names_connection = NamesConnection()
+        return self.names_connection.execute(sql, params)
 
     def _known_names(self, batch: list[tuple[bytes, str]]) -> list[tuple[bytes, str]]:
         """Take the ids of the names already stored (most of them, once a lab's kernels have been
@@ -458,9 +458,9 @@ class KernelWriter:
         if self._copy is None:
             found_rows = KernelName.objects.filter(digest__in=digests).values_list("digest", "id")
         else:
-            with self._names_cursor() as cursor:
-                cursor.execute("SELECT digest, id FROM traces_kernelname WHERE digest = ANY(%s)", [digests])
-                found_rows = cursor.fetchall()
+            found_rows = self._on_names_connection(
+                "SELECT digest, id FROM traces_kernelname WHERE digest = ANY(%s)", [digests]
+            )
         found = {bytes(digest): key for digest, key in found_rows}
         missing = []
         for digest, name in batch:
@@ -498,34 +498,98 @@ class KernelWriter:
                 )
 
 
-# --- The private parts of psycopg and Django the writer needs: here only ----------------------
-#
-# tests/traces/test_kernel_storage.py fails when an upgrade removes or renames one of them
-# (test_the_private_apis_the_writer_needs_are_there), before a parse would.
+# --- The COPY's writer and the names' connection, from public parts of psycopg and Django ----
+
+
+class BoundedCopyWriter(LibpqWriter):
+    """psycopg's LibpqWriter, its sends made by a thread of their own while the parse goes on,
+    at most COPY_QUEUE_BLOCKS blocks of COPY_BLOCK_BYTES ahead of PostgreSQL (2 MiB).
+
+    psycopg's own QueuedLibpqWriter queues 1,024 blocks of up to 128 KiB: a parse faster than
+    PostgreSQL would hold 128 MiB, where the peak of a whole `ingest_traces` is under 100 MB
+    (docs/performance.md); its queue is an attribute of its own, not a parameter. LibpqWriter
+    alone makes the parse wait for every send, the two no longer overlapping. This is the
+    queued writer again on LibpqWriter's public write and finish.
+    """
+
+    def __init__(self, cursor):
+        super().__init__(cursor)
+        self.blocks: queue.Queue[bytes] = queue.Queue(maxsize=COPY_QUEUE_BLOCKS)
+        self.sender: threading.Thread | None = None
+        self.send_error: BaseException | None = None
+
+    def _send(self) -> None:
+        try:
+            while data := self.blocks.get():
+                LibpqWriter.write(self, data)
+        except BaseException as error:  # the parse's next write raises it
+            self.send_error = error
+            while self.blocks.get():  # keeps taking, or the parse would wait on a full queue
+                pass
+
+    def write(self, data) -> None:
+        if self.sender is None:
+            self.sender = threading.Thread(target=self._send, name="copy-sender", daemon=True)
+            self.sender.start()
+        if self.send_error is not None:
+            raise self.send_error
+        if len(data) <= COPY_BLOCK_BYTES:
+            self.blocks.put(data)
+            return
+        for start in range(0, len(data), COPY_BLOCK_BYTES):
+            self.blocks.put(data[start : start + COPY_BLOCK_BYTES])
+
+    def finish(self, exc: BaseException | None = None) -> None:
+        self.blocks.put(b"")
+        if self.sender is not None:
+            self.sender.join()
+            self.sender = None
+        if self.send_error is not None:
+            raise self.send_error
+        super().finish(exc)
 
 
 @contextmanager
-def copy_from_stdin(cursor, sql: str) -> Iterator:
-    """A COPY FROM STDIN on Django's `cursor`, its rows sent by a thread of psycopg's while the
-    parse goes on, at most COPY_QUEUE_BLOCKS blocks ahead of PostgreSQL.
+def copy_from_stdin(sql: str) -> Iterator:
+    """A COPY FROM STDIN on Django's connection, its rows sent by BoundedCopyWriter.
 
-    Private, both: psycopg's cursor (`cursor.cursor`), because its writer records the COPY's
-    result on the cursor it is given (`cursor._results`), which Django's wrapper would keep
-    instead; and the writer's queue (`_queue`), because psycopg's own holds 1,024 blocks of up
-    to 128 KiB: a parse faster than PostgreSQL would hold 128 MiB, where this holds 2 MiB.
-    psycopg's public writers are the unbounded queue or none (LibpqWriter: the parse waits
-    for every send, the two no longer overlap).
+    On psycopg's cursor of the connection Django holds (`connection.connection`): the writer
+    records the COPY's result on the cursor it is given, which must be psycopg's.
     """
-    psycopg_cursor = cursor.cursor
-    writer = QueuedLibpqWriter(psycopg_cursor)
-    writer._queue = queue.Queue(maxsize=COPY_QUEUE_BLOCKS)
-    with psycopg_cursor.copy(sql, writer=writer) as copy:
-        yield copy
+    with connection.cursor():  # connects, if the connection is not yet open
+        pass
+    with connection.connection.cursor() as cursor:
+        with cursor.copy(sql, writer=BoundedCopyWriter(cursor)) as copy:
+            yield copy
 
 
-def another_connection():
-    """A second connection to the default database, with its settings (Django's `copy()`, which
-    its own test suite uses and its documentation does not show): the names a parse adds are
-    committed on it (KernelWriter._resolve_names). Django's public API holds one connection per
-    alias and thread, inside the parse's transaction."""
-    return connection.copy()
+class NamesConnection:
+    """A second connection to the default database, on a thread of its own: the names a parse
+    adds are committed on it (KernelWriter._resolve_names), outside the parse's transaction.
+
+    Django holds one connection per alias and thread: the thread's is that second connection,
+    opened at its first query, closed by `close()`.
+    """
+
+    def __init__(self):
+        self.thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kernel-names")
+
+    def execute(self, sql: str, params: list) -> list[tuple]:
+        """Run `sql` on the names' connection (committed at once); its rows, if any."""
+        return self.thread.submit(_execute_committed, sql, params).result()
+
+    def close(self) -> None:
+        try:
+            self.thread.submit(_close_connection).result()
+        finally:
+            self.thread.shutdown()
+
+
+def _execute_committed(sql: str, params: list) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def _close_connection() -> None:
+    connection.close()

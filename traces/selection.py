@@ -29,12 +29,11 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 import orjson
-from django.db import transaction
 
-from cascade.db_routers import read_connection
 from traces import params
 from traces.models import NO_DEVICE, KernelContext, KernelName, Step, Trace
 from traces.params import shown
+from traces.snapshots import Snapshot, snapshot, streamed_rows
 
 BY_UNIQUE = "unique"
 BY_STEP = "step"
@@ -136,17 +135,6 @@ def joins(first: int | None, insts: int | None, tolerance: Fraction = TOLERANCE)
     return insts * tolerance.denominator <= first * (tolerance.denominator + tolerance.numerator)
 
 
-def split_counts(counts: Iterable[int | None], tolerance: Fraction = TOLERANCE) -> list[list[int | None]]:
-    """One name and shape's counts split into groups by the rule (the module's docstring)."""
-    groups: list[list[int | None]] = []
-    for insts in sorted(counts, key=lambda value: (value is None, value or 0)):
-        if groups and joins(groups[-1][0], insts, tolerance):
-            groups[-1].append(insts)
-        else:
-            groups.append([insts])
-    return groups
-
-
 def _where(trace_key: int, steps: list[int] | None) -> tuple[str, list]:
     sql, params = "k.trace_key = %s", [trace_key]
     if steps is not None:
@@ -169,10 +157,7 @@ def _count_rows(trace_key: int, steps: list[int] | None) -> Iterator[tuple]:
         f"GROUP BY {SHAPE}, k.total_insts, k.traced, k.context "
         f"ORDER BY {SHAPE}, k.total_insts IS NULL, k.total_insts, k.context"
     )
-    with read_connection.chunked_cursor() as cursor:
-        cursor.execute(sql, params)
-        while rows := cursor.fetchmany(FETCH_ROWS):
-            yield from rows
+    return streamed_rows(sql, params, FETCH_ROWS)
 
 
 def _group(shape: tuple, rows: list[tuple]) -> Group:
@@ -294,10 +279,12 @@ def _representatives(trace_key: int, groups: list[Group], contexts: dict) -> Non
         )
 
 
-def _member_rows(cursor, trace_key: int, steps: list[int] | None, groups: list[Group]) -> Iterator[tuple]:
+def _member_rows(
+    reads: Snapshot, trace_key: int, steps: list[int] | None, groups: list[Group]
+) -> Iterator[tuple]:
     """Every launch of `groups` as (group position, context, kernel_id), in the groups' order and
     within a group in the trace's order: the groups' bounds joined in the database (literal
-    integers, which the groups hold), on `cursor` (declared now, read as the answer streams)."""
+    integers, which the groups hold), on the snapshot's held cursor (read as the answer streams)."""
     values = ", ".join(
         f"({position}, {group.name_id}, {group.grid[0]}, {group.grid[1]}, {group.grid[2]}, "
         f"{group.block[0]}, {group.block[1]}, {group.block[2]}, "
@@ -320,14 +307,7 @@ def _member_rows(cursor, trace_key: int, steps: list[int] | None, groups: list[G
         "OR (k.total_insts IS NULL AND g.low IS NULL)) "
         f"WHERE {where} ORDER BY g.position, k.context, k.kernel_id"
     )
-    cursor.execute(sql, params)
-    return _fetched(cursor)
-
-
-def _fetched(cursor) -> Iterator[tuple]:
-    with cursor:  # closed when streamed or dropped (a client gone)
-        while rows := cursor.fetchmany(FETCH_ROWS):
-            yield from rows
+    return reads.held_rows(sql, params, FETCH_ROWS)
 
 
 def select(
@@ -346,44 +326,29 @@ def select(
     it (PostgreSQL), as the detail's kernels are, so a parse committing meanwhile changes
     nothing of the answer.
     """
-    postgres = read_connection.vendor == "postgresql"
-    own_transaction = not read_connection.in_atomic_block
-    held = read_connection.chunked_cursor() if members else None
-    try:
-        with transaction.atomic(using=read_connection.alias):
-            if postgres and own_transaction:
-                with read_connection.cursor() as cursor:
-                    cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            if check is not None:
-                check()
-            trace_key = Trace.objects.values_list("key", flat=True).get(pk=trace_id)
-            steps = _step_indexes(trace_id, step) if by == BY_STEP else None
-            groups = list(group_launches(_count_rows(trace_key, steps)))
-            launches = sum(group.count for group in groups)
-            names = dict(
-                KernelName.objects.filter(id__in={group.name_id for group in groups}).values_list(
-                    "id", "name"
-                )
+    with snapshot(held=members) as reads:
+        if check is not None:
+            check()
+        trace_key = Trace.objects.values_list("key", flat=True).get(pk=trace_id)
+        steps = _step_indexes(trace_id, step) if by == BY_STEP else None
+        groups = list(group_launches(_count_rows(trace_key, steps)))
+        launches = sum(group.count for group in groups)
+        names = dict(
+            KernelName.objects.filter(id__in={group.name_id for group in groups}).values_list("id", "name")
+        )
+        for group in groups:
+            group.name = names[group.name_id]
+        basis, total = _rank(groups, launches)
+        groups.sort(key=lambda g: (-g.weight, g.name, g.grid, g.block, g.low is None, g.low or 0))
+        kept = cut(groups, cover, total)
+        contexts = {
+            index: (ctx, device)
+            for index, ctx, device in KernelContext.objects.filter(trace=trace_key).values_list(
+                "index", "ctx", "device"
             )
-            for group in groups:
-                group.name = names[group.name_id]
-            basis, total = _rank(groups, launches)
-            groups.sort(key=lambda g: (-g.weight, g.name, g.grid, g.block, g.low is None, g.low or 0))
-            kept = cut(groups, cover, total)
-            contexts = {
-                index: (ctx, device)
-                for index, ctx, device in KernelContext.objects.filter(trace=trace_key).values_list(
-                    "index", "ctx", "device"
-                )
-            }
-            _representatives(trace_key, kept, contexts)
-            rows = _member_rows(held, trace_key, steps, kept) if members and kept else None
-    except BaseException:
-        if held is not None:
-            held.close()
-        raise
-    if held is not None and rows is None:
-        held.close()
+        }
+        _representatives(trace_key, kept, contexts)
+        rows = _member_rows(reads, trace_key, steps, kept) if members and kept else None
     reached = sum(group.weight for group in kept)
     return Selection(
         trace_id=trace_id,

@@ -1,19 +1,20 @@
 """The shapes the Traces API documents, for its OpenAPI schema (`traces.openapi`).
 
 The views answer raw bytes encoded from `values_list` rows (`traces.encoders`), so these
-serializers are never instantiated with data: they only describe the documented shapes (the
-API reference's field names and order) for `extend_schema`. A trace's fields take their types
-and nullability from the Trace model; what no model holds (a kernel as the API writes it, the
-analysis's sums) is written here. The exceptions are the two request bodies of a simulation's
-upload (`SimulationUploadRequestSerializer`, `SimulationCompleteRequestSerializer`), which the
-views validate with them.
+serializers are never instantiated with data: they only describe the documented shapes for
+`extend_schema`. The answers declared in `traces.shapes` become serializer classes here
+(`serializer_for`); the rest (selection, downloads, uploads) are written out below. The
+exceptions are the two request bodies of a simulation's upload
+(`SimulationUploadRequestSerializer`, `SimulationCompleteRequestSerializer`), which the views
+validate with them.
 """
 
-from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
+import copy
+
+from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
-from traces.accuracy import SIMULATION_SUMMARY_KEYS
-from traces.analysis import COMPARE_BY
+from traces import shapes
 from traces.api_examples import (
     COMPARISON_EXAMPLES,
     DETAIL_EXAMPLES,
@@ -23,9 +24,8 @@ from traces.api_examples import (
     SUMMARY_EXAMPLES,
 )
 from traces.encoders import waiting_text
-from traces.models import SIMULATION_NAME_MAX, Simulation, Trace, TraceState
+from traces.models import SIMULATION_NAME_MAX, Trace, TraceState
 from traces.selection import BASIS_INSTS, BASIS_LAUNCHES, BASIS_TIME, SELECT_BY
-from traces.selectors import TRACE_ADDED_COLUMNS, TRACE_PUBLISHED_COLUMNS, TRACE_SUMMARY_COLUMNS
 
 
 class ErrorSerializer(serializers.Serializer):
@@ -37,201 +37,98 @@ class ErrorSerializer(serializers.Serializer):
         ref_name = "Error"
 
 
-class KernelSerializer(serializers.Serializer):
-    """One kernel launch: the reference's keys, then its step and measured time (null when the
-    run has no timeline.json or timing.csv). `total_insts` and `total_reported_insts` are null
-    for a launch whose totals the tracer never wrote (captured into a CUDA graph, or a killed
-    run's last). `device_id` and `stream_id` come last only for kernels of the tracer fork
-    that records devices; every other kernel object has exactly the other keys."""
+# --- the answers declared in traces.shapes: a serializer class each, built from its shape ----------
 
-    ctx = serializers.CharField(allow_null=True, help_text="The CUDA context; null for the legacy tracer.")
-    kernel_id = serializers.IntegerField(help_text="Restarts at 1 in each context (and device).")
-    name = serializers.CharField()
-    trace_file = serializers.CharField()
-    grid_dim = serializers.ListField(child=serializers.IntegerField(), min_length=3, max_length=3)
-    block_dim = serializers.ListField(child=serializers.IntegerField(), min_length=3, max_length=3)
-    blocks = serializers.IntegerField()
-    threads = serializers.IntegerField()
-    total_insts = serializers.IntegerField(allow_null=True)
-    total_reported_insts = serializers.IntegerField(allow_null=True)
-    traced = serializers.BooleanField()
-    step = serializers.CharField(allow_null=True, help_text="The launch's step (its name in timeline.json).")
-    duration_ns = serializers.IntegerField(
-        allow_null=True, help_text="The launch's measured time (timing.csv)."
-    )
-    device_id = serializers.IntegerField(required=False, help_text="Only the device-id fork's kernels.")
-    stream_id = serializers.IntegerField(
-        required=False, allow_null=True, help_text="Only the device-id fork's kernels."
-    )
-
-    class Meta:
-        ref_name = "Kernel"
+# 64 bits: counts and sizes pass 2**31 (drf-spectacular writes format int64 for these bounds, as
+# for the model's BigIntegerField).
+INT64_BOUNDS = {"min_value": -(2**63), "max_value": 2**63 - 1}
+_SCALARS = {
+    shapes.STRING: serializers.CharField,
+    shapes.INTEGER: serializers.IntegerField,
+    shapes.NUMBER: serializers.FloatField,
+    shapes.BOOLEAN: serializers.BooleanField,
+    shapes.DATETIME: serializers.DateTimeField,
+}
+_built: dict[str, type[serializers.Serializer]] = {}
 
 
-class TraceWarningSerializer(serializers.Serializer):
-    """Something a reader of the trace must know, said once: a file cut short (where, and what
-    was dropped or kept without totals), a killed run's launches that never got totals, a
-    file left out of the trace's files for a path that would leave a client's folder."""
-
-    file = serializers.CharField(help_text="The file's path in the run's folder, e.g. traces/stats.csv.")
-    offset = serializers.IntegerField(
-        allow_null=True, help_text="The byte of the file where it happened (null: the whole file)."
-    )
-    what = serializers.CharField(help_text="What happened, and what Cascade kept or dropped.")
-
-    class Meta:
-        ref_name = "TraceWarning"
+def _element(items) -> serializers.Field:
+    if isinstance(items, shapes.Shape):
+        return serializer_for(items)()
+    return _SCALARS[items]()
 
 
-class TraceSummarySerializer(serializers.ModelSerializer):
-    """A trace, in any state, without its metadata and kernels. The reference's keys, then
-    (after them) `waiting_for`, `warnings` and `traced_launches`."""
+def serializer_field(field: shapes.Field) -> serializers.Field:
+    """The DRF field that describes `field` to drf-spectacular."""
+    options = {"required": not field.optional}
+    if field.doc:
+        options["help_text"] = field.doc
+    if field.null:
+        options["allow_null"] = True
+    if field.shape is not None:
+        return serializer_for(field.shape)(**options)
+    if field.kind == shapes.ARRAY:
+        if isinstance(field.items, shapes.Shape):
+            return serializer_for(field.items)(many=True, **options)
+        if field.length is not None:
+            options.update(min_length=field.length, max_length=field.length)
+        return serializers.ListField(child=_element(field.items), **options)
+    if field.kind == shapes.OBJECT:
+        return serializers.DictField(**options)
+    if field.enum:
+        return serializers.ChoiceField(choices=field.enum, **options)
+    if field.kind == shapes.INT64:
+        return serializers.IntegerField(**INT64_BOUNDS, **options)
+    if field.max_length is not None:
+        options["max_length"] = field.max_length
+    return _SCALARS[field.kind](**options)
 
-    # A JSONField says nothing of its items: the model's default is a list of step names.
-    layers = serializers.ListField(child=serializers.CharField())
-    waiting_for = serializers.SerializerMethodField(
-        help_text="What an uploading trace waits for: `metadata.json`, or the files metadata.json "
-        "lists that have not landed (`2 files listed in metadata.json: ...`); null unless uploading."
-    )
-    warnings = TraceWarningSerializer(many=True)
 
-    @extend_schema_field(serializers.CharField(allow_null=True))
-    def get_waiting_for(self, trace: Trace) -> str | None:
+def serializer_for(shape: shapes.Shape, **fields: serializers.Field) -> type[serializers.Serializer]:
+    """The shape as a DRF serializer class (one per shape: drf-spectacular's component);
+    `fields` replace the declared fields of those names, in place."""
+    if shape.name not in _built:
+        # DRF orders a serializer's fields by their creation: each made (or copied) in turn.
+        attrs = {
+            field.name: copy.deepcopy(fields[field.name]) if field.name in fields else serializer_field(field)
+            for field in shape.fields
+        }
+        attrs["Meta"] = type("Meta", (), {"ref_name": shape.name})
+        attrs["__doc__"] = shape.doc or None
+        attrs["__module__"] = __name__
+        _built[shape.name] = type(f"{shape.name}Serializer", (serializers.Serializer,), attrs)
+    return _built[shape.name]
+
+
+def documented(shape: "shapes.Shape | type", examples: list) -> type[serializers.Serializer]:
+    serializer = serializer_for(shape) if isinstance(shape, shapes.Shape) else shape
+    return extend_schema_serializer(examples=examples)(serializer)
+
+
+class WaitingForField(serializers.CharField):
+    """A Trace's `waiting_for` as the API says it (tests serialize Trace objects with the
+    summary's serializer, as an oracle of the list's JSON)."""
+
+    def __init__(self, **options):
+        super().__init__(source="*", read_only=True, allow_null=True, **options)
+
+    def to_representation(self, trace: Trace) -> str | None:
         if trace.state != TraceState.UPLOADING:
             return None
         return waiting_text(trace.waiting_for if trace.metadata_json is not None else None)
 
-    class Meta:
-        model = Trace
-        fields = TRACE_SUMMARY_COLUMNS
-        ref_name = "TraceSummary"
-        # Every key is always in the answer, whatever the model's defaults.
-        extra_kwargs = {
-            **{name: {"required": True} for name in TRACE_SUMMARY_COLUMNS},
-            "id": {"required": True, "help_text": "The profiler's run name: its folder in the bucket."},
-        }
+
+def _waiting_for() -> WaitingForField:
+    return WaitingForField(help_text=shapes.TRACE_SUMMARY.field("waiting_for").doc)
 
 
-@extend_schema_serializer(examples=DETAIL_EXAMPLES)
-class TraceDetailSerializer(TraceSummarySerializer):
-    """A TraceSummary, then the parsed metadata.json and every kernel launch in (ctx, kernel_id)
-    order; `kernels` is empty until the trace is ready."""
-
-    metadata = serializers.DictField(allow_null=True, help_text="metadata.json, in its own key order.")
-    kernels = KernelSerializer(many=True)
-
-    class Meta(TraceSummarySerializer.Meta):
-        fields = (*TRACE_PUBLISHED_COLUMNS, "metadata", "kernels", *TRACE_ADDED_COLUMNS)
-        ref_name = "TraceDetail"
-
-
-class TraceTotalsSerializer(serializers.Serializer):
-    """A trace's launches added up. `total_insts` is null when no launch has totals;
-    `duration_ns` (measured time, summed) when no launch has a measured time."""
-
-    id = serializers.CharField()
-    kernel_count = serializers.IntegerField(help_text="Launches.")
-    total_insts = serializers.IntegerField(allow_null=True)
-    duration_ns = serializers.IntegerField(allow_null=True)
-
-    class Meta:
-        ref_name = "TraceTotals"
-
-
-class StepTotalSerializer(serializers.Serializer):
-    """One step of timeline.json, in its order, and the launches in it."""
-
-    name = serializers.CharField()
-    phase = serializers.CharField(allow_null=True, help_text="prefill or decode, as timeline.json says.")
-    kernels = serializers.IntegerField(help_text="Launches in the step.")
-    total_insts = serializers.IntegerField(allow_null=True)
-    duration_ns = serializers.IntegerField(allow_null=True, help_text="Its launches' measured time, summed.")
-
-    class Meta:
-        ref_name = "StepTotal"
-
-
-class KernelMixSerializer(serializers.Serializer):
-    """One kernel name's launches in a trace. Shares are of the trace's totals; null when the
-    name's sum or the trace's is null (or the trace's is 0)."""
-
-    name = serializers.CharField()
-    demangled = serializers.CharField(help_text="The name demangled; cuBLAS's unmangled names as they are.")
-    launches = serializers.IntegerField()
-    traced = serializers.IntegerField(help_text="Launches whose instruction trace file the run holds.")
-    total_insts = serializers.IntegerField(allow_null=True)
-    duration_ns = serializers.IntegerField(allow_null=True)
-    insts_share = serializers.FloatField(allow_null=True)
-    time_share = serializers.FloatField(allow_null=True)
-
-    class Meta:
-        ref_name = "KernelMix"
-
-
-@extend_schema_serializer(examples=SUMMARY_EXAMPLES)
-class TraceAnalysisSerializer(TraceTotalsSerializer):
-    """A ready trace's totals, its steps (empty without timeline.json) and its kernels by name,
-    the most instructions first (ties by name)."""
-
-    steps = StepTotalSerializer(many=True)
-    kernels = KernelMixSerializer(many=True)
-    traced_launches = serializers.IntegerField(
-        help_text="Launches whose instruction trace file the run holds (a kernel list names it, and it is there)."
-    )
-
-    class Meta:
-        ref_name = "TraceAnalysis"
-
-
-class KernelLaunchesSerializer(serializers.Serializer):
-    """A kernel's launches in one trace: 0 where the trace never launched it (duration_ns null
-    instead when that trace has no measured time at all)."""
-
-    launches = serializers.IntegerField()
-    total_insts = serializers.IntegerField(allow_null=True)
-    duration_ns = serializers.IntegerField(allow_null=True)
-
-    class Meta:
-        ref_name = "KernelLaunches"
-
-
-class KernelRatiosSerializer(serializers.Serializer):
-    """b / a; null where a is 0 or null, or b is null."""
-
-    launches = serializers.FloatField(allow_null=True)
-    total_insts = serializers.FloatField(allow_null=True)
-    duration_ns = serializers.FloatField(allow_null=True)
-
-    class Meta:
-        ref_name = "KernelRatios"
-
-
-class KernelComparisonSerializer(serializers.Serializer):
-    name = serializers.CharField(help_text="The kernel name, or the demangled name with by=demangled.")
-    names = serializers.ListField(
-        child=serializers.CharField(), help_text="The raw names this row adds up, sorted."
-    )
-    a = KernelLaunchesSerializer()
-    b = KernelLaunchesSerializer()
-    ratios = KernelRatiosSerializer()
-
-    class Meta:
-        ref_name = "KernelComparison"
-
-
-@extend_schema_serializer(examples=COMPARISON_EXAMPLES)
-class TraceComparisonSerializer(serializers.Serializer):
-    """Two ready traces' totals, then a row per kernel name present in either, ordered by the
-    larger of its two instruction counts, descending (ties by name)."""
-
-    a = TraceTotalsSerializer()
-    b = TraceTotalsSerializer()
-    by = serializers.ChoiceField(choices=COMPARE_BY)
-    kernels = KernelComparisonSerializer(many=True)
-
-    class Meta:
-        ref_name = "TraceComparison"
-
+KernelSerializer = serializer_for(shapes.KERNEL)
+TraceSummarySerializer = serializer_for(shapes.TRACE_SUMMARY, waiting_for=_waiting_for())
+TraceDetailSerializer = documented(
+    serializer_for(shapes.TRACE_DETAIL, waiting_for=_waiting_for()), DETAIL_EXAMPLES
+)
+TraceAnalysisSerializer = documented(shapes.TRACE_ANALYSIS, SUMMARY_EXAMPLES)
+TraceComparisonSerializer = documented(shapes.TRACE_COMPARISON, COMPARISON_EXAMPLES)
 
 # --- representative kernels (traces.selection) ----------------------------------------------------
 
@@ -308,201 +205,9 @@ class SelectionSerializer(serializers.Serializer):
 # --- simulations (traces.accuracy) ---------------------------------------------------------------
 
 
-class SimulationMetricsSerializer(serializers.Serializer):
-    """Accel-Sim's metrics over the launches with both a measured (x) and a simulated (y) time
-    (docs/api.md has the formulas); null when none was compared, counts then 0."""
-
-    mape = serializers.FloatField(
-        allow_null=True, help_text="mean(|y-x|/x) in % (0 for x = 0): Accel-Sim's Err."
-    )
-    aggregate_error = serializers.FloatField(allow_null=True, help_text="sum|y-x| / sum x, in %.")
-    pearson_r = serializers.FloatField(
-        allow_null=True, help_text="Pearson's correlation (Correl); null under 2 points or a constant side."
-    )
-    rpd = serializers.FloatField(allow_null=True, help_text="mean(2|y-x|/(x+y)) in %.")
-    nrmse = serializers.FloatField(allow_null=True, help_text="sqrt(mean((y-x)^2)) / mean(x).")
-    within_10_percent = serializers.IntegerField(help_text="Launches with |y-x| <= 0.1 x.")
-    kernels_compared = serializers.IntegerField()
-    sim_total_ns = serializers.FloatField(allow_null=True)
-    measured_total_ns = serializers.IntegerField(allow_null=True)
-    total_error = serializers.FloatField(allow_null=True, help_text="(sum y - sum x) / sum x, in %, signed.")
-    run_sim_ns = serializers.FloatField(
-        allow_null=True, help_text="The run's last complete gpu_tot_sim_cycle at the core clock."
-    )
-    run_measured_ns = serializers.IntegerField(
-        allow_null=True,
-        help_text="Every simulated launch's measured time, overlapped ones included; null if one has none.",
-    )
-    run_error = serializers.FloatField(
-        allow_null=True, help_text="run_sim_ns against run_measured_ns, in %, signed."
-    )
-
-    class Meta:
-        ref_name = "SimulationMetrics"
-
-
-class SimulationFatalSerializer(serializers.Serializer):
-    """The simulator's fatal line in its log (unsupported binary version, a trace file `xz`
-    could not open, an unknown config option, an assertion, a deadlock)."""
-
-    line = serializers.IntegerField(help_text="Its line number in the log (1: the first).")
-    text = serializers.CharField(help_text="The line, as the simulator printed it.")
-
-    class Meta:
-        ref_name = "SimulationFatal"
-
-
-class SimulationLeftOutSerializer(serializers.Serializer):
-    """The kernels left out of every total (both sides): those that did not finish."""
-
-    kernels = serializers.IntegerField()
-    why = serializers.CharField(allow_null=True, help_text="Null when none was left out.")
-
-    class Meta:
-        ref_name = "SimulationLeftOut"
-
-
-class SimulationSelectionSerializer(serializers.Serializer):
-    select = serializers.CharField(help_text='"unique" or "step:NAME": which launches were simulated.')
-    cover = serializers.FloatField(allow_null=True)
-
-    class Meta:
-        ref_name = "SimulationSelection"
-
-
-class SimulationRunSerializer(serializers.Serializer):
-    """What simulation.json says of the run (each key null when it does not say)."""
-
-    accel_sim_build = serializers.CharField(allow_null=True, help_text="The log's `Accel-Sim [build ...]`.")
-    gpgpu_sim_build = serializers.CharField(
-        allow_null=True, help_text="The log's `GPGPU-Sim ... [build ...]`."
-    )
-    host = serializers.CharField(allow_null=True)
-    started_at = serializers.CharField(allow_null=True, help_text="ISO 8601.")
-    ended_at = serializers.CharField(allow_null=True, help_text="ISO 8601.")
-    exit_status = serializers.IntegerField(allow_null=True, help_text="The simulator's; it tells little.")
-    selection = SimulationSelectionSerializer(allow_null=True)
-
-    class Meta:
-        ref_name = "SimulationRun"
-
-
-class SimulationSummarySerializer(serializers.ModelSerializer):
-    """A simulation of a trace, in any state, without its steps, families and kernels."""
-
-    metrics = SimulationMetricsSerializer(allow_null=True, help_text="Null until the simulation is ready.")
-    fatal = SimulationFatalSerializer(
-        allow_null=True, help_text="The simulator's fatal line, when the log has one."
-    )
-    left_out = SimulationLeftOutSerializer()
-    run = SimulationRunSerializer(allow_null=True, help_text="Null when simulation.json says nothing of it.")
-    compared = serializers.IntegerField(help_text="Kernels compared (= kernels_compared).")
-
-    class Meta:
-        model = Simulation
-        fields = SIMULATION_SUMMARY_KEYS
-        ref_name = "SimulationSummary"
-        extra_kwargs = {
-            **{name: {"required": True} for name in SIMULATION_SUMMARY_KEYS},
-            "name": {"required": True, "help_text": "Its folder: <run>/simulations/<name>/."},
-            "state": {
-                "required": True,
-                "help_text": "uploading (waiting: see reason), parsing, ready, or failed (see error): "
-                "failed when the log simulated no kernel.",
-            },
-            "stopped": {
-                "required": True,
-                "help_text": "How the log ended early: null (it did not), deadlock, killed, max_cycles, or "
-                "error (the simulator quit on its fatal line after some kernels finished).",
-            },
-            "reason": {
-                "required": True,
-                "help_text": "In words: what it waits for (waiting for simulation.json), or why a ready "
-                "simulation compared nothing or fewer kernels than it simulated.",
-            },
-        }
-
-
-class SimulationListItemSerializer(SimulationSummarySerializer):
-    """A SimulationSummary after the id of the trace it simulates."""
-
-    trace_id = serializers.CharField(help_text="The trace it simulates.")
-
-    class Meta(SimulationSummarySerializer.Meta):
-        fields = ("trace_id", *SIMULATION_SUMMARY_KEYS)
-        ref_name = "SimulationListItem"
-
-
-class InterruptedKernelSerializer(serializers.Serializer):
-    uid = serializers.IntegerField()
-    ctx = serializers.CharField(allow_null=True)
-    kernel_id = serializers.IntegerField()
-    name = serializers.CharField()
-    trace_file = serializers.CharField(allow_null=True, help_text="Its trace header's kernel-N.traceg file.")
-
-    class Meta:
-        ref_name = "InterruptedKernel"
-
-
-class SimulationStepSerializer(serializers.Serializer):
-    """A step of the trace the simulation has launches in, summed over its compared launches."""
-
-    step = serializers.CharField()
-    sim_ns = serializers.FloatField(allow_null=True)
-    measured_ns = serializers.IntegerField(allow_null=True)
-    error = serializers.FloatField(allow_null=True, help_text="(sim - measured) / measured, in %, signed.")
-
-    class Meta:
-        ref_name = "SimulationStep"
-
-
-class KernelFamilySerializer(serializers.Serializer):
-    """The compared launches whose demangled names agree without parameters and return type."""
-
-    family = serializers.CharField()
-    count = serializers.IntegerField()
-    mape = serializers.FloatField(allow_null=True)
-    aggregate_error = serializers.FloatField(allow_null=True)
-
-    class Meta:
-        ref_name = "KernelFamily"
-
-
-class SimulatedKernelSerializer(serializers.Serializer):
-    """One simulated launch beside the trace's launch it pairs with."""
-
-    ctx = serializers.CharField(allow_null=True)
-    kernel_id = serializers.IntegerField()
-    name = serializers.CharField()
-    step = serializers.CharField(allow_null=True, help_text="The launch's step (its name in timeline.json).")
-    uid = serializers.IntegerField(help_text="The simulator's kernel uid.")
-    sim_cycles = serializers.IntegerField(allow_null=True, help_text="Null for an overlapped launch.")
-    sim_insn = serializers.IntegerField(allow_null=True)
-    sim_ns = serializers.FloatField(allow_null=True, help_text="sim_cycles * 1000 / core_clock_mhz.")
-    measured_ns = serializers.IntegerField(allow_null=True)
-    error = serializers.FloatField(
-        allow_null=True, help_text="(sim_ns - measured_ns) / measured_ns, in %, signed."
-    )
-    overlapped = serializers.BooleanField(help_text="Its stat block was shared with other kernels.")
-
-    class Meta:
-        ref_name = "SimulatedKernel"
-
-
-@extend_schema_serializer(examples=SIMULATION_DETAIL_EXAMPLES)
-class SimulationDetailSerializer(SimulationSummarySerializer):
-    """A SimulationSummary, the launches a cycle limit stopped, the steps (trace's order), the
-    kernel families (most measured time first) and every simulated launch in the trace's order
-    (steps, families and kernels empty unless the simulation is ready or being read again)."""
-
-    interrupted = InterruptedKernelSerializer(many=True)
-    steps = SimulationStepSerializer(many=True)
-    families = KernelFamilySerializer(many=True)
-    kernels = SimulatedKernelSerializer(many=True)
-
-    class Meta(SimulationSummarySerializer.Meta):
-        fields = (*SIMULATION_SUMMARY_KEYS, "interrupted", "steps", "families", "kernels")
-        ref_name = "SimulationDetail"
+SimulationSummarySerializer = serializer_for(shapes.SIMULATION_SUMMARY)
+SimulationListItemSerializer = serializer_for(shapes.SIMULATION_LIST_ITEM)
+SimulationDetailSerializer = documented(shapes.SIMULATION_DETAIL, SIMULATION_DETAIL_EXAMPLES)
 
 
 class AccuracyLeftOutSerializer(serializers.Serializer):

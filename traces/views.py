@@ -3,7 +3,11 @@
 `GET /api/traces/{trace_id}/selection` (representative kernels), and simulations:
 `GET /api/traces/{trace_id}/simulations[/{name}]`, `GET /api/simulations[/accuracy]`; a trace's
 downloads: `GET /api/traces/{trace_id}/files` (presigned URLs) and `.../kernels.csv`; a
-simulation's upload: `POST /api/traces/{trace_id}/simulations/{name}/upload` and `.../complete`."""
+simulation's upload: `POST /api/traces/{trace_id}/simulations/{name}/upload` and `.../complete`.
+
+Why one module: every view of the API is here and each is thin (the reads are in selectors,
+accuracy and selection, the bytes in encoders), so the routes read top to bottom in one file.
+"""
 
 from django.http import HttpResponse, StreamingHttpResponse
 from django.urls import reverse
@@ -33,20 +37,22 @@ from traces.filters import (
     trace_list_page,
 )
 from traces.models import Simulation, Trace, TraceState
-from traces.openapi import (
+from traces.openapi_simulations import (
     accuracy_schema,
+    simulation_complete_schema,
+    simulation_schema,
+    simulation_upload_schema,
+    simulations_schema,
+    trace_simulations_schema,
+)
+from traces.openapi_traces import (
     compare_schema,
     files_schema,
     kernels_csv_schema,
     list_schema,
     retrieve_schema,
     selection_schema,
-    simulation_complete_schema,
-    simulation_schema,
-    simulation_upload_schema,
-    simulations_schema,
     summary_schema,
-    trace_simulations_schema,
 )
 from traces.permissions import CanUploadSimulations, CanViewTraces
 from traces.selection import (
@@ -61,6 +67,7 @@ from traces.selection import (
 )
 from traces.serializers import SimulationCompleteRequestSerializer, SimulationUploadRequestSerializer
 from traces.signals import UploadRefused
+from traces.snapshots import snapshot
 from traces.text import is_storable
 
 # Below this many kernels a detail is sent in one piece, with a Content-Length. Above it, a
@@ -265,7 +272,7 @@ class TraceViewSet(OperatorDescribed, viewsets.ViewSet):
     @action(detail=True, methods=["get"], url_path="summary")
     def summary(self, request, trace_id=None):
         # One snapshot: the state checked and the sums read agree even while a parse commits.
-        with analysis.snapshot():
+        with snapshot(one_trace=True):
             self.ready_traces((trace_id,))
             result = analysis.summary(trace_id)
         return self.json_or_browsable(request, encoders.summary_dict(result))
@@ -276,7 +283,7 @@ class TraceViewSet(OperatorDescribed, viewsets.ViewSet):
         by = request.query_params.get("by", analysis.BY_NAME)
         if by not in analysis.COMPARE_BY:
             raise ParseError(f"by must be one of {', '.join(analysis.COMPARE_BY)}, not {shown(by)}")
-        with analysis.snapshot():
+        with snapshot(one_trace=True):
             self.ready_traces((trace_id, other_id))
             result = analysis.compare(trace_id, other_id, by)
         return self.json_or_browsable(request, encoders.comparison_dict(result))

@@ -102,9 +102,9 @@ def upload_big_run(bucket) -> None:
 
 
 def upload_vecadd_and_failed_runs(bucket) -> None:
-    from tests.helpers import DATA, VECADD_CTX
+    from tests.helpers import VECADD_CTX, shared_fixture
 
-    vecadd = DATA / "accelsim-vecadd-v5"
+    vecadd = shared_fixture("accelsim-vecadd-v5")
     files = {
         f"traces/{name}": (vecadd / name).read_bytes()
         for name in ("kernelslist.g", f"kernelslist_ctx_{VECADD_CTX}", f"stats_ctx_{VECADD_CTX}")
@@ -353,11 +353,11 @@ def test_a_failed_trace_is_not_pulled_and_says_why(live, tmp_path):
 
 
 def test_the_real_vecadd_run_lacks_the_trace_its_kernelslist_g_names(live, tmp_path):
-    from tests.helpers import DATA
+    from tests.helpers import shared_fixture
 
     named = [
         line
-        for line in (DATA / "accelsim-vecadd-v5/kernelslist.g").read_text().splitlines()
+        for line in shared_fixture("accelsim-vecadd-v5", "kernelslist.g").read_text().splitlines()
         if line and not line.startswith("Memcpy")
     ]
     done = live.run("pull", VECADD, str(tmp_path / "v"))

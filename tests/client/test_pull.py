@@ -191,11 +191,11 @@ def test_a_post_processed_run_keeps_its_list_beside_the_selected_one(tmp_path):
     from cascade_client import Cascade
 
     from tests.client.conftest import TOKEN, FakeCascade
-    from tests.helpers import DATA
+    from tests.helpers import shared_fixture
 
     fake = FakeCascade(run=SAMPLE)
     ctx = "0x6165bdd7ec90"
-    vecadd = DATA / "accelsim-vecadd-v5"
+    vecadd = shared_fixture("accelsim-vecadd-v5")
     fake.objects = {
         "traces/kernelslist.g": (vecadd / "kernelslist.g").read_bytes(),
         f"traces/kernel-1-ctx_{ctx}.traceg.xz": b"one",
@@ -540,7 +540,7 @@ def test_a_token_with_surrounding_spaces_is_trimmed_and_an_inner_one_refused(fak
 
 # --- the kernel list the simulator accepts (issue 28) ------------------------------------------
 # Expected lists are the real files' own lines, read with plain string work: what Accel-Sim's
-# docs say (docs/formats.md#the-tracers-files) the simulator needs of them.
+# docs (docs/formats.md#the-tracers-files) say the simulator needs of them.
 
 
 def real_lines(path):

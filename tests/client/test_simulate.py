@@ -7,7 +7,7 @@ stand-ins: they check the arguments and files they are given as the real ones ne
 config files in the working folder, the files gpgpusim.config names beside it, the kernel list,
 3-field MemcpyHtoD lines, every listed trace file present, whole and grouped), and the simulator
 stand-in then prints the REAL simulator's recorded log for that trace, from
-the shared fixtures' real-simulatable/. It proves the loop (pull, post-process, run, upload, read,
+shared_fixture("real-simulatable"). It proves the loop (pull, post-process, run, upload, read,
 print), not the simulator.
 
 The expected values are read here, independently of Cascade: the simulated cycles by a regex

@@ -6,7 +6,7 @@ import logging
 import orjson
 import pytest
 
-from tests.helpers import DATA, PREFIX, TEST_BUCKET, VECADD_CTX
+from tests.helpers import PREFIX, TEST_BUCKET, VECADD_CTX, shared_fixture
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def upload(s3):
 
 @pytest.fixture
 def vecadd_files() -> dict:
-    folder = DATA / "accelsim-vecadd-v5"
+    folder = shared_fixture("accelsim-vecadd-v5")
     return {
         f"traces/stats_ctx_{VECADD_CTX}": (folder / f"stats_ctx_{VECADD_CTX}").read_bytes(),
         f"traces/kernelslist_ctx_{VECADD_CTX}": (folder / f"kernelslist_ctx_{VECADD_CTX}").read_bytes(),

@@ -346,7 +346,7 @@ def test_keys_with_spaces_plus_and_unicode_map_to_their_run(queue, upload, vecad
 
 @pytest.mark.django_db
 def test_an_event_under_simulations_reads_the_runs_simulation(queue, s3, upload):
-    log = real_log("halUW__benchmark_1_stream_clean.log.gz")
+    log = real_log("halUW__benchmark_1_stream_clean.log")
     upload("hal", hal_trace(log), metadata={"status": "ok"})
     drain(queue)
     assert Trace.objects.get(pk="hal").state == TraceState.READY

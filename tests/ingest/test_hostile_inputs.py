@@ -9,14 +9,13 @@ a message that says why; a bad timeline.json or timing.csv leaves the trace read
 """
 
 import json
-from pathlib import Path
 
 import orjson
 import pytest
 
 from ingest import passes
 from ingest.timing import MAX_STEPS
-from tests.helpers import STATS_HEADER, VECADD_CTX, stats_row
+from tests.helpers import STATS_HEADER, VECADD_CTX, shared_fixture, stats_row
 from tools.tracer_format import stats_launch_half, stats_totals
 from traces.models import Kernel, Step, Trace, TraceState
 
@@ -25,10 +24,7 @@ pytestmark = pytest.mark.usefixtures("on_postgres")
 OK = {"status": "ok", "trace_gpu_arch": "sm_90"}
 SMALLINT_MAX = 2**15 - 1  # PostgreSQL's smallint: Step.index and Kernel.step
 # A real `nsys stats --report cuda_gpu_trace` export: 12 kernels of grid 32, block 1024 (SOURCES.md).
-BEEHIVE = (
-    Path(__file__).parents[1]
-    / "data/real-nsys/beehive-lab+TornadoVM__docs__perf__cuda-streams__chains_after_cuda_gpu_trace.csv"
-)
+BEEHIVE = "beehive-lab+TornadoVM__docs__perf__cuda-streams__chains_after_cuda_gpu_trace.csv"
 
 
 def one_launch(kernel_id: int) -> dict:
@@ -183,12 +179,18 @@ def nsys_shaped_launches(count: int) -> str:
 def test_an_nsight_export_with_more_kernels_than_launches_is_not_used_and_says_why(db, upload):
     upload(
         "run",
-        {f"traces/stats_ctx_{VECADD_CTX}": nsys_shaped_launches(9), "timing.csv": BEEHIVE.read_bytes()},
+        {
+            f"traces/stats_ctx_{VECADD_CTX}": nsys_shaped_launches(9),
+            "timing.csv": shared_fixture("real-nsys", BEEHIVE).read_bytes(),
+        },
         OK,
     )
     upload(
         "whole",
-        {f"traces/stats_ctx_{VECADD_CTX}": nsys_shaped_launches(12), "timing.csv": BEEHIVE.read_bytes()},
+        {
+            f"traces/stats_ctx_{VECADD_CTX}": nsys_shaped_launches(12),
+            "timing.csv": shared_fixture("real-nsys", BEEHIVE).read_bytes(),
+        },
         OK,
     )
     passes.poll_bucket()

@@ -1,7 +1,8 @@
 """LaunchText, the fast path that writes a stats file's common lines as COPY text, stores what the
 general reader stores: the same launches, or the same error, for what the tracer writes and for
 damaged files alike. The inputs are the stats parser's property strategies (rendered by the
-tracer's own two fprintf calls, then damaged), and the real tracer files of tests/data.
+tracer's own two fprintf calls, then damaged), and the real tracer files
+(shared_fixture).
 
 Each case is stored twice through KernelWriter, once with every line read into a KernelRow
 (ingest.parse.kernel_rows without a writer) and once with LaunchText taking the lines it can,
@@ -10,7 +11,6 @@ is its format.
 """
 
 import csv
-from pathlib import Path
 
 import pytest
 from django.db import transaction
@@ -22,7 +22,7 @@ from ingest.bucket import S3Object
 from ingest.launch_text import LaunchText
 from ingest.read_ahead import ReadAhead
 from ingest.timing import Step, StepIndex
-from tests.helpers import stats_row
+from tests.helpers import shared_fixture, stats_row
 from tests.ingest.test_stats_properties import (
     EXAMPLES,
     LONG_GRID,
@@ -44,7 +44,6 @@ CASES = settings(
     max_examples=max(EXAMPLES // 3, 1),
     suppress_health_check=[*PROPERTY.suppress_health_check, HealthCheck.function_scoped_fixture],
 )
-DATA = Path(__file__).parent.parent / "data"
 DURATION = st.one_of(st.integers(0, 10**6), st.integers(2**32 - 2, 2**40))
 LAUNCH = (
     "ctx",
@@ -228,11 +227,23 @@ def test_a_launch_with_kernel_id_0_is_refused_alike_and_takes_no_duration(data: 
 
 @pytest.mark.parametrize(
     "path",
-    sorted(p for p in DATA.rglob("*stats*") if p.is_file()),
-    ids=lambda p: p.name[-40:],
+    [
+        ("accelsim-vecadd-v5", "stats_ctx_0x6165bdd7ec90"),
+        ("real-tracer", "MrTang-Yuhan+Accel-Sim-Flashinfer__test-traces__flashinfer-gemm__traces__stats.csv"),
+        ("real-tracer", "MrTang-Yuhan+Accel-Sim-Flashinfer__test-traces__nn-onestep__traces__stats.csv"),
+        (
+            "real-tracer",
+            "liuweibupt+accel-sim-framework__modal__artifacts__fp16-512x512x512__traces__stats_ctx_0x56201b8d3c00",
+        ),
+        (
+            "real-tracer",
+            "qishao-chalmers+accel-sim-framework__util__tracer_nvbit__traces__traces__stats_ctx_0x2356c30",
+        ),
+    ],
+    ids=lambda parts: parts[1][-40:],
 )
-def test_real_tracer_files_are_stored_alike_and_taken_by_the_fast_path(path: Path):
-    result, taken = assert_stored_alike([path.read_bytes()], 0)
+def test_real_tracer_files_are_stored_alike_and_taken_by_the_fast_path(path: tuple[str, str]):
+    result, taken = assert_stored_alike([shared_fixture(*path).read_bytes()], 0)
     assert isinstance(result, list) and result
     assert taken > 0, "LaunchText took none of the real file's lines"
 

@@ -8,6 +8,7 @@ import botocore.loaders
 import botocore.session
 import pytest
 
+from ingest import service_models
 from ingest.service_models import LeanJSONFileLoader, use_lean_models
 
 # What an S3 client reads (besides a few small files), and SQS for S3's events.
@@ -135,9 +136,9 @@ def test_and_at_an_endpoint_of_its_own():
 
 
 def test_a_session_reads_its_files_through_the_lean_loader(monkeypatch):
-    # botocore's extension point (Loader.file_loader): this fails if an upgrade stops using it.
-    # A loader of its own, not the one the S3 tests share (tests/conftest.py), which has read them.
-    monkeypatch.setattr(botocore.session, "create_loader", botocore.loaders.create_loader)
+    # botocore's public parts (Loader's file_loader, the data_loader component): this fails if
+    # an upgrade stops using them. A loader of its own, not the process's, which has read them.
+    service_models.lean_loader.cache_clear()
     read = []
     original = LeanJSONFileLoader.load_file
     monkeypatch.setattr(
@@ -148,3 +149,16 @@ def test_a_session_reads_its_files_through_the_lean_loader(monkeypatch):
     )
     assert any(path.endswith("s3/2006-03-01/service-2") for path in read)
     assert any(path.endswith("/endpoints") for path in read)
+    service_models.lean_loader.cache_clear()  # the next session reads into a loader of its own
+
+
+def test_the_data_path_is_searched_first(tmp_path, monkeypatch):
+    # AWS_DATA_PATH, as botocore's own loader reads it: a model there wins over botocore's.
+    model = tmp_path / "s3" / "2006-03-01"
+    model.mkdir(parents=True)
+    (model / "service-2.json").write_text('{"metadata": {"documentation": "x"}, "shapes": {}}')
+    monkeypatch.setenv("AWS_DATA_PATH", str(tmp_path))
+    session = botocore.session.get_session()
+    use_lean_models(session)
+    loader = session.get_component("data_loader")
+    assert loader.load_service_model("s3", "service-2")["metadata"] == {"documentation": ""}

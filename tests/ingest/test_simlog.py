@@ -1,15 +1,13 @@
-"""The simulator's stdout read as ../shared/docs/gpgpu-sim-output.md describes it (issue 20).
+"""The simulator's stdout read as docs/formats.md#the-simulators-log describes it (issue 20).
 
-Expected values come from the real logs (tests/data/real-sim-logs/SOURCES.md), either counted
+Expected values come from the real logs (shared_fixture("real-sim-logs"), its SOURCES.txt), either counted
 here with plain regular expressions over the whole text, or read by hand (cited by line), and
 from the doc's rules; the rest are properties (a log cut anywhere is `killed`, never a crash).
 """
 
-import gzip
 import re
 import tracemalloc
 from collections import Counter
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,22 +15,21 @@ from hypothesis import strategies as st
 
 from ingest.bucket import iter_lines
 from ingest.simlog import STOPPED_KILLED, STOPPED_MAX_CYCLES, SimLogError, read_sim_log
+from tests.helpers import shared_fixture
 
-DATA = Path(__file__).resolve().parent.parent / "data" / "real-sim-logs"
 MAX_LINE = 1 << 20
 
-HALUW = "halUW__benchmark_1_stream_clean.log.gz"
-BACKPROP = "spapad__backprop_classic.out.gz"
+HALUW = "halUW__benchmark_1_stream_clean.log"
+BACKPROP = "spapad__backprop_classic.out"
 TRUNCATED = "spapad__classic_run_l1_bw_32f_out.TRUNCATED.log"
 MAXCYCLE = "swayhrl__replay_1_run.MAXCYCLE.EXCERPT.log"
-LUD = "bcpark__rodinia_lud_output.txt.gz"
-MATRIXMUL = "akj10__matrixMul_log_n128.log.gz"
+LUD = "bcpark__rodinia_lud_output.txt"
+MATRIXMUL = "akj10__matrixMul_log_n128.log"
 ALL = (HALUW, BACKPROP, TRUNCATED, MAXCYCLE, LUD, MATRIXMUL)
 
 
 def raw(name: str) -> bytes:
-    data = (DATA / name).read_bytes()
-    return gzip.decompress(data) if name.endswith(".gz") else data
+    return shared_fixture("real-sim-logs", name).read_bytes()
 
 
 def read(data: bytes, max_line: int = MAX_LINE):

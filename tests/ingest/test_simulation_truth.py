@@ -1,8 +1,8 @@
 """Issue 29: every simulation's state says what happened, in the simulator's own words.
 
-The real logs are `../shared/fixtures/real-sim-logs/accel-sim-73f9fac__*.log`, one real run of
+The real logs are `shared_fixture("real-sim-logs")`'s `accel-sim-73f9fac__*.log`, one real run of
 each way a run ends badly (SOURCES.txt there). What each should read as is decided HERE, by
-regular expressions over the log's text (../shared/docs/accel-sim-simulator.md says how each
+regular expressions over the log's text (docs/formats.md#the-simulators-log says how each
 failure looks), never by ingest/simlog.py: the simulator's fatal line and its number, the stat
 blocks of the kernels that finished, how the log ends. The run totals are then checked against
 a sum over those blocks.

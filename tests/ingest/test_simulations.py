@@ -1,7 +1,7 @@
 """Simulations beside their traces, end to end: uploaded to moto's S3 server, ingested by a
 pass, paired with the trace's launches (issue 20).
 
-The logs here are real (tests/data/real-sim-logs) or cut from real ones; the traces are made
+The logs here are real (shared_fixture("real-sim-logs")) or cut from real ones; the traces are made
 from each log's own kernel list, so that every expected pair and cycle count is read off the
 log's text by the test itself, never by the code under test.
 """
@@ -14,16 +14,14 @@ import re
 import pytest
 
 from ingest import passes
-from tests.helpers import DATA, PREFIX, STATS_HEADER, TEST_BUCKET, VECADD_CTX, stats_row
+from tests.helpers import PREFIX, STATS_HEADER, TEST_BUCKET, VECADD_CTX, shared_fixture, stats_row
 from traces.models import SimulatedKernel, Simulation, Trace, TraceState
 
-LOGS = DATA / "real-sim-logs"
 OK_MARKER = {"status": "ok", "simulator": "accel-sim", "config": "SM7_TITANV"}
 
 
 def real_log(name: str) -> bytes:
-    path = LOGS / name
-    return gzip.decompress(path.read_bytes()) if name.endswith(".gz") else path.read_bytes()
+    return shared_fixture("real-sim-logs", name).read_bytes()
 
 
 def timing_csv(durations: dict[int, int], ctx: str = VECADD_CTX) -> str:
@@ -101,7 +99,7 @@ def launches_of(log: bytes) -> dict[int, str]:
 
 @pytest.fixture
 def hal_log() -> bytes:
-    return real_log("halUW__benchmark_1_stream_clean.log.gz")
+    return real_log("halUW__benchmark_1_stream_clean.log")
 
 
 def hal_trace(log: bytes, measured: dict[int, int] | None = None) -> dict:
@@ -415,7 +413,7 @@ def test_binary_junk_as_a_plain_log_fails_killed_with_nothing_simulated(s3, uplo
 
 @pytest.mark.django_db
 def test_a_ptx_log_with_more_kernels_than_the_trace_has_launches_fails_naming_the_uid(s3, upload):
-    log = real_log("bcpark__rodinia_lud_output.txt.gz")
+    log = real_log("bcpark__rodinia_lud_output.txt")
     names = [m.decode() for m in re.findall(rb"pushing kernel '([^']*)'", log)]
     upload("lud", trace_of([(k, names[k - 1]) for k in range(1, 11)]), metadata={"status": "ok"})
     upload_simulation(s3, "lud", "ptx", log)

@@ -1,4 +1,4 @@
-"""Every real log of tests/data/real-sim-logs, uploaded as a simulation of a trace made from
+"""Every real log of shared_fixture("real-sim-logs") read here, uploaded as a simulation of a trace made from
 the log's own kernel list, pairs as an independent reading of its text says (issue 20).
 
 The expected pairs are read here with a few regular expressions over the whole text: the
@@ -66,10 +66,10 @@ def trace_files(ctx: str | None, launches: list[tuple[int, int, str]]) -> dict[s
 
 
 REAL_LOGS = [
-    ("halUW__benchmark_1_stream_clean.log.gz", True, None),
-    ("spapad__backprop_classic.out.gz", True, None),
-    ("bcpark__rodinia_lud_output.txt.gz", True, None),
-    ("akj10__matrixMul_log_n128.log.gz", True, None),  # GPGPU-Sim 3.2.2: no end marker at all
+    ("halUW__benchmark_1_stream_clean.log", True, None),
+    ("spapad__backprop_classic.out", True, None),
+    ("bcpark__rodinia_lud_output.txt", True, None),
+    ("akj10__matrixMul_log_n128.log", True, None),  # GPGPU-Sim 3.2.2: no end marker at all
 ]
 
 
@@ -141,7 +141,7 @@ def test_a_log_killed_in_its_option_dump_fails_killed_with_nothing_simulated(s3,
 @pytest.mark.django_db
 def test_a_real_log_killed_at_each_4k_boundary_is_ready_killed_or_failed_never_stuck(s3, upload):
     """The halUW log cut where a killed job's block-buffered stdout ends; every 8th boundary."""
-    log = real_log("halUW__benchmark_1_stream_clean.log.gz")
+    log = real_log("halUW__benchmark_1_stream_clean.log")
     ctx, launches = spec_of(log)
     upload("run", trace_files(ctx, launches), metadata={"status": "ok"})
     for n, end in enumerate(range(4096, len(log), 4096 * 8)):
@@ -163,7 +163,7 @@ def test_a_real_log_killed_at_each_4k_boundary_is_ready_killed_or_failed_never_s
 def test_a_trace_driven_log_whose_kernelslist_skips_launches_pairs_uid_k_with_the_right_kernel(s3, upload):
     """Only some launches traced (the kernelslist names kernels 3, 5 and 9 of 10): uid 1 is
     kernel-3, not launch 1. The halUW log with its trace files renamed so."""
-    log = real_log("halUW__benchmark_1_stream_clean.log.gz")
+    log = real_log("halUW__benchmark_1_stream_clean.log")
     renamed = {1: 3, 2: 5, 3: 9, 4: 10}
     log = re.sub(
         rb"traces/kernel-(\d+)\.traceg", lambda m: b"traces/kernel-%d.traceg" % renamed[int(m[1])], log

@@ -5,7 +5,7 @@ import time
 import pytest
 
 from ingest.stats import KernelRow, StatsError, parse_kernelslist_lines, parse_stats_lines
-from tests.helpers import DATA, STATS_HEADER
+from tests.helpers import STATS_HEADER, shared_fixture
 
 HEADER = STATS_HEADER.encode()
 
@@ -15,7 +15,7 @@ def rows(text: bytes, **options) -> list[KernelRow]:
 
 
 def test_real_vecadd_stats_file():
-    data = (DATA / "accelsim-vecadd-v5" / "stats_ctx_0x6165bdd7ec90").read_bytes()
+    data = shared_fixture("accelsim-vecadd-v5", "stats_ctx_0x6165bdd7ec90").read_bytes()
     assert rows(data) == [
         KernelRow(
             1,
@@ -36,12 +36,12 @@ def test_real_vecadd_stats_file():
 
 
 def test_real_vecadd_kernelslist():
-    data = (DATA / "accelsim-vecadd-v5" / "kernelslist_ctx_0x6165bdd7ec90").read_bytes()
+    data = shared_fixture("accelsim-vecadd-v5", "kernelslist_ctx_0x6165bdd7ec90").read_bytes()
     assert parse_kernelslist_lines(data.splitlines(keepends=True)) == {1}
 
 
 def test_postprocessed_kernelslist_names_traceg_files():
-    data = (DATA / "accelsim-vecadd-v5" / "kernelslist.g").read_bytes()
+    data = shared_fixture("accelsim-vecadd-v5", "kernelslist.g").read_bytes()
     assert parse_kernelslist_lines(data.splitlines(keepends=True)) == {1}
 
 

@@ -1,6 +1,7 @@
 """The stats parser on files the real NVBit tracer (and its forks) wrote, in public repositories.
 
-The files are in tests/data/real-tracer/ byte for byte (SOURCES.md says where each comes from).
+The files are read where they are provided (shared_fixture("real-tracer"); its SOURCES.md says where
+each comes from; docs/formats.md#the-tracers-files describes the format).
 Every expected value here comes from outside Cascade's code: read off the files by hand (awk and
 sha256sum for the long names), or from `spec_rows`, a small reader written in this module from
 the tracer's printf format. Nothing here imports the parser's helpers.
@@ -8,7 +9,6 @@ the tracer's printf format. Nothing here imports the parser's helpers.
 
 import hashlib
 import re
-from pathlib import Path
 
 import pytest
 
@@ -19,9 +19,9 @@ from ingest.stats import (
     parse_kernelslist_lines,
     parse_stats_lines,
 )
+from tests.helpers import shared_fixture
 
-DATA = Path(__file__).resolve().parent.parent / "data"
-REAL = DATA / "real-tracer"
+REAL = shared_fixture("real-tracer")
 
 FLASHINFER_GEMM = "MrTang-Yuhan+Accel-Sim-Flashinfer__test-traces__flashinfer-gemm__traces__"
 NN_ONESTEP = "MrTang-Yuhan+Accel-Sim-Flashinfer__test-traces__nn-onestep__traces__"
@@ -33,7 +33,7 @@ STATS_FILES = [
     REAL / f"{NN_ONESTEP}stats.csv",
     REAL / f"{CUTLASS_FP16}stats_ctx_0x56201b8d3c00",
     REAL / f"{VECTOR_ADD_SUB}stats_ctx_0x2356c30",
-    DATA / "accelsim-vecadd-v5" / "stats_ctx_0x6165bdd7ec90",
+    shared_fixture("accelsim-vecadd-v5", "stats_ctx_0x6165bdd7ec90"),
 ]
 STATS_IDS = ["flashinfer-gemm", "nn-onestep", "cutlass-fp16", "vector-add-sub", "vecadd-v5"]
 

@@ -15,8 +15,8 @@ import pytest
 from django.core.management import call_command
 
 from ingest import bucket, passes
+from ingest.listing import fingerprint, inventory
 from ingest.management.commands.ingest_traces import Command
-from ingest.scan import fingerprint, inventory
 from tests.helpers import PREFIX, STATS_HEADER, TEST_BUCKET, stats_row
 from tests.ingest.test_events import drain, in_queue
 from traces.models import DeletedTrace, Simulation, SweepCursor, Trace, TraceState, next_trace_keys

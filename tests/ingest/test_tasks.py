@@ -224,7 +224,7 @@ def test_the_scheduled_poll_reads_a_ready_traces_simulation_on_the_next_poll(eag
     from tests.ingest.test_simulations import hal_trace, real_log, upload_simulation
     from traces.models import Simulation
 
-    log = real_log("halUW__benchmark_1_stream_clean.log.gz")
+    log = real_log("halUW__benchmark_1_stream_clean.log")
     upload("hal", hal_trace(log), METADATA)
     upload_simulation(s3, "hal", "titanv", log)
     poll_bucket_task()

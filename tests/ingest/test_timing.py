@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from ingest.timing import StepIndex, TimingError, parse_timeline, read_timing
+from tests.helpers import shared_fixture
 
 # `nsys stats --report cuda_gpu_trace --format csv` (2024.x column set): kernels and a memcpy.
 NSYS_HEADER = (
@@ -147,9 +148,8 @@ def test_kernel_id_0_or_below_has_no_cascade_duration_never_another_launch_s():
 
 # --- Nsight exports with kernels left over (issue 18, finding 4) -----------------------------------
 
-REAL_NSYS = Path(__file__).parent.parent / "data" / "real-nsys"
-BEEHIVE = REAL_NSYS / "beehive-lab+TornadoVM__docs__perf__cuda-streams__chains_after_cuda_gpu_trace.csv"
-ATOPOS = REAL_NSYS / "Atopos0313+cuda_learning__doc__day09__results__day09_cuda_gpu_trace.csv"
+BEEHIVE = "beehive-lab+TornadoVM__docs__perf__cuda-streams__chains_after_cuda_gpu_trace.csv"
+ATOPOS = "Atopos0313+cuda_learning__doc__day09__results__day09_cuda_gpu_trace.csv"
 
 
 def real_kernels(path: Path) -> list[dict]:
@@ -164,8 +164,9 @@ def shape(row: dict) -> tuple[tuple, tuple]:
 
 
 def test_a_real_export_with_as_many_kernels_as_launches_matches_whole():
-    kernels = real_kernels(ATOPOS)
-    durations = read_timing(ATOPOS.read_bytes().splitlines(keepends=True))
+    path = shared_fixture("real-nsys", ATOPOS)
+    kernels = real_kernels(path)
+    durations = read_timing(path.read_bytes().splitlines(keepends=True))
     measured = [durations.duration_of("0xa", n, *shape(row)) for n, row in enumerate(kernels, start=1)]
     assert measured == [int(row["Duration (ns)"]) for row in kernels]
     assert durations.unmatched() is None
@@ -174,9 +175,10 @@ def test_a_real_export_with_as_many_kernels_as_launches_matches_whole():
 def test_a_real_export_with_more_kernels_than_launches_is_not_used_and_says_where():
     """The trace launched 9 kernels; the export's context 1 holds 12: the timing is dropped, naming
     how many were left, after which launch, in which Nsight context."""
-    kernels = real_kernels(BEEHIVE)
+    path = shared_fixture("real-nsys", BEEHIVE)
+    kernels = real_kernels(path)
     assert len(kernels) == 12 and {row["Ctx"] for row in kernels} == {"1"}
-    durations = read_timing(BEEHIVE.read_bytes().splitlines(keepends=True))
+    durations = read_timing(path.read_bytes().splitlines(keepends=True))
     measured = [durations.duration_of("0xa", n, *shape(row)) for n, row in enumerate(kernels[:9], start=1)]
     assert measured == [int(row["Duration (ns)"]) for row in kernels[:9]]
     assert str(durations.unmatched()) == (

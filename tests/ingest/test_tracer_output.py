@@ -10,11 +10,11 @@ from django.core.management import call_command
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from ingest import bucket, passes, scan
-from tests.helpers import DATA, STATS_HEADER
+from ingest import bucket, passes
+from ingest.listing import inventory
+from tests.helpers import STATS_HEADER, shared_fixture
 from traces.models import CURRENT_PARSER_VERSION, Kernel, Trace, TraceState, files_fingerprint
 
-REAL = DATA / "real-tracer"
 KILLED_RUN = "MrTang-Yuhan+Accel-Sim-Flashinfer__test-traces__flashinfer-gemm__traces__"
 OK = {"status": "ok", "trace_gpu_arch": "sm_90"}
 # Issue 9's example: launches 1 and 2 captured into a CUDA graph, 3 an ordinary launch.
@@ -27,8 +27,8 @@ GRAPH_LINE = (
 
 def killed_run_files() -> dict:
     return {
-        "traces/stats.csv": (REAL / f"{KILLED_RUN}stats.csv").read_bytes(),
-        "traces/kernelslist.g": (REAL / f"{KILLED_RUN}kernelslist.g").read_bytes(),
+        "traces/stats.csv": shared_fixture("real-tracer", f"{KILLED_RUN}stats.csv").read_bytes(),
+        "traces/kernelslist.g": shared_fixture("real-tracer", f"{KILLED_RUN}kernelslist.g").read_bytes(),
     }
 
 
@@ -160,7 +160,7 @@ def test_traces_ingested_before_the_fix_are_read_again_by_reparse_outdated(uploa
     try:
         old = migrate(("traces", "0001_initial")).loader.project_state([("traces", "0001_initial")]).apps
         OldTrace, OldKernel = old.get_model("traces", "Trace"), old.get_model("traces", "Kernel")
-        listing = scan.inventory(bucket.list_run_objects("killed"))
+        listing = inventory(bucket.list_run_objects("killed"))
         OldTrace.objects.create(
             id="killed",
             files=listing,
@@ -170,7 +170,7 @@ def test_traces_ingested_before_the_fix_are_read_again_by_reparse_outdated(uploa
             "got 11 fields of which the last 8 are numbers",
         )
         # Parser 1 merged the graph's three launches into one row: kernel 1, kernel 3's numbers.
-        graph_listing = scan.inventory(bucket.list_run_objects("graph"))
+        graph_listing = inventory(bucket.list_run_objects("graph"))
         graph = OldTrace.objects.create(
             id="graph",
             state="ready",

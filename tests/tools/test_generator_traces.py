@@ -1,10 +1,10 @@
 """The generator's instruction traces against real ones: what the simulator runs.
 
-The truth is the real traces in the shared fixtures' `real-simulatable/` (traced by the Accel-Sim
+The truth is the real traces in `shared_fixture("real-simulatable")` (traced by the Accel-Sim
 NVBit tracer and run to completion by the real simulator, SOURCES.md there). The line grammar
 below is written from their lines, and checked on them first; the grouping is read by a reader
 written here from the post-processor's output format, also checked on them first. The simulator
-aborts unless every warp of every block is in a trace (docs/formats.md#the-tracers-files),
+aborts unless every warp of every block is in a trace (docs/formats.md#the-simulators-log),
 so that is counted from the header's dimensions: blocks = product of grid dim, warps per block
 = ceil(threads / 32).
 """

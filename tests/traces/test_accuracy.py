@@ -1,6 +1,6 @@
-"""A simulation's accuracy (traces/accuracy.py) against an independent reading of the spec.
+"""A simulation's accuracy (traces/metrics.py, traces/accuracy.py) against an independent reading of the spec.
 
-The definitions (docs: ../shared/docs/accel-sim-correlation.md section 5, COMMON20): x is the
+The definitions (docs/formats.md#accuracy-metrics, after Accel-Sim and COMMON20): x is the
 measured time, y the simulated time, over the launches that have both. Expected values here
 are computed in the test from those words with plain Python (`statistics`, `math`), never
 from the module's sums; rows are made with the ORM.
@@ -15,7 +15,8 @@ from django.db import transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from traces import accuracy
+from traces import accuracy, simulation_compare
+from traces.metrics import METRIC_KEYS, metric_values
 from traces.models import (
     KernelContext,
     KernelName,
@@ -34,7 +35,7 @@ CTX = "0x6165bdd7ec90"
 
 
 def reference(points: list[tuple[int, float]]) -> dict:
-    """The metrics of (x, y) points, as accel-sim-correlation.md section 5 defines them."""
+    """The metrics of (x, y) points, as docs/formats.md#accuracy-metrics defines them."""
     n = len(points)
     if n == 0:
         return {
@@ -84,7 +85,7 @@ def reference_pearson(xs, ys) -> float | None:
 
 
 def assert_metrics(actual: dict, expected: dict, *, pearson_exact: bool = True) -> None:
-    assert list(actual)[: len(accuracy.METRIC_KEYS)] == list(accuracy.METRIC_KEYS)
+    assert list(actual)[: len(METRIC_KEYS)] == list(METRIC_KEYS)
     for key, value in expected.items():
         if key == "pearson_r" and not pearson_exact:
             continue
@@ -159,10 +160,10 @@ WORKED = [(100, 120.0), (300, 250.0), (50, 60.0)]
 
 
 def test_the_worked_example_at_kernel_level_has_a_mape_of_18_9_percent(trace):
-    """accel-sim-correlation.md section 5: kernel-level MAPE (20 + 16.7 + 20) / 3 = 18.9 %."""
+    """docs/formats.md#accuracy-metrics: kernel-level MAPE (20 + 16.7 + 20) / 3 = 18.9 %."""
     sim = points_sim(trace, WORKED)
 
-    values = accuracy.metric_values(sim.kernels.all())
+    values = metric_values(sim.kernels.all())
 
     assert round(values["mape"], 1) == 18.9
     assert values["mape"] == pytest.approx((20 + 50 / 3 + 20) / 3)
@@ -179,21 +180,21 @@ def test_every_metric_matches_an_independent_computation(trace):
     points = [(1000, 1100.0), (2000, 1900.0), (500, 800.0), (40000, 39000.5), (123, 123.0), (7, 70.0)]
     sim = points_sim(trace, points)
 
-    assert_metrics(accuracy.metric_values(sim.kernels.all()), reference(points))
+    assert_metrics(metric_values(sim.kernels.all()), reference(points))
 
 
 def test_within_10_percent_includes_its_edges(trace):
     sim = points_sim(trace, [(100, 110.0), (100, 90.0), (100, 111.0), (100, 89.0), (0, 0.0)])
 
     # x = 0, y = 0: |0| <= 0, a perfect prediction counts.
-    assert accuracy.metric_values(sim.kernels.all())["within_10_percent"] == 3
+    assert metric_values(sim.kernels.all())["within_10_percent"] == 3
 
 
 def test_a_point_measured_at_zero_adds_zero_to_the_mape_and_nothing_to_the_aggregate(trace):
     points = [(0, 50.0), (100, 150.0), (0, 0.0)]
     sim = points_sim(trace, points)
 
-    values = accuracy.metric_values(sim.kernels.all())
+    values = metric_values(sim.kernels.all())
 
     assert values["mape"] == pytest.approx(50 / 3)  # (0 + 50 + 0) / 3
     assert values["aggregate_error"] == pytest.approx((50 + 50) / 100 * 100)
@@ -205,7 +206,7 @@ def test_a_point_measured_at_zero_adds_zero_to_the_mape_and_nothing_to_the_aggre
 def test_only_points_measured_at_zero_leave_the_ratios_of_sums_null(trace):
     sim = points_sim(trace, [(0, 5.0), (0, 7.0)])
 
-    values = accuracy.metric_values(sim.kernels.all())
+    values = metric_values(sim.kernels.all())
 
     assert values["kernels_compared"] == 2
     assert values["mape"] == 0
@@ -219,7 +220,7 @@ def test_only_points_measured_at_zero_leave_the_ratios_of_sums_null(trace):
 
 def test_nothing_compared_gives_null_metrics_and_zero_counts(trace):
     sim = simulation(trace)
-    assert accuracy.metric_values(sim.kernels.all()) == reference([])
+    assert metric_values(sim.kernels.all()) == reference([])
     assert all(
         value is None for key, value in reference([]).items() if "compared" not in key and "10" not in key
     )
@@ -228,7 +229,7 @@ def test_nothing_compared_gives_null_metrics_and_zero_counts(trace):
 def test_one_point_has_no_correlation(trace):
     sim = points_sim(trace, [(100, 120.0)])
 
-    values = accuracy.metric_values(sim.kernels.all())
+    values = metric_values(sim.kernels.all())
 
     assert values["pearson_r"] is None
     assert values["mape"] == pytest.approx(20)
@@ -238,12 +239,12 @@ def test_one_point_has_no_correlation(trace):
 
 def test_a_constant_side_has_no_correlation(trace):
     sim = points_sim(trace, [(100, 120.0), (200, 120.0), (300, 120.0)])
-    assert accuracy.metric_values(sim.kernels.all())["pearson_r"] is None
+    assert metric_values(sim.kernels.all())["pearson_r"] is None
 
 
 def test_a_perfect_linear_relation_correlates_at_one(trace):
     sim = points_sim(trace, [(100, 300.0), (200, 500.0), (400, 900.0)])
-    assert accuracy.metric_values(sim.kernels.all())["pearson_r"] == pytest.approx(1.0)
+    assert metric_values(sim.kernels.all())["pearson_r"] == pytest.approx(1.0)
 
 
 def test_overlapped_launches_and_launches_without_a_time_are_left_out(trace):
@@ -261,7 +262,7 @@ def test_overlapped_launches_and_launches_without_a_time_are_left_out(trace):
         ],
     )
 
-    assert_metrics(accuracy.metric_values(sim.kernels.all()), reference(WORKED))
+    assert_metrics(metric_values(sim.kernels.all()), reference(WORKED))
 
 
 def test_the_same_sums_pool_several_simulations(trace):
@@ -269,7 +270,7 @@ def test_the_same_sums_pool_several_simulations(trace):
     first = points_sim(trace, WORKED, "first")
     second = points_sim(trace, [(1000, 1500.0)], "second")
 
-    pooled = accuracy.metric_values(SimulatedKernel.objects.filter(simulation__in=[first, second]))
+    pooled = metric_values(SimulatedKernel.objects.filter(simulation__in=[first, second]))
 
     assert_metrics(pooled, reference([*WORKED, (1000, 1500.0)]))
 
@@ -301,7 +302,7 @@ def test_any_rows_give_the_metrics_of_the_spec(trace, rows):
     with transaction.atomic():
         sim = simulation(trace)
         add_kernels(sim, [{"x": x, "y": y, "overlapped": overlapped} for x, y, overlapped in rows])
-        values = accuracy.metric_values(sim.kernels.all())
+        values = metric_values(sim.kernels.all())
         transaction.set_rollback(True)
 
     expected = reference(compared)
@@ -339,7 +340,7 @@ def test_simulation_metrics_add_the_whole_run_with_its_overlapped_launches(trace
     metrics = accuracy.simulation_metrics(sim)
 
     assert_metrics(metrics, reference(WORKED))
-    assert list(metrics)[len(accuracy.METRIC_KEYS) :] == ["run_sim_ns", "run_measured_ns", "run_error"]
+    assert list(metrics)[len(METRIC_KEYS) :] == ["run_sim_ns", "run_measured_ns", "run_error"]
     assert metrics["run_sim_ns"] == pytest.approx(2000.0)  # 3510 cycles at 1755 MHz
     assert metrics["run_measured_ns"] == 1350  # 100 + 300 + 50 + 900
     assert metrics["run_error"] == pytest.approx((2000 - 1350) / 1350 * 100)
@@ -382,20 +383,24 @@ def test_kernels_come_in_the_traces_order_with_their_step_and_error(trace):
         ],
     )
 
-    rows = accuracy.simulation_kernels(sim)
+    rows = accuracy.simulation_detail(trace.id, sim.name).kernels
 
     assert not isinstance(rows, list)  # streamed
     assert list(rows) == [
+        (CTX, 1, "_Z6kernelPfi", "prefill 0", 2, 125, None, 125.0, 100, 25.0, False),
+        (CTX, 2, "_Z6kernelPfi", "prefill 0", 4, None, None, 5.0, 0, None, False),
+        (CTX, 3, "_Z3addIfEvPT_i", "decode 1", 3, None, None, 150.0, 200, -25.0, False),
+        (CTX, 10, "_Z6kernelPfi", None, 5, None, None, None, 50, None, True),
+        ("0x7", 1, "_Z6kernelPfi", None, 1, 12, 5, 12.0, 10, pytest.approx(20.0), False),
+    ]
+    # The admin's rows name the step's phase too; ranked by |error|, ties in the trace's order.
+    assert accuracy.worst_kernels(sim) == [
         accuracy.SimKernelRow(
             CTX, 1, "_Z6kernelPfi", "prefill 0", "prefill", 2, 125, None, 125.0, 100, 25.0, False
         ),
         accuracy.SimKernelRow(
-            CTX, 2, "_Z6kernelPfi", "prefill 0", "prefill", 4, None, None, 5.0, 0, None, False
-        ),
-        accuracy.SimKernelRow(
             CTX, 3, "_Z3addIfEvPT_i", "decode 1", "decode", 3, None, None, 150.0, 200, -25.0, False
         ),
-        accuracy.SimKernelRow(CTX, 10, "_Z6kernelPfi", None, None, 5, None, None, None, 50, None, True),
         accuracy.SimKernelRow(
             "0x7", 1, "_Z6kernelPfi", None, None, 1, 12, 5, 12.0, 10, pytest.approx(20.0), False
         ),
@@ -518,7 +523,7 @@ def test_two_simulations_of_a_trace_compared_launch_by_launch(trace):
     b = points_sim(trace, [(100, 105.0), (300, 200.0), (50, 60.0)], "b")
     add_kernels(b, [{"kernel_id": 4, "x": 80, "y": None, "overlapped": True}])
 
-    comparison = accuracy.compare_simulations(a, b)
+    comparison = simulation_compare.compare_simulations(a, b)
 
     # Both compared launches 1-3; 4 is overlapped in b.
     assert comparison.compared == 3
@@ -535,13 +540,12 @@ def test_two_simulations_of_a_trace_compared_launch_by_launch(trace):
     assert comparison.mean_change == pytest.approx((-15 + 50 / 3 + 0) / 3)
     assert comparison.a == accuracy.simulation_metrics(a)
     assert comparison.b["kernels_compared"] == 3
-    assert [row.kernel_id for row in accuracy.kernel_changes(a, b)] == [1, 2, 3]
 
 
 def test_simulations_of_two_traces_cannot_be_compared(trace):
     other = Trace.objects.create(id="run-b", state=TraceState.READY)
     with pytest.raises(ValueError, match="different traces"):
-        accuracy.compare_simulations(simulation(trace), simulation(other))
+        simulation_compare.compare_simulations(simulation(trace), simulation(other))
 
 
 # --- builds and configs ----------------------------------------------------------------------------

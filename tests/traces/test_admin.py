@@ -22,7 +22,7 @@ from django.urls import reverse
 from ingest import passes
 from ingest import reingest as reingest_module
 from ingest.tasks import parse_trace_task
-from traces import selectors
+from traces import launch_summaries
 from traces.admin import paginators, register_listed_only
 from traces.admin.chart import MAX_BARS, instruction_chart
 from traces.admin.kernel import KernelAdmin
@@ -496,7 +496,7 @@ def test_chart_groups_consecutive_kernels_past_max_bars(db, make_trace, make_ker
     make_kernels(trace, [n % 7 * 10 for n in range(1, 1001)], ctx="0xa")
     make_kernels(trace, [5] * 200, ctx="0xb")
 
-    summary = selectors.kernel_summary(trace.pk, kernel_count=trace.kernel_count, run_count=MAX_BARS)
+    summary = launch_summaries.kernel_summary(trace.pk, kernel_count=trace.kernel_count, run_count=MAX_BARS)
     chart = instruction_chart(summary.runs)
     assert len(chart.bars) <= MAX_BARS + 2
     assert sum(bar.kernels for bar in chart.bars) == 1200
@@ -514,8 +514,8 @@ def test_top_kernels_are_the_heaviest_even_when_they_share_a_bar(db, make_trace,
     values[2000] = 996
     make_kernels(trace, values, ctx="0xa")
 
-    summary = selectors.kernel_summary(trace.pk, kernel_count=trace.kernel_count, run_count=MAX_BARS)
-    expected = sorted(values, reverse=True)[: selectors.TOP_KERNELS]
+    summary = launch_summaries.kernel_summary(trace.pk, kernel_count=trace.kernel_count, run_count=MAX_BARS)
+    expected = sorted(values, reverse=True)[: launch_summaries.TOP_KERNELS]
     assert [k.total_insts for k in summary.top_kernels] == expected
 
 

@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from tests.helpers import store_kernels
 from tests.traces.test_admin import change_url, field, read, table_rows
-from traces import selectors
+from traces import launch_summaries
 from traces.models import Kernel, Step, Trace, TraceState
 
 CHANGELIST = "/admin/traces/trace/"
@@ -188,7 +188,7 @@ def test_bars_are_stacked_in_proportion(staff_client, timed):
 
 def test_many_steps_share_bars(db, make_trace, staff_client):
     trace = make_trace("long-run", state=TraceState.READY, has_step_timeline=True)
-    count = selectors.MAX_STEP_BARS * 2 + 1
+    count = launch_summaries.MAX_STEP_BARS * 2 + 1
     add_steps(trace, [(f"step {n}", "decode") for n in range(count)])
     add_run(trace, [(GEMM, 10, None, n) for n in range(count)])
     page = read(staff_client.get(change_url(trace.pk)))
@@ -240,7 +240,7 @@ def test_calibration_sample_is_bounded_and_spread_over_every_kernel(db, make_tra
     names = [f"k{n}" for n in range(10)]
     # Ten kernels repeating, as a decode step repeats its launches.
     add_run(trace, [(names[n % 10], 100 + n, 50 + n, None) for n in range(2000)])
-    sample = selectors.calibration_sample(trace.pk, kernel_count=2000, limit=100)
+    sample = launch_summaries.calibration_sample(trace.pk, kernel_count=2000, limit=100)
     assert 50 <= len(sample) <= 100
     assert {row[2] for row in sample} == set(names)
 
@@ -250,7 +250,7 @@ def test_calibration_sample_draws_from_every_context_in_proportion(db, make_trac
     names = [f"k{n}" for n in range(7)]
     add_run(trace, [(names[n % 7], 100 + n, 50 + n, None) for n in range(3000)], ctx="0xa")
     add_run(trace, [(names[n % 7], 100 + n, 50 + n, None) for n in range(1000)], ctx="0xb")
-    sample = selectors.calibration_sample(trace.pk, kernel_count=4000, limit=200)
+    sample = launch_summaries.calibration_sample(trace.pk, kernel_count=4000, limit=200)
     by_ctx = {ctx: [row for row in sample if row[0] == ctx] for ctx in ("0xa", "0xb")}
     # About 200 launches, three in four from the context with three in four of the launches
     # (its ids run three times as far), each a launch of the trace, none twice.
@@ -264,12 +264,12 @@ def test_calibration_sample_draws_from_every_context_in_proportion(db, make_trac
 
 
 def test_sampled_kernel_ids_fall_one_in_each_bin_with_no_period():
-    ids = selectors.sampled_kernel_ids(10_000, 100)
+    ids = launch_summaries.sampled_kernel_ids(10_000, 100)
     assert len(ids) == 100
     assert [(kernel_id - 1) // 100 for kernel_id in ids] == list(range(100))
     # A decode step of 10 launches repeated: every one of its positions is sampled.
     assert {kernel_id % 10 for kernel_id in ids} == set(range(10))
-    assert selectors.sampled_kernel_ids(50, 100) == list(range(1, 51))  # fewer ids than asked: all
+    assert launch_summaries.sampled_kernel_ids(50, 100) == list(range(1, 51))  # fewer ids than asked: all
 
 
 def test_a_big_trace_page_is_read_once_until_the_trace_changes(staff_client, timed, monkeypatch):

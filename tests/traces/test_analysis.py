@@ -248,13 +248,13 @@ def test_step_without_launches_counts_zero(h100):
 
 
 def test_kernel_mix_and_totals_for_the_admin(h100):
-    mix = analysis.kernel_mix("h100")
-    assert [(k.name, k.launches, k.traced, k.total_insts) for k in mix] == [
+    summary = analysis.summary("h100")
+    assert [(k.name, k.launches, k.traced, k.total_insts) for k in summary.kernels] == [
         (GEMM, 2, 1, 1600),
         (FLASH, 2, 1, 500),
         (NVJET, 1, 0, 400),
     ]
-    assert analysis.trace_totals("h100") == analysis.TraceTotals(
+    assert summary.totals == analysis.TraceTotals(
         id="h100", kernel_count=5, total_insts=2500, duration_ns=800
     )
 

@@ -13,7 +13,7 @@ import pytest
 from django.db import connection, connections
 from rest_framework.test import APIClient
 
-from traces import selectors, services
+from traces import selectors, services, snapshots
 from traces.models import Kernel, Trace, TraceState
 
 
@@ -137,3 +137,41 @@ def test_a_database_error_while_streaming_kernels_is_a_django_database_error(mak
     assert next(rows)[1] == 1
     with pytest.raises(django.db.DataError):
         list(rows)
+
+
+def open_cursors() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT COUNT(*) FROM pg_cursors")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_held_cursor_is_closed_however_its_rows_end():
+    if connection.vendor != "postgresql":
+        pytest.skip("the held cursor is PostgreSQL's")
+    many = "SELECT n FROM generate_series(1, 10) AS n"
+    with snapshots.snapshot(held=True) as reads:
+        read_to_the_end = reads.held_rows(many, [], 3)
+    assert open_cursors() == 1, "held past the snapshot's commit"
+    assert list(read_to_the_end) == [(n,) for n in range(1, 11)]
+    assert open_cursors() == 0
+
+    with snapshots.snapshot(held=True) as reads:
+        dropped = reads.held_rows(many, [], 3)
+    assert next(dropped) == (1,)
+    dropped.close()  # a client gone
+    assert open_cursors() == 0
+
+    with pytest.raises(ZeroDivisionError), snapshots.snapshot(held=True) as reads:
+        reads.held_rows(many, [], 3)
+        1 / 0  # noqa: B018 (a read failing after the cursor was declared)
+    assert open_cursors() == 0
+    with pytest.raises(django.db.DataError), snapshots.snapshot(held=True) as reads:
+        reads.held_rows(many, [], 3)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1 / 0")  # the transaction fails with the cursor declared
+    assert open_cursors() == 0
+    with snapshots.snapshot(held=True):
+        pass  # a snapshot that needed no cursor
+    assert open_cursors() == 0

@@ -33,7 +33,7 @@ import pytest
 
 from ingest import bucket
 from ingest.passes import poll_bucket
-from tests.helpers import DATA, PREFIX, TEST_BUCKET, VECADD_CTX
+from tests.helpers import PREFIX, TEST_BUCKET, VECADD_CTX, shared_fixture
 from traces.models import Trace, TraceState
 
 RUN = "vecadd-files"
@@ -119,8 +119,8 @@ def download(url: str, etag: str | None = None) -> bytes:
 
 
 def vecadd_files() -> dict[str, bytes]:
-    """A real tracer run (tests/data/accelsim-vecadd-v5) and what the tracer writes beside it."""
-    folder = DATA / "accelsim-vecadd-v5"
+    """A real tracer run (shared_fixture("accelsim-vecadd-v5")) and what the tracer writes beside it."""
+    folder = shared_fixture("accelsim-vecadd-v5")
     return {
         f"traces/stats_ctx_{VECADD_CTX}": (folder / f"stats_ctx_{VECADD_CTX}").read_bytes(),
         f"traces/kernelslist_ctx_{VECADD_CTX}": (folder / f"kernelslist_ctx_{VECADD_CTX}").read_bytes(),

@@ -1,17 +1,15 @@
 """Kernel storage (issue 11): what a launch costs in PostgreSQL, and migration 0007 changing
 nothing the API says, byte for byte."""
 
-import queue
 import threading
 
 import pytest
 from django.db import connection, transaction
 from django.db.migrations.executor import MigrationExecutor
-from psycopg.copy import QueuedLibpqWriter
 
 from tests.helpers import kernel_row
 from traces import encoders, kernel_store, selectors, services
-from traces.models import KERNEL_COLUMNS, KernelContext, KernelName, Trace, TraceState
+from traces.models import KERNEL_COLUMNS, KernelContext, KernelName, Trace, TraceState, name_digest
 
 BEFORE = ("traces", "0006_steps_and_measured_time")
 BYTES_PER_LAUNCH = 150
@@ -195,7 +193,7 @@ def test_launches_come_back_as_they_were_stored_whatever_their_order_and_files(d
     with transaction.atomic():
         assert kernel_store.kernels_replace("mixed", iter(launches)) == len(launches)
 
-    stored = list(selectors.kernel_rows("mixed"))
+    stored = list(selectors.trace_detail_snapshot("mixed")[1])
     ctx, device, kernel_id = (KERNEL_COLUMNS.index(column) for column in ("ctx", "device", "kernel_id"))
     assert stored == sorted(launches, key=lambda row: (row[ctx], row[device], row[kernel_id]))
     assert list(
@@ -239,7 +237,7 @@ def test_two_parses_adding_one_new_name_do_not_wait_for_each_other(on_postgres):
         worker.join(timeout=20)
         assert not worker.is_alive(), "the second parse waited for the first's transaction"
     assert errors == []
-    assert [row[2] for row in selectors.kernel_rows("b")] == ["_Z8brandnewv", "_Z5elsev"]
+    assert [row[2] for row in selectors.trace_detail_snapshot("b")[1]] == ["_Z8brandnewv", "_Z5elsev"]
     assert KernelName.objects.filter(name="_Z8brandnewv").count() == 1
 
 
@@ -265,30 +263,73 @@ def test_a_deleted_trace_leaves_no_launch_behind(db, make_trace, delete):
     assert Trace.objects.get(pk="kept").kernels.count() == 1
 
 
-def test_the_copy_queue_is_bounded(db, on_postgres):
-    """The COPY writer's queue is psycopg's own attribute, replaced: an upgrade that renames it
-    would bring back a queue of 1,024 blocks (128 MiB) when PostgreSQL is slower than the parse."""
-    Trace.objects.create(id="bounded")
-    with connection.cursor() as cursor, transaction.atomic():
-        with kernel_store.copy_from_stdin(cursor, "COPY traces_kernelname (digest, name) FROM STDIN") as copy:
-            writer = copy.writer
-            assert writer._queue.maxsize == kernel_store.COPY_QUEUE_BLOCKS
-            assert isinstance(writer, QueuedLibpqWriter)
-            assert hasattr(cursor.cursor, "_results"), "psycopg's writer records its result there"
+def test_the_copy_queue_is_bounded(db, on_postgres, monkeypatch):
+    """A parse faster than PostgreSQL waits once COPY_QUEUE_BLOCKS blocks of at most
+    COPY_BLOCK_BYTES are queued (2 MiB), where psycopg's QueuedLibpqWriter would hold 1,024
+    (128 MiB): the peak of `ingest_traces` stays flat (docs/performance.md)."""
+    sent, release = [], threading.Event()
+
+    def slow_send(writer, data):  # PostgreSQL, slower than the parse
+        release.wait()
+        sent.append(len(data))
+
+    monkeypatch.setattr(kernel_store.LibpqWriter, "write", slow_send)
+    text = b"x" * (kernel_store.COPY_BLOCK_BYTES * (kernel_store.COPY_QUEUE_BLOCKS + 8))
+    with connection.cursor():
+        pass
+    with connection.connection.cursor() as cursor:
+        writer = kernel_store.BoundedCopyWriter(cursor)
+        parse = threading.Thread(target=writer.write, args=(text,))
+        parse.start()
+        parse.join(timeout=1)
+        assert parse.is_alive(), "the parse ran ahead of PostgreSQL by more than the queue"
+        assert writer.blocks.qsize() == kernel_store.COPY_QUEUE_BLOCKS
+        release.set()
+        parse.join()
+        writer.blocks.put(b"")
+        writer.sender.join()
+    assert max(sent) == kernel_store.COPY_BLOCK_BYTES and sum(sent) == len(text)
 
 
-def test_the_private_apis_the_writer_needs_are_there(db, on_postgres):
-    """What kernel_store takes from psycopg's and Django's private parts: psycopg's cursor
-    behind Django's, its writer's queue, and a second connection with the same settings."""
-    writer = QueuedLibpqWriter.__new__(QueuedLibpqWriter)
-    with connection.cursor() as cursor:
-        writer.__init__(cursor.cursor)
-    assert isinstance(writer._queue, queue.Queue)
-    other = kernel_store.another_connection()
+def test_a_failed_send_fails_the_parse(db, on_postgres, monkeypatch):
+    """PostgreSQL's refusal of a block, raised in the sending thread, reaches the parse at its
+    next write, and the sender keeps emptying the queue, so that write does not hang."""
+
+    def refused(writer, data):
+        raise OSError("connection lost")
+
+    monkeypatch.setattr(kernel_store.LibpqWriter, "write", refused)
+    with connection.cursor():
+        pass
+    with connection.connection.cursor() as cursor:
+        writer = kernel_store.BoundedCopyWriter(cursor)
+        writer.write(b"row\n")
+        writer.sender.join(timeout=0.2)  # still alive: emptying the queue
+        with pytest.raises(OSError, match="connection lost"):
+            for _ in range(kernel_store.COPY_QUEUE_BLOCKS * 4):
+                writer.write(b"row\n")
+        writer.blocks.put(b"")
+        writer.sender.join()
+
+
+def test_names_are_committed_on_a_connection_of_their_own(db, on_postgres):
+    """The names connection is a second session (Django's connection of another thread), whose
+    inserts are committed whatever the parse's transaction does."""
+    names = kernel_store.NamesConnection()
     try:
-        assert other is not connection and other.settings_dict["NAME"] == connection.settings_dict["NAME"]
-        with other.cursor() as cursor:
-            cursor.execute("SELECT 1")
-            assert cursor.fetchone() == (1,)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            [(ours,)] = cursor.fetchall()
+        [(theirs,)] = names.execute("SELECT pg_backend_pid()", [])
+        assert theirs != ours
+        with pytest.raises(RuntimeError), transaction.atomic():
+            names.execute(
+                "INSERT INTO traces_kernelname (digest, name, demangled, demangle_limited) "
+                "VALUES (%s, %s, %s, false)",
+                [name_digest("_Z9committedv"), "_Z9committedv", "committed()"],
+            )
+            raise RuntimeError("the parse fails")
+        assert KernelName.objects.filter(name="_Z9committedv").exists()
     finally:
-        other.close()
+        names.execute("DELETE FROM traces_kernelname WHERE name = %s", ["_Z9committedv"])
+        names.close()

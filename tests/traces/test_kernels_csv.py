@@ -25,7 +25,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ingest.passes import poll_bucket
-from tests.helpers import DATA, PREFIX, TEST_BUCKET, kernel_row, store_kernels
+from tests.helpers import PREFIX, TEST_BUCKET, kernel_row, shared_fixture, store_kernels
 from traces import encoders, services
 from traces.models import Trace, TraceState
 
@@ -33,7 +33,6 @@ HEADER = (
     "ctx,kernel_id,name,trace_file,grid_x,grid_y,grid_z,block_x,block_y,block_z,blocks,threads,"
     "total_insts,total_reported_insts,traced,device,stream,step,duration_ns"
 ).split(",")
-REAL = DATA / "real-tracer"
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "sample__facebook_opt-125m__a100-e2e"
 
 
@@ -112,7 +111,14 @@ REAL_RUNS = {
 
 @pytest.mark.parametrize("run_id", sorted(REAL_RUNS))
 def test_real_tracer_output_equals_the_detail(api, s3, db, run_id):
-    upload(s3, run_id, {name: (REAL / source).read_bytes() for name, source in REAL_RUNS[run_id].items()})
+    upload(
+        s3,
+        run_id,
+        {
+            name: shared_fixture("real-tracer", source).read_bytes()
+            for name, source in REAL_RUNS[run_id].items()
+        },
+    )
     poll_bucket()
     assert Trace.objects.get(pk=run_id).state == TraceState.READY
     assert len(assert_csv_is_the_detail(api, run_id)) >= 2  # the header and a launch at least

@@ -28,6 +28,7 @@ from tests.ingest.conftest import eager  # noqa: F401 (a fixture: Celery inline,
 from tests.traces.test_admin import upload_minimal_run
 from traces import analysis, views
 from traces.models import ApiToken, Trace, TraceState
+from traces.snapshots import snapshot
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=[PRIMARY, REPLICA])
 
@@ -249,7 +250,7 @@ def test_reads_after_a_write_and_inside_a_transaction_stay_on_the_primary(make_t
 def test_a_snapshot_holds_its_transaction_on_the_replica(make_trace, make_kernels):
     ready_trace(make_trace, make_kernels)
     with reads_from(REPLICA), captured() as (primary, replica):
-        with analysis.snapshot():
+        with snapshot(one_trace=True):
             assert connections[REPLICA].in_atomic_block and not connections[PRIMARY].in_atomic_block
             analysis.summary("bert")
     assert "REPEATABLE READ" in sql(replica) and "traces_kernel" in sql(replica)

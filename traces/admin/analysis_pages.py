@@ -14,7 +14,7 @@ from django.core.cache import cache
 from django.template.loader import render_to_string
 from django.utils.html import format_html, format_html_join
 
-from traces import analysis, selectors
+from traces import analysis, launch_summaries
 from traces.admin.analysis_charts import (
     OTHER,
     TOP_SERIES,
@@ -28,6 +28,7 @@ from traces.admin.analysis_charts import (
 from traces.admin.chart import MAX_BARS
 from traces.admin.display import kernel_changelist_url, shown_names
 from traces.models import Trace
+from traces.snapshots import snapshot
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ KEEP_PAGE_READS_SECONDS = 24 * 3600
 PAGE_READS_VERSION = 1
 
 
-def trace_page_reads(trace: Trace) -> tuple[selectors.KernelSummary, dict]:
+def trace_page_reads(trace: Trace) -> tuple[launch_summaries.KernelSummary, dict]:
     """The trace page's kernel summary (chart, contexts, heaviest kernels) and analysis
     (`trace_analysis`), from one snapshot; kept for a big trace until it changes."""
     keep = trace.kernel_count >= KEEP_PAGE_READS_FROM
@@ -84,8 +85,10 @@ def trace_page_reads(trace: Trace) -> tuple[selectors.KernelSummary, dict]:
     if keep and (kept := cache.get(key)) is not None:
         return kept
     # One snapshot: the chart, the contexts and the analysis of the same launches.
-    with analysis.snapshot():
-        summary = selectors.kernel_summary(trace.id, kernel_count=trace.kernel_count, run_count=MAX_BARS)
+    with snapshot(one_trace=True):
+        summary = launch_summaries.kernel_summary(
+            trace.id, kernel_count=trace.kernel_count, run_count=MAX_BARS
+        )
         # The mix, steps and calibration of a trace that has kernels (one that failed, or is
         # uploading, says so once, above).
         analysed = trace_analysis(trace) if summary.kernels else {}
@@ -113,7 +116,7 @@ def trace_analysis(trace: Trace) -> dict:
     """The trace page's context for the kernel mix, the steps and the calibration: five
     queries (four untimed), whatever the trace's size."""
     # One snapshot: a parse committing meanwhile would make the charts disagree with the table.
-    with analysis.snapshot():
+    with snapshot(one_trace=True):
         return _trace_analysis(trace)
 
 
@@ -160,45 +163,44 @@ def _trace_analysis(trace: Trace) -> dict:
         "step_table": step_table(step_rows, timed=timed),
     }
     if summary.steps:
-        per_bar = max(1, math.ceil(len(summary.steps) / selectors.MAX_STEP_BARS))
-        split = selectors.step_kernel_split(
-            trace.id, names=[name for name in colours if name != OTHER], per_bar=per_bar
-        )
-        context["steps_per_bar"] = per_bar
-        context["step_insts_svg"] = render_to_string(
-            "admin/traces/trace/stacked_bars.svg",
-            {
-                "chart": stacked_chart(
-                    step_bars(summary.steps, split, per_bar, "insts"),
-                    colours,
-                    unit="instructions",
-                    steps_per_bar=per_bar,
-                    shown=shown,
-                ),
-                "title": "Instructions per step, by kernel",
-            },
-        )
-        if timed:
-            context["step_time_svg"] = render_to_string(
-                "admin/traces/trace/stacked_bars.svg",
-                {
-                    "chart": stacked_chart(
-                        step_bars(summary.steps, split, per_bar, "time"),
-                        colours,
-                        unit="ns",
-                        steps_per_bar=per_bar,
-                        shown=shown,
-                    ),
-                    "title": "Measured time per step, by kernel",
-                },
-            )
+        context.update(step_charts(trace, summary.steps, colours, shown, timed=timed))
     if timed:
-        sample = selectors.calibration_sample(trace.id, kernel_count=totals.kernel_count)
+        sample = launch_summaries.calibration_sample(trace.id, kernel_count=totals.kernel_count)
         context["calibration_points"] = len(sample)
-        context["calibration_sampled"] = totals.kernel_count > selectors.CALIBRATION_POINTS
+        context["calibration_sampled"] = totals.kernel_count > launch_summaries.CALIBRATION_POINTS
         context["calibration_svg"] = render_to_string(
             "admin/traces/trace/calibration.svg", {"chart": calibration_chart(sample, colours, shown)}
         )
+    return context
+
+
+def step_charts(
+    trace: Trace,
+    steps: list[analysis.StepTotal],
+    colours: dict[str, str],
+    shown: dict[str, str],
+    *,
+    timed: bool,
+) -> dict:
+    """The step charts' context: instructions per step by kernel, and measured time where
+    the trace has it, each bar `steps_per_bar` consecutive steps."""
+    per_bar = max(1, math.ceil(len(steps) / launch_summaries.MAX_STEP_BARS))
+    split = launch_summaries.step_kernel_split(
+        trace.id, names=[name for name in colours if name != OTHER], per_bar=per_bar
+    )
+
+    def chart_svg(measure: str, unit: str, title: str) -> str:
+        chart = stacked_chart(
+            step_bars(steps, split, per_bar, measure), colours, unit=unit, steps_per_bar=per_bar, shown=shown
+        )
+        return render_to_string("admin/traces/trace/stacked_bars.svg", {"chart": chart, "title": title})
+
+    context = {
+        "steps_per_bar": per_bar,
+        "step_insts_svg": chart_svg("insts", "instructions", "Instructions per step, by kernel"),
+    }
+    if timed:
+        context["step_time_svg"] = chart_svg("time", "ns", "Measured time per step, by kernel")
     return context
 
 
@@ -237,7 +239,7 @@ def share(part: int | None, whole: int | None) -> float | None:
 
 
 def step_bars(
-    steps: list[analysis.StepTotal], split: list[selectors.StepSplit], per_bar: int, measure: str
+    steps: list[analysis.StepTotal], split: list[launch_summaries.StepSplit], per_bar: int, measure: str
 ) -> list[StepBar]:
     """A StepBar per run of `per_bar` steps: its total and the heaviest kernels' parts of it."""
     parts: dict[int, dict[str, int]] = {}

@@ -1,6 +1,6 @@
 """The trace page's chart: instructions per kernel in launch order, as SVG geometry.
 
-Pure computation from the runs `traces.selectors.kernel_summary` reads (no database): up to
+Pure computation from the runs `traces.launch_summaries.kernel_summary` reads (no database): up to
 `MAX_BARS` kernels get a bar each; past that, consecutive kernel ids of a context share a
 bar. The contexts follow one another, each in its own launch order, a labelled band under
 its bars. `admin/traces/trace/kernel_chart.svg` draws the result.
@@ -9,7 +9,7 @@ its bars. `admin/traces/trace/kernel_chart.svg` draws the result.
 from dataclasses import dataclass, field
 
 from traces.admin.analysis_charts import si
-from traces.selectors import KernelRun
+from traces.launch_summaries import KernelRun
 
 MAX_BARS = 300
 CHART_WIDTH = 900

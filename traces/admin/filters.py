@@ -4,7 +4,7 @@ filter or an id that no row can match (a NUL) is answered with."""
 from django.contrib import admin
 from django.http import HttpResponseBadRequest
 
-from traces import selectors
+from traces import launch_summaries
 from traces.models import CURRENT_PARSER_VERSION, KernelContext, Trace
 from traces.text import is_storable
 
@@ -58,7 +58,7 @@ class ContextFilter(admin.SimpleListFilter):
         trace_id = request.GET.get(TraceIdFilter.parameter_name)
         if not trace_id:
             return []
-        return [(ctx, ctx) for ctx in selectors.trace_contexts(trace_id)]
+        return [(ctx, ctx) for ctx in launch_summaries.trace_contexts(trace_id)]
 
     def queryset(self, request, queryset):
         if not self.value():

@@ -2,7 +2,7 @@
 of them without reading the rows before it."""
 
 from django.core.exceptions import EmptyResultSet
-from django.core.paginator import Paginator
+from django.core.paginator import Page, Paginator
 from django.db import connections
 from django.utils.functional import cached_property
 
@@ -50,7 +50,7 @@ class EstimatedCountPaginator(Paginator):
         # then plans for a page, not for the tens of thousands of rows it guesses, which on a
         # 50M-row table cost a JIT compilation of seconds (docs/performance.md).
         rows = self.object_list.filter(pk__in=keys)[: len(keys)] if keys else self.object_list.none()
-        return self._get_page(rows, number, self)
+        return Page(rows, number, self)
 
 
 def estimated_rows(queryset) -> int | None:

@@ -24,6 +24,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
+from traces.admin.bucket_records import FromTheBucket
 from traces.admin.display import state_badge, truncated
 from traces.admin.filters import StorableLookups
 from traces.admin.simulation_pages import compare_page, compare_problem, show, simulation_page
@@ -157,7 +158,7 @@ class SimulationInline(SimulationColumns, admin.TabularInline):
         return super().get_queryset(request).defer("files", "interrupted", "notes", "run", "fatal")
 
 
-class SimulationAdmin(StorableLookups, SimulationColumns, admin.ModelAdmin):
+class SimulationAdmin(StorableLookups, SimulationColumns, FromTheBucket):
     list_display = (
         "name_link",
         "trace_link",
@@ -220,6 +221,7 @@ class SimulationAdmin(StorableLookups, SimulationColumns, admin.ModelAdmin):
             },
         ),
     )
+    list_defers = ("files", "interrupted", "notes", "run", "fatal")
     readonly_fields = (
         "trace_link",
         "state_display",
@@ -233,21 +235,6 @@ class SimulationAdmin(StorableLookups, SimulationColumns, admin.ModelAdmin):
         "cycles_display",
         "files_table",
     )
-
-    # --- read-only: the bucket is the source of truth --------------------------------
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def get_queryset(self, request):
-        queryset = super().get_queryset(request)
-        match = request.resolver_match
-        if match is not None and match.url_name == "traces_simulation_changelist":
-            queryset = queryset.defer("files", "interrupted", "notes", "run", "fatal")
-        return queryset
 
     # --- columns and fields -----------------------------------------------------------
 
@@ -437,9 +424,6 @@ class SimulationAdmin(StorableLookups, SimulationColumns, admin.ModelAdmin):
         }
         perms_needed = set() if self.has_delete_permission(request) else {Simulation._meta.verbose_name}
         return to_delete, model_count, perms_needed, []
-
-    def delete_model(self, request, obj):
-        self.delete_queryset(request, Simulation.objects.filter(pk=obj.pk))
 
     def delete_queryset(self, request, queryset):
         """Each simulation under its lock, its kernels then itself in one transaction: never

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from django.db.models import BigIntegerField, ExpressionWrapper, F, Value
 from django.template.loader import render_to_string
 
-from traces import accuracy
+from traces import accuracy, metrics, simulation_compare
 from traces.admin.analysis_charts import duration, short_name
 from traces.admin.simulation_charts import ScatterInput, StepInput, accuracy_scatter, step_chart
 from traces.models import SimulatedKernel, Simulation, Step, TraceState
@@ -95,7 +95,7 @@ def scatter_sample(simulation: Simulation, *, limit: int | None = None) -> tuple
     steps, the sample)."""
     limit = SCATTER_POINTS if limit is None else limit
     rows = SimulatedKernel.objects.filter(
-        accuracy.COMPARED, simulation=simulation, measured_ns__gt=0, sim_ns__gt=0
+        metrics.COMPARED, simulation=simulation, measured_ns__gt=0, sim_ns__gt=0
     ).order_by()
     total = rows.count()
     if total > limit:
@@ -128,7 +128,7 @@ def scatter_sample(simulation: Simulation, *, limit: int | None = None) -> tuple
                 phase=phase,
                 title=f"{ctx or 'no context'} kernel {kernel_id} {short_name(name)}{where}: measured "
                 f"{duration(measured)}, simulated {duration(sim)} "
-                f"({signed(accuracy.signed_error(sim, measured))})",
+                f"({signed(metrics.signed_error(sim, measured))})",
             )
         )
     return sample, total
@@ -224,7 +224,7 @@ def better_of(key: str, a, b) -> str:
 
 @dataclass(frozen=True)
 class ChangeRow:
-    change: accuracy.KernelChange
+    change: simulation_compare.KernelChange
     label: str
     measured: str
     a_sim: str
@@ -234,7 +234,7 @@ class ChangeRow:
     points: str
 
 
-def change_rows(changes: list[accuracy.KernelChange]) -> list[ChangeRow]:
+def change_rows(changes: list[simulation_compare.KernelChange]) -> list[ChangeRow]:
     return [
         ChangeRow(
             change=change,
@@ -252,7 +252,7 @@ def change_rows(changes: list[accuracy.KernelChange]) -> list[ChangeRow]:
 
 def compare_page(a: Simulation, b: Simulation) -> dict:
     """The compare page's metrics side by side and the kernels that moved most each way."""
-    comparison = accuracy.compare_simulations(a, b, count=COMPARE_KERNELS)
+    comparison = simulation_compare.compare_simulations(a, b, count=COMPARE_KERNELS)
     rows = []
     for key, label, kind in METRIC_ROWS:
         value_a, value_b = comparison.a.get(key), comparison.b.get(key)

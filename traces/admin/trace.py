@@ -3,7 +3,7 @@
 Nothing is edited here: the bucket is the source of truth. The actions re-ingest a trace
 (the poller's own code path), mark it failed, or delete it; "Compare" puts two traces side by
 side, kernel by kernel. The page summarises the kernels from two queries
-(`traces.selectors.kernel_summary`) and shows their mix, steps and calibration from five more
+(`traces.launch_summaries.kernel_summary`) and shows their mix, steps and calibration from five more
 (`analysis_pages`), in one snapshot, kept for a big trace until it changes
 (`analysis_pages.trace_page_reads`); deleting counts them instead of collecting a million
 kernels one by one for Django's confirmation page.
@@ -24,6 +24,7 @@ from django.utils.http import urlencode
 
 from traces import analysis
 from traces.admin.analysis_pages import compare_context, trace_page_reads
+from traces.admin.bucket_records import FromTheBucket
 from traces.admin.chart import instruction_chart
 from traces.admin.display import (
     compact_datetime,
@@ -49,7 +50,7 @@ def compare_url(a: str, b: str, by: str) -> str:
     return f"{reverse('admin:traces_trace_compare')}?{urlencode(query)}"
 
 
-class TraceAdmin(StorableLookups, admin.ModelAdmin):
+class TraceAdmin(StorableLookups, FromTheBucket):
     list_display = (
         "id",
         "state_display",
@@ -121,6 +122,7 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
             },
         ),
     )
+    list_defers = ("metadata_json", "files", "layers")
     readonly_fields = (
         "state_display",
         "without_totals",
@@ -132,25 +134,9 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
         "files_table",
     )
 
-    # --- read-only: the bucket is the source of truth --------------------------------
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
     def has_operate_permission(self, request) -> bool:
         """Who may run the actions: whoever holds "change trace", though nothing is edited here."""
         return request.user.has_perm("traces.change_trace")
-
-    def get_queryset(self, request):
-        queryset = super().get_queryset(request)
-        match = request.resolver_match
-        if match is not None and match.url_name == "traces_trace_changelist":
-            # The list shows none of these, and a run's file list can be long.
-            queryset = queryset.defer("metadata_json", "files", "layers")
-        return queryset
 
     # --- columns and fields -----------------------------------------------------------
 
@@ -447,9 +433,6 @@ class TraceAdmin(StorableLookups, admin.ModelAdmin):
         }
         perms_needed = set() if self.has_delete_permission(request) else {Trace._meta.verbose_name}
         return to_delete, model_count, perms_needed, []
-
-    def delete_model(self, request, obj):
-        self.delete_queryset(request, Trace.objects.filter(pk=obj.pk))
 
     def delete_queryset(self, request, queryset):
         """Each trace under its lock; one that a pass is ingesting is left, with a message."""

@@ -1,0 +1,277 @@
+"""The lab bench's figures over whole runs (bench/lab.py holds the large run's): the peak RSS
+of `ingest_traces` on runs whose every launch is traced (`traced`), one pass over many new
+small runs beside issue 11's recorded pass (`runs`), the idle pass over failed runs (`idle`),
+and the large run's launches into a pandas DataFrame (`dataframe`, `dataframe_seconds`).
+"""
+
+import http.client
+import json
+import math
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+
+from bench import common
+from bench.common import log
+from bench.harness import Row
+from bench.lab_constants import BUCKET, MB, RECORDED_RUNS, RECORDED_RUNS_SECONDS, TEMPLATE_RUN, mb, secs
+
+# --- every launch traced, one context (issue 22) ---------------------------------------------------
+
+
+def traced_run(lab, prefix: str, run_id: str, launches: int) -> int:
+    """A generated run of one context, timing.csv and timeline.json, whose kernelslist names
+    every launch, as the tracer's default kernel window does (the generator traces a few)."""
+    from tools import generator
+
+    spec = generator.RunSpec(kernels=launches, contexts=1, seed=2, timing=True, timeline=True)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="cascade-bench-run-", dir=lab.tmp) as tmp:
+        folder = Path(tmp) / run_id
+        generator.write_run(folder, spec, run_id=run_id, key_prefix=prefix)
+        every_launch_traced(folder)
+        # Traced: named, and held (issue 28). The generator writes a few kernels' trace files;
+        # the list names every launch, and is read whole all the same.
+        held = len(list((folder / "traces").glob("kernel-*")))
+        common.upload_folder(lab.s3, BUCKET, folder, f"{prefix}{run_id}/")
+    log(
+        f"{run_id}: {launches:,} launches, every one traced, generated and uploaded in "
+        f"{time.perf_counter() - started:.1f} s"
+    )
+    return held
+
+
+def traced(lab) -> None:
+    sizes = [lab.scale.launches, 2 * lab.scale.launches, 4 * lab.scale.launches]
+    rss = {}
+    for n in sizes:
+        run_id, prefix = f"lab-traced-{n}", f"lab-traced-{n}/"
+        with common.scratch_database(lab.server, "traced", template=lab.template) as db:
+            held = traced_run(lab, prefix, run_id, n)
+            child = lab.ingest(db, prefix, run_id)
+            state, count, traced, timed, stepped, timing_error = common.query(
+                db,
+                "SELECT t.state, t.kernel_count, count(*) FILTER (WHERE k.traced),"
+                " count(k.duration_ns), count(k.step), t.timing_error"
+                " FROM traces_trace t JOIN traces_kernel k ON k.trace_key = t.key"
+                " WHERE t.id = %s GROUP BY t.key, t.state, t.kernel_count, t.timing_error",
+                (run_id,),
+            )[0]
+        if state != "ready" or count != n or traced != held or timed != n or stepped != n:
+            raise RuntimeError(
+                f"{run_id} came out {state} with {count} kernels, {traced} traced, {timed} timed, "
+                f"{stepped} in a step, not ready with {n} of each and {held} traced "
+                f"({timing_error or 'no timing error'})"
+            )
+        rss[n] = child.max_rss
+    growth = rss[sizes[-1]] - rss[sizes[0]]
+    lab.add(
+        Row(
+            "traced",
+            f"Peak RSS of `ingest_traces`, one context, every launch traced, timing and steps: "
+            f"{', '.join(f'{n:,}' for n in sizes)} launches",
+            " and ".join(mb(rss[n]) for n in sizes),
+            f"4x the launches: {growth / MB:+,.1f} MB",
+            f"{rss[sizes[-1]] / rss[sizes[0]]:.2f}x",
+            "< 100 MB, flat (within 5 MB)",
+            max(rss.values()) < 100 * MB and abs(growth) <= 5 * MB,
+            {"rss": rss},
+        )
+    )
+
+
+# --- many small runs -----------------------------------------------------------------------
+
+
+def upload_runs(lab, prefix: str, count: int, spec) -> list[str]:
+    """`count` copies of one generated run, each under its own run id."""
+    from tools import generator
+
+    started = time.perf_counter()
+    run_ids = [f"{prefix.rstrip('/')}-{i:05d}" for i in range(count)]
+    with tempfile.TemporaryDirectory(prefix="cascade-bench-run-", dir=lab.tmp) as tmp:
+        folder = Path(tmp) / TEMPLATE_RUN
+        generator.write_run(folder, spec, run_id=TEMPLATE_RUN, key_prefix=prefix)
+        common.upload_copies(lab.s3, BUCKET, folder, prefix, TEMPLATE_RUN, run_ids)
+    log(f"{prefix}: {count:,} runs uploaded in {time.perf_counter() - started:.1f} s")
+    return run_ids
+
+
+def count_states(db: str) -> dict:
+    return dict(common.query(db, "SELECT state, count(*) FROM traces_trace GROUP BY state"))
+
+
+def new_runs(lab) -> None:
+    from django.conf import settings
+
+    from tools import generator
+
+    n = lab.scale.runs
+    prefix = "lab-runs/"
+    # A sample-like run (700 launches, prefill and decode steps, timeline.json and
+    # timing.csv), with four instruction traces rather than 64: they are listed, never read.
+    upload_runs(lab, prefix, n, generator.RunSpec(max_traced=4))
+    with common.scratch_database(lab.server, "runs", template=lab.template) as db:
+        child = lab.ingest(db, prefix, f"{n:,} new runs")
+        states = count_states(db)
+    if states.get("ready", 0) != n:
+        raise RuntimeError(f"{n} new runs came out {states}")
+    reference = None
+    # The same pass one S3 request at a time, where the setting exists (same run, same data).
+    if hasattr(settings, "CASCADE_S3_THREADS"):
+        with common.scratch_database(lab.server, "runs1", template=lab.template) as db:
+            reference = lab.ingest(
+                db, prefix, f"{n:,} new runs, CASCADE_S3_THREADS=1", CASCADE_S3_THREADS="1"
+            )
+    recorded = RECORDED_RUNS_SECONDS * n / RECORDED_RUNS
+    faster = recorded / child.seconds  # wall time, process start included
+    requests = child.s3_requests()
+    text = f"recorded {RECORDED_RUNS_SECONDS} s for {RECORDED_RUNS:,} runs"
+    if n != RECORDED_RUNS:
+        text += f" ({secs(recorded)} for {n:,})"
+    ratio = f"{faster:.1f}x faster"
+    if reference is not None:
+        text += f"; `CASCADE_S3_THREADS=1` {reference.timing()}"
+        ratio += f" ({reference.seconds / child.seconds:.1f}x vs 1 thread)"
+    lab.add(
+        Row(
+            "runs",
+            f"One pass over {n:,} new small runs",
+            f"{child.timing()}, {requests / n:.1f} S3 requests per run" if requests else child.timing(),
+            text,
+            ratio,
+            "≥ 4x faster",
+            faster >= 4,
+            {
+                "seconds": child.seconds,
+                "pass_seconds": child.pass_seconds(),
+                "s3_requests": requests,
+                "runs": n,
+                "recorded_seconds": recorded,
+                "one_thread_seconds": reference.seconds if reference else None,
+            },
+        )
+    )
+
+
+def idle_pass(lab) -> None:
+    from tools import generator
+
+    n = lab.scale.failed_runs
+    prefix = "lab-failed/"
+    spec = generator.RunSpec(kernels=50, status="failed", max_traced=2, timing=False, timeline=False)
+    upload_runs(lab, prefix, n, spec)
+    with common.scratch_database(lab.server, "idle", template=lab.template) as db:
+        first = lab.ingest(db, prefix, f"{n:,} failed runs, first pass")
+        second = lab.ingest(db, prefix, f"{n:,} failed runs, second pass")
+        states = count_states(db)
+    if states.get("failed", 0) != n:
+        raise RuntimeError(f"{n} failed runs came out {states}")
+    requests = second.s3_requests()
+    # Nothing changed: the listing of the run folders (a page per 1,000) and little else.
+    allowed = math.ceil(n / 1000) + 4
+    lab.add(
+        Row(
+            "idle",
+            f"Idle pass: {n:,} failed runs, nothing changed",
+            f"{requests} S3 requests, {second.timing()}",
+            f"first pass {first.s3_requests()} S3 requests",
+            "",
+            f"≤ {allowed} (listing pages only)",
+            requests is not None and requests <= allowed,
+            {
+                "s3_requests": requests,
+                "first_pass_s3_requests": first.s3_requests(),
+                "seconds": second.seconds,
+            },
+        )
+    )
+
+
+def every_launch_traced(folder: Path) -> None:
+    """Rewrite each kernelslist of the run in `folder` to name every launch of its context
+    (the instruction traces are not written: a launch named but not held is not traced, issue 28,
+    but every name is read), and
+    metadata.json's sizes to match."""
+    metadata_path = folder / "metadata.json"
+    metadata = json.loads(metadata_path.read_text())
+    for kernelslist in sorted((folder / "traces").glob("kernelslist*")):
+        ctx = kernelslist.name.removeprefix("kernelslist").removeprefix("_ctx_")
+        stats = folder / "traces" / (f"stats_ctx_{ctx}" if ctx else "stats.csv")
+        with stats.open("rb") as lines:
+            launches = sum(line.count(b"kernel-") for line in lines)
+        kept = [
+            line for line in kernelslist.read_text().splitlines(keepends=True) if line.startswith("Memcpy")
+        ]
+        scheme = f"-ctx_{ctx}.trace.xz" if ctx else ".trace"
+        with kernelslist.open("w") as out:
+            out.writelines(kept)
+            out.writelines(f"kernel-{n}{scheme}\n" for n in range(1, launches + 1))
+        for entry in metadata["files"]:
+            if entry["key"].endswith(f"/traces/{kernelslist.name}"):
+                entry["bytes"] = kernelslist.stat().st_size
+    metadata_path.write_text(json.dumps(metadata, indent=2) + "\n")
+
+
+# --- a trace's launches into a pandas DataFrame (issue 21: CSV at most a third of JSON's time) -----
+
+
+def _frame_seconds(port: int, path: str, headers: dict, read) -> tuple[float, int, int, int]:
+    """GET `path` (plain, over loopback) and `read` its response into a DataFrame, end to end as
+    a researcher's script runs it: (seconds, rows, columns, bytes read whole, 0 if streamed)."""
+    started = time.perf_counter()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1800)
+    try:
+        conn.request("GET", path, headers={**headers, "Accept-Encoding": "identity"})
+        response = conn.getresponse()
+        if response.status != 200:
+            raise RuntimeError(f"GET {path} answered {response.status}")
+        frame, nbytes = read(response)
+    finally:
+        conn.close()
+    return time.perf_counter() - started, len(frame), len(frame.columns), nbytes
+
+
+def dataframe_seconds(port: int, trace_id: str, headers: dict, *, repeat: int = 2) -> dict:
+    """The best of `repeat` of each way (the first CSV and JSON warm the server's worker too).
+
+    CSV: `pandas.read_csv` reading the response as it arrives (no copy of the body held first),
+    the C parser. JSON: the body read whole, `json.loads` (what httpx's and requests' `.json()`
+    do), then `pandas.DataFrame(detail["kernels"])`, grid and block left as lists: the cheapest
+    JSON way. `orjson.loads` is timed beside, for a reader who has it.
+    """
+    import pandas
+
+    def csv(response):
+        return pandas.read_csv(response, engine="c"), 0
+
+    def json_with(loads):
+        def read(response):
+            body = response.read()
+            return pandas.DataFrame(loads(body)["kernels"]), len(body)
+
+        return read
+
+    csv_path, json_path = f"/api/traces/{trace_id}/kernels.csv", f"/api/traces/{trace_id}"
+    csv_bytes = common.http_get(port, csv_path, {**headers, "Accept-Encoding": "identity"}).nbytes
+    best_csv, best_json, best_orjson = (
+        min((_frame_seconds(port, path, headers, read) for _ in range(repeat)), key=lambda run: run[0])
+        for path, read in (
+            (csv_path, csv),
+            (json_path, json_with(json.loads)),
+            (json_path, json_with(orjson.loads)),
+        )
+    )
+    return {
+        "csv_seconds": best_csv[0],
+        "csv_bytes": csv_bytes,
+        "csv_rows": best_csv[1],
+        "csv_columns": best_csv[2],
+        "json_seconds": best_json[0],
+        "json_bytes": best_json[3],
+        "json_rows": best_json[1],
+        "orjson_seconds": best_orjson[0],
+        "ratio": best_csv[0] / best_json[0],
+    }

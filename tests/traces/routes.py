@@ -1,0 +1,73 @@
+"""The endpoint battery's table (tests/traces/test_endpoint_battery.py): every route under /api/
+as the OpenAPI schema names it, how to call it on a trace that exists, and where it differs from
+the rest. A route the schema gains without a row here fails the battery, naming the route.
+
+What every route is checked for, unless its row says otherwise: no token is a 401 with the
+published body and `WWW-Authenticate: Bearer`, a wrong token a 401, an unknown trace a 404 with
+its JSON body, each bounded query parameter at a bad value a 400 with an error body, a throttled
+token a 429 with Retry-After. `cacheable` routes answer an ETag, then a 304 to If-None-Match;
+`compressible` ones gzip and zstd, decoding to the plain body.
+"""
+
+from dataclasses import dataclass, field
+
+# The traces and the simulation the battery's fixture makes (test_endpoint_battery.py).
+TRACE = "battery"
+OTHER = "battery-other"
+SIMULATION = "sim-a"
+UNKNOWN = "no-such-trace"
+PATH_VALUES = {"trace_id": TRACE, "other_id": OTHER, "name": SIMULATION}
+# What an upload asks for: a log and simulation.json (ingest/uploads.py).
+UPLOAD_FILES = [{"name": "sim.log", "size": 10}, {"name": "simulation.json", "size": 10}]
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str  # the schema's template
+    ok: int = 200  # what a good request answers
+    names_a_trace: bool = True  # an unknown {trace_id} is a 404 "trace ... not found"
+    cacheable: bool = False  # an ETag, then If-None-Match is a 304 (the schema lists a 304)
+    compressible: bool = False  # gzip and zstd decode to the plain body
+    write: bool = False  # needs a token issued with --scope write
+    needs_s3: bool = False  # asks the bucket (presigned URLs)
+    body: dict | None = None  # a POST's JSON body
+    # A bounded parameter's bad value where the schema's type alone does not give one.
+    bad: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.method.upper()} {self.path}"
+
+
+ROUTES = [
+    Route("get", "/api/traces", names_a_trace=False, cacheable=True, compressible=True),
+    Route("get", "/api/traces/{trace_id}", cacheable=True, compressible=True),
+    Route("get", "/api/traces/{trace_id}/compare/{other_id}"),
+    # /files answers presigned URLs, which it asks of the bucket.
+    Route("get", "/api/traces/{trace_id}/files", needs_s3=True),
+    Route("get", "/api/traces/{trace_id}/kernels.csv", cacheable=True, compressible=True),
+    Route("get", "/api/traces/{trace_id}/selection"),
+    Route("get", "/api/traces/{trace_id}/simulations"),
+    Route("get", "/api/traces/{trace_id}/simulations/{name}", compressible=True),
+    Route("get", "/api/traces/{trace_id}/summary"),
+    Route("get", "/api/simulations", names_a_trace=False),
+    Route("get", "/api/simulations/accuracy", names_a_trace=False),
+    # The uploads: a write token, a JSON body, the bucket.
+    Route(
+        "post",
+        "/api/traces/{trace_id}/simulations/{name}/upload",
+        write=True,
+        needs_s3=True,
+        body={"files": UPLOAD_FILES},
+    ),
+    Route(
+        "post",
+        "/api/traces/{trace_id}/simulations/{name}/complete",
+        ok=400,  # nothing was uploaded: completing says so (ingest/uploads.py)
+        write=True,
+        needs_s3=True,
+        body={},
+    ),
+]
+BY_KEY = {route.key: route for route in ROUTES}

@@ -1,0 +1,221 @@
+"""The OpenAPI description of the simulation routes: a trace's simulations, every trace's,
+their accuracy, and a simulation's upload (each view's `extend_schema`).
+
+The shapes are `traces.serializers` (from `traces.shapes`); the shared pieces are `traces.openapi`'s.
+"""
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
+
+from traces import accuracy
+from traces.api_examples import SIMULATION_COMPLETE_EXAMPLES, SIMULATION_UPLOAD_EXAMPLES
+from traces.openapi import CHALLENGE, THROTTLED, UNAUTHORIZED, error_response, trace_parameter
+from traces.serializers import (
+    SimulationAccuracySerializer,
+    SimulationCompleteRequestSerializer,
+    SimulationCompleteSerializer,
+    SimulationDetailSerializer,
+    SimulationListItemSerializer,
+    SimulationSummarySerializer,
+    SimulationUploadRequestSerializer,
+    SimulationUploadSerializer,
+)
+
+# --- simulations ------------------------------------------------------------------------------
+
+SIMULATION_FILTER_400 = error_response(
+    "A filter's value cannot be read, or a parameter is not one the list knows.",
+    "state accepts one of uploading, parsing, ready, failed; got 'done'.",
+)
+
+trace_simulations_schema = extend_schema(
+    operation_id="traces_simulations_list",
+    # A list, but of one trace's simulations: the trace list's filters are not its parameters.
+    filters=False,
+    summary="List a trace's simulations",
+    description=(
+        "Every simulation of the trace (`<run>/simulations/<name>/` in the bucket), in every "
+        "state, newest first by created_at (ties by name). `metrics` is null until a simulation "
+        "is ready."
+    ),
+    parameters=[
+        trace_parameter("trace_id", "The trace's id, which is the profiler's run name.", "demo"),
+        CHALLENGE,
+    ],
+    responses={
+        200: SimulationSummarySerializer(many=True),
+        401: UNAUTHORIZED,
+        404: error_response("No trace has this id.", "trace nope not found"),
+        429: THROTTLED,
+    },
+)
+
+simulation_schema = extend_schema(
+    operation_id="traces_simulations_retrieve",
+    summary="Get a simulation",
+    description=(
+        "One simulation of the trace: its summary, the launches a cycle limit stopped "
+        "(`interrupted`), its accuracy per step of the trace and per kernel family, and every "
+        "simulated launch in the trace's order (ctx, kernel_id), each beside its measured time. "
+        "Large simulations are streamed (chunked transfer), compressed as they stream when "
+        "Accept-Encoding allows (zstd or gzip)."
+    ),
+    parameters=[
+        trace_parameter("trace_id", "The trace's id, which is the profiler's run name.", "demo"),
+        OpenApiParameter(
+            "name",
+            OpenApiTypes.STR,
+            OpenApiParameter.PATH,
+            description="The simulation's folder name under <run>/simulations/.",
+            examples=[OpenApiExample("accelsim-SM90_H100", value="accelsim-SM90_H100")],
+        ),
+        CHALLENGE,
+    ],
+    responses={
+        200: SimulationDetailSerializer,
+        401: UNAUTHORIZED,
+        404: error_response(
+            "No trace has this id, or the trace no simulation of this name.",
+            "simulation nope of trace demo not found",
+        ),
+        429: THROTTLED,
+    },
+)
+
+simulations_schema = extend_schema(
+    operation_id="simulations_list",
+    summary="List simulations",
+    description=(
+        "Every simulation of every trace, newest first by created_at (ties by trace and name), "
+        "each after its trace's id. The optional filters narrow the list; a value a filter cannot "
+        "read is a 400 that names it."
+    ),
+    parameters=[CHALLENGE],
+    responses={
+        200: SimulationListItemSerializer(many=True),
+        400: SIMULATION_FILTER_400,
+        401: UNAUTHORIZED,
+        429: THROTTLED,
+    },
+)
+
+accuracy_schema = extend_schema(
+    operation_id="simulations_accuracy",
+    filters=True,  # the list's filters narrow the simulations added up
+    summary="Accuracy by simulator build or config",
+    description=(
+        "One row per simulator build (or config, `by=config`) over its ready simulations among "
+        "those the filters select: how many simulations and traces, and MAPE, aggregate error and "
+        "Pearson's r pooled over every launch they compared (not a mean of their simulations'). "
+        "The most accurate (lowest MAPE) first; builds with nothing compared last."
+    ),
+    parameters=[
+        OpenApiParameter(
+            "by",
+            OpenApiTypes.STR,
+            enum=accuracy.ACCURACY_BY,
+            default=accuracy.ACCURACY_BY[0],
+            description="Group by the Accel-Sim build (default) or the simulator config.",
+        ),
+        CHALLENGE,
+    ],
+    responses={
+        200: SimulationAccuracySerializer(many=True),
+        400: error_response(
+            "`by` is neither simulator_build nor config, or a filter's value cannot be read.",
+            "by must be one of simulator_build, config, not 'x'",
+        ),
+        401: UNAUTHORIZED,
+        429: THROTTLED,
+    },
+)
+
+
+# --- a simulation's upload --------------------------------------------------------------------
+
+SIMULATION_NAME = OpenApiParameter(
+    "name",
+    OpenApiTypes.STR,
+    OpenApiParameter.PATH,
+    description="The simulation's folder under <run>/simulations/: letters, digits, '.', '_', '-', at most 100.",
+    examples=[OpenApiExample("accelsim-SM86_RTX3070", value="accelsim-SM86_RTX3070")],
+)
+WRITE_FORBIDDEN = error_response(
+    "The token's scope is read: uploading needs a write token.",
+    "this token's scope is read: uploading a simulation needs a write token "
+    "(manage.py create_token NAME --scope write)",
+)
+UPLOAD_NOT_READY = error_response(
+    "The trace is not ready (its state is said).",
+    "trace demo-arriving is uploading: a simulation is uploaded once its trace is ready",
+)
+BODY_TOO_LARGE = error_response(
+    "The request body is larger than 1 MiB.", "the request body is 2097152 bytes, more than 1048576"
+)
+
+simulation_upload_schema = extend_schema(
+    operation_id="traces_simulations_upload",
+    summary="Upload a simulation: where to PUT its files",
+    description=(
+        "Presigned PUT URLs into the trace's `simulations/{name}/` for the files named, valid "
+        "until `expires_at` (CASCADE_PRESIGN_SECONDS): PUT each with exactly its `headers` (the "
+        "length is signed), `simulation.json` last, then POST `.../complete`. A file of "
+        "CASCADE_SIM_MULTIPART_BYTES (64 MiB) and up is an S3 multipart upload instead: PUT each "
+        "part (`part_size` bytes, the last what remains) to its URL and keep each answer's ETag "
+        "for the completion. A folder that holds a simulation of that name is replaced: its "
+        "simulation.json and every file not named here are deleted now. Needs a write token."
+    ),
+    request=SimulationUploadRequestSerializer,
+    parameters=[
+        trace_parameter("trace_id", "The trace's id, which is the profiler's run name.", "demo"),
+        SIMULATION_NAME,
+        CHALLENGE,
+    ],
+    examples=SIMULATION_UPLOAD_EXAMPLES,
+    responses={
+        200: SimulationUploadSerializer,
+        400: error_response(
+            "A bad name, a file name the folder does not accept, a size out of bounds, no "
+            "simulation.json, or a body that is not the request's shape.",
+            "simulation.json is missing: it is the folder's completion marker, uploaded last",
+        ),
+        401: UNAUTHORIZED,
+        403: WRITE_FORBIDDEN,
+        404: error_response("No trace has this id.", "trace nope not found"),
+        409: UPLOAD_NOT_READY,
+        413: BODY_TOO_LARGE,
+        429: THROTTLED,
+    },
+)
+
+simulation_complete_schema = extend_schema(
+    operation_id="traces_simulations_complete",
+    summary="Complete a simulation's upload: read it at once",
+    description=(
+        "Completes the multipart uploads listed (none, or no `multipart`, when every file was one "
+        "PUT), registers the simulation's folder and has it read at once, in the background; "
+        "answers the simulation's state now (`uploading` until its read begins) and its URL: poll "
+        "that until the state is `ready` or `failed`. Needs a write token."
+    ),
+    request=SimulationCompleteRequestSerializer,
+    parameters=[
+        trace_parameter("trace_id", "The trace's id, which is the profiler's run name.", "demo"),
+        SIMULATION_NAME,
+        CHALLENGE,
+    ],
+    examples=SIMULATION_COMPLETE_EXAMPLES,
+    responses={
+        202: SimulationCompleteSerializer,
+        400: error_response(
+            "A bad name, a part list S3 refuses (no such upload, a wrong ETag), nothing uploaded "
+            "to the folder, or a body that is not the request's shape.",
+            "sim.log.xz: S3 refused to complete the upload: NoSuchUpload: The specified upload does not exist.",
+        ),
+        401: UNAUTHORIZED,
+        403: WRITE_FORBIDDEN,
+        404: error_response("No trace has this id.", "trace nope not found"),
+        409: UPLOAD_NOT_READY,
+        413: BODY_TOO_LARGE,
+        429: THROTTLED,
+    },
+)

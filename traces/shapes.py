@@ -1,0 +1,497 @@
+"""Each JSON answer's shape, declared once: its fields in order, their types, a line each.
+
+What is derived from here: the selectors' column tuples (`Shape.columns`), the encoders' key
+order and indices, the OpenAPI components (`traces.serializers.serializer_for` builds a DRF
+serializer class from a shape, never instantiated on a hot path) and the examples' keys
+(`tests/traces/test_api_docs_examples.py` checks examples and live answers against these).
+The encoders stay hand-written for speed: a shape says what an answer holds, an encoder how it
+is built from a row.
+
+Adding a field to the trace list: one `stored(...)` line at the end of `TRACE_ADDED` (and the
+model's column, if it is new). It then appears in the list, the detail (after `kernels`), the
+schema, and the docs' examples check asks for it.
+"""
+
+from dataclasses import dataclass
+
+# Kinds, as OpenAPI writes them.
+STRING = "string"
+INTEGER = "integer"  # a plain JSON integer
+INT64 = "int64"  # a count or size that passes 2**31 (format int64, as the model's BigIntegerField)
+NUMBER = "number"
+BOOLEAN = "boolean"
+DATETIME = "date-time"  # `2026-11-08T08:59:02.590922Z` (`encoders.format_timestamp`)
+OBJECT = "object"  # free-form JSON object (metadata.json as uploaded)
+ARRAY = "array"  # of `items`: a kind or a Shape
+# TraceState's values (tests/traces/test_shapes.py checks): no model import, so that the
+# declaration reads without Django set up (`python -m traces.api_examples`).
+STATES = ("uploading", "parsing", "ready", "failed")
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    kind: str  # one of the kinds above (OBJECT with `shape`: an object of that shape)
+    doc: str = ""
+    null: bool = False
+    column: str | None = None  # the database column it is read from, when it is one
+    items: "str | Shape | None" = None  # ARRAY's element
+    shape: "Shape | None" = None  # an object of that shape
+    enum: tuple = ()
+    optional: bool = False  # absent from some answers (the device-id fork's keys)
+    length: int | None = None  # an ARRAY of exactly this many items
+    max_length: int | None = None
+    example: object = None  # its value in the examples where they do not say (traces.api_examples)
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str  # the OpenAPI component's name
+    doc: str
+    fields: tuple[Field, ...]
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(field.name for field in self.fields)
+
+    def columns(self) -> tuple[str, ...]:
+        """The columns its stored fields are read from, in the shape's order."""
+        return tuple(field.column for field in self.fields if field.column is not None)
+
+    def index(self, name: str) -> int:
+        return self.keys.index(name)
+
+    def field(self, name: str) -> Field:
+        return self.fields[self.index(name)]
+
+
+def stored(name: str, kind: str, doc: str = "", **options) -> Field:
+    """A field read from the column of its name."""
+    return Field(name, kind, doc, column=name, **options)
+
+
+def nested(name: str, shape: Shape, doc: str = "", **options) -> Field:
+    return Field(name, OBJECT, doc, shape=shape, **options)
+
+
+def many(name: str, items: "str | Shape", doc: str = "", **options) -> Field:
+    return Field(name, ARRAY, doc, items=items, **options)
+
+
+# --- traces -----------------------------------------------------------------------------------
+
+TRACE_WARNING = Shape(
+    "TraceWarning",
+    "Something a reader of the trace must know, said once: a file cut short (where, and what "
+    "was dropped or kept without totals), a killed run's launches that never got totals, a "
+    "file left out of the trace's files for a path that would leave a client's folder.",
+    (
+        Field("file", STRING, "The file's path in the run's folder, e.g. traces/stats.csv."),
+        Field("offset", INTEGER, "The byte of the file where it happened (null: the whole file).", null=True),
+        Field("what", STRING, "What happened, and what Cascade kept or dropped."),
+    ),
+)
+# The published reference's keys, in its order.
+TRACE_PUBLISHED = (
+    stored("id", STRING, "The profiler's run name: its folder in the bucket.", max_length=1024),
+    stored("state", STRING, enum=STATES),
+    stored("error", STRING, null=True),
+    stored("created_at", DATETIME),
+    stored("updated_at", DATETIME),
+    stored("model", STRING, null=True),
+    stored("layers", ARRAY, items=STRING),
+    stored("source_gpu", STRING, null=True),
+    stored("trace_gpu_arch", STRING, null=True),
+    stored("suggested_sim_config", STRING, null=True),
+    stored("kernel_count", INT64),
+    stored(
+        "bytes",
+        INT64,
+        "The bytes of the files a reader gets (`/files`): those metadata.json lists and itself, or "
+        "every file of a run without a list; never simulations/, nor a file left out for its path.",
+    ),
+    stored("has_real_timing", BOOLEAN),
+    stored("has_step_timeline", BOOLEAN),
+    stored("sample", BOOLEAN),
+)
+# Added since, after the reference's keys (and after the detail's `kernels`): a client of the
+# reference reads the keys it knows in their order. A new field of the trace list goes last here.
+TRACE_ADDED = (
+    stored(
+        "waiting_for",
+        STRING,
+        "What an uploading trace waits for: `metadata.json`, or the files metadata.json lists "
+        "that have not landed (`2 files listed in metadata.json: ...`); null unless uploading.",
+        null=True,
+    ),
+    stored("warnings", ARRAY, items=TRACE_WARNING),
+    stored(
+        "traced_launches",
+        INT64,
+        "Launches whose instruction trace file the run holds (named by a kernel list, and there).",
+    ),
+)
+TRACE_SUMMARY = Shape(
+    "TraceSummary",
+    "A trace, in any state, without its metadata and kernels. The reference's keys, then "
+    "(after them) `waiting_for`, `warnings` and `traced_launches`.",
+    (*TRACE_PUBLISHED, *TRACE_ADDED),
+)
+_DIM = {"kind": ARRAY, "items": INTEGER, "length": 3}
+KERNEL = Shape(
+    "Kernel",
+    "One kernel launch: the reference's keys, then its step and measured time (null when the run "
+    "has no timeline.json or timing.csv). `total_insts` and `total_reported_insts` are null for a "
+    "launch whose totals the tracer never wrote (captured into a CUDA graph, or a killed run's "
+    "last). `device_id` and `stream_id` come last only for kernels of the tracer fork that "
+    "records devices; every other kernel object has exactly the other keys.",
+    (
+        stored("ctx", STRING, "The CUDA context; null for the legacy tracer.", null=True),
+        stored("kernel_id", INTEGER, "Restarts at 1 in each context (and device)."),
+        stored("name", STRING),
+        stored("trace_file", STRING),
+        Field("grid_dim", doc="grid_x, grid_y, grid_z.", **_DIM),
+        Field("block_dim", doc="block_x, block_y, block_z.", **_DIM),
+        stored("blocks", INTEGER),
+        stored("threads", INTEGER),
+        stored("total_insts", INTEGER, null=True),
+        stored("total_reported_insts", INTEGER, null=True),
+        stored("traced", BOOLEAN),
+        stored("step", STRING, "The launch's step (its name in timeline.json).", null=True),
+        stored("duration_ns", INTEGER, "The launch's measured time (timing.csv).", null=True),
+        Field("device_id", INTEGER, "Only the device-id fork's kernels.", column="device", optional=True),
+        Field(
+            "stream_id",
+            INTEGER,
+            "Only the device-id fork's kernels.",
+            column="stream",
+            null=True,
+            optional=True,
+        ),
+    ),
+)
+TRACE_DETAIL = Shape(
+    "TraceDetail",
+    "A TraceSummary, then the parsed metadata.json and every kernel launch in (ctx, kernel_id) "
+    "order; `kernels` is empty until the trace is ready.",
+    (
+        *TRACE_PUBLISHED,
+        Field("metadata", OBJECT, "metadata.json, in its own key order.", null=True, column="metadata_json"),
+        many("kernels", KERNEL),
+        *TRACE_ADDED,
+    ),
+)
+
+# --- a trace's launches added up (traces.analysis) ----------------------------------------------
+
+TRACE_TOTALS = Shape(
+    "TraceTotals",
+    "A trace's launches added up. `total_insts` is null when no launch has totals; `duration_ns` "
+    "(measured time, summed) when no launch has a measured time.",
+    (
+        Field("id", STRING),
+        Field("kernel_count", INTEGER, "Launches."),
+        Field("total_insts", INTEGER, null=True),
+        Field("duration_ns", INTEGER, null=True),
+    ),
+)
+STEP_TOTAL = Shape(
+    "StepTotal",
+    "One step of timeline.json, in its order, and the launches in it.",
+    (
+        Field("name", STRING),
+        Field("phase", STRING, "prefill or decode, as timeline.json says.", null=True),
+        Field("kernels", INTEGER, "Launches in the step."),
+        Field("total_insts", INTEGER, null=True),
+        Field("duration_ns", INTEGER, "Its launches' measured time, summed.", null=True),
+    ),
+)
+KERNEL_MIX = Shape(
+    "KernelMix",
+    "One kernel name's launches in a trace. Shares are of the trace's totals; null when the "
+    "name's sum or the trace's is null (or the trace's is 0).",
+    (
+        Field("name", STRING),
+        Field("demangled", STRING, "The name demangled; cuBLAS's unmangled names as they are."),
+        Field("launches", INTEGER),
+        Field("traced", INTEGER, "Launches whose instruction trace file the run holds."),
+        Field("total_insts", INTEGER, null=True),
+        Field("duration_ns", INTEGER, null=True),
+        Field("insts_share", NUMBER, null=True),
+        Field("time_share", NUMBER, null=True),
+    ),
+)
+TRACE_ANALYSIS = Shape(
+    "TraceAnalysis",
+    "A ready trace's totals, its steps (empty without timeline.json) and its kernels by name, "
+    "the most instructions first (ties by name).",
+    (
+        *TRACE_TOTALS.fields,
+        many("steps", STEP_TOTAL),
+        many("kernels", KERNEL_MIX),
+        Field(
+            "traced_launches",
+            INTEGER,
+            "Launches whose instruction trace file the run holds (a kernel list names it, and it is there).",
+        ),
+    ),
+)
+KERNEL_LAUNCHES = Shape(
+    "KernelLaunches",
+    "A kernel's launches in one trace: 0 where the trace never launched it (duration_ns null "
+    "instead when that trace has no measured time at all).",
+    (
+        Field("launches", INTEGER),
+        Field("total_insts", INTEGER, null=True),
+        Field("duration_ns", INTEGER, null=True),
+    ),
+)
+KERNEL_RATIOS = Shape(
+    "KernelRatios",
+    "b / a; null where a is 0 or null, or b is null.",
+    tuple(Field(name, NUMBER, null=True) for name in KERNEL_LAUNCHES.keys),
+)
+KERNEL_COMPARISON = Shape(
+    "KernelComparison",
+    "",
+    (
+        Field("name", STRING, "The kernel name, or the demangled name with by=demangled."),
+        many("names", STRING, "The raw names this row adds up, sorted."),
+        nested("a", KERNEL_LAUNCHES),
+        nested("b", KERNEL_LAUNCHES),
+        nested("ratios", KERNEL_RATIOS),
+    ),
+)
+TRACE_COMPARISON = Shape(
+    "TraceComparison",
+    "Two ready traces' totals, then a row per kernel name present in either, ordered by the "
+    "larger of its two instruction counts, descending (ties by name).",
+    (
+        nested("a", TRACE_TOTALS),
+        nested("b", TRACE_TOTALS),
+        Field("by", STRING, enum=("name", "demangled")),
+        many("kernels", KERNEL_COMPARISON),
+    ),
+)
+
+# --- simulations (traces.accuracy) ----------------------------------------------------------------
+
+SIMULATION_METRICS = Shape(
+    "SimulationMetrics",
+    "Accel-Sim's metrics over the launches with both a measured (x) and a simulated (y) time "
+    "(docs/formats.md#accuracy-metrics has the formulas); null when none was compared, counts then 0.",
+    (
+        Field("mape", NUMBER, "mean(|y-x|/x) in % (0 for x = 0): Accel-Sim's Err.", null=True),
+        Field("aggregate_error", NUMBER, "sum|y-x| / sum x, in %.", null=True),
+        Field(
+            "pearson_r",
+            NUMBER,
+            "Pearson's correlation (Correl); null under 2 points or a constant side.",
+            null=True,
+        ),
+        Field("rpd", NUMBER, "mean(2|y-x|/(x+y)) in %.", null=True),
+        Field("nrmse", NUMBER, "sqrt(mean((y-x)^2)) / mean(x).", null=True),
+        Field("within_10_percent", INTEGER, "Launches with |y-x| <= 0.1 x."),
+        Field("kernels_compared", INTEGER),
+        Field("sim_total_ns", NUMBER, null=True),
+        Field("measured_total_ns", INTEGER, null=True),
+        Field("total_error", NUMBER, "(sum y - sum x) / sum x, in %, signed.", null=True),
+        Field(
+            "run_sim_ns", NUMBER, "The run's last complete gpu_tot_sim_cycle at the core clock.", null=True
+        ),
+        Field(
+            "run_measured_ns",
+            INTEGER,
+            "Every simulated launch's measured time, overlapped ones included; null if one has none.",
+            null=True,
+        ),
+        Field("run_error", NUMBER, "run_sim_ns against run_measured_ns, in %, signed.", null=True),
+    ),
+)
+SIMULATION_FATAL = Shape(
+    "SimulationFatal",
+    "The simulator's fatal line in its log (unsupported binary version, a trace file `xz` could "
+    "not open, an unknown config option, an assertion, a deadlock).",
+    (
+        Field("line", INTEGER, "Its line number in the log (1: the first)."),
+        Field("text", STRING, "The line, as the simulator printed it."),
+    ),
+)
+SIMULATION_LEFT_OUT = Shape(
+    "SimulationLeftOut",
+    "The kernels left out of every total (both sides): those that did not finish.",
+    (Field("kernels", INTEGER), Field("why", STRING, "Null when none was left out.", null=True)),
+)
+SIMULATION_SELECTION = Shape(
+    "SimulationSelection",
+    "",
+    (
+        Field("select", STRING, '"unique" or "step:NAME": which launches were simulated.'),
+        Field("cover", NUMBER, null=True),
+    ),
+)
+SIMULATION_RUN = Shape(
+    "SimulationRun",
+    "What simulation.json says of the run (each key null when it does not say).",
+    (
+        Field("accel_sim_build", STRING, "The log's `Accel-Sim [build ...]`.", null=True),
+        Field("gpgpu_sim_build", STRING, "The log's `GPGPU-Sim ... [build ...]`.", null=True),
+        Field("host", STRING, null=True),
+        Field("started_at", STRING, "ISO 8601.", null=True),
+        Field("ended_at", STRING, "ISO 8601.", null=True),
+        Field("exit_status", INTEGER, "The simulator's; it tells little.", null=True),
+        nested("selection", SIMULATION_SELECTION, null=True),
+    ),
+)
+SIMULATION_SUMMARY = Shape(
+    "SimulationSummary",
+    "A simulation of a trace, in any state, without its steps, families and kernels.",
+    (
+        stored("name", STRING, "Its folder: <run>/simulations/<name>/.", max_length=100),
+        stored(
+            "state",
+            STRING,
+            "uploading (waiting: see reason), parsing, ready, or failed (see error): failed when "
+            "the log simulated no kernel.",
+            enum=STATES,
+        ),
+        stored("error", STRING, null=True),
+        stored("created_at", DATETIME),
+        stored("updated_at", DATETIME),
+        stored("simulator", STRING, null=True),
+        stored("simulator_build", STRING, "Accel-Sim [build ...].", null=True),
+        stored("gpgpusim_build", STRING, "GPGPU-Sim version [build ...].", null=True),
+        stored("config", STRING, null=True),
+        stored("core_clock_mhz", NUMBER, null=True),
+        stored("complete", BOOLEAN, null=True),
+        stored(
+            "stopped",
+            STRING,
+            "How the log ended early: null (it did not), deadlock, killed, max_cycles, or error "
+            "(the simulator quit on its fatal line after some kernels finished).",
+            null=True,
+            max_length=16,
+        ),
+        stored(
+            "reason",
+            STRING,
+            "In words: what it waits for (waiting for simulation.json), or why a ready simulation "
+            "compared nothing or fewer kernels than it simulated.",
+            null=True,
+        ),
+        nested(
+            "fatal",
+            SIMULATION_FATAL,
+            "The simulator's fatal line, when the log has one.",
+            null=True,
+            column="fatal",
+        ),
+        nested("left_out", SIMULATION_LEFT_OUT, column="left_out"),
+        nested(
+            "run", SIMULATION_RUN, "Null when simulation.json says nothing of it.", null=True, column="run"
+        ),
+        stored("kernels_simulated", INT64),
+        stored("kernels_compared", INT64),
+        Field("compared", INTEGER, "Kernels compared (= kernels_compared)."),
+        nested(
+            "metrics", SIMULATION_METRICS, "Null until the simulation is ready.", null=True, column="metrics"
+        ),
+    ),
+)
+SIMULATION_LIST_ITEM = Shape(
+    "SimulationListItem",
+    "A SimulationSummary after the id of the trace it simulates.",
+    (stored("trace_id", STRING, "The trace it simulates."), *SIMULATION_SUMMARY.fields),
+)
+INTERRUPTED_KERNEL = Shape(
+    "InterruptedKernel",
+    "",
+    (
+        Field("uid", INTEGER),
+        Field("ctx", STRING, null=True),
+        Field("kernel_id", INTEGER),
+        Field("name", STRING),
+        Field("trace_file", STRING, "Its trace header's kernel-N.traceg file.", null=True),
+    ),
+)
+SIMULATION_STEP = Shape(
+    "SimulationStep",
+    "A step of the trace the simulation has launches in, summed over its compared launches.",
+    (
+        Field("step", STRING),
+        Field("sim_ns", NUMBER, null=True),
+        Field("measured_ns", INTEGER, null=True),
+        Field("error", NUMBER, "(sim - measured) / measured, in %, signed.", null=True),
+    ),
+)
+KERNEL_FAMILY = Shape(
+    "KernelFamily",
+    "The compared launches whose demangled names agree without parameters and return type.",
+    (
+        Field("family", STRING),
+        Field("count", INTEGER),
+        Field("mape", NUMBER, null=True),
+        Field("aggregate_error", NUMBER, null=True),
+    ),
+)
+SIMULATED_KERNEL = Shape(
+    "SimulatedKernel",
+    "One simulated launch beside the trace's launch it pairs with.",
+    (
+        Field("ctx", STRING, null=True),
+        Field("kernel_id", INTEGER),
+        Field("name", STRING),
+        Field("step", STRING, "The launch's step (its name in timeline.json).", null=True),
+        Field("uid", INTEGER, "The simulator's kernel uid."),
+        Field("sim_cycles", INTEGER, "Null for an overlapped launch.", null=True),
+        Field("sim_insn", INTEGER, null=True),
+        Field("sim_ns", NUMBER, "sim_cycles * 1000 / core_clock_mhz.", null=True),
+        Field("measured_ns", INTEGER, null=True),
+        Field("error", NUMBER, "(sim_ns - measured_ns) / measured_ns, in %, signed.", null=True),
+        Field("overlapped", BOOLEAN, "Its stat block was shared with other kernels."),
+    ),
+)
+SIMULATION_DETAIL = Shape(
+    "SimulationDetail",
+    "A SimulationSummary, the launches a cycle limit stopped, the steps (trace's order), the "
+    "kernel families (most measured time first) and every simulated launch in the trace's order "
+    "(steps, families and kernels empty unless the simulation is ready or being read again).",
+    (
+        *SIMULATION_SUMMARY.fields,
+        many("interrupted", INTERRUPTED_KERNEL),
+        many("steps", SIMULATION_STEP),
+        many("families", KERNEL_FAMILY),
+        many("kernels", SIMULATED_KERNEL),
+    ),
+)
+
+# Every shape declared here, by its component's name.
+SHAPES = {
+    shape.name: shape
+    for shape in (
+        TRACE_WARNING,
+        TRACE_SUMMARY,
+        KERNEL,
+        TRACE_DETAIL,
+        TRACE_TOTALS,
+        STEP_TOTAL,
+        KERNEL_MIX,
+        TRACE_ANALYSIS,
+        KERNEL_LAUNCHES,
+        KERNEL_RATIOS,
+        KERNEL_COMPARISON,
+        TRACE_COMPARISON,
+        SIMULATION_METRICS,
+        SIMULATION_FATAL,
+        SIMULATION_LEFT_OUT,
+        SIMULATION_SELECTION,
+        SIMULATION_RUN,
+        SIMULATION_SUMMARY,
+        SIMULATION_LIST_ITEM,
+        INTERRUPTED_KERNEL,
+        SIMULATION_STEP,
+        KERNEL_FAMILY,
+        SIMULATED_KERNEL,
+        SIMULATION_DETAIL,
+    )
+}
