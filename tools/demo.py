@@ -37,20 +37,14 @@ import urllib.request
 from io import StringIO
 from pathlib import Path
 
+from tools.demo_check import SAMPLES, SHOWCASE, SampleChecks
+
 ROOT = Path(__file__).resolve().parent.parent
-SAMPLES = ROOT / "samples"
-SHOWCASE = "sample__facebook_opt-125m__h100-e2e"
 DEMO_MARKER = ".cascade-demo"
-FINAL_STATES = ("ready", "failed")
 LOG_INFO = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+ INFO ")
 # The web server's port when none is given: the client's default address (`cascade` without
 # CASCADE_URL talks to http://127.0.0.1:8000), and Django's. Taken when free; else a free one.
 DEFAULT_PORT = 8000
-# `--check`'s own simulation: of a ready sample that names a tested config (SM75_RTX2060), read
-# within SIMULATION_BOUND seconds of its marker's upload (issue 29).
-CHECK_SIMULATION_RUN = "sample__facebook_opt-125m__rtx2060-e2e"
-CHECK_SIMULATION_NAME = "demo-check"
-SIMULATION_BOUND = 10.0
 
 
 def free_port() -> int:
@@ -82,55 +76,6 @@ def notify_queue(endpoint: str) -> str:
         },
     )
     return url
-
-
-def expected_states() -> dict[str, str]:
-    """Each shipped sample and the state its metadata.json should lead to."""
-    states = {}
-    for folder in sorted(p for p in SAMPLES.iterdir() if p.is_dir()):
-        status = json.loads((folder / "metadata.json").read_text()).get("status")
-        states[folder.name] = "ready" if status == "ok" else "failed"
-    return states
-
-
-def expected_simulations() -> dict[tuple[str, str], str]:
-    """Each shipped sample's simulations, (run, name), and the state its simulation.json should lead to."""
-    states = {}
-    for marker in sorted(SAMPLES.glob("*/simulations/*/simulation.json")):
-        status = json.loads(marker.read_text()).get("status")
-        states[marker.parents[2].name, marker.parent.name] = "ready" if status == "ok" else "failed"
-    return states
-
-
-def check_simulation_files(run_id: str, name: str) -> list[tuple[str, bytes]]:
-    """A simulation of the shipped sample `run_id`, as tools/simulation.py writes one beside a
-    run (its log from the sample's own trace headers): (file name, bytes), simulation.json last."""
-    import shutil
-    import tempfile
-
-    from tools.samples import SAMPLES as SPECS
-    from tools.simulation import SimSpec, write_simulation
-
-    spec = SimSpec(name=name, with_config=False, notes="written by `run.py demo --check`")
-    with tempfile.TemporaryDirectory() as scratch:
-        run_dir = Path(scratch) / run_id  # a copy: samples/ is never written to
-        shutil.copytree(SAMPLES / run_id, run_dir, ignore=shutil.ignore_patterns("simulations"))
-        written = write_simulation(run_dir, SPECS[run_id], spec, run_id=run_id)
-        return [(file, (written.folder / file).read_bytes()) for file in written.files]
-
-
-def expected_launches(run_id: str) -> tuple[int, int] | None:
-    """(launches, launches captured into CUDA graphs) the harness recorded in a sample's timeline.json.
-
-    Every launch leaves a stats row, so each is a kernel; a captured one left its launch half
-    only, so its totals are null. A parser that glued a graph line into one kernel, or dropped
-    it, is caught here; a trace that is merely ready is not enough.
-    """
-    path = SAMPLES / run_id / "timeline.json"
-    if not path.is_file():
-        return None
-    steps = json.loads(path.read_text())["steps"]
-    return sum(step["kernels"] for step in steps), sum(step.get("captured_kernels", 0) for step in steps)
 
 
 class Demo:
@@ -330,96 +275,6 @@ class Demo:
             raise RuntimeError("--events on your own bucket needs CASCADE_SQS_QUEUE_URL (docs/production.md)")
         self.say(f"S3 events through {self.env['CASCADE_SQS_QUEUE_URL']}")
 
-    # --- the API ----------------------------------------------------------------------------
-
-    def api(self, path: str):
-        request = urllib.request.Request(
-            f"{self.url}{path}", headers={"Authorization": f"Bearer {self.token}"}
-        )
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return json.loads(response.read())
-
-    def wait_for_samples(self) -> list[dict]:
-        expected = expected_states()
-        deadline = time.monotonic() + self.timeout
-        while True:
-            self.ensure_running()
-            states = {trace["id"]: trace["state"] for trace in self.api("/api/traces")}
-            if all(states.get(run_id) in FINAL_STATES for run_id in expected):
-                break
-            if time.monotonic() > deadline:
-                waiting = {run_id: states.get(run_id, "not seen") for run_id in expected}
-                raise RuntimeError(f"samples not ingested within {self.timeout:.0f} s: {waiting}")
-            time.sleep(0.5)
-        traces = [trace for trace in self.api("/api/traces") if trace["id"] in expected]
-        wrong = {t["id"]: (t["state"], t["error"]) for t in traces if t["state"] != expected[t["id"]]}
-        if wrong:
-            raise RuntimeError(f"samples ingested, but not as expected: {wrong}")
-        self.wait_for_simulations(deadline)
-        return traces
-
-    def wait_for_simulations(self, deadline: float) -> list[dict]:
-        """The samples' simulations, once each is ready or failed as its simulation.json says."""
-        expected = expected_simulations()
-        while True:
-            self.ensure_running()
-            found = {}
-            for run_id in sorted({run_id for run_id, _ in expected}):
-                for simulation in self.api(f"/api/traces/{run_id}/simulations"):
-                    found[run_id, simulation["name"]] = simulation
-            states = {key: found.get(key, {}).get("state", "not seen") for key in expected}
-            if all(state in FINAL_STATES for state in states.values()):
-                break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"sample simulations not read within {self.timeout:.0f} s: {states}")
-            time.sleep(0.5)
-        wrong = {
-            f"{run_id}/{name}": (found[run_id, name]["state"], found[run_id, name]["error"])
-            for (run_id, name), state in expected.items()
-            if found[run_id, name]["state"] != state
-        }
-        if wrong:
-            raise RuntimeError(f"sample simulations read, but not as expected: {wrong}")
-        return [found[key] for key in expected]
-
-    def check_simulation_upload(self) -> dict:
-        """Upload a simulation of a ready sample (the log, then simulation.json) and time how
-        long the API takes to show it decided: {"state", "error", "seconds"}, or "skipped"."""
-        from ingest import bucket
-
-        run_id, name = CHECK_SIMULATION_RUN, CHECK_SIMULATION_NAME
-        result = {"trace": run_id, "name": name, "bound_s": SIMULATION_BOUND}
-        if not self.embedded_s3:
-            self.say("check: no simulation uploaded (not the embedded S3: your bucket is left alone)")
-            return {**result, "skipped": True}
-        folder = f"{bucket.run_prefix(run_id)}simulations/{name}/"
-        for file, body in check_simulation_files(run_id, name):
-            bucket.put_object(folder + file, body)
-        uploaded = time.monotonic()
-        deadline = uploaded + SIMULATION_BOUND
-        simulation = {}
-        while True:
-            self.ensure_running()
-            found = {sim["name"]: sim for sim in self.api(f"/api/traces/{run_id}/simulations")}
-            simulation = found.get(name, {})
-            if simulation.get("state") in FINAL_STATES or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        seconds = round(time.monotonic() - uploaded, 2)
-        state = simulation.get("state", "not seen")
-        self.say(
-            f"check: simulation {name} of {run_id}: {state} {seconds:.2f} s after its simulation.json"
-            f" (bound {SIMULATION_BOUND:.0f} s)"
-        )
-        compared = (simulation.get("metrics") or {}).get("kernels_compared")
-        return {
-            **result,
-            "state": state,
-            "error": simulation.get("error"),
-            "seconds": seconds,
-            "kernels_compared": compared,
-        }
-
     # --- stopping ----------------------------------------------------------------------------
 
     def stop(self) -> None:
@@ -454,10 +309,14 @@ class Demo:
         self.configure()
         username, password = self.setup()
         self.say(f"waiting for the poller to ingest the samples (up to {self.timeout:.0f} s)...")
-        traces = self.wait_for_samples()
+        checks = SampleChecks(
+            self.url, self.token, timeout=self.timeout, ensure_running=self.ensure_running, say=self.say
+        )
+        traces = checks.wait_for_samples()
         curl = f'curl -H "Authorization: Bearer {self.token}" {self.url}/api/traces/{SHOWCASE}'
         if self.check:
-            return self.report(traces, curl, self.check_simulation_upload())
+            uploaded = checks.check_simulation_upload(embedded_s3=self.embedded_s3)
+            return self.report(traces, curl, uploaded, checks)
         ready = ", ".join(f"{t['id']} ({t['state']}, {t['kernel_count']} kernels)" for t in traces)
         print(
             f"\nCascade is running.\n\n"
@@ -493,46 +352,9 @@ class Demo:
         values = {name: self.env[name] for name in names if self.env.get(name)}
         return "export " + " ".join(f"{name}={shlex.quote(value)}" for name, value in values.items())
 
-    def report(self, traces: list[dict], curl: str, uploaded: dict) -> int:
-        detail = self.api(f"/api/traces/{SHOWCASE}")
-        kernels = detail.pop("kernels")
-        problems = []
-        if not uploaded.get("skipped") and (
-            uploaded["state"] != "ready" or uploaded["seconds"] > SIMULATION_BOUND
-        ):
-            problems.append(
-                f"{uploaded['trace']}: simulation {uploaded['name']} {uploaded['state']}"
-                f" ({uploaded['error']}) {uploaded['seconds']} s after its upload, not ready within"
-                f" {SIMULATION_BOUND:.0f} s"
-            )
-        if detail["state"] != "ready" or len(kernels) != detail["kernel_count"] or not kernels:
-            problems.append(
-                f"{SHOWCASE}: {detail['state']}, {len(kernels)} kernels of {detail['kernel_count']}"
-            )
-        without_totals = sum(1 for kernel in kernels if kernel["total_insts"] is None)
-        expected = expected_launches(SHOWCASE)
-        if expected is not None and (detail["kernel_count"], without_totals) != expected:
-            problems.append(
-                f"{SHOWCASE}: {detail['kernel_count']} kernels, {without_totals} without totals; "
-                f"its timeline.json says {expected[0]} launches, {expected[1]} captured into CUDA graphs"
-            )
-        simulations = self.api(f"/api/traces/{SHOWCASE}/simulations")
-        expected_names = sorted(name for run_id, name in expected_simulations() if run_id == SHOWCASE)
-        ready = [sim for sim in simulations if sim["state"] == "ready" and sim["metrics"] is not None]
-        if sorted(sim["name"] for sim in ready) != expected_names:
-            problems.append(f"{SHOWCASE}: simulations {[(s['name'], s['state']) for s in simulations]}")
-        ranked = self.api(f"/api/simulations/accuracy?by=simulator_build&trace={SHOWCASE}")
-        if len(ranked) != len(expected_names):
-            problems.append(f"{SHOWCASE}: /api/simulations/accuracy ranks {len(ranked)} builds")
-        if self.api(f"/api/traces/{SHOWCASE}")["updated_at"] != detail["updated_at"]:
-            problems.append(f"{SHOWCASE}: its simulations changed the trace")
-        detail["simulations"] = [
-            {key: sim[key] for key in ("name", "state", "metrics")} for sim in simulations
-        ]
-        detail["accuracy"] = ranked
-        detail["kernels_received"] = len(kernels)
-        detail["kernels_without_totals"] = without_totals
-        detail["first_kernel"] = kernels[0] if kernels else None
+    def report(self, traces: list[dict], curl: str, uploaded: dict, checks: SampleChecks) -> int:
+        """`--check`'s verdict, and its last line on stdout: the JSON report the test reads."""
+        detail, problems = checks.showcase(uploaded)
         report = {
             "url": self.url,
             "token": self.token,

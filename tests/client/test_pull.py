@@ -233,7 +233,7 @@ def test_the_server_cannot_write_outside_the_folder(cascade, fake, tmp_path):
 
 
 def test_md5_is_taken_from_quoted_32_hex_etags_only():
-    from cascade_client.pull import expected_md5
+    from cascade_client.downloads import expected_md5
 
     digest = hashlib.md5(b"x").hexdigest()
     assert expected_md5(f'"{digest}"') == digest
