@@ -79,27 +79,9 @@ def with_added_values(summary: dict, state: str, waiting_for, has_metadata: bool
 def kernel_row_to_dict(row: tuple) -> dict:
     """A kernel object of the reference, then its step's name and measured time (null when the
     run has no timeline or timing); a fork's device and stream ids follow as extra keys."""
-    (
-        ctx,
-        kernel_id,
-        name,
-        trace_file,
-        gx,
-        gy,
-        gz,
-        bx,
-        by,
-        bz,
-        blocks,
-        threads,
-        insts,
-        reported,
-        traced,
-        device,
-        stream,
-        step,
-        duration_ns,
-    ) = row
+    # One row's values, named in KERNEL_COLUMNS' order.
+    (ctx, kernel_id, name, trace_file, gx, gy, gz, bx, by, bz, blocks, threads,
+     insts, reported, traced, device, stream, step, duration_ns) = row  # fmt: skip
     kernel = {
         "ctx": ctx,
         "kernel_id": kernel_id,
@@ -429,27 +411,8 @@ def encode_kernels_csv(rows: Iterable[tuple], *, raw: bool = False) -> Iterator[
     yield CSV_HEADER_LINE.encode()
     quoted: dict[str | None, str] = {}
     lines: list[str] = []
-    for (
-        ctx,
-        kernel_id,
-        name,
-        trace_file,
-        gx,
-        gy,
-        gz,
-        bx,
-        by,
-        bz,
-        blocks,
-        threads,
-        insts,
-        reported,
-        traced,
-        device,
-        stream,
-        step,
-        duration_ns,
-    ) in rows:
+    for (ctx, kernel_id, name, trace_file, gx, gy, gz, bx, by, bz, blocks, threads,
+         insts, reported, traced, device, stream, step, duration_ns) in rows:  # fmt: skip
         if (quoted_ctx := quoted.get(ctx)) is None:
             quoted_ctx = quoted[ctx] = csv_text(ctx, raw=raw)
         if (quoted_name := quoted.get(name)) is None:
