@@ -182,6 +182,17 @@ def trace_parameter(name: str, description: str, example: str) -> OpenApiParamet
     )
 
 
+TRACE_ID = trace_parameter("trace_id", "The trace's id, which is the profiler's run name.", "demo")
+NO_SUCH_TRACE = error_response("No trace has this id.", "trace nope not found")
+
+
+def trace_responses(ok, others: dict | None = None) -> dict:
+    """A route under a trace's answers: `ok` (200), the 401, 404 and 429 every such route has,
+    and its `others`, by status."""
+    answers = {200: ok, 401: UNAUTHORIZED, 404: NO_SUCH_TRACE, 429: THROTTLED, **(others or {})}
+    return dict(sorted(answers.items()))
+
+
 # --- hooks (SPECTACULAR_SETTINGS) ----------------------------------------------------------
 
 

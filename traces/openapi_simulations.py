@@ -9,7 +9,15 @@ from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schem
 
 from traces import accuracy
 from traces.api_examples import SIMULATION_COMPLETE_EXAMPLES, SIMULATION_UPLOAD_EXAMPLES
-from traces.openapi import CHALLENGE, THROTTLED, UNAUTHORIZED, error_response, trace_parameter
+from traces.openapi import (
+    CHALLENGE,
+    NO_SUCH_TRACE,
+    THROTTLED,
+    TRACE_ID,
+    UNAUTHORIZED,
+    error_response,
+    trace_responses,
+)
 from traces.serializers import (
     SimulationAccuracySerializer,
     SimulationCompleteRequestSerializer,
@@ -39,15 +47,10 @@ trace_simulations_schema = extend_schema(
         "is ready."
     ),
     parameters=[
-        trace_parameter("trace_id", "The trace's id, which is the profiler's run name.", "demo"),
+        TRACE_ID,
         CHALLENGE,
     ],
-    responses={
-        200: SimulationSummarySerializer(many=True),
-        401: UNAUTHORIZED,
-        404: error_response("No trace has this id.", "trace nope not found"),
-        429: THROTTLED,
-    },
+    responses=trace_responses(SimulationSummarySerializer(many=True)),
 )
 
 simulation_schema = extend_schema(
@@ -61,7 +64,7 @@ simulation_schema = extend_schema(
         "Accept-Encoding allows (zstd or gzip)."
     ),
     parameters=[
-        trace_parameter("trace_id", "The trace's id, which is the profiler's run name.", "demo"),
+        TRACE_ID,
         OpenApiParameter(
             "name",
             OpenApiTypes.STR,
@@ -167,7 +170,7 @@ simulation_upload_schema = extend_schema(
     ),
     request=SimulationUploadRequestSerializer,
     parameters=[
-        trace_parameter("trace_id", "The trace's id, which is the profiler's run name.", "demo"),
+        TRACE_ID,
         SIMULATION_NAME,
         CHALLENGE,
     ],
@@ -181,7 +184,7 @@ simulation_upload_schema = extend_schema(
         ),
         401: UNAUTHORIZED,
         403: WRITE_FORBIDDEN,
-        404: error_response("No trace has this id.", "trace nope not found"),
+        404: NO_SUCH_TRACE,
         409: UPLOAD_NOT_READY,
         413: BODY_TOO_LARGE,
         429: THROTTLED,
@@ -199,7 +202,7 @@ simulation_complete_schema = extend_schema(
     ),
     request=SimulationCompleteRequestSerializer,
     parameters=[
-        trace_parameter("trace_id", "The trace's id, which is the profiler's run name.", "demo"),
+        TRACE_ID,
         SIMULATION_NAME,
         CHALLENGE,
     ],
@@ -213,7 +216,7 @@ simulation_complete_schema = extend_schema(
         ),
         401: UNAUTHORIZED,
         403: WRITE_FORBIDDEN,
-        404: error_response("No trace has this id.", "trace nope not found"),
+        404: NO_SUCH_TRACE,
         409: UPLOAD_NOT_READY,
         413: BODY_TOO_LARGE,
         429: THROTTLED,

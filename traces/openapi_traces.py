@@ -13,11 +13,14 @@ from traces.filters import LIMIT_MAX, PAGE_ACCEPTS
 from traces.openapi import (
     CACHING_PARAMETERS,
     CHALLENGE,
+    NO_SUCH_TRACE,
     NOT_MODIFIED,
     THROTTLED,
+    TRACE_ID,
     UNAUTHORIZED,
     error_response,
     trace_parameter,
+    trace_responses,
 )
 from traces.serializers import (
     SelectionSerializer,
@@ -96,17 +99,11 @@ retrieve_schema = extend_schema(
         "answers while the trace is unchanged."
     ),
     parameters=[
-        trace_parameter("trace_id", "The trace's id, which is the profiler's run name.", "demo"),
+        TRACE_ID,
         *CACHING_PARAMETERS,
         CHALLENGE,
     ],
-    responses={
-        200: TraceDetailSerializer,
-        304: NOT_MODIFIED,
-        401: UNAUTHORIZED,
-        404: error_response("No trace has this id.", "trace nope not found"),
-        429: THROTTLED,
-    },
+    responses=trace_responses(TraceDetailSerializer, {304: NOT_MODIFIED}),
 )
 
 
@@ -125,16 +122,10 @@ summary_schema = extend_schema(
         "totals; computed in the database, whatever the launch count."
     ),
     parameters=[
-        trace_parameter("trace_id", "The trace's id, which is the profiler's run name.", "demo"),
+        TRACE_ID,
         CHALLENGE,
     ],
-    responses={
-        200: TraceAnalysisSerializer,
-        401: UNAUTHORIZED,
-        404: error_response("No trace has this id.", "trace nope not found"),
-        409: NOT_READY,
-        429: THROTTLED,
-    },
+    responses=trace_responses(TraceAnalysisSerializer, {409: NOT_READY}),
 )
 
 compare_schema = extend_schema(
@@ -187,7 +178,7 @@ selection_schema = extend_schema(
         "compressed as they stream when Accept-Encoding allows (zstd or gzip)."
     ),
     parameters=[
-        trace_parameter("trace_id", "The trace's id, which is the profiler's run name.", "demo"),
+        TRACE_ID,
         OpenApiParameter(
             "by",
             OpenApiTypes.STR,
@@ -224,7 +215,7 @@ selection_schema = extend_schema(
             "cover accepts a number greater than 0 and at most 1; got '1.5'.",
         ),
         401: UNAUTHORIZED,
-        404: error_response("No trace has this id.", "trace nope not found"),
+        404: NO_SUCH_TRACE,
         409: NOT_READY,
         429: THROTTLED,
     },
@@ -246,15 +237,10 @@ files_schema = extend_schema(
         "a download against."
     ),
     parameters=[
-        trace_parameter("trace_id", "The trace's id, which is the profiler's run name.", "demo"),
+        TRACE_ID,
         CHALLENGE,
     ],
-    responses={
-        200: TraceFilesSerializer,
-        401: UNAUTHORIZED,
-        404: error_response("No trace has this id.", "trace nope not found"),
-        429: THROTTLED,
-    },
+    responses=trace_responses(TraceFilesSerializer),
 )
 
 kernels_csv_schema = extend_schema(
@@ -273,7 +259,7 @@ kernels_csv_schema = extend_schema(
         "unchanged. Only the header until the trace is ready."
     ),
     parameters=[
-        trace_parameter("trace_id", "The trace's id, which is the profiler's run name.", "demo"),
+        TRACE_ID,
         OpenApiParameter(
             "raw",
             OpenApiTypes.INT,
@@ -302,7 +288,7 @@ kernels_csv_schema = extend_schema(
         304: NOT_MODIFIED,
         401: UNAUTHORIZED,
         400: error_response("`raw` is neither 0 nor 1.", "raw must be 0 or 1, not 'yes'"),
-        404: error_response("No trace has this id.", "trace nope not found"),
+        404: NO_SUCH_TRACE,
         429: THROTTLED,
     },
 )
