@@ -50,7 +50,8 @@ def setup(*, dev: bool) -> Path:
     if not wanted <= installed:
         print(f"run.py: installing {files[-1].name}", flush=True)
         pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--quiet"]
-        subprocess.run([*pip, "-r", str(files[-1])], check=True)
+        # In ROOT: requirements.txt names the client by its relative path (`-e ./client`).
+        subprocess.run([*pip, "-r", str(files[-1])], check=True, cwd=ROOT)
         stamp.write_text("".join(f"{line}\n" for line in sorted(wanted)))
     return python
 

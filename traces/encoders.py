@@ -9,7 +9,7 @@ they arrive from a server-side cursor.
 
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 
 import orjson
@@ -187,19 +187,18 @@ def encode_summary_chunks(rows: Iterable[tuple]) -> Iterator[bytes]:
             close()
 
 
-def encode_trace_detail(head: dict, rows: Iterable[tuple]) -> Iterator[bytes]:
-    """The TraceDetail JSON in pieces: the head, then kernels a chunk at a time.
-
-    Memory stays at one chunk whatever the kernel count; concatenated, the pieces are
-    exactly `orjson.dumps({**before, "kernels": [...], **after})` (`detail_head_and_tail`).
-    """
+def encode_with_kernels(
+    head: dict, rows: Iterable[tuple], kernel: Callable[[tuple], dict]
+) -> Iterator[bytes]:
+    """A detail's JSON in pieces: its head, then `kernel(row)` for each row a chunk at a time,
+    then its tail (`detail_head_and_tail`). Memory stays at one chunk whatever the kernel count."""
     head, tail = detail_head_and_tail(head)
     head_json = orjson.dumps({**head, "kernels": []})
     yield head_json[: -len(b"[]}")] + b"["
     chunk: list[dict] = []
     first = True
     for row in rows:
-        chunk.append(kernel_row_to_dict(row))
+        chunk.append(kernel(row))
         if len(chunk) == KERNEL_CHUNK:
             yield (b"" if first else b",") + orjson.dumps(chunk)[1:-1]
             first = False
@@ -207,6 +206,15 @@ def encode_trace_detail(head: dict, rows: Iterable[tuple]) -> Iterator[bytes]:
     if chunk:
         yield (b"" if first else b",") + orjson.dumps(chunk)[1:-1]
     yield b"]," + orjson.dumps(tail)[1:] if tail else b"]}"
+
+
+def encode_trace_detail(head: dict, rows: Iterable[tuple]) -> Iterator[bytes]:
+    """The TraceDetail JSON in pieces: the head, then kernels a chunk at a time.
+
+    Memory stays at one chunk whatever the kernel count; concatenated, the pieces are
+    exactly `orjson.dumps({**before, "kernels": [...], **after})` (`detail_head_and_tail`).
+    """
+    return encode_with_kernels(head, rows, kernel_row_to_dict)
 
 
 # --- /summary and /compare (traces.analysis) --------------------------------------------
@@ -349,20 +357,7 @@ def simulated_kernel_dict(row: tuple) -> dict:
 
 def encode_simulation_detail(head: dict, rows: Iterable[tuple]) -> Iterator[bytes]:
     """The SimulationDetail JSON in pieces, kernels a chunk at a time (as `encode_trace_detail`)."""
-    head, tail = detail_head_and_tail(head)
-    head_json = orjson.dumps({**head, "kernels": []})
-    yield head_json[: -len(b"[]}")] + b"["
-    chunk: list[dict] = []
-    first = True
-    for row in rows:
-        chunk.append(simulated_kernel_dict(row))
-        if len(chunk) == KERNEL_CHUNK:
-            yield (b"" if first else b",") + orjson.dumps(chunk)[1:-1]
-            first = False
-            chunk = []
-    if chunk:
-        yield (b"" if first else b",") + orjson.dumps(chunk)[1:-1]
-    yield b"]," + orjson.dumps(tail)[1:] if tail else b"]}"
+    return encode_with_kernels(head, rows, simulated_kernel_dict)
 
 
 # --- kernels.csv ------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Which paths a pull writes: a file's path comes from the server's listing, which an uploader
 who can write any key under the bucket's prefix controls. A path is written only if it is a
-plain relative POSIX path that stays in its folder under POSIX and Windows rules alike; the
-server (ingest/downloads.py) applies the same rule before it lists or signs a key.
+plain relative POSIX path that stays in its folder under POSIX and Windows rules alike. The
+server installs the client and applies this rule (ingest/paths.py) before it lists or signs a key.
 """
 
 import re

@@ -3,6 +3,7 @@ dates, notices, links."""
 
 from collections.abc import Iterable
 
+from cascade_client.progress import size
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
@@ -45,15 +46,9 @@ def truncated(value: str | None, length: int):
 
 
 def size_text(count: int | None) -> str:
-    """Bytes as `cascade pull` prints them (client/cascade_client/progress.py's rule, copied:
-    the client is installed on its own): B, then KiB, MiB, GiB of 1,024, one decimal."""
-    if count is None:
-        return "-"
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
+    """Bytes as `cascade pull` prints them (`cascade_client.progress.size`): B, then KiB, MiB,
+    GiB of 1,024, one decimal."""
+    return "-" if count is None else size(count)
 
 
 def size_html(count: int | None):
