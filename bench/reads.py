@@ -201,10 +201,10 @@ PG_BIN = Path(os.environ.get("BENCH_PG_BIN", "/usr/lib/postgresql/15/bin"))
 OS_USER = "postgres"
 
 
-def as_postgres(*command: str, **kwargs) -> subprocess.CompletedProcess:
+def as_postgres(*command: str, check: bool = True) -> subprocess.CompletedProcess:
     """A PostgreSQL binary as the `postgres` OS user when this process is root."""
     prefix = ["runuser", "-u", OS_USER, "--"] if os.geteuid() == 0 else []
-    return subprocess.run([*prefix, *command], check=True, capture_output=True, text=True, **kwargs)
+    return subprocess.run([*prefix, *command], check=check, capture_output=True, text=True)
 
 
 @contextmanager
@@ -238,11 +238,7 @@ def primary_and_standby() -> Iterator[tuple[int, int]]:
         yield ports
     finally:
         for folder in reversed(started):
-            subprocess.run(
-                [*(["runuser", "-u", OS_USER, "--"] if os.geteuid() == 0 else []),
-                 str(PG_BIN / "pg_ctl"), "-D", str(folder), "-m", "fast", "-w", "stop"],
-                capture_output=True, check=False,
-            )  # fmt: skip
+            as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(folder), "-m", "fast", "-w", "stop", check=False)
         shutil.rmtree(root, ignore_errors=True)
 
 

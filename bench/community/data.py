@@ -55,13 +55,15 @@ MAX_STEPS = 2_000
 # Registered traces, `n` from 1 to %s (the list bench inserts these alone): three in four
 # ready, every fourth uploading, created 37 s apart. `kernel_count` here is a placeholder;
 # seed() sets the true counts of the launches it stores.
-INSERT_SQL = """
-INSERT INTO traces_trace (
+# Every column of a trace row, as the INSERTs here and in watch.py's idle pass fill them.
+TRACE_COLUMNS = """
     id, key, state, error, created_at, updated_at, model, layers, source_gpu, trace_gpu_arch,
     suggested_sim_config, kernel_count, bytes, has_real_timing, has_step_timeline, sample,
     parser_version, timing_error, kernels_without_totals, metadata_json, files, files_changed_at,
     parsed_fingerprint, waiting_for, recheck_after, recheck_seconds, parse_attempts
-)
+"""
+INSERT_SQL = f"""
+INSERT INTO traces_trace ({TRACE_COLUMNS})
 SELECT
     'community-' || lpad(n::text, 7, '0') || '__' || (ARRAY['opt-125m', 'llama-8b', 'qwen-7b'])[n %% 3 + 1],
     nextval('traces_trace_key_seq'),
