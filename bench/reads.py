@@ -154,14 +154,17 @@ def reference_sql(a: str, b: str) -> dict[str, str]:
     }
 
 
+def parse(command: str, description: str, argv: list[str], **defaults: int) -> argparse.Namespace:
+    """`python -m bench.reads COMMAND`'s options: whole numbers, with their defaults."""
+    parser = argparse.ArgumentParser(prog=f"python -m bench.reads {command}", description=description)
+    for name, default in defaults.items():
+        parser.add_argument(f"--{name}", type=int, default=default, help=f"(default: {default:,})")
+    return parser.parse_args(argv)
+
+
 def analysis_main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.reads analysis",
-        description="What /summary and /compare cost, beside PostgreSQL alone.",
-    )
-    parser.add_argument("--kernels", type=int, default=1_000_000)
-    parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args(argv)
+    description = "What /summary and /compare cost, beside PostgreSQL alone."
+    args = parse("analysis", description, argv, kernels=1_000_000, repeat=5)
     database_url = common.setup()
     from django.contrib.auth import get_user_model
     from django.test import Client
@@ -267,14 +270,8 @@ def wait_for_replay(primary, standby, timeout: float = 120) -> float:
 
 
 def replica_main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.reads replica",
-        description="The API read from a streaming standby beside the primary.",
-    )
-    parser.add_argument("--traces", type=int, default=20_000)
-    parser.add_argument("--kernels", type=int, default=200_000)
-    parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args(argv)
+    description = "The API read from a streaming standby beside the primary."
+    args = parse("replica", description, argv, traces=20_000, kernels=200_000, repeat=5)
 
     with primary_and_standby() as (primary_port, standby_port):
         common.log(f"primary on {primary_port}, standby on {standby_port}")
