@@ -1,5 +1,5 @@
 """`python -m bench`: the lab-scale table (bench/lab.py); `python -m bench community`: the
-community table (bench/community.py). `python3 run.py bench [community]` runs them in .venv."""
+community table (bench/community/). `python3 run.py bench [community]` runs them in .venv."""
 
 import sys
 

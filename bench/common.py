@@ -1,17 +1,14 @@
 """What the benchmarks share: scratch PostgreSQL databases, moto's S3 server, child processes
-measured one by one (time and peak RSS), gunicorn, uploads of generated runs, the machine.
+measured one by one (time and peak RSS), gunicorn and GETs of it, uploads of generated runs.
 
-The benches that run Cascade in their own process (`bench.reads`) use their
-own database (`cascade_bench`, created if missing; BENCH_DATABASE_URL for another) through
-`setup()`. The lab bench (`python -m bench`, bench/lab.py) runs Cascade
-as it is deployed, as child processes (`manage.py ingest_traces`, gunicorn), against scratch
-databases it creates and drops (`scratch_database`).
+The benches run Cascade as it is deployed, as child processes (`manage.py ingest_traces`,
+gunicorn) with the bench's settings (`child_env`), against scratch databases they create and
+drop (`scratch_database`); `bench.reads` runs it in its own process instead.
 """
 
 import http.client
 import logging
 import os
-import platform
 import re
 import secrets
 import signal
@@ -55,15 +52,6 @@ def database_url(server: str, name: str) -> str:
     return f"{server.rstrip('/')}/{name}"
 
 
-def ensure_database(url: str) -> None:
-    import psycopg
-
-    name = url.rsplit("/", 1)[1]
-    with psycopg.connect(database_url(server_url(url), "postgres"), autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
-
-
 @contextmanager
 def scratch_database(server: str, label: str, *, template: str | None = None) -> Iterator[str]:
     """A new database with a unique name (a copy of `template`'s if given), dropped afterwards."""
@@ -95,19 +83,44 @@ def psql(url: str, *args: str, **kwargs) -> subprocess.CompletedProcess:
 # --- S3 --------------------------------------------------------------------------------------
 
 
-@contextmanager
-def moto_server() -> Iterator[str]:
-    """moto's S3 server on a free port of 127.0.0.1, in a thread of this process; its URL."""
+def _moto_thread():
+    """moto's S3 and SQS server on a free port of 127.0.0.1, in a thread; (server, its URL)."""
     from moto.server import ThreadedMotoServer
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's per-request log lines
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
+    host, port = server.get_host_and_port()
+    return server, f"http://{host}:{port}"
+
+
+@contextmanager
+def moto_server(*, own_process: bool = False) -> Iterator[str]:
+    """moto's server on 127.0.0.1, stopped afterwards; its URL. In a thread of this process, or
+    (`own_process`) a process of its own, for a bench that keeps this one's threads busy."""
+    if not own_process:
+        server, url = _moto_thread()
+        try:
+            yield url
+        finally:
+            server.stop()
+        return
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
-        host, port = server.get_host_and_port()
-        yield f"http://{host}:{port}"
+        deadline = time.monotonic() + 30
+        while not _answers(port):
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise RuntimeError(f"moto's server does not answer on port {port}")
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
     finally:
-        server.stop()
+        process.terminate()
+        process.wait(timeout=30)
 
 
 def s3_client(endpoint: str, service: str = "s3"):
@@ -243,14 +256,22 @@ def _kill(pid: int) -> None:
         pass
 
 
-def child_env(**settings: str) -> dict:
-    """This environment without Django's and Cascade's settings, then `settings`."""
+# One secret for every child of a run: gunicorn's workers and the commands sign alike.
+SECRET = f"bench-{secrets.token_hex(16)}"
+
+
+def child_env(var_dir: str | Path | None = None, **settings: str) -> dict:
+    """This environment without Django's and Cascade's settings, then the bench's (no request
+    rate, `var_dir` as CASCADE_VAR_DIR), then `settings`."""
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("DJANGO_", "CASCADE_", "DATABASE_URL", "AWS_"))
     }
     env.update(AWS_ENV, DJANGO_SETTINGS_MODULE="cascade.settings", CASCADE_LOG_LEVEL="WARNING")
+    env.update(DJANGO_SECRET_KEY=SECRET, CASCADE_API_RATE="")
+    if var_dir is not None:
+        env["CASCADE_VAR_DIR"] = str(var_dir)
     env.update(settings)
     return env
 
@@ -270,17 +291,56 @@ def manage(*args: str, env: dict, timeout: float = 600) -> Child:
         )
 
 
+def create_token(env: dict, name: str, *args: str) -> str:
+    """A new API token (`manage.py create_token NAME ARGS`), the last word it prints."""
+    return manage("create_token", name, *args, env=env).stdout.split()[-1]
+
+
+def expect_ready(database_url: str, run_id: str, launches: int) -> None:
+    """The trace of `run_id` is ready with `launches` kernels, or the figure is not taken."""
+    state, count = query(
+        database_url, "SELECT state, kernel_count FROM traces_trace WHERE id = %s", (run_id,)
+    )[0]
+    if state != "ready" or count != launches:
+        raise RuntimeError(f"{run_id} came out {state} with {count} launches, not ready with {launches}")
+
+
+def peak_rss() -> int:
+    """This process's own peak RSS in bytes: VmHWM, or ru_maxrss where there is no /proc."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+
+
 def write_hwm(path: str) -> None:
     """The process's own peak RSS (VmHWM, KiB) into `path` as it exits (`python bench/common.py
     OUT SCRIPT ARGS...`: a path, only the standard library imported before SCRIPT). Not wait4's
     ru_maxrss: Linux carries into it the RSS of the image exec replaced, and a vfork'd child
     (subprocess's way) replaces the parent's, so a large parent's child reports its size."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                with open(path, "w") as out:
-                    out.write(line.split()[1])
-                return
+    with open(path, "w") as out:
+        out.write(str(peak_rss() // 1024))
+
+
+def best_of(repeat: int, work) -> tuple[float, object]:
+    """The least seconds of `repeat` calls of `work()`, and what the last call returned."""
+    best, result = float("inf"), None
+    for _ in range(repeat):
+        started = time.perf_counter()
+        result = work()
+        best = min(best, time.perf_counter() - started)
+    return best, result
+
+
+def _answers(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 def free_port() -> int:
@@ -361,60 +421,22 @@ def gunicorn_workers(port: int) -> list[int]:
     return sorted(pid for pid, status in processes.items() if status["PPid"] in processes)
 
 
-# --- The machine ---------------------------------------------------------------------------------
-
-
-def machine(server: str) -> dict:
-    """What the figures were measured on: cores, CPU, RAM, and the versions that matter."""
-    import django
+def setup() -> str:
+    """Cascade in this process (`bench.reads`): Django configured for the bench database
+    (created and migrated if need be) and moto's S3; returns the database URL."""
     import psycopg
 
-    model = platform.processor() or platform.machine()
-    ram = 0
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                ram = int(line.split()[1]) * 1024
-                break
-    except OSError:
-        pass
-    postgres = query(database_url(server, "postgres"), "SHOW server_version")[0][0]
-    return {
-        "cores": os.cpu_count(),
-        "cpu": model,
-        "ram_bytes": ram,
-        "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
-        "python": platform.python_version(),
-        "postgresql": postgres,
-        "django": django.get_version(),
-        "psycopg": psycopg.__version__,
-        "libpq": f"{psycopg.pq.version() // 10000}.{psycopg.pq.version() % 10000}",
-    }
-
-
-# --- The single-figure scripts: Django in this process ---------------------------------------------
-
-
-def setup() -> str:
-    """Configure Django for the bench database and an embedded S3; returns the database URL."""
     url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_DATABASE_URL)
-    ensure_database(url)
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's per-request log lines
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(database_url(server_url(url), "postgres"), autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+            conn.execute(f'CREATE DATABASE "{name}"')
+    _, endpoint = _moto_thread()  # for the life of this process
     os.environ.update(
         DATABASE_URL=url,
         DJANGO_SETTINGS_MODULE="cascade.settings",
         CASCADE_S3_BUCKET=BUCKET,
-        CASCADE_S3_ENDPOINT_URL=f"http://{host}:{port}",
+        CASCADE_S3_ENDPOINT_URL=endpoint,
         CASCADE_LOG_LEVEL="WARNING",
         **AWS_ENV,
     )
@@ -429,29 +451,6 @@ def setup() -> str:
     call_command("migrate", verbosity=0, interactive=False)
     bucket.ensure_bucket()
     return url
-
-
-@contextmanager
-def timed(results: dict, name: str):
-    started = time.perf_counter()
-    yield
-    results[name] = time.perf_counter() - started
-
-
-def ingest_generated(run_id: str, kernels: int, contexts: int, seed: int = 1) -> dict:
-    """Generate and upload a run of `kernels` launches, then ingest it as the poller does."""
-    from ingest import passes
-    from tools import generator
-
-    seconds: dict = {}
-    spec = generator.RunSpec(kernels=kernels, contexts=contexts, seed=seed, timing=False)
-    with timed(seconds, "generate+upload"):
-        generator.upload_run(run_id, spec)
-    with timed(seconds, "ingest"):
-        change = passes.ingest_trace(run_id, reparse=True)
-    if change is None or change.new_state != "ready":
-        raise SystemExit(f"ingestion did not make {run_id} ready: {change}")
-    return seconds
 
 
 @dataclass

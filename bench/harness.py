@@ -1,6 +1,7 @@
 """What the two tables share (`python -m bench`: bench/lab.py; `python -m bench community`):
-the command line, Django in this process, each figure taken apart from the others, and the
-Markdown table, printed and also written where `--output` and `--json` say; and the references
+the command line, Django in this process, each figure taken apart from the others, the
+Markdown table under a heading that names the machine, printed and also written where
+`--output` and `--json` say, its figures' units (`mb`, `secs`); and the references
 a figure is printed beside, PostgreSQL doing the same work without Cascade: `psql_copy_seconds`
 (`psql \\copy` of the rows ingestion stored, the lab's ingest row) and `json_agg_seconds`
 (PostgreSQL building a trace's detail JSON itself, the lab's api row)."""
@@ -8,7 +9,9 @@ a figure is printed beside, PostgreSQL doing the same work without Cascade: `psq
 import argparse
 import json
 import os
+import platform
 import secrets
+import sys
 import tempfile
 import time
 import traceback
@@ -17,6 +20,22 @@ from pathlib import Path
 
 from bench import common
 from bench.common import log
+
+MB = 1e6
+
+
+def mb(nbytes: float) -> str:
+    """Bytes as MB, or kB and B where MB would say 0.0."""
+    if nbytes >= 100_000:
+        return f"{nbytes / MB:,.1f} MB"
+    return f"{nbytes / 1000:,.1f} kB" if nbytes >= 1000 else f"{nbytes:,.0f} B"
+
+
+def secs(seconds: float) -> str:
+    """Seconds as ms below one, else s."""
+    if seconds < 1:
+        return f"{seconds * 1000:,.1f} ms"
+    return f"{seconds:,.2f} s" if seconds < 10 else f"{seconds:,.1f} s"
 
 
 @dataclass
@@ -55,9 +74,13 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None, figures) -> a
     return args
 
 
-def configure_django(server: str) -> None:
-    """Django in this process only for the models' table names and the API's own queries;
-    pointed at the maintenance database, never at a scratch one it would hold open."""
+def start(server: str) -> dict:
+    """This process ready to take a table's figures: in the project's root, Django configured
+    only for the models' table names and the API's own queries (pointed at the maintenance
+    database, never at a scratch one it would hold open); the machine it runs on."""
+    os.chdir(common.ROOT)
+    if str(common.ROOT) not in sys.path:
+        sys.path.insert(0, str(common.ROOT))
     os.environ.update(
         DJANGO_SETTINGS_MODULE="cascade.settings",
         DATABASE_URL=common.database_url(server, "postgres"),
@@ -66,6 +89,7 @@ def configure_django(server: str) -> None:
     import django
 
     django.setup()
+    return machine(server)
 
 
 class Steps:
@@ -110,9 +134,43 @@ def report(args: argparse.Namespace, heading: str, rows: list[Row], started: flo
     return output
 
 
-def machine_line(machine: dict) -> str:
+def machine(server: str) -> dict:
+    """What the figures were measured on: cores, CPU, RAM, and the versions that matter."""
+    import django
+    import psycopg
+
+    model = platform.processor() or platform.machine()
+    ram = 0
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                ram = int(line.split()[1]) * 1024
+                break
+    except OSError:
+        pass
+    postgres = common.query(common.database_url(server, "postgres"), "SHOW server_version")[0][0]
+    return {
+        "cores": os.cpu_count(),
+        "cpu": model,
+        "ram_bytes": ram,
+        "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        "python": platform.python_version(),
+        "postgresql": postgres,
+        "django": django.get_version(),
+        "psycopg": psycopg.__version__,
+        "libpq": f"{psycopg.pq.version() // 10000}.{psycopg.pq.version() % 10000}",
+    }
+
+
+def heading(title: str, sizes: str, machine: dict) -> str:
+    """The table's heading: what was measured at which sizes, when, and on what."""
     load = machine["load_average"]
     return (
+        f"{title}: {sizes}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n\n"
         f"Machine: {machine['cores']} cores ({machine['cpu']}), {machine['ram_bytes'] / 2**30:.1f} GiB RAM"
         + (f", load average {load[0]:.1f} at the start" if load else "")
         + f"; Python {machine['python']}, PostgreSQL {machine['postgresql']}, Django {machine['django']}, "

@@ -24,10 +24,12 @@ table, in Markdown, to stdout. The figures (docs/performance.md says how to read
 - runs     one pass over many new small runs: seconds, S3 requests per run (bench/lab_runs.py,
            as traced and idle);
 - idle     the second pass over a bucket of failed runs: S3 requests.
+
+This module holds the run (`Lab`: the bucket, the template database, generated runs uploaded
+and ingested) and the large run's figures; bench/lab_runs.py the others, given the `Lab`.
 """
 
 import json
-import os
 import sys
 import tempfile
 import time
@@ -35,10 +37,9 @@ from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from bench import common, harness
+from bench import common, harness, lab_runs
 from bench.common import log
-from bench.harness import Row
-from bench.lab_constants import BUCKET, MB, mb, secs
+from bench.harness import MB, Row, mb, secs
 
 FIGURES = ("ingest", "memory", "traced", "storage", "api", "etag", "dataframe", "runs", "idle")
 BIG_TRACE_FIGURES = {"ingest", "memory", "storage", "api", "etag", "dataframe"}
@@ -57,6 +58,8 @@ ROW_KEYS = {
 ROW_ORDER = [key for figure in FIGURES for key in ROW_KEYS[figure]]
 # Up to this many launches the API's JSON and json_agg's are also compared, whole.
 CHECK_JSON_LAUNCHES = 20_000
+# Each run of the lab gets its own key prefix in the bucket, so each pass sees only its runs.
+BUCKET = "cascade-lab"
 
 
 @dataclass(frozen=True)
@@ -87,34 +90,46 @@ class Lab:
         self.scale = scale
         self.s3 = common.s3_client(endpoint)
         self.rows: list[Row] = []
-        self.secret = os.urandom(16).hex()
         self.large_rss: int | None = None  # the large run's ingest_traces, for memory
 
     def env(self, database_url: str, prefix: str, **extra: str) -> dict:
         return common.child_env(
+            self.tmp / "var",
             DATABASE_URL=database_url,
-            DJANGO_SECRET_KEY=f"bench-{self.secret}",
-            CASCADE_VAR_DIR=str(self.tmp / "var"),
             CASCADE_S3_BUCKET=BUCKET,
             CASCADE_S3_ENDPOINT_URL=self.endpoint,
             CASCADE_S3_PREFIX=prefix,
-            CASCADE_API_RATE="",
             **extra,
         )
 
-    def ingest(self, database_url: str, prefix: str, label: str, **extra: str) -> common.Child:
+    def ingest(self, database_url: str, prefix: str, label: str) -> common.Child:
         log(f"{label}: manage.py ingest_traces")
-        child = common.manage(
-            "ingest_traces",
-            env=self.env(database_url, prefix, **extra),
-            timeout=self.scale.timeout,
-        )
+        child = common.manage("ingest_traces", env=self.env(database_url, prefix), timeout=self.scale.timeout)
         log(f"{label}: {child.seconds:.1f} s, peak RSS {mb(child.max_rss)}; {child.summary_line()}")
         return child
 
     def add(self, row: Row) -> None:
         self.rows.append(row)
         log(f"  {row.figure}: {row.measured} | {row.reference} | {row.ratio} | met: {row.met}")
+
+    def upload(self, prefix: str, run_id: str, spec, *, rewrite=None, copies: list[str] | None = None):
+        """A run generated (tools/generator.py), `rewrite(folder)` if given, and uploaded under
+        `prefix`: as `run_id`, or once per id of `copies`. Returns the generator's files."""
+        from tools import generator
+
+        started = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="cascade-bench-run-", dir=self.tmp) as tmp:
+            folder = Path(tmp) / run_id
+            files = generator.write_run(folder, spec, run_id=run_id, key_prefix=prefix)
+            if rewrite:
+                rewrite(folder)
+            if copies:
+                common.upload_copies(self.s3, BUCKET, folder, prefix, run_id, copies)
+            else:
+                common.upload_folder(self.s3, BUCKET, folder, f"{prefix}{run_id}/")
+        what = f"{len(copies):,} runs" if copies else f"{spec.kernels:,} launches"
+        log(f"{prefix}{run_id}: {what} generated and uploaded in {time.perf_counter() - started:.1f} s")
+        return files
 
     # --- the large run: ingest, storage, api, etag, memory ------------------------------------
 
@@ -125,16 +140,8 @@ class Lab:
         # No timeline.json or timing.csv: every launch's step and duration are null, so that
         # PostgreSQL's json_agg reference builds exactly the API's JSON (steps are named there).
         spec = generator.RunSpec(kernels=launches, contexts=4, seed=1, timing=False, timeline=False)
-        started = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="cascade-bench-run-", dir=self.tmp) as tmp:
-            folder = Path(tmp) / run_id
-            files = generator.write_run(folder, spec, run_id=run_id, key_prefix=prefix)
-            common.upload_folder(self.s3, BUCKET, folder, f"{prefix}{run_id}/")
-        stats = sum(f.bytes for f in files if f.name.startswith("traces/stats"))
-        log(
-            f"{run_id}: {launches:,} launches generated and uploaded in {time.perf_counter() - started:.1f} s"
-        )
-        return stats
+        files = self.upload(prefix, run_id, spec)
+        return sum(f.bytes for f in files if f.name.startswith("traces/stats"))
 
     def large_run(self, figures: set[str]) -> None:
         n = self.scale.launches
@@ -143,19 +150,13 @@ class Lab:
             stats_bytes = self.generate_and_upload(prefix, run_id, n)
             size_before = common.query(db, "SELECT pg_database_size(current_database())")[0][0]
             child = self.ingest(db, prefix, run_id)
-            state, count = common.query(
-                db, "SELECT state, kernel_count FROM traces_trace WHERE id = %s", (run_id,)
-            )[0]
-            if state != "ready" or count != n:
-                raise RuntimeError(f"{run_id} came out {state} with {count} kernels, not ready with {n}")
+            common.expect_ready(db, run_id, n)
             self.large_rss = child.max_rss
             if "storage" in figures:
                 self.storage(db, n, stats_bytes, size_before)
             if "ingest" in figures:
-                from bench.harness import psql_copy_seconds
-
                 log(f"{run_id}: psql \\copy of the same rows into an equivalent table")
-                copy = psql_copy_seconds(db, run_id)
+                copy = harness.psql_copy_seconds(db, run_id)
                 # Judged on the pass, which ingests the trace (listing, metadata.json, parse,
                 # COPY, commit); the command's wall time adds the interpreter's and Django's
                 # start and exit, about 0.6 s whatever the trace, and is shown beside.
@@ -251,7 +252,7 @@ class Lab:
         from bench.harness import json_agg_seconds
 
         env = self.env(db, prefix)
-        token = common.manage("create_token", "bench-lab", env=env).stdout.split()[-1]
+        token = common.create_token(env, "bench-lab")
         path = f"/api/traces/{run_id}"
         auth = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
         log("gunicorn (gunicorn.conf.py) on 127.0.0.1")
@@ -279,10 +280,8 @@ class Lab:
                 again = http_get(port, path, {**auth, "Accept-Encoding": "identity", "If-None-Match": etag})
             frames = None
             if "dataframe" in figures:
-                from bench.lab_runs import dataframe_seconds
-
                 log(f"{path}/kernels.csv and {path} into pandas DataFrames")
-                frames = dataframe_seconds(port, run_id, auth)
+                frames = lab_runs.dataframe_seconds(port, run_id, auth)
         if plain.status != 200:
             raise RuntimeError(f"GET {path} answered {plain.status}")
         if "api" in figures:
@@ -372,7 +371,7 @@ class Lab:
                 f"{n:,} launches into a pandas DataFrame: `read_csv` of `kernels.csv`",
                 f"{secs(frames['csv_seconds'])}, {mb(frames['csv_bytes'])}",
                 f"JSON detail, `json.loads` + `DataFrame` {secs(frames['json_seconds'])}, "
-                f"{mb(frames['json_bytes'])} (`orjson.loads` {secs(frames['orjson_seconds'])})",
+                f"{mb(frames['json_bytes'])}",
                 f"{frames['ratio']:.2f}x",
                 "≤ 1/3",
                 frames["ratio"] <= 1 / 3,
@@ -405,27 +404,12 @@ class Lab:
         )
 
 
-def heading(scale_name: str, scale: Scale, machine: dict) -> str:
-    return (
-        f"Lab bench, scale `{scale_name}`: {scale.launches:,}-launch run "
-        f"(memory also at {scale.memory_launches:,}), {scale.runs:,} new runs, "
-        f"{scale.failed_runs:,} failed runs; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n\n"
-        + harness.machine_line(machine)
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
-    from bench import lab_runs
-
     parser = harness.arguments("python -m bench", __doc__, SCALES, FIGURES)
     args = harness.parse(parser, sys.argv[1:] if argv is None else argv, FIGURES)
     scale = SCALES[args.scale]
-    os.chdir(common.ROOT)
-    if str(common.ROOT) not in sys.path:
-        sys.path.insert(0, str(common.ROOT))
     started = time.perf_counter()
-    harness.configure_django(args.server)
-    machine = common.machine(args.server)
+    machine = harness.start(args.server)
     step = harness.Steps()
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cascade-bench-")))
@@ -433,9 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         endpoint = stack.enter_context(common.moto_server())
         template = stack.enter_context(common.scratch_database(args.server, "template"))
         log(f"migrating the template database {template.rsplit('/', 1)[1]}")
-        common.manage(
-            "migrate", "--noinput", env=common.child_env(DATABASE_URL=template, CASCADE_VAR_DIR=str(tmp))
-        )
+        common.manage("migrate", "--noinput", env=common.child_env(tmp, DATABASE_URL=template))
         lab = Lab(args.server, endpoint, template.rsplit("/", 1)[1], tmp, scale)
         lab.s3.create_bucket(Bucket=BUCKET)
         step(args.figures & BIG_TRACE_FIGURES, lambda: lab.large_run(args.figures))
@@ -449,8 +431,13 @@ def main(argv: list[str] | None = None) -> int:
             if key not in measured:
                 lab.rows.append(Row(key, key, f"not measured: {why}", "", "", "", None))
     rows = sorted(lab.rows, key=lambda row: ROW_ORDER.index(row.key))
+    sizes = (
+        f"{scale.launches:,}-launch run (memory also at {scale.memory_launches:,}), "
+        f"{scale.runs:,} new runs, {scale.failed_runs:,} failed runs"
+    )
+    title = f"Lab bench, scale `{args.scale}`"
     harness.report(
-        args, heading(args.scale, scale, machine), rows, started, sizes=asdict(scale), machine=machine
+        args, harness.heading(title, sizes, machine), rows, started, sizes=asdict(scale), machine=machine
     )
     # Unmet targets are figures, not failures (the table says which); a figure not taken is.
     return 1 if step.failures else 0

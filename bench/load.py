@@ -1,15 +1,15 @@
 """Many API clients at once against a running Cascade: throughput, latency, errors, invalid JSON.
 
     python -m bench.load --url http://127.0.0.1:8765 --token cas_... [--clients 50]
-        [--duration 30 | --requests 5000] [--small ID] [--large ID] [--mix list:45,small:45,large:10]
+        [--duration 30 | --requests 5000] [--mix list:45,small:45,large:10]
 
-Each client is a thread with its own keep-alive connection (http.client), spread over a few
-processes so that decoding a large response in one client does not hold up the clock of the
+Each client is a thread with its own keep-alive connection (http.client), spread over up to
+four processes (one a core) so that decoding a large response in one client does not hold up the clock of the
 others. A client loops until the duration is over (or the request budget is spent), each time
 drawing `GET /api/traces`, or `GET /api/traces/{id}` of the small or the large trace, by the
 weights of --mix. A request is timed from sending it to its body's last byte; then its body
-is decoded as JSON (a detail must hold `kernel_count` kernels). Without --small/--large, the
-ready traces with the fewest and the most kernels are taken from the list.
+is decoded as JSON (a detail must hold `kernel_count` kernels). The small and the large trace
+are the ready traces with the fewest and the most kernels in the list.
 
 Only 127.0.0.1, localhost and [::1] are accepted: this is a load test, not a tool to point at
 someone else's server. docs/performance.md says how to start a Cascade to measure,
@@ -82,11 +82,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--clients", type=int, default=50, help="concurrent clients (50)")
     parser.add_argument("--duration", type=float, default=30.0, help="seconds of load (30; at most 600)")
     parser.add_argument("--requests", type=int, default=0, help="stop after this many requests in all")
-    parser.add_argument("--processes", type=int, default=min(4, os.cpu_count() or 1))
-    parser.add_argument("--small", help="trace id of the small trace (default: fewest kernels, ready)")
-    parser.add_argument("--large", help="trace id of the large trace (default: most kernels, ready)")
     parser.add_argument("--mix", default="list:45,small:45,large:10", help="weights of the three requests")
-    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if not args.token:
         parser.error("--token (or CASCADE_TOKEN) is required")
@@ -99,7 +95,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error(f"--duration must be more than 0 and at most {MAX_DURATION:.0f} seconds")
     if args.requests < 0:
         parser.error("--requests must be 0 (no budget) or more")
-    args.processes = max(1, min(args.processes, args.clients, args.requests or args.clients))
+    args.processes = max(1, min(4, os.cpu_count() or 1, args.clients, args.requests or args.clients))
     try:
         args.weights = {kind: float(weight) for kind, weight in (p.split(":") for p in args.mix.split(","))}
     except ValueError:
@@ -128,20 +124,13 @@ def headers(token: str) -> dict:
 
 
 def choose_traces(args) -> dict:
-    """The paths of the three requests, the small and large traces named or found in the list."""
-    if args.small and args.large:
-        small, large = args.small, args.large
-    else:
-        ready = [
-            t for t in get_json(args.host, args.port, args.token, "/api/traces") if t["state"] == "ready"
-        ]
-        if not ready:
-            raise SystemExit("no ready trace to request: ingest one first (docs/performance.md)")
-        ready.sort(key=lambda t: t["kernel_count"])
-        small, large = args.small or ready[0]["id"], args.large or ready[-1]["id"]
-    paths = {"list": "/api/traces", "small": f"/api/traces/{quote(small, safe='')}"}
-    paths["large"] = f"/api/traces/{quote(large, safe='')}"
-    return paths
+    """The paths of the three requests: the list, its smallest and its largest ready trace."""
+    ready = [t for t in get_json(args.host, args.port, args.token, "/api/traces") if t["state"] == "ready"]
+    if not ready:
+        raise SystemExit("no ready trace to request: ingest one first (docs/performance.md)")
+    ready.sort(key=lambda t: t["kernel_count"])
+    small, large = (f"/api/traces/{quote(t['id'], safe='')}" for t in (ready[0], ready[-1]))
+    return {"list": "/api/traces", "small": small, "large": large}
 
 
 def closed_by_server(connection: http.client.HTTPConnection) -> bool:
@@ -317,7 +306,7 @@ def main(argv: list[str]) -> int:
                     start_at,
                     deadline,
                     budgets[n],
-                    args.seed * 1000 + n,
+                    n,
                 ),
                 counts[n],
                 queue,

@@ -58,18 +58,17 @@ def main(argv: list[str] | None = None) -> int:
         s3 = common.s3_client(endpoint)
         s3.create_bucket(Bucket=BUCKET)
         env = common.child_env(
+            tmp / "var",
             DATABASE_URL=f"sqlite:///{tmp / 'db.sqlite3'}",
-            CASCADE_VAR_DIR=str(tmp / "var"),
             CASCADE_S3_BUCKET=BUCKET,
             CASCADE_S3_ENDPOINT_URL=endpoint,
-            CASCADE_API_RATE="",
             CASCADE_PARSE_PROCESSES="1",
             CASCADE_WEB_WORKERS="1",
         )
         common.manage("migrate", "-v", "0", env=env)
         runs = [upload_run(s3, f"pull-{size}mb", size) for size in SCALES[options.scale]]
         common.manage("ingest_traces", env=env)
-        token = common.manage("create_token", "bench-pull", env=env).stdout.splitlines()[-1]
+        token = common.create_token(env, "bench-pull")
         with common.gunicorn(env) as port:
             url = f"http://127.0.0.1:{port}"
             rows = pull_rows(url, token, runs, common.gunicorn_workers(port)[0], tmp)
@@ -166,9 +165,7 @@ def simulate_rows(
         log(f"no sample or real simulatable trace (under {real_traces}) for the configs {accel_sim} has")
         return []
     common.manage("ingest_traces", env=env)
-    token = common.manage("create_token", "bench-simulate", "--scope", "write", env=env).stdout.splitlines()[
-        -1
-    ]
+    token = common.create_token(env, "bench-simulate", "--scope", "write")
     results = []
     with Cascade(url, token) as cascade:
         for folder, (trace_id, config) in runs.items():

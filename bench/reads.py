@@ -12,10 +12,8 @@ reusing them when they are already there, then requests `GET /api/traces/{a}/sum
 stack: middleware, Bearer authentication, the view, JSON.
 
 The reference is `psql -c` running the same GROUP BYs on the same rows (PostgreSQL alone, no
-Django, no Python per group; the time includes psql's start and connection), and the same
-statements on an already open connection (the database's time alone); the target is
-within 1.5x. The plans (EXPLAIN) are printed so
-that one can see which index serves `trace_id = X`.
+Django, no Python per group; the time includes psql's start and connection); the target is
+within 1.5x.
 
 The API read from a PostgreSQL streaming standby (DATABASE_REPLICA_URL) beside the primary,
 and how far the standby trails an ingest.
@@ -36,8 +34,7 @@ the pin cookie a browser gets after a write). Both servers share this machine's 
 disk: the figures say what a standby costs a request, not what a second machine adds.
 
 Lag: after an ingest commits on the primary, how long until the standby has replayed its WAL
-(pg_last_wal_replay_lsn) and until the API, read from the standby, answers the trace `ready`;
-after a one-row write (a trace's state), how long until the standby shows it.
+(pg_last_wal_replay_lsn) and until the API, read from the standby, answers the trace `ready`.
 """
 
 import argparse
@@ -57,9 +54,6 @@ if __package__ in (None, ""):  # run as a script: the project's root on the path
 from bench import common  # noqa: E402
 
 RUNS = {"bench-analysis-h100": "sm_90", "bench-analysis-a100": "sm_80"}
-# A small trace beside them: its plan shows `trace_id = X` served by the kernel_unique_launch
-# index, as every trace's is once the table holds many (a half of the table is scanned instead).
-SMALL_RUN, SMALL_KERNELS = "bench-analysis-small", 5000
 
 
 def load_run(run_id: str, arch: str, kernels: int) -> None:
@@ -122,44 +116,20 @@ def load_run(run_id: str, arch: str, kernels: int) -> None:
     )
 
 
-def best_request(client, path: str, token: str, repeat: int) -> tuple[float, int]:
-    times, size = [], 0
-    for _ in range(repeat):
-        started = time.perf_counter()
-        response = client.get(
-            path,
-            SERVER_NAME="127.0.0.1",
-            HTTP_AUTHORIZATION=f"Bearer {token}",
-            HTTP_ACCEPT="application/json",
-        )
-        times.append(time.perf_counter() - started)
-        assert response.status_code == 200, (path, response.status_code, response.content[:200])
-        size = len(response.content)
-    return min(times), size
+def request_seconds(client, path: str, token: str) -> tuple[float, int]:
+    """One GET through Django's whole stack: its seconds and its body's bytes."""
+    started = time.perf_counter()
+    response = client.get(
+        path, SERVER_NAME="127.0.0.1", HTTP_AUTHORIZATION=f"Bearer {token}", HTTP_ACCEPT="application/json"
+    )
+    assert response.status_code == 200, (path, response.status_code, response.content[:200])
+    return time.perf_counter() - started, len(response.content)
 
 
-def best_psql(database_url: str, sql: str, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        subprocess.run(["psql", database_url, "-qAtc", sql], check=True, stdout=subprocess.DEVNULL)
-        times.append(time.perf_counter() - started)
-    return min(times)
-
-
-def best_direct(sql: str, repeat: int) -> float:
-    """The same statements on Django's open connection: no process start, no new session."""
-    from django.db import connection
-
-    times = []
-    for _ in range(repeat):
-        started = time.perf_counter()
-        with connection.cursor() as cursor:
-            for statement in sql.split("; "):
-                cursor.execute(statement)
-                cursor.fetchall()
-        times.append(time.perf_counter() - started)
-    return min(times)
+def psql_seconds(database_url: str, sql: str) -> float:
+    started = time.perf_counter()
+    subprocess.run(["psql", database_url, "-qAtc", sql], check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - started
 
 
 def reference_sql(a: str, b: str) -> dict[str, str]:
@@ -184,34 +154,26 @@ def reference_sql(a: str, b: str) -> dict[str, str]:
     }
 
 
-def plan_lines(sql: str) -> list[str]:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN {sql}")
-        return [row[0] for row in cursor.fetchall()]
+def parse(command: str, description: str, argv: list[str], **defaults: int) -> argparse.Namespace:
+    """`python -m bench.reads COMMAND`'s options: whole numbers, with their defaults."""
+    parser = argparse.ArgumentParser(prog=f"python -m bench.reads {command}", description=description)
+    for name, default in defaults.items():
+        parser.add_argument(f"--{name}", type=int, default=default, help=f"(default: {default:,})")
+    return parser.parse_args(argv)
 
 
 def analysis_main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.reads analysis",
-        description="What /summary and /compare cost, beside PostgreSQL alone.",
-    )
-    parser.add_argument("--kernels", type=int, default=1_000_000)
-    parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args(argv)
+    description = "What /summary and /compare cost, beside PostgreSQL alone."
+    args = parse("analysis", description, argv, kernels=1_000_000, repeat=5)
     database_url = common.setup()
     from django.contrib.auth import get_user_model
     from django.test import Client
 
     from traces.models import ApiToken, Trace
 
-    for run_id, arch, kernels in [
-        *((r, arch, args.kernels) for r, arch in RUNS.items()),
-        (SMALL_RUN, "sm_90", SMALL_KERNELS),
-    ]:
-        if not Trace.objects.filter(pk=run_id, state="ready", kernel_count=kernels).exists():
-            load_run(run_id, arch, kernels)
+    for run_id, arch in RUNS.items():
+        if not Trace.objects.filter(pk=run_id, state="ready", kernel_count=args.kernels).exists():
+            load_run(run_id, arch, args.kernels)
     subprocess.run(["psql", database_url, "-qc", "VACUUM ANALYZE traces_kernel"], check=True)
     user, _ = get_user_model().objects.get_or_create(username="bench")
     _, token = ApiToken.issue(user)
@@ -226,38 +188,26 @@ def analysis_main(argv: list[str]) -> None:
         ("compare by=demangled", f"/api/traces/{a}/compare/{b}?by=demangled", sql["compare"]),
     ]
     for label, path, reference in rows:
-        # Interleaved, one of each per round: a busy machine slows all three alike.
-        seconds = floor = direct = float("inf")
+        # Interleaved, one of each per round: a busy machine slows both alike.
+        seconds = floor = float("inf")
         for _ in range(args.repeat):
-            once, size = best_request(client, path, token, 1)
+            once, size = request_seconds(client, path, token)
             seconds = min(seconds, once)
-            floor = min(floor, best_psql(database_url, reference, 1))
-            direct = min(direct, best_direct(reference, 1))
+            floor = min(floor, psql_seconds(database_url, reference))
         print(
             f"  {label:<22} {seconds * 1000:7.0f} ms ({size / 1000:.0f} kB)   psql -c, same GROUP BYs "
-            f"{floor * 1000:7.0f} ms ({seconds / floor:.2f}x)   same SQL on an open connection "
-            f"{direct * 1000:7.0f} ms ({seconds / direct:.2f}x)"
+            f"{floor * 1000:7.0f} ms ({seconds / floor:.2f}x)"
         )
-    print("plans:")
-    small = reference_sql(SMALL_RUN, SMALL_RUN)["summary"].split("; ")[0]
-    for label, statement in [
-        ("summary, by name", sql["summary"].split("; ")[0]),
-        ("compare", sql["compare"]),
-        (f"summary of {SMALL_RUN} ({SMALL_KERNELS:,} launches)", small),
-    ]:
-        print(f"  {label}:")
-        for line in plan_lines(statement):
-            print(f"    {line}")
 
 
 PG_BIN = Path(os.environ.get("BENCH_PG_BIN", "/usr/lib/postgresql/15/bin"))
 OS_USER = "postgres"
 
 
-def as_postgres(*command: str, **kwargs) -> subprocess.CompletedProcess:
+def as_postgres(*command: str, check: bool = True) -> subprocess.CompletedProcess:
     """A PostgreSQL binary as the `postgres` OS user when this process is root."""
     prefix = ["runuser", "-u", OS_USER, "--"] if os.geteuid() == 0 else []
-    return subprocess.run([*prefix, *command], check=True, capture_output=True, text=True, **kwargs)
+    return subprocess.run([*prefix, *command], check=check, capture_output=True, text=True)
 
 
 @contextmanager
@@ -291,12 +241,21 @@ def primary_and_standby() -> Iterator[tuple[int, int]]:
         yield ports
     finally:
         for folder in reversed(started):
-            subprocess.run(
-                [*(["runuser", "-u", OS_USER, "--"] if os.geteuid() == 0 else []),
-                 str(PG_BIN / "pg_ctl"), "-D", str(folder), "-m", "fast", "-w", "stop"],
-                capture_output=True, check=False,
-            )  # fmt: skip
+            as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(folder), "-m", "fast", "-w", "stop", check=False)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def ingest_generated(run_id: str, kernels: int, contexts: int, seed: int = 1) -> None:
+    """Generate and upload a run of `kernels` launches, then ingest it as the poller does."""
+    from ingest import passes
+    from tools import generator
+
+    generator.upload_run(
+        run_id, generator.RunSpec(kernels=kernels, contexts=contexts, seed=seed, timing=False)
+    )
+    change = passes.ingest_trace(run_id, reparse=True)
+    if change is None or change.new_state != "ready":
+        raise SystemExit(f"ingestion did not make {run_id} ready: {change}")
 
 
 def wait_for_replay(primary, standby, timeout: float = 120) -> float:
@@ -311,14 +270,8 @@ def wait_for_replay(primary, standby, timeout: float = 120) -> float:
 
 
 def replica_main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.reads replica",
-        description="The API read from a streaming standby beside the primary.",
-    )
-    parser.add_argument("--traces", type=int, default=20_000)
-    parser.add_argument("--kernels", type=int, default=200_000)
-    parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args(argv)
+    description = "The API read from a streaming standby beside the primary."
+    args = parse("replica", description, argv, traces=20_000, kernels=200_000, repeat=5)
 
     with primary_and_standby() as (primary_port, standby_port):
         common.log(f"primary on {primary_port}, standby on {standby_port}")
@@ -346,7 +299,7 @@ def measure(args, primary_url: str, standby_url: str) -> None:
     )
     run_id = f"bench-replica-{args.kernels}"
     common.log(f"ingesting {args.kernels:,} launches")
-    common.ingest_generated(run_id, args.kernels, contexts=4)
+    ingest_generated(run_id, args.kernels, contexts=4)
     user, _ = get_user_model().objects.get_or_create(username="bench")
     _, token = ApiToken.issue(user)
     with (
@@ -422,12 +375,10 @@ def reads(args, get, run_id: str) -> None:
 
 
 def lag(args, get, primary, standby) -> None:
-    """How far the standby trails: a whole ingest, then one-row writes."""
-    from traces.models import Trace
-
+    """How far the standby trails a whole ingest."""
     lag_run = f"bench-replica-lag-{args.kernels}"
     common.log(f"ingesting {args.kernels:,} more launches, then waiting for the standby")
-    common.ingest_generated(lag_run, args.kernels, contexts=4)
+    ingest_generated(lag_run, args.kernels, contexts=4)
     committed = time.perf_counter()
     replay = wait_for_replay(primary, standby)
     tries = 0
@@ -438,17 +389,6 @@ def lag(args, get, primary, standby) -> None:
             break
         time.sleep(0.002)
     visible, last_request = time.perf_counter() - committed, time.perf_counter() - asked
-    lags = primary.execute(
-        "SELECT COALESCE(EXTRACT(EPOCH FROM replay_lag), 0) FROM pg_stat_replication"
-    ).fetchall()
-    small = []
-    for n in range(20):
-        Trace.objects.filter(pk=f"bench-{n:06d}").update(model=f"changed-{n}")
-        written = time.perf_counter()
-        seen = "SELECT 1 FROM traces_trace WHERE id = %s AND model = %s"
-        while not standby.execute(seen, (f"bench-{n:06d}", f"changed-{n}")).fetchone():
-            time.sleep(0.0005)
-        small.append(time.perf_counter() - written)
     print(
         f"Standby lag on this machine (streaming replication, asynchronous, {args.kernels:,}-launch ingest)"
     )
@@ -456,14 +396,6 @@ def lag(args, get, primary, standby) -> None:
     print(
         f"  the trace answered by the API from the standby {visible * 1000:>6.1f} ms after the commit "
         f"({tries} request{'s' if tries > 1 else ''}, the last one {last_request * 1000:.1f} ms)"
-    )
-    print(
-        f"  pg_stat_replication.replay_lag then           {float(lags[0][0]) * 1000 if lags else 0:>8.1f} ms"
-    )
-    small.sort()
-    print(
-        f"  a one-row write seen on the standby          median {small[len(small) // 2] * 1000:.1f} ms, "
-        f"worst {small[-1] * 1000:.1f} ms (20 writes, each through Django on the primary)"
     )
 
 

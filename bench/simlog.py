@@ -1,8 +1,8 @@
 """Reading a simulator log against `grep`: issue 20's bar, "at most 3x the grep time, peak RSS under 100 MB".
 
-    python -m bench.simlog [--mb 1024] [--scale small] [--keep DIR] [--uids 40000] [--real-log FILE]
+    python -m bench.simlog [--scale small] [--repeat 3] [--json FILE] [--real-log FILE]
 
-Builds a log of about `--mb` MB in a temp dir from a real one (halUW's, `--real-log`, under the shared fixtures:
+Builds a log of the scale's size (small: 8 MB, full: 1 GB) in a temp dir from a real one (halUW's, `--real-log`, under the shared fixtures:
 its build lines and option dump, then kernel after kernel as Accel-Sim prints them: the trace
 header, the launch line, the chatter, `Destroy streams`, the whole stat block with its cache
 statistics, its footer), each kernel with the next uid and kernel-N, its cycles adding up; and a
@@ -11,6 +11,7 @@ gzip'd copy. Then prints, side by side, the wall time of `grep -c '^gpu_sim_cycl
 read in chunks, a zlib decompressor's for the .gz), their ratio, and the reader's peak RSS. The
 reader runs in a child process of its own (its peak RSS is its own high-water mark), best of
 `--repeat`; so does grep. The file is read once before any timing, so both read it from the page cache.
+Then the reader over logs of 40,000 uids (issue 29): a block each, and one block listing them all.
 
     python -m bench.simlog blank-lines [--mb 10] [--repeat 5]
 
@@ -24,7 +25,6 @@ import gzip
 import json
 import os
 import re
-import resource
 import shutil
 import subprocess
 import sys
@@ -35,7 +35,6 @@ from pathlib import Path
 
 from bench import common
 
-ROOT = Path(__file__).resolve().parent.parent
 REAL_LOG = ("real-sim-logs", "halUW__benchmark_1_stream_clean.log")  # under the shared fixtures
 CHUNK = 1024**2  # what the reader is given at a time (an S3 body's or a decompressor's chunks)
 SCALES = {"small": 8, "full": 1024}  # MB
@@ -126,32 +125,18 @@ def _chunks(path: str, compressed: bool):
         yield inflate.flush()
 
 
-def _peak_rss() -> int:
-    """This process's high-water mark, bytes (VmHWM; ru_maxrss where /proc is not)."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
-
-
 def child(path: str, mode: str) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cascade.settings")
     from ingest.simlog import read_sim_log_chunks
 
-    started, cpu = time.perf_counter(), time.process_time()
+    started = time.perf_counter()
     if mode == "inflate":  # the decompressor alone: what zlib costs before the reader
         size = sum(len(chunk) for chunk in _chunks(path, True))
         result = {"bytes": size}
     else:
         log = read_sim_log_chunks(_chunks(path, mode == "gzip"))
         result = {"blocks": log.blocks, "uids": len(log.kernels), "lines": log.lines, "stopped": log.stopped}
-    result.update(
-        seconds=time.perf_counter() - started, cpu_seconds=time.process_time() - cpu, peak_rss=_peak_rss()
-    )
+    result.update(seconds=time.perf_counter() - started, peak_rss=common.peak_rss())
     print(json.dumps(result))
     return 0
 
@@ -159,22 +144,17 @@ def child(path: str, mode: str) -> int:
 # --- the parent ---------------------------------------------------------------------------------
 
 
-def _cpu_of_children() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _grep(command: str) -> tuple[float, float, int]:
-    """Wall time, CPU time (the shell's children's, zcat's included) and the count."""
-    started, cpu = time.perf_counter(), _cpu_of_children()
+def _grep(command: str) -> tuple[float, int]:
+    """Wall time and the count."""
+    started = time.perf_counter()
     out = subprocess.run(["sh", "-c", command], capture_output=True, check=True).stdout
-    return time.perf_counter() - started, _cpu_of_children() - cpu, int(out)
+    return time.perf_counter() - started, int(out)
 
 
 def _reader(path: Path, mode: str) -> dict:
     out = subprocess.run(
         [sys.executable, "-m", "bench.simlog", "--child", str(path), mode],
-        cwd=ROOT,
+        cwd=common.ROOT,
         capture_output=True,
         check=True,
         text=True,
@@ -192,10 +172,10 @@ def measure(path: Path, gz: Path, repeat: int) -> list[dict]:
         ("log", f"grep -c '^gpu_sim_cycle' '{quoted}'", "plain", path),
         ("log.gz", f"zcat '{quoted_gz}' | grep -c '^gpu_sim_cycle'", "gzip", gz),
     ):
-        grep_best, grep_cpu, reader_best, inflate_best = float("inf"), float("inf"), None, None
+        grep_best, reader_best, inflate_best = float("inf"), None, None
         for _ in range(repeat):  # in turns, so that a busy machine weighs on both alike
-            seconds, cpu, count = _grep(grep)
-            grep_best, grep_cpu = min(grep_best, seconds), min(grep_cpu, cpu)
+            seconds, count = _grep(grep)
+            grep_best = min(grep_best, seconds)
             reading = _reader(source, mode)
             if reader_best is None or reading["seconds"] < reader_best["seconds"]:
                 reader_best = reading
@@ -214,8 +194,6 @@ def measure(path: Path, gz: Path, repeat: int) -> list[dict]:
                 "grep_seconds": grep_best,
                 "reader_seconds": reader_best["seconds"],
                 "ratio": reader_best["seconds"] / grep_best,
-                "grep_cpu_seconds": grep_cpu,
-                "reader_cpu_seconds": reader_best["cpu_seconds"],
                 "peak_rss": reader_best["peak_rss"],
                 "blocks": count,
                 "uids": reader_best["uids"],
@@ -272,11 +250,7 @@ def measure_uids(uids: int = UIDS, repeat: int = 3) -> list[dict]:
     for shape in ("each", "one"):
         data = uids_log(uids, shape)
         chunks = [data[at : at + CHUNK] for at in range(0, len(data), CHUNK)]
-        best = float("inf")
-        for _ in range(repeat):
-            started = time.perf_counter()
-            log = read_sim_log_chunks(chunks)
-            best = min(best, time.perf_counter() - started)
+        best, log = common.best_of(repeat, lambda: read_sim_log_chunks(chunks))  # noqa: B023
         if len(log.kernels) != uids:
             raise RuntimeError(f"{shape}: the reader read {len(log.kernels)} uids, not {uids}")
         rows.append({"shape": shape, "uids": uids, "bytes": len(data), "reader_seconds": best})
@@ -300,15 +274,14 @@ def uids_table(rows: list[dict]) -> str:
 def table(rows: list[dict]) -> str:
     lines = [
         "| file | size | stat blocks | grep -c '^gpu_sim_cycle' | reader | ratio (target <= 3x) "
-        "| reader's peak RSS (target < 100 MB) | zlib alone | CPU: grep, reader |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| reader's peak RSS (target < 100 MB) | zlib alone |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         inflate = f"{row['inflate_seconds']:.2f} s" if row["inflate_seconds"] is not None else ""
         lines.append(
             f"| {row['file']} | {row['bytes'] / 1e6:,.1f} MB | {row['blocks']:,} | {row['grep_seconds']:.3f} s "
-            f"| {row['reader_seconds']:.3f} s | {row['ratio']:.2f}x | {row['peak_rss'] / 1e6:.1f} MB | {inflate} "
-            f"| {row['grep_cpu_seconds']:.2f} s, {row['reader_cpu_seconds']:.2f} s |"
+            f"| {row['reader_seconds']:.3f} s | {row['ratio']:.2f}x | {row['peak_rss'] / 1e6:.1f} MB | {inflate} |"
         )
     return "\n".join(lines)
 
@@ -346,13 +319,11 @@ def megabytes_per_second(data: bytes, repeat: int) -> float:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cascade.settings")
     from ingest import bucket, stats
 
-    best = float("inf")
-    for _ in range(repeat):
-        started = time.perf_counter()
+    def parse() -> None:
         for _ in stats.parse_stats_lines(bucket.iter_lines(data, STATS_MAX_LINE, blank_runs=True)):
             pass
-        best = min(best, time.perf_counter() - started)
-    return len(data) / best / 1e6
+
+    return len(data) / common.best_of(repeat, parse)[0] / 1e6
 
 
 def blank_lines(argv: list[str]) -> int:
@@ -379,12 +350,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["blank-lines"]:
         return blank_lines(argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mb", type=float, help="size of the log, MB (default: the scale's)")
     parser.add_argument("--scale", choices=sorted(SCALES), default="full", help="small: 8 MB, full: 1 GB")
     parser.add_argument("--repeat", type=int, default=3, help="readings of each; the best is shown")
     parser.add_argument("--json", type=Path, help="also write the rows to this file")
-    parser.add_argument("--keep", type=Path, help="build the log in this directory and leave it there")
-    parser.add_argument("--uids", type=int, default=UIDS, help="kernels of the uid rows' logs")
     parser.add_argument(
         "--real-log",
         type=Path,
@@ -397,25 +365,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"needs halUW's real log: --real-log FILE or CASCADE_SHARED_FIXTURES ({options.real_log})"
         )
-    size = int((options.mb or SCALES[options.scale]) * 1024**2)
-    directory = options.keep or Path(tempfile.mkdtemp(prefix="bench-simlog-"))
-    directory.mkdir(parents=True, exist_ok=True)
-    try:
-        path, gz = directory / "sim.log", directory / "sim.log.gz"
+    with tempfile.TemporaryDirectory(prefix="bench-simlog-") as directory:
+        path, gz = Path(directory, "sim.log"), Path(directory, "sim.log.gz")
         started = time.perf_counter()
-        blocks = write_log(path, size, options.real_log)
+        blocks = write_log(path, SCALES[options.scale] * 1024**2, options.real_log)
         write_gzip(path, gz)
-        print(
-            f"[{time.strftime('%H:%M:%S')}] built {path} ({path.stat().st_size / 1e6:,.1f} MB, {blocks:,} stat blocks)"
-            f" and its .gz ({gz.stat().st_size / 1e6:,.1f} MB) in {time.perf_counter() - started:.1f} s",
-            file=sys.stderr,
-            flush=True,
+        common.log(
+            f"built {path} ({path.stat().st_size / 1e6:,.1f} MB, {blocks:,} stat blocks) and its .gz "
+            f"({gz.stat().st_size / 1e6:,.1f} MB) in {time.perf_counter() - started:.1f} s"
         )
         rows = measure(path, gz, options.repeat)
-    finally:
-        if options.keep is None:
-            shutil.rmtree(directory, ignore_errors=True)
-    uids_rows = measure_uids(options.uids, options.repeat)
+    uids_rows = measure_uids(UIDS, options.repeat)
     print(table(rows))
     print()
     print(uids_table(uids_rows))

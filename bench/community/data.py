@@ -2,6 +2,8 @@
 
     python -m bench.community.data DATABASE_URL [--scale tiny|small|full]
 
+(and `copy_trace`: a trace copied whole, for the delete figure's two traces alike.)
+
 `seed()` fills an empty, migrated database the way ingestion would have left it, with
 set-based SQL run by the server (`INSERT ... SELECT generate_series`; no row goes through
 Python): registered traces (three in four ready, the rest uploading, `INSERT_SQL`, which the
@@ -28,6 +30,7 @@ import argparse
 import sys
 import time
 
+from bench import common, harness
 from bench.common import log
 
 SCALES = {
@@ -52,13 +55,15 @@ MAX_STEPS = 2_000
 # Registered traces, `n` from 1 to %s (the list bench inserts these alone): three in four
 # ready, every fourth uploading, created 37 s apart. `kernel_count` here is a placeholder;
 # seed() sets the true counts of the launches it stores.
-INSERT_SQL = """
-INSERT INTO traces_trace (
+# Every column of a trace row, as the INSERTs here and in watch.py's idle pass fill them.
+TRACE_COLUMNS = """
     id, key, state, error, created_at, updated_at, model, layers, source_gpu, trace_gpu_arch,
     suggested_sim_config, kernel_count, bytes, has_real_timing, has_step_timeline, sample,
     parser_version, timing_error, kernels_without_totals, metadata_json, files, files_changed_at,
     parsed_fingerprint, waiting_for, recheck_after, recheck_seconds, parse_attempts
-)
+"""
+INSERT_SQL = f"""
+INSERT INTO traces_trace ({TRACE_COLUMNS})
 SELECT
     'community-' || lpad(n::text, 7, '0') || '__' || (ARRAY['opt-125m', 'llama-8b', 'qwen-7b'])[n %% 3 + 1],
     nextval('traces_trace_key_seq'),
@@ -186,7 +191,6 @@ def seed(
     traces: int,
     launches: int,
     big_trace_launches: int = 1_000_000,
-    indexes_after_load: bool = True,
 ) -> dict:
     """Fill the empty, migrated database at `database_url` with `traces` registered traces and
     `launches` launches in all, one trace of exactly `big_trace_launches`; then VACUUM ANALYZE.
@@ -194,8 +198,6 @@ def seed(
     Returns the interesting traces' ids (`big`: the big trace; `tiny`: a ready trace of the
     fewest launches, at least 2; `multi_context`: the largest other trace of several contexts), the counts (traces, ready,
     uploading, launches, names, contexts, steps), and the seconds each stage took.
-    `indexes_after_load=False` keeps the kernel table's indexes during the load (to measure
-    what dropping them saves).
     """
     import psycopg
 
@@ -235,7 +237,7 @@ def seed(
         _describe_traces(conn)
         _contexts_and_steps(conn)
         stage("plan, trace rows, contexts, steps")
-        _load_kernels(conn, name_ids, launches, stage, indexes_after_load=indexes_after_load)
+        _load_kernels(conn, name_ids, launches, stage)
         for table in ("trace", "kernelcontext", "step", "kernelname", "kernel"):
             conn.execute(f"VACUUM ANALYZE traces_{table}")
         stage("VACUUM ANALYZE")
@@ -358,21 +360,17 @@ def _contexts_and_steps(conn) -> None:
     )
 
 
-def _load_kernels(conn, name_ids: list[int], launches: int, stage, *, indexes_after_load: bool) -> None:
+def _load_kernels(conn, name_ids: list[int], launches: int, stage) -> None:
     """The launches, in batches of about BATCH_LAUNCHES, the table's indexes dropped around
     the load and built again after it."""
-    indexes = (
-        []
-        if not indexes_after_load
-        else conn.execute(
-            """
+    indexes = conn.execute(
+        """
         SELECT i.relname, pg_get_indexdef(i.oid), c.conname, c.contype
         FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
         LEFT JOIN pg_constraint c ON c.conindid = x.indexrelid AND c.conrelid = x.indrelid
         WHERE x.indrelid = 'traces_kernel'::regclass
         """
-        ).fetchall()
-    )
+    ).fetchall()
     for name, _definition, constraint, _kind in indexes:
         if constraint:
             conn.execute(f'ALTER TABLE traces_kernel DROP CONSTRAINT "{constraint}"')
@@ -406,6 +404,36 @@ def _load_kernels(conn, name_ids: list[int], launches: int, stage, *, indexes_af
             )
     conn.execute("RESET maintenance_work_mem")
     stage("primary key built")
+
+
+def copy_trace(db: str, source: str, new_id: str) -> None:
+    """A copy of trace `source` named `new_id`: its row and every row keyed by its trace_key."""
+    import psycopg
+
+    trace_columns = [c for c in harness.loaded_columns(db, "traces_trace") if c not in ("id", "key")]
+    keyed = [
+        table
+        for (table,) in common.query(
+            db,
+            "SELECT table_name::text FROM information_schema.columns WHERE table_schema = 'public'"
+            " AND column_name = 'trace_key' AND table_name NOT IN ('traces_trace', 'traces_kernelpurge')",
+        )
+    ]
+    with psycopg.connect(db) as conn:
+        listed = ", ".join(trace_columns)
+        (key,) = conn.execute(
+            f"INSERT INTO traces_trace (id, key, {listed}) SELECT %s, nextval('traces_trace_key_seq'), "
+            f"{listed} FROM traces_trace WHERE id = %s RETURNING key",
+            (new_id, source),
+        ).fetchone()
+        for table in keyed:
+            others = ", ".join(c for c in harness.loaded_columns(db, table) if c != "trace_key")
+            conn.execute(
+                f"INSERT INTO {table} (trace_key, {others}) SELECT %s, {others} FROM {table}"
+                " WHERE trace_key = (SELECT key FROM traces_trace WHERE id = %s)",
+                (key, source),
+            )
+    log(f"{new_id}: a copy of {source} ({', '.join(keyed)})")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,8 +1,8 @@
 """Deleting a 1M-launch trace, the old way (one DELETE) and the new (trace now, launches in
-batches by `kernels_purge`): time, WAL, dead tuples, and how long a writer of another trace
+batches by `kernels_purge`, its default batch): time, and how long a writer of another trace
 waits meanwhile. docs/performance.md quotes its figures.
 
-    DATABASE_URL=postgres://... python -m bench.community.delete [--launches 1000000] [--batch 10000]
+    DATABASE_URL=postgres://... python -m bench.community.delete [--launches 1000000] [--json FILE]
 
 Empties the database's trace tables first: point it at a scratch database. With
 `--existing OLD,NEW` it deletes two traces of the database as it is instead (the community
@@ -24,7 +24,7 @@ django.setup()
 
 from django.db import connection, connections, transaction  # noqa: E402
 
-from traces.kernel_store import kernels_purge  # noqa: E402
+from traces.kernel_store import PURGE_BATCH, kernels_purge  # noqa: E402
 from traces.models import KernelName, Trace, name_digest  # noqa: E402
 from traces.services import trace_delete  # noqa: E402
 
@@ -37,11 +37,11 @@ def sql(statement: str, args=()):
         return cursor.fetchall() if cursor.description else None
 
 
-def make_trace(run_id: str, launches: int, name_id: int, contexts: int = CONTEXTS) -> int:
+def make_trace(run_id: str, launches: int, name_id: int) -> int:
     """A ready trace with `launches` launches in `contexts` contexts (interleaved, as a tracer
     writes them), inserted server-side."""
     trace = Trace.objects.create(id=run_id, state="ready", kernel_count=launches)
-    for index in range(contexts):
+    for index in range(CONTEXTS):
         sql(
             "INSERT INTO traces_kernelcontext (index, ctx, device, trace_key) VALUES (%s, %s, 0, %s)",
             [index, f"0x{index:x}", trace.key],
@@ -51,7 +51,7 @@ def make_trace(run_id: str, launches: int, name_id: int, contexts: int = CONTEXT
         "block_x, block_y, block_z, blocks, threads, total_insts, total_reported_insts, traced, duration_ns) "
         "SELECT %s, i %% %s, i / %s, %s, 80, 1, 1, 256, 1, 1, 80, 20480, 1000000 + i %% 977, "
         "1000000 + i %% 977, false, 5000 + i %% 311 FROM generate_series(0, %s - 1) i",
-        [trace.key, contexts, contexts, name_id, launches],
+        [trace.key, CONTEXTS, CONTEXTS, name_id, launches],
     )
     return trace.key
 
@@ -94,51 +94,25 @@ class Writer(threading.Thread):
             connections.close_all()
 
 
-def stats_now() -> tuple[int, int]:
-    """(n_dead_tup, live rows) of the kernel table, stats flushed first."""
-    sql("SELECT pg_stat_force_next_flush()")
-    time.sleep(0.6)
-    ((dead, live),) = sql(
-        "SELECT n_dead_tup, n_live_tup FROM pg_stat_user_tables WHERE relname = 'traces_kernel'"
-    )
-    return dead, live
-
-
 def measured(label: str, delete, name_id: int, neighbour_key: int) -> dict:
     sql("CHECKPOINT")  # both ways pay the full-page images that follow a checkpoint
     writer = Writer(neighbour_key, name_id)
     writer.start()
     time.sleep(1.0)
-    before = sql("SELECT pg_current_wal_lsn()")[0][0]
     began = time.perf_counter()
     detail = delete()
     elapsed = time.perf_counter() - began
-    wal = sql("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", [before])[0][0]
     time.sleep(1.0)
     writer.stop.set()
     writer.join()
-    dead, live = stats_now()
     result = {
         "label": label,
         "seconds": round(elapsed, 2),
-        "wal_mb": round(float(wal) / 1e6, 1),
-        "dead_tuples": dead,
         "writer_median_ms": round(statistics.median(writer.times) * 1000, 1),
         "writer_max_ms": round(max(writer.times) * 1000, 1),
         **(detail or {}),
     }
     print(result, flush=True)
-    return result
-
-
-def vacuum(after: str) -> dict:
-    """What reclaiming the dead tuples costs: VACUUM's time and WAL (autovacuum's, later)."""
-    before = sql("SELECT pg_current_wal_lsn()")[0][0]
-    began = time.perf_counter()
-    sql("VACUUM traces_kernel")
-    wal = sql("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", [before])[0][0]
-    result = {"seconds": round(time.perf_counter() - began, 2), "wal_mb": round(float(wal) / 1e6, 1)}
-    print({f"vacuum_after_{after}": result}, flush=True)
     return result
 
 
@@ -153,7 +127,7 @@ def one_statement_delete(key: int) -> None:
         Trace.objects.filter(key=key).delete()
 
 
-def batched_delete(run_id: str, batch: int, pause: float) -> dict:
+def batched_delete(run_id: str) -> dict:
     """The new way: the trace at once (trace_delete), its launches by the purge."""
     batch_times: list[float] = []
     began = time.perf_counter()
@@ -163,10 +137,10 @@ def batched_delete(run_id: str, batch: int, pause: float) -> dict:
 
     def on_batch(key, deleted):
         now = time.perf_counter()
-        batch_times.append(now - last[0] - pause)
+        batch_times.append(now - last[0])
         last[0] = now
 
-    purged = kernels_purge(batch=batch, pause=pause, on_batch=on_batch)
+    purged = kernels_purge(on_batch=on_batch)
     return {
         "trace_gone_ms": round(gone * 1000, 1),
         "statements": purged.statements,
@@ -175,19 +149,15 @@ def batched_delete(run_id: str, batch: int, pause: float) -> dict:
     }
 
 
-def compare(old: str, new: str, neighbour_key: int, name_id: int, batch: int, pause: float) -> dict:
+def compare(old: str, new: str, neighbour_key: int, name_id: int) -> dict:
     """Trace `old` deleted the old way and `new` the new way, a writer busy on `neighbour_key`."""
     sql("VACUUM ANALYZE traces_kernel")
     old_key, new_key = trace_key(old), trace_key(new)
     results = {
-        "one_delete": measured("one DELETE", lambda: one_statement_delete(old_key), name_id, neighbour_key)
+        "one_delete": measured("one DELETE", lambda: one_statement_delete(old_key), name_id, neighbour_key),
+        "batches": measured(f"batches of {PURGE_BATCH}", lambda: batched_delete(new), name_id, neighbour_key),
+        "batch": PURGE_BATCH,
     }
-    results["one_delete"]["vacuum"] = vacuum("one DELETE")
-    results["batches"] = measured(
-        f"batches of {batch}", lambda: batched_delete(new, batch, pause), name_id, neighbour_key
-    )
-    results["batches"]["vacuum"] = vacuum("purge")
-    results["batch"] = batch
     ((left,),) = sql("SELECT COUNT(*) FROM traces_kernel WHERE trace_key IN (%s, %s)", [old_key, new_key])
     results["launches_left_of_deleted_traces"] = left
     print({"launches_left_of_deleted_traces": left}, flush=True)
@@ -196,11 +166,7 @@ def compare(old: str, new: str, neighbour_key: int, name_id: int, batch: int, pa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--launches", type=int, default=1_000_000)
-    parser.add_argument("--neighbour", type=int, default=1_000_000, help="launches of the trace left alone")
-    parser.add_argument("--batch", type=int, default=10_000)
-    parser.add_argument("--pause", type=float, default=0.0)
-    parser.add_argument("--contexts", type=int, default=CONTEXTS, help="of the deleted traces")
+    parser.add_argument("--launches", type=int, default=1_000_000, help="of each deleted trace")
     parser.add_argument(
         "--existing",
         metavar="OLD,NEW",
@@ -226,11 +192,12 @@ def main() -> None:
             digest=name_digest("bench_kernel"), defaults={"name": "bench_kernel"}
         )
         name_id = name.id
-        neighbour = make_trace("bench-neighbour", args.neighbour, name_id)
+        # A writer's neighbour as large as the deleted traces.
+        neighbour = make_trace("bench-neighbour", args.launches, name_id)
         old, new = "bench-old", "bench-new"
-        make_trace(old, args.launches, name_id, args.contexts)
-        make_trace(new, args.launches, name_id, args.contexts)
-    results = compare(old, new, neighbour, name_id, args.batch, args.pause)
+        make_trace(old, args.launches, name_id)
+        make_trace(new, args.launches, name_id)
+    results = compare(old, new, neighbour, name_id)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 

@@ -1,12 +1,12 @@
 """How soon a deployment sees a run, and what its idle passes cost in S3 requests (issue 22).
 `ready_times`: from a `metadata.json` upload to `ready`, with S3 events (within 3 s) and polling.
 
-    python -m bench.community.watch events [--runs 5] [--poll-seconds 30] [--scale small] [--json FILE]
+    python -m bench.community.watch events [--scale small] [--json FILE]
 
 Starts moto's server (S3 and SQS on one endpoint), a queue the bucket notifies, and a scratch
 SQLite database, then for each mode starts the real poller as a deployment runs it
 (`manage.py ingest_traces --watch --events`, or `--watch --interval CASCADE_POLL_SECONDS`) and
-uploads `--runs` small runs one after another, each at a random moment of the poll's cycle, as
+uploads the scale's small runs (full: 5, polling every 30 s; small: 2, every 3 s) one after another, each at a random moment of the poll's cycle, as
 uploads land; the time is from metadata.json's PUT returning to the trace's row reading `ready`
 (the database polled every 20 ms). Prints both side by side: the median and the worst.
 With polling the wait is half the interval on average, and the whole interval at worst.
@@ -15,7 +15,7 @@ With polling the wait is half the interval on average, and the whole interval at
 
     python -m bench.community.watch idle [--scale tiny|small|full] [--server postgres://...] [--json FILE]
 
-moto's server (its own process), a bucket holding `--scale` run folders (1,000 / 10,000 /
+moto's server (a process of its own: this one uploads on 16 threads), a bucket holding `--scale` run folders (1,000 / 10,000 /
 100,000) of three small objects each (metadata.json, a kernelslist, a stats file), uploaded on
 threads, and a scratch PostgreSQL database (migrated, then dropped) whose ready traces hold
 those listings as a pass registers and parses them: one INSERT ... SELECT, the `files` and the
@@ -55,6 +55,7 @@ from pathlib import Path
 
 from bench import common
 from bench.common import log
+from bench.community.data import TRACE_COLUMNS
 
 PREFIX = "accelsim-traces/"
 
@@ -128,9 +129,7 @@ def ready_times(runs: int, poll_seconds: int, database_url: str | None = None) -
     {"events": [...], "polling": [...]}. `database_url`: a migrated PostgreSQL database to
     run against (the community bench's, 100,000 traces in it); else a scratch SQLite file."""
     with tempfile.TemporaryDirectory(prefix="bench-events-") as workdir, common.moto_server() as endpoint:
-        env = common.child_env(
-            CASCADE_VAR_DIR=workdir, CASCADE_S3_BUCKET=EVENTS_BUCKET, CASCADE_S3_ENDPOINT_URL=endpoint
-        )
+        env = common.child_env(workdir, CASCADE_S3_BUCKET=EVENTS_BUCKET, CASCADE_S3_ENDPOINT_URL=endpoint)
         if database_url:
             env["DATABASE_URL"] = database_url
         s3 = common.s3_client(endpoint)
@@ -157,14 +156,10 @@ def events_main(argv: list[str]) -> int:
         prog="python -m bench.community.watch events", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--scale", choices=EVENTS_SCALES, default="full")
-    parser.add_argument("--runs", type=int, help="runs uploaded in each mode (5; small: 2)")
-    parser.add_argument("--poll-seconds", type=int, help="the poll's interval (CASCADE_POLL_SECONDS: 30)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     options = parser.parse_args(argv)
-    scale = EVENTS_SCALES[options.scale]
-    runs = options.runs or scale["runs"]
-    poll_seconds = options.poll_seconds or scale["poll_seconds"]
-    figures = ready_times(runs, poll_seconds)
+    poll_seconds = EVENTS_SCALES[options.scale]["poll_seconds"]
+    figures = ready_times(EVENTS_SCALES[options.scale]["runs"], poll_seconds)
     print("| from metadata.json to ready | median | worst | runs | target |\n|---|---|---|---|---|")
     for mode, seconds in figures.items():
         label = "S3 events (moto's SQS)" if mode == "events" else f"polling every {poll_seconds} s"
@@ -197,17 +192,12 @@ OBJECTS = {
     ),
 }
 
-INSERT_SQL = """
-INSERT INTO traces_trace (
-    id, key, state, error, created_at, updated_at, model, layers, source_gpu, trace_gpu_arch,
-    suggested_sim_config, kernel_count, bytes, has_real_timing, has_step_timeline, sample,
-    parser_version, timing_error, kernels_without_totals, metadata_json, files, files_changed_at,
-    parsed_fingerprint, waiting_for, recheck_after, recheck_seconds, parse_attempts
-)
+INSERT_SQL = f"""
+INSERT INTO traces_trace ({TRACE_COLUMNS})
 SELECT
     run.id, nextval('traces_trace_key_seq'), 'ready', NULL, now(), now(), NULL, '[]'::jsonb,
-    NULL, 'sm_90', NULL, 1, {total_bytes}, false, false, false, {parser_version}, NULL, 0,
-    '{{"status":"ok","trace_gpu_arch":"sm_90"}}', {files}, now(), encode(sha256({fingerprint}), 'hex'),
+    NULL, 'sm_90', NULL, 1, {{total_bytes}}, false, false, false, {{parser_version}}, NULL, 0,
+    '{{{{"status":"ok","trace_gpu_arch":"sm_90"}}}}', {{files}}, now(), encode(sha256({{fingerprint}}), 'hex'),
     '[]'::jsonb, NULL, 0, 0
 FROM (SELECT 'idle-' || lpad(n::text, 7, '0') AS id FROM generate_series(1, %(traces)s) AS n) AS run
 """
@@ -294,15 +284,7 @@ def sweep_lap(env: dict) -> tuple[list[dict], float]:
 def idle_requests(traces: int, *, server: str = common.DEFAULT_SERVER_URL) -> dict:
     """The S3 requests of an idle pass over `traces` ready traces, without events (every ready
     recheck due) and with events on (the reconciler's sweep); a dict of figures."""
-    port = common.free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    moto = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        _wait_for(endpoint)
+    with common.moto_server(own_process=True) as endpoint:
         s3 = common.s3_client(endpoint)
         s3.create_bucket(Bucket=IDLE_BUCKET)
         log(f"{traces:,} run folders of {len(OBJECTS)} objects, on 16 threads")
@@ -317,31 +299,14 @@ def idle_requests(traces: int, *, server: str = common.DEFAULT_SERVER_URL) -> di
         with tempfile.TemporaryDirectory(prefix="cascade-bench-idle-") as tmp:
             with common.scratch_database(server, "idle") as db:
                 env = common.child_env(
+                    tmp,
                     DATABASE_URL=db,
-                    CASCADE_VAR_DIR=tmp,
                     CASCADE_S3_BUCKET=IDLE_BUCKET,
                     CASCADE_S3_ENDPOINT_URL=endpoint,
                     CASCADE_S3_PAGE_SIZE=str(PAGE_SIZE),
                 )
                 common.manage("migrate", "--noinput", env=env)
                 return idle_measure(db, env, traces, upload_seconds)
-    finally:
-        moto.terminate()
-        moto.wait(timeout=30)
-
-
-def _wait_for(endpoint: str) -> None:
-    import socket
-
-    port = int(endpoint.rsplit(":", 1)[1])
-    deadline = time.monotonic() + 30
-    while True:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"moto's server does not answer at {endpoint}")
-        time.sleep(0.2)
 
 
 def ready_traces(db: str, env: dict, traces: int) -> None:
