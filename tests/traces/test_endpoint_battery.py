@@ -137,15 +137,24 @@ def test_without_a_good_token_is_a_401_with_the_challenge(world, key, header):
     if header is None:
         published = operation(route)["responses"]["401"]["content"]["application/json"]["examples"]
         assert body == published["Error"]["value"]
+        # Checked before anything else the request asks: never a 304, never a coded error.
+        other = call(client, route, HTTP_IF_NONE_MATCH="*", HTTP_ACCEPT_ENCODING="gzip, zstd")
+        assert other.status_code == 401 and not other.has_header("Content-Encoding")
     assert b"url" not in response.content, "a 401 answers nothing of the route's"
 
 
 @pytest.mark.parametrize("key", [route.key for route in ROUTES if route.names_a_trace])
 def test_an_unknown_trace_is_a_404_with_its_body(world, key):
-    route = BY_KEY[key]
-    response = call(route_client(route), route, address(route, trace_id=UNKNOWN))
+    route, client = BY_KEY[key], route_client(BY_KEY[key])
+    response = call(client, route, address(route, trace_id=UNKNOWN))
     assert response.status_code == 404
     assert response.json() == {"detail": f"trace {UNKNOWN} not found"}
+    # Whatever If-None-Match says, no representation of a missing trace matches; errors are plain.
+    starred = call(
+        client, route, address(route, trace_id=UNKNOWN), HTTP_IF_NONE_MATCH="*", HTTP_ACCEPT_ENCODING="gzip"
+    )
+    assert (starred.status_code, starred.json()) == (404, response.json())
+    assert not starred.has_header("Content-Encoding")
 
 
 @pytest.mark.parametrize("key", [route.key for route in ROUTES if route.cacheable])
@@ -154,10 +163,14 @@ def test_an_etag_then_if_none_match_is_a_304(world, key):
     client = route_client(route)
     first = call(client, route)
     content(first)
-    assert first.status_code == 200 and first["ETag"]
+    assert first.status_code == 200 and first["ETag"].startswith('"')
     again = call(client, route, HTTP_IF_NONE_MATCH=first["ETag"])
     assert again.status_code == 304
     assert content(again) == b"" and again["ETag"] == first["ETag"]
+    # The headers the 200 carried, but no coding: a 304 has no body to code.
+    for header in ("Cache-Control", "Vary"):
+        assert again[header] == first[header], header
+    assert first["Cache-Control"] == "private, no-cache" and not again.has_header("Content-Encoding")
 
 
 @pytest.mark.parametrize("coding", ["gzip", "zstd"])
@@ -165,10 +178,14 @@ def test_an_etag_then_if_none_match_is_a_304(world, key):
 def test_gzip_and_zstd_decode_to_the_plain_body(world, key, coding):
     route = BY_KEY[key]
     client = route_client(route)
-    plain = content(call(client, route))
+    plain_response = call(client, route)
+    assert not plain_response.has_header("Content-Encoding")
+    plain = content(plain_response)
     response = call(client, route, HTTP_ACCEPT_ENCODING=coding)
     assert response.status_code == 200
     assert response["Content-Encoding"] == coding
+    assert response["Content-Type"] == plain_response["Content-Type"]
+    assert response["Vary"] == "Accept, Accept-Encoding"  # another Accept-Encoding, another body
     body = content(response)
     decoded = (
         gzip.decompress(body)
