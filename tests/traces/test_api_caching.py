@@ -8,6 +8,9 @@ The contract, as these tests check it:
   `Cache-Control: private, no-cache`, `Vary: Accept, Accept-Encoding`.
 - `If-None-Match` naming the current representation (in any coding, weakly, in a list, or `*`)
   is a 304 without a body, and for a detail without reading a kernel.
+- What every route shares (a 304's headers, errors never compressed, the token checked before
+  If-None-Match, a small list or detail compressed) is the endpoint battery's
+  (tests/traces/test_endpoint_battery.py).
 - The ETag changes when the answer does: a detail when its trace is re-ingested, changes state
   or metadata; a list when a trace is added, changed, deleted or filtered out.
 """
@@ -171,18 +174,6 @@ def test_gzip_q0_gives_the_plain_bytes(api, big):
     assert response["Vary"] == "Accept, Accept-Encoding"  # another Accept-Encoding gets another body
 
 
-@pytest.mark.parametrize("coding", ["gzip", "zstd"])
-def test_a_list_is_compressed_when_large(api, listed, coding):
-    plain = api.get("/api/traces").content
-    assert len(plain) > http.COMPRESS_ABOVE
-
-    response = api.get("/api/traces", HTTP_ACCEPT_ENCODING=coding)
-
-    assert response["Content-Encoding"] == coding
-    assert decompress(response.content, coding) == plain
-    assert response["Vary"] == "Accept, Accept-Encoding"
-
-
 def test_a_short_list_is_sent_plain(api, make_trace):
     make_trace("only")
     plain = api.get("/api/traces").content
@@ -193,12 +184,6 @@ def test_a_short_list_is_sent_plain(api, make_trace):
     assert not response.has_header("Content-Encoding")
     assert response.content == plain
     assert response["ETag"] == api.get("/api/traces")["ETag"]  # the same representation
-
-
-def test_errors_are_not_compressed(api, client_anon, db):
-    assert not api.get("/api/traces/nope", HTTP_ACCEPT_ENCODING="gzip").has_header("Content-Encoding")
-    unauthorized = client_anon.get("/api/traces", HTTP_ACCEPT_ENCODING="gzip")
-    assert unauthorized.status_code == 401 and not unauthorized.has_header("Content-Encoding")
 
 
 def peak_while_streaming(api, trace_id: str, coding: str) -> tuple[int, int]:
@@ -247,20 +232,6 @@ def test_a_client_that_hangs_up_releases_the_kernels_cursor(api_token, db):
 
 
 # --- ETag, If-None-Match, 304 ---------------------------------------------------------------
-
-
-def test_a_repeated_detail_request_is_a_304(api, big):
-    first = api.get("/api/traces/big")
-    assert first["ETag"].startswith('"') and first["Cache-Control"] == "private, no-cache"
-
-    again = api.get("/api/traces/big", HTTP_IF_NONE_MATCH=first["ETag"])
-
-    assert again.status_code == 304
-    assert again.content == b""
-    assert again["ETag"] == first["ETag"]
-    assert again["Cache-Control"] == "private, no-cache"
-    assert again["Vary"] == "Accept, Accept-Encoding"
-    assert not again.has_header("Content-Encoding")
 
 
 def test_each_coding_has_its_own_etag_and_any_of_them_matches(api, big):
@@ -317,20 +288,6 @@ def test_a_304_reads_the_trace_row_only(api, big, django_assert_num_queries):
     assert response.status_code == 304
     sql = " ".join(query["sql"] for query in queries.captured_queries)
     assert "traces_kernel" not in sql and "traces_step" not in sql
-
-
-def test_if_none_match_star_on_a_missing_trace_is_a_404(api, db):
-    response = api.get("/api/traces/nope", HTTP_IF_NONE_MATCH="*")
-
-    assert response.status_code == 404
-    assert response.json() == {"detail": "trace nope not found"}
-
-
-def test_the_token_is_checked_before_if_none_match(api, client_anon, small):
-    tag = api.get("/api/traces/small")["ETag"]
-
-    assert client_anon.get("/api/traces/small", HTTP_IF_NONE_MATCH=tag).status_code == 401
-    assert client_anon.get("/api/traces", HTTP_IF_NONE_MATCH="*").status_code == 401
 
 
 # --- the detail's ETag changes when the detail does -----------------------------------------------

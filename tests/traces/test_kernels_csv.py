@@ -8,8 +8,8 @@ The contract, as these tests check it:
   quotes and line breaks;
 - gzip and zstd as the detail: decoded, the same bytes; streamed in bounded memory;
 - the detail's ETag rules (a 304 on If-None-Match, without reading a kernel), an ETag of its own;
-- `text/csv; charset=utf-8`, `Content-Disposition: attachment; filename="<trace_id>.csv"`;
-- 404 and 401 as the detail's.
+- `text/csv; charset=utf-8`, `Content-Disposition: attachment; filename="<trace_id>.csv"`; errors
+  in JSON (401 and 404 as every route's: tests/traces/test_endpoint_battery.py).
 """
 
 import csv
@@ -489,20 +489,3 @@ def test_head_reads_no_kernel(api, db, django_assert_num_queries):
     assert head.status_code == 200
     assert head["ETag"] == get["ETag"]
     assert head["Content-Type"] == "text/csv; charset=utf-8"
-
-
-# --- errors -----------------------------------------------------------------------------------------------
-
-
-def test_unknown_trace_is_404_as_the_detail(api, db):
-    response = api.get("/api/traces/nope/kernels.csv")
-    assert response.status_code == 404
-    assert response.json() == api.get("/api/traces/nope").json() == {"detail": "trace nope not found"}
-    assert api.get("/api/traces/nope/kernels.csv", HTTP_IF_NONE_MATCH="*").status_code == 404
-
-
-def test_without_a_token_is_401(client_anon, awkward):
-    response = client_anon.get(f"/api/traces/{awkward.pk}/kernels.csv")
-    assert response.status_code == 401
-    assert response["WWW-Authenticate"] == "Bearer"
-    assert response["Content-Type"] == "application/json"

@@ -403,20 +403,8 @@ def test_good_parameters_of_the_small_trace(api, small):
     }
 
 
-def test_unknown_trace_is_the_details_404(api, db):
-    response = api.get("/api/traces/nope/selection")
-    assert response.status_code == 404
-    assert response.json() == {"detail": "trace nope not found"}
-
-
 def test_a_trace_not_ready_is_a_409(api, make_trace):
     make_trace("arriving")
     response = api.get("/api/traces/arriving/selection")
     assert response.status_code == 409
     assert response.json() == {"detail": "trace arriving is uploading"}
-
-
-def test_without_a_token_401(client_anon, small):
-    response = client_anon.get("/api/traces/small/selection")
-    assert response.status_code == 401
-    assert response["WWW-Authenticate"] == "Bearer"
