@@ -9,6 +9,7 @@ from django.db import connection
 from django.http import StreamingHttpResponse
 from django.test.utils import CaptureQueriesContext
 
+from tests.helpers import content
 from traces.models import Kernel, Trace, TraceState
 from traces.views import BROWSABLE_KERNELS_PAGE, STREAM_KERNELS_ABOVE
 
@@ -54,8 +55,7 @@ KERNEL_KEYS = [
 
 
 def body(response):
-    content = b"".join(response.streaming_content) if response.streaming else response.content
-    return json.loads(content)
+    return json.loads(content(response))
 
 
 @pytest.fixture

@@ -27,37 +27,12 @@ from django.test import Client
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.helpers import kernel_row
+from tests.helpers import content, decompress, ingested, kernel_rows
 from traces import http, services
 from traces.models import Trace, TraceState
 from traces.views import STREAM_KERNELS_ABOVE
 
 # --- helpers ----------------------------------------------------------------------------------
-
-
-def kernel_rows(count: int, *, name: str = "_Z6vecAddPdS_S_i", ctx: str = "0x1") -> list[tuple]:
-    """`count` launches as `services.trace_store_kernels` takes them (KERNEL_COLUMNS order)."""
-    return [
-        kernel_row(n, ctx=ctx, name=name, insts=50066 + n, traced=n % 7 == 1) for n in range(1, count + 1)
-    ]
-
-
-def ingest(trace_id: str, count: int, **rows) -> Trace:
-    """What a poll pass does with a run of `count` launches: parsing, then ready with them."""
-    trace, _ = Trace.objects.get_or_create(pk=trace_id)
-    services.trace_start_parsing(trace, run={"metadata_json": '{"status":"ok"}'})
-    services.trace_store_kernels(trace, iter(kernel_rows(count, **rows)), fingerprint="f")
-    return trace
-
-
-def content(response) -> bytes:
-    return b"".join(response.streaming_content) if response.streaming else response.content
-
-
-def decompress(data: bytes, coding: str) -> bytes:
-    if coding == "gzip":
-        return gzip.decompress(data)
-    return zstandard.ZstdDecompressor().decompressobj().decompress(data)
 
 
 def tag_digest(tag: str) -> str:
@@ -67,13 +42,13 @@ def tag_digest(tag: str) -> str:
 @pytest.fixture
 def big(db) -> Trace:
     """A ready trace large enough to be streamed."""
-    return ingest("big", STREAM_KERNELS_ABOVE + 1000)
+    return ingested("big", kernel_rows(STREAM_KERNELS_ABOVE + 1000))
 
 
 @pytest.fixture
 def small(db) -> Trace:
     """A ready trace sent in one piece."""
-    return ingest("small", 3)
+    return ingested("small", kernel_rows(3))
 
 
 @pytest.fixture
@@ -202,8 +177,8 @@ def peak_while_streaming(api, trace_id: str, coding: str) -> tuple[int, int]:
 
 @pytest.mark.parametrize("coding", ["gzip", "zstd"])
 def test_memory_stays_flat_while_a_compressed_detail_streams(api, db, coding):
-    ingest("ten", 10_000)
-    ingest("forty", 40_000)
+    ingested("ten", kernel_rows(10_000))
+    ingested("forty", kernel_rows(40_000))
 
     ten_bytes, ten_peak = peak_while_streaming(api, "ten", coding)
     forty_bytes, forty_peak = peak_while_streaming(api, "forty", coding)
@@ -219,7 +194,7 @@ def test_memory_stays_flat_while_a_compressed_detail_streams(api, db, coding):
 def test_a_client_that_hangs_up_releases_the_kernels_cursor(api_token, db):
     if connection.vendor != "postgresql":
         pytest.skip("the held cursor is PostgreSQL's")
-    ingest("big", STREAM_KERNELS_ABOVE + 1000)
+    ingested("big", kernel_rows(STREAM_KERNELS_ABOVE + 1000))
     client = Client(HTTP_AUTHORIZATION=f"Bearer {api_token}")
     response = client.get("/api/traces/big", HTTP_ACCEPT_ENCODING="gzip")
     next(iter(response.streaming_content))
@@ -300,7 +275,7 @@ def detail_etag(api, trace_id: str) -> str:
 def test_the_detail_etag_changes_when_the_trace_is_re_ingested(api, small):
     before = api.get("/api/traces/small")
 
-    ingest("small", 3, name="_Z3newv")  # the same count, other kernels
+    ingested("small", kernel_rows(3, name="_Z3newv"))  # the same count, other kernels
 
     after = api.get("/api/traces/small", HTTP_IF_NONE_MATCH=before["ETag"])
     assert after.status_code == 200
@@ -336,7 +311,7 @@ def test_the_detail_etag_changes_with_the_metadata(api, small):
 def test_the_detail_etag_depends_on_the_trace_only(api, small, make_trace):
     before = detail_etag(api, "small")
 
-    ingest("other", 5)
+    ingested("other", kernel_rows(5))
     make_trace("another")
 
     assert api.get("/api/traces/small", HTTP_IF_NONE_MATCH=before).status_code == 304
@@ -347,7 +322,7 @@ def test_a_deleted_and_registered_again_trace_gets_a_new_etag(api, small):
 
     services.trace_delete("small")
     assert api.get("/api/traces/small", HTTP_IF_NONE_MATCH=before).status_code == 404
-    ingest("small", 3)
+    ingested("small", kernel_rows(3))
 
     assert api.get("/api/traces/small", HTTP_IF_NONE_MATCH=before).status_code == 200
 
@@ -372,7 +347,7 @@ def test_a_repeated_list_request_is_a_304(api, listed, django_assert_num_queries
 
 def test_the_list_etag_changes_when_a_trace_is_added_changed_or_deleted(api, listed):
     tags = [list_etag(api)]
-    ingest("run-05", 4)  # changed: ready with kernels
+    ingested("run-05", kernel_rows(4))  # changed: ready with kernels
     tags.append(list_etag(api))
     Trace.objects.create(pk="new")
     tags.append(list_etag(api))

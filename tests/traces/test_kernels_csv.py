@@ -13,7 +13,6 @@ The contract, as these tests check it:
 """
 
 import csv
-import gzip
 import io
 import tracemalloc
 from pathlib import Path
@@ -25,7 +24,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ingest.passes import poll_bucket
-from tests.helpers import PREFIX, TEST_BUCKET, kernel_row, shared_fixture, store_kernels
+from tests.helpers import (
+    PREFIX,
+    TEST_BUCKET,
+    content,
+    decompress,
+    ingested,
+    kernel_row,
+    shared_fixture,
+    store_kernels,
+)
 from traces import encoders, services
 from traces.models import Trace, TraceState
 
@@ -34,10 +42,6 @@ HEADER = (
     "total_insts,total_reported_insts,traced,device,stream,step,duration_ns"
 ).split(",")
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "sample__facebook_opt-125m__a100-e2e"
-
-
-def content(response) -> bytes:
-    return b"".join(response.streaming_content) if response.streaming else response.content
 
 
 def field(value) -> str:
@@ -388,21 +392,14 @@ def test_a_spreadsheet_opens_the_formulas_as_text(api, formulas, tmp_path):
 
 
 def ingest(trace_id: str, count: int) -> Trace:
-    """A ready trace of `count` launches, through the services a poll pass uses."""
-    trace, _ = Trace.objects.get_or_create(pk=trace_id)
-    services.trace_start_parsing(trace, run={"metadata_json": '{"status":"ok"}'})
-    rows = (
-        kernel_row(n, ctx="0x1", name=f"k<{n % 7}, int>", insts=n, traced=n % 3 == 0)
-        for n in range(1, count + 1)
+    """A ready trace of `count` launches whose names a CSV quotes (a comma in each)."""
+    return ingested(
+        trace_id,
+        (
+            kernel_row(n, ctx="0x1", name=f"k<{n % 7}, int>", insts=n, traced=n % 3 == 0)
+            for n in range(1, count + 1)
+        ),
     )
-    services.trace_store_kernels(trace, rows, fingerprint="f")
-    return trace
-
-
-def decompress(data: bytes, coding: str) -> bytes:
-    if coding == "gzip":
-        return gzip.decompress(data)
-    return zstandard.ZstdDecompressor().decompressobj().decompress(data)
 
 
 def test_a_large_trace_streams_in_chunks_and_equals_the_detail(api, db):

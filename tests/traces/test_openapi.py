@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
 
-from tests.helpers import store_kernels
+from tests.helpers import content, store_kernels
 from traces.filters import TraceFilter
 from traces.models import Trace, TraceState
 
@@ -94,8 +94,8 @@ def nullable_to_json_schema(node):
 
 def response_validator(openapi: dict, path: str, status: int) -> jsonschema.Draft4Validator:
     """A validator for the body the schema documents for GET `path` answering `status`."""
-    content = openapi["paths"][path]["get"]["responses"][str(status)]["content"]
-    schema = copy.deepcopy(content["application/json"]["schema"])
+    described = openapi["paths"][path]["get"]["responses"][str(status)]["content"]
+    schema = copy.deepcopy(described["application/json"]["schema"])
     schema["components"] = nullable_to_json_schema(openapi["components"])
     return jsonschema.Draft4Validator(nullable_to_json_schema(schema))
 
@@ -103,8 +103,7 @@ def response_validator(openapi: dict, path: str, status: int) -> jsonschema.Draf
 def assert_conforms(openapi: dict, path: str, response) -> object:
     assert str(response.status_code) in openapi["paths"][path]["get"]["responses"], response.status_code
     assert response["Content-Type"] == "application/json"
-    content = b"".join(response.streaming_content) if response.streaming else response.content
-    body = json.loads(content)
+    body = json.loads(content(response))
     response_validator(openapi, path, response.status_code).validate(body)
     return body
 

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ingest import passes
-from tests.helpers import store_kernels
+from tests.helpers import content, store_kernels
 from tools.upload import upload_run_folder
 from traces.models import Step, Trace, TraceState
 
@@ -143,15 +143,13 @@ def sample(s3, db) -> dict:
 def detail(api, trace_id: str) -> dict:
     response = api.get(f"/api/traces/{trace_id}", HTTP_ACCEPT="application/json")
     assert response.status_code == 200
-    content = b"".join(response.streaming_content) if response.streaming else response.content
-    return json.loads(content)
+    return json.loads(content(response))
 
 
 def selection(api, trace_id: str, **params) -> dict:
     response = api.get(f"/api/traces/{trace_id}/selection", params, HTTP_ACCEPT="application/json")
     assert response.status_code == 200, response.content[:300]
-    content = b"".join(response.streaming_content) if response.streaming else response.content
-    return json.loads(content)
+    return json.loads(content(response))
 
 
 def test_the_samples_groups_are_the_rules_and_weigh_the_whole_run(api, sample):

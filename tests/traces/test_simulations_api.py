@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.helpers import content
 from tests.traces.test_openapi import assert_conforms, openapi  # noqa: F401 (a fixture)
 from traces import accuracy
 from traces.models import (
@@ -188,8 +189,7 @@ def get_json(api, path: str, params=None, status: int = 200):
     response = api.get(path, params or {})
     assert response.status_code == status, response.content
     assert response["Content-Type"] == "application/json"
-    content = b"".join(response.streaming_content) if response.streaming else response.content
-    return json.loads(content)
+    return json.loads(content(response))
 
 
 # --- a trace's simulations ----------------------------------------------------------------------------
