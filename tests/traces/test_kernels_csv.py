@@ -25,8 +25,6 @@ from hypothesis import strategies as st
 
 from ingest.passes import poll_bucket
 from tests.helpers import (
-    PREFIX,
-    TEST_BUCKET,
     content,
     decompress,
     ingested,
@@ -87,12 +85,6 @@ def assert_csv_is_the_detail(api, trace_id: str) -> list[list[str]]:
     return rows
 
 
-def upload(s3, run_id: str, files: dict[str, bytes]) -> None:
-    for name, body in files.items():
-        s3.put_object(Bucket=TEST_BUCKET, Key=f"{PREFIX}{run_id}/{name}", Body=body)
-    s3.put_object(Bucket=TEST_BUCKET, Key=f"{PREFIX}{run_id}/metadata.json", Body=b'{"status": "ok"}')
-
-
 REAL_RUNS = {
     "liuweibupt-cutlass": {
         "traces/stats_ctx_0x56201b8d3c00": "liuweibupt+accel-sim-framework__modal__artifacts__fp16-512x512x512__traces__stats_ctx_0x56201b8d3c00",
@@ -114,27 +106,23 @@ REAL_RUNS = {
 
 
 @pytest.mark.parametrize("run_id", sorted(REAL_RUNS))
-def test_real_tracer_output_equals_the_detail(api, s3, db, run_id):
-    upload(
-        s3,
-        run_id,
-        {
-            name: shared_fixture("real-tracer", source).read_bytes()
-            for name, source in REAL_RUNS[run_id].items()
-        },
-    )
+def test_real_tracer_output_equals_the_detail(api, upload, db, run_id):
+    real = {
+        name: shared_fixture("real-tracer", source).read_bytes() for name, source in REAL_RUNS[run_id].items()
+    }
+    upload(run_id, real, metadata={"status": "ok"})
     poll_bucket()
     assert Trace.objects.get(pk=run_id).state == TraceState.READY
     assert len(assert_csv_is_the_detail(api, run_id)) >= 2  # the header and a launch at least
 
 
-def test_the_sample_with_steps_timing_and_two_contexts_equals_the_detail(api, s3, db):
+def test_the_sample_with_steps_timing_and_two_contexts_equals_the_detail(api, upload, db):
     files = {
         str(path.relative_to(SAMPLE)): path.read_bytes()
         for path in SAMPLE.rglob("*")
         if path.is_file() and path.name != "metadata.json" and not path.name.endswith(".trace.xz")
     }
-    upload(s3, "sample", files)
+    upload("sample", files, metadata={"status": "ok"})
     poll_bucket()
     assert Trace.objects.get(pk="sample").has_step_timeline
     rows = assert_csv_is_the_detail(api, "sample")
