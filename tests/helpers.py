@@ -5,6 +5,8 @@ import contextlib
 import gzip
 import json
 import threading
+import tracemalloc
+import zlib
 
 import zstandard
 from django.db import connection
@@ -30,6 +32,7 @@ __all__ = [
     "run_with_steps",
     "shared_fixture",
     "stats_row",
+    "streamed_peak",
     "token_client",
 ]
 
@@ -182,6 +185,23 @@ def decompress(data: bytes, coding: str) -> bytes:
     if coding == "gzip":
         return gzip.decompress(data)
     return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+
+
+def streamed_peak(response, coding: str | None = None) -> tuple[int, int]:
+    """(the bytes a streamed answer decodes to from `coding`, the peak of Python allocations while
+    it is read): what a test of memory that stays at a chunk compares for two lengths."""
+    if coding is None:
+        decoder = None
+    else:
+        decoder = zlib.decompressobj(31) if coding == "gzip" else zstandard.ZstdDecompressor().decompressobj()
+    tracemalloc.start()
+    try:
+        size = sum(
+            len(decoder.decompress(chunk) if decoder else chunk) for chunk in response.streaming_content
+        )
+        return size, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
 
 
 def point_traces_storage_at(settings, url: str, **options) -> None:

@@ -16,7 +16,6 @@ The contract, as these tests check it:
 """
 
 import gzip
-import tracemalloc
 import zlib
 
 import orjson
@@ -27,7 +26,7 @@ from django.test import Client
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.helpers import content, decompress, ingested, kernel_rows
+from tests.helpers import content, decompress, ingested, kernel_rows, streamed_peak
 from traces import http, services
 from traces.models import Trace, TraceState
 from traces.views import STREAM_KERNELS_ABOVE
@@ -161,27 +160,13 @@ def test_a_short_list_is_sent_plain(api, make_trace):
     assert response["ETag"] == api.get("/api/traces")["ETag"]  # the same representation
 
 
-def peak_while_streaming(api, trace_id: str, coding: str) -> tuple[int, int]:
-    """(JSON bytes decoded, peak of Python allocations) while a compressed detail streams."""
-    response = api.get(f"/api/traces/{trace_id}", HTTP_ACCEPT_ENCODING=coding)
-    decompressor = (
-        zlib.decompressobj(31) if coding == "gzip" else zstandard.ZstdDecompressor().decompressobj()
-    )
-    tracemalloc.start()
-    try:
-        decoded = sum(len(decompressor.decompress(chunk)) for chunk in response.streaming_content)
-        return decoded, tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
 @pytest.mark.parametrize("coding", ["gzip", "zstd"])
 def test_memory_stays_flat_while_a_compressed_detail_streams(api, db, coding):
     ingested("ten", kernel_rows(10_000))
     ingested("forty", kernel_rows(40_000))
 
-    ten_bytes, ten_peak = peak_while_streaming(api, "ten", coding)
-    forty_bytes, forty_peak = peak_while_streaming(api, "forty", coding)
+    ten_bytes, ten_peak = streamed_peak(api.get("/api/traces/ten", HTTP_ACCEPT_ENCODING=coding), coding)
+    forty_bytes, forty_peak = streamed_peak(api.get("/api/traces/forty", HTTP_ACCEPT_ENCODING=coding), coding)
 
     assert forty_bytes > 10_000_000 and forty_bytes > 3.5 * ten_bytes
     # A chunk of kernels at a time (a few MB), whatever the trace's size: 4x the launches, not

@@ -14,7 +14,6 @@ The contract, as these tests check it:
 """
 
 import json
-import tracemalloc
 from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs, urlsplit
 
@@ -22,7 +21,7 @@ import pytest
 from django.db import connection
 from django.http import QueryDict
 
-from tests.helpers import content, decompress
+from tests.helpers import content, decompress, streamed_peak
 from traces import http, services
 from traces.filters import decode_cursor, encode_cursor
 from traces.models import Trace, TraceState, next_trace_keys
@@ -128,21 +127,11 @@ def test_a_large_list_is_compressed_as_it_streams(api, db, coding):
     assert len(data) < len(plain) / 5
 
 
-def peak_while_listing(api) -> tuple[int, int]:
-    response = api.get("/api/traces")
-    tracemalloc.start()
-    try:
-        size = sum(len(chunk) for chunk in response.streaming_content)
-        return size, tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
 def test_memory_stays_at_a_chunk_whatever_the_list_s_length(api, db):
     bulk_traces(3 * LIST_FETCH_ROWS, prefix="a")
-    three_bytes, three_peak = peak_while_listing(api)
+    three_bytes, three_peak = streamed_peak(api.get("/api/traces"))
     bulk_traces(9 * LIST_FETCH_ROWS, prefix="b")
-    twelve_bytes, twelve_peak = peak_while_listing(api)
+    twelve_bytes, twelve_peak = streamed_peak(api.get("/api/traces"))
 
     assert twelve_bytes > 3.5 * three_bytes
     assert twelve_peak < 1.5 * three_peak, (three_peak, twelve_peak)

@@ -14,12 +14,10 @@ The contract, as these tests check it:
 
 import csv
 import io
-import tracemalloc
 from pathlib import Path
 
 import orjson
 import pytest
-import zstandard
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -31,6 +29,7 @@ from tests.helpers import (
     kernel_row,
     shared_fixture,
     store_kernels,
+    streamed_peak,
 )
 from traces import encoders, services
 from traces.models import Trace, TraceState
@@ -420,14 +419,7 @@ def test_accept_encoding_chooses_as_for_the_detail(api, db):
 
 def peak_while_streaming(api, trace_id: str) -> tuple[int, int]:
     """(CSV bytes streamed, peak of Python allocations meanwhile), zstd on the wire."""
-    response = api.get(f"/api/traces/{trace_id}/kernels.csv", HTTP_ACCEPT_ENCODING="zstd")
-    decompressor = zstandard.ZstdDecompressor().decompressobj()
-    tracemalloc.start()
-    try:
-        decoded = sum(len(decompressor.decompress(chunk)) for chunk in response.streaming_content)
-        return decoded, tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    return streamed_peak(api.get(f"/api/traces/{trace_id}/kernels.csv", HTTP_ACCEPT_ENCODING="zstd"), "zstd")
 
 
 def test_memory_stays_at_a_chunk(api, db):
