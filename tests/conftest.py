@@ -1,4 +1,5 @@
-"""Fixtures shared by every test: API clients with tokens, traces, S3, the database vendor.
+"""Fixtures shared by every test: API clients with tokens, traces, S3 and run folders uploaded to it,
+the database vendor.
 
 Helpers that tests import (constants, rows, a lock held elsewhere) are in tests/helpers.py, which
 re-exports SHARED_FIXTURES and shared_fixture from here.
@@ -8,6 +9,7 @@ import functools
 import os
 from pathlib import Path
 
+import orjson
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection
@@ -165,6 +167,34 @@ def s3(s3_server, settings):
     client = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1")
     client.create_bucket(Bucket=TEST_BUCKET)
     return client
+
+
+@pytest.fixture
+def upload(s3):
+    """upload(run_id, {relative key: bytes | str}, metadata=dict | bytes | None)
+
+    Objects first, metadata.json last (as the profiler does); `metadata=None` leaves the
+    upload unfinished. With `list_files=True` metadata.json lists every object it follows.
+    """
+
+    from tests.helpers import PREFIX, TEST_BUCKET
+
+    def put(run_id: str, files: dict, metadata=None, list_files: bool = False) -> None:
+        listed = []
+        for name, body in files.items():
+            body = body.encode() if isinstance(body, str) else body
+            key = f"{PREFIX}{run_id}/{name}"
+            s3.put_object(Bucket=TEST_BUCKET, Key=key, Body=body)
+            listed.append({"key": key, "bytes": len(body)})
+        if metadata is None:
+            return
+        if isinstance(metadata, dict):
+            if list_files:
+                metadata = {**metadata, "files": listed}
+            metadata = orjson.dumps(metadata)
+        s3.put_object(Bucket=TEST_BUCKET, Key=f"{PREFIX}{run_id}/metadata.json", Body=metadata)
+
+    return put
 
 
 @pytest.fixture

@@ -1,11 +1,16 @@
-"""What tests import: constants, stats rows, run folders past the columns, the storage setting, a lock held
-elsewhere. Fixtures stay in conftest.py."""
+"""What tests import: constants, stats rows, run folders past the columns, ready traces, API clients
+and their answers' bytes, the storage setting, a lock held elsewhere. Fixtures stay in conftest.py."""
 
 import contextlib
+import gzip
 import json
 import threading
+import tracemalloc
+import zlib
 
+import zstandard
 from django.db import connection
+from rest_framework.test import APIClient
 
 from tests.conftest import SHARED_FIXTURES, shared_fixture
 from tools.tracer_format import DEVICE_STATS_HEADER, STATS_HEADER, stats_launch_half, stats_totals
@@ -16,12 +21,19 @@ __all__ = [
     "STATS_HEADER",
     "TEST_BUCKET",
     "VECADD_CTX",
+    "bearer",
+    "content",
+    "decompress",
+    "ingested",
+    "kernel_rows",
     "lock_held_elsewhere",
     "point_traces_storage_at",
     "run_with_contexts",
     "run_with_steps",
     "shared_fixture",
     "stats_row",
+    "streamed_peak",
+    "token_client",
 ]
 
 TEST_BUCKET = "cascade-test-traces"
@@ -123,6 +135,73 @@ def store_kernels(trace_id: str, launches) -> None:
         kernel_store.kernels_append(
             trace_id, (tuple((defaults | launch)[column] for column in KERNEL_COLUMNS) for launch in launches)
         )
+
+
+def kernel_rows(count: int, *, name: str = "_Z6vecAddPdS_S_i", ctx: str = "0x1") -> list[tuple]:
+    """Launches 1..`count` as `services.trace_store_kernels` takes them: vecadd's shape, 50,066 + n
+    instructions, every seventh traced."""
+    return [
+        kernel_row(n, ctx=ctx, name=name, insts=50066 + n, traced=n % 7 == 1) for n in range(1, count + 1)
+    ]
+
+
+def ingested(trace_id: str, rows):
+    """What a poll pass does with a run of these launches (KERNEL_COLUMNS tuples): parsing, then
+    ready with them, through the services. Returns the trace as stored."""
+    from traces import services
+    from traces.models import Trace
+
+    trace, _ = Trace.objects.get_or_create(pk=trace_id)
+    services.trace_start_parsing(trace, run={"metadata_json": '{"status":"ok"}'})
+    services.trace_store_kernels(trace, iter(rows), fingerprint="f")
+    return Trace.objects.get(pk=trace_id)
+
+
+def bearer(token: str) -> APIClient:
+    """An API client that sends `Authorization: Bearer <token>`."""
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    return client
+
+
+def token_client(scope: str = "read") -> APIClient:
+    """An API client holding a new token of `scope` (read, write), issued to the user `<scope>-token`."""
+    from django.contrib.auth import get_user_model
+
+    from traces.models import ApiToken
+
+    user, _ = get_user_model().objects.get_or_create(username=f"{scope}-token")
+    _, token = ApiToken.issue(user, scope=scope)
+    return bearer(token)
+
+
+def content(response) -> bytes:
+    """A response's body, streamed or not."""
+    return b"".join(response.streaming_content) if response.streaming else response.content
+
+
+def decompress(data: bytes, coding: str) -> bytes:
+    """A gzip or zstd body decoded."""
+    if coding == "gzip":
+        return gzip.decompress(data)
+    return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+
+
+def streamed_peak(response, coding: str | None = None) -> tuple[int, int]:
+    """(the bytes a streamed answer decodes to from `coding`, the peak of Python allocations while
+    it is read): what a test of memory that stays at a chunk compares for two lengths."""
+    if coding is None:
+        decoder = None
+    else:
+        decoder = zlib.decompressobj(31) if coding == "gzip" else zstandard.ZstdDecompressor().decompressobj()
+    tracemalloc.start()
+    try:
+        size = sum(
+            len(decoder.decompress(chunk) if decoder else chunk) for chunk in response.streaming_content
+        )
+        return size, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
 
 
 def point_traces_storage_at(settings, url: str, **options) -> None:

@@ -192,22 +192,20 @@ def test_passes_of_ingest_traces_are_counted_and_timed(s3, db):
 # --- Several gunicorn workers and a poller on one host ---------------------------------------
 
 
-def upload_vecadd(s3, run_id: str) -> None:
+def upload_vecadd(upload, run_id: str) -> None:
     """The vecadd run as the profiler uploads it: its files, then metadata.json."""
     folder = shared_fixture("accelsim-vecadd-v5")
     files = {
         f"traces/stats_ctx_{VECADD_CTX}": (folder / f"stats_ctx_{VECADD_CTX}").read_bytes(),
         f"traces/kernelslist_ctx_{VECADD_CTX}": (folder / f"kernelslist_ctx_{VECADD_CTX}").read_bytes(),
         "traces/kernelslist.g": (folder / "kernelslist.g").read_bytes(),
-        "metadata.json": b'{"status": "ok"}',
     }
-    for name, body in files.items():
-        s3.put_object(Bucket=TEST_BUCKET, Key=f"{PREFIX}{run_id}/{name}", Body=body)
+    upload(run_id, files, metadata={"status": "ok"})
 
 
 @pytest.mark.slow
-def test_two_workers_and_a_poller_count_together(transactional_db, child_env, s3, tmp_path):
-    upload_vecadd(s3, "vecadd")
+def test_two_workers_and_a_poller_count_together(transactional_db, child_env, upload, tmp_path):
+    upload_vecadd(upload, "vecadd")
     env = {
         **clean_environ(),
         **{k: v for k, v in child_env.items() if k.startswith(("DATABASE_URL", "CASCADE_S3"))},

@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 from django.db.models import Count, Q
 
-from tests.helpers import PREFIX, TEST_BUCKET
+from tests.helpers import PREFIX, TEST_BUCKET, content
 from tools.generator import RunSpec, write_run
 from traces.models import Kernel, Trace, TraceState
 
@@ -85,7 +85,7 @@ def api_problems(api, runs: list[Run]) -> list[str]:
     problems = []
     for path in ["/api/traces", *(f"/api/traces/{run.run_id}" for run in runs)]:
         response = api.get(path, HTTP_ACCEPT="application/json")
-        body = b"".join(response.streaming_content) if response.streaming else response.content
+        body = content(response)
         if response.status_code >= 500:
             problems.append(f"{path}: {response.status_code}")
             continue
@@ -115,7 +115,7 @@ def assert_every_kernel_once(api, runs: list[Run]) -> None:
 
         response = api.get(f"/api/traces/{run.run_id}", HTTP_ACCEPT="application/json")
         assert response.status_code == 200, run.run_id
-        body = b"".join(response.streaming_content) if response.streaming else response.content
+        body = content(response)
         detail = orjson.loads(body)
         assert (detail["state"], detail["kernel_count"]) == ("ready", len(run.launches))
         assert {(k["ctx"], k["kernel_id"]) for k in detail["kernels"]} == run.launches

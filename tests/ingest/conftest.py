@@ -1,38 +1,11 @@
-"""Uploading run folders to the test bucket, the way the profiler does; the requests the bucket
-answered; Celery run inline; an SQS queue the bucket sends its events to."""
+"""The vecadd run's files; the requests the bucket answered; Celery run inline; an SQS queue the
+bucket sends its events to. (`upload`, a run folder into the test bucket, is tests/conftest.py's.)"""
 
 import logging
 
-import orjson
 import pytest
 
-from tests.helpers import PREFIX, TEST_BUCKET, VECADD_CTX, shared_fixture
-
-
-@pytest.fixture
-def upload(s3):
-    """upload(run_id, {relative key: bytes | str}, metadata=dict | bytes | None)
-
-    Objects first, metadata.json last (as the profiler does); `metadata=None` leaves the
-    upload unfinished. With `list_files=True` metadata.json lists every object it follows.
-    """
-
-    def put(run_id: str, files: dict, metadata=None, list_files: bool = False) -> None:
-        listed = []
-        for name, body in files.items():
-            body = body.encode() if isinstance(body, str) else body
-            key = f"{PREFIX}{run_id}/{name}"
-            s3.put_object(Bucket=TEST_BUCKET, Key=key, Body=body)
-            listed.append({"key": key, "bytes": len(body)})
-        if metadata is None:
-            return
-        if isinstance(metadata, dict):
-            if list_files:
-                metadata = {**metadata, "files": listed}
-            metadata = orjson.dumps(metadata)
-        s3.put_object(Bucket=TEST_BUCKET, Key=f"{PREFIX}{run_id}/metadata.json", Body=metadata)
-
-    return put
+from tests.helpers import TEST_BUCKET, VECADD_CTX, shared_fixture
 
 
 @pytest.fixture

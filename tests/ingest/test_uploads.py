@@ -14,13 +14,12 @@ import re
 import httpx
 import jsonschema
 import pytest
-from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from ingest import passes, scan, uploads
-from tests.helpers import PREFIX, TEST_BUCKET, shared_fixture
+from tests.helpers import PREFIX, TEST_BUCKET, shared_fixture, token_client
 from tests.traces.test_openapi import nullable_to_json_schema
-from traces.models import ApiToken, SimulatedKernel, Simulation, TraceState
+from traces.models import SimulatedKernel, Simulation, TraceState
 
 RUN = "romnn+microgpusim__vectoradd-100-32-sm61"
 LOG_NAME = "accel-sim.SM6_TITANX.log"
@@ -38,17 +37,9 @@ def log_cycles(log: bytes) -> list[int]:
     return [int(cycles) for cycles in re.findall(rb"^gpu_sim_cycle = (\d+)$", log, re.M)]
 
 
-def client_for(scope: str) -> APIClient:
-    user = get_user_model().objects.create(username=f"sim-{scope}")
-    _, token = ApiToken.issue(user, name=f"sim-{scope}", scope=scope)
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
-    return client
-
-
 @pytest.fixture
 def writer(db) -> APIClient:
-    return client_for("write")
+    return token_client("write")
 
 
 @pytest.fixture
@@ -242,7 +233,7 @@ def test_both_answers_conform_to_the_schema(ready_run, writer, client_anon):
     put_all(answer.json(), {"sim.log": ready_run, "simulation.json": MARKER})
     completed = post(writer, complete_path(), {})
     conforms(openapi, "/api/traces/{trace_id}/simulations/{name}/complete", completed)
-    refused = post(client_for("read"), complete_path(), {})
+    refused = post(token_client("read"), complete_path(), {})
     conforms(openapi, "/api/traces/{trace_id}/simulations/{name}/complete", refused)
     read_done(writer)
 
@@ -255,7 +246,7 @@ FILES = [{"name": "sim.log.xz", "size": 1000}, {"name": "simulation.json", "size
 @pytest.mark.django_db
 def test_a_read_token_is_a_403_that_says_how_to_get_a_write_one(make_trace, s3):
     make_trace(RUN, state=TraceState.READY)
-    reader = client_for("read")
+    reader = token_client("read")
     for path in (upload_path(), complete_path()):
         answer = post(reader, path, {"files": FILES})
         assert answer.status_code == 403

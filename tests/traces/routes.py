@@ -3,10 +3,12 @@ as the OpenAPI schema names it, how to call it on a trace that exists, and where
 the rest. A route the schema gains without a row here fails the battery, naming the route.
 
 What every route is checked for, unless its row says otherwise: no token is a 401 with the
-published body and `WWW-Authenticate: Bearer`, a wrong token a 401, an unknown trace a 404 with
-its JSON body, each bounded query parameter at a bad value a 400 with an error body, a throttled
-token a 429 with Retry-After. `cacheable` routes answer an ETag, then a 304 to If-None-Match;
-`compressible` ones gzip and zstd, decoding to the plain body.
+published body and `WWW-Authenticate: Bearer` (If-None-Match and Accept-Encoding too: never a 304,
+never compressed), a wrong token a 401, an unknown trace a 404 with its JSON body (If-None-Match: *
+too, plain), each bounded query parameter at a bad value a 400 with an error body, a throttled
+token a 429 with Retry-After. `cacheable` routes answer an ETag and `Cache-Control: private,
+no-cache`, then a 304 to If-None-Match with the 200's headers and no coding; `compressible` ones
+gzip and zstd, decoding to the plain body, with `Vary: Accept, Accept-Encoding`.
 """
 
 from dataclasses import dataclass, field

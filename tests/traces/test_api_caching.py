@@ -8,12 +8,14 @@ The contract, as these tests check it:
   `Cache-Control: private, no-cache`, `Vary: Accept, Accept-Encoding`.
 - `If-None-Match` naming the current representation (in any coding, weakly, in a list, or `*`)
   is a 304 without a body, and for a detail without reading a kernel.
+- What every route shares (a 304's headers, errors never compressed, the token checked before
+  If-None-Match, a small list or detail compressed) is the endpoint battery's
+  (tests/traces/test_endpoint_battery.py).
 - The ETag changes when the answer does: a detail when its trace is re-ingested, changes state
   or metadata; a list when a trace is added, changed, deleted or filtered out.
 """
 
 import gzip
-import tracemalloc
 import zlib
 
 import orjson
@@ -24,37 +26,12 @@ from django.test import Client
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.helpers import kernel_row
+from tests.helpers import content, decompress, ingested, kernel_rows, streamed_peak
 from traces import http, services
 from traces.models import Trace, TraceState
 from traces.views import STREAM_KERNELS_ABOVE
 
 # --- helpers ----------------------------------------------------------------------------------
-
-
-def kernel_rows(count: int, *, name: str = "_Z6vecAddPdS_S_i", ctx: str = "0x1") -> list[tuple]:
-    """`count` launches as `services.trace_store_kernels` takes them (KERNEL_COLUMNS order)."""
-    return [
-        kernel_row(n, ctx=ctx, name=name, insts=50066 + n, traced=n % 7 == 1) for n in range(1, count + 1)
-    ]
-
-
-def ingest(trace_id: str, count: int, **rows) -> Trace:
-    """What a poll pass does with a run of `count` launches: parsing, then ready with them."""
-    trace, _ = Trace.objects.get_or_create(pk=trace_id)
-    services.trace_start_parsing(trace, run={"metadata_json": '{"status":"ok"}'})
-    services.trace_store_kernels(trace, iter(kernel_rows(count, **rows)), fingerprint="f")
-    return trace
-
-
-def content(response) -> bytes:
-    return b"".join(response.streaming_content) if response.streaming else response.content
-
-
-def decompress(data: bytes, coding: str) -> bytes:
-    if coding == "gzip":
-        return gzip.decompress(data)
-    return zstandard.ZstdDecompressor().decompressobj().decompress(data)
 
 
 def tag_digest(tag: str) -> str:
@@ -64,13 +41,13 @@ def tag_digest(tag: str) -> str:
 @pytest.fixture
 def big(db) -> Trace:
     """A ready trace large enough to be streamed."""
-    return ingest("big", STREAM_KERNELS_ABOVE + 1000)
+    return ingested("big", kernel_rows(STREAM_KERNELS_ABOVE + 1000))
 
 
 @pytest.fixture
 def small(db) -> Trace:
     """A ready trace sent in one piece."""
-    return ingest("small", 3)
+    return ingested("small", kernel_rows(3))
 
 
 @pytest.fixture
@@ -171,18 +148,6 @@ def test_gzip_q0_gives_the_plain_bytes(api, big):
     assert response["Vary"] == "Accept, Accept-Encoding"  # another Accept-Encoding gets another body
 
 
-@pytest.mark.parametrize("coding", ["gzip", "zstd"])
-def test_a_list_is_compressed_when_large(api, listed, coding):
-    plain = api.get("/api/traces").content
-    assert len(plain) > http.COMPRESS_ABOVE
-
-    response = api.get("/api/traces", HTTP_ACCEPT_ENCODING=coding)
-
-    assert response["Content-Encoding"] == coding
-    assert decompress(response.content, coding) == plain
-    assert response["Vary"] == "Accept, Accept-Encoding"
-
-
 def test_a_short_list_is_sent_plain(api, make_trace):
     make_trace("only")
     plain = api.get("/api/traces").content
@@ -195,33 +160,13 @@ def test_a_short_list_is_sent_plain(api, make_trace):
     assert response["ETag"] == api.get("/api/traces")["ETag"]  # the same representation
 
 
-def test_errors_are_not_compressed(api, client_anon, db):
-    assert not api.get("/api/traces/nope", HTTP_ACCEPT_ENCODING="gzip").has_header("Content-Encoding")
-    unauthorized = client_anon.get("/api/traces", HTTP_ACCEPT_ENCODING="gzip")
-    assert unauthorized.status_code == 401 and not unauthorized.has_header("Content-Encoding")
-
-
-def peak_while_streaming(api, trace_id: str, coding: str) -> tuple[int, int]:
-    """(JSON bytes decoded, peak of Python allocations) while a compressed detail streams."""
-    response = api.get(f"/api/traces/{trace_id}", HTTP_ACCEPT_ENCODING=coding)
-    decompressor = (
-        zlib.decompressobj(31) if coding == "gzip" else zstandard.ZstdDecompressor().decompressobj()
-    )
-    tracemalloc.start()
-    try:
-        decoded = sum(len(decompressor.decompress(chunk)) for chunk in response.streaming_content)
-        return decoded, tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
 @pytest.mark.parametrize("coding", ["gzip", "zstd"])
 def test_memory_stays_flat_while_a_compressed_detail_streams(api, db, coding):
-    ingest("ten", 10_000)
-    ingest("forty", 40_000)
+    ingested("ten", kernel_rows(10_000))
+    ingested("forty", kernel_rows(40_000))
 
-    ten_bytes, ten_peak = peak_while_streaming(api, "ten", coding)
-    forty_bytes, forty_peak = peak_while_streaming(api, "forty", coding)
+    ten_bytes, ten_peak = streamed_peak(api.get("/api/traces/ten", HTTP_ACCEPT_ENCODING=coding), coding)
+    forty_bytes, forty_peak = streamed_peak(api.get("/api/traces/forty", HTTP_ACCEPT_ENCODING=coding), coding)
 
     assert forty_bytes > 10_000_000 and forty_bytes > 3.5 * ten_bytes
     # A chunk of kernels at a time (a few MB), whatever the trace's size: 4x the launches, not
@@ -234,7 +179,7 @@ def test_memory_stays_flat_while_a_compressed_detail_streams(api, db, coding):
 def test_a_client_that_hangs_up_releases_the_kernels_cursor(api_token, db):
     if connection.vendor != "postgresql":
         pytest.skip("the held cursor is PostgreSQL's")
-    ingest("big", STREAM_KERNELS_ABOVE + 1000)
+    ingested("big", kernel_rows(STREAM_KERNELS_ABOVE + 1000))
     client = Client(HTTP_AUTHORIZATION=f"Bearer {api_token}")
     response = client.get("/api/traces/big", HTTP_ACCEPT_ENCODING="gzip")
     next(iter(response.streaming_content))
@@ -247,20 +192,6 @@ def test_a_client_that_hangs_up_releases_the_kernels_cursor(api_token, db):
 
 
 # --- ETag, If-None-Match, 304 ---------------------------------------------------------------
-
-
-def test_a_repeated_detail_request_is_a_304(api, big):
-    first = api.get("/api/traces/big")
-    assert first["ETag"].startswith('"') and first["Cache-Control"] == "private, no-cache"
-
-    again = api.get("/api/traces/big", HTTP_IF_NONE_MATCH=first["ETag"])
-
-    assert again.status_code == 304
-    assert again.content == b""
-    assert again["ETag"] == first["ETag"]
-    assert again["Cache-Control"] == "private, no-cache"
-    assert again["Vary"] == "Accept, Accept-Encoding"
-    assert not again.has_header("Content-Encoding")
 
 
 def test_each_coding_has_its_own_etag_and_any_of_them_matches(api, big):
@@ -319,20 +250,6 @@ def test_a_304_reads_the_trace_row_only(api, big, django_assert_num_queries):
     assert "traces_kernel" not in sql and "traces_step" not in sql
 
 
-def test_if_none_match_star_on_a_missing_trace_is_a_404(api, db):
-    response = api.get("/api/traces/nope", HTTP_IF_NONE_MATCH="*")
-
-    assert response.status_code == 404
-    assert response.json() == {"detail": "trace nope not found"}
-
-
-def test_the_token_is_checked_before_if_none_match(api, client_anon, small):
-    tag = api.get("/api/traces/small")["ETag"]
-
-    assert client_anon.get("/api/traces/small", HTTP_IF_NONE_MATCH=tag).status_code == 401
-    assert client_anon.get("/api/traces", HTTP_IF_NONE_MATCH="*").status_code == 401
-
-
 # --- the detail's ETag changes when the detail does -----------------------------------------------
 
 
@@ -343,7 +260,7 @@ def detail_etag(api, trace_id: str) -> str:
 def test_the_detail_etag_changes_when_the_trace_is_re_ingested(api, small):
     before = api.get("/api/traces/small")
 
-    ingest("small", 3, name="_Z3newv")  # the same count, other kernels
+    ingested("small", kernel_rows(3, name="_Z3newv"))  # the same count, other kernels
 
     after = api.get("/api/traces/small", HTTP_IF_NONE_MATCH=before["ETag"])
     assert after.status_code == 200
@@ -379,7 +296,7 @@ def test_the_detail_etag_changes_with_the_metadata(api, small):
 def test_the_detail_etag_depends_on_the_trace_only(api, small, make_trace):
     before = detail_etag(api, "small")
 
-    ingest("other", 5)
+    ingested("other", kernel_rows(5))
     make_trace("another")
 
     assert api.get("/api/traces/small", HTTP_IF_NONE_MATCH=before).status_code == 304
@@ -390,7 +307,7 @@ def test_a_deleted_and_registered_again_trace_gets_a_new_etag(api, small):
 
     services.trace_delete("small")
     assert api.get("/api/traces/small", HTTP_IF_NONE_MATCH=before).status_code == 404
-    ingest("small", 3)
+    ingested("small", kernel_rows(3))
 
     assert api.get("/api/traces/small", HTTP_IF_NONE_MATCH=before).status_code == 200
 
@@ -415,7 +332,7 @@ def test_a_repeated_list_request_is_a_304(api, listed, django_assert_num_queries
 
 def test_the_list_etag_changes_when_a_trace_is_added_changed_or_deleted(api, listed):
     tags = [list_etag(api)]
-    ingest("run-05", 4)  # changed: ready with kernels
+    ingested("run-05", kernel_rows(4))  # changed: ready with kernels
     tags.append(list_etag(api))
     Trace.objects.create(pk="new")
     tags.append(list_etag(api))

@@ -13,15 +13,13 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
-from django.contrib.auth import get_user_model
-from rest_framework.test import APIClient
 
-from tests.helpers import store_kernels
+from tests.helpers import content, store_kernels, token_client
 from tests.traces.test_openapi import nullable_to_json_schema, openapi, response_validator  # noqa: F401
 from tests.traces.test_simulations_api import simulate
 from traces import api_examples, shapes
 from traces.api_examples import DEMO_METADATA, DOCS_EXAMPLES, NULL_TOTALS_DETAIL
-from traces.models import ApiToken, Step, Trace, TraceState
+from traces.models import Step, Trace, TraceState
 from traces.serializers import SimulationCompleteRequestSerializer, SimulationUploadRequestSerializer
 
 DOCS = Path(django_settings.BASE_DIR) / "docs" / "api.md"
@@ -75,7 +73,7 @@ def without_timestamps(value):
 
 
 def answer(response):
-    return json.loads(b"".join(response.streaming_content) if response.streaming else response.content)
+    return json.loads(content(response))
 
 
 def assert_same_shape(example, live, where: str = "") -> None:
@@ -161,10 +159,7 @@ def test_each_docs_example_has_the_live_answers_keys_and_types(api, openapi, see
 
 
 def test_the_upload_examples_have_the_live_answers_keys_and_types(seeded):
-    user = get_user_model().objects.create(username="docs-writer")
-    _, token = ApiToken.issue(user, name="docs-writer", scope="write")
-    writer = APIClient()
-    writer.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    writer = token_client("write")
     name = DOCS_EXAMPLES["upload"]["name"]
     upload = writer.post(
         f"/api/traces/demo/simulations/{name}/upload", DOCS_EXAMPLES[POSTS["upload"]], format="json"

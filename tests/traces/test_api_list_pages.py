@@ -13,9 +13,7 @@ The contract, as these tests check it:
   304 from one query that reads no listed row's content.
 """
 
-import gzip
 import json
-import tracemalloc
 from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs, urlsplit
 
@@ -23,6 +21,7 @@ import pytest
 from django.db import connection
 from django.http import QueryDict
 
+from tests.helpers import content, decompress, streamed_peak
 from traces import http, services
 from traces.filters import decode_cursor, encode_cursor
 from traces.models import Trace, TraceState, next_trace_keys
@@ -61,12 +60,8 @@ def expected_json(**filters) -> bytes:
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def body(response) -> bytes:
-    return b"".join(response.streaming_content) if response.streaming else response.content
-
-
 def ids(response) -> list[str]:
-    return [trace["id"] for trace in json.loads(body(response))]
+    return [trace["id"] for trace in json.loads(content(response))]
 
 
 def next_link(response) -> str | None:
@@ -106,7 +101,7 @@ def test_a_large_list_streams_exactly_the_serializer_s_json(api, db):
 
     assert response.status_code == 200 and response.streaming
     assert not response.has_header("Content-Length") and not response.has_header("Link")
-    assert body(response) == expected_json()
+    assert content(response) == expected_json()
 
 
 def test_a_small_list_is_one_piece_and_the_serializer_s_json(api, db):
@@ -121,39 +116,22 @@ def test_a_small_list_is_one_piece_and_the_serializer_s_json(api, db):
 
 @pytest.mark.parametrize("coding", ["gzip", "zstd"])
 def test_a_large_list_is_compressed_as_it_streams(api, db, coding):
-    import zstandard
-
     bulk_traces(LIST_FETCH_ROWS + 10)
-    plain = body(api.get("/api/traces"))
+    plain = content(api.get("/api/traces"))
 
     response = api.get("/api/traces", HTTP_ACCEPT_ENCODING=coding)
 
     assert response.streaming and response["Content-Encoding"] == coding
-    data = body(response)
-    decoded = (
-        gzip.decompress(data)
-        if coding == "gzip"
-        else zstandard.ZstdDecompressor().decompressobj().decompress(data)
-    )
-    assert decoded == plain
+    data = content(response)
+    assert decompress(data, coding) == plain
     assert len(data) < len(plain) / 5
-
-
-def peak_while_listing(api) -> tuple[int, int]:
-    response = api.get("/api/traces")
-    tracemalloc.start()
-    try:
-        size = sum(len(chunk) for chunk in response.streaming_content)
-        return size, tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 def test_memory_stays_at_a_chunk_whatever_the_list_s_length(api, db):
     bulk_traces(3 * LIST_FETCH_ROWS, prefix="a")
-    three_bytes, three_peak = peak_while_listing(api)
+    three_bytes, three_peak = streamed_peak(api.get("/api/traces"))
     bulk_traces(9 * LIST_FETCH_ROWS, prefix="b")
-    twelve_bytes, twelve_peak = peak_while_listing(api)
+    twelve_bytes, twelve_peak = streamed_peak(api.get("/api/traces"))
 
     assert twelve_bytes > 3.5 * three_bytes
     assert twelve_peak < 1.5 * three_peak, (three_peak, twelve_peak)
@@ -164,7 +142,7 @@ def test_filters_narrow_the_streamed_list(api, db):
 
     response = api.get("/api/traces", {"state": "ready", "model": "facebook/opt-125m"})
 
-    assert body(response) == expected_json(state="ready", model="facebook/opt-125m")
+    assert content(response) == expected_json(state="ready", model="facebook/opt-125m")
 
 
 # --- pages --------------------------------------------------------------------------------------
@@ -402,7 +380,7 @@ def test_a_delete_and_a_create_in_one_instant_change_the_etag(api, db):
 def test_if_none_match_is_a_304_from_one_query(api, db, params, django_assert_num_queries):
     bulk_traces(LIST_FETCH_ROWS + 10)
     first = api.get("/api/traces", params, HTTP_ACCEPT_ENCODING="gzip")
-    body(first)  # read to its end: its cursor closed
+    content(first)  # read to its end: its cursor closed
 
     with django_assert_num_queries(2) as queries:  # the token, the list's version
         again = api.get("/api/traces", params, HTTP_ACCEPT_ENCODING="gzip", HTTP_IF_NONE_MATCH=first["ETag"])

@@ -13,6 +13,7 @@ def unauthorized(header: str) -> str:
     assert response.status_code == 401
     assert response["WWW-Authenticate"] == "Bearer"
     assert response["Content-Type"] == "application/json"
+    assert list(response.json()) == ["detail"]
     return response.json()["detail"]
 
 
@@ -23,6 +24,7 @@ def unauthorized(header: str) -> str:
         ("Basic dXNlcjpwYXNz", f"the Authorization header's scheme is 'Basic', which Cascade does not read; {USE_BEARER}"),
         ("cas_abc", f"the Authorization header's scheme is 'cas_abc', which Cascade does not read; {USE_BEARER}"),
         ("Bearer", f"the Authorization header has no token; {USE_BEARER}"),
+        ("Bearer ", f"the Authorization header has no token; {USE_BEARER}"),
         ("Bearer cas_a cas_b", f"the Authorization header has 2 words after Bearer (a token has no spaces); {USE_BEARER}"),
     ],
 )  # fmt: skip

@@ -7,28 +7,18 @@ an old body; a body not sent whole leaves no file; CASCADE_BODY_CACHE_BYTES boun
 (least recently served out first), 0 turns the cache off; HEAD, 304 and identity unchanged.
 """
 
-import gzip
-
 import orjson
 import pytest
-import zstandard
 from django.core.signals import request_finished
 from django.db import close_old_connections
 from django.test import RequestFactory
 
+from tests.helpers import content, decompress, ingested, kernel_rows
 from traces import body_cache, services
 from traces.views import STREAM_KERNELS_ABOVE, TraceViewSet
 
-from .test_api_caching import content, ingest
-
 LARGE = STREAM_KERNELS_ABOVE + 500
 URL = "/api/traces/{}"
-
-
-def decompress(data: bytes, coding: str) -> bytes:
-    if coding == "gzip":
-        return gzip.decompress(data)
-    return zstandard.ZstdDecompressor().decompressobj().decompress(data)
 
 
 def kept_files(folder) -> list:
@@ -41,7 +31,7 @@ def get(api, trace_id: str, coding: str, **headers):
 
 @pytest.fixture
 def big(db):
-    return ingest("big", LARGE)
+    return ingested("big", kernel_rows(LARGE))
 
 
 @pytest.mark.parametrize("coding", ["gzip", "zstd"])
@@ -79,8 +69,8 @@ def test_each_coding_is_kept_apart(api, big, body_cache_dir):
 
 
 def test_plain_and_small_details_are_not_kept(api, db, body_cache_dir):
-    ingest("big", LARGE)
-    ingest("small", 3)
+    ingested("big", kernel_rows(LARGE))
+    ingested("small", kernel_rows(3))
     content(api.get(URL.format("big")))
     content(get(api, "small", "gzip"))
     assert kept_files(body_cache_dir) == []
@@ -89,7 +79,7 @@ def test_plain_and_small_details_are_not_kept(api, db, body_cache_dir):
 @pytest.mark.parametrize(
     "change",
     [
-        lambda: ingest("big", LARGE + 1),
+        lambda: ingested("big", kernel_rows(LARGE + 1)),
         lambda: services.traces_mark_sample(["big"]),
     ],
     ids=["re-ingested", "marked-sample"],
@@ -150,7 +140,7 @@ def test_a_body_over_the_whole_bound_is_not_kept(api, big, settings, body_cache_
 
 def test_the_bound_evicts_the_least_recently_served(api, db, settings, body_cache_dir):
     for name in ("a", "b", "c"):
-        ingest(name, LARGE)
+        ingested(name, kernel_rows(LARGE))
     size = len(content(get(api, "a", "gzip")))
     content(get(api, "b", "gzip"))
     assert len(kept_files(body_cache_dir)) == 2

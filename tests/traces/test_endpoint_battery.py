@@ -7,19 +7,14 @@ the table in tests/traces/routes.py; a route without a row there fails, naming i
 Each route's own behaviour (its keys, its filters, its errors past these) stays in its own tests.
 """
 
-import gzip
 import json
 
 import pytest
-import zstandard
-from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
+from tests.helpers import content, decompress, ingested, kernel_rows, token_client
 from tests.traces.routes import BY_KEY, PATH_VALUES, ROUTES, SIMULATION, TRACE, UNKNOWN, Route
-from tests.traces.test_api_caching import kernel_rows
 from tests.traces.test_simulations_api import simulate
-from traces import services
-from traces.models import ApiToken, Trace
 from traces.openapi import api_paths, api_schema
 
 KEYS = [route.key for route in ROUTES]
@@ -54,33 +49,14 @@ def call(client: APIClient, route: Route, path: str | None = None, **extra):
     return getattr(client, route.method)(path, **extra)
 
 
-def content(response) -> bytes:
-    return b"".join(response.streaming_content) if response.streaming else response.content
-
-
-def client_with(scope: str = "read") -> APIClient:
-    user = get_user_model().objects.create(username=f"battery-{scope}")
-    _, token = ApiToken.issue(user, name=f"battery-{scope}", scope=scope)
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
-    return client
-
-
-def ready(trace_id: str, kernels: int) -> Trace:
-    trace, _ = Trace.objects.get_or_create(pk=trace_id)
-    services.trace_start_parsing(trace, run={"metadata_json": '{"status":"ok"}'})
-    services.trace_store_kernels(trace, iter(kernel_rows(kernels)), fingerprint="f")
-    return Trace.objects.get(pk=trace_id)
-
-
 @pytest.fixture
 def world(db, request, settings):
     """Two ready traces of 40 launches (a detail large enough to compress), two more (a list
     that compresses), a ready simulation of the first; the bucket where the route asks it."""
     settings.CASCADE_API_RATE = ""  # the throttle has its own test below
-    trace = ready(TRACE, 40)
+    trace = ingested(TRACE, kernel_rows(40))
     for other in (PATH_VALUES["other_id"], "battery-c", "battery-d"):
-        ready(other, 40)
+        ingested(other, kernel_rows(40))
     simulate(trace, SIMULATION, [(0, n, "_Z6vecAddPdS_S_i", None, 100 + n, 120 + n) for n in range(1, 41)])
     route = BY_KEY.get(request.node.callspec.params.get("key"))
     if route is not None and route.needs_s3:
@@ -89,7 +65,7 @@ def world(db, request, settings):
 
 
 def route_client(route: Route) -> APIClient:
-    return client_with("write" if route.write else "read")
+    return token_client("write" if route.write else "read")
 
 
 # --- the table covers the schema ---------------------------------------------------------------
@@ -137,15 +113,25 @@ def test_without_a_good_token_is_a_401_with_the_challenge(world, key, header):
     if header is None:
         published = operation(route)["responses"]["401"]["content"]["application/json"]["examples"]
         assert body == published["Error"]["value"]
+        # Checked before anything else the request asks: never a 304, never a coded error.
+        other = call(client, route, HTTP_IF_NONE_MATCH="*", HTTP_ACCEPT_ENCODING="gzip, zstd")
+        assert other.status_code == 401 and not other.has_header("Content-Encoding")
+        assert call(client, route, address(route) + "/").status_code == 401  # the router's "/?"
     assert b"url" not in response.content, "a 401 answers nothing of the route's"
 
 
 @pytest.mark.parametrize("key", [route.key for route in ROUTES if route.names_a_trace])
 def test_an_unknown_trace_is_a_404_with_its_body(world, key):
-    route = BY_KEY[key]
-    response = call(route_client(route), route, address(route, trace_id=UNKNOWN))
+    route, client = BY_KEY[key], route_client(BY_KEY[key])
+    response = call(client, route, address(route, trace_id=UNKNOWN))
     assert response.status_code == 404
     assert response.json() == {"detail": f"trace {UNKNOWN} not found"}
+    # Whatever If-None-Match says, no representation of a missing trace matches; errors are plain.
+    starred = call(
+        client, route, address(route, trace_id=UNKNOWN), HTTP_IF_NONE_MATCH="*", HTTP_ACCEPT_ENCODING="gzip"
+    )
+    assert (starred.status_code, starred.json()) == (404, response.json())
+    assert not starred.has_header("Content-Encoding")
 
 
 @pytest.mark.parametrize("key", [route.key for route in ROUTES if route.cacheable])
@@ -154,10 +140,14 @@ def test_an_etag_then_if_none_match_is_a_304(world, key):
     client = route_client(route)
     first = call(client, route)
     content(first)
-    assert first.status_code == 200 and first["ETag"]
+    assert first.status_code == 200 and first["ETag"].startswith('"')
     again = call(client, route, HTTP_IF_NONE_MATCH=first["ETag"])
     assert again.status_code == 304
     assert content(again) == b"" and again["ETag"] == first["ETag"]
+    # The headers the 200 carried, but no coding: a 304 has no body to code.
+    for header, value in (("Cache-Control", "private, no-cache"), ("Vary", "Accept, Accept-Encoding")):
+        assert first[header] == again[header] == value, header
+    assert not again.has_header("Content-Encoding")
 
 
 @pytest.mark.parametrize("coding", ["gzip", "zstd"])
@@ -165,17 +155,16 @@ def test_an_etag_then_if_none_match_is_a_304(world, key):
 def test_gzip_and_zstd_decode_to_the_plain_body(world, key, coding):
     route = BY_KEY[key]
     client = route_client(route)
-    plain = content(call(client, route))
+    plain_response = call(client, route)
+    assert not plain_response.has_header("Content-Encoding")
+    plain = content(plain_response)
     response = call(client, route, HTTP_ACCEPT_ENCODING=coding)
     assert response.status_code == 200
     assert response["Content-Encoding"] == coding
+    assert response["Content-Type"] == plain_response["Content-Type"]
+    assert response["Vary"] == "Accept, Accept-Encoding"  # another Accept-Encoding, another body
     body = content(response)
-    decoded = (
-        gzip.decompress(body)
-        if coding == "gzip"
-        else zstandard.ZstdDecompressor().decompressobj().decompress(body)
-    )
-    assert decoded == plain and len(body) < len(plain)
+    assert decompress(body, coding) == plain and len(body) < len(plain)
 
 
 def bad_value(schema: dict) -> str | None:

@@ -12,7 +12,8 @@ The contract, as these tests check it against moto's server and a real tracer ru
 - each URL is a valid Signature Version 4 presigned GET for the host it names, valid for
   CASCADE_PRESIGN_SECONDS from `expires_at` at the latest, signed for
   CASCADE_S3_PUBLIC_ENDPOINT_URL's host when that is set;
-- 404 and 401 as the detail's; a trace still uploading answers with what has landed.
+- a trace still uploading answers with what has landed (401 and 404 are the endpoint battery's,
+  tests/traces/test_endpoint_battery.py).
 
 moto's server checks neither the signature nor the expiry of a presigned URL (it authenticates
 only requests with an Authorization header, and only when its IAM checks are on; moto 5.2):
@@ -332,26 +333,7 @@ def test_a_trace_with_no_files_listed_yet(api, make_trace):
     assert answer["files"] == []
 
 
-# --- errors -------------------------------------------------------------------------------------------
-
-
-def test_unknown_trace_is_404_as_the_detail(api, db):
-    response = api.get("/api/traces/nope/files")
-    assert response.status_code == 404
-    assert response.json() == {"detail": "trace nope not found"}
-    assert response.json() == api.get("/api/traces/nope").json()
-
-
-def test_without_a_token_is_401(client_anon, vecadd_run):
-    response = client_anon.get(f"/api/traces/{RUN}/files")
-    assert response.status_code == 401
-    assert response["WWW-Authenticate"] == "Bearer"
-    assert "url" not in response.content.decode()
-
-
-def test_with_a_wrong_token_is_401(client_anon, vecadd_run):
-    client_anon.credentials(HTTP_AUTHORIZATION="Bearer cas_wrong")
-    assert client_anon.get(f"/api/traces/{RUN}/files").status_code == 401
+# --- the schema ---------------------------------------------------------------------------------------
 
 
 def test_the_answer_conforms_to_the_schema(api, client_anon, vecadd_run):

@@ -7,7 +7,7 @@ import pytest
 from django.db import connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 
-from tests.helpers import kernel_row
+from tests.helpers import content, kernel_row
 from traces import encoders, kernel_store, selectors, services
 from traces.models import KERNEL_COLUMNS, KernelContext, KernelName, Trace, TraceState, name_digest
 
@@ -116,8 +116,7 @@ def test_migration_0007_keeps_every_trace_detail_byte_for_byte(api):
     for trace_id, body in expected.items():
         response = api.get(f"/api/traces/{trace_id}")
         assert response.status_code == 200
-        content = b"".join(response.streaming_content) if response.streaming else response.content
-        assert content == body, trace_id
+        assert content(response) == body, trace_id
     # Stored once: the names of both traces, the scheme's files.
     with connection.cursor() as cursor:
         cursor.execute("SELECT COUNT(*) FROM traces_kernelname")

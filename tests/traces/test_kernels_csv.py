@@ -8,24 +8,29 @@ The contract, as these tests check it:
   quotes and line breaks;
 - gzip and zstd as the detail: decoded, the same bytes; streamed in bounded memory;
 - the detail's ETag rules (a 304 on If-None-Match, without reading a kernel), an ETag of its own;
-- `text/csv; charset=utf-8`, `Content-Disposition: attachment; filename="<trace_id>.csv"`;
-- 404 and 401 as the detail's.
+- `text/csv; charset=utf-8`, `Content-Disposition: attachment; filename="<trace_id>.csv"`; errors
+  in JSON (401 and 404 as every route's: tests/traces/test_endpoint_battery.py).
 """
 
 import csv
-import gzip
 import io
-import tracemalloc
 from pathlib import Path
 
 import orjson
 import pytest
-import zstandard
 from hypothesis import given
 from hypothesis import strategies as st
 
 from ingest.passes import poll_bucket
-from tests.helpers import PREFIX, TEST_BUCKET, kernel_row, shared_fixture, store_kernels
+from tests.helpers import (
+    content,
+    decompress,
+    ingested,
+    kernel_row,
+    shared_fixture,
+    store_kernels,
+    streamed_peak,
+)
 from traces import encoders, services
 from traces.models import Trace, TraceState
 
@@ -34,10 +39,6 @@ HEADER = (
     "total_insts,total_reported_insts,traced,device,stream,step,duration_ns"
 ).split(",")
 SAMPLE = Path(__file__).resolve().parents[2] / "samples" / "sample__facebook_opt-125m__a100-e2e"
-
-
-def content(response) -> bytes:
-    return b"".join(response.streaming_content) if response.streaming else response.content
 
 
 def field(value) -> str:
@@ -83,12 +84,6 @@ def assert_csv_is_the_detail(api, trace_id: str) -> list[list[str]]:
     return rows
 
 
-def upload(s3, run_id: str, files: dict[str, bytes]) -> None:
-    for name, body in files.items():
-        s3.put_object(Bucket=TEST_BUCKET, Key=f"{PREFIX}{run_id}/{name}", Body=body)
-    s3.put_object(Bucket=TEST_BUCKET, Key=f"{PREFIX}{run_id}/metadata.json", Body=b'{"status": "ok"}')
-
-
 REAL_RUNS = {
     "liuweibupt-cutlass": {
         "traces/stats_ctx_0x56201b8d3c00": "liuweibupt+accel-sim-framework__modal__artifacts__fp16-512x512x512__traces__stats_ctx_0x56201b8d3c00",
@@ -110,27 +105,23 @@ REAL_RUNS = {
 
 
 @pytest.mark.parametrize("run_id", sorted(REAL_RUNS))
-def test_real_tracer_output_equals_the_detail(api, s3, db, run_id):
-    upload(
-        s3,
-        run_id,
-        {
-            name: shared_fixture("real-tracer", source).read_bytes()
-            for name, source in REAL_RUNS[run_id].items()
-        },
-    )
+def test_real_tracer_output_equals_the_detail(api, upload, db, run_id):
+    real = {
+        name: shared_fixture("real-tracer", source).read_bytes() for name, source in REAL_RUNS[run_id].items()
+    }
+    upload(run_id, real, metadata={"status": "ok"})
     poll_bucket()
     assert Trace.objects.get(pk=run_id).state == TraceState.READY
     assert len(assert_csv_is_the_detail(api, run_id)) >= 2  # the header and a launch at least
 
 
-def test_the_sample_with_steps_timing_and_two_contexts_equals_the_detail(api, s3, db):
+def test_the_sample_with_steps_timing_and_two_contexts_equals_the_detail(api, upload, db):
     files = {
         str(path.relative_to(SAMPLE)): path.read_bytes()
         for path in SAMPLE.rglob("*")
         if path.is_file() and path.name != "metadata.json" and not path.name.endswith(".trace.xz")
     }
-    upload(s3, "sample", files)
+    upload("sample", files, metadata={"status": "ok"})
     poll_bucket()
     assert Trace.objects.get(pk="sample").has_step_timeline
     rows = assert_csv_is_the_detail(api, "sample")
@@ -388,21 +379,14 @@ def test_a_spreadsheet_opens_the_formulas_as_text(api, formulas, tmp_path):
 
 
 def ingest(trace_id: str, count: int) -> Trace:
-    """A ready trace of `count` launches, through the services a poll pass uses."""
-    trace, _ = Trace.objects.get_or_create(pk=trace_id)
-    services.trace_start_parsing(trace, run={"metadata_json": '{"status":"ok"}'})
-    rows = (
-        kernel_row(n, ctx="0x1", name=f"k<{n % 7}, int>", insts=n, traced=n % 3 == 0)
-        for n in range(1, count + 1)
+    """A ready trace of `count` launches whose names a CSV quotes (a comma in each)."""
+    return ingested(
+        trace_id,
+        (
+            kernel_row(n, ctx="0x1", name=f"k<{n % 7}, int>", insts=n, traced=n % 3 == 0)
+            for n in range(1, count + 1)
+        ),
     )
-    services.trace_store_kernels(trace, rows, fingerprint="f")
-    return trace
-
-
-def decompress(data: bytes, coding: str) -> bytes:
-    if coding == "gzip":
-        return gzip.decompress(data)
-    return zstandard.ZstdDecompressor().decompressobj().decompress(data)
 
 
 def test_a_large_trace_streams_in_chunks_and_equals_the_detail(api, db):
@@ -435,14 +419,7 @@ def test_accept_encoding_chooses_as_for_the_detail(api, db):
 
 def peak_while_streaming(api, trace_id: str) -> tuple[int, int]:
     """(CSV bytes streamed, peak of Python allocations meanwhile), zstd on the wire."""
-    response = api.get(f"/api/traces/{trace_id}/kernels.csv", HTTP_ACCEPT_ENCODING="zstd")
-    decompressor = zstandard.ZstdDecompressor().decompressobj()
-    tracemalloc.start()
-    try:
-        decoded = sum(len(decompressor.decompress(chunk)) for chunk in response.streaming_content)
-        return decoded, tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    return streamed_peak(api.get(f"/api/traces/{trace_id}/kernels.csv", HTTP_ACCEPT_ENCODING="zstd"), "zstd")
 
 
 def test_memory_stays_at_a_chunk(api, db):
@@ -489,20 +466,3 @@ def test_head_reads_no_kernel(api, db, django_assert_num_queries):
     assert head.status_code == 200
     assert head["ETag"] == get["ETag"]
     assert head["Content-Type"] == "text/csv; charset=utf-8"
-
-
-# --- errors -----------------------------------------------------------------------------------------------
-
-
-def test_unknown_trace_is_404_as_the_detail(api, db):
-    response = api.get("/api/traces/nope/kernels.csv")
-    assert response.status_code == 404
-    assert response.json() == api.get("/api/traces/nope").json() == {"detail": "trace nope not found"}
-    assert api.get("/api/traces/nope/kernels.csv", HTTP_IF_NONE_MATCH="*").status_code == 404
-
-
-def test_without_a_token_is_401(client_anon, awkward):
-    response = client_anon.get(f"/api/traces/{awkward.pk}/kernels.csv")
-    assert response.status_code == 401
-    assert response["WWW-Authenticate"] == "Bearer"
-    assert response["Content-Type"] == "application/json"

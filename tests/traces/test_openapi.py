@@ -23,46 +23,11 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
 
-from tests.helpers import store_kernels
+from tests.helpers import content, store_kernels
+from tests.traces.test_api import DETAIL_KEYS, KERNEL_KEYS, SUMMARY_KEYS
 from traces.filters import TraceFilter
 from traces.models import Trace, TraceState
 
-ADDED_KEYS = ["waiting_for", "warnings", "traced_launches"]
-SUMMARY_KEYS = [
-    "id",
-    "state",
-    "error",
-    "created_at",
-    "updated_at",
-    "model",
-    "layers",
-    "source_gpu",
-    "trace_gpu_arch",
-    "suggested_sim_config",
-    "kernel_count",
-    "bytes",
-    "has_real_timing",
-    "has_step_timeline",
-    "sample",
-    # Issues 28-31, after the reference's keys: what an uploading trace waits for, what a reader
-    # must know (a file cut short, a killed run, a file left out), launches with their trace file.
-    *ADDED_KEYS,
-]
-KERNEL_KEYS = [
-    "ctx",
-    "kernel_id",
-    "name",
-    "trace_file",
-    "grid_dim",
-    "block_dim",
-    "blocks",
-    "threads",
-    "total_insts",
-    "total_reported_insts",
-    "traced",
-    "step",
-    "duration_ns",
-]
 FORK_KEYS = ["device_id", "stream_id"]
 # Generated requests per route and mode; CASCADE_FUZZ_EXAMPLES=2000 for a longer run (docs/api.md).
 FUZZ_EXAMPLES = int(os.environ.get("CASCADE_FUZZ_EXAMPLES", "50"))
@@ -94,8 +59,8 @@ def nullable_to_json_schema(node):
 
 def response_validator(openapi: dict, path: str, status: int) -> jsonschema.Draft4Validator:
     """A validator for the body the schema documents for GET `path` answering `status`."""
-    content = openapi["paths"][path]["get"]["responses"][str(status)]["content"]
-    schema = copy.deepcopy(content["application/json"]["schema"])
+    described = openapi["paths"][path]["get"]["responses"][str(status)]["content"]
+    schema = copy.deepcopy(described["application/json"]["schema"])
     schema["components"] = nullable_to_json_schema(openapi["components"])
     return jsonschema.Draft4Validator(nullable_to_json_schema(schema))
 
@@ -103,8 +68,7 @@ def response_validator(openapi: dict, path: str, status: int) -> jsonschema.Draf
 def assert_conforms(openapi: dict, path: str, response) -> object:
     assert str(response.status_code) in openapi["paths"][path]["get"]["responses"], response.status_code
     assert response["Content-Type"] == "application/json"
-    content = b"".join(response.streaming_content) if response.streaming else response.content
-    body = json.loads(content)
+    body = json.loads(content(response))
     response_validator(openapi, path, response.status_code).validate(body)
     return body
 
@@ -285,12 +249,7 @@ def test_statuses_and_error_bodies_are_documented(openapi):
 def test_shapes_keep_the_references_keys_and_order(openapi):
     schemas = openapi["components"]["schemas"]
     assert list(schemas["TraceSummary"]["properties"]) == SUMMARY_KEYS
-    assert list(schemas["TraceDetail"]["properties"]) == [
-        *SUMMARY_KEYS[: -len(ADDED_KEYS)],
-        "metadata",
-        "kernels",
-        *ADDED_KEYS,
-    ]
+    assert list(schemas["TraceDetail"]["properties"]) == DETAIL_KEYS
     assert list(schemas["Kernel"]["properties"]) == [*KERNEL_KEYS, *FORK_KEYS]
     assert sorted(schemas["Kernel"]["required"]) == sorted(KERNEL_KEYS)  # the fork's keys are optional
     assert schemas["Kernel"]["properties"]["total_insts"]["nullable"] is True

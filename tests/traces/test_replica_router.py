@@ -24,6 +24,7 @@ from django.utils import timezone
 from cascade import db_routers
 from cascade.db_routers import PIN_COOKIE, PIN_SECONDS, PRIMARY, REPLICA, read_alias, reads_from
 from ingest.tasks import poll_bucket_task
+from tests.helpers import content
 from tests.ingest.conftest import eager  # noqa: F401 (a fixture: Celery inline, a memory broker)
 from tests.traces.test_admin import upload_minimal_run
 from traces import analysis, views
@@ -79,10 +80,6 @@ def sql(queries) -> str:
     return "\n".join(query["sql"] for query in queries.captured_queries)
 
 
-def body(response) -> bytes:
-    return b"".join(response.streaming_content) if response.streaming else response.content
-
-
 def ready_trace(make_trace, make_kernels, trace_id: str = "bert") -> Trace:
     trace = make_trace(trace_id, state=TraceState.READY, model="bert-base")
     make_kernels(trace, [100, 200, 300])
@@ -107,8 +104,8 @@ def test_an_api_get_reads_the_replica_and_its_token_on_the_primary(api, make_tra
     ready_trace(make_trace, make_kernels)
     with captured() as (primary, replica):
         response = api.get(path)
-        assert response.status_code == 200, body(response)
-        body(response)
+        assert response.status_code == 200, content(response)
+        content(response)
     assert "traces_trace" in sql(replica)
     assert "traces_apitoken" not in sql(replica) and "auth_user" not in sql(replica)
     # The primary answered who the client is (and wrote the token's last use), nothing else.
@@ -123,7 +120,7 @@ def test_a_streamed_detail_and_its_etag_come_from_the_replica(api, make_trace, m
     with captured() as (primary, replica):
         response = api.get("/api/traces/bert", HTTP_ACCEPT_ENCODING="identity")
         assert response.streaming
-        assert b'"kernel_count":3' in body(response).replace(b" ", b"")
+        assert b'"kernel_count":3' in content(response).replace(b" ", b"")
         again = api.get(
             "/api/traces/bert", HTTP_IF_NONE_MATCH=response["ETag"], HTTP_ACCEPT_ENCODING="identity"
         )

@@ -1,16 +1,18 @@
 """The simulations' routes, as docs/api.md and the OpenAPI schema state their contract:
 
 - `GET /api/traces/{trace_id}/simulations`: SimulationSummary objects, newest first, keys in
-  the documented order, `metrics` null until ready; 404 as the trace detail's for an unknown trace;
+  the documented order, `metrics` null until ready;
 - `GET /api/traces/{trace_id}/simulations/{name}`: the summary's keys, then `interrupted`,
-  `steps`, `families` and every launch in the trace's order; 404 for an unknown trace or name;
+  `steps`, `families` and every launch in the trace's order; 404 for an unknown name;
 - `GET /api/simulations` (filters `trace`, `simulator_build`, `config`, `state`; a bad value a
   400 as the trace list's): `trace_id` then the summary's keys;
 - `GET /api/simulations/accuracy?by=simulator_build|config`: builds ranked by MAPE pooled over
   every compared launch; a bad `by` a 400;
-- every route needs a token, and every answer conforms to the schema.
+- every answer conforms to the schema.
 
-Simulations are made with the ORM (ingestion is tested with it).
+What every route shares (a token, an unknown trace's 404, throttling) is the endpoint battery's
+(tests/traces/test_endpoint_battery.py). Simulations are made with the ORM (ingestion is tested
+with it).
 """
 
 import gzip
@@ -19,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from tests.helpers import content
 from tests.traces.test_openapi import assert_conforms, openapi  # noqa: F401 (a fixture)
 from traces import accuracy
 from traces.models import (
@@ -186,8 +189,7 @@ def get_json(api, path: str, params=None, status: int = 200):
     response = api.get(path, params or {})
     assert response.status_code == status, response.content
     assert response["Content-Type"] == "application/json"
-    content = b"".join(response.streaming_content) if response.streaming else response.content
-    return json.loads(content)
+    return json.loads(content(response))
 
 
 # --- a trace's simulations ----------------------------------------------------------------------------
@@ -216,12 +218,6 @@ def test_a_traces_simulations_newest_first_with_the_summary_keys_in_order(api, d
 def test_a_trace_without_simulations_has_an_empty_list(api, make_trace):
     make_trace("bare", state=TraceState.READY)
     assert get_json(api, "/api/traces/bare/simulations") == []
-
-
-def test_an_unknown_traces_simulations_are_a_404_as_its_detail(api, db):
-    body = get_json(api, "/api/traces/nope/simulations", status=404)
-    assert body == {"detail": "trace nope not found"}
-    assert body == get_json(api, "/api/traces/nope", status=404)
 
 
 def test_the_stored_metrics_keys_come_in_the_documented_order_whatever_the_database_keeps(api, demo):
@@ -294,12 +290,9 @@ def test_a_simulation_not_yet_read_has_no_steps_families_or_kernels(api, demo):
     assert (body["steps"], body["families"], body["kernels"]) == ([], [], [])
 
 
-def test_an_unknown_simulation_or_trace_is_a_404(api, demo):
+def test_an_unknown_simulation_is_a_404_naming_it(api, demo):
     assert get_json(api, "/api/traces/demo/simulations/nope", status=404) == {
         "detail": "simulation nope of trace demo not found"
-    }
-    assert get_json(api, "/api/traces/nope/simulations/sim-a", status=404) == {
-        "detail": "trace nope not found"
     }
     assert get_json(api, "/api/traces/demo/simulations/sim%00a", status=404) == {
         "detail": "simulation sim\x00a of trace demo not found"
@@ -456,28 +449,6 @@ def test_a_bad_by_or_filter_is_a_400(api, builds):
     assert get_json(api, "/api/simulations/accuracy", {"state": "done"}, status=400) == {
         "detail": "state accepts one of uploading, parsing, ready, failed; got 'done'."
     }
-
-
-# --- tokens -------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "path",
-    [
-        "/api/traces/demo/simulations",
-        "/api/traces/demo/simulations/sim-a",
-        "/api/simulations",
-        "/api/simulations/",
-        "/api/simulations/accuracy",
-    ],
-)
-def test_every_route_needs_a_token(client_anon, demo, path):
-    response = client_anon.get(path)
-    assert response.status_code == 401
-    assert response["WWW-Authenticate"] == "Bearer"
-    assert response.json() == client_anon.get("/api/traces").json()
-    client_anon.credentials(HTTP_AUTHORIZATION="Bearer cas_wrong")
-    assert client_anon.get(path).status_code == 401
 
 
 # --- the schema ---------------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.utils import timezone
-from rest_framework.test import APIClient
 
+from tests.helpers import bearer
 from traces.models import ApiToken
 
 pytestmark = pytest.mark.django_db
@@ -21,12 +21,6 @@ def command(*args) -> str:
     out = io.StringIO()
     call_command(*args, stdout=out, stderr=io.StringIO())
     return out.getvalue()
-
-
-def client_with(token: str) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
-    return client
 
 
 def test_tokens_are_recognisable_by_secret_scanners():
@@ -39,7 +33,7 @@ def test_tokens_are_recognisable_by_secret_scanners():
 
 def test_list_tokens_shows_names_and_uses_never_the_tokens():
     token = command("create_token", "nightly").splitlines()[-1]
-    client_with(token).get("/api/traces")
+    bearer(token).get("/api/traces")
     listing = command("list_tokens")
     assert listing.splitlines()[0].split() == [
         "NAME",
@@ -66,14 +60,14 @@ def test_tokens_are_read_unless_issued_with_the_write_scope():
     assert rows["reader"][3] == "read" and rows["uploader"][3] == "write"
     # Both read what a token reads today.
     for token in (read, write):
-        assert client_with(token).get("/api/traces").status_code == 200
+        assert bearer(token).get("/api/traces").status_code == 200
     with pytest.raises(CommandError):
         call_command("create_token", "x", "--scope", "admin", stdout=io.StringIO(), stderr=io.StringIO())
 
 
 def test_last_use_is_written_at_most_once_a_minute(django_assert_num_queries):
     token = command("create_token", "busy").splitlines()[-1]
-    client = client_with(token)
+    client = bearer(token)
     client.get("/api/traces")
     first = ApiToken.objects.get().last_used_at
     client.get("/api/traces")
@@ -85,9 +79,9 @@ def test_last_use_is_written_at_most_once_a_minute(django_assert_num_queries):
 
 def test_revoked_tokens_stop_working_at_once():
     token = command("create_token", "laptop").splitlines()[-1]
-    assert client_with(token).get("/api/traces").status_code == 200
+    assert bearer(token).get("/api/traces").status_code == 200
     assert command("revoke_token", "laptop").strip() == "revoked 1 token named 'laptop'"
-    response = client_with(token).get("/api/traces")
+    response = bearer(token).get("/api/traces")
     assert response.status_code == 401
     assert response.json() == {"detail": "Invalid token."}
     with pytest.raises(CommandError, match="no API token is named 'laptop'"):
@@ -96,9 +90,9 @@ def test_revoked_tokens_stop_working_at_once():
 
 def test_expired_tokens_are_refused():
     token = command("create_token", "temp", "--expires-in", "1").splitlines()[-1]
-    assert client_with(token).get("/api/traces").status_code == 200
+    assert bearer(token).get("/api/traces").status_code == 200
     ApiToken.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
-    response = client_with(token).get("/api/traces")
+    response = bearer(token).get("/api/traces")
     assert (response.status_code, response.json()) == (401, {"detail": "Token expired."})
     assert "(expired)" in command("list_tokens")
 
@@ -107,11 +101,11 @@ def test_each_token_has_its_own_rate(settings):
     settings.CASCADE_API_RATE = "3/minute"
     slow = command("create_token", "slow").splitlines()[-1]
     fast = command("create_token", "fast", "--rate", "100/minute").splitlines()[-1]
-    answers = [client_with(slow).get("/api/traces").status_code for _ in range(4)]
+    answers = [bearer(slow).get("/api/traces").status_code for _ in range(4)]
     assert answers == [200, 200, 200, 429]
-    throttled = client_with(slow).get("/api/traces")
+    throttled = bearer(slow).get("/api/traces")
     assert throttled.json()["detail"].startswith("Request was throttled.")
-    assert all(client_with(fast).get("/api/traces").status_code == 200 for _ in range(10))
+    assert all(bearer(fast).get("/api/traces").status_code == 200 for _ in range(10))
 
 
 def test_a_bad_rate_is_refused_with_the_form_it_takes():
@@ -125,7 +119,7 @@ def test_tokens_issued_before_the_prefix_still_work():
     from traces.models import token_digest
 
     ApiToken.objects.create(user=user, name="old", digest=token_digest(legacy), prefix=legacy[:8])
-    assert client_with(legacy).get("/api/traces").status_code == 200
+    assert bearer(legacy).get("/api/traces").status_code == 200
 
 
 def test_the_admin_lists_tokens_by_their_first_characters_and_revokes_them(admin_client):
@@ -139,7 +133,7 @@ def test_the_admin_lists_tokens_by_their_first_characters_and_revokes_them(admin
         "/admin/traces/apitoken/", {"action": "revoke", "_selected_action": [record.pk]}, follow=True
     )
     assert "Revoked 1 token(s): dashboards" in response.content.decode()
-    assert client_with(token).get("/api/traces").status_code == 401
+    assert bearer(token).get("/api/traces").status_code == 401
 
 
 def test_the_admin_shows_a_tokens_scope_and_never_changes_it(admin_client):
