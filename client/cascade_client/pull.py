@@ -149,29 +149,10 @@ def pull(
     paths = [entry["path"] for entry in entries]
     layout, lists = kernelslist.source_lists(paths)
 
-    stems = None
     result = PullResult(trace_id=trace_id, dest=dest, select=select, cover=cover)
-    refused = listing.get("refused") or []
-    if refused:
-        names = ", ".join(repr(item.get("key")) for item in refused[:3])
-        result.warnings.append(
-            f"the server left out {len(refused)} file{'s' * (len(refused) != 1)} whose paths could leave "
-            f"the folder: {names}{', ...' if len(refused) > 3 else ''}"
-        )
+    _warn_refused(listing.get("refused") or [], result)
     on_disk = {kernelslist.trace_stem(p) for p in paths if kernelslist.is_kernel_trace(p)}
-    if selection is not None:
-        stems = set()
-        for group in selection["groups"]:
-            stem = kernelslist.trace_stem(group["representative"].get("trace_file") or "")
-            if stem:
-                stems.add(stem)
-        untraced = sorted(stems - on_disk)
-        if untraced:
-            result.warnings.append(
-                f"{len(untraced)} of {len(selection['groups'])} representatives have no trace file in the run "
-                f"(not traced: {', '.join(untraced[:3])}{', ...' if len(untraced) > 3 else ''}): "
-                "their groups are weighed in cascade.json but cannot be simulated from this run"
-            )
+    stems = None if selection is None else _representatives(selection, on_disk, result)
     wanted = [
         e
         for e in entries
@@ -190,10 +171,8 @@ def pull(
 
     # The lists first: what they name says whether the run is whole, before the large files.
     first = [e for e in wanted if e["path"] in lists]
-    if progress is None:
-        progress = Silent()
-    elif progress is True:
-        progress = Progress(len(wanted), sum(e["bytes"] for e in wanted))
+    if progress is None or progress is True:
+        progress = Progress(len(wanted), sum(e["bytes"] for e in wanted)) if progress else Silent()
     try:
         download_all(client, first, dest, local, jobs, progress, result)
         sources = [(dest / local(path)).read_text(errors="replace") for path in lists]
@@ -210,49 +189,90 @@ def pull(
     finally:
         progress.close()
 
-    simulated = dest / kernelslist.POSTPROCESSED_LIST
-    if layout == "raw" and (lists or selection is not None):
-        raw_list = dest / kernelslist.RAW_LIST
-        _write(raw_list, lines)
-        # What the post-processing step will write from it, so the folder reads whole already.
-        _write(simulated, [kernelslist.postprocessed(line) for line in lines])
-        result.postprocess = raw_list
-    elif selection is not None or (aside and lists):
-        _write(simulated, lines)
-    elif lists and lines != kernelslist.lines_of(sources[0]):
-        # The run's own kernelslist.g repeats a launch, has 4-field memcpy lines or ends on a
-        # memcpy line: the simulator aborts on it, so the fixed list takes its name.
-        os.replace(simulated, dest / RUN_LIST_KEPT)
-        _write(simulated, lines)
-    result.kernelslist = simulated
+    raw = layout == "raw" and (lists or selection is not None)
+    rewritten = selection is not None or (aside and lists)
+    own = sources[0] if lists and not raw and not rewritten else None
+    result.kernelslist = _write_kernel_list(dest, lines, raw=raw, rewritten=rewritten, own=own, result=result)
     result.configs = [dest / p for p in paths if p in ("configs/gpgpusim.config", "configs/trace.config")]
 
     kept = {kernelslist.trace_stem(line) for line in lines if not line.startswith("Memcpy")}
     if selection is not None:
         result.groups = [_group(g, kept) for g in selection["groups"]]
-    _write_json(
-        dest / CLAIM,
-        {
-            "trace_id": trace_id,
-            "server": client.url,
-            "complete": True,
-            "pulled_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
-            "selection": None
-            if selection is None
-            else {
-                key: selection.get(key)
-                for key in ("by", "step", "cover", "tolerance", "launches", "basis", "covered")
-            },
-            "groups": result.groups,
-            "kernelslist": str(kernelslist.POSTPROCESSED_LIST),
-            "postprocess": str(kernelslist.RAW_LIST) if result.postprocess else None,
-            "files": len(wanted),
-            "bytes": sum(e["bytes"] for e in wanted),
-            "missing": missing,
-            "warnings": result.warnings,
-        },
-    )
+    _write_json(dest / CLAIM, _claim_record(trace_id, client.url, selection, wanted, result))
     return result
+
+
+def _warn_refused(refused: list[dict], result: PullResult) -> None:
+    """A warning naming the files the server would not list (their paths could leave the folder)."""
+    if refused:
+        names = ", ".join(repr(item.get("key")) for item in refused[:3])
+        result.warnings.append(
+            f"the server left out {len(refused)} file{'s' * (len(refused) != 1)} whose paths could leave "
+            f"the folder: {names}{', ...' if len(refused) > 3 else ''}"
+        )
+
+
+def _representatives(selection: dict, on_disk: set, result: PullResult) -> set:
+    """The trace stems of a selection's representatives; a warning for those the run lacks."""
+    stems = set()
+    for group in selection["groups"]:
+        stem = kernelslist.trace_stem(group["representative"].get("trace_file") or "")
+        if stem:
+            stems.add(stem)
+    untraced = sorted(stems - on_disk)
+    if untraced:
+        result.warnings.append(
+            f"{len(untraced)} of {len(selection['groups'])} representatives have no trace file in the run "
+            f"(not traced: {', '.join(untraced[:3])}{', ...' if len(untraced) > 3 else ''}): "
+            "their groups are weighed in cascade.json but cannot be simulated from this run"
+        )
+    return stems
+
+
+def _write_kernel_list(
+    dest: Path, lines: list[str], *, raw: bool, rewritten: bool, own: str | None, result: PullResult
+) -> Path:
+    """The kernelslist.g the simulator reads, written where the run's own would not do: a raw
+    list (and what post-processing will make of it), a selection's or a rewritten one, or the
+    run's own when the simulator would abort on it (`own`, its text)."""
+    simulated = dest / kernelslist.POSTPROCESSED_LIST
+    if raw:
+        raw_list = dest / kernelslist.RAW_LIST
+        _write(raw_list, lines)
+        # What the post-processing step will write from it, so the folder reads whole already.
+        _write(simulated, [kernelslist.postprocessed(line) for line in lines])
+        result.postprocess = raw_list
+    elif rewritten:
+        _write(simulated, lines)
+    elif own is not None and lines != kernelslist.lines_of(own):
+        # The run's own kernelslist.g repeats a launch, has 4-field memcpy lines or ends on a
+        # memcpy line: the simulator aborts on it, so the fixed list takes its name.
+        os.replace(simulated, dest / RUN_LIST_KEPT)
+        _write(simulated, lines)
+    return simulated
+
+
+def _claim_record(trace_id: str, server: str, selection: dict | None, wanted: list[dict], result) -> dict:
+    """cascade.json: which trace and server the folder holds, complete, and what was pulled."""
+    return {
+        "trace_id": trace_id,
+        "server": server,
+        "complete": True,
+        "pulled_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+        "selection": None
+        if selection is None
+        else {
+            key: selection.get(key)
+            for key in ("by", "step", "cover", "tolerance", "launches", "basis", "covered")
+        },
+        "groups": result.groups,
+        "kernelslist": str(kernelslist.POSTPROCESSED_LIST),
+        "postprocess": str(kernelslist.RAW_LIST) if result.postprocess else None,
+        "files": len(wanted),
+        "bytes": sum(e["bytes"] for e in wanted),
+        "missing": result.missing,
+        "warnings": result.warnings,
+    }
 
 
 def _kernel_lines(sources: list[str], stems: set | None, selection: dict | None, on_disk: set) -> list[str]:
