@@ -106,27 +106,56 @@ def scan_bucket(
     too, and those whose simulations differ handed to the simulation pass.
     """
     scan = Scan()
+    candidates = runs_to_list(
+        scan, trace_id=trace_id, reparse=reparse, undelete=undelete, swept=swept, watched=watched
+    )
+    register_candidates(scan, candidates, reparse=reparse)
+    if swept is not None:
+        recheck_vanished(scan, candidates)
+    if reparse_outdated and trace_id is None:
+        for run_id in outdated_trace_ids(outdated_batch):
+            if run_id not in scan.to_parse:
+                scan.to_parse.append(run_id)
+                scan.to_reparse.add(run_id)
+    return scan
+
+
+def runs_to_list(
+    scan: Scan,
+    *,
+    trace_id: str | None,
+    reparse: bool,
+    undelete: bool,
+    swept: Swept | None,
+    watched: Swept | None,
+) -> list[str]:
+    """The runs whose folders this scan lists (`scan_bucket` says which); the runs it looked at
+    without listing (their simulations alone differ) go into `scan.looked_at`."""
     if trace_id is not None:
         if undelete:
             services.trace_undelete(trace_id)  # asked for by name: a deleted trace comes back
-        candidates = [trace_id]
-    elif swept is not None:
+        return [trace_id]
+    if swept is not None:
         candidates = list(dict.fromkeys([*runs_in_progress(), *swept.runs]))
         scan.looked_at += [run_id for run_id in swept.simulation_runs if run_id not in candidates]
-    else:
-        run_ids = list(bucket.list_run_ids())
-        candidates = runs_to_look_at(run_ids, reparse=reparse)
-        if not reparse and (watched is None or not watched.last):
-            # A watch that saw the whole prefix compared every ready run's files: no recheck.
-            candidates += ready_runs_changed(run_ids, checked=scan.looked_at)
-        if watched is not None:
-            present = set(run_ids)
-            candidates += [
-                run_id for run_id in watched.runs if run_id in present and run_id not in candidates
-            ]
-            scan.looked_at += [
-                r for r in watched.simulation_runs if r not in candidates and r not in scan.looked_at
-            ]
+        return candidates
+    run_ids = list(bucket.list_run_ids())
+    candidates = runs_to_look_at(run_ids, reparse=reparse)
+    if not reparse and (watched is None or not watched.last):
+        # A watch that saw the whole prefix compared every ready run's files: no recheck.
+        candidates += ready_runs_changed(run_ids, checked=scan.looked_at)
+    if watched is not None:
+        present = set(run_ids)
+        candidates += [run_id for run_id in watched.runs if run_id in present and run_id not in candidates]
+        scan.looked_at += [
+            r for r in watched.simulation_runs if r not in candidates and r not in scan.looked_at
+        ]
+    return candidates
+
+
+def register_candidates(scan: Scan, candidates: list[str], *, reparse: bool) -> None:
+    """List each candidate's folder, register what it holds, and sort it: to parse (its listing
+    kept, within KEPT_LISTING_OBJECTS), to look at again later, or decided as it is."""
     # Listed on the S3 threads, registered here in the bucket's order; a listing that fails
     # (S3 unreachable) ends the scan, as one listing of the bucket that fails does.
     kept = 0  # objects in scan.listings
@@ -156,21 +185,15 @@ def scan_bucket(
                 services.trace_recheck_later(trace)
             elif trace.state == TraceState.READY and trace.files_undecided:
                 services.trace_files_decided(trace)  # new files, and nothing to decide on them
-    if swept is not None:
-        # Followed while in progress, its folder since removed: looked at later, not every pass
-        # (a scan of the whole bucket never lists it: no folder).
-        if gone := set(candidates) - set(scan.looked_at):
-            in_progress = Trace.objects.filter(
-                pk__in=gone, state__in=(TraceState.UPLOADING, TraceState.FAILED)
-            )
-            for trace in in_progress:
-                services.trace_recheck_later(trace)
-    if reparse_outdated and trace_id is None:
-        for run_id in outdated_trace_ids(outdated_batch):
-            if run_id not in scan.to_parse:
-                scan.to_parse.append(run_id)
-                scan.to_reparse.add(run_id)
-    return scan
+
+
+def recheck_vanished(scan: Scan, candidates: list[str]) -> None:
+    """A run followed while in progress whose folder has since been removed: looked at later,
+    not every pass (a scan of the whole bucket never lists it: no folder)."""
+    if gone := set(candidates) - set(scan.looked_at):
+        in_progress = Trace.objects.filter(pk__in=gone, state__in=(TraceState.UPLOADING, TraceState.FAILED))
+        for trace in in_progress:
+            services.trace_recheck_later(trace)
 
 
 # Runs registered together: their new traces in one INSERT.
