@@ -23,15 +23,11 @@ listing changes. A listing of `<run>/simulations/` each: the cost follows the wo
 `read_simulations_now(run)` reads one run's simulations at once (the upload's /complete route).
 """
 
-import json
 import logging
 import lzma
-import math
 import re
 import zlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
-from datetime import datetime
 
 from botocore.exceptions import BotoCoreError, ClientError
 from django.conf import settings
@@ -41,18 +37,15 @@ from ingest import bucket, failures
 from ingest.bucket import S3Object
 from ingest.failures import SimulationInputError
 from ingest.listing import inventory
-from ingest.simlog import SimKernel, SimLog, read_sim_log_chunks
+from ingest.pairing import Pairing, fatal_words
+from ingest.simlog import SimLog, read_sim_log_chunks
+from ingest.simulation_marker import MARKER_NAME, MAX_CLOCK_MHZ, read_marker, run_facts
 from traces import simulations as services
-from traces.accuracy import RUN_FACT_KEYS, simulation_metrics
-from traces.demangle import demangle
+from traces.accuracy import simulation_metrics
 from traces.locks import trace_lock
 from traces.models import (
     CURRENT_SIMULATION_READER_VERSION,
     SIMULATION_NAME_MAX,
-    Kernel,
-    KernelContext,
-    KernelName,
-    SimulatedKernel,
     Simulation,
     Trace,
     TraceState,
@@ -63,46 +56,10 @@ from traces.text import is_storable, unstorable_character
 logger = logging.getLogger(__name__)
 
 FOLDER = "simulations/"
-MARKER_NAME = "simulation.json"
 LOG_NAMES = ("sim.log", "sim.log.gz", "sim.log.xz")
 CONFIG_NAME = "gpgpusim.config"
 NAME = re.compile(rf"[A-Za-z0-9._-]{{1,{SIMULATION_NAME_MAX}}}")
-MAX_MARKER_BYTES = 64 * 1024
-# A core clock is a few hundred to a few thousand MHz; past this (or 0) it is not one.
-MAX_CLOCK_MHZ = 1e6
-MARKER_TEXT_MAX = {
-    "simulator": 200,
-    "config": 200,
-    "notes": 10_000,
-    "accel_sim_build": 500,
-    "gpgpu_sim_build": 500,
-    "host": 255,
-    "started_at": 64,
-    "ended_at": 64,
-}
-MARKER_KEYS = (
-    "status",
-    "simulator",
-    "config",
-    "core_clock_mhz",
-    "notes",
-    "accel_sim_build",
-    "gpgpu_sim_build",
-    "selection",
-    "host",
-    "started_at",
-    "ended_at",
-    "exit_status",
-)
-# The marker's facts of the run, stored as Simulation.run (the API's `run`), in the API's order.
-RUN_KEYS = RUN_FACT_KEYS
-SELECTION_KEYS = ("select", "cover")
-SELECT_STEP = re.compile(r"step:.{1,200}", re.DOTALL)
-MAX_EXIT_STATUS = 2**31
-STATUSES = ("ok", "failed")
 DECOMPRESSED_CHUNK = 1024 * 1024
-# Launches looked up in the trace per query.
-LOOKUP_BATCH = 5_000
 
 
 # --- Which runs, and their listings --------------------------------------------------------
@@ -360,10 +317,6 @@ def read_simulation(
     )
 
 
-# The reason of a ready simulation whose trace has no measured time (issue 29's words).
-NO_MEASURED_TIMES = (
-    "the trace has no measured kernel times: upload an Nsight Systems export or a timing file to compare"
-)
 STOPPED_WHY = {
     "deadlock": "did not finish: the simulator detected a deadlock",
     "killed": "did not finish: the log ends while it ran (the run was killed or cut)",
@@ -372,16 +325,12 @@ STOPPED_WHY = {
 }
 
 
-def _fatal_words(log: SimLog) -> str:
-    return f"line {log.fatal[0]}: {log.fatal[1]}" if log.fatal is not None else ""
-
-
 def simulated_nothing(log: SimLog) -> str:
     """The error of a log in which no kernel finished, in the simulator's own words if it gave any."""
     running = [kernel for kernel in log.in_uid_order() if kernel.interrupted][:1]
     during = f" (uid {running[0].uid}, {running[0].name}, did not finish)" if running else ""
     if log.fatal is not None:
-        return f"the log simulated no kernel{during}: the simulator stopped at {_fatal_words(log)}"
+        return f"the log simulated no kernel{during}: the simulator stopped at {fatal_words(log)}"
     if log.stopped == "max_cycles":
         return f"the log simulated no kernel{during}: the cycle limit (-gpgpu_max_cycle) stopped the run"
     if log.stopped == "killed":
@@ -398,112 +347,8 @@ def left_out(log: SimLog, interrupted: list[dict]) -> dict:
         return {"kernels": 0, "why": None}
     why = STOPPED_WHY.get(log.stopped, "did not finish")
     if log.fatal is not None:
-        why += f" ({_fatal_words(log)})"
+        why += f" ({fatal_words(log)})"
     return {"kernels": len(interrupted), "why": why}
-
-
-def read_marker(obj: S3Object) -> dict:
-    """simulation.json, read strictly: an object of MARKER_KEYS, `status` required."""
-    if obj.size > MAX_MARKER_BYTES:
-        raise SimulationInputError(f"{MARKER_NAME} is {obj.size} bytes, more than {MAX_MARKER_BYTES}")
-    data = bucket.read_object(obj.key, MAX_MARKER_BYTES, etag=obj.etag)
-
-    def refuse_constant(name):
-        raise SimulationInputError(f"{MARKER_NAME}: {name} is not a number JSON allows")
-
-    try:
-        marker = json.loads(data, parse_constant=refuse_constant)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise SimulationInputError(f"{MARKER_NAME} is not valid JSON: {error}") from None
-    if not isinstance(marker, dict):
-        raise SimulationInputError(f"{MARKER_NAME} must be a JSON object, not {type(marker).__name__}")
-    unknown = sorted(set(marker) - set(MARKER_KEYS))
-    if unknown:
-        raise SimulationInputError(
-            f"{MARKER_NAME}: unknown key {', '.join(map(repr, unknown))} (known: {', '.join(MARKER_KEYS)})"
-        )
-    status = marker.get("status")
-    if status not in STATUSES:
-        raise SimulationInputError(f'{MARKER_NAME}: "status" must be "ok" or "failed", not {status!r}')
-    for key, most in MARKER_TEXT_MAX.items():
-        value = marker.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, str):
-            raise SimulationInputError(f'{MARKER_NAME}: "{key}" must be a string or null')
-        if len(value) > most:
-            raise SimulationInputError(f'{MARKER_NAME}: "{key}" is longer than {most} characters')
-        problem = unstorable_character(value)
-        if problem is not None:
-            raise SimulationInputError(f'{MARKER_NAME}: "{key}" holds {problem}')
-    for key in ("started_at", "ended_at"):
-        if marker.get(key) is not None and parse_datetime_or_none(marker[key]) is None:
-            raise SimulationInputError(
-                f'{MARKER_NAME}: "{key}" must be an ISO 8601 time, not {marker[key]!r}'
-            )
-    exit_status = marker.get("exit_status")
-    if exit_status is not None and (
-        isinstance(exit_status, bool)
-        or not isinstance(exit_status, int)
-        or abs(exit_status) > MAX_EXIT_STATUS
-    ):
-        raise SimulationInputError(
-            f'{MARKER_NAME}: "exit_status" must be an integer or null, not {exit_status!r}'
-        )
-    _check_selection(marker.get("selection"))
-    clock = marker.get("core_clock_mhz")
-    if clock is not None and (
-        isinstance(clock, bool)
-        or not isinstance(clock, int | float)
-        or not math.isfinite(clock)
-        or not 0 < clock < MAX_CLOCK_MHZ
-    ):
-        raise SimulationInputError(
-            f'{MARKER_NAME}: "core_clock_mhz" must be a number of MHz above 0, not {clock!r}'
-        )
-    return marker
-
-
-def parse_datetime_or_none(value: str):
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
-def _check_selection(selection) -> None:
-    """null, or {"select": "unique" | "step:NAME", "cover": number | null} (the contract's)."""
-    if selection is None:
-        return
-    where = f'{MARKER_NAME}: "selection"'
-    if not isinstance(selection, dict):
-        raise SimulationInputError(f"{where} must be an object or null")
-    unknown = sorted(set(selection) - set(SELECTION_KEYS))
-    if unknown:
-        raise SimulationInputError(
-            f"{where}: unknown key {', '.join(map(repr, unknown))} (known: select, cover)"
-        )
-    select = selection.get("select")
-    if not isinstance(select, str) or not (select == "unique" or SELECT_STEP.fullmatch(select)):
-        raise SimulationInputError(f'{where}: "select" must be "unique" or "step:NAME", not {select!r}')
-    problem = unstorable_character(select)
-    if problem is not None:
-        raise SimulationInputError(f'{where}: "select" holds {problem}')
-    cover = selection.get("cover")
-    if cover is not None and (
-        isinstance(cover, bool) or not isinstance(cover, int | float) or not math.isfinite(cover) or cover < 0
-    ):
-        raise SimulationInputError(f'{where}: "cover" must be a number or null, not {cover!r}')
-
-
-def run_facts(marker: dict) -> dict | None:
-    """Simulation.run: the marker's RUN_KEYS (null when it has none of them)."""
-    if not any(marker.get(key) is not None for key in RUN_KEYS):
-        return None
-    facts = {key: marker.get(key) for key in RUN_KEYS}
-    if facts["selection"] is not None:
-        facts["selection"] = {key: facts["selection"].get(key) for key in SELECTION_KEYS}
-    return facts
 
 
 def log_chunks(obj: S3Object) -> Iterator[bytes]:
@@ -562,184 +407,3 @@ def _decompressed(chunks, new, error_class, file_name: str, what: str) -> Iterat
                 yield out
     except error_class as error:
         raise SimulationInputError(f"{file_name} is not a valid {what} file: {error}") from None
-
-
-# --- Pairing ---------------------------------------------------------------------------------
-
-
-@dataclass
-class Launch:
-    context: int
-    kernel_id: int
-    name_id: int
-    step: int | None
-    duration_ns: int | None
-
-
-class Pairing:
-    """The log's kernels with the trace's launches: SimulatedKernel rows, checked."""
-
-    def __init__(self, trace: Trace, log: SimLog, clock_mhz: float):
-        self.trace, self.log, self.clock = trace, log, clock_mhz
-        self.contexts = list(
-            KernelContext.objects.filter(trace=trace.key).order_by("index").values_list("index", "ctx")
-        )
-        self.names: dict[int, tuple[str, str]] = {}  # name id: (name, demangled without spaces)
-        self.interrupted: list[dict] = []
-        self.timed = 0  # pairs with a measured time
-
-    def reason(self, log: SimLog) -> str | None:
-        """A ready simulation's reason: the simulator's error that ended the log early."""
-        if log.stopped == "error" and log.fatal is not None:
-            return (
-                f"the simulator stopped at {_fatal_words(log)}: only the kernels that finished are compared"
-            )
-        return None
-
-    def no_comparison_reason(self) -> str:
-        """Why a ready simulation compared nothing."""
-        timed = Kernel.stored.filter(trace=self.trace.key, duration_ns__isnull=False).exists()
-        if not timed:
-            return NO_MEASURED_TIMES
-        if not self.timed:
-            return "none of the simulated launches has a measured time in the trace"
-        return "no simulated launch has a simulated time of its own (every one overlapped others)"
-
-    def rows(self, simulation: Simulation) -> Iterator[SimulatedKernel]:
-        launched = [kernel for kernel in self.log.in_uid_order() if kernel.name is not None]
-        for kernel in self.log.kernels.values():
-            if kernel.name is None and kernel.blocks:
-                raise SimulationInputError(
-                    f"{_at(kernel)}uid {kernel.uid} has a stat block but no launch line in the log"
-                )
-        pairs = self.trace_driven(launched) if self.log.headers else self.in_launch_order(launched)
-        seen: dict[tuple[int, int], int] = {}
-        for kernel, launch in pairs:
-            self.check_name(kernel, launch)
-            key = (launch.context, launch.kernel_id)
-            if key in seen:
-                raise SimulationInputError(
-                    f"{_at(kernel)}uid {seen[key]} and uid {kernel.uid} are both paired with launch "
-                    f"{self.where(launch)}"
-                )
-            seen[key] = kernel.uid
-            if kernel.interrupted:
-                self.interrupted.append(
-                    {
-                        "uid": kernel.uid,
-                        "ctx": self.ctx(launch.context),
-                        "kernel_id": launch.kernel_id,
-                        "name": kernel.name,
-                        "trace_file": kernel.trace_file,
-                    }
-                )
-                continue
-            if launch.duration_ns is not None:
-                self.timed += 1
-            cycles = None if kernel.overlapped else kernel.sim_cycles
-            yield SimulatedKernel(
-                simulation=simulation,
-                trace_key=self.trace.key,
-                context=launch.context,
-                kernel_id=launch.kernel_id,
-                uid=kernel.uid,
-                kernel_name_id=launch.name_id,
-                step=launch.step,
-                measured_ns=launch.duration_ns,
-                sim_cycles=cycles,
-                sim_insn=None if kernel.overlapped else kernel.sim_insn,
-                sim_ns=None if cycles is None else cycles * 1000 / self.clock,
-                overlapped=kernel.overlapped,
-            )
-
-    def trace_driven(self, launched: list[SimKernel]) -> Iterator[tuple[SimKernel, Launch]]:
-        """uid k: the launch its trace header names (kernel-N of its context)."""
-        for start in range(0, len(launched), LOOKUP_BATCH):
-            batch = launched[start : start + LOOKUP_BATCH]
-            wanted: dict[int, list[int]] = {}
-            for kernel in batch:
-                wanted.setdefault(self.context_of(kernel), []).append(kernel.kernel_id)
-            found = {}
-            for context, ids in wanted.items():
-                for launch in self.launches(
-                    Kernel.stored.filter(trace=self.trace.key, context=context, kernel_id__in=ids)
-                ):
-                    found[launch.context, launch.kernel_id] = launch
-            for kernel in batch:
-                launch = found.get((self.context_of(kernel), kernel.kernel_id))
-                if launch is None:
-                    raise SimulationInputError(
-                        f"{_at(kernel)}uid {kernel.uid} ({kernel.trace_file}): the trace has no launch with kernel id "
-                        f"{kernel.kernel_id}{' in context ' + kernel.ctx if kernel.ctx else ''}"
-                    )
-                yield kernel, launch
-
-    def in_launch_order(self, launched: list[SimKernel]) -> Iterator[tuple[SimKernel, Launch]]:
-        """PTX mode: uid k, the trace's k-th launch (Accel-Sim's positional pairing)."""
-        ordered = Kernel.stored.filter(trace=self.trace.key).order_by("context", "kernel_id")
-        launches = self.launches(ordered)
-        position = 0
-        launch = None
-        for kernel in launched:
-            while position < kernel.uid:
-                launch = next(launches, None)
-                position += 1
-                if launch is None:
-                    raise SimulationInputError(
-                        f"{_at(kernel)}uid {kernel.uid} ({kernel.name}): the trace has only {position - 1} launches"
-                    )
-            yield kernel, launch
-
-    def launches(self, queryset) -> Iterator[Launch]:
-        columns = ("context", "kernel_id", "kernel_name_id", "step", "duration_ns")
-        for row in queryset.values_list(*columns).iterator(chunk_size=LOOKUP_BATCH):
-            yield Launch(*row)
-
-    def context_of(self, kernel: SimKernel) -> int:
-        if kernel.ctx is None:
-            if len(self.contexts) != 1:
-                raise SimulationInputError(
-                    f"uid {kernel.uid} ({kernel.trace_file}) names no context, and the trace has "
-                    f"{len(self.contexts)}: trace-driven logs of several contexts name kernel-N-ctx_0x... files"
-                )
-            return self.contexts[0][0]
-        matches = [
-            index for index, ctx in self.contexts if ctx is not None and ctx.lower() == kernel.ctx.lower()
-        ]
-        if len(matches) != 1:
-            problem = "no" if not matches else f"{len(matches)} (one per device)"
-            raise SimulationInputError(
-                f"uid {kernel.uid} ({kernel.trace_file}): the trace has {problem} context {kernel.ctx}"
-            )
-        return matches[0]
-
-    def check_name(self, kernel: SimKernel, launch: Launch) -> None:
-        """The log's name is the launch's, as the tracer's stats file has it (mangled) or
-        demangled (Accel-Sim prints the trace header's name, which newer tracers demangle)."""
-        names = self.names.get(launch.name_id)
-        if names is None:
-            name = KernelName.objects.values_list("name", flat=True).get(pk=launch.name_id)
-            names = self.names[launch.name_id] = (name, _spaceless(demangle(name)))
-        if kernel.name != names[0] and _spaceless(kernel.name) != names[1]:
-            source = kernel.trace_file or "launch order"
-            raise SimulationInputError(
-                f"{_at(kernel)}uid {kernel.uid} ({source}): the log simulates {kernel.name!r}, "
-                f"but the trace's launch {self.where(launch)} is {names[0]!r}"
-            )
-
-    def where(self, launch: Launch) -> str:
-        ctx = self.ctx(launch.context)
-        return f"{ctx}/{launch.kernel_id}" if ctx else str(launch.kernel_id)
-
-    def ctx(self, context: int) -> str | None:
-        return dict(self.contexts).get(context)
-
-
-def _at(kernel: SimKernel) -> str:
-    """`line N: `, the log's line that first named the kernel."""
-    return "" if kernel.line is None else f"line {kernel.line}: "
-
-
-def _spaceless(name: str) -> str:
-    """A demangled name without its spaces: demanglers differ in `> >` and `, `."""
-    return "".join(name.split())

@@ -25,7 +25,7 @@ from botocore.exceptions import ClientError
 from django.conf import settings
 from django.db import connections
 
-from ingest import bucket, simulations
+from ingest import bucket, simulation_marker, simulations
 from ingest.listing import inventory
 from ingest.reingest import ReingestQueue
 from traces import simulations as services
@@ -42,7 +42,7 @@ ACCEPTED = (
     *simulations.LOG_NAMES,
     simulations.CONFIG_NAME,
     TRACE_CONFIG_NAME,
-    simulations.MARKER_NAME,
+    simulation_marker.MARKER_NAME,
 )
 CONFIG_MAX_BYTES = 1024**2
 MAX_PARTS = 10_000  # S3's limit on a multipart upload's parts
@@ -55,8 +55,8 @@ def folder_key(trace_id: str, name: str) -> str:
 def max_bytes(file_name: str) -> int:
     if file_name in simulations.LOG_NAMES:
         return settings.CASCADE_MAX_SIM_LOG_BYTES
-    if file_name == simulations.MARKER_NAME:
-        return simulations.MAX_MARKER_BYTES
+    if file_name == simulation_marker.MARKER_NAME:
+        return simulation_marker.MAX_MARKER_BYTES
     return CONFIG_MAX_BYTES
 
 
@@ -82,13 +82,13 @@ def check_files(files: list[dict]) -> None:
     logs = [file_name for file_name in names if file_name in simulations.LOG_NAMES]
     if len(logs) > 1:
         raise UploadRefused(f"one log, as one of {', '.join(simulations.LOG_NAMES)}: not {', '.join(logs)}")
-    if simulations.MARKER_NAME not in names:
+    if simulation_marker.MARKER_NAME not in names:
         raise UploadRefused(
-            f"{simulations.MARKER_NAME} is missing: it is the folder's completion marker, uploaded last"
+            f"{simulation_marker.MARKER_NAME} is missing: it is the folder's completion marker, uploaded last"
         )
     for item in files:
         largest = max_bytes(item["name"])
-        least = 1 if item["name"] == simulations.MARKER_NAME else 0
+        least = 1 if item["name"] == simulation_marker.MARKER_NAME else 0
         if not least <= item["size"] <= largest:
             raise UploadRefused(f"{item['name']}: {item['size']} bytes, not between {least} and {largest}")
 
@@ -123,15 +123,15 @@ def upload_urls(
         obj.key
         for obj in bucket.list_simulation_objects(trace_id)
         if obj.key.startswith(base)
-        and (obj.key not in named or obj.key.endswith("/" + simulations.MARKER_NAME))
+        and (obj.key not in named or obj.key.endswith("/" + simulation_marker.MARKER_NAME))
     ]
     if stale:
         bucket.delete_keys(stale)
         logger.info("%s: replaced by a new upload: %s deleted", base, ", ".join(stale))
     answer = []
-    for item in sorted(files, key=lambda item: item["name"] == simulations.MARKER_NAME):
+    for item in sorted(files, key=lambda item: item["name"] == simulation_marker.MARKER_NAME):
         key, size = base + item["name"], item["size"]
-        if size >= settings.CASCADE_SIM_MULTIPART_BYTES and item["name"] != simulations.MARKER_NAME:
+        if size >= settings.CASCADE_SIM_MULTIPART_BYTES and item["name"] != simulation_marker.MARKER_NAME:
             sizes = part_sizes(size)
             upload_id = bucket.multipart_start(key)
             urls = bucket.presigned_parts(key, upload_id, sizes, seconds)

@@ -32,7 +32,6 @@ LONG_FUNCTIONS_LEFT = {
 LONG_MODULES_LEFT = {
     "ingest.bucket",
     "ingest.simlog",
-    "ingest.simulations",
 }
 
 
