@@ -103,45 +103,26 @@ def demo(make_trace):
         "threads": 1024,
         "traced": True,
     }
+
+    def launch(ctx: str, kernel_id: int, insts: int | None, **fields) -> dict:
+        trace_file = f"kernel-{kernel_id}-ctx_{ctx}.trace.xz"
+        return dict(
+            ctx=ctx,
+            kernel_id=kernel_id,
+            trace_file=trace_file,
+            total_insts=insts,
+            total_reported_insts=insts,
+            **common,
+            **fields,
+        )
+
     store_kernels(
         "demo",
         [
-            dict(
-                ctx="0x1",
-                kernel_id=1,
-                trace_file="kernel-1-ctx_0x1.trace.xz",
-                total_insts=5,
-                total_reported_insts=5,
-                **common,
-            ),
-            dict(
-                ctx="0x1",
-                kernel_id=2,
-                trace_file="kernel-2-ctx_0x1.trace.xz",
-                total_insts=None,
-                total_reported_insts=None,
-                **common,
-            ),
-            dict(
-                ctx="0x2",
-                kernel_id=1,
-                trace_file="kernel-1-ctx_0x2.trace.xz",
-                total_insts=7,
-                total_reported_insts=7,
-                device=0,
-                stream=7,
-                **common,
-            ),
-            dict(
-                ctx="0x2",
-                kernel_id=1,
-                trace_file="kernel-1-ctx_0x2.trace.xz",
-                total_insts=7,
-                total_reported_insts=7,
-                device=1,
-                stream=None,
-                **common,
-            ),
+            launch("0x1", 1, 5),
+            launch("0x1", 2, None),
+            launch("0x2", 1, 7, device=0, stream=7),
+            launch("0x2", 1, 7, device=1, stream=None),
         ],
     )
     Trace.objects.filter(pk="demo").update(kernel_count=4)
