@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from tests.helpers import store_kernels
+from tests.helpers import kernel_dict, store_kernels
 from tests.traces.test_openapi import assert_conforms, response_validator
 from traces import analysis
 from traces.demangle import demangle
@@ -26,21 +26,14 @@ FOO, FOO_STATIC = "_Z3fooi", "_ZL3fooi"
 
 
 def launch(kernel_id: int, name: str, insts: int | None, **fields) -> dict:
-    return dict(
+    return kernel_dict(
+        kernel_id,
         ctx="0x1",
-        kernel_id=kernel_id,
         name=name,
         trace_file=f"kernel-{kernel_id}.trace",
-        grid_x=1,
-        grid_y=1,
-        grid_z=1,
-        block_x=128,
-        block_y=1,
-        block_z=1,
-        blocks=1,
-        threads=128,
-        total_insts=insts,
-        total_reported_insts=insts,
+        grid=(1, 1, 1),
+        block=(128, 1, 1),
+        insts=insts,
         **fields,
     )
 

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
 
-from tests.helpers import content, store_kernels
+from tests.helpers import content, kernel_dict, store_kernels
 from tests.traces.test_api import DETAIL_KEYS, KERNEL_KEYS, SUMMARY_KEYS
 from traces.filters import TraceFilter
 from traces.models import Trace, TraceState
@@ -91,38 +91,13 @@ def demo(make_trace):
         "files": [{"key": "accelsim-traces/demo/configs/trace.config", "bytes": 1}],
     }
     trace.save()
-    common = {
-        "name": "_Z6vecAddPdS_S_i",
-        "grid_x": 98,
-        "grid_y": 1,
-        "grid_z": 1,
-        "block_x": 1024,
-        "block_y": 1,
-        "block_z": 1,
-        "blocks": 98,
-        "threads": 1024,
-        "traced": True,
-    }
-
-    def launch(ctx: str, kernel_id: int, insts: int | None, **fields) -> dict:
-        trace_file = f"kernel-{kernel_id}-ctx_{ctx}.trace.xz"
-        return dict(
-            ctx=ctx,
-            kernel_id=kernel_id,
-            trace_file=trace_file,
-            total_insts=insts,
-            total_reported_insts=insts,
-            **common,
-            **fields,
-        )
-
     store_kernels(
         "demo",
         [
-            launch("0x1", 1, 5),
-            launch("0x1", 2, None),
-            launch("0x2", 1, 7, device=0, stream=7),
-            launch("0x2", 1, 7, device=1, stream=None),
+            kernel_dict(1, ctx="0x1", insts=5, traced=True),
+            kernel_dict(2, ctx="0x1", insts=None, traced=True),
+            kernel_dict(1, ctx="0x2", insts=7, traced=True, device=0, stream=7),
+            kernel_dict(1, ctx="0x2", insts=7, traced=True, device=1, stream=None),
         ],
     )
     Trace.objects.filter(pk="demo").update(kernel_count=4)
