@@ -4,6 +4,7 @@ and their answers' bytes, the storage setting, a lock held elsewhere. Fixtures s
 import contextlib
 import gzip
 import json
+import math
 import threading
 import tracemalloc
 import zlib
@@ -25,6 +26,7 @@ __all__ = [
     "content",
     "decompress",
     "ingested",
+    "kernel_dict",
     "kernel_rows",
     "lock_held_elsewhere",
     "point_traces_storage_at",
@@ -120,6 +122,32 @@ def kernel_row(
         step,
         duration_ns,
     )
+
+
+def kernel_dict(
+    kernel_id: int,
+    *,
+    ctx: str = VECADD_CTX,
+    grid: tuple[int, int, int] = (98, 1, 1),
+    block: tuple[int, int, int] = (1024, 1, 1),
+    insts: int | None = 50066,
+    **columns,
+) -> dict:
+    """A launch as `store_kernels` takes it, by KERNEL_COLUMNS' names: vecadd's by default (the
+    tracer's trace file for `ctx`, `insts` both totals, not traced); any other column by name."""
+    return {
+        "ctx": ctx,
+        "kernel_id": kernel_id,
+        "name": "_Z6vecAddPdS_S_i",
+        "trace_file": f"kernel-{kernel_id}-ctx_{ctx}.trace.xz",
+        **dict(zip(("grid_x", "grid_y", "grid_z"), grid, strict=True)),
+        **dict(zip(("block_x", "block_y", "block_z"), block, strict=True)),
+        "blocks": math.prod(grid),
+        "threads": math.prod(block),
+        "total_insts": insts,
+        "total_reported_insts": insts,
+        **columns,
+    }
 
 
 def store_kernels(trace_id: str, launches) -> None:

@@ -34,6 +34,35 @@ ROWS = [
 ]
 
 
+def run_bench(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
+    """`python -m <args>` in the checkout, to its end; its exit asserted zero."""
+    done = subprocess.run(
+        [sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def run_server_bench(*args: str, timeout: float) -> tuple[subprocess.Popen, str]:
+    """`python -m bench <args>` against a server, to its end: the process (its pid names its
+    scratch databases) and the table it printed; its exit asserted zero."""
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "bench", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        table, progress = bench.communicate(timeout=timeout)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.communicate()
+    assert bench.returncode == 0, progress[-3000:]
+    return bench, table
+
+
 @pytest.fixture
 def server(on_postgres) -> str:
     """The PostgreSQL server of the test database, where a bench makes its scratch databases."""
@@ -46,21 +75,9 @@ def server(on_postgres) -> str:
 
 def test_the_lab_bench_measures_every_figure_at_the_tiny_scale(server, tmp_path):
     results, written = tmp_path / "bench.json", tmp_path / "bench.md"
-    bench = subprocess.Popen(
-        [sys.executable, "-m", "bench", "--scale", "tiny", "--server", server, "--json", str(results)]
-        + ["--output", str(written)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    bench, table = run_server_bench(
+        "--scale", "tiny", "--server", server, "--json", str(results), "--output", str(written), timeout=600
     )
-    try:
-        table, progress = bench.communicate(timeout=600)
-    finally:
-        if bench.poll() is None:
-            bench.kill()
-            bench.communicate()
-    assert bench.returncode == 0, progress[-3000:]
 
     saved = json.loads(results.read_text())
     assert [row["key"] for row in saved["rows"]] == ROWS
@@ -107,15 +124,8 @@ def test_the_simulator_log_bench_runs_at_a_small_scale(tmp_path):
     every block grep counted."""
     real_log = shared_fixture("real-sim-logs", "halUW__benchmark_1_stream_clean.log")
     results = tmp_path / "simlog.json"
-    bench = subprocess.run(
-        [sys.executable, "-m", "bench.simlog", "--scale", "small", "--repeat", "1", "--json", str(results)]
-        + ["--real-log", str(real_log)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert bench.returncode == 0, bench.stderr[-3000:]
+    args = ["--scale", "small", "--repeat", "1", "--json", str(results), "--real-log", str(real_log)]
+    bench = run_bench("bench.simlog", *args, timeout=300)
     rows = json.loads(results.read_text())["rows"]
     assert [row["file"] for row in rows] == ["log", "log.gz"]
     for row in rows:
@@ -133,14 +143,7 @@ def test_the_pull_bench_runs_at_a_small_scale(tmp_path):
     """bench/pull.py: two small runs pulled through gunicorn; every byte arrived, and the server's
     worker grew by far less than what passed (the files went around it)."""
     results = tmp_path / "pull.json"
-    bench = subprocess.run(
-        [sys.executable, "-m", "bench.pull", "--scale", "small", "--json", str(results)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert bench.returncode == 0, bench.stderr[-3000:]
+    bench = run_bench("bench.pull", "--scale", "small", "--json", str(results), timeout=600)
     rows = json.loads(results.read_text())["rows"]
     # The trace files' megabytes, and a few hundred bytes of stats, kernelslist and config.
     assert [row["bytes"] // 1_000_000 for row in rows] == [8, 32]
@@ -153,14 +156,9 @@ def test_the_pull_bench_runs_at_a_small_scale(tmp_path):
 def test_the_events_bench_times_both_modes_at_a_small_scale(tmp_path):
     """`bench.community.watch events`: moto's S3 and SQS, two runs a mode; events within their 3 s target."""
     results = tmp_path / "events.json"
-    bench = subprocess.run(
-        [sys.executable, "-m", "bench.community.watch", "events", "--scale", "small", "--json", str(results)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    bench = run_bench(
+        "bench.community.watch", "events", "--scale", "small", "--json", str(results), timeout=300
     )
-    assert bench.returncode == 0, bench.stderr[-3000:]
     saved = json.loads(results.read_text())
     assert [len(saved["seconds"][mode]) for mode in ("events", "polling")] == [2, 2]
     assert all(0 < seconds <= 3 for seconds in saved["seconds"]["events"])
@@ -210,21 +208,9 @@ def test_the_community_bench_takes_every_figure_at_the_tiny_scale(server, tmp_pa
     """`python -m bench community --scale tiny`: every figure taken, a row each in the table,
     the values behind them saved, every scratch database dropped."""
     results = tmp_path / "community.json"
-    bench = subprocess.Popen(
-        [sys.executable, "-m", "bench", "community", "--scale", "tiny", "--server", server]
-        + ["--json", str(results)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    bench, table = run_server_bench(
+        "community", "--scale", "tiny", "--server", server, "--json", str(results), timeout=900
     )
-    try:
-        table, progress = bench.communicate(timeout=900)
-    finally:
-        if bench.poll() is None:
-            bench.kill()
-            bench.communicate()
-    assert bench.returncode == 0, progress[-3000:]
     saved = json.loads(results.read_text())
     for row in saved["rows"]:
         assert not row["measured"].startswith("not measured"), row
@@ -281,14 +267,7 @@ def test_the_community_bench_takes_every_figure_at_the_tiny_scale(server, tmp_pa
 
 def test_the_blank_lines_bench_prints_a_row_per_workload():
     """`bench.simlog blank-lines`: a few kB of each workload, beside real rows."""
-    bench = subprocess.run(
-        [sys.executable, "-m", "bench.simlog", "blank-lines", "--mb", "0.05", "--repeat", "1"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert bench.returncode == 0, bench.stderr[-3000:]
+    bench = run_bench("bench.simlog", "blank-lines", "--mb", "0.05", "--repeat", "1", timeout=120)
     rows = [line for line in bench.stdout.splitlines() if line.startswith("| ")][1:]
     assert len(rows) == 7 and rows[0].startswith("| real rows |") and rows[0].endswith("| 1.00x |")
 
@@ -306,8 +285,4 @@ def test_the_blank_lines_bench_prints_a_row_per_workload():
 def test_each_other_bench_parses_its_arguments(module):
     """The benches too large for the suite (or needing a running server) import and parse
     their command line; docs/performance.md gives their smallest runs."""
-    done = subprocess.run(
-        [sys.executable, "-m", *module.split(), "--help"], cwd=ROOT, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.startswith("usage:")
+    assert run_bench(*module.split(), "--help").stdout.startswith("usage:")

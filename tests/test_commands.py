@@ -43,24 +43,26 @@ def test_an_unmigrated_database_says_to_migrate(tmp_path, args):
     assert "Traceback" not in result.stderr
 
 
-def test_ingest_without_a_bucket_says_which_variable(migrated):
-    result = manage(migrated, "ingest_traces")
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        pytest.param({}, "CASCADE_S3_BUCKET is not set", id="without-a-bucket-says-which-variable"),
+        pytest.param(
+            {
+                "CASCADE_S3_BUCKET": "b",
+                "CASCADE_S3_ENDPOINT_URL": "http://127.0.0.1:9",
+                "AWS_ACCESS_KEY_ID": "x",
+                "AWS_SECRET_ACCESS_KEY": "x",
+                "AWS_DEFAULT_REGION": "us-east-1",
+                "AWS_MAX_ATTEMPTS": "1",
+            },
+            "cannot list the bucket b: Could not connect to the endpoint URL",
+            id="with-an-unreachable-endpoint-says-so",
+        ),
+    ],
+)
+def test_ingest_refuses_in_words(migrated, env, message):
+    result = manage(migrated, "ingest_traces", **env)
     assert result.returncode == 1
-    assert "CASCADE_S3_BUCKET is not set" in result.stderr
-    assert "Traceback" not in result.stderr
-
-
-def test_ingest_with_an_unreachable_endpoint_says_so(migrated):
-    result = manage(
-        migrated,
-        "ingest_traces",
-        CASCADE_S3_BUCKET="b",
-        CASCADE_S3_ENDPOINT_URL="http://127.0.0.1:9",
-        AWS_ACCESS_KEY_ID="x",
-        AWS_SECRET_ACCESS_KEY="x",
-        AWS_DEFAULT_REGION="us-east-1",
-        AWS_MAX_ATTEMPTS="1",
-    )
-    assert result.returncode == 1
-    assert "cannot list the bucket b: Could not connect to the endpoint URL" in result.stderr
+    assert message in result.stderr
     assert "Traceback" not in result.stderr

@@ -63,6 +63,20 @@ def value(samples, name: str, **labels) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
 
 
+class Counted:
+    """What a `with` block counts: `delta(name, **labels)` once it is done; `after`, the counts then."""
+
+    def __enter__(self):
+        self.before = counts()
+        return self
+
+    def __exit__(self, *exc):
+        self.after = counts()
+
+    def __call__(self, name: str, **labels) -> float:
+        return value(self.after, name, **labels) - value(self.before, name, **labels)
+
+
 # --- Who may scrape ---------------------------------------------------------------------------
 
 
@@ -123,21 +137,17 @@ def test_traces_by_state_and_launches_stored_come_from_the_database(make_trace, 
 
 
 def test_requests_by_route_and_status_with_their_latency(api):
-    before = counts()
-    for _ in range(3):
-        assert api.get("/api/traces/nope-1").status_code == 404
-    assert api.get("/api/traces/nope-2/summary").status_code == 404
-    after = counts()
-
-    def delta(name, **labels):
-        return value(after, name, **labels) - value(before, name, **labels)
+    with Counted() as delta:
+        for _ in range(3):
+            assert api.get("/api/traces/nope-1").status_code == 404
+        assert api.get("/api/traces/nope-2/summary").status_code == 404
 
     # The route's name, not the path: both ids are one series.
     assert delta("cascade_http_requests_total", route="trace-detail", method="GET", status="404") == 3
     assert delta("cascade_http_requests_total", route="trace-summary", method="GET", status="404") == 1
     assert delta("cascade_http_request_duration_seconds_count", route="trace-detail") == 3
     assert delta("cascade_http_request_duration_seconds_bucket", route="trace-detail", le="+Inf") == 3
-    assert not any("nope" in str(key) for key in after)
+    assert not any("nope" in str(key) for key in delta.after)
     # /metrics shows them, summed with the other processes' (pytest-xdist's workers count too).
     assert (
         value(scrape(), "cascade_http_requests_total", route="trace-detail", method="GET", status="404") >= 3
@@ -145,13 +155,9 @@ def test_requests_by_route_and_status_with_their_latency(api):
 
 
 def test_s3_requests_and_errors(s3, db):
-    before = counts()
-    assert bucket.head_etag(PREFIX + "absent/metadata.json") is None
-    assert list(bucket.list_run_ids()) == []
-    after = counts()
-
-    def delta(name, **labels):
-        return value(after, name, **labels) - value(before, name, **labels)
+    with Counted() as delta:
+        assert bucket.head_etag(PREFIX + "absent/metadata.json") is None
+        assert list(bucket.list_run_ids()) == []
 
     assert delta("cascade_s3_requests_total", operation="HeadObject") == 1
     assert delta("cascade_s3_errors_total", operation="HeadObject", error="404") == 1
@@ -160,33 +166,19 @@ def test_s3_requests_and_errors(s3, db):
 
 
 def test_parse_failures_by_kind(db):
-    before = counts()
-    metrics.count_parse_failure("input")
-    metrics.count_parse_failure("input")
-    metrics.count_parse_failure("internal")
-    after = counts()
-    assert (
-        value(after, "cascade_parse_failures_total", kind="input")
-        - value(before, "cascade_parse_failures_total", kind="input")
-        == 2
-    )
-    assert (
-        value(after, "cascade_parse_failures_total", kind="internal")
-        - value(before, "cascade_parse_failures_total", kind="internal")
-        == 1
-    )
+    with Counted() as delta:
+        metrics.count_parse_failure("input")
+        metrics.count_parse_failure("input")
+        metrics.count_parse_failure("internal")
+    assert delta("cascade_parse_failures_total", kind="input") == 2
+    assert delta("cascade_parse_failures_total", kind="internal") == 1
 
 
 def test_passes_of_ingest_traces_are_counted_and_timed(s3, db):
-    before = counts()
-    call_command("ingest_traces", stdout=open("/dev/null", "w"))
-    after = counts()
-    labels = {"entry": "ingest_traces", "outcome": "ok"}
-    assert (
-        value(after, "cascade_passes_total", **labels) - value(before, "cascade_passes_total", **labels) == 1
-    )
-    count = "cascade_pass_duration_seconds_count"
-    assert value(after, count, entry="ingest_traces") - value(before, count, entry="ingest_traces") == 1
+    with Counted() as delta:
+        call_command("ingest_traces", stdout=open("/dev/null", "w"))
+    assert delta("cascade_passes_total", entry="ingest_traces", outcome="ok") == 1
+    assert delta("cascade_pass_duration_seconds_count", entry="ingest_traces") == 1
 
 
 # --- Several gunicorn workers and a poller on one host ---------------------------------------

@@ -45,16 +45,23 @@ def staff_client(admin_user) -> Client:
 
 
 @pytest.fixture
-def viewer_client(db) -> Client:
-    """Staff who may only look at traces and kernels."""
+def make_viewer(db):
+    """`make_viewer(*codenames)`: the session of staff who hold only these `traces` permissions."""
     from django.contrib.auth.models import Permission
 
-    user = get_user_model().objects.create_user("viewer", password="viewer-pass-123", is_staff=True)
-    user.user_permissions.set(
-        Permission.objects.filter(
-            content_type__app_label="traces", codename__in=["view_trace", "view_kernel"]
+    def make(*codenames: str) -> Client:
+        user = get_user_model().objects.create_user("viewer", password="viewer-pass-123", is_staff=True)
+        user.user_permissions.set(
+            Permission.objects.filter(content_type__app_label="traces", codename__in=codenames)
         )
-    )
-    client = Client()
-    client.force_login(user)
-    return client
+        client = Client()
+        client.force_login(user)
+        return client
+
+    return make
+
+
+@pytest.fixture
+def viewer_client(make_viewer) -> Client:
+    """Staff who may only look at traces and kernels."""
+    return make_viewer("view_trace", "view_kernel")

@@ -46,6 +46,24 @@ def listed_trace_ids(response) -> list[str]:
     return [trace.pk for trace in response.context["cl"].result_list]
 
 
+def query_count(client, path: str, params=None) -> int:
+    """The queries a page of the admin costs."""
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(path, params or {}).status_code == 200
+    return len(captured)
+
+
+@pytest.fixture
+def queued_tasks(settings, monkeypatch) -> list[tuple[str, bool]]:
+    """Celery configured; the parse tasks it is sent, (trace_id, reparse), kept instead of a broker."""
+    settings.CASCADE_CELERY_CONFIGURED = True
+    queued = []
+    monkeypatch.setattr(
+        parse_trace_task, "delay", lambda trace_id, reparse=False: queued.append((trace_id, reparse))
+    )
+    return queued
+
+
 # --- reading a page as an operator does ---------------------------------------------------
 
 VOID_TAGS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"}
@@ -520,15 +538,12 @@ def test_top_kernels_are_the_heaviest_even_when_they_share_a_bar(db, make_trace,
 
 
 def test_change_page_query_count_does_not_grow_with_kernels(staff_client, traces, make_kernels):
-    def queries_for(trace):
-        with CaptureQueriesContext(connection) as captured:
-            assert staff_client.get(change_url(trace.pk)).status_code == 200
-        return len(captured)
-
     make_kernels(traces[0], [10, 20])
     make_kernels(traces[1], list(range(500)))
-    queries_for(traces[0])  # warm Django's caches (content types)
-    assert queries_for(traces[1]) == queries_for(traces[0])
+    query_count(staff_client, change_url("resnet-a100"))  # warm Django's caches (content types)
+    assert query_count(staff_client, change_url("bert-h100")) == query_count(
+        staff_client, change_url("resnet-a100")
+    )
 
 
 def test_change_page_of_a_trace_without_kernels(staff_client, traces):
@@ -673,23 +688,16 @@ def test_reingest_never_parses_inside_the_web_request(staff_client, traces, monk
     assert parsed_in and request_thread not in parsed_in
 
 
-def test_reingest_queues_a_celery_task_when_celery_is_configured(staff_client, traces, settings, monkeypatch):
-    settings.CASCADE_CELERY_CONFIGURED = True
-    queued = []
-    monkeypatch.setattr(
-        parse_trace_task, "delay", lambda trace_id, reparse=False: queued.append((trace_id, reparse))
-    )
+def test_reingest_queues_a_celery_task_when_celery_is_configured(staff_client, traces, queued_tasks):
     assert reingest(staff_client, "bert-h100") == [
         "Trace bert-h100: queued for re-ingestion; a Celery worker parses it"
     ]
-    assert queued == [("bert-h100", True)]
+    assert queued_tasks == [("bert-h100", True)]
 
 
 def test_reingest_reports_an_unreachable_broker_instead_of_failing(
-    staff_client, traces, settings, monkeypatch
+    staff_client, traces, queued_tasks, monkeypatch
 ):
-    settings.CASCADE_CELERY_CONFIGURED = True
-
     def unreachable(trace_id, reparse=False):
         raise ConnectionError("could not connect to the broker")
 
@@ -735,12 +743,10 @@ def test_operators_mark_samples_and_the_api_shows_it_at_once(staff_client, trace
     assert Trace.objects.get(pk="bert-h100").sample is False
 
 
-def test_change_page_offers_the_actions_as_buttons(staff_client, traces, settings, monkeypatch):
+def test_change_page_offers_the_actions_as_buttons(staff_client, traces, queued_tasks):
     page = read(staff_client.get(change_url("bert-h100")))
     assert {"Re-ingest this trace", "Mark failed"} <= set(buttons(page))
 
-    settings.CASCADE_CELERY_CONFIGURED = True
-    monkeypatch.setattr(parse_trace_task, "delay", lambda trace_id, reparse=False: None)
     response = press(staff_client, page, "Re-ingest this trace")
     assert [str(m) for m in response.context["messages"]] == [
         "Trace bert-h100: queued for re-ingestion; a Celery worker parses it"
@@ -864,17 +870,14 @@ def test_kernel_changelist_search_by_name(staff_client, traces, make_kernels):
 
 
 def test_kernel_changelist_query_count_does_not_grow_with_rows(staff_client, traces, make_kernels):
-    def queries_for(params):
-        with CaptureQueriesContext(connection) as captured:
-            assert staff_client.get(KERNELS, params).status_code == 200
-        return len(captured)
-
     make_kernels(traces[0], [1, 2])
-    queries_for({})  # warm Django's caches (content types)
-    unfiltered = queries_for({})
+    query_count(staff_client, KERNELS)  # warm Django's caches (content types)
+    unfiltered = query_count(staff_client, KERNELS)
     make_kernels(traces[1], list(range(90)))
-    assert queries_for({}) == unfiltered
-    assert queries_for({"trace": "bert-h100"}) == queries_for({"trace": "resnet-a100"})
+    assert query_count(staff_client, KERNELS) == unfiltered
+    assert query_count(staff_client, KERNELS, {"trace": "bert-h100"}) == query_count(
+        staff_client, KERNELS, {"trace": "resnet-a100"}
+    )
 
 
 def test_kernels_are_read_only(staff_client, traces, make_kernels):

@@ -9,8 +9,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from tests.helpers import store_kernels
-from tests.traces.test_admin import change_url, field, read, table_rows
+from tests.helpers import kernel_dict, store_kernels
+from tests.traces.test_admin import change_url, field, query_count, read, table_rows
 from traces import launch_summaries
 from traces.models import Kernel, Step, Trace, TraceState
 
@@ -27,21 +27,14 @@ def add_run(trace: Trace, launches: list[tuple], *, ctx: str = "0xa") -> None:
     store_kernels(
         trace.pk,
         (
-            dict(
+            kernel_dict(
+                n,
                 ctx=ctx,
-                kernel_id=n,
                 name=name,
                 trace_file=f"kernel-{n}.trace.xz",
-                grid_x=1,
-                grid_y=1,
-                grid_z=1,
-                block_x=32,
-                block_y=1,
-                block_z=1,
-                blocks=1,
-                threads=32,
-                total_insts=insts,
-                total_reported_insts=insts,
+                grid=(1, 1, 1),
+                block=(32, 1, 1),
+                insts=insts,
                 traced=n % 2 == 1,
                 step=step,
                 duration_ns=ns,
@@ -303,26 +296,20 @@ def test_a_big_trace_page_is_read_once_until_the_trace_changes(staff_client, tim
 # --- bounded queries ------------------------------------------------------------------------
 
 
-def queries_for(client, url) -> int:
-    with CaptureQueriesContext(connection) as captured:
-        assert client.get(url).status_code == 200
-    return len(captured)
-
-
 def test_page_query_count_does_not_grow_with_kernels_or_steps(staff_client, timed, make_trace):
     big = make_trace("big-run", state=TraceState.READY, has_real_timing=True, has_step_timeline=True)
     add_steps(big, [(f"step {n}", "decode") for n in range(40)])
     add_run(big, [(f"_Z6kernel{n % 30}v", 100 + n, 10 + n, n % 40) for n in range(600)])
-    queries_for(staff_client, change_url(timed.pk))  # warm Django's caches
-    assert queries_for(staff_client, change_url(big.pk)) == queries_for(staff_client, change_url(timed.pk))
+    query_count(staff_client, change_url(timed.pk))  # warm Django's caches
+    assert query_count(staff_client, change_url(big.pk)) == query_count(staff_client, change_url(timed.pk))
 
 
 def test_compare_query_count_does_not_grow_with_kernels(staff_client, timed, untimed, make_trace):
     big = make_trace("big-run", state=TraceState.READY, has_real_timing=True)
     add_run(big, [(f"_Z6kernel{n % 30}v", 100 + n, 10 + n, None) for n in range(600)])
     small = compare_url(untimed.pk, timed.pk)
-    queries_for(staff_client, small)
-    assert queries_for(staff_client, compare_url(untimed.pk, big.pk)) == queries_for(staff_client, small)
+    query_count(staff_client, small)
+    assert query_count(staff_client, compare_url(untimed.pk, big.pk)) == query_count(staff_client, small)
 
 
 # --- compare ---------------------------------------------------------------------------------

@@ -12,13 +12,12 @@ from django.contrib.admin import site as admin_site
 from django.contrib.admin.utils import quote
 from django.contrib.auth import get_user_model
 from django.db import connection
-from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from ingest import simulations as ingest_simulations
 from tests.helpers import lock_held_elsewhere
-from tests.traces.test_admin import field, read, result_rows, table_rows
+from tests.traces.test_admin import change_url, field, read, result_rows, table_rows
 from tests.traces.test_admin_analysis import ADD, CUBLAS, GEMM, add_run, add_steps
 from traces import accuracy
 from traces.admin import simulation_pages
@@ -103,12 +102,34 @@ def simulate(
     return simulation
 
 
-@pytest.fixture
-def trace(make_trace) -> Trace:
-    trace = make_trace("opt-h100", state=TraceState.READY, has_real_timing=True, has_step_timeline=True)
+def add_opt_h100() -> Trace:
+    """The trace of LAUNCHES: two steps, prefill then decode, with measured times."""
+    trace = Trace.objects.create(
+        id="opt-h100", state=TraceState.READY, has_real_timing=True, has_step_timeline=True
+    )
     add_steps(trace, [("step 0 (prefill)", "prefill"), ("step 1 (decode)", "decode")])
     add_run(trace, LAUNCHES)
     return trace
+
+
+@pytest.fixture
+def trace(db) -> Trace:
+    return add_opt_h100()
+
+
+@pytest.fixture
+def killed_run(make_trace) -> Simulation:
+    """A simulation of another trace, never finished, on another config."""
+    other = make_trace("other-run", state=TraceState.READY)
+    return Simulation.objects.create(
+        trace=other, name="killed-run", state=TraceState.PARSING, config="SM86_RTX3070"
+    )
+
+
+def trace_page_simulations(client, trace_id: str) -> dict:
+    """The rows of a trace page's simulations, by name."""
+    group = read(client.get(change_url(trace_id))).find(id="simulations-group")
+    return {row["Name"].text: row for row in table_rows(group.find("table"))}
 
 
 @pytest.fixture
@@ -247,17 +268,15 @@ def test_step_chart_merges_consecutive_steps_past_its_bound():
 
 
 def test_the_list_shows_each_simulation_with_its_build_config_end_and_mape(
-    staff_client, two_builds, make_trace
+    staff_client, two_builds, killed_run
 ):
     a, b = two_builds
-    other = make_trace("other-run", state=TraceState.READY)
-    Simulation.objects.create(trace=other, name="killed-run", state=TraceState.PARSING, config="SM86_RTX3070")
     page = read(staff_client.get(SIMULATIONS))
     rows = {row["Name"].text: row for row in result_rows(page)}
     assert set(rows) == {"h100-build-a", "h100-build-b", "killed-run"}
     row = rows["h100-build-a"]
     assert row["Trace"].text == "opt-h100"
-    assert row["Trace"].find("a").attrs["href"] == reverse("admin:traces_trace_change", args=["opt-h100"])
+    assert row["Trace"].find("a").attrs["href"] == change_url("opt-h100")
     assert row["Name"].find("a").attrs["href"] == simulation_url(a)
     assert row["State"].text == "ready"
     assert row["Build"].text == "a1b2c3"
@@ -283,10 +302,8 @@ def test_the_list_shows_each_simulation_with_its_build_config_end_and_mape(
     ],
 )
 def test_the_list_filters_by_state_build_config_and_trace(
-    staff_client, two_builds, make_trace, query, expected
+    staff_client, two_builds, killed_run, query, expected
 ):
-    other = make_trace("other-run", state=TraceState.READY)
-    Simulation.objects.create(trace=other, name="killed-run", state=TraceState.PARSING, config="SM86_RTX3070")
     page = read(staff_client.get(SIMULATIONS, query))
     assert {row["Name"].text for row in result_rows(page)} == expected
     filters = page.find(id="changelist-filter").text
@@ -300,16 +317,13 @@ def test_the_list_sorts_by_mape(staff_client, two_builds):
 
 
 def test_a_trace_without_simulations_says_so(staff_client, trace):
-    page = read(staff_client.get(reverse("admin:traces_trace_change", args=["opt-h100"])))
+    page = read(staff_client.get(change_url("opt-h100")))
     assert "No simulation of this trace yet" in page.find(id="simulations-group").text
 
 
 def test_a_trace_page_lists_its_simulations_with_links(staff_client, two_builds):
     a, b = two_builds
-    page = read(staff_client.get(reverse("admin:traces_trace_change", args=["opt-h100"])))
-    group = page.find(id="simulations-group")
-    assert group is not None
-    rows = {row["Name"].text: row for row in table_rows(group.find("table"))}
+    rows = trace_page_simulations(staff_client, "opt-h100")
     assert rows["h100-build-a"]["Config"].text == "SM90_H100"
     assert set(rows) == {"h100-build-a", "h100-build-b"}
     assert rows["h100-build-a"]["Name"].find("a").attrs["href"] == simulation_url(a)
@@ -422,14 +436,7 @@ def test_a_deadlocked_simulation_says_so_in_words_with_its_line_and_the_kernel_l
     )
     assert "uid 3 (/t/kernel-3.traceg" in left_out
     # The trace's page lists it with its state and why.
-    rows = {
-        row["Name"].text: row
-        for row in table_rows(
-            read(staff_client.get(reverse("admin:traces_trace_change", args=[trace.id])))
-            .find(id="simulations-group")
-            .find("table")
-        )
-    }
+    rows = trace_page_simulations(staff_client, trace.id)
     assert rows["deadlock"]["State"].text.strip() == "ready"
     assert "1 kernel left out" in rows["deadlock"]["Why"].text
 
@@ -440,14 +447,7 @@ def test_a_waiting_and_an_untimed_simulation_say_why(staff_client, trace):
     )
     page = read(staff_client.get(simulation_url(waiting)))
     assert field(page, "Reason").text == "waiting for simulation.json"
-    rows = {
-        row["Name"].text: row
-        for row in table_rows(
-            read(staff_client.get(reverse("admin:traces_trace_change", args=[trace.id])))
-            .find(id="simulations-group")
-            .find("table")
-        )
-    }
+    rows = trace_page_simulations(staff_client, trace.id)
     assert rows["waits"]["Why"].text == "waiting for simulation.json"
 
 
@@ -510,17 +510,8 @@ def make_small(make_trace) -> Trace:
     return small
 
 
-def test_a_viewer_with_view_permission_sees_the_page(two_builds, db):
-    from django.contrib.auth.models import Permission
-
-    user = get_user_model().objects.create_user("viewer", password="viewer-pass-123", is_staff=True)
-    user.user_permissions.set(
-        Permission.objects.filter(
-            content_type__app_label="traces", codename__in=["view_trace", "view_simulation"]
-        )
-    )
-    client = Client()
-    client.force_login(user)
+def test_a_viewer_with_view_permission_sees_the_page(two_builds, make_viewer):
+    client = make_viewer("view_trace", "view_simulation")
     a, _ = two_builds
     assert client.get(simulation_url(a)).status_code == 200
     page = read(client.get(SIMULATIONS))
@@ -686,11 +677,7 @@ def test_simulation_and_compare_pages_in_a_browser_under_the_policy(live_server,
 
     from tests.traces.test_admin_browser import chromium
 
-    trace = Trace.objects.create(
-        id="opt-h100", state=TraceState.READY, has_real_timing=True, has_step_timeline=True
-    )
-    add_steps(trace, [("step 0 (prefill)", "prefill"), ("step 1 (decode)", "decode")])
-    add_run(trace, LAUNCHES)
+    trace = add_opt_h100()
     a = simulate(trace, "h100-build-a", SIM_A, simulator_build="a1b2c3")
     b = simulate(trace, "h100-build-b", SIM_B, simulator_build="d4e5f6")
     get_user_model().objects.create_superuser("operator", password="operator-pass-123")

@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from tests.helpers import store_kernels
+from tests.helpers import kernel_dict, store_kernels
 from tests.traces.test_openapi import assert_conforms, response_validator
 from traces import analysis
 from traces.demangle import demangle
@@ -26,21 +26,14 @@ FOO, FOO_STATIC = "_Z3fooi", "_ZL3fooi"
 
 
 def launch(kernel_id: int, name: str, insts: int | None, **fields) -> dict:
-    return dict(
+    return kernel_dict(
+        kernel_id,
         ctx="0x1",
-        kernel_id=kernel_id,
         name=name,
         trace_file=f"kernel-{kernel_id}.trace",
-        grid_x=1,
-        grid_y=1,
-        grid_z=1,
-        block_x=128,
-        block_y=1,
-        block_z=1,
-        blocks=1,
-        threads=128,
-        total_insts=insts,
-        total_reported_insts=insts,
+        grid=(1, 1, 1),
+        block=(128, 1, 1),
+        insts=insts,
         **fields,
     )
 
@@ -424,25 +417,20 @@ def schema(client_anon, db) -> dict:
 
 def test_answers_conform_to_the_schema(api, client_anon, schema, h100, a100, untimed, make_trace):
     make_trace("t", state=TraceState.PARSING)
-    for path, status in [
-        ("/api/traces/h100/summary", 200),
-        ("/api/traces/untimed/summary", 200),
-        ("/api/traces/nope/summary", 404),
-        ("/api/traces/t/summary", 409),
+    for template, path, status in [
+        (SUMMARY_PATH, "/api/traces/h100/summary", 200),
+        (SUMMARY_PATH, "/api/traces/untimed/summary", 200),
+        (SUMMARY_PATH, "/api/traces/nope/summary", 404),
+        (SUMMARY_PATH, "/api/traces/t/summary", 409),
+        (COMPARE_PATH, "/api/traces/h100/compare/a100", 200),
+        (COMPARE_PATH, "/api/traces/untimed/compare/h100?by=demangled", 200),
+        (COMPARE_PATH, "/api/traces/h100/compare/a100?by=x", 400),
+        (COMPARE_PATH, "/api/traces/h100/compare/nope", 404),
+        (COMPARE_PATH, "/api/traces/h100/compare/t", 409),
     ]:
         response = api.get(path)
         assert response.status_code == status, path
-        assert_conforms(schema, SUMMARY_PATH, response)
-    for path, status in [
-        ("/api/traces/h100/compare/a100", 200),
-        ("/api/traces/untimed/compare/h100?by=demangled", 200),
-        ("/api/traces/h100/compare/a100?by=x", 400),
-        ("/api/traces/h100/compare/nope", 404),
-        ("/api/traces/h100/compare/t", 409),
-    ]:
-        response = api.get(path)
-        assert response.status_code == status, path
-        assert_conforms(schema, COMPARE_PATH, response)
+        assert_conforms(schema, template, response)
     assert_conforms(schema, SUMMARY_PATH, client_anon.get("/api/traces/h100/summary"))
     assert_conforms(schema, COMPARE_PATH, client_anon.get("/api/traces/h100/compare/a100"))
 

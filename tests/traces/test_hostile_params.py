@@ -14,7 +14,7 @@ import pytest
 from django.urls import URLPattern, URLResolver, get_resolver, resolve
 from drf_spectacular.generators import SchemaGenerator
 
-from tests.helpers import store_kernels
+from tests.helpers import kernel_dict, store_kernels
 from traces.models import Step, TraceState
 
 # The target for one hostile request.
@@ -58,11 +58,8 @@ def ready_trace(make_trace, settings):
     trace = make_trace(TRACE, state=TraceState.READY, kernel_count=1)
     Step.objects.create(trace=trace, index=0, name="s0", first_kernel_id=1, last_kernel_id=1)
     store_kernels(
-        TRACE,
-        [{"ctx": "0x1", "kernel_id": 1, "name": "_Z1av", "trace_file": "kernel-1-ctx_0x1.trace.xz",
-          "grid_x": 1, "grid_y": 1, "grid_z": 1, "block_x": 1, "block_y": 1, "block_z": 1, "blocks": 1,
-          "threads": 1, "total_insts": 5, "total_reported_insts": 5, "step": 0}],
-    )  # fmt: skip
+        TRACE, [kernel_dict(1, ctx="0x1", name="_Z1av", grid=(1, 1, 1), block=(1, 1, 1), insts=5, step=0)]
+    )
     return trace
 
 

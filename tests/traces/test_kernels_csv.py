@@ -72,11 +72,30 @@ def expected_rows(kernel: dict) -> list[str]:
     return [field(value) for value in values]
 
 
+def csv_rows(text: str | bytes) -> list[list[str]]:
+    """Every row of a CSV, the header first, as Python's csv module reads it."""
+    return list(csv.reader(io.StringIO(text.decode() if isinstance(text, bytes) else text, newline="")))
+
+
+def encoded(row: tuple, **options) -> dict[str, str]:
+    """The one launch `encoders.encode_kernels_csv` writes for `row`, by column."""
+    (written,) = csv_rows(b"".join(encoders.encode_kernels_csv(iter([row]), **options)))[1:]
+    return dict(zip(HEADER, written, strict=True))
+
+
+def ready_with(make_trace, trace_id: str, rows: list[tuple]) -> Trace:
+    """A ready trace of these launches (KERNEL_COLUMNS tuples), counted."""
+    trace = make_trace(trace_id, state=TraceState.READY)
+    store_kernels(trace.pk, [dict(zip(HEADER, row, strict=True)) for row in rows])
+    Trace.objects.filter(pk=trace.pk).update(kernel_count=len(rows))
+    return trace
+
+
 def assert_csv_is_the_detail(api, trace_id: str) -> list[list[str]]:
     detail = orjson.loads(content(api.get(f"/api/traces/{trace_id}")))
     response = api.get(f"/api/traces/{trace_id}/kernels.csv")
     assert response.status_code == 200
-    rows = list(csv.reader(io.StringIO(content(response).decode("utf-8"), newline="")))
+    rows = csv_rows(content(response))
     assert rows[0] == HEADER
     assert len(rows) - 1 == len(detail["kernels"]) == detail["kernel_count"]
     for row, kernel in zip(rows[1:], detail["kernels"], strict=True):
@@ -144,17 +163,16 @@ NAMES = [
 @pytest.fixture
 def awkward(make_trace):
     """Names with commas, quotes and line breaks; null totals; the device fork (a null stream)."""
-    trace = make_trace('awk,ward "id"', state=TraceState.READY)
-    launches = [
-        {**dict(zip(HEADER, kernel_row(n + 1, name=name, traced=n % 2 == 0), strict=True))}
-        for n, name in enumerate(NAMES)
-    ]
-    launches.append(dict(zip(HEADER, kernel_row(100, insts=None, ctx=None), strict=True)))
-    launches.append(dict(zip(HEADER, kernel_row(1, ctx="0x2", device=0, stream=7), strict=True)))
-    launches.append(dict(zip(HEADER, kernel_row(1, ctx="0x2", device=1, stream=None), strict=True)))
-    store_kernels(trace.pk, launches)
-    Trace.objects.filter(pk=trace.pk).update(kernel_count=len(launches))
-    return trace
+    return ready_with(
+        make_trace,
+        'awk,ward "id"',
+        [
+            *(kernel_row(n + 1, name=name, traced=n % 2 == 0) for n, name in enumerate(NAMES)),
+            kernel_row(100, insts=None, ctx=None),
+            kernel_row(1, ctx="0x2", device=0, stream=7),
+            kernel_row(1, ctx="0x2", device=1, stream=None),
+        ],
+    )
 
 
 def test_names_with_commas_quotes_and_line_breaks_equal_the_detail(api, awkward):
@@ -278,9 +296,7 @@ def test_every_text_cell_that_would_start_a_formula_gets_a_leading_quote(cell):
     # ctx, name, trace_file and step all hold the cell; the numbers are negative where a
     # column can be, and stay numbers.
     row = (cell, 1, cell, cell, 1, 1, 1, 32, 1, 1, 1, 32, -5, -5, False, 0, -1, cell, -7)
-    text = b"".join(encoders.encode_kernels_csv(iter([row]))).decode()
-    (written,) = list(csv.reader(io.StringIO(text, newline="")))[1:]
-    by_column = dict(zip(HEADER, written, strict=True))
+    by_column = encoded(row)
     for column in ("ctx", "name", "trace_file", "step"):
         assert by_column[column] == owasp(cell), column
     assert [by_column[c] for c in ("total_insts", "total_reported_insts", "stream", "duration_ns")] == [
@@ -289,41 +305,34 @@ def test_every_text_cell_that_would_start_a_formula_gets_a_leading_quote(cell):
         "-1",
         "-7",
     ]
-    raw = b"".join(encoders.encode_kernels_csv(iter([row]), raw=True)).decode()
-    (as_stored,) = list(csv.reader(io.StringIO(raw, newline="")))[1:]
-    assert dict(zip(HEADER, as_stored, strict=True))["name"] == cell
+    assert encoded(row, raw=True)["name"] == cell
 
 
 @given(st.text(max_size=30))
 def test_any_text_cell_reads_back_as_the_owasp_rule_says(text):
     row = (text, 1, text, text, 1, 1, 1, 32, 1, 1, 1, 32, 5, 5, False, -1, None, text, 7)
-    written = b"".join(encoders.encode_kernels_csv(iter([row]))).decode()
-    (read_back,) = list(csv.reader(io.StringIO(written, newline="")))[1:]
-    by_column = dict(zip(HEADER, read_back, strict=True))
+    by_column = encoded(row)
     assert [by_column[c] for c in ("ctx", "name", "trace_file", "step")] == [owasp(text)] * 4
 
 
 @pytest.fixture
 def formulas(make_trace):
-    trace = make_trace("formulas", state=TraceState.READY)
-    launches = [
-        dict(zip(HEADER, kernel_row(n + 1, name=cell, ctx="=0x1" if n % 2 else "0x1"), strict=True))
-        for n, cell in enumerate(CELLS)
-    ]
-    store_kernels(trace.pk, launches)
-    Trace.objects.filter(pk=trace.pk).update(kernel_count=len(launches))
-    return trace
+    return ready_with(
+        make_trace,
+        "formulas",
+        [kernel_row(n + 1, name=cell, ctx="=0x1" if n % 2 else "0x1") for n, cell in enumerate(CELLS)],
+    )
 
 
 def test_the_download_neutralises_formulas_and_raw_1_gives_the_detail(api, formulas):
     response = api.get("/api/traces/formulas/kernels.csv")
-    rows = list(csv.reader(io.StringIO(content(response).decode(), newline="")))[1:]
+    rows = csv_rows(content(response))[1:]
     assert {int(row[1]): row[2] for row in rows} == {n: owasp(cell) for n, cell in enumerate(CELLS, 1)}
     assert {row[0] for row in rows} == {"0x1", "'=0x1"}
     raw = api.get("/api/traces/formulas/kernels.csv?raw=1")
     assert raw.status_code == 200
     assert raw["ETag"] != response["ETag"], "two representations, two ETags"
-    raw_rows = list(csv.reader(io.StringIO(content(raw).decode(), newline="")))[1:]
+    raw_rows = csv_rows(content(raw))[1:]
     detail = orjson.loads(content(api.get("/api/traces/formulas")))
     assert raw_rows == [expected_rows(kernel) for kernel in detail["kernels"]]
     assert api.get("/api/traces/formulas/kernels.csv?raw=0")["ETag"] == response["ETag"]
@@ -366,7 +375,7 @@ def test_a_spreadsheet_opens_the_formulas_as_text(api, formulas, tmp_path):
             capture_output=True,
             timeout=120,
         )
-        rows = list(csv.reader(io.StringIO((folder / "out" / "in.csv").read_text(), newline="")))[1:]
+        rows = csv_rows((folder / "out" / "in.csv").read_text())[1:]
         return sorted(row[2] for row in rows)
 
     as_text = sorted(cell.replace("\r", "\n").lstrip("'") for cell in CELLS)

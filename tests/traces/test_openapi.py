@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
 
-from tests.helpers import content, store_kernels
+from tests.helpers import content, kernel_dict, store_kernels
 from tests.traces.test_api import DETAIL_KEYS, KERNEL_KEYS, SUMMARY_KEYS
 from traces.filters import TraceFilter
 from traces.models import Trace, TraceState
@@ -91,57 +91,13 @@ def demo(make_trace):
         "files": [{"key": "accelsim-traces/demo/configs/trace.config", "bytes": 1}],
     }
     trace.save()
-    common = {
-        "name": "_Z6vecAddPdS_S_i",
-        "grid_x": 98,
-        "grid_y": 1,
-        "grid_z": 1,
-        "block_x": 1024,
-        "block_y": 1,
-        "block_z": 1,
-        "blocks": 98,
-        "threads": 1024,
-        "traced": True,
-    }
     store_kernels(
         "demo",
         [
-            dict(
-                ctx="0x1",
-                kernel_id=1,
-                trace_file="kernel-1-ctx_0x1.trace.xz",
-                total_insts=5,
-                total_reported_insts=5,
-                **common,
-            ),
-            dict(
-                ctx="0x1",
-                kernel_id=2,
-                trace_file="kernel-2-ctx_0x1.trace.xz",
-                total_insts=None,
-                total_reported_insts=None,
-                **common,
-            ),
-            dict(
-                ctx="0x2",
-                kernel_id=1,
-                trace_file="kernel-1-ctx_0x2.trace.xz",
-                total_insts=7,
-                total_reported_insts=7,
-                device=0,
-                stream=7,
-                **common,
-            ),
-            dict(
-                ctx="0x2",
-                kernel_id=1,
-                trace_file="kernel-1-ctx_0x2.trace.xz",
-                total_insts=7,
-                total_reported_insts=7,
-                device=1,
-                stream=None,
-                **common,
-            ),
+            kernel_dict(1, ctx="0x1", insts=5, traced=True),
+            kernel_dict(2, ctx="0x1", insts=None, traced=True),
+            kernel_dict(1, ctx="0x2", insts=7, traced=True, device=0, stream=7),
+            kernel_dict(1, ctx="0x2", insts=7, traced=True, device=1, stream=None),
         ],
     )
     Trace.objects.filter(pk="demo").update(kernel_count=4)

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ingest import passes
-from tests.helpers import content, store_kernels
+from tests.helpers import content, kernel_dict, store_kernels
 from tools.upload import upload_run_folder
 from traces.models import Step, Trace, TraceState
 
@@ -277,21 +277,17 @@ def store(trace_id: str, launches: list[dict]) -> None:
         next_id[launch["ctx"]] += 1
         kernel_id = next_id[launch["ctx"]]
         rows.append(
-            {
-                "ctx": launch["ctx"],
-                "kernel_id": kernel_id,
-                "name": launch["name"],
-                "trace_file": f"kernel-{kernel_id}-ctx_{launch['ctx']}.trace.xz",
-                **dict(zip(("grid_x", "grid_y", "grid_z"), launch["grid"], strict=True)),
-                **dict(zip(("block_x", "block_y", "block_z"), launch["block"], strict=True)),
-                "blocks": launch["grid"][0],
-                "threads": launch["block"][0],
-                "total_insts": launch["insts"],
-                "total_reported_insts": launch["insts"],
-                "traced": launch["traced"],
-                "step": launch["step"],
-                "duration_ns": launch["duration_ns"],
-            }
+            kernel_dict(
+                kernel_id,
+                ctx=launch["ctx"],
+                name=launch["name"],
+                grid=launch["grid"],
+                block=launch["block"],
+                insts=launch["insts"],
+                traced=launch["traced"],
+                step=launch["step"],
+                duration_ns=launch["duration_ns"],
+            )
         )
     store_kernels(trace_id, rows)
 
@@ -333,11 +329,8 @@ def small(make_trace):
     trace = make_trace("small", state=TraceState.READY, kernel_count=1)
     Step.objects.create(trace=trace, index=0, name="step 0 (prefill)", first_kernel_id=1, last_kernel_id=1)
     store_kernels(
-        "small",
-        [{"ctx": "0x1", "kernel_id": 1, "name": "_Z1av", "trace_file": "kernel-1-ctx_0x1.trace.xz", "grid_x": 1, "grid_y": 1, "grid_z": 1,
-          "block_x": 1, "block_y": 1, "block_z": 1, "blocks": 1, "threads": 1, "total_insts": 5,
-          "total_reported_insts": 5, "step": 0}],
-    )  # fmt: skip
+        "small", [kernel_dict(1, ctx="0x1", name="_Z1av", grid=(1, 1, 1), block=(1, 1, 1), insts=5, step=0)]
+    )
     return trace
 
 

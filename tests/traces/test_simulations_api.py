@@ -453,15 +453,17 @@ def test_a_bad_by_or_filter_is_a_400(api, builds):
 
 # --- the schema ---------------------------------------------------------------------------------------
 
+SIMULATION_ROUTES = [
+    "/api/traces/{trace_id}/simulations",
+    "/api/traces/{trace_id}/simulations/{name}",
+    "/api/simulations",
+    "/api/simulations/accuracy",
+]
+
 
 def test_the_routes_are_in_the_schema_with_their_filters(openapi):  # noqa: F811
     paths = openapi["paths"]
-    for path in [
-        "/api/traces/{trace_id}/simulations",
-        "/api/traces/{trace_id}/simulations/{name}",
-        "/api/simulations",
-        "/api/simulations/accuracy",
-    ]:
+    for path in SIMULATION_ROUTES:
         assert list(paths[path]) == ["get"], path
         assert paths[path]["get"]["security"] == [{"bearerAuth": []}]
 
@@ -488,12 +490,7 @@ def test_the_routes_are_in_the_schema_with_their_filters(openapi):  # noqa: F811
 def test_the_examples_conform(openapi):  # noqa: F811
     from tests.traces.test_openapi import response_validator
 
-    for path in [
-        "/api/traces/{trace_id}/simulations",
-        "/api/traces/{trace_id}/simulations/{name}",
-        "/api/simulations",
-        "/api/simulations/accuracy",
-    ]:
+    for path in SIMULATION_ROUTES:
         examples = openapi["paths"][path]["get"]["responses"]["200"]["content"]["application/json"][
             "examples"
         ]
