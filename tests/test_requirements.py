@@ -29,6 +29,8 @@ def pinned(path: Path) -> dict[str, str]:
         line = line.split("#", 1)[0].strip()
         if line.startswith("-r "):
             found |= pinned(path.parent / line[3:].strip())
+        elif line.startswith("-e "):
+            continue  # a project of this repository's (local_projects), not a download
         elif line:
             name, _, version = line.partition("==")
             found[normalized(name.split("[")[0])] = version
@@ -77,6 +79,21 @@ def test_requirements_txt_holds_no_test_lint_or_browser_tool():
     assert DEV_TOOLS <= set(pinned(ROOT / "requirements-dev.txt"))
 
 
+def local_projects(path: Path) -> list[str]:
+    """The `-e PATH` lines of a requirements file: projects installed from the checkout."""
+    lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
+    return [line[3:].strip() for line in lines if line.startswith("-e ")]
+
+
+def test_the_one_unpinned_line_is_the_client_of_this_repository():
+    """The server installs the client from its folder (its path rule and size text are the
+    server's too), editable, so that it is always the checkout's."""
+    assert local_projects(ROOT / "requirements.txt") == ["./client"]
+    assert (ROOT / "client" / "pyproject.toml").is_file()
+    assert local_projects(ROOT / "requirements-dev.txt") == []
+    assert metadata.distribution("cascade-client").version
+
+
 def test_both_files_pin_every_line():
     for name in ("requirements.txt", "requirements-dev.txt"):
         assert all(pinned(ROOT / name).values()), name
@@ -107,7 +124,7 @@ def fake_venv(tmp_path, monkeypatch):
     monkeypatch.setattr(run, "DEV_REQUIREMENTS", tmp_path / "requirements-dev.txt")
     installed = []
     monkeypatch.setattr(
-        run.subprocess, "run", lambda command, check: installed.append(Path(command[-1]).name)
+        run.subprocess, "run", lambda command, check, cwd: installed.append(Path(command[-1]).name)
     )
     return tmp_path, installed
 
