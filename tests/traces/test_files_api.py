@@ -232,7 +232,7 @@ def test_the_urls_are_valid_sigv4_until_expires_at(api, vecadd_run, settings):
         pinned = {"If-Match": item["etag"]}
         assert sigv4_refusal(item["url"], headers=pinned) is None
         assert sigv4_refusal(item["url"], headers=pinned, now=expires_at) is None
-        late = expires_at + timedelta(seconds=2)
+        late = signed_at + timedelta(seconds=901)  # its own expiry: signed later, it lasts later
         assert sigv4_refusal(item["url"], headers=pinned, now=late) == "Request has expired"
         assert sigv4_refusal(item["url"], headers=pinned, secret_key="another") == "SignatureDoesNotMatch"
         # Pinned to the listed ETag: a GET without it, or with another, is refused.
