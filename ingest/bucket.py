@@ -1,4 +1,6 @@
-"""Everything Cascade does with S3, in one place.
+"""Everything Cascade does with S3 and SQS, in one place: one module past 500 lines on purpose,
+since every AWS request Cascade makes is made here (other modules catch botocore's errors but
+hold no client), so what a pass costs and how each call is bounded read in one file.
 
 Clients are built from the `traces` storage's options in STORAGES (django-storages' option
 names: bucket, endpoint, region, client config; credentials from the standard AWS variables).
