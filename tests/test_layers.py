@@ -29,7 +29,6 @@ MODULE_LINES_MAX = 500
 LONG_FUNCTIONS_LEFT = {
     "cascade_client.pull.pull",
     "ingest.scan.scan_bucket",
-    "ingest.stats.parse_stats_lines",
 }
 LONG_MODULES_LEFT = {
     "ingest.bucket",
