@@ -146,20 +146,28 @@ def parse_stats_lines(
     match per launch, without decoding the line; any other line goes to `parse_launches`,
     which reads these exactly so too. Each line is checked to be text before the line above
     it is parsed, so errors come in the same order whichever way a line is read.
+
+    The loop is `stats_file_rows`, a generator returned as it is (nothing runs before the first
+    launch is asked for, and no step stands between it and its caller).
     """
-    line_match, half_match, tail_match = fast_patterns(extra_columns)
-    # Kernel ids increase: the last one of the files without devices, and per device.
-    last_id, last_line = 0, 0  # the tracer numbers kernels from 1
-    previous_ids: dict[int, tuple[int, int]] = {}
-    # A run launches a few hundred kernels in a few shapes: each name and shape is read once.
-    launches: dict[bytes, tuple] = {}
+    return stats_file_rows(lines, extra_columns, launch_text, notes)
+
+
+def stats_file_rows(lines: Iterable[bytes], extra_columns: int, launch_text, notes: list | None) -> Iterator:
+    """parse_stats_lines's loop. It keeps the hot paths, the ones a line of a million-launch file
+    takes: blank lines, `launch_text`'s lines, a common line whose name and shape it has read
+    before, ids in order. Each other step is a function of its own, called where those decline:
+    `unended_line`, `common_line_rows`, `other_line_rows` and `checked_order`."""
+    line_match, half_match, tail_match, offer = line_readers(extra_columns, launch_text)
+    last_id, last_line = 0, 0  # kernel ids increase from 1: the last of the launches without a device
+    previous_ids: dict[int, tuple[int, int]] = {}  # and per device
+    launches: dict[bytes, tuple] = {}  # a run's few hundred kernels have a few shapes: each read once
     new_row = tuple.__new__
     lines = iter(lines)
     following = next(lines, None)
     if following is not None:
         check_text(following, 1)
-    number = 0
-    position = 0  # bytes before `following`
+    number = position = 0  # position: the bytes before `following`
     final_raw, final_number, final_offset = None, 0, 0  # the last line with text
     cut = False  # the last line was cut and said so
     while following is not None:
@@ -187,141 +195,186 @@ def parse_stats_lines(
             check_text(following, number + 1)
         final_raw, final_number, final_offset = raw, number, offset
         if following is None and not raw.endswith(b"\n"):
-            # The last line, without the newline the tracer ends every line with: cut, or the
-            # halves of launches that never exited (a killed run's: note_unfinished_end), which
-            # the fast path takes where they are whole (it declines a half cut short).
-            if (
-                raw.endswith(b", ")
-                and launch_text is not None
-                and not extra_columns
-                and (taken := launch_text.line(raw, last_id)) is not None
-            ):
-                last_id, last_line = taken, number
-                if launch_text.full:
-                    yield launch_text.take()
-                continue
-            rows, cut = cut_line(raw, number, offset, extra_columns, notes)
-        else:
-            if (
-                launch_text is not None
-                and not extra_columns
-                and (taken := launch_text.line(raw, last_id)) is not None
-            ):
-                last_id, last_line = taken, number
-                if launch_text.full:
-                    yield launch_text.take()
-                continue
-            # The common line: one launch with its totals.
-            if (match := line_match(raw)) is not None:
-                trace_file, kernel_id, gpu, launch, insts, reported = match.groups()
-                if gpu is None and (known := launches.get(launch)) is not None:
-                    kernel_id, insts, reported = int(kernel_id), int(insts), int(reported)
-                    if kernel_id > last_id and 0 <= insts < UINT32 and 0 <= reported < UINT32:
-                        last_id, last_line = kernel_id, number
-                        yield new_row(
-                            KernelRow,
-                            (
-                                kernel_id,
-                                known[0],
-                                trace_file.decode("ascii"),
-                                *known[1:],
-                                insts,
-                                reported,
-                                None,
-                                None,
-                            ),
-                        )
-                        continue
-                matches = [match]
-                totals = match.group(5, 6)
-            # Graph-captured halves (`, ` after each), then the totals or the line's end.
-            elif (match := half_match(raw)) is not None:
-                matches = [match]
-                while True:
-                    if (tail := tail_match(raw, match.end())) is not None:
-                        totals = tail.group(1, 2)
-                        break
-                    if (match := half_match(raw, match.end())) is None:
-                        matches = []  # not the common shape after all
-                        break
-                    matches.append(match)
-            else:
-                matches = []
-            rows = []
-            for match in matches:
-                trace_file, kernel_id, gpu, launch = match.group(1, 2, 3, 4)
-                if (known := launches.get(launch)) is None:
-                    known = read_launch(launch, number)
-                    if known is None:
-                        rows = None  # an empty name: parse_launches says so
-                        break
-                    if len(launches) < LAUNCHES_CACHED:
-                        launches[launch] = known
-                rows.append(
-                    new_row(
-                        KernelRow,
-                        (
-                            int(kernel_id),
-                            known[0],
-                            trace_file.decode("ascii"),
-                            *known[1:],
-                            None,
-                            None,
-                            None if gpu is None else int(gpu),
-                            None,
-                        ),
-                    )
-                )
-            if rows and totals[0] is not None:  # the last launch ran to its exit
-                insts, reported = int(totals[0]), int(totals[1])
-                if not (0 <= insts < UINT32 and 0 <= reported < UINT32):
-                    insts, reported = unsigned_numbers([insts, reported], number, TOTALS_COLUMNS)
-                rows[-1] = rows[-1]._replace(total_insts=insts, total_reported_insts=reported)
-            if not rows:
-                # Anything else: headers, blank lines, demangled names, forks, damage.
-                text = raw.decode("utf-8")
-                if number == 1:
-                    text = text.removeprefix("\ufeff")  # a byte-order mark from a Windows editor
-                line = text.rstrip("\r\n")
-                if not line.strip():
+            last = last_id, last_line
+            cut = yield from unended_line(
+                raw, number, offset, extra_columns, launch_text, notes, last, previous_ids
+            )
+            break
+        if offer is not None and (taken := offer(raw, last_id)) is not None:
+            last_id, last_line = taken, number
+            if launch_text.full:
+                yield launch_text.take()
+            continue
+        # The common line: one launch with its totals, its name and shape read before.
+        if (match := line_match(raw)) is not None:
+            trace_file, kernel_id, gpu, launch, insts, reported = match.groups()
+            if gpu is None and (known := launches.get(launch)) is not None:
+                kernel_id, insts, reported = int(kernel_id), int(insts), int(reported)
+                if kernel_id > last_id and 0 <= insts < UINT32 and 0 <= reported < UINT32:
+                    last_id, last_line = kernel_id, number
+                    file = trace_file.decode("ascii")
+                    row = (kernel_id, known[0], file, *known[1:], insts, reported, None, None)
+                    yield new_row(KernelRow, row)
                     continue
-                header = header_extra_columns(line, number)
-                if header is not None:
-                    extra_columns = header
-                    line_match, half_match, tail_match = fast_patterns(extra_columns)
-                    continue
-                try:
-                    rows = parse_launches(
-                        line, number, is_last=following is None, extra_columns=extra_columns
-                    )
-                except StatsError:
-                    raise
-                except ValueError:  # int() of a number longer than Python reads (4,300 digits)
-                    raise StatsError(
-                        number, f"a number too long for a tracer's value: {line[:120]!r}"
-                    ) from None
+        rows = common_line_rows(raw, match, number, launches, half_match, tail_match)
+        if not rows:
+            rows, header = other_line_rows(raw, number, following is None, extra_columns)
+            if header is not None:
+                extra_columns = header
+                line_match, half_match, tail_match, offer = line_readers(extra_columns, launch_text)
         for row in rows:
-            if row[0] < 1:
-                raise kernel_id_error(str(row[0]), number, row[2])
-            device = row[13]
-            if device is not None and device > DEVICE_MAX:
-                raise StatsError(
-                    number, f"device id {device} is not a CUDA device ordinal (an int: at most {DEVICE_MAX})"
-                )
-            if device is None:
-                if row[0] <= last_id:
-                    raise order_error(row, number, (last_id, last_line))
+            if row[13] is None and row[0] > last_id:  # checked_order's common case, inline
                 last_id, last_line = row[0], number
             else:
-                previous = previous_ids.get(device)
-                if previous is not None and row[0] <= previous[0]:
-                    raise order_error(row, number, previous)
-                previous_ids[device] = (row[0], number)
+                last_id, last_line = checked_order(row, number, last_id, last_line, previous_ids)
             yield row
     if final_raw is not None and not cut and notes is not None:
         note_unfinished_end(final_raw, final_number, final_offset, notes)
     if launch_text is not None and (block := launch_text.take()) is not None:
         yield block
+
+
+def line_readers(extra_columns: int, launch_text) -> tuple[Callable, Callable, Callable, Callable | None]:
+    """fast_patterns(extra_columns), and what offers a line to `launch_text` (None: no
+    launch_text, or a header wider than the tracer's standard, which it does not take)."""
+    return *fast_patterns(extra_columns), None if launch_text is None or extra_columns else launch_text.line
+
+
+def unended_line(
+    raw: bytes,
+    number: int,
+    offset: int,
+    extra_columns: int,
+    launch_text,
+    notes: list | None,
+    last: tuple[int, int],
+    previous_ids: dict[int, tuple[int, int]],
+) -> Iterator:
+    """The file's last line, without the newline the tracer ends every line with: cut, or the
+    halves of launches that never exited (a killed run's: note_unfinished_end), which the fast
+    path takes where they are whole (it declines a half cut short); else `cut_line` reads it.
+    Yields its launches (`last`: the last kernel id and its line before it); returns whether a
+    note said it was cut."""
+    if (
+        raw.endswith(b", ")
+        and launch_text is not None
+        and not extra_columns
+        and launch_text.line(raw, last[0]) is not None
+    ):
+        if launch_text.full:
+            yield launch_text.take()
+        return False
+    rows, cut = cut_line(raw, number, offset, extra_columns, notes)
+    last_id, last_line = last
+    for row in rows:
+        last_id, last_line = checked_order(row, number, last_id, last_line, previous_ids)
+        yield row
+    return cut
+
+
+def common_line_rows(
+    raw: bytes,
+    match: re.Match | None,
+    number: int,
+    launches: dict,
+    half_match: Callable,
+    tail_match: Callable,
+) -> list[KernelRow] | None:
+    """The launches of a common line, read from its bytes: `match`, one launch with its totals,
+    or else graph-captured halves (`, ` after each), then the totals or the line's end. [] for a
+    line of another shape; None for an empty name (parse_launches says so). Each name and shape
+    is read once, into `launches` (up to LAUNCHES_CACHED of them)."""
+    if match is not None:
+        matches = [match]
+        totals = match.group(5, 6)
+    elif (match := half_match(raw)) is not None:
+        matches = [match]
+        while True:
+            if (tail := tail_match(raw, match.end())) is not None:
+                totals = tail.group(1, 2)
+                break
+            if (match := half_match(raw, match.end())) is None:
+                return []  # not the common shape after all
+            matches.append(match)
+    else:
+        return []
+    new_row = tuple.__new__
+    rows = []
+    for match in matches:
+        trace_file, kernel_id, gpu, launch = match.group(1, 2, 3, 4)
+        if (known := launches.get(launch)) is None:
+            known = read_launch(launch, number)
+            if known is None:
+                return None
+            if len(launches) < LAUNCHES_CACHED:
+                launches[launch] = known
+        rows.append(
+            new_row(
+                KernelRow,
+                (
+                    int(kernel_id),
+                    known[0],
+                    trace_file.decode("ascii"),
+                    *known[1:],
+                    None,
+                    None,
+                    None if gpu is None else int(gpu),
+                    None,
+                ),
+            )
+        )
+    if totals[0] is not None:  # the last launch ran to its exit
+        insts, reported = int(totals[0]), int(totals[1])
+        if not (0 <= insts < UINT32 and 0 <= reported < UINT32):
+            insts, reported = unsigned_numbers([insts, reported], number, TOTALS_COLUMNS)
+        rows[-1] = rows[-1]._replace(total_insts=insts, total_reported_insts=reported)
+    return rows
+
+
+def other_line_rows(
+    raw: bytes, number: int, is_last: bool, extra_columns: int
+) -> tuple[list[KernelRow], int | None]:
+    """Any line that is not the common shape: headers, blank lines, demangled names, forks,
+    damage. (Its launches, read by parse_launches; the header's extra columns if it is one.)"""
+    text = raw.decode("utf-8")
+    if number == 1:
+        text = text.removeprefix("\ufeff")  # a byte-order mark from a Windows editor
+    line = text.rstrip("\r\n")
+    if not line.strip():
+        return [], None
+    header = header_extra_columns(line, number)
+    if header is not None:
+        return [], header
+    try:
+        return parse_launches(line, number, is_last=is_last, extra_columns=extra_columns), None
+    except StatsError:
+        raise
+    except ValueError:  # int() of a number longer than Python reads (4,300 digits)
+        raise StatsError(number, f"a number too long for a tracer's value: {line[:120]!r}") from None
+
+
+def checked_order(
+    row: KernelRow, number: int, last_id: int, last_line: int, previous_ids: dict[int, tuple[int, int]]
+) -> tuple[int, int]:
+    """`row`'s kernel id and device checked: ids from 1, devices CUDA ordinals, ids increasing
+    (per device for the device-id fork, in `previous_ids`). Returns the last id and its line of
+    the launches without a device."""
+    if row[0] < 1:
+        raise kernel_id_error(str(row[0]), number, row[2])
+    device = row[13]
+    if device is not None and device > DEVICE_MAX:
+        raise StatsError(
+            number, f"device id {device} is not a CUDA device ordinal (an int: at most {DEVICE_MAX})"
+        )
+    if device is None:
+        if row[0] <= last_id:
+            raise order_error(row, number, (last_id, last_line))
+        return row[0], number
+    previous = previous_ids.get(device)
+    if previous is not None and row[0] <= previous[0]:
+        raise order_error(row, number, previous)
+    previous_ids[device] = (row[0], number)
+    return last_id, last_line
 
 
 def kernel_id_number(digits: str, line_number: int, trace_file: str) -> int:
