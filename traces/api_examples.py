@@ -465,26 +465,35 @@ NO_TIMES_DETAIL_EXAMPLE = {
     ],
 }
 ACCURACY_EXAMPLE = [
-    {
-        "simulator_build": "accelsim-commit-2260456ea5e6a1420f5734f145a4b7d8ab1d4737_modified_1.0",
-        "simulations": 12,
-        "traces": 6,
-        "kernels_compared": 48211,
-        "mape": 10.0587,
-        "aggregate_error": 11.2253,
-        "pearson_r": 0.9918,
-        "left_out": {"simulations": 0, "why": None},
-    },
-    {
-        "simulator_build": "accelsim-commit-73f9fac6_modified_0.0_24-10-08-10-02-11",
-        "simulations": 9,
-        "traces": 6,
-        "kernels_compared": 40102,
-        "mape": 14.7012,
-        "aggregate_error": 12.903,
-        "pearson_r": 0.9871,
-        "left_out": {"simulations": 2, "why": "ready, but no kernel compared (see each simulation's reason)"},
-    },
+    shaped(
+        shapes.SIMULATION_ACCURACY,
+        {
+            "simulator_build": "accelsim-commit-2260456ea5e6a1420f5734f145a4b7d8ab1d4737_modified_1.0",
+            "simulations": 12,
+            "traces": 6,
+            "kernels_compared": 48211,
+            "mape": 10.0587,
+            "aggregate_error": 11.2253,
+            "pearson_r": 0.9918,
+            "left_out": shaped(shapes.ACCURACY_LEFT_OUT, {"simulations": 0, "why": None}),
+        },
+    ),
+    shaped(
+        shapes.SIMULATION_ACCURACY,
+        {
+            "simulator_build": "accelsim-commit-73f9fac6_modified_0.0_24-10-08-10-02-11",
+            "simulations": 9,
+            "traces": 6,
+            "kernels_compared": 40102,
+            "mape": 14.7012,
+            "aggregate_error": 12.903,
+            "pearson_r": 0.9871,
+            "left_out": shaped(
+                shapes.ACCURACY_LEFT_OUT,
+                {"simulations": 2, "why": "ready, but no kernel compared (see each simulation's reason)"},
+            ),
+        },
+    ),
 ]
 
 SIMULATION_DETAIL_EXAMPLES = [
@@ -524,7 +533,13 @@ SAMPLE_CTX = "0x648ae66a3730"
 
 
 def selection_group(name: str, grid: list, count: int, insts: int, ns: int, share: float, ids: list) -> dict:
-    return {
+    representative = {
+        "ctx": SAMPLE_CTX,
+        "kernel_id": ids[0],
+        "trace_file": f"kernel-{ids[0]}-ctx_{SAMPLE_CTX}.trace.xz",
+        "traced": True,
+    }
+    values = {
         "name": name,
         "grid": grid,
         "block": [384, 1, 1],
@@ -532,46 +547,47 @@ def selection_group(name: str, grid: list, count: int, insts: int, ns: int, shar
         "total_insts": insts,
         "duration_ns": ns,
         "share": share,
-        "representative": {
-            "ctx": SAMPLE_CTX,
-            "kernel_id": ids[0],
-            "trace_file": f"kernel-{ids[0]}-ctx_{SAMPLE_CTX}.trace.xz",
-            "traced": True,
-        },
-        "members": [{"ctx": SAMPLE_CTX, "kernel_id": kernel_id} for kernel_id in ids],
+        "representative": shaped(shapes.SELECTION_REPRESENTATIVE, representative),
+        "members": [
+            shaped(shapes.SELECTION_MEMBER, {"ctx": SAMPLE_CTX, "kernel_id": kernel_id}) for kernel_id in ids
+        ],
     }
+    return shaped(shapes.SELECTION_GROUP, values)
 
 
-SELECTION_EXAMPLE = {
-    "trace_id": "sample__facebook_opt-125m__h100-e2e",
-    "by": "unique",
-    "step": None,
-    "cover": 0.5,
-    "tolerance": 0.2,
-    "launches": 700,
-    "basis": "time",
-    "covered": 0.5598,
-    "groups": [
-        selection_group(
-            "nvjet_hsh_128x128_64x5_2x1_v_bz_coopA_TNT",
-            [6, 8, 1],
-            12,
-            52162362,
-            1304054,
-            0.1898,
-            [14, 25, 36],
-        ),
-        selection_group(
-            "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
-            [18, 8, 1],
-            12,
-            40016115,
-            1000398,
-            0.1456,
-            [6, 17, 28],
-        ),
-    ],
-}
+SELECTION_EXAMPLE = shaped(
+    shapes.SELECTION,
+    {
+        "trace_id": "sample__facebook_opt-125m__h100-e2e",
+        "by": "unique",
+        "step": None,
+        "cover": 0.5,
+        "tolerance": 0.2,
+        "launches": 700,
+        "basis": "time",
+        "covered": 0.5598,
+        "groups": [
+            selection_group(
+                "nvjet_hsh_128x128_64x5_2x1_v_bz_coopA_TNT",
+                [6, 8, 1],
+                12,
+                52162362,
+                1304054,
+                0.1898,
+                [14, 25, 36],
+            ),
+            selection_group(
+                "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+                [18, 8, 1],
+                12,
+                40016115,
+                1000398,
+                0.1456,
+                [6, 17, 28],
+            ),
+        ],
+    },
+)
 SELECTION_EXAMPLES = [
     OpenApiExample(
         "Selection",
@@ -594,22 +610,27 @@ def _presigned(key: str) -> str:
 
 def _example_file(path: str, size: int, etag: str) -> dict:
     key = f"accelsim-traces/demo/{path}"
-    return {"path": path, "key": key, "bytes": size, "etag": etag, "url": _presigned(key)}
+    return shaped(
+        shapes.TRACE_FILE, {"path": path, "key": key, "bytes": size, "etag": etag, "url": _presigned(key)}
+    )
 
 
-FILES_EXAMPLE = {
-    "trace_id": "demo",
-    "state": "ready",
-    "error": None,
-    "expires_at": "2026-11-08T09:59:02Z",
-    "files": [
-        _example_file("configs/config_hopper_islip.icnt", 1352, '"3c1f2a0e5b9d4c7e8f6a1b2c3d4e5f60"'),
-        _example_file("configs/gpgpusim.config", 6028, '"9b8a7c6d5e4f3a2b1c0d9e8f7a6b5c4d"'),
-        _example_file("configs/trace.config", 1085, '"0f1e2d3c4b5a69788796a5b4c3d2e1f0"'),
-        _example_file("metadata.json", 412, '"5e4d3c2b1a0f9e8d7c6b5a4938271605"'),
-    ],
-    "refused": [],
-}
+FILES_EXAMPLE = shaped(
+    shapes.TRACE_FILES,
+    {
+        "trace_id": "demo",
+        "state": "ready",
+        "error": None,
+        "expires_at": "2026-11-08T09:59:02Z",
+        "files": [
+            _example_file("configs/config_hopper_islip.icnt", 1352, '"3c1f2a0e5b9d4c7e8f6a1b2c3d4e5f60"'),
+            _example_file("configs/gpgpusim.config", 6028, '"9b8a7c6d5e4f3a2b1c0d9e8f7a6b5c4d"'),
+            _example_file("configs/trace.config", 1085, '"0f1e2d3c4b5a69788796a5b4c3d2e1f0"'),
+            _example_file("metadata.json", 412, '"5e4d3c2b1a0f9e8d7c6b5a4938271605"'),
+        ],
+        "refused": [],
+    },
+)
 FILES_EXAMPLES = [
     OpenApiExample("Files", summary="The reference's demo", value=FILES_EXAMPLE, response_only=True)
 ]
@@ -640,37 +661,43 @@ SIMULATION_UPLOAD_REQUEST = {
         {"name": "simulation.json", "size": 412},
     ]
 }
-SIMULATION_UPLOAD_EXAMPLE = {
-    "trace_id": "demo",
-    "name": "accelsim-SM86_RTX3070",
-    "expires_at": "2026-11-08T09:59:02Z",
-    "files": [
-        {
-            "name": "sim.log.xz",
-            "size": 100663296,
-            "multipart": {
-                "upload_id": "2~n2xQ...",
-                "part_size": 67108864,
-                "parts": [
-                    {"part_number": 1, "url": _PART.format(number=1)},
-                    {"part_number": 2, "url": _PART.format(number=2)},
-                ],
-            },
-        },
-        {
-            "name": "gpgpusim.config",
-            "size": 9120,
-            "url": _PUT.format(name="gpgpusim.config"),
-            "headers": {"Content-Length": "9120"},
-        },
-        {
-            "name": "simulation.json",
-            "size": 412,
-            "url": _PUT.format(name="simulation.json"),
-            "headers": {"Content-Length": "412"},
-        },
-    ],
-}
+
+
+def _put(name: str, size: int) -> dict:
+    """An upload target of one presigned PUT."""
+    values = {
+        "name": name,
+        "size": size,
+        "url": _PUT.format(name=name),
+        "headers": {"Content-Length": str(size)},
+    }
+    return shaped(shapes.UPLOAD_TARGET, values)
+
+
+_MULTIPART = shaped(
+    shapes.MULTIPART_UPLOAD,
+    {
+        "upload_id": "2~n2xQ...",
+        "part_size": 67108864,
+        "parts": [
+            shaped(shapes.UPLOAD_PART, {"part_number": number, "url": _PART.format(number=number)})
+            for number in (1, 2)
+        ],
+    },
+)
+SIMULATION_UPLOAD_EXAMPLE = shaped(
+    shapes.SIMULATION_UPLOAD,
+    {
+        "trace_id": "demo",
+        "name": "accelsim-SM86_RTX3070",
+        "expires_at": "2026-11-08T09:59:02Z",
+        "files": [
+            shaped(shapes.UPLOAD_TARGET, {"name": "sim.log.xz", "size": 100663296, "multipart": _MULTIPART}),
+            _put("gpgpusim.config", 9120),
+            _put("simulation.json", 412),
+        ],
+    },
+)
 SIMULATION_COMPLETE_REQUEST = {
     "multipart": [
         {
@@ -683,12 +710,15 @@ SIMULATION_COMPLETE_REQUEST = {
         }
     ]
 }
-SIMULATION_COMPLETE_EXAMPLE = {
-    "trace_id": "demo",
-    "name": "accelsim-SM86_RTX3070",
-    "state": "uploading",
-    "url": "/api/traces/demo/simulations/accelsim-SM86_RTX3070",
-}
+SIMULATION_COMPLETE_EXAMPLE = shaped(
+    shapes.SIMULATION_COMPLETE,
+    {
+        "trace_id": "demo",
+        "name": "accelsim-SM86_RTX3070",
+        "state": "uploading",
+        "url": "/api/traces/demo/simulations/accelsim-SM86_RTX3070",
+    },
+)
 SIMULATION_UPLOAD_EXAMPLES = [
     OpenApiExample(
         "Files", summary="The files to upload", value=SIMULATION_UPLOAD_REQUEST, request_only=True

@@ -2,9 +2,8 @@
 
 The views answer raw bytes encoded from `values_list` rows (`traces.encoders`), so these
 serializers are never instantiated with data: they only describe the documented shapes for
-`extend_schema`. The answers declared in `traces.shapes` become serializer classes here
-(`serializer_for`); the rest (selection, downloads, uploads) are written out below. The
-exceptions are the two request bodies of a simulation's upload
+`extend_schema`. Every answer is declared in `traces.shapes` and becomes a serializer class here
+(`serializer_for`). Written out below are the two request bodies of a simulation's upload
 (`SimulationUploadRequestSerializer`, `SimulationCompleteRequestSerializer`), which the views
 validate with them.
 """
@@ -25,7 +24,6 @@ from traces.api_examples import (
 )
 from traces.encoders import waiting_text
 from traces.models import SIMULATION_NAME_MAX, Trace, TraceState
-from traces.selection import BASIS_INSTS, BASIS_LAUNCHES, BASIS_TIME, SELECT_BY
 
 
 class ErrorSerializer(serializers.Serializer):
@@ -48,6 +46,7 @@ _SCALARS = {
     shapes.NUMBER: serializers.FloatField,
     shapes.BOOLEAN: serializers.BooleanField,
     shapes.DATETIME: serializers.DateTimeField,
+    shapes.URI: serializers.URLField,
 }
 _built: dict[str, type[serializers.Serializer]] = {}
 
@@ -74,11 +73,14 @@ def serializer_field(field: shapes.Field) -> serializers.Field:
             options.update(min_length=field.length, max_length=field.length)
         return serializers.ListField(child=_element(field.items), **options)
     if field.kind == shapes.OBJECT:
+        if field.items is not None:
+            options["child"] = _element(field.items)
         return serializers.DictField(**options)
     if field.enum:
         return serializers.ChoiceField(choices=field.enum, **options)
     if field.kind == shapes.INT64:
-        return serializers.IntegerField(**INT64_BOUNDS, **options)
+        bounds = INT64_BOUNDS if field.min_value is None else {**INT64_BOUNDS, "min_value": field.min_value}
+        return serializers.IntegerField(**bounds, **options)
     if field.max_length is not None:
         options["max_length"] = field.max_length
     return _SCALARS[field.kind](**options)
@@ -132,166 +134,21 @@ TraceComparisonSerializer = documented(shapes.TRACE_COMPARISON, COMPARISON_EXAMP
 
 # --- representative kernels (traces.selection) ----------------------------------------------------
 
-
-class SelectionMemberSerializer(serializers.Serializer):
-    """A launch of the group, as the detail's kernels name it."""
-
-    ctx = serializers.CharField(allow_null=True)
-    kernel_id = serializers.IntegerField()
-    device_id = serializers.IntegerField(required=False, help_text="Only the device-id fork's kernels.")
-
-    class Meta:
-        ref_name = "SelectionMember"
-
-
-class SelectionRepresentativeSerializer(SelectionMemberSerializer):
-    """The launch to simulate for the group: a traced one when the group has one, the nearest
-    the group's (lower) median instruction count, ties to the first in the trace's order."""
-
-    trace_file = serializers.CharField()
-    traced = serializers.BooleanField(help_text="Its trace file is in the run (kernelslist lists it).")
-
-    class Meta:
-        ref_name = "SelectionRepresentative"
-
-
-class SelectionGroupSerializer(serializers.Serializer):
-    """Launches of one name, grid and block whose instruction counts are within the tolerance
-    of the group's smallest (or all without counts): the same work."""
-
-    name = serializers.CharField()
-    grid = serializers.ListField(child=serializers.IntegerField(), min_length=3, max_length=3)
-    block = serializers.ListField(child=serializers.IntegerField(), min_length=3, max_length=3)
-    count = serializers.IntegerField(help_text="Launches in the group: the representative's weight.")
-    total_insts = serializers.IntegerField(allow_null=True, help_text="Null for launches without counts.")
-    duration_ns = serializers.IntegerField(allow_null=True, help_text="Measured time, summed; null without.")
-    share = serializers.FloatField(help_text="The group's part of the run's (or step's) basis.")
-    representative = SelectionRepresentativeSerializer()
-    members = SelectionMemberSerializer(
-        many=True,
-        required=False,
-        help_text="Every launch of the group in the trace's order; absent with members=0.",
-    )
-
-    class Meta:
-        ref_name = "SelectionGroup"
-
-
-@extend_schema_serializer(examples=SELECTION_EXAMPLES)
-class SelectionSerializer(serializers.Serializer):
-    """A ready trace's (or step's) launches grouped, the largest share first, cut at `cover`."""
-
-    trace_id = serializers.CharField()
-    by = serializers.ChoiceField(choices=SELECT_BY)
-    step = serializers.CharField(allow_null=True, help_text="The step's name with by=step; null otherwise.")
-    cover = serializers.FloatField()
-    tolerance = serializers.FloatField(
-        help_text="A count joins a group up to (1 + tolerance) times the group's smallest."
-    )
-    launches = serializers.IntegerField(
-        help_text="Launches of the run (or the step): the weights' sum at cover 1."
-    )
-    basis = serializers.ChoiceField(
-        choices=(BASIS_TIME, BASIS_INSTS, BASIS_LAUNCHES),
-        help_text="What shares are of: measured time, else instructions, else launches.",
-    )
-    covered = serializers.FloatField(help_text="The returned groups' shares, summed.")
-    groups = SelectionGroupSerializer(many=True)
-
-    class Meta:
-        ref_name = "Selection"
-
+SelectionSerializer = documented(shapes.SELECTION, SELECTION_EXAMPLES)
 
 # --- simulations (traces.accuracy) ---------------------------------------------------------------
-
 
 SimulationSummarySerializer = serializer_for(shapes.SIMULATION_SUMMARY)
 SimulationListItemSerializer = serializer_for(shapes.SIMULATION_LIST_ITEM)
 SimulationDetailSerializer = documented(shapes.SIMULATION_DETAIL, SIMULATION_DETAIL_EXAMPLES)
-
-
-class AccuracyLeftOutSerializer(serializers.Serializer):
-    simulations = serializers.IntegerField()
-    why = serializers.CharField(allow_null=True)
-
-    class Meta:
-        ref_name = "AccuracyLeftOut"
-
-
-class SimulationAccuracySerializer(serializers.Serializer):
-    """One simulator build (or config) over its ready simulations, pooled over every compared
-    launch; the key is `simulator_build` or `config`, as `by` asks."""
-
-    simulator_build = serializers.CharField(allow_null=True, required=False)
-    config = serializers.CharField(allow_null=True, required=False)
-    simulations = serializers.IntegerField()
-    traces = serializers.IntegerField()
-    kernels_compared = serializers.IntegerField()
-    mape = serializers.FloatField(allow_null=True)
-    aggregate_error = serializers.FloatField(allow_null=True)
-    pearson_r = serializers.FloatField(allow_null=True)
-    left_out = AccuracyLeftOutSerializer(
-        help_text="Its ready simulations that compared no kernel: not counted in the row."
-    )
-
-    class Meta:
-        ref_name = "SimulationAccuracy"
-
+SimulationAccuracySerializer = serializer_for(shapes.SIMULATION_ACCURACY)
 
 # --- a trace's downloads (traces.files) -----------------------------------------------------------
 
-
-class TraceFileSerializer(serializers.Serializer):
-    path = serializers.CharField(help_text="Relative to the run's folder: `traces/...`, `configs/...`.")
-    key = serializers.CharField(help_text="The object's key in the bucket.")
-    # 64 bits: a stats file passes 2 GiB (drf-spectacular writes format int64 for this bound).
-    bytes = serializers.IntegerField(
-        min_value=0, max_value=2**63 - 1, help_text="Its size, as the bucket listed it."
-    )
-    etag = serializers.CharField(
-        help_text='Its ETag as S3 lists it, quotes included (`"<md5>"` for an object uploaded in one part).'
-    )
-    url = serializers.URLField(
-        help_text="A presigned GET, valid until expires_at: no Authorization header, and "
-        "`If-Match: <etag>` (signed: S3 refuses the GET without it, and answers 412 once the object changed)."
-    )
-
-    class Meta:
-        ref_name = "TraceFile"
+TraceFilesSerializer = documented(shapes.TRACE_FILES, FILES_EXAMPLES)
 
 
-class RefusedFileSerializer(serializers.Serializer):
-    key = serializers.CharField(help_text="The object's key in the bucket.")
-    reason = serializers.CharField(help_text="Why it is not listed: its path would leave a client's folder.")
-
-    class Meta:
-        ref_name = "RefusedFile"
-
-
-@extend_schema_serializer(examples=FILES_EXAMPLES)
-class TraceFilesSerializer(serializers.Serializer):
-    """A run's files, each with a presigned download URL, in path order."""
-
-    trace_id = serializers.CharField()
-    state = serializers.ChoiceField(
-        choices=TraceState.choices, help_text="The trace's state, as the detail's."
-    )
-    error = serializers.CharField(
-        allow_null=True, help_text="Why it failed, as the detail's; null otherwise."
-    )
-    expires_at = serializers.DateTimeField(help_text="UTC; every URL is valid at least until then.")
-    files = TraceFileSerializer(many=True)
-    refused = RefusedFileSerializer(
-        many=True,
-        help_text="The run's keys left out of `files`: a path with `..`, a backslash, a drive or UNC "
-        "prefix, a colon, a control character or a Windows device name.",
-    )
-
-    class Meta:
-        ref_name = "TraceFiles"
-
-
-# --- A simulation's upload: the requests (validated with these), the answers (described) ----
+# --- A simulation's upload: the requests (validated with these), then the answers (declared) ----
 
 # A folder accepts six file names (ingest/uploads.py says which), each once.
 UPLOAD_FILES_MAX = 8
@@ -351,60 +208,5 @@ class SimulationCompleteRequestSerializer(serializers.Serializer):
         ref_name = "SimulationCompleteRequest"
 
 
-class UploadPartSerializer(serializers.Serializer):
-    part_number = serializers.IntegerField()
-    url = serializers.CharField(help_text="A presigned UploadPart PUT of exactly this part's bytes.")
-
-    class Meta:
-        ref_name = "SimulationUploadPart"
-
-
-class MultipartUploadSerializer(serializers.Serializer):
-    upload_id = serializers.CharField()
-    part_size = serializers.IntegerField(
-        help_text="Every part's bytes but the last (CASCADE_SIM_PART_BYTES)."
-    )
-    parts = UploadPartSerializer(many=True)
-
-    class Meta:
-        ref_name = "SimulationMultipartUpload"
-
-
-class UploadTargetSerializer(serializers.Serializer):
-    """One file: a presigned PUT (`url`, `headers`), or, at CASCADE_SIM_MULTIPART_BYTES and up,
-    a multipart upload (`multipart`)."""
-
-    name = serializers.CharField()
-    size = serializers.IntegerField()
-    url = serializers.CharField(required=False, help_text="A presigned PUT, with `headers`.")
-    headers = serializers.DictField(
-        child=serializers.CharField(), required=False, help_text="Send exactly these with the PUT."
-    )
-    multipart = MultipartUploadSerializer(required=False)
-
-    class Meta:
-        ref_name = "SimulationUploadTarget"
-
-
-class SimulationUploadSerializer(serializers.Serializer):
-    """Where to PUT each file of the upload, simulation.json last."""
-
-    trace_id = serializers.CharField()
-    name = serializers.CharField()
-    expires_at = serializers.DateTimeField(help_text="UTC; every URL is valid at least until then.")
-    files = UploadTargetSerializer(many=True)
-
-    class Meta:
-        ref_name = "SimulationUpload"
-
-
-class SimulationCompleteSerializer(serializers.Serializer):
-    """The simulation registered and its read started: poll `url` until ready or failed."""
-
-    trace_id = serializers.CharField()
-    name = serializers.CharField()
-    state = serializers.ChoiceField(choices=TraceState.choices)
-    url = serializers.CharField(help_text="The simulation's GET.")
-
-    class Meta:
-        ref_name = "SimulationComplete"
+SimulationUploadSerializer = serializer_for(shapes.SIMULATION_UPLOAD)
+SimulationCompleteSerializer = serializer_for(shapes.SIMULATION_COMPLETE)

@@ -1,9 +1,12 @@
-"""Each JSON answer's shape, declared once: its fields in order, their types, a line each.
+"""Each JSON answer's shape, declared once, in one module past 500 lines because it is data whose
+shapes nest one another and share one registry (`SHAPES`): its fields in order, their types, a
+line each.
 
 What is derived from here: the selectors' column tuples (`Shape.columns`), the encoders' key
 order and indices, the OpenAPI components (`traces.serializers.serializer_for` builds a DRF
 serializer class from a shape, never instantiated on a hot path) and the examples' keys
-(`tests/traces/test_api_docs_examples.py` checks examples and live answers against these).
+(`tests/traces/test_api_docs_examples.py` checks examples and live answers against these; it is
+the only check of `/files` and the upload's answers, whose dicts `ingest/` builds).
 The encoders stay hand-written for speed: a shape says what an answer holds, an encoder how it
 is built from a row.
 
@@ -21,7 +24,8 @@ INT64 = "int64"  # a count or size that passes 2**31 (format int64, as the model
 NUMBER = "number"
 BOOLEAN = "boolean"
 DATETIME = "date-time"  # `2026-11-08T08:59:02.590922Z` (`encoders.format_timestamp`)
-OBJECT = "object"  # free-form JSON object (metadata.json as uploaded)
+URI = "uri"  # a URL (a presigned GET)
+OBJECT = "object"  # free-form JSON object (metadata.json as uploaded); with `items`: of those values
 ARRAY = "array"  # of `items`: a kind or a Shape
 # TraceState's values (tests/traces/test_shapes.py checks): no model import, so that the
 # declaration reads without Django set up (`python -m traces.api_examples`).
@@ -41,6 +45,7 @@ class Field:
     optional: bool = False  # absent from some answers (the device-id fork's keys)
     length: int | None = None  # an ARRAY of exactly this many items
     max_length: int | None = None
+    min_value: int | None = None  # an INT64's lower bound, when it has one (a size: 0)
     example: object = None  # its value in the examples where they do not say (traces.api_examples)
 
 
@@ -465,6 +470,199 @@ SIMULATION_DETAIL = Shape(
     ),
 )
 
+# --- representative kernels (traces.selection) ----------------------------------------------------
+
+# traces.selection's SELECT_BY and bases (tests/traces/test_shapes.py checks).
+SELECT_BY = ("unique", "step")
+BASES = ("time", "insts", "launches")
+SELECTION_MEMBER = Shape(
+    "SelectionMember",
+    "A launch of the group, as the detail's kernels name it.",
+    (
+        Field("ctx", STRING, null=True),
+        Field("kernel_id", INTEGER),
+        Field("device_id", INTEGER, "Only the device-id fork's kernels.", optional=True),
+    ),
+)
+SELECTION_REPRESENTATIVE = Shape(
+    "SelectionRepresentative",
+    "The launch to simulate for the group: a traced one when the group has one, the nearest "
+    "the group's (lower) median instruction count, ties to the first in the trace's order.",
+    (
+        *SELECTION_MEMBER.fields,
+        Field("trace_file", STRING),
+        Field("traced", BOOLEAN, "Its trace file is in the run (kernelslist lists it)."),
+    ),
+)
+SELECTION_GROUP = Shape(
+    "SelectionGroup",
+    "Launches of one name, grid and block whose instruction counts are within the tolerance "
+    "of the group's smallest (or all without counts): the same work.",
+    (
+        Field("name", STRING),
+        Field("grid", ARRAY, items=INTEGER, length=3),
+        Field("block", ARRAY, items=INTEGER, length=3),
+        Field("count", INTEGER, "Launches in the group: the representative's weight."),
+        Field("total_insts", INTEGER, "Null for launches without counts.", null=True),
+        Field("duration_ns", INTEGER, "Measured time, summed; null without.", null=True),
+        Field("share", NUMBER, "The group's part of the run's (or step's) basis."),
+        nested("representative", SELECTION_REPRESENTATIVE),
+        many(
+            "members",
+            SELECTION_MEMBER,
+            "Every launch of the group in the trace's order; absent with members=0.",
+            optional=True,
+        ),
+    ),
+)
+SELECTION = Shape(
+    "Selection",
+    "A ready trace's (or step's) launches grouped, the largest share first, cut at `cover`.",
+    (
+        Field("trace_id", STRING),
+        Field("by", STRING, enum=SELECT_BY),
+        Field("step", STRING, "The step's name with by=step; null otherwise.", null=True),
+        Field("cover", NUMBER),
+        Field("tolerance", NUMBER, "A count joins a group up to (1 + tolerance) times the group's smallest."),
+        Field("launches", INTEGER, "Launches of the run (or the step): the weights' sum at cover 1."),
+        Field(
+            "basis",
+            STRING,
+            "What shares are of: measured time, else instructions, else launches.",
+            enum=BASES,
+        ),
+        Field("covered", NUMBER, "The returned groups' shares, summed."),
+        many("groups", SELECTION_GROUP),
+    ),
+)
+
+# --- accuracy by simulator build or config (traces.accuracy.accuracy_by) ----------------------------
+
+ACCURACY_LEFT_OUT = Shape(
+    "AccuracyLeftOut",
+    "",
+    (Field("simulations", INTEGER), Field("why", STRING, null=True)),
+)
+SIMULATION_ACCURACY = Shape(
+    "SimulationAccuracy",
+    "One simulator build (or config) over its ready simulations, pooled over every compared "
+    "launch; the key is `simulator_build` or `config`, as `by` asks.",
+    (
+        Field("simulator_build", STRING, null=True, optional=True),
+        Field("config", STRING, null=True, optional=True),
+        Field("simulations", INTEGER),
+        Field("traces", INTEGER),
+        Field("kernels_compared", INTEGER),
+        Field("mape", NUMBER, null=True),
+        Field("aggregate_error", NUMBER, null=True),
+        Field("pearson_r", NUMBER, null=True),
+        nested(
+            "left_out",
+            ACCURACY_LEFT_OUT,
+            "Its ready simulations that compared no kernel: not counted in the row.",
+        ),
+    ),
+)
+
+# --- a trace's downloads (traces.files; the dicts are ingest.downloads') --------------------------
+
+_KEY = "The object's key in the bucket."
+_EXPIRES_AT = Field("expires_at", DATETIME, "UTC; every URL is valid at least until then.")
+TRACE_FILE = Shape(
+    "TraceFile",
+    "",
+    (
+        Field("path", STRING, "Relative to the run's folder: `traces/...`, `configs/...`."),
+        Field("key", STRING, _KEY),
+        # 64 bits: a stats file passes 2 GiB.
+        Field("bytes", INT64, "Its size, as the bucket listed it.", min_value=0),
+        Field(
+            "etag",
+            STRING,
+            'Its ETag as S3 lists it, quotes included (`"<md5>"` for an object uploaded in one part).',
+        ),
+        Field(
+            "url",
+            URI,
+            "A presigned GET, valid until expires_at: no Authorization header, and `If-Match: <etag>` "
+            "(signed: S3 refuses the GET without it, and answers 412 once the object changed).",
+        ),
+    ),
+)
+REFUSED_FILE = Shape(
+    "RefusedFile",
+    "",
+    (
+        Field("key", STRING, _KEY),
+        Field("reason", STRING, "Why it is not listed: its path would leave a client's folder."),
+    ),
+)
+TRACE_FILES = Shape(
+    "TraceFiles",
+    "A run's files, each with a presigned download URL, in path order.",
+    (
+        Field("trace_id", STRING),
+        Field("state", STRING, "The trace's state, as the detail's.", enum=STATES),
+        Field("error", STRING, "Why it failed, as the detail's; null otherwise.", null=True),
+        _EXPIRES_AT,
+        many("files", TRACE_FILE),
+        many(
+            "refused",
+            REFUSED_FILE,
+            "The run's keys left out of `files`: a path with `..`, a backslash, a drive or UNC prefix, "
+            "a colon, a control character or a Windows device name.",
+        ),
+    ),
+)
+
+# --- a simulation's upload: the answers (the dicts are ingest.uploads'; the requests are
+# traces.serializers' own, which validate them) --------------------------------------------------
+
+UPLOAD_PART = Shape(
+    "SimulationUploadPart",
+    "",
+    (
+        Field("part_number", INTEGER),
+        Field("url", STRING, "A presigned UploadPart PUT of exactly this part's bytes."),
+    ),
+)
+MULTIPART_UPLOAD = Shape(
+    "SimulationMultipartUpload",
+    "",
+    (
+        Field("upload_id", STRING),
+        Field("part_size", INTEGER, "Every part's bytes but the last (CASCADE_SIM_PART_BYTES)."),
+        many("parts", UPLOAD_PART),
+    ),
+)
+UPLOAD_TARGET = Shape(
+    "SimulationUploadTarget",
+    "One file: a presigned PUT (`url`, `headers`), or, at CASCADE_SIM_MULTIPART_BYTES and up, "
+    "a multipart upload (`multipart`).",
+    (
+        Field("name", STRING),
+        Field("size", INTEGER),
+        Field("url", STRING, "A presigned PUT, with `headers`.", optional=True),
+        Field("headers", OBJECT, "Send exactly these with the PUT.", items=STRING, optional=True),
+        nested("multipart", MULTIPART_UPLOAD, optional=True),
+    ),
+)
+SIMULATION_UPLOAD = Shape(
+    "SimulationUpload",
+    "Where to PUT each file of the upload, simulation.json last.",
+    (Field("trace_id", STRING), Field("name", STRING), _EXPIRES_AT, many("files", UPLOAD_TARGET)),
+)
+SIMULATION_COMPLETE = Shape(
+    "SimulationComplete",
+    "The simulation registered and its read started: poll `url` until ready or failed.",
+    (
+        Field("trace_id", STRING),
+        Field("name", STRING),
+        Field("state", STRING, enum=STATES),
+        Field("url", STRING, "The simulation's GET."),
+    ),
+)
+
 # Every shape declared here, by its component's name.
 SHAPES = {
     shape.name: shape
@@ -493,5 +691,19 @@ SHAPES = {
         KERNEL_FAMILY,
         SIMULATED_KERNEL,
         SIMULATION_DETAIL,
+        SELECTION_MEMBER,
+        SELECTION_REPRESENTATIVE,
+        SELECTION_GROUP,
+        SELECTION,
+        ACCURACY_LEFT_OUT,
+        SIMULATION_ACCURACY,
+        TRACE_FILE,
+        REFUSED_FILE,
+        TRACE_FILES,
+        UPLOAD_PART,
+        MULTIPART_UPLOAD,
+        UPLOAD_TARGET,
+        SIMULATION_UPLOAD,
+        SIMULATION_COMPLETE,
     )
 }

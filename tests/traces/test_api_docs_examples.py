@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 from django.conf import settings as django_settings
 
-from tests.helpers import content, store_kernels, token_client
+from ingest import receivers
+from tests.helpers import PREFIX, TEST_BUCKET, content, store_kernels, token_client
 from tests.traces.test_openapi import nullable_to_json_schema, openapi, response_validator  # noqa: F401
+from tests.traces.test_shapes import assert_has_the_keys
 from tests.traces.test_simulations_api import simulate
 from traces import api_examples, shapes
 from traces.api_examples import DEMO_METADATA, DOCS_EXAMPLES, NULL_TOTALS_DETAIL
@@ -38,6 +40,22 @@ GETS = {
     "accuracy": ("/api/simulations/accuracy", "/api/simulations/accuracy"),
 }
 POSTS = {"upload": "upload-request", "complete": "complete-request"}
+# Each answer's declaration (`traces.shapes`): a list's, of its items. The dicts of `/files` and
+# of the upload's answers are built in ingest/: this is where their keys meet the declaration.
+SHAPES = {
+    "traces": shapes.TRACE_SUMMARY,
+    "trace": shapes.TRACE_DETAIL,
+    "summary": shapes.TRACE_ANALYSIS,
+    "compare": shapes.TRACE_COMPARISON,
+    "selection": shapes.SELECTION,
+    "files": shapes.TRACE_FILES,
+    "trace-simulations": shapes.SIMULATION_SUMMARY,
+    "simulation": shapes.SIMULATION_DETAIL,
+    "simulations": shapes.SIMULATION_LIST_ITEM,
+    "accuracy": shapes.SIMULATION_ACCURACY,
+    "upload": shapes.SIMULATION_UPLOAD,
+    "complete": shapes.SIMULATION_COMPLETE,
+}
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 
 
@@ -62,6 +80,18 @@ def test_each_example_conforms_to_the_schema(openapi):  # noqa: F811
         response_validator(openapi, path, 200).validate(DOCS_EXAMPLES[name])
     assert SimulationUploadRequestSerializer(data=DOCS_EXAMPLES["upload-request"]).is_valid()
     assert SimulationCompleteRequestSerializer(data=DOCS_EXAMPLES["complete-request"]).is_valid()
+
+
+def assert_declared(name: str, value) -> None:
+    """An answer (or example) of `name` has its declaration's keys, each of a list's items too."""
+    for index, item in enumerate(value if isinstance(value, list) else [value]):
+        assert_has_the_keys(item, SHAPES[name], f"{name}[{index}]")
+
+
+def test_each_docs_example_has_its_declarations_keys():
+    assert set(SHAPES) == set(GETS) | set(POSTS)
+    for name in SHAPES:
+        assert_declared(name, DOCS_EXAMPLES[name])
 
 
 def without_timestamps(value):
@@ -156,9 +186,10 @@ def test_each_docs_example_has_the_live_answers_keys_and_types(api, openapi, see
     if isinstance(live, list):
         assert live, f"{url} answered no row to compare"
     assert_same_shape(DOCS_EXAMPLES[name], live, name)
+    assert_declared(name, live)
 
 
-def test_the_upload_examples_have_the_live_answers_keys_and_types(seeded):
+def test_the_upload_examples_have_the_live_answers_keys_and_types(seeded, s3, monkeypatch):
     writer = token_client("write")
     name = DOCS_EXAMPLES["upload"]["name"]
     upload = writer.post(
@@ -167,10 +198,13 @@ def test_the_upload_examples_have_the_live_answers_keys_and_types(seeded):
     assert upload.status_code == 200, upload.content
     example = DOCS_EXAMPLES["upload"]
     assert_same_shape(example, upload.json(), "upload")
+    assert_declared("upload", upload.json())
     assert [file["name"] for file in upload.json()["files"]] == [file["name"] for file in example["files"]]
-    # Completing takes the bucket's real parts: the answer's keys are checked without them.
+    # Completing takes the bucket's real parts: the answer's keys are checked without them, one
+    # file landed and its read not started (the upload tests read a real one).
+    s3.put_object(Bucket=TEST_BUCKET, Key=f"{PREFIX}demo/simulations/{name}/simulation.json", Body=b"{}")
+    monkeypatch.setattr(receivers, "read_soon", lambda trace_id: None)
     complete = writer.post(f"/api/traces/demo/simulations/{name}/complete", {}, format="json")
-    if complete.status_code == 202:
-        assert_same_shape(DOCS_EXAMPLES["complete"], complete.json(), "complete")
-    else:
-        assert list(complete.json()) == ["detail"]
+    assert complete.status_code == 202, complete.content
+    assert_same_shape(DOCS_EXAMPLES["complete"], complete.json(), "complete")
+    assert_declared("complete", complete.json())

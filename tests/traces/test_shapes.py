@@ -6,17 +6,21 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
+from fractions import Fraction
 from pathlib import Path
 
+import orjson
 from django.conf import settings
 
 from tests.traces.test_openapi import openapi  # noqa: F401 (a fixture)
-from traces import accuracy, analysis, encoders, selectors, shapes
+from traces import accuracy, analysis, encoders, selection, selectors, shapes
 from traces.models import KERNEL_COLUMNS, NO_DEVICE, Simulation, Trace, TraceState
 
 OPENAPI_TYPES = {
     shapes.STRING: "string",
     shapes.DATETIME: "string",
+    shapes.URI: "string",
     shapes.INTEGER: "integer",
     shapes.INT64: "integer",
     shapes.NUMBER: "number",
@@ -48,6 +52,60 @@ def test_the_encoders_write_the_declared_keys():
     assert accuracy.SIMULATION_SUMMARY_KEYS == shapes.SIMULATION_SUMMARY.keys
     assert shapes.TRACE_COMPARISON.field("by").enum == analysis.COMPARE_BY
     assert shapes.STATES == tuple(TraceState.values)
+    assert shapes.SELECT_BY == selection.SELECT_BY
+    assert shapes.BASES == (selection.BASIS_TIME, selection.BASIS_INSTS, selection.BASIS_LAUNCHES)
+    optional = {field.name for field in shapes.SIMULATION_ACCURACY.fields if field.optional}
+    assert optional == set(accuracy.ACCURACY_BY)
+
+
+def assert_has_the_keys(value: dict, shape: shapes.Shape, where: str) -> None:
+    """`value` has `shape`'s keys in its order (an optional one only where present), and so do
+    the objects it nests."""
+    assert list(value) == [f.name for f in shape.fields if not f.optional or f.name in value], where
+    for field in shape.fields:
+        inner = value.get(field.name)
+        if field.shape is not None and inner is not None:
+            assert_has_the_keys(inner, field.shape, f"{where}.{field.name}")
+        elif isinstance(field.items, shapes.Shape):
+            for index, item in enumerate(inner or []):
+                assert_has_the_keys(item, field.items, f"{where}.{field.name}[{index}]")
+
+
+def test_the_selections_answer_has_the_declared_keys():
+    launch = selection.Launch(ctx="0x1", kernel_id=1, device=3, trace_file="kernel-1.trace", traced=True)
+    group = selection.Group(
+        name_id=1,
+        grid=(1, 1, 1),
+        block=(32, 1, 1),
+        low=10,
+        high=10,
+        count=2,
+        total_insts=20,
+        duration_ns=None,
+        representative_key=(0, 1),
+        name="k",
+        representative=launch,
+    )
+    answer = selection.Selection(
+        trace_id="t",
+        by="unique",
+        step=None,
+        cover=Fraction(1),
+        launches=2,
+        basis="insts",
+        covered=1.0,
+        groups=[group],
+        members=iter([(0, 0, 1), (0, 0, 2)]),
+        contexts={0: ("0x1", 3)},
+    )
+    encoded = orjson.loads(b"".join(selection.encode_selection(answer)))
+    assert_has_the_keys(encoded, shapes.SELECTION, "selection")
+    assert "device_id" in encoded["groups"][0]["representative"]
+    assert "device_id" in encoded["groups"][0]["members"][0]
+    answer.members, answer.groups[0].representative = None, replace(launch, device=NO_DEVICE)
+    encoded = orjson.loads(b"".join(selection.encode_selection(answer)))
+    assert_has_the_keys(encoded, shapes.SELECTION, "selection without members")
+    assert "members" not in encoded["groups"][0]
 
 
 def test_the_schemas_components_are_the_declarations(openapi):  # noqa: F811
@@ -63,7 +121,7 @@ def test_the_schemas_components_are_the_declarations(openapi):  # noqa: F811
             assert described.get("nullable", False) is field.null, where
             assert described.get("description", "").split("\n\n")[0] == field.doc, where
             if field.shape is not None:
-                assert described["allOf" if field.null else "$ref"], where
+                assert described["allOf" if field.null or field.doc else "$ref"], where
             elif field.enum:
                 (ref,) = described.get("allOf", [described])
                 assert components[ref["$ref"].rsplit("/", 1)[1]]["enum"] == list(field.enum), where
