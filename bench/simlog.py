@@ -7,7 +7,7 @@ its build lines and option dump, then kernel after kernel as Accel-Sim prints th
 header, the launch line, the chatter, `Destroy streams`, the whole stat block with its cache
 statistics, its footer), each kernel with the next uid and kernel-N, its cycles adding up; and a
 gzip'd copy. Then prints, side by side, the wall time of `grep -c '^gpu_sim_cycle'` over the file
-(`zcat | grep -c` over the .gz), the reader's (`ingest.simlog.read_sim_log_chunks` over the file
+(`zcat | grep -c` over the .gz), the reader's (`simulations.simlog.read_sim_log_chunks` over the file
 read in chunks, a zlib decompressor's for the .gz), their ratio, and the reader's peak RSS. The
 reader runs in a child process of its own (its peak RSS is its own high-water mark), best of
 `--repeat`; so does grep. The file is read once before any timing, so both read it from the page cache.
@@ -127,7 +127,7 @@ def _chunks(path: str, compressed: bool):
 
 def child(path: str, mode: str) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cascade.settings")
-    from ingest.simlog import read_sim_log_chunks
+    from simulations.simlog import read_sim_log_chunks
 
     started = time.perf_counter()
     if mode == "inflate":  # the decompressor alone: what zlib costs before the reader
@@ -244,7 +244,7 @@ def measure_uids(uids: int = UIDS, repeat: int = 3) -> list[dict]:
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "cascade.settings")
     django.setup()
-    from ingest.simlog import read_sim_log_chunks
+    from simulations.simlog import read_sim_log_chunks
 
     rows = []
     for shape in ("each", "one"):

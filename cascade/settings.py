@@ -104,6 +104,7 @@ INSTALLED_APPS = [
     "axes",
     "csp",
     "traces",
+    "simulations",
     "ingest",
     "tools",
 ]

@@ -9,12 +9,8 @@ class IngestConfig(AppConfig):
         from ingest.downloads import run_downloads
         from ingest.receivers import request_reingest, upload_completed
         from ingest.uploads import upload_urls
-        from traces.signals import (
-            files_requested,
-            reingest_requested,
-            simulation_upload_completed,
-            simulation_upload_requested,
-        )
+        from simulations.signals import simulation_upload_completed, simulation_upload_requested
+        from traces.signals import files_requested, reingest_requested
 
         reingest_requested.connect(request_reingest, dispatch_uid="ingest.reingest")
         files_requested.connect(run_downloads, dispatch_uid="ingest.downloads")

@@ -24,20 +24,19 @@ from django.conf import settings
 from django.db.models import F
 
 from cascade import metrics
-from ingest.simlog import SimLogError
-from traces import services, simulations
+from simulations import services as simulation_services
+from simulations.errors import SimulationInputError
+from simulations.models import Simulation
+from simulations.simlog import SimLogError
+from traces import services
 from traces.kernel_store import TraceDataTooLarge
-from traces.models import Simulation, Trace
+from traces.models import Trace
 
 logger = logging.getLogger(__name__)
 
 
 class TraceInputError(Exception):
     """The upload itself is wrong (the trace's own fault): the trace fails with this message."""
-
-
-class SimulationInputError(Exception):
-    """A simulation's upload is wrong (its marker, its log, its pairing): it fails with this message."""
 
 
 class ParseAttemptFailed(Exception):
@@ -191,17 +190,17 @@ def simulation_parse_error(
         raise error
     if kind == INPUT:
         logger.info("%s: failed: %s", simulation, failure_message(error))
-        simulations.simulation_fail(
+        simulation_services.simulation_fail(
             simulation, failure_message(error), fingerprint=fingerprint, trace_seen_at=trace_seen_at
         )
         return
-    attempts = simulations.count_attempt(simulation)
+    attempts = simulation_services.count_attempt(simulation)
     limit = settings.CASCADE_PARSE_ATTEMPTS
     logger.exception("%s: internal error while reading it (try %d of %d)", simulation, attempts, limit)
     if attempts < limit:
         raise ParseAttemptFailed(
             f"try {attempts} of {limit} failed, the next pass tries again: {internal_message(error)}"
         ) from error
-    simulations.simulation_fail(
+    simulation_services.simulation_fail(
         simulation, internal_message(error), fingerprint=fingerprint, trace_seen_at=trace_seen_at
     )

@@ -41,10 +41,10 @@ from ingest.listing import Swept, fingerprint, inventory
 from ingest.metering import PassCost, measured
 from ingest.parse import Progress
 from ingest.scan import Scan, TraceChange, needs_decision, register_objects, scan_bucket
+from simulations.services import SimulationChange
 from traces.kernel_store import kernels_purge
 from traces.locks import trace_lock
 from traces.models import Trace, TraceState
-from traces.simulations import SimulationChange
 
 logger = logging.getLogger(__name__)
 # A pass's share of purging deleted traces' launches: about 2M launches' worth, then the next pass.

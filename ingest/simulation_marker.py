@@ -9,8 +9,8 @@ from datetime import datetime
 
 from ingest import bucket
 from ingest.bucket import S3Object
-from ingest.failures import SimulationInputError
-from traces.accuracy import RUN_FACT_KEYS
+from simulations.accuracy import RUN_FACT_KEYS
+from simulations.errors import SimulationInputError
 from traces.text import unstorable_character
 
 MARKER_NAME = "simulation.json"

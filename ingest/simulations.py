@@ -3,7 +3,7 @@ their first file lands, read when their trace is ready, and again when either ch
 
 A simulation folder holds the simulator's stdout (`sim.log`, `sim.log.gz` or `sim.log.xz`),
 maybe the `gpgpusim.config` it ran with, and last `simulation.json`, the completion marker.
-The log is streamed through ingest/simlog.py, then each simulated kernel is paired with the
+The log is streamed through simulations/simlog.py, then each simulated kernel is paired with the
 trace's launch:
 
 - trace-driven logs: uid k is the k-th trace header, `kernel-N[-ctx_0x...].traceg`, which
@@ -35,22 +35,17 @@ from django.db.models import F, Q
 
 from ingest import bucket, failures
 from ingest.bucket import S3Object
-from ingest.failures import SimulationInputError
 from ingest.listing import inventory
-from ingest.pairing import Pairing, fatal_words
-from ingest.simlog import SimLog, read_sim_log_chunks
 from ingest.simulation_marker import MARKER_NAME, MAX_CLOCK_MHZ, read_marker, run_facts
-from traces import simulations as services
-from traces.accuracy import simulation_metrics
+from simulations import services
+from simulations.accuracy import simulation_metrics
+from simulations.errors import SimulationInputError
+from simulations.models import CURRENT_SIMULATION_READER_VERSION, SIMULATION_NAME_MAX, Simulation
+from simulations.pairing import Pairing, fatal_words
+from simulations.services import SimulationChange, simulation_fingerprint
+from simulations.simlog import SimLog, read_sim_log_chunks
 from traces.locks import trace_lock
-from traces.models import (
-    CURRENT_SIMULATION_READER_VERSION,
-    SIMULATION_NAME_MAX,
-    Simulation,
-    Trace,
-    TraceState,
-)
-from traces.simulations import SimulationChange, simulation_fingerprint
+from traces.models import Trace, TraceState
 from traces.text import is_storable, unstorable_character
 
 logger = logging.getLogger(__name__)

@@ -32,11 +32,13 @@ from django.utils import timezone
 from ingest import bucket
 from ingest.bucket import S3Object
 from ingest.listing import Swept, storable_run_id
+from ingest.models import SweepCursor
 from ingest.paths import path_problem
 from ingest.scan import Scan, scan_bucket
 from ingest.simulations import FOLDER as SIMULATIONS_FOLDER
 from ingest.simulations import folders
-from traces.models import SIMULATION_NAME_MAX, DeletedTrace, Simulation, SweepCursor, Trace, files_fingerprint
+from simulations.models import SIMULATION_NAME_MAX, Simulation
+from traces.models import DeletedTrace, Trace, files_fingerprint
 from traces.text import unstorable_character
 
 logger = logging.getLogger(__name__)

@@ -28,9 +28,10 @@ from django.db import connections
 from ingest import bucket, simulation_marker, simulations
 from ingest.listing import inventory
 from ingest.reingest import ReingestQueue
-from traces import simulations as services
-from traces.models import SIMULATION_NAME_MAX, Simulation, Trace
-from traces.signals import UploadRefused
+from simulations import services
+from simulations.models import SIMULATION_NAME_MAX, Simulation
+from simulations.signals import UploadRefused
+from traces.models import Trace
 from traces.text import unstorable_character
 
 logger = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """docs/architecture.md's module table matches the folders: a newcomer's map is only as good as
-it is true. Every Python module of cascade/, ingest/ and traces/ has a row (a folder of
+it is true. Every Python module of cascade/, ingest/, simulations/ and traces/ has a row (a folder of
 management commands may be one row), and every path the tables name exists."""
 
 import re
@@ -7,7 +7,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "architecture.md"
-APPS = ("cascade", "ingest", "traces")
+APPS = ("cascade", "ingest", "simulations", "traces")
 
 
 def table_paths() -> set[str]:

@@ -2,8 +2,9 @@
 
 Imports are read from the source (function-level ones too, since a lazy import is still an
 arrow), so a circle hidden inside a function fails here rather than in a reader's head. The
-layers, bottom up: `traces` (the data and the API) ← `ingest` (S3 and the formats) ← `tools`
-(the generator, the samples, the demo) ← `bench`; `cascade` is the project around them; the
+layers, bottom up: `traces` (the data and the API) ← `simulations` (a simulator's runs of a
+trace: their data, reading, API and admin) ← `ingest` (S3 and the formats) ← `tools` (the
+generator, the samples, the demo) ← `bench`; `cascade` is the project around them; the
 client (`client/cascade_client`) is a separate package that imports none of the server.
 """
 
@@ -13,15 +14,16 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("cascade", "traces", "ingest", "tools", "bench", "client/cascade_client")
+PACKAGES = ("cascade", "traces", "simulations", "ingest", "tools", "bench", "client/cascade_client")
 
 # What each top-level package may not import, directly or lazily.
 FORBIDDEN = {
-    "traces": {"ingest", "tools", "bench", "boto3", "botocore", "storages"},
+    "traces": {"simulations", "ingest", "tools", "bench", "boto3", "botocore", "storages"},
+    "simulations": {"ingest", "tools", "bench", "boto3", "botocore", "storages"},
     "ingest": {"tools", "bench"},
     "tools": {"bench"},
     "cascade": {"tools", "bench"},
-    "cascade_client": {"cascade", "traces", "ingest", "tools", "bench", "django", "rest_framework"},
+    "cascade_client": {"cascade", "traces", "simulations", "ingest", "tools", "bench", "django", "rest_framework"},
 }
 FUNCTION_LINES_MAX = 80
 MODULE_LINES_MAX = 500

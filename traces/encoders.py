@@ -15,7 +15,6 @@ from datetime import datetime
 import orjson
 
 from traces import shapes
-from traces.accuracy import SIMULATION_SUMMARY_COLUMNS, SimulationDetail
 from traces.analysis import Comparison, Launches, Ratios, Summary, TraceTotals
 from traces.models import KERNEL_COLUMNS, NO_DEVICE
 from traces.selectors import WAITING_FOR_METADATA
@@ -286,78 +285,6 @@ def comparison_dict(comparison: Comparison) -> dict:
 
 def encode_json(value: dict) -> bytes:
     return orjson.dumps(value)
-
-
-# --- simulations (traces.accuracy) ----------------------------------------------------------------
-
-_INTERRUPTED_KEYS = shapes.INTERRUPTED_KERNEL.keys
-_SELECTION_KEYS = shapes.SIMULATION_SELECTION.keys
-SIMULATED_KERNEL_KEYS = shapes.SIMULATED_KERNEL.keys
-
-
-def _ordered(value: dict | None, keys: tuple[str, ...]) -> dict | None:
-    """A stored JSON object with the documented keys in the documented order (PostgreSQL's
-    jsonb keeps no order); a key it lacks is null, one it has beyond them is not served."""
-    return None if value is None else {key: value.get(key) for key in keys}
-
-
-def simulation_summary_dict(row: tuple, *, columns: tuple[str, ...] = SIMULATION_SUMMARY_COLUMNS) -> dict:
-    """A SimulationSummary from `accuracy.simulation_summary_rows` (or, with `trace_id` first in
-    `columns`, a row of `accuracy.simulation_list_rows`)."""
-    stored = dict(zip(columns, row, strict=True))
-    summary = {}
-    for key, value in stored.items():
-        summary[key] = value
-        if key == "kernels_compared":
-            summary["compared"] = value
-    for key in ("created_at", "updated_at"):
-        summary[key] = format_timestamp(summary[key])
-    summary["fatal"] = _ordered(summary["fatal"], shapes.SIMULATION_FATAL.keys)
-    summary["left_out"] = _ordered(summary["left_out"], shapes.SIMULATION_LEFT_OUT.keys) or {
-        "kernels": 0,
-        "why": None,
-    }
-    run = _ordered(summary["run"], shapes.SIMULATION_RUN.keys)
-    if run is not None and run["selection"] is not None:
-        run["selection"] = _ordered(run["selection"], _SELECTION_KEYS)
-    summary["run"] = run
-    summary["metrics"] = _ordered(summary["metrics"], shapes.SIMULATION_METRICS.keys)
-    return summary
-
-
-def simulation_list_dicts(rows: Iterable[tuple]) -> list[dict]:
-    columns = ("trace_id", *SIMULATION_SUMMARY_COLUMNS)
-    return [simulation_summary_dict(row, columns=columns) for row in rows]
-
-
-def simulation_detail_head(detail: SimulationDetail) -> dict:
-    """A SimulationDetail without its kernels: the summary, `interrupted`, `steps`, `families`."""
-    return {
-        **simulation_summary_dict(detail.row),
-        "interrupted": [_ordered(kernel, _INTERRUPTED_KEYS) for kernel in detail.interrupted or []],
-        "steps": [
-            {"step": step.step, "sim_ns": step.sim_ns, "measured_ns": step.measured_ns, "error": step.error}
-            for step in detail.steps
-        ],
-        "families": [
-            {
-                "family": family.family,
-                "count": family.count,
-                "mape": family.mape,
-                "aggregate_error": family.aggregate_error,
-            }
-            for family in detail.families
-        ],
-    }
-
-
-def simulated_kernel_dict(row: tuple) -> dict:
-    return dict(zip(SIMULATED_KERNEL_KEYS, row, strict=True))
-
-
-def encode_simulation_detail(head: dict, rows: Iterable[tuple]) -> Iterator[bytes]:
-    """The SimulationDetail JSON in pieces, kernels a chunk at a time (as `encode_trace_detail`)."""
-    return encode_with_kernels(head, rows, simulated_kernel_dict)
 
 
 # --- kernels.csv ------------------------------------------------------------------------------

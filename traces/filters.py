@@ -1,5 +1,5 @@
-"""The query parameters that narrow `GET /api/traces` and `GET /api/simulations`: django-filter
-FilterSets.
+"""The query parameters that narrow `GET /api/traces` (and, through `simulations.filters`,
+`GET /api/simulations`): django-filter FilterSets.
 
 Every filter is optional and an absent or empty one narrows nothing. A parameter the list does
 not know (`stat=ready`, a typo) is a 400 naming it and the parameters allowed, and a value a
@@ -21,7 +21,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.http import QueryDict
 
-from traces.models import Simulation, Trace, TraceState
+from traces.models import Trace, TraceState
 from traces.params import BOOLEANS, InvalidFilter, check_known, integer, shown
 
 # What each parameter accepts, in the words of a 400's detail (and of the OpenAPI schema).
@@ -113,45 +113,6 @@ def trace_filters(params: QueryDict) -> TraceFilter:
         raise InvalidFilter(
             " ".join(
                 f"{name} accepts {ACCEPTS[name]}; got {shown(params.get(name))}." for name in filters.errors
-            )
-        )
-    return filters
-
-
-# What each parameter of `GET /api/simulations` (and `/accuracy`) accepts.
-SIMULATION_ACCEPTS = {
-    "trace": "a trace's exact id (text without NUL characters)",
-    "simulator_build": "the exact Accel-Sim build, such as accelsim-commit-2260456e_modified_0.0 (text without NUL characters)",
-    "config": "the exact simulator config, such as SM90_H100 (text without NUL characters)",
-    "state": f"one of {', '.join(TraceState.values)}",
-}
-
-
-class SimulationFilter(django_filters.FilterSet):
-    """The simulations viewset's `filterset_class`, as TraceFilter is the traces'."""
-
-    trace = django_filters.CharFilter(
-        field_name="trace_id", help_text=f"Exact match: {SIMULATION_ACCEPTS['trace']}."
-    )
-    simulator_build = django_filters.CharFilter(
-        help_text=f"Exact match: {SIMULATION_ACCEPTS['simulator_build']}."
-    )
-    config = django_filters.CharFilter(help_text=f"Exact match: {SIMULATION_ACCEPTS['config']}.")
-    state = django_filters.ChoiceFilter(
-        choices=TraceState.choices, help_text=f"{SIMULATION_ACCEPTS['state'].capitalize()}."
-    )
-
-
-def simulation_filters(params: QueryDict, also: tuple[str, ...] = ()) -> SimulationFilter:
-    """The filters `params` asks for, validated as `trace_filters` does (a 400 names every bad
-    one); `also`: the other parameters the route reads (`accuracy`'s `by`)."""
-    check_known(params, [*SimulationFilter.base_filters, *also])
-    filters = SimulationFilter(params, queryset=Simulation.objects.none())
-    if not filters.is_valid():
-        raise InvalidFilter(
-            " ".join(
-                f"{name} accepts {SIMULATION_ACCEPTS[name]}; got {shown(params.get(name))}."
-                for name in filters.errors
             )
         )
     return filters

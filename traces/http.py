@@ -249,6 +249,22 @@ def streaming_json_response(
     return cacheable(StreamingHttpResponse(chunks, content_type="application/json"), digest, coding)
 
 
+def unversioned_json_response(chunks: Iterable[bytes], coding: str, *, stream: bool) -> HttpResponse:
+    """JSON with no ETag (a selection, a simulation: their rows say nothing of when they last
+    changed), streamed chunk by chunk as it is encoded when `stream`, else joined; compressed
+    as asked, with Vary as every answer of the API that may be compressed."""
+    if stream:
+        response = StreamingHttpResponse(compress_chunks(chunks, coding) if coding != IDENTITY else chunks)
+    else:
+        body = b"".join(chunks)
+        response = HttpResponse(compress_bytes(body, coding) if coding != IDENTITY else body)
+    response["Content-Type"] = "application/json"
+    if coding != IDENTITY:
+        response["Content-Encoding"] = coding
+    patch_vary_headers(response, VARY)
+    return response
+
+
 def file_json_response(body: BinaryIO, *, digest: str, coding: str) -> FileResponse:
     """Encoded JSON kept in a file (`body_cache`), with the headers of the answer it was
     computed as, and now a Content-Length. FileResponse streams it (the server's sendfile when

@@ -279,7 +279,7 @@ TRACE_COMPARISON = Shape(
     ),
 )
 
-# --- simulations (traces.accuracy) ----------------------------------------------------------------
+# --- simulations (simulations.accuracy) ----------------------------------------------------------------
 
 SIMULATION_METRICS = Shape(
     "SimulationMetrics",
@@ -536,7 +536,7 @@ SELECTION = Shape(
     ),
 )
 
-# --- accuracy by simulator build or config (traces.accuracy.accuracy_by) ----------------------------
+# --- accuracy by simulator build or config (simulations.accuracy.accuracy_by) ----------------------------
 
 ACCURACY_LEFT_OUT = Shape(
     "AccuracyLeftOut",

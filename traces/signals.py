@@ -7,10 +7,7 @@ background). The API asks for a run's files with presigned download URLs by send
 `files_requested`: which keys a run's files are and how a URL is signed is ingestion's
 knowledge (and boto3 its dependency), so `traces` never imports it.
 
-A simulation's upload (`cascade simulate`) asks the same way: `simulation_upload_requested`
-for the presigned PUT URLs of its files, `simulation_upload_completed` once they are PUT (the
-multipart uploads completed, the simulation registered and read at once in the background);
-what ingestion refuses in them it raises as `UploadRefused`, which the API answers with a 400.
+A simulation's upload asks the same way (`simulations.signals`).
 
 `trace_parsed` is what `traces` announces to itself once a parse is committed: the admin keeps
 a big trace's page reads ahead of its first view (traces/apps.py connects it).
@@ -29,20 +26,3 @@ files_requested = Signal()
 
 # sender: Trace; trace: the trace just made ready by a parse, sent once its transaction committed.
 trace_parsed = Signal()
-
-
-# sender: the requester's class; trace_id, name (the simulation's folder), files
-# (`[{"name", "size"}]`), seconds: how long the URLs stay valid. The answer: the upload's
-# files, `[{"name", "size", "url", "headers"} | {"name", "size", "multipart": {...}}]`,
-# simulation.json last (POST /api/traces/{trace_id}/simulations/{name}/upload).
-simulation_upload_requested = Signal()
-
-# sender: the requester's class; trace_id, name, multipart (`[{"name", "upload_id", "parts":
-# [{"part_number", "etag"}]}]`). The answer: the simulation's state once registered, its read
-# started in the background (POST .../simulations/{name}/complete).
-simulation_upload_completed = Signal()
-
-
-class UploadRefused(ValueError):
-    """What the app that answers an upload's signal refuses in it (a file name, a size, a part),
-    said in a sentence for a 400."""

@@ -1,17 +1,14 @@
 """The Traces API: `GET /api/traces`, `GET /api/traces/{trace_id}`, a trace's analysis:
 `GET /api/traces/{trace_id}/summary`, `GET /api/traces/{a}/compare/{b}` and
-`GET /api/traces/{trace_id}/selection` (representative kernels), and simulations:
-`GET /api/traces/{trace_id}/simulations[/{name}]`, `GET /api/simulations[/accuracy]`; a trace's
-downloads: `GET /api/traces/{trace_id}/files` (presigned URLs) and `.../kernels.csv`; a
-simulation's upload: `POST /api/traces/{trace_id}/simulations/{name}/upload` and `.../complete`.
+`GET /api/traces/{trace_id}/selection` (representative kernels); a trace's downloads:
+`GET /api/traces/{trace_id}/files` (presigned URLs) and `.../kernels.csv`. A trace's simulations
+are the simulations app's (`simulations/views.py`).
 
-Why one module: every view of the API is here and each is thin (the reads are in selectors,
-accuracy and selection, the bytes in encoders), so the routes read top to bottom in one file.
+Each view is thin: the reads are in selectors, analysis and selection, the bytes in encoders.
 """
 
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse
 from django.urls import reverse
-from django.utils.cache import patch_vary_headers
 from django.utils.html import format_html
 from django.utils.http import urlencode
 from django_filters.rest_framework import DjangoFilterBackend
@@ -22,29 +19,19 @@ from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from traces import accuracy, analysis, body_cache, encoders, http, selectors
+from traces import analysis, body_cache, encoders, http, selectors
 from traces.browsable import BrowsableAPIRenderer
-from traces.files import simulation_upload, simulation_upload_complete, trace_files
+from traces.files import trace_files
 from traces.filters import (
     InvalidFilter,
-    SimulationFilter,
     TraceFilter,
     encode_cursor,
     filters_key,
     shown,
-    simulation_filters,
     trace_filters,
     trace_list_page,
 )
-from traces.models import Simulation, Trace, TraceState
-from traces.openapi_simulations import (
-    accuracy_schema,
-    simulation_complete_schema,
-    simulation_schema,
-    simulation_upload_schema,
-    simulations_schema,
-    trace_simulations_schema,
-)
+from traces.models import Trace, TraceState
 from traces.openapi_traces import (
     compare_schema,
     files_schema,
@@ -54,7 +41,7 @@ from traces.openapi_traces import (
     selection_schema,
     summary_schema,
 )
-from traces.permissions import CanUploadSimulations, CanViewTraces
+from traces.permissions import CanViewTraces
 from traces.selection import (
     SelectionError,
     encode_selection,
@@ -65,8 +52,6 @@ from traces.selection import (
     parse_members,
     select,
 )
-from traces.serializers import SimulationCompleteRequestSerializer, SimulationUploadRequestSerializer
-from traces.signals import UploadRefused
 from traces.snapshots import snapshot
 from traces.text import is_storable
 
@@ -107,6 +92,13 @@ class OperatorDescribed:
         if not html:
             return self.operator_description
         return format_html("<p>{}</p>", self.operator_description)
+
+
+def json_or_browsable(request, value):
+    """A small answer: JSON bytes for a JSON client, the browsable API's page for a person."""
+    if isinstance(request.accepted_renderer, JSONRenderer):
+        return HttpResponse(encoders.encode_json(value), content_type="application/json")
+    return Response(value)
 
 
 class TraceViewSet(OperatorDescribed, viewsets.ViewSet):
@@ -253,11 +245,6 @@ class TraceViewSet(OperatorDescribed, viewsets.ViewSet):
         detail["kernels"] = kernels
         return {**detail, **after}
 
-    def json_or_browsable(self, request, value: dict):
-        if self.wants_json(request):
-            return HttpResponse(encoders.encode_json(value), content_type="application/json")
-        return Response(value)
-
     def ready_traces(self, trace_ids: tuple[str, ...]) -> None:
         """404 naming the first trace that does not exist, 409 for one that is not ready."""
         states = analysis.trace_states([trace_id for trace_id in trace_ids if is_storable(trace_id)])
@@ -275,7 +262,7 @@ class TraceViewSet(OperatorDescribed, viewsets.ViewSet):
         with snapshot(one_trace=True):
             self.ready_traces((trace_id,))
             result = analysis.summary(trace_id)
-        return self.json_or_browsable(request, encoders.summary_dict(result))
+        return json_or_browsable(request, encoders.summary_dict(result))
 
     @compare_schema
     @action(detail=True, methods=["get"], url_path="compare/(?P<other_id>[^/]+)")
@@ -286,7 +273,7 @@ class TraceViewSet(OperatorDescribed, viewsets.ViewSet):
         with snapshot(one_trace=True):
             self.ready_traces((trace_id, other_id))
             result = analysis.compare(trace_id, other_id, by)
-        return self.json_or_browsable(request, encoders.comparison_dict(result))
+        return json_or_browsable(request, encoders.comparison_dict(result))
 
     @selection_schema
     @action(detail=True, methods=["get"], url_path="selection")
@@ -310,50 +297,8 @@ class TraceViewSet(OperatorDescribed, viewsets.ViewSet):
         if browsable:
             return Response({**head_dict(result), "groups": [group_dict(g) for g in result.groups]})
         coding = http.choose_coding(request.META.get("HTTP_ACCEPT_ENCODING"))
-        body = encode_selection(result)
-        if members and result.launches > STREAM_KERNELS_ABOVE:
-            return simulation_stream(body, coding)
-        body = b"".join(body)
-        response = HttpResponse(http.compress_bytes(body, coding) if coding != http.IDENTITY else body)
-        return with_coding(response, coding)
-
-    # --- simulations ------------------------------------------------------------------------
-
-    def existing_trace(self, trace_id: str) -> None:
-        if not is_storable(trace_id) or not Trace.objects.filter(pk=trace_id).exists():
-            raise NotFound(f"trace {trace_id} not found")
-
-    @trace_simulations_schema
-    @action(detail=True, methods=["get"], url_path="simulations")
-    def simulations(self, request, trace_id=None):
-        self.existing_trace(trace_id)
-        rows = accuracy.simulation_summary_rows(trace_id)
-        return self.json_or_browsable(request, [encoders.simulation_summary_dict(row) for row in rows])
-
-    @simulation_schema
-    @action(detail=True, methods=["get"], url_path="simulations/(?P<name>[^/]+)")
-    def simulation(self, request, trace_id=None, name=None):
-        browsable = not self.wants_json(request)
-        detail = (
-            accuracy.simulation_detail(trace_id, name, BROWSABLE_KERNELS_MAX if browsable else None)
-            if is_storable(trace_id) and is_storable(name)
-            else None
-        )
-        if detail is None:
-            self.existing_trace(trace_id)
-            raise NotFound(f"simulation {name} of trace {trace_id} not found")
-        head = encoders.simulation_detail_head(detail)
-        if browsable:
-            return Response(
-                {**head, "kernels": [encoders.simulated_kernel_dict(row) for row in detail.kernels]}
-            )
-        body = encoders.encode_simulation_detail(head, detail.kernels)
-        coding = http.choose_coding(request.META.get("HTTP_ACCEPT_ENCODING"))
-        if head["kernels_simulated"] > STREAM_KERNELS_ABOVE:
-            return simulation_stream(body, coding)
-        body = b"".join(body)
-        response = HttpResponse(http.compress_bytes(body, coding) if coding != http.IDENTITY else body)
-        return with_coding(response, coding)
+        stream = members and result.launches > STREAM_KERNELS_ABOVE
+        return http.unversioned_json_response(encode_selection(result), coding, stream=stream)
 
 
 def with_next_link(response, request, version: selectors.ListVersion, rows):
@@ -365,59 +310,6 @@ def with_next_link(response, request, version: selectors.ListVersion, rows):
         params["after"] = encode_cursor(last[selectors.CREATED_AT_COLUMN], last[0])
         response["Link"] = f'<{request.build_absolute_uri(request.path)}?{params.urlencode()}>; rel="next"'
     return response
-
-
-def simulation_stream(chunks, coding: str) -> StreamingHttpResponse:
-    """A large simulation's JSON as it is read, compressed chunk by chunk when asked."""
-    if coding != http.IDENTITY:
-        chunks = http.compress_chunks(chunks, coding)
-    return with_coding(StreamingHttpResponse(chunks), coding)
-
-
-def with_coding(response, coding: str):
-    """JSON, its coding, and Vary as every answer of the API that may be compressed. No ETag:
-    a simulation's row says nothing of when its launches were last replaced."""
-    response["Content-Type"] = "application/json"
-    if coding != http.IDENTITY:
-        response["Content-Encoding"] = coding
-    patch_vary_headers(response, http.VARY)
-    return response
-
-
-class SimulationViewSet(OperatorDescribed, viewsets.ViewSet):
-    """Every trace's simulations, and which simulator build or config is the most accurate."""
-
-    operator_description = (
-        "Simulations of every trace (<run>/simulations/<name>/ in the bucket). JSON clients: "
-        "Authorization: Bearer <token>; ?format=json for the raw JSON."
-    )
-
-    permission_classes = [CanViewTraces]
-    # Read by the OpenAPI schema for the list's parameters, as TraceViewSet's.
-    queryset = Simulation.objects.none()
-    filter_backends = [DjangoFilterBackend]
-    filterset_class = SimulationFilter
-
-    def json_or_browsable(self, request, value):
-        if isinstance(request.accepted_renderer, JSONRenderer):
-            return HttpResponse(encoders.encode_json(value), content_type="application/json")
-        return Response(value)
-
-    @simulations_schema
-    def list(self, request):
-        filters = simulation_filters(request.query_params)
-        rows = accuracy.simulation_list_rows(filters.filter_queryset(Simulation.objects.all()))
-        return self.json_or_browsable(request, encoders.simulation_list_dicts(rows))
-
-    @accuracy_schema
-    @action(detail=False, methods=["get"], url_path="accuracy")
-    def accuracy_by(self, request):
-        by = request.query_params.get("by", accuracy.ACCURACY_BY[0])
-        if by not in accuracy.ACCURACY_BY:
-            raise ParseError(f"by must be one of {', '.join(accuracy.ACCURACY_BY)}, not {shown(by)}")
-        filters = simulation_filters(request.query_params, also=("by",))
-        rows = accuracy.accuracy_by(by, filters.filter_queryset(Simulation.objects.all()))
-        return self.json_or_browsable(request, rows)
 
 
 # --- a trace's downloads: its files (presigned), its launches as CSV ---------------------------
@@ -490,109 +382,3 @@ class TraceDownloadsViewSet(OperatorDescribed, viewsets.ViewSet):
         return http.streaming_csv_response(
             encoders.encode_kernels_csv(rows, raw=raw), digest=digest, coding=coding, filename=filename
         )
-
-
-# --- a simulation's upload: presigned PUTs, then its completion --------------------------------
-
-# A request body past this is a 413 before it is read: a dozen files, or a log's few hundred parts.
-UPLOAD_BODY_MAX = 1024**2
-
-
-class BodyTooLarge(APIException):
-    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
-    default_code = "too_large"
-
-
-def validated(serializer_class, request) -> dict:
-    """The body checked by its serializer; the first problem a 400 in the API's one-sentence
-    shape (`files[1].size: ...`), not DRF's field map."""
-    length = request.META.get("CONTENT_LENGTH") or ""
-    if length.isdigit() and int(length) > UPLOAD_BODY_MAX:
-        raise BodyTooLarge(f"the request body is {length} bytes, more than {UPLOAD_BODY_MAX}")
-    serializer = serializer_class(data=request.data)
-    if not serializer.is_valid():
-        raise ParseError(first_error(serializer.errors))
-    return serializer.validated_data
-
-
-def first_error(errors, where: str = "") -> str:
-    if isinstance(errors, dict):
-        key, value = next(iter(errors.items()))
-        if key == "non_field_errors":
-            place = where
-        elif isinstance(key, int) or str(key).isdigit():  # a list's item, as DRF keys them
-            place = f"{where}[{key}]"
-        else:
-            place = f"{where}.{key}" if where else key
-        return first_error(value, place)
-    if isinstance(errors, list) and errors and isinstance(errors[0], (dict, list)):
-        index, value = next((i, e) for i, e in enumerate(errors) if e)
-        return first_error(value, f"{where}[{index}]")
-    message = str(errors[0]) if isinstance(errors, list) else str(errors)
-    return f"{where}: {message}" if where else message
-
-
-class SimulationUploadViewSet(OperatorDescribed, viewsets.ViewSet):
-    """A simulation uploaded by a script (`cascade simulate`), with a `write` token: where to PUT
-    its files (presigned, into `<run>/simulations/<name>/`; no byte passes through Cascade),
-    then the upload's completion, which has it read at once (`traces.files`, ingestion's)."""
-
-    operator_description = (
-        "A simulation's upload: presigned PUT URLs, then its completion. Needs a write token "
-        "(manage.py create_token NAME --scope write)."
-    )
-    permission_classes = [CanUploadSimulations]
-    lookup_value_regex = TraceViewSet.lookup_value_regex
-    lookup_url_kwarg = TraceViewSet.lookup_url_kwarg
-
-    def ready_trace(self, trace_id: str) -> None:
-        """404 for no such trace; 409, saying its state, for one that is not ready."""
-        state = None
-        if is_storable(trace_id):
-            state = Trace.objects.filter(pk=trace_id).values_list("state", flat=True).first()
-        if state is None:
-            raise NotFound(f"trace {trace_id} not found")
-        if state != TraceState.READY:
-            raise TraceNotReady(
-                f"trace {trace_id} is {state}: a simulation is uploaded once its trace is ready"
-            )
-
-    @simulation_upload_schema
-    @action(
-        detail=True,
-        methods=["post"],
-        url_path="simulations/(?P<name>[^/]+)/upload",
-        url_name="simulation-upload",
-    )
-    def upload(self, request, trace_id=None, name=None):
-        self.ready_trace(trace_id)
-        files = [dict(item) for item in validated(SimulationUploadRequestSerializer, request)["files"]]
-        try:
-            answer = simulation_upload(trace_id, name, files)
-        except UploadRefused as refused:
-            raise ParseError(str(refused)) from None
-        return Response(answer)
-
-    @simulation_complete_schema
-    @action(
-        detail=True,
-        methods=["post"],
-        url_path="simulations/(?P<name>[^/]+)/complete",
-        url_name="simulation-complete",
-    )
-    def complete(self, request, trace_id=None, name=None):
-        self.ready_trace(trace_id)
-        body = validated(SimulationCompleteRequestSerializer, request)
-        multipart = [
-            {
-                "name": item["name"],
-                "upload_id": item["upload_id"],
-                "parts": [dict(part) for part in item["parts"]],
-            }
-            for item in body.get("multipart") or []
-        ]
-        try:
-            answer = simulation_upload_complete(trace_id, name, multipart)
-        except UploadRefused as refused:
-            raise ParseError(str(refused)) from None
-        return Response(answer, status=status.HTTP_202_ACCEPTED)

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ingest.bucket import iter_lines
-from ingest.simlog import STOPPED_KILLED, STOPPED_MAX_CYCLES, SimLogError, read_sim_log
+from simulations.simlog import STOPPED_KILLED, STOPPED_MAX_CYCLES, SimLogError, read_sim_log
 from tests.helpers import shared_fixture
 
 MAX_LINE = 1 << 20
@@ -432,7 +432,7 @@ def test_a_log_killed_after_the_break_line_is_killed_and_keeps_its_blocks():
 
 
 def test_more_uids_than_a_run_launches_is_a_simlogerror(monkeypatch):
-    monkeypatch.setattr("ingest.simlog.MAX_UIDS", 3)
+    monkeypatch.setattr("simulations.simlog.MAX_UIDS", 3)
     assert len(read(text(*block("1 2 3 ", 100, 100), "GPGPU-Sim: *** exit detected ***")).kernels) == 3
     with pytest.raises(SimLogError, match=r"^line 12: more than 3 uids"):
         read(text(*block("1 2 3 ", 100, 100), *block("4 ", 1, 101)))  # at the 2nd block's end

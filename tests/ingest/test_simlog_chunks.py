@@ -7,9 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingest import simlog
 from ingest.bucket import iter_lines
-from ingest.simlog import MAX_LINE, SimLogError, read_sim_log, read_sim_log_chunks
+from simulations import simlog
+from simulations.simlog import MAX_LINE, SimLogError, read_sim_log, read_sim_log_chunks
 from tests.helpers import shared_fixture
 
 # The six real logs this module reads (docs/formats.md#the-simulators-log), by name: the folder holds more.

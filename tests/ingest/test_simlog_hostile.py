@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingest.simlog import MAX_LINE, STOPPED_KILLED, SimLogError, read_sim_log_chunks
+from simulations.simlog import MAX_LINE, STOPPED_KILLED, SimLogError, read_sim_log_chunks
 from tests.ingest.test_simlog_chunks import LOGS, NAMES  # the six real logs, read once
 
 
@@ -82,7 +82,7 @@ def test_nul_bytes_in_a_name_are_a_simlogerror_elsewhere_nothing():
 
 
 def test_uids_past_max_uids_are_a_simlogerror(monkeypatch):
-    monkeypatch.setattr("ingest.simlog.MAX_UIDS", 5)
+    monkeypatch.setattr("simulations.simlog.MAX_UIDS", 5)
     lines = [b"launching kernel name: k uid: %d\n" % uid for uid in range(1, 6)]
     assert len(read(b"".join(lines)).kernels) == 5
     with pytest.raises(SimLogError, match=r"^line 6: more than 5 uids"):

@@ -3,7 +3,7 @@
 The real logs are `shared_fixture("real-sim-logs")`'s `accel-sim-73f9fac__*.log`, one real run of
 each way a run ends badly (SOURCES.txt there). What each should read as is decided HERE, by
 regular expressions over the log's text (docs/formats.md#the-simulators-log says how each
-failure looks), never by ingest/simlog.py: the simulator's fatal line and its number, the stat
+failure looks), never by simulations/simlog.py: the simulator's fatal line and its number, the stat
 blocks of the kernels that finished, how the log ends. The run totals are then checked against
 a sum over those blocks.
 """
@@ -14,10 +14,11 @@ import re
 import pytest
 
 from ingest import passes
+from simulations.models import SimulatedKernel
 from tests.helpers import shared_fixture
 from tests.ingest.test_simulations import simulation, upload_simulation
 from tests.ingest.test_simulations_real import spec_of, trace_files
-from traces.models import SimulatedKernel, TraceState
+from traces.models import TraceState
 
 # The simulator's lines that say it cannot go on (accel-sim-simulator.md, "How each kind of
 # failure looks"; "Trace files the simulator ... accept" for the assertions).

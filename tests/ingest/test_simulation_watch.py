@@ -15,12 +15,13 @@ import pytest
 
 from ingest import passes
 from ingest.simulations import read_simulations_now
+from simulations.models import Simulation
 from tests.helpers import PREFIX, TEST_BUCKET
 from tests.ingest.test_simulation_truth import GOOD, GOOD_LAUNCHES
 from tests.ingest.test_simulations import simulation, upload_simulation
 from tests.ingest.test_simulations_real import trace_files
 from tests.ingest.test_sweep import register_ready, upload_run
-from traces.models import Simulation, Trace, TraceState
+from traces.models import Trace, TraceState
 
 WAITING = "waiting for simulation.json"
 

@@ -14,8 +14,9 @@ import re
 import pytest
 
 from ingest import passes
+from simulations.models import SimulatedKernel, Simulation
 from tests.helpers import PREFIX, STATS_HEADER, TEST_BUCKET, VECADD_CTX, shared_fixture, stats_row
-from traces.models import SimulatedKernel, Simulation, Trace, TraceState
+from traces.models import Trace, TraceState
 
 OK_MARKER = {"status": "ok", "simulator": "accel-sim", "config": "SM7_TITANV"}
 

@@ -3,7 +3,7 @@ the log's own kernel list, pairs as an independent reading of its text says (iss
 
 The expected pairs are read here with a few regular expressions over the whole text: the
 trace headers (or PTX pushes) in order, the launch lines, and the stat blocks' uids and
-`gpu_sim_cycle`. Nothing of ingest/simlog.py is used to compute them.
+`gpu_sim_cycle`. Nothing of simulations/simlog.py is used to compute them.
 """
 
 import re
@@ -11,9 +11,10 @@ import re
 import pytest
 
 from ingest import passes
+from simulations.models import SimulatedKernel, Simulation
 from tests.helpers import STATS_HEADER, stats_row
 from tests.ingest.test_simulations import real_log, simulation, timing_csv, upload_simulation
-from traces.models import SimulatedKernel, Simulation, TraceState
+from traces.models import TraceState
 
 HEADER = re.compile(
     rb"^Header info loaded for kernel command : .*?kernel-(\d+)(?:-ctx_(0x[0-9a-f]+))?\.traceg", re.M

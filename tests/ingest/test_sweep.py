@@ -17,9 +17,11 @@ from django.core.management import call_command
 from ingest import bucket, passes
 from ingest.listing import fingerprint, inventory
 from ingest.management.commands.ingest_traces import Command
+from ingest.models import SweepCursor
+from simulations.models import Simulation
 from tests.helpers import PREFIX, STATS_HEADER, TEST_BUCKET, stats_row
 from tests.ingest.test_events import drain, in_queue
-from traces.models import DeletedTrace, Simulation, SweepCursor, Trace, TraceState, next_trace_keys
+from traces.models import DeletedTrace, Trace, TraceState, next_trace_keys
 from traces.services import trace_delete
 
 OK = {"status": "ok", "trace_gpu_arch": "sm_90"}

@@ -1,6 +1,6 @@
 """Simulations of generated traces: logs in Accel-Sim's format that the simulator-log reader pairs right.
 
-Every check reads the generated log with `ingest.simlog` (the reader Cascade ingests with) and
+Every check reads the generated log with `simulations.simlog` (the reader Cascade ingests with) and
 compares what it finds with what the run folder says on its own: its kernelslists (which trace
 files, in which order), the trace files' headers (which kernel), `timing.csv` (measured times,
 and the order the contexts ran in) and `timeline.json` (which launches are prefill).
@@ -18,7 +18,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from ingest import bucket
-from ingest.simlog import read_sim_log_chunks
+from simulations.simlog import read_sim_log_chunks
 from tools.generator import RunSpec, write_run
 from tools.samples import SIMULATIONS
 from tools.simulation import SimSpec, write_simulation

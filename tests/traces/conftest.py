@@ -46,13 +46,16 @@ def staff_client(admin_user) -> Client:
 
 @pytest.fixture
 def make_viewer(db):
-    """`make_viewer(*codenames)`: the session of staff who hold only these `traces` permissions."""
+    """`make_viewer(*codenames)`: the session of staff who hold only these permissions (of the
+    traces and simulations apps: codenames are unique across them)."""
     from django.contrib.auth.models import Permission
 
     def make(*codenames: str) -> Client:
         user = get_user_model().objects.create_user("viewer", password="viewer-pass-123", is_staff=True)
         user.user_permissions.set(
-            Permission.objects.filter(content_type__app_label="traces", codename__in=codenames)
+            Permission.objects.filter(
+                content_type__app_label__in=("traces", "simulations"), codename__in=codenames
+            )
         )
         client = Client()
         client.force_login(user)

@@ -1,4 +1,4 @@
-"""A simulation's accuracy (traces/metrics.py, traces/accuracy.py) against an independent reading of the spec.
+"""A simulation's accuracy (simulations/metrics.py, simulations/accuracy.py) against an independent reading of the spec.
 
 The definitions (docs/formats.md#accuracy-metrics, after Accel-Sim and COMMON20): x is the
 measured time, y the simulated time, over the launches that have both. Expected values here
@@ -15,18 +15,10 @@ from django.db import transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from traces import accuracy, simulation_compare
-from traces.metrics import METRIC_KEYS, metric_values
-from traces.models import (
-    KernelContext,
-    KernelName,
-    SimulatedKernel,
-    Simulation,
-    Step,
-    Trace,
-    TraceState,
-    name_digest,
-)
+from simulations import accuracy, compare
+from simulations.metrics import METRIC_KEYS, metric_values
+from simulations.models import SimulatedKernel, Simulation
+from traces.models import KernelContext, KernelName, Step, Trace, TraceState, name_digest
 
 CTX = "0x6165bdd7ec90"
 
@@ -523,7 +515,7 @@ def test_two_simulations_of_a_trace_compared_launch_by_launch(trace):
     b = points_sim(trace, [(100, 105.0), (300, 200.0), (50, 60.0)], "b")
     add_kernels(b, [{"kernel_id": 4, "x": 80, "y": None, "overlapped": True}])
 
-    comparison = simulation_compare.compare_simulations(a, b)
+    comparison = compare.compare_simulations(a, b)
 
     # Both compared launches 1-3; 4 is overlapped in b.
     assert comparison.compared == 3
@@ -545,7 +537,7 @@ def test_two_simulations_of_a_trace_compared_launch_by_launch(trace):
 def test_simulations_of_two_traces_cannot_be_compared(trace):
     other = Trace.objects.create(id="run-b", state=TraceState.READY)
     with pytest.raises(ValueError, match="different traces"):
-        simulation_compare.compare_simulations(simulation(trace), simulation(other))
+        compare.compare_simulations(simulation(trace), simulation(other))
 
 
 # --- builds and configs ----------------------------------------------------------------------------

@@ -16,13 +16,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from ingest import simulations as ingest_simulations
-from tests.helpers import lock_held_elsewhere
-from tests.traces.test_admin import change_url, field, read, result_rows, table_rows
-from tests.traces.test_admin_analysis import ADD, CUBLAS, GEMM, add_run, add_steps
-from traces import accuracy
-from traces.admin import simulation_pages
-from traces.admin.simulation import SimulationAdmin
-from traces.admin.simulation_charts import (
+from simulations import accuracy
+from simulations.admin import pages as simulation_pages
+from simulations.admin.charts import (
     MEASURED_COLOUR,
     PHASE_COLOURS,
     SIM_COLOUR,
@@ -31,10 +27,15 @@ from traces.admin.simulation_charts import (
     accuracy_scatter,
     step_chart,
 )
-from traces.models import Kernel, SimulatedKernel, Simulation, Trace, TraceState
+from simulations.admin.simulation import SimulationAdmin
+from simulations.models import SimulatedKernel, Simulation
+from tests.helpers import lock_held_elsewhere
+from tests.traces.test_admin import change_url, field, read, result_rows, table_rows
+from tests.traces.test_admin_analysis import ADD, CUBLAS, GEMM, add_run, add_steps
+from traces.models import Kernel, Trace, TraceState
 
-SIMULATIONS = "/admin/traces/simulation/"
-COMPARE = "/admin/traces/simulation/compare/"
+SIMULATIONS = "/admin/simulations/simulation/"
+COMPARE = "/admin/simulations/simulation/compare/"
 CLOCK_MHZ = 1000.0  # a cycle is a nanosecond
 
 # The trace's launches (name, instructions, measured ns, step): three prefill, two decode.
@@ -52,7 +53,7 @@ SIM_B = {1: 3000, 2: 900, 3: 600, 4: 1100, 5: 500}
 
 
 def simulation_url(simulation: Simulation) -> str:
-    return reverse("admin:traces_simulation_change", args=[quote(simulation.pk)])
+    return reverse("admin:simulations_simulation_change", args=[quote(simulation.pk)])
 
 
 def simulate(
@@ -607,12 +608,12 @@ def test_deleting_a_simulation_counts_then_removes_its_kernels_and_leaves_its_tr
 ):
     a, b = two_builds
     before = Trace.objects.get(pk=trace.pk)
-    confirm = read(staff_client.get(reverse("admin:traces_simulation_delete", args=[a.pk])))
+    confirm = read(staff_client.get(reverse("admin:simulations_simulation_delete", args=[a.pk])))
     assert "Simulated kernels: 5" in confirm.text
     assert "Its trace is not touched" in confirm.text
     assert "the next poll reads it again unless the folder is gone" in confirm.text
     with CaptureQueriesContext(connection) as queries:
-        response = staff_client.post(reverse("admin:traces_simulation_delete", args=[a.pk]), {"post": "yes"})
+        response = staff_client.post(reverse("admin:simulations_simulation_delete", args=[a.pk]), {"post": "yes"})
     assert response.status_code == 302
     # The kernels are counted and go in one statement, never read one by one.
     kernel_queries = [q["sql"] for q in queries if "simulatedkernel" in q["sql"].lower()]
@@ -634,20 +635,20 @@ def test_a_simulation_being_read_is_not_deleted(staff_client, two_builds, transa
     # The lock ingestion reads a simulation under.
     with lock_held_elsewhere(f"{a.trace_id}/{ingest_simulations.FOLDER}{a.name}"):
         response = staff_client.post(
-            reverse("admin:traces_simulation_delete", args=[a.pk]), {"post": "yes"}, follow=True
+            reverse("admin:simulations_simulation_delete", args=[a.pk]), {"post": "yes"}, follow=True
         )
     assert any("not deleted: it is being read right now" in m for m in messages_of(response)), messages_of(
         response
     )
     assert SimulatedKernel.objects.filter(simulation=a).count() == 5
     # Once the read is done, it goes.
-    staff_client.post(reverse("admin:traces_simulation_delete", args=[a.pk]), {"post": "yes"})
+    staff_client.post(reverse("admin:simulations_simulation_delete", args=[a.pk]), {"post": "yes"})
     assert not Simulation.objects.filter(pk=a.pk).exists()
 
 
 def test_a_deleted_simulation_whose_folder_stays_is_registered_again(two_builds, trace):
     """What the confirmation page promises: the next listing of the run registers it anew."""
-    from traces.simulations import simulations_register
+    from simulations.services import simulations_register
 
     a, b = two_builds
     files = [{"key": f"{trace.id}/simulations/{a.name}/simulation.json", "bytes": 20, "etag": '"m"'}]
@@ -773,3 +774,16 @@ def test_the_samples_simulations_show_their_scatter_and_compare(s3, db, staff_cl
     metrics = {row["metric"].text: row for row in table_rows(page.find(id="compare-metrics"))}
     assert metrics["MAPE (Accel-Sim's Err)"]["a"].text.endswith("%")
     assert table_rows(page.find(id="compare-improved")) and table_rows(page.find(id="compare-worsened"))
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("/admin/traces/simulation/", "/admin/simulations/simulation/"),
+        ("/admin/traces/simulation/7/change/", "/admin/simulations/simulation/7/change/"),
+        ("/admin/traces/simulation/compare/?a=1&b=2", "/admin/simulations/simulation/compare/?a=1&b=2"),
+    ],
+)
+def test_the_simulation_pages_where_they_were_before_their_app_redirect_for_good(client, old, new):
+    response = client.get(old)
+    assert (response.status_code, response["Location"]) == (301, new)

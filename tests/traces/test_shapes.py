@@ -13,9 +13,10 @@ from pathlib import Path
 import orjson
 from django.conf import settings
 
+from simulations.models import Simulation
 from tests.traces.test_openapi import openapi  # noqa: F401 (a fixture)
 from traces import accuracy, analysis, encoders, selection, selectors, shapes
-from traces.models import KERNEL_COLUMNS, NO_DEVICE, Simulation, Trace, TraceState
+from traces.models import KERNEL_COLUMNS, NO_DEVICE, Trace, TraceState
 
 OPENAPI_TYPES = {
     shapes.STRING: "string",

@@ -21,18 +21,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from simulations import accuracy
+from simulations.models import SimulatedKernel, Simulation
 from tests.helpers import content
 from tests.traces.test_openapi import assert_conforms, openapi  # noqa: F401 (a fixture)
-from traces import accuracy
-from traces.models import (
-    KernelContext,
-    KernelName,
-    SimulatedKernel,
-    Simulation,
-    Step,
-    TraceState,
-    name_digest,
-)
+from traces.models import KernelContext, KernelName, Step, TraceState, name_digest
 from traces.views import STREAM_KERNELS_ABOVE
 
 T0 = datetime(2026, 11, 9, 10, 0, tzinfo=UTC)

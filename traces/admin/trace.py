@@ -14,6 +14,7 @@ import json
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
+from django.db.models import CASCADE
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.loader import render_to_string
@@ -37,9 +38,8 @@ from traces.admin.display import (
 )
 from traces.admin.filters import ParserVersionFilter, StorableLookups
 from traces.admin.paginators import EstimatedCountPaginator
-from traces.admin.simulation import SimulationInline
 from traces.demangle import demangle_all
-from traces.models import CURRENT_PARSER_VERSION, Kernel, Simulation, Trace, TraceState
+from traces.models import CURRENT_PARSER_VERSION, Kernel, Trace, TraceState
 from traces.services import TraceBusy, trace_delete, trace_mark_failed, traces_mark_sample
 from traces.signals import reingest_requested
 from traces.text import is_storable
@@ -78,8 +78,8 @@ class TraceAdmin(StorableLookups, FromTheBucket):
     paginator = EstimatedCountPaginator
     show_full_result_count = False
     actions = ("compare", "reingest", "mark_failed", "mark_sample", "unmark_sample")
-    # Its simulations, each linking to its page (traces.admin.simulation).
-    inlines = (SimulationInline,)
+    # Other apps add theirs (a trace's simulations: simulations.admin).
+    inlines = ()
     fieldsets = (
         (None, {"fields": ("id", "state_display", "error", "created_at", "updated_at")}),
         (
@@ -415,22 +415,28 @@ class TraceAdmin(StorableLookups, FromTheBucket):
     def get_deleted_objects(self, objs, request):
         traces = list(objs)
         ids = [trace.pk for trace in traces]
-        kernel_count = Kernel.stored.filter(trace__id__in=ids).count()
-        simulation_count = Simulation.objects.filter(trace__in=ids).count()
+        model_count = {
+            Trace._meta.verbose_name_plural: len(traces),
+            Kernel._meta.verbose_name_plural: Kernel.stored.filter(trace__id__in=ids).count(),
+        }
+        # What other apps keep of a trace and delete with it, where operators see it in the
+        # admin (a trace's simulations): counted, never collected.
+        for relation in Trace._meta.related_objects:
+            if relation.on_delete is CASCADE and self.admin_site.is_registered(relation.related_model):
+                related = relation.related_model
+                count = related._default_manager.filter(**{f"{relation.field.name}__in": ids}).count()
+                model_count[related._meta.verbose_name_plural] = count
+        kinds = " and its ".join(str(name) for name in list(model_count)[1:])
         to_delete = [
             format_html(
-                'Trace: <a href="{}">{}</a>, its kernels and its simulations. Its folder stays in the '
+                'Trace: <a href="{}">{}</a>, its {}. Its folder stays in the '
                 "bucket: the trace does not come back unless the folder's files change",
                 reverse("admin:traces_trace_change", args=[quote(trace.pk)]),
                 trace.pk,
+                kinds,
             )
             for trace in traces
         ]
-        model_count = {
-            Trace._meta.verbose_name_plural: len(traces),
-            Kernel._meta.verbose_name_plural: kernel_count,
-            Simulation._meta.verbose_name_plural: simulation_count,
-        }
         perms_needed = set() if self.has_delete_permission(request) else {Trace._meta.verbose_name}
         return to_delete, model_count, perms_needed, []
 

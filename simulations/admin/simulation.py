@@ -6,8 +6,8 @@ is allowed, under the lock ingestion reads the simulation with (one being read i
 a message): the simulation and its simulated kernels go in one transaction, the kernels in
 one statement (counted, never listed, on the confirmation page). Its trace is not touched and
 its folder stays in the bucket, so the next poll registers it anew and reads it again: a
-delete is a fresh read, and a simulation is gone for good once its folder is. The numbers are `traces.accuracy`'s; `simulation_pages` reads and lays them out,
-`simulation_charts` draws them.
+delete is a fresh read, and a simulation is gone for good once its folder is. The numbers are `simulations.accuracy`'s; `pages` reads and lays them out,
+`charts` draws them.
 """
 
 from django.contrib import admin, messages
@@ -24,12 +24,13 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
+from simulations.admin.pages import compare_page, compare_problem, show, simulation_page
+from simulations.models import SimulatedKernel, Simulation
 from traces.admin.bucket_records import FromTheBucket
 from traces.admin.display import state_badge, truncated
 from traces.admin.filters import StorableLookups
-from traces.admin.simulation_pages import compare_page, compare_problem, show, simulation_page
 from traces.locks import trace_lock
-from traces.models import SimulatedKernel, Simulation, TraceState
+from traces.models import TraceState
 
 # A simulation's lock is its folder's path under its run: ingest.simulations.decide_simulation's.
 SIMULATIONS_FOLDER = "simulations/"
@@ -39,7 +40,7 @@ INTERRUPTED_SHOWN = 100
 
 
 def simulation_url(simulation: Simulation) -> str:
-    return reverse("admin:traces_simulation_change", args=[quote(simulation.pk)])
+    return reverse("admin:simulations_simulation_change", args=[quote(simulation.pk)])
 
 
 def trace_url(trace_id: str) -> str:
@@ -47,7 +48,7 @@ def trace_url(trace_id: str) -> str:
 
 
 def compare_url(a_pk: int, b_pk: int) -> str:
-    return f"{reverse('admin:traces_simulation_compare')}?{urlencode({'a': a_pk, 'b': b_pk})}"
+    return f"{reverse('admin:simulations_simulation_compare')}?{urlencode({'a': a_pk, 'b': b_pk})}"
 
 
 def metric_ordering(key: str):
@@ -108,7 +109,7 @@ class SimulationColumns:
         return "complete" if obj.complete else "incomplete"
 
 
-# How a log ended early, in words (ingest.simlog's `stopped`).
+# How a log ended early, in words (simulations.simlog's `stopped`).
 STOPPED_WORDS = {
     "deadlock": "the simulator detected a deadlock and aborted",
     "killed": "the log ends without the simulator's exit line: the run was killed, or the log cut",
@@ -129,7 +130,7 @@ class SimulationInline(SimulationColumns, admin.TabularInline):
     """A trace's simulations on its page, each linking to its own."""
 
     model = Simulation
-    template = "admin/traces/simulation/inline.html"
+    template = "admin/simulations/simulation/inline.html"
     fields = readonly_fields = (
         "name_link",
         "state_display",
@@ -345,7 +346,7 @@ class SimulationAdmin(StorableLookups, SimulationColumns, FromTheBucket):
 
     def get_urls(self):
         compare = path(
-            "compare/", self.admin_site.admin_view(self.compare_view), name="traces_simulation_compare"
+            "compare/", self.admin_site.admin_view(self.compare_view), name="simulations_simulation_compare"
         )
         # Before the defaults, whose "<path:object_id>/" would take "compare/" for an id.
         return [compare, *super().get_urls()]
@@ -384,7 +385,7 @@ class SimulationAdmin(StorableLookups, SimulationColumns, FromTheBucket):
             )
             if context["problem"] is None:
                 context.update(compare_page(a, b))
-        return TemplateResponse(request, "admin/traces/simulation/compare.html", context)
+        return TemplateResponse(request, "admin/simulations/simulation/compare.html", context)
 
     @admin.action(description="Compare two selected simulations of one trace")
     def compare(self, request, queryset):

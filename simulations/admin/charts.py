@@ -2,7 +2,7 @@
 (log-log, the y = x line and its ±10% band), and simulated against measured time per step.
 
 Pure computation from rows the page has read (no database); the templates
-`admin/traces/simulation/scatter.svg` and `step_bars.svg` draw the result. Both charts are
+`admin/simulations/simulation/scatter.svg` and `step_bars.svg` draw the result. Both charts are
 bounded whatever the simulation's size: the page hands the scatter a bounded sample, and
 the step chart merges consecutive steps past `MAX_STEP_BARS`.
 """

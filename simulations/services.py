@@ -13,14 +13,8 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from traces.models import (
-    CURRENT_SIMULATION_READER_VERSION,
-    SimulatedKernel,
-    Simulation,
-    Trace,
-    TraceState,
-    files_fingerprint,
-)
+from simulations.models import CURRENT_SIMULATION_READER_VERSION, SimulatedKernel, Simulation
+from traces.models import Trace, TraceState, files_fingerprint
 from traces.text import replace_unstorable
 
 # What a decision writes; `files` and `files_changed_at` belong to registration.

@@ -1,8 +1,8 @@
 """How close a simulation came to the measured run, read from the database: the metrics
-(`traces.metrics`) of one simulation, of its steps and kernel families, and of every
+(`simulations.metrics`) of one simulation, of its steps and kernel families, and of every
 simulation of a simulator build or config pooled; its launches, its worst kernels; the
 simulations API's reads (one snapshot, launches streamed). Two simulations compared:
-`traces.simulation_compare`.
+`simulations.compare`.
 """
 
 from collections.abc import Iterator
@@ -10,10 +10,7 @@ from dataclasses import dataclass
 
 from django.db.models import Count, Exists, OuterRef, QuerySet, Sum
 
-from traces import shapes
-from traces.demangle import demangle_all
-from traces.launch_summaries import trace_context_names
-from traces.metrics import (
+from simulations.metrics import (
     ABS_ERROR,
     COMPARED,
     MEASURED,
@@ -26,7 +23,11 @@ from traces.metrics import (
     signed_error,
     values_from_sums,
 )
-from traces.models import KernelName, SimulatedKernel, Simulation, Step, TraceState
+from simulations.models import SimulatedKernel, Simulation
+from traces import shapes
+from traces.demangle import demangle_all
+from traces.launch_summaries import trace_context_names
+from traces.models import KernelName, Step, TraceState
 from traces.snapshots import snapshot
 
 # Rows per round trip when a simulation's launches are streamed.

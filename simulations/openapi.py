@@ -1,13 +1,23 @@
 """The OpenAPI description of the simulation routes: a trace's simulations, every trace's,
 their accuracy, and a simulation's upload (each view's `extend_schema`).
 
-The shapes are `traces.serializers` (from `traces.shapes`); the shared pieces are `traces.openapi`'s.
+The shapes are `simulations.serializers` (from `traces.shapes`); the shared pieces are `traces.openapi`'s.
 """
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
 
-from traces import accuracy
+from simulations import accuracy
+from simulations.serializers import (
+    SimulationAccuracySerializer,
+    SimulationCompleteRequestSerializer,
+    SimulationCompleteSerializer,
+    SimulationDetailSerializer,
+    SimulationListItemSerializer,
+    SimulationSummarySerializer,
+    SimulationUploadRequestSerializer,
+    SimulationUploadSerializer,
+)
 from traces.api_examples import SIMULATION_COMPLETE_EXAMPLES, SIMULATION_UPLOAD_EXAMPLES
 from traces.openapi import (
     CHALLENGE,
@@ -17,16 +27,6 @@ from traces.openapi import (
     UNAUTHORIZED,
     error_response,
     trace_responses,
-)
-from traces.serializers import (
-    SimulationAccuracySerializer,
-    SimulationCompleteRequestSerializer,
-    SimulationCompleteSerializer,
-    SimulationDetailSerializer,
-    SimulationListItemSerializer,
-    SimulationSummarySerializer,
-    SimulationUploadRequestSerializer,
-    SimulationUploadSerializer,
 )
 
 # --- simulations ------------------------------------------------------------------------------

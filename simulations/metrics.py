@@ -22,7 +22,7 @@ from django.db.models import Case, Count, FloatField, Q, QuerySet, Sum, Value, W
 from django.db.models.functions import Abs, Cast
 from django.db.models.lookups import GreaterThan, LessThanOrEqual
 
-from traces.models import SimulatedKernel
+from simulations.models import SimulatedKernel
 
 # A side's variance below this fraction of its mean square is rounding, not spread.
 CONSTANT_SIDE = 1e-9

@@ -1,6 +1,6 @@
 """What a simulation's page and the compare page show, read and laid out.
 
-The numbers are `traces.accuracy`'s (metrics, steps, worst kernels, the comparison); this
+The numbers are `simulations.accuracy`'s (metrics, steps, worst kernels, the comparison); this
 module reads only what a chart draws and accuracy has no use for: a bounded, deterministic
 sample of the simulation's launches for the scatter. A page costs the same few queries for
 a hundred simulated launches or a million.
@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from django.db.models import BigIntegerField, ExpressionWrapper, F, Value
 from django.template.loader import render_to_string
 
-from traces import accuracy, metrics, simulation_compare
+from simulations import accuracy, compare, metrics
+from simulations.admin.charts import ScatterInput, StepInput, accuracy_scatter, step_chart
+from simulations.models import SimulatedKernel, Simulation
 from traces.admin.analysis_charts import duration, short_name
-from traces.admin.simulation_charts import ScatterInput, StepInput, accuracy_scatter, step_chart
-from traces.models import SimulatedKernel, Simulation, Step, TraceState
+from traces.models import Step, TraceState
 
 # The scatter draws at most this many launches: a simulation of more gets a hashed sample of
 # its uids, chosen in the database (one scan, SCATTER_POINTS rows), the same on every visit.
@@ -173,14 +174,14 @@ def simulation_page(simulation: Simulation) -> dict:
     context.update(
         scatter_drawn=len(scatter.points),
         scatter_total=total,
-        scatter_svg=render_to_string("admin/traces/simulation/scatter.svg", {"chart": scatter}),
+        scatter_svg=render_to_string("admin/simulations/simulation/scatter.svg", {"chart": scatter}),
         scatter_legend=scatter.legend,
         step_rows=[
             (step, show(step.sim_ns, "ns"), show(step.measured_ns, "ns"), signed(step.error))
             for step in steps
         ],
         steps_per_bar=chart.steps_per_bar,
-        step_svg=render_to_string("admin/traces/simulation/step_bars.svg", {"chart": chart})
+        step_svg=render_to_string("admin/simulations/simulation/step_bars.svg", {"chart": chart})
         if chart.groups
         else "",
         step_legend=chart.legend,
@@ -224,7 +225,7 @@ def better_of(key: str, a, b) -> str:
 
 @dataclass(frozen=True)
 class ChangeRow:
-    change: simulation_compare.KernelChange
+    change: compare.KernelChange
     label: str
     measured: str
     a_sim: str
@@ -234,7 +235,7 @@ class ChangeRow:
     points: str
 
 
-def change_rows(changes: list[simulation_compare.KernelChange]) -> list[ChangeRow]:
+def change_rows(changes: list[compare.KernelChange]) -> list[ChangeRow]:
     return [
         ChangeRow(
             change=change,
@@ -252,7 +253,7 @@ def change_rows(changes: list[simulation_compare.KernelChange]) -> list[ChangeRo
 
 def compare_page(a: Simulation, b: Simulation) -> dict:
     """The compare page's metrics side by side and the kernels that moved most each way."""
-    comparison = simulation_compare.compare_simulations(a, b, count=COMPARE_KERNELS)
+    comparison = compare.compare_simulations(a, b, count=COMPARE_KERNELS)
     rows = []
     for key, label, kind in METRIC_ROWS:
         value_a, value_b = comparison.a.get(key), comparison.b.get(key)

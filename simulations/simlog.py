@@ -38,7 +38,6 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ingest.bucket import LineTooLong
 from traces.text import replace_unstorable, unstorable_character
 
 STOPPED_MAX_CYCLES = "max_cycles"
@@ -315,16 +314,20 @@ def read_sim_log(lines: Iterable[bytes]) -> SimLog:
     """Read a simulator's stdout, line by line, into a SimLog; SimLogError names the bad line."""
     reader = _Reader()
     last_line = b"\n"
-    try:
-        for line in lines:
-            reader.number += 1
-            last_line = line
-            # A line without its newline is the last, cut by a kill: a fragment, not read.
-            if line.endswith(b"\n"):
-                reader.read(line)
-                reader.check_fatal(line)
-    except LineTooLong as error:  # from the lines' iterator, before line `number + 1`
-        raise SimLogError(f"line {reader.number + 1}: {error}") from None
+    lines = iter(lines)
+    while True:
+        try:
+            line = next(lines, None)
+        except ValueError as error:  # the lines' own (a line too long), before line `number + 1`
+            raise SimLogError(f"line {reader.number + 1}: {error}") from None
+        if line is None:
+            break
+        reader.number += 1
+        last_line = line
+        # A line without its newline is the last, cut by a kill: a fragment, not read.
+        if line.endswith(b"\n"):
+            reader.read(line)
+            reader.check_fatal(line)
     return reader.end(cut_mid_line=not last_line.endswith(b"\n"))
 
 

@@ -6,17 +6,11 @@ every pair's kernel name is checked. ingest/simulations.py reads the log and sto
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ingest.failures import SimulationInputError
-from ingest.simlog import SimKernel, SimLog
+from simulations.errors import SimulationInputError
+from simulations.models import SimulatedKernel, Simulation
+from simulations.simlog import SimKernel, SimLog
 from traces.demangle import demangle
-from traces.models import (
-    Kernel,
-    KernelContext,
-    KernelName,
-    SimulatedKernel,
-    Simulation,
-    Trace,
-)
+from traces.models import Kernel, KernelContext, KernelName, Trace
 
 # Launches looked up in the trace per query.
 LOOKUP_BATCH = 5_000

@@ -4,10 +4,11 @@ measured time, which further, by how much (the admin's compare page reads it).""
 from dataclasses import dataclass
 
 from cascade.db_routers import read_connection
-from traces.accuracy import simulation_metrics
+from simulations.accuracy import simulation_metrics
+from simulations.metrics import signed_error
+from simulations.models import SimulatedKernel, Simulation
 from traces.launch_summaries import trace_context_names
-from traces.metrics import signed_error
-from traces.models import KernelName, SimulatedKernel, Simulation
+from traces.models import KernelName
 
 
 @dataclass(frozen=True)

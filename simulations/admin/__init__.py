@@ -1,0 +1,14 @@
+"""The simulations in the operators' admin: their list, a simulation's page, two compared
+(`simulation`), read and laid out in `pages`, drawn in `charts`; and a trace's simulations
+inline on the trace's own page, added here to the trace admin the traces app registered."""
+
+from django.contrib import admin
+
+from simulations.admin.simulation import SimulationAdmin, SimulationInline
+from simulations.models import Simulation
+from traces.models import Trace
+
+admin.site.register(Simulation, SimulationAdmin)
+
+trace_admin = admin.site.get_model_admin(Trace)
+trace_admin.inlines = (*trace_admin.inlines, SimulationInline)

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class SimulationsConfig(AppConfig):
+    name = "simulations"
+    verbose_name = "Simulations"

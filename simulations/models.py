@@ -1,0 +1,145 @@
+"""A simulator's runs of a trace: `Simulation` (the folder `<run>/simulations/<name>/`) and
+`SimulatedKernel` (each simulated launch paired with the trace's launch)."""
+
+from django.db import models
+from django.utils import timezone
+
+from traces.models import KernelContext, KernelName, Trace, TraceKeyForeignKey, TraceState, files_fingerprint
+
+SIMULATION_NAME_MAX = 100
+# The version of the reading of a log and its pairing (simlog.py, pairing.py), recorded on each
+# simulation read (as traces' CURRENT_PARSER_VERSION is on each trace).
+CURRENT_SIMULATION_READER_VERSION = 2
+
+
+class Simulation(models.Model):
+    """A simulator run of a trace: the folder `<prefix><run>/simulations/<name>/`.
+
+    The public fields are the API's SimulationSummary; the log's facts (builds, clock, how it
+    ended) come from simulations/simlog.py, the marker's (`simulation.json`) from the uploader. A
+    simulation never changes its trace: it is read when its trace is ready, and again when its
+    files or its trace's parse change (`parsed_fingerprint` covers both).
+    """
+
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="simulations")
+    name = models.CharField(max_length=SIMULATION_NAME_MAX)
+    state = models.CharField(max_length=16, choices=TraceState.choices, default=TraceState.UPLOADING)
+    error = models.TextField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    # From simulation.json.
+    status = models.CharField(max_length=16, null=True, blank=True, help_text="simulation.json's status.")
+    simulator = models.TextField(null=True, blank=True)
+    config = models.TextField(null=True, blank=True)
+    notes = models.TextField(null=True, blank=True)
+    # From the log.
+    simulator_build = models.TextField(null=True, blank=True, help_text="Accel-Sim [build ...].")
+    gpgpusim_build = models.TextField(null=True, blank=True, help_text="GPGPU-Sim version [build ...].")
+    core_clock_mhz = models.FloatField(null=True, blank=True)
+    complete = models.BooleanField(null=True, blank=True)
+    stopped = models.CharField(max_length=16, null=True, blank=True)
+    interrupted = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The launches that did not finish (a cycle limit, a kill, a deadlock): left out of the pairs.",
+    )
+    # What the simulation's state means, in words.
+    reason = models.TextField(
+        null=True, blank=True, help_text="Why it waits, or why fewer kernels than simulated were compared."
+    )
+    fatal = models.JSONField(
+        null=True, blank=True, help_text="The simulator's fatal line in the log: {line, text}."
+    )
+    left_out = models.JSONField(
+        null=True, blank=True, help_text="The kernels left out of every total: {kernels, why}."
+    )
+    run = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="simulation.json's facts of the run (host, times, builds, selection).",
+    )
+    sim_total_cycles = models.BigIntegerField(null=True, blank=True)
+    kernels_simulated = models.BigIntegerField(default=0)
+    kernels_compared = models.BigIntegerField(default=0)
+    metrics = models.JSONField(null=True, blank=True)
+    # Ingestion's bookkeeping, as Trace's.
+    files = models.JSONField(default=list, blank=True, help_text="The folder's objects when last listed.")
+    files_changed_at = models.DateTimeField(null=True, blank=True)
+    parsed_fingerprint = models.CharField(max_length=64, null=True, blank=True)
+    reader_version = models.PositiveSmallIntegerField(default=0)
+    parse_attempts = models.PositiveSmallIntegerField(default=0)
+    trace_seen_at = models.DateTimeField(
+        null=True, blank=True, help_text="The trace's updated_at when this simulation was last decided on."
+    )
+
+    class Meta:
+        ordering = ["-created_at", "name"]
+        constraints = [models.UniqueConstraint(fields=["trace", "name"], name="simulation_unique_name")]
+        indexes = [
+            models.Index(fields=["state"], name="simulation_state"),
+            models.Index(fields=["simulator_build"], name="simulation_build"),
+            models.Index(fields=["config"], name="simulation_config"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.trace_id}/simulations/{self.name}"
+
+    def files_fingerprint(self) -> str:
+        return files_fingerprint(self.files)
+
+
+class SimulatedKernel(models.Model):
+    """One simulated launch, paired with the trace's launch (context, kernel_id).
+
+    The launch's name, step and measured time are copied at pairing time: every metric is
+    then a GROUP BY over this table alone (simulations/accuracy.py), and a trace parsed again makes
+    its simulations read again (their fingerprint covers the trace's parse).
+    """
+
+    simulation = models.ForeignKey(
+        Simulation, on_delete=models.CASCADE, related_name="kernels", db_index=False
+    )
+    trace = TraceKeyForeignKey(
+        Trace,
+        to_field="key",
+        on_delete=models.DO_NOTHING,
+        related_name="+",
+        db_index=False,
+        db_constraint=False,
+    )
+    context = models.SmallIntegerField()
+    kernel_id = models.BigIntegerField()
+    uid = models.BigIntegerField(help_text="The simulator's kernel uid: its launch order in the log.")
+    kernel_name = models.ForeignKey(
+        KernelName,
+        on_delete=models.DO_NOTHING,
+        related_name="+",
+        db_index=False,
+        db_column="name_id",
+        db_constraint=False,
+    )
+    step = models.SmallIntegerField(null=True, blank=True)
+    measured_ns = models.BigIntegerField(null=True, blank=True)
+    sim_cycles = models.BigIntegerField(null=True, blank=True)
+    sim_insn = models.BigIntegerField(null=True, blank=True)
+    sim_ns = models.FloatField(null=True, blank=True)
+    overlapped = models.BooleanField(default=False)
+    launch_context = models.ForeignObject(
+        KernelContext,
+        from_fields=["trace", "context"],
+        to_fields=["trace", "index"],
+        on_delete=models.DO_NOTHING,
+        related_name="+",
+    )
+
+    class Meta:
+        ordering = ["simulation", "context", "kernel_id"]
+        constraints = [
+            # Also the index every read uses: a simulation's launches in the trace's order.
+            models.UniqueConstraint(
+                fields=["simulation", "context", "kernel_id"], name="simulatedkernel_unique_launch"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"uid {self.uid}: {self.kernel_id}"

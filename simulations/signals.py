@@ -1,0 +1,24 @@
+"""What a simulation's upload asks of ingestion, without importing it (as `traces.signals`):
+`simulation_upload_requested` for the presigned PUT URLs of its files (`cascade simulate`),
+`simulation_upload_completed` once they are PUT (the multipart uploads completed, the
+simulation registered and read at once in the background). What ingestion refuses in them it
+raises as `UploadRefused`, which the API answers with a 400.
+"""
+
+from django.dispatch import Signal
+
+# sender: the requester's class; trace_id, name (the simulation's folder), files
+# (`[{"name", "size"}]`), seconds: how long the URLs stay valid. The answer: the upload's
+# files, `[{"name", "size", "url", "headers"} | {"name", "size", "multipart": {...}}]`,
+# simulation.json last (POST /api/traces/{trace_id}/simulations/{name}/upload).
+simulation_upload_requested = Signal()
+
+# sender: the requester's class; trace_id, name, multipart (`[{"name", "upload_id", "parts":
+# [{"part_number", "etag"}]}]`). The answer: the simulation's state once registered, its read
+# started in the background (POST .../simulations/{name}/complete).
+simulation_upload_completed = Signal()
+
+
+class UploadRefused(ValueError):
+    """What the app that answers an upload's signal refuses in it (a file name, a size, a part),
+    said in a sentence for a 400."""
