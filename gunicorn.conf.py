@@ -24,44 +24,14 @@ threads = int(os.environ.get("CASCADE_WEB_THREADS", 16))
 timeout = 60
 graceful_timeout = 30
 keepalive = 5
-# Refusals of oversized requests (gunicorn answers 400/414/431 itself, before Django).
+# Refusals of oversized requests (gunicorn answers 400/414/431 itself, before Django, with an
+# HTML page: the proxy answers them in JSON, docs/production.md; nginx's own limits match these).
 limit_request_line = 8190
 limit_request_fields = 100
 limit_request_field_size = 8190
 # With an access log (--access-logfile -): gunicorn's usual line and the request's id (the
 # X-Request-ID Cascade answered with, which its own log lines of that request carry).
 access_log_format = '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s" %({x-request-id}o)s'
-
-
-def _write_json_error(sock, status_int, reason, mesg):
-    import json
-
-    from gunicorn.util import write_nonblock
-
-    body = json.dumps({"detail": f"{reason}: {mesg}" if mesg else reason}).encode()
-    head = (
-        f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    )
-    write_nonblock(sock, head.encode("latin1") + body)
-
-
-def answer_refusals_in_json():
-    """gunicorn's own refusals (400, 414 URI Too Long, 431 headers too large) in JSON.
-
-    gunicorn answers a request it cannot even parse itself, before Django, with an HTML page;
-    API clients read JSON. It has no setting or hook for that page: the public way, a worker
-    subclass overriding `handle_error`, would restate its ninety lines of which error is which
-    status. So its one function that writes the page, `gunicorn.util.write_error`, is replaced
-    (here, in the master, before it forks). tests/test_gunicorn_conf.py fails if an upgrade
-    stops gunicorn's workers from writing their refusals through it.
-    """
-    import gunicorn.util
-
-    gunicorn.util.write_error = _write_json_error
-
-
-answer_refusals_in_json()
 
 
 def post_worker_init(worker):
@@ -73,16 +43,17 @@ def post_worker_init(worker):
     and the worker lives on, holding the port and whatever it inherited (seen in a test run:
     `ThreadPoolExecutor.shutdown` under `handle_quit` under `ThreadPoolExecutor.submit`). The
     base worker's handler stops the same way, and the interpreter's exit joins the pool.
-    gunicorn has no setting for it; this hook (public) installs the base class's handler (its
-    public method, bypassing the threaded worker's override). tests/test_gunicorn_conf.py
+    gunicorn has no setting for it; this hook (public) installs the base class's handler, called
+    as the base class's method (bypassing the threaded worker's override). tests/test_gunicorn_conf.py
     fails if the base handler stops stopping the worker, and once gunicorn's threaded handler
     no longer shuts the pool down (then this hook can go).
     """
+    import functools
     import signal
 
     from gunicorn.workers.base import Worker
 
-    quit_now = Worker.handle_quit.__get__(worker)
+    quit_now = functools.partial(Worker.handle_quit, worker)
     signal.signal(signal.SIGQUIT, quit_now)
     signal.signal(signal.SIGINT, quit_now)
 

@@ -51,33 +51,6 @@ def test_gunicorn_still_shuts_its_pool_down_in_the_quick_shutdown_handler():
     assert worker.tpool.shut_down
 
 
-def test_a_request_gunicorn_refuses_is_answered_in_json_by_its_own_error_path(monkeypatch):
-    """gunicorn's worker writes its refusals through `gunicorn.util.write_error`, which the
-    configuration replaces: an upgrade that writes them another way fails here."""
-    import json
-    import logging
-    import socket
-
-    import gunicorn.util
-    from gunicorn.http.errors import LimitRequestLine
-    from gunicorn.workers.base import Worker
-
-    monkeypatch.setattr(gunicorn.util, "write_error", gunicorn.util.write_error)  # restored afterwards
-    runpy.run_path(str(CONF))
-    worker = SimpleNamespace(log=logging.getLogger("test_gunicorn_conf"))
-    server, client = socket.socketpair()
-    with server, client:
-        Worker.handle_error(worker, None, server, ("127.0.0.1", 1), LimitRequestLine(9000, 8190))
-        server.shutdown(socket.SHUT_WR)
-        answer = b""
-        while chunk := client.recv(65536):
-            answer += chunk
-    head, _, body = answer.partition(b"\r\n\r\n")
-    assert head.split(b"\r\n")[0] == b"HTTP/1.1 414 URI Too Long"
-    assert b"Content-Type: application/json" in head
-    assert json.loads(body)["detail"].startswith("URI Too Long: ")
-
-
 @pytest.mark.parametrize(("env", "expected"), [(None, "127.0.0.1:8000"), ("0.0.0.0:9000", "0.0.0.0:9000")])
 def test_gunicorn_binds_this_host_only_unless_told_otherwise(monkeypatch, env, expected):
     """Issue 31, item 6: a request straight to gunicorn bypasses the proxy; by default only this

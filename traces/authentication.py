@@ -59,8 +59,8 @@ class BearerTokenAuthentication(authentication.TokenAuthentication):
                 f"{USE_BEARER}"
             )
         if not words:
-            user = getattr(request._request, "user", None)  # the login's session, if any
-            if user is None or not user.is_active:
+            # The login's session, read as SessionAuthentication (next in line) reads it.
+            if authentication.SessionAuthentication().authenticate(request) is None:
                 self.count_anonymous(request)
             return None
         return super().authenticate(request)

@@ -255,15 +255,19 @@ def forget_schemas(**kwargs) -> None:
         _schemas.clear()
 
 
-class CachedSchemaView(SpectacularAPIView):
-    """`/api/schema`: drf-spectacular's view, answering the schema `api_schema` keeps."""
+class CachedSchemaGenerator(SchemaGenerator):
+    """The generator `/api/schema` is given (drf-spectacular's `generator_class`): it answers
+    with the schema `api_schema` keeps, for the version the view asked for."""
 
-    def _get_schema_response(self, request):
-        version = self.api_version or request.version or self._get_version_parameter(request)
-        return Response(
-            data=api_schema(version),
-            headers={"Content-Disposition": f'inline; filename="{self._get_filename(request, version)}"'},
-        )
+    def get_schema(self, request=None, public=False):
+        return api_schema(self.api_version)
+
+
+class CachedSchemaView(SpectacularAPIView):
+    """`/api/schema`: drf-spectacular's view (its version, language and file name), answering
+    the schema `api_schema` keeps."""
+
+    generator_class = CachedSchemaGenerator
 
 
 def api_paths() -> list[str]:

@@ -261,7 +261,9 @@ def trace_summary_rows(
 def _fetched(rows) -> Iterator[tuple]:
     """A values_list's rows through a server-side cursor, LIST_FETCH_ROWS a round trip. On
     PostgreSQL straight from psycopg: every column is already what the JSON says (text,
-    numbers, booleans), and Django's converters per value cost a third of the list."""
+    numbers, booleans), and Django's converters per value cost a third of the list. The SQL
+    comes from Django's private `Query.sql_with_params`: the public `iterator()` runs those
+    converters. tests/traces/test_api.py's list tests on PostgreSQL fail if an upgrade removes it."""
     if read_connection.vendor != "postgresql":
         return rows.iterator(chunk_size=LIST_FETCH_ROWS)
     sql, params = rows.query.sql_with_params()

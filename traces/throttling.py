@@ -117,10 +117,10 @@ class AnonAddressThrottle(SimpleRateThrottle):
 
     def allow_anonymous(self, request, view=None) -> bool:
         """The check for a request known to carry no valid credentials (reads no `request.user`)."""
-        marked = getattr(request, "_request", request)
-        if getattr(marked, "cascade_anonymous_counted", False):
+        # The authentication step and the throttles are handed the same DRF request.
+        if getattr(request, "cascade_anonymous_counted", False):
             return True
-        marked.cascade_anonymous_counted = True
+        request.cascade_anonymous_counted = True
         return super().allow_request(request, view)
 
 

@@ -53,3 +53,9 @@ def test_token_holders_are_not_counted_against_their_address(three_a_minute, api
 def test_an_empty_rate_is_unlimited(settings, db):
     settings.CASCADE_ANON_RATE = ""
     assert set(statuses("/api/traces", 10)) == {401}
+
+
+def test_logged_in_operators_are_not_counted_against_their_address(three_a_minute, staff_client):
+    answers = {staff_client.get("/api/traces", REMOTE_ADDR="203.0.113.9").status_code for _ in range(6)}
+    assert answers == {200}
+    assert statuses("/api/traces", 1, REMOTE_ADDR="203.0.113.9") == [401]

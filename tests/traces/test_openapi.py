@@ -417,3 +417,11 @@ def test_generated_requests_get_documented_answers(fuzzed_api, path, mode):
     if path == "/api/traces" and mode is GenerationMode.POSITIVE:
         # Every valid filter combination lists, with the token (or is a 304 for If-None-Match: *).
         assert seen - {304} == {200}
+
+
+def test_the_schema_view_names_its_file_by_title_and_format(client_anon, db):
+    # drf-spectacular's own naming (TITLE, then the negotiated format), kept by the cached view.
+    assert (
+        client_anon.get("/api/schema?format=json")["Content-Disposition"] == 'inline; filename="Cascade.json"'
+    )
+    assert client_anon.get("/api/schema")["Content-Disposition"] == 'inline; filename="Cascade.yaml"'

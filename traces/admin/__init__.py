@@ -27,7 +27,9 @@ def register_listed_only(site: admin.AdminSite, model, admin_class) -> None:
     Django 5.2's `AdminSite.register` refuses such a model (ImproperlyConfigured: the admin
     cannot link to one row, and has no other way in); the kernel list links to none (read-only,
     no change page, no actions), so where `register` refuses, the admin goes into the site's
-    private `_registry`, which `register` itself fills. test_admin's
+    private `_registry`, which `register` itself fills. The public way, a view of the site's own
+    (`get_urls`, `get_app_list`), would restate what registering gives the list: its URL names,
+    its index entry and permissions, `get_model_admin` for the pages that link to it. test_admin's
     test_django_admin_still_refuses_composite_primary_keys fails once a Django registers them
     (then `register` is enough), and the kernel list's tests once `_registry` goes.
     """
