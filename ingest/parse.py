@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from ingest import bucket, stats, timing
+from ingest import bucket, kernelslist, stats, timing
 from ingest.bucket import S3Object
 from ingest.failures import TraceInputError
 from ingest.launch_text import LaunchText
@@ -49,7 +49,7 @@ def stats_sources(objects: list[S3Object]) -> list[StatsSource]:
     A context's lists are every layout the simulator and its post-processor read:
     `kernelslist_ctx_<ctx>` (the tracer's) and `kernelslist_ctx_<ctx>.g` (post-processed),
     then the run-wide `kernelslist` and `kernelslist.g`, whose entries of other contexts are
-    skipped when read (stats.parse_kernelslist_lines).
+    skipped when read (kernelslist.parse_kernelslist_lines).
     """
     by_name = {obj.name: obj for obj in objects}
     sources = []
@@ -112,7 +112,7 @@ def parse_into(
             step_of = None if step_index is None else step_index.step_of
             duration_of = None if durations is None else durations.duration_of
 
-            def launch_text(source: StatsSource, traced: stats.TracedIds) -> LaunchText:
+            def launch_text(source: StatsSource, traced: kernelslist.TracedIds) -> LaunchText:
                 return LaunchText(source.ctx, writer, traced, step_of, duration_of)
 
         notes = RunNotes(list(warnings))
@@ -235,7 +235,7 @@ def kernel_rows(
     extra_columns: int,
     progress: Progress | None,
     files: ReadAhead,
-    launch_text: Callable[[StatsSource, stats.TracedIds], LaunchText] | None = None,
+    launch_text: Callable[[StatsSource, kernelslist.TracedIds], LaunchText] | None = None,
     *,
     listed: list[S3Object] | None = None,
     notes: "RunNotes | None" = None,
@@ -256,20 +256,20 @@ def kernel_rows(
     notes = RunNotes() if notes is None else notes
     held = held_files(sources, listed)
     for source in sources:
-        traced = stats.TracedIds()
-        for kernelslist in source.kernelslists:
+        traced = kernelslist.TracedIds()
+        for kernel_list in source.kernelslists:
             file_notes: list[stats.StatsNote] = []
             try:
-                stats.parse_kernelslist_lines(
-                    files.read_lines(kernelslist),
+                kernelslist.parse_kernelslist_lines(
+                    files.read_lines(kernel_list),
                     held=held,
                     ctx=source.ctx,
                     notes=file_notes,
                     traced=traced,
                 )
             except (stats.StatsError, bucket.LineTooLong) as problem:
-                raise TraceInputError(f"{kernelslist.name}: {problem}") from None
-            notes.add(kernelslist.name, file_notes)
+                raise TraceInputError(f"{kernel_list.name}: {problem}") from None
+            notes.add(kernel_list.name, file_notes)
         text = None if launch_text is None else launch_text(source, traced)
         lines = files.read_lines(source.stats, blank_runs=True)
         file_notes = []

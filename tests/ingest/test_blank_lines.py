@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ingest import bucket, passes, timing
-from ingest.stats import StatsError, parse_kernelslist_lines, parse_stats_lines
+from ingest.kernelslist import parse_kernelslist_lines
+from ingest.stats import StatsError, parse_stats_lines
 from tests.helpers import STATS_HEADER, stats_row
 from traces.models import Trace
 

@@ -4,7 +4,8 @@ import time
 
 import pytest
 
-from ingest.stats import KernelRow, StatsError, parse_kernelslist_lines, parse_stats_lines
+from ingest.kernelslist import parse_kernelslist_lines
+from ingest.stats import KernelRow, StatsError, parse_stats_lines
 from tests.helpers import STATS_HEADER, shared_fixture
 
 HEADER = STATS_HEADER.encode()

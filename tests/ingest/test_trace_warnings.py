@@ -15,9 +15,10 @@ from django.core.management import call_command
 
 from ingest import parse
 from ingest.bucket import S3Object
+from ingest.kernelslist import parse_kernelslist_lines
 from ingest.paths import path_problem
 from ingest.read_ahead import ReadAhead
-from ingest.stats import StatsNote, parse_kernelslist_lines
+from ingest.stats import StatsNote
 from tests.helpers import PREFIX, shared_fixture
 from traces.models import Kernel, Trace, TraceState
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ingest import timing
-from ingest.stats import TracedIds, parse_kernelslist_lines
+from ingest.kernelslist import TracedIds, parse_kernelslist_lines
 from ingest.timing import read_timing
 
 INT64_MAX = 2**63 - 1
