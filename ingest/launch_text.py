@@ -43,7 +43,7 @@ class LaunchText:
     def __init__(self, ctx: str, writer: KernelWriter, traced: Set[int], step_of=None, duration_of=None):
         """`traced`: the kernel ids kernelslist names (kernelslist.TracedIds, or any set); `step_of(ctx, kernel_id)`: the launch's
         step; `duration_of(ctx, kernel_id, grid, block)`: its measured time, by kernel id alone
-        (timing.CascadeDurations: a declined line's launches may be asked for again)."""
+        (timing_csv.CascadeDurations: a declined line's launches may be asked for again)."""
         self.ctx = ctx
         self.writer = writer
         self.traced = traced

@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from ingest import bucket, kernelslist, stats, timing
+from ingest import bucket, kernelslist, stats
 from ingest.bucket import S3Object
 from ingest.failures import TraceInputError
 from ingest.launch_text import LaunchText
 from ingest.metadata import TIMELINE_NAME, TIMING_NAME
 from ingest.read_ahead import ReadAhead
+from ingest.timing import TimingError, timeline, timing_csv
 from traces import services
 from traces.kernel_store import KernelWriter, LaunchBlock
 from traces.models import KERNEL_COLUMNS, NO_DEVICE, Trace
@@ -134,7 +135,7 @@ def noted(rows: Iterator, notes: "RunNotes", extras: services.RunExtras) -> Iter
 
 def read_steps_and_timing(
     objects: list[S3Object], extras, files: ReadAhead
-) -> tuple[timing.StepIndex | None, object | None]:
+) -> tuple[timeline.StepIndex | None, object | None]:
     """timeline.json's steps and timing.csv's durations, if the run has them and they can be read.
 
     Neither ever fails the trace: what could not be used is said in `extras.timing_error`.
@@ -148,21 +149,21 @@ def read_steps_and_timing(
             if obj.size > settings.CASCADE_METADATA_MAX_BYTES * 8:
                 raise bucket.too_large(obj.size, settings.CASCADE_METADATA_MAX_BYTES * 8)
             data = files.body(obj)
-            steps = timing.parse_timeline(
+            steps = timeline.parse_timeline(
                 bucket.iter_object_chunks(obj.key, etag=obj.etag) if data is None else data
             )
             extras.steps = steps
-            step_index = timing.StepIndex(steps)
-        except (timing.TimingError, ValueError) as problem:
+            step_index = timeline.StepIndex(steps)
+        except (TimingError, ValueError) as problem:
             problems.append(str(problem))
     if TIMING_NAME in by_name:
         obj = by_name[TIMING_NAME]
         try:
             if obj.size > settings.CASCADE_MAX_STATS_BYTES:
-                raise timing.TimingError(f"timing.csv: {obj.size} bytes, more than CASCADE_MAX_STATS_BYTES")
-            durations = timing.read_timing(files.read_lines(obj))
+                raise TimingError(f"timing.csv: {obj.size} bytes, more than CASCADE_MAX_STATS_BYTES")
+            durations = timing_csv.read_timing(files.read_lines(obj))
             extras.timing_used = True
-        except (timing.TimingError, bucket.LineTooLong) as problem:
+        except (TimingError, bucket.LineTooLong) as problem:
             problems.append(str(problem))
     extras.timing_error = "; ".join(problems) or None
     return step_index, durations
@@ -188,11 +189,11 @@ def with_steps_and_durations(rows: Iterator[tuple], step_index, durations, extra
         if durations is not None:
             try:
                 duration = durations.duration_of(ctx, kernel_id, row[GRID], row[BLOCK])
-            except timing.TimingError as problem:
+            except TimingError as problem:
                 extras.timing_error = "; ".join(filter(None, (extras.timing_error, str(problem))))
                 durations = None
         yield (*row, step, duration)
-    # Every launch matched: Nsight kernels left over drop the timing too (timing.NsysDurations).
+    # Every launch matched: Nsight kernels left over drop the timing too (ingest.timing.nsys).
     if durations is not None and (left_over := durations.unmatched()) is not None:
         extras.timing_error = "; ".join(filter(None, (extras.timing_error, str(left_over))))
 

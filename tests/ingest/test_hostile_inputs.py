@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from ingest import passes
-from ingest.timing import MAX_STEPS
+from ingest.timing.timeline import MAX_STEPS
 from tests.helpers import STATS_HEADER, VECADD_CTX, shared_fixture, stats_row
 from tools.tracer_format import stats_launch_half, stats_totals
 from traces.models import Kernel, Step, Trace, TraceState

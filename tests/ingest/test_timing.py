@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from ingest.timing import StepIndex, TimingError, parse_timeline, read_timing
+from ingest.timing import TimingError
+from ingest.timing.timeline import StepIndex, parse_timeline
+from ingest.timing.timing_csv import read_timing
 from tests.helpers import shared_fixture
 
 # `nsys stats --report cuda_gpu_trace --format csv` (2024.x column set): kernels and a memcpy.

@@ -7,7 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.timing import MAX_STEPS, Step, StepIndex, Steps, TimingError, is_int, parse_timeline, read_timing
+from ingest.timing import TimingError
+from ingest.timing.timeline import MAX_STEPS, Step, StepIndex, Steps, is_int, parse_timeline
+from ingest.timing.timing_csv import read_timing
 from tests.ingest.test_timing import NSYS_HEADER, lines, nsys_row
 
 
@@ -262,7 +264,7 @@ def test_edge_documents_read_as_json_loads_would(raw):
 
 
 def test_too_many_steps_are_counted_not_kept(monkeypatch):
-    monkeypatch.setattr("ingest.timing.MAX_STEPS", 3)
+    monkeypatch.setattr("ingest.timing.timeline.MAX_STEPS", 3)
     monkeypatch.setattr("tests.ingest.test_timing_memory.MAX_STEPS", 3)
     raw = json.dumps({"steps": [{"first_kernel_id": 1, "last_kernel_id": 1}] * 5 + ["x"]}).encode()
     assert read(raw) == reference_steps(raw)
