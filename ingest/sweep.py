@@ -37,7 +37,7 @@ from ingest.scan import Scan, scan_bucket
 from ingest.simulations import FOLDER as SIMULATIONS_FOLDER
 from ingest.simulations import folders
 from traces.models import SIMULATION_NAME_MAX, DeletedTrace, Simulation, SweepCursor, Trace, files_fingerprint
-from traces.text import unstorable_character
+from traces.storable_text import unstorable_character
 
 logger = logging.getLogger(__name__)
 

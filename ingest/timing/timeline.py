@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from ingest.timing import INT64, TimingError
-from traces.text import unstorable_character
+from traces.storable_text import unstorable_character
 
 # A step's index is a smallint in the database (Step.index, Kernel.step): 0 .. 2^15 - 1. A longer
 # timeline is refused here, as timing that cannot be used, not by the COPY that stores launches.
