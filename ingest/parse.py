@@ -3,7 +3,7 @@ stream and handed to traces.services.trace_store_kernels in one transaction.
 
 The stats files are read in ctx order, each with its context's kernelslist; the tracer writes
 the header into the first context's file only, so the run's width is peeked first
-(header_extra_columns). On PostgreSQL the common lines go the fast way (ingest.launch_text:
+(header_extra_columns). On PostgreSQL the common lines go the fast way (ingest.stats_fast_path:
 split into fields, encoded by traces.kernel_store), the others as rows from
 stats.parse_stats_lines. Steps (timeline.json) and measured durations (timing.csv, or
 Nsight's) are joined on each launch; neither ever fails a trace. Every file is read through
@@ -19,9 +19,9 @@ from django.conf import settings
 from ingest import bucket, kernelslist, stats
 from ingest.bucket import S3Object
 from ingest.failures import TraceInputError
-from ingest.launch_text import LaunchText
 from ingest.metadata import TIMELINE_NAME, TIMING_NAME
 from ingest.read_ahead import ReadAhead
+from ingest.stats_fast_path import LaunchText
 from ingest.timing import TimingError, timeline, timing_csv
 from traces import services
 from traces.kernel_store import KernelWriter, LaunchBlock

@@ -28,7 +28,7 @@ traces read by an older version are then re-read by `ingest_traces --reparse-out
 
 One piece, past 500 lines: one reading of the format. The rules above meet on one line (a
 name with commas before graph-captured halves, a fork's columns after the totals), and
-ingest.launch_text's fast path takes a line only where this reader would read it the same way.
+ingest.stats_fast_path takes a line only where this reader would read it the same way.
 """
 
 import functools
@@ -136,7 +136,7 @@ def parse_stats_lines(
     no header of their own (every context but the first); a header in the file wins.
 
     `launch_text`, if given, is offered each line of the tracer's standard width first
-    (ingest.launch_text.LaunchText: the common lines written as COPY text for the database);
+    (ingest.stats_fast_path.LaunchText: the common lines written as COPY text for the database);
     what it gathers is yielded as it fills (`full`, `take()`), among the KernelRows of the
     lines it left.
 

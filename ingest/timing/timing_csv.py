@@ -68,7 +68,7 @@ class CascadeDurations:
     """
 
     # A launch's duration is its (ctx, kernel id)'s alone, whatever was asked before: a reader
-    # may ask again, or without the grid and block (ingest.launch_text does).
+    # may ask again, or without the grid and block (ingest.stats_fast_path does).
     by_kernel_id = True
 
     def __init__(self, lines: Iterable[str]):

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from ingest import parse
 from ingest.bucket import S3Object
-from ingest.launch_text import LaunchText
 from ingest.read_ahead import ReadAhead
+from ingest.stats_fast_path import LaunchText
 from ingest.timing.timeline import Step, StepIndex, parse_timeline
 from ingest.timing.timing_csv import read_timing
 from tests.helpers import shared_fixture, stats_row
