@@ -55,7 +55,7 @@ class LaunchText:
         self.shapes: dict[bytes, bytes | PendingShape] = {}
         self.pending: dict[bytes, PendingShape] = {}  # of `shapes`, those not yet written as text
         # The tails of the current step, traced or not: launches come in kernel-id order, and so
-        # do steps (a dict of every step's was 200 bytes a step, issue 22).
+        # do steps (a dict of every step's was 200 bytes a step).
         self.tails: dict[bool, bytes] = {}
         self.tails_step: int | None = None
         # What follows the totals, when it is the same for every launch (no kernelslist, no steps).

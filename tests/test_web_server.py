@@ -1,6 +1,6 @@
 """The production web server as docs/production.md runs it: slow clients hold a thread, not the site.
 
-Issue 12, finding 4: three connections sending a byte every 2 s stopped all three sync workers.
+Three connections sending a byte every 2 s stopped all three sync workers.
 """
 
 import socket
@@ -51,7 +51,7 @@ def test_slow_clients_do_not_stop_the_server(gunicorn):
     ids=["uri-too-long", "header-too-large", "garbage"],
 )
 def test_requests_the_server_refuses_are_answered_in_json(gunicorn, request_bytes, status):
-    """Issue 12, finding 8: gunicorn's own refusals were HTML pages."""
+    """Gunicorn's own refusals were HTML pages."""
     import json
 
     with socket.create_connection(("127.0.0.1", gunicorn), timeout=10) as sock:

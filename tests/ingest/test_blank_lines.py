@@ -1,4 +1,4 @@
-"""Blank lines in a stats file cost no more per byte than real rows (issue 18, finding 13).
+"""Blank lines in a stats file cost no more per byte than real rows.
 
 A stats file is read with its runs of blank lines as one piece each (`blank_runs`,
 ingest.bucket), which the parser counts line by line; every other reader (kernelslist,

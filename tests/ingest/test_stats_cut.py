@@ -1,4 +1,4 @@
-"""Real stats files cut short at every byte of their last two lines (issue 29).
+"""Real stats files cut short at every byte of their last two lines.
 
 A killed job, a full disk or an interrupted copy cuts a file anywhere. Whatever the cut, the
 complete rows are the uncut file's, the cut row is dropped or kept without totals where its

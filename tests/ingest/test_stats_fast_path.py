@@ -289,7 +289,7 @@ class OneContextWriter:
 
 def test_the_tails_kept_are_the_current_steps_whatever_the_steps():
     # 20,000 steps of 3 launches, every other launch traced: a tail each (traced or not) of the
-    # step at hand, where every step's were kept (issue 22).
+    # step at hand, where every step's were kept.
     steps = [Step(n, f"step {n}", None, "0x1", 3 * n + 1, 3 * n + 3, None, None) for n in range(20_000)]
     text = LaunchText("0x1", OneContextWriter(), set(range(1, 60_001, 2)), StepIndex(steps).step_of)
     last = 0

@@ -1,4 +1,4 @@
-"""Timing and steps in flat memory (issue 11): compact holders that read exactly as before."""
+"""Timing and steps in flat memory: compact holders that read exactly as before."""
 
 import json
 import tracemalloc
@@ -284,7 +284,7 @@ def test_timing_csv_is_split_into_lines_a_short_chunk_at_a_time():
         tracemalloc.stop()
     assert count == 200_000
     # A chunk's lines are in memory together, some 80 bytes each for 40 of text: twice the
-    # chunk's bytes, and the chunk. Before (issue 22): 5.5 MB at the peak, the lines of two 1 MB
+    # chunk's bytes, and the chunk. Before: 5.5 MB at the peak, the lines of two 1 MB
     # chunks at once; now 0.8 MB.
     assert bucket.READ_CHUNK <= 256 * 1024
     assert peak < 4 * bucket.READ_CHUNK, peak
@@ -295,7 +295,7 @@ def test_steps_and_their_index_hold_some_60_bytes_a_step():
     steps, held = held_by(lambda: parse_timeline(raw))
     names = sum(len(f"step {n} (decode)") for n in range(20_000))
     # The names' bytes and 8 a step where each ends, 4 a step for phase and ctx each, 34 for
-    # the kernel ids and times (issue 22: 120 bytes a step, lists of names, phases and ctxs).
+    # the kernel ids and times (120 bytes a step, lists of names, phases and ctxs).
     assert held < names + 20_000 * (8 + 4 + 4 + 34) * 1.2, held
     assert steps[19_999].name == "step 19999 (decode)" and steps[-1].index == 19_999
     # A timeline in order is its own index: nothing a step (arrays of 24 bytes a step before).

@@ -1,4 +1,4 @@
-"""Per-launch holders of a pass in flat memory (issue 22): a context's traced kernel ids as
+"""Per-launch holders of a pass in flat memory: a context's traced kernel ids as
 ranges, timing.csv's durations in chunks on disk. Each reads exactly as the set and the dict
 it replaced (written out here as the reference), and holds a million launches in little."""
 
