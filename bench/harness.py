@@ -308,7 +308,7 @@ def json_agg_sql(database_url: str, run_id: str) -> str:
             column = f"""to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"""
         head.append(f"'{name}', {column}")
     metadata = f't."{Trace._meta.get_field("metadata_json").column}"::json'
-    # After `kernels` (issues 28-31). `waiting_for` is null but for an uploading trace, which
+    # After `kernels`. `waiting_for` is null but for an uploading trace, which
     # the bench's runs never are (the API's sentence of files is not built here).
     tail = (
         "'waiting_for', CASE WHEN t.state = 'uploading' AND t.metadata_json IS NULL THEN 'metadata.json' END, "

@@ -1,4 +1,4 @@
-"""The lab-scale bench of issue 11: every figure beside its reference, measured in one run.
+"""The lab-scale bench: every figure beside its reference, measured in one run.
 
     python3 run.py bench [--scale tiny|small|full] [--only ingest,memory,...] [--output FILE] [--json FILE]
     .venv/bin/python -m bench ...                      (the same, inside the virtualenv)
@@ -14,7 +14,7 @@ table, in Markdown, to stdout. The figures (docs/performance.md says how to read
 - memory   the peak RSS of that `ingest_traces`, and of one on a run four times as large;
 - traced   the peak RSS of `ingest_traces` on runs of one context whose kernelslist names every
            launch (the tracer's default), with timing.csv and timeline.json: 1x, 2x and 4x the
-           large run's launches, side by side (issue 22);
+           large run's launches, side by side;
 - storage  what PostgreSQL holds per launch, beside the stats text it came from;
 - api      `GET /api/traces/{id}` of that run through gunicorn beside PostgreSQL's json_agg
            of the same JSON (bench/harness.py), then with gzip and zstd accepted;

@@ -1,7 +1,7 @@
 """The lab bench's figures over whole runs (bench/lab.py holds the large run's and the `Lab`
 each function here is given, which uploads and ingests the runs): the peak RSS
 of `ingest_traces` on runs whose every launch is traced (`traced`), one pass over many new
-small runs beside issue 11's recorded pass (`runs`), the idle pass over failed runs (`idle`),
+small runs beside a recorded reference pass (`runs`), the idle pass over failed runs (`idle`),
 and the large run's launches into a pandas DataFrame (`dataframe`, `dataframe_seconds`).
 """
 
@@ -14,16 +14,16 @@ from pathlib import Path
 from bench import common
 from bench.harness import MB, Row, mb, secs
 
-# The pass over new runs is judged against issue 11's recorded pass (its reference).
+# The pass over new runs is judged against a recorded pass of 2,000 runs (its reference).
 RECORDED_RUNS_SECONDS, RECORDED_RUNS = 148.8, 2_000
 
-# --- every launch traced, one context (issue 22) ---------------------------------------------------
+# --- every launch traced, one context ---------------------------------------------------
 
 
 def traced_run(lab, prefix: str, run_id: str, launches: int) -> int:
     """A generated run of one context, timing.csv and timeline.json, whose kernelslist names
     every launch, as the tracer's default kernel window does (the generator traces a few).
-    Returns the launches held: named, and with a trace file (issue 28; the generator writes a
+    Returns the launches held: named, and with a trace file (the generator writes a
     few kernels' trace files; the list names every launch, and is read whole all the same)."""
     from tools import generator
 
@@ -166,8 +166,8 @@ def idle_pass(lab) -> None:
 
 def every_launch_traced(folder: Path) -> None:
     """Rewrite each kernelslist of the run in `folder` to name every launch of its context
-    (the instruction traces are not written: a launch named but not held is not traced, issue 28,
-    but every name is read), and
+    (the instruction traces are not written: a launch named but not held is not traced,
+    docs/decisions/0007, but every name is read), and
     metadata.json's sizes to match."""
     metadata_path = folder / "metadata.json"
     metadata = json.loads(metadata_path.read_text())
@@ -189,7 +189,7 @@ def every_launch_traced(folder: Path) -> None:
     metadata_path.write_text(json.dumps(metadata, indent=2) + "\n")
 
 
-# --- a trace's launches into a pandas DataFrame (issue 21: CSV at most a third of JSON's time) -----
+# --- a trace's launches into a pandas DataFrame (CSV at most a third of JSON's time) -----
 
 
 def _frame_seconds(port: int, path: str, headers: dict, read) -> tuple[float, int, int, int]:

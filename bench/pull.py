@@ -1,4 +1,4 @@
-"""The web server's memory during `cascade pull` (issue 21): flat, since no file byte passes
+"""The web server's memory during `cascade pull`: flat, since no file byte passes
 through it, beside the bytes pulled.
 
     python -m bench.pull [--scale small|full] [--json FILE] [--real-traces DIR]
@@ -11,7 +11,7 @@ before the pull and its high-water mark (VmHWM) after: the same for 8 MB and for
 the files went around the server, from the bucket to the client. The figures, in Markdown,
 go to stdout; progress to stderr.
 
-    python -m bench.pull --accel-sim ROOT      (or ACCEL_SIM_ROOT; issue 28)
+    python -m bench.pull --accel-sim ROOT      (or ACCEL_SIM_ROOT)
 
 adds `cascade simulate`'s rows: each shipped sample and each real trace of `--real-traces DIR` whose
 config ROOT has, uploaded with measured times, simulated by ROOT's own Accel-Sim, and Cascade's

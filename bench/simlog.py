@@ -1,4 +1,4 @@
-"""Reading a simulator log against `grep`: issue 20's bar, "at most 3x the grep time, peak RSS under 100 MB".
+"""Reading a simulator log against `grep`: the bar, "at most 3x the grep time, peak RSS under 100 MB".
 
     python -m bench.simlog [--scale small] [--repeat 3] [--json FILE] [--real-log FILE]
 
@@ -11,7 +11,7 @@ gzip'd copy. Then prints, side by side, the wall time of `grep -c '^gpu_sim_cycl
 read in chunks, a zlib decompressor's for the .gz), their ratio, and the reader's peak RSS. The
 reader runs in a child process of its own (its peak RSS is its own high-water mark), best of
 `--repeat`; so does grep. The file is read once before any timing, so both read it from the page cache.
-Then the reader over logs of 40,000 uids (issue 29): a block each, and one block listing them all.
+Then the reader over logs of 40,000 uids: a block each, and one block listing them all.
 
     python -m bench.simlog blank-lines [--mb 10] [--repeat 5]
 
@@ -203,7 +203,7 @@ def measure(path: Path, gz: Path, repeat: int) -> list[dict]:
     return rows
 
 
-# Issue 29's figures for closing a log's kernels, before the fix (quadratic: a cycle-limit log
+# The figures for closing a log's kernels before it was linear (quadratic: a cycle-limit log
 # whose last block lists every uid): 6.5 s at 40,000 uids (7.6 s measured here at the time).
 UIDS = 40_000
 UIDS_TARGET_SECONDS = 1.0

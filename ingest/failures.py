@@ -98,7 +98,7 @@ def failure_kind(error: BaseException) -> str:
 def _soft_time_limit(error: BaseException) -> bool:
     """Celery's soft time limit, raised only inside a Celery worker, which has loaded Celery.
     Not imported here: Celery and kombu are some 4 MB of a process (`ingest_traces`) that
-    never runs a task (issue 22)."""
+    never runs a task (docs/decisions/0002)."""
     exceptions = sys.modules.get("celery.exceptions")
     return exceptions is not None and isinstance(error, exceptions.SoftTimeLimitExceeded)
 

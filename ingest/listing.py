@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from ingest.bucket import S3Object
 from ingest.paths import path_problem
 from traces.models import Trace, files_fingerprint
-from traces.text import is_storable
+from traces.storable_text import is_storable
 
 
 def inventory(objects: Iterable[S3Object], *, every_path: bool = False) -> list[dict]:

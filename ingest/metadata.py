@@ -10,7 +10,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from traces.text import unstorable_character
+from traces.storable_text import unstorable_character
 
 METADATA_NAME = "metadata.json"
 TIMELINE_NAME = "timeline.json"
@@ -172,7 +172,7 @@ def nesting_depth(value) -> int:
 
 def first_unstorable_string(metadata: dict) -> tuple[str, str] | None:
     """(where, what) of the first key or string, in document order, holding a character the
-    database cannot store (traces.text); None if every one can be stored. `where` names the
+    database cannot store (traces.storable_text); None if every one can be stored. `where` names the
     field as a path (`'files'[2]['key']`), keys shown escaped."""
     stack: list[tuple[str, object]] = [("", metadata)]
     while stack:

@@ -3,7 +3,7 @@ stream and handed to traces.services.trace_store_kernels in one transaction.
 
 The stats files are read in ctx order, each with its context's kernelslist; the tracer writes
 the header into the first context's file only, so the run's width is peeked first
-(header_extra_columns). On PostgreSQL the common lines go the fast way (ingest.launch_text:
+(header_extra_columns). On PostgreSQL the common lines go the fast way (ingest.stats_fast_path:
 split into fields, encoded by traces.kernel_store), the others as rows from
 stats.parse_stats_lines. Steps (timeline.json) and measured durations (timing.csv, or
 Nsight's) are joined on each launch; neither ever fails a trace. Every file is read through
@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from ingest import bucket, stats, timing
+from ingest import bucket, kernelslist, stats
 from ingest.bucket import S3Object
 from ingest.failures import TraceInputError
-from ingest.launch_text import LaunchText
 from ingest.metadata import TIMELINE_NAME, TIMING_NAME
 from ingest.read_ahead import ReadAhead
+from ingest.stats_fast_path import LaunchText
+from ingest.timing import TimingError, timeline, timing_csv
 from traces import services
 from traces.kernel_store import KernelWriter, LaunchBlock
 from traces.models import KERNEL_COLUMNS, NO_DEVICE, Trace
@@ -49,7 +50,7 @@ def stats_sources(objects: list[S3Object]) -> list[StatsSource]:
     A context's lists are every layout the simulator and its post-processor read:
     `kernelslist_ctx_<ctx>` (the tracer's) and `kernelslist_ctx_<ctx>.g` (post-processed),
     then the run-wide `kernelslist` and `kernelslist.g`, whose entries of other contexts are
-    skipped when read (stats.parse_kernelslist_lines).
+    skipped when read (kernelslist.parse_kernelslist_lines).
     """
     by_name = {obj.name: obj for obj in objects}
     sources = []
@@ -112,7 +113,7 @@ def parse_into(
             step_of = None if step_index is None else step_index.step_of
             duration_of = None if durations is None else durations.duration_of
 
-            def launch_text(source: StatsSource, traced: stats.TracedIds) -> LaunchText:
+            def launch_text(source: StatsSource, traced: kernelslist.TracedIds) -> LaunchText:
                 return LaunchText(source.ctx, writer, traced, step_of, duration_of)
 
         notes = RunNotes(list(warnings))
@@ -134,7 +135,7 @@ def noted(rows: Iterator, notes: "RunNotes", extras: services.RunExtras) -> Iter
 
 def read_steps_and_timing(
     objects: list[S3Object], extras, files: ReadAhead
-) -> tuple[timing.StepIndex | None, object | None]:
+) -> tuple[timeline.StepIndex | None, object | None]:
     """timeline.json's steps and timing.csv's durations, if the run has them and they can be read.
 
     Neither ever fails the trace: what could not be used is said in `extras.timing_error`.
@@ -148,21 +149,21 @@ def read_steps_and_timing(
             if obj.size > settings.CASCADE_METADATA_MAX_BYTES * 8:
                 raise bucket.too_large(obj.size, settings.CASCADE_METADATA_MAX_BYTES * 8)
             data = files.body(obj)
-            steps = timing.parse_timeline(
+            steps = timeline.parse_timeline(
                 bucket.iter_object_chunks(obj.key, etag=obj.etag) if data is None else data
             )
             extras.steps = steps
-            step_index = timing.StepIndex(steps)
-        except (timing.TimingError, ValueError) as problem:
+            step_index = timeline.StepIndex(steps)
+        except (TimingError, ValueError) as problem:
             problems.append(str(problem))
     if TIMING_NAME in by_name:
         obj = by_name[TIMING_NAME]
         try:
             if obj.size > settings.CASCADE_MAX_STATS_BYTES:
-                raise timing.TimingError(f"timing.csv: {obj.size} bytes, more than CASCADE_MAX_STATS_BYTES")
-            durations = timing.read_timing(files.read_lines(obj))
+                raise TimingError(f"timing.csv: {obj.size} bytes, more than CASCADE_MAX_STATS_BYTES")
+            durations = timing_csv.read_timing(files.read_lines(obj))
             extras.timing_used = True
-        except (timing.TimingError, bucket.LineTooLong) as problem:
+        except (TimingError, bucket.LineTooLong) as problem:
             problems.append(str(problem))
     extras.timing_error = "; ".join(problems) or None
     return step_index, durations
@@ -188,11 +189,11 @@ def with_steps_and_durations(rows: Iterator[tuple], step_index, durations, extra
         if durations is not None:
             try:
                 duration = durations.duration_of(ctx, kernel_id, row[GRID], row[BLOCK])
-            except timing.TimingError as problem:
+            except TimingError as problem:
                 extras.timing_error = "; ".join(filter(None, (extras.timing_error, str(problem))))
                 durations = None
         yield (*row, step, duration)
-    # Every launch matched: Nsight kernels left over drop the timing too (timing.NsysDurations).
+    # Every launch matched: Nsight kernels left over drop the timing too (ingest.timing.nsys).
     if durations is not None and (left_over := durations.unmatched()) is not None:
         extras.timing_error = "; ".join(filter(None, (extras.timing_error, str(left_over))))
 
@@ -235,7 +236,7 @@ def kernel_rows(
     extra_columns: int,
     progress: Progress | None,
     files: ReadAhead,
-    launch_text: Callable[[StatsSource, stats.TracedIds], LaunchText] | None = None,
+    launch_text: Callable[[StatsSource, kernelslist.TracedIds], LaunchText] | None = None,
     *,
     listed: list[S3Object] | None = None,
     notes: "RunNotes | None" = None,
@@ -256,20 +257,20 @@ def kernel_rows(
     notes = RunNotes() if notes is None else notes
     held = held_files(sources, listed)
     for source in sources:
-        traced = stats.TracedIds()
-        for kernelslist in source.kernelslists:
+        traced = kernelslist.TracedIds()
+        for kernel_list in source.kernelslists:
             file_notes: list[stats.StatsNote] = []
             try:
-                stats.parse_kernelslist_lines(
-                    files.read_lines(kernelslist),
+                kernelslist.parse_kernelslist_lines(
+                    files.read_lines(kernel_list),
                     held=held,
                     ctx=source.ctx,
                     notes=file_notes,
                     traced=traced,
                 )
             except (stats.StatsError, bucket.LineTooLong) as problem:
-                raise TraceInputError(f"{kernelslist.name}: {problem}") from None
-            notes.add(kernelslist.name, file_notes)
+                raise TraceInputError(f"{kernel_list.name}: {problem}") from None
+            notes.add(kernel_list.name, file_notes)
         text = None if launch_text is None else launch_text(source, traced)
         lines = files.read_lines(source.stats, blank_runs=True)
         file_notes = []

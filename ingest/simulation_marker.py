@@ -11,7 +11,7 @@ from ingest import bucket
 from ingest.bucket import S3Object
 from simulations.accuracy import RUN_FACT_KEYS
 from simulations.errors import SimulationInputError
-from traces.text import unstorable_character
+from traces.storable_text import unstorable_character
 
 MARKER_NAME = "simulation.json"
 MAX_MARKER_BYTES = 64 * 1024

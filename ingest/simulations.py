@@ -1,4 +1,4 @@
-"""Simulations in the bucket (issue 20): `<prefix><run>/simulations/<name>/`, registered when
+"""Simulations in the bucket (docs/decisions/0005): `<prefix><run>/simulations/<name>/`, registered when
 their first file lands, read when their trace is ready, and again when either changes.
 
 A simulation folder holds the simulator's stdout (`sim.log`, `sim.log.gz` or `sim.log.xz`),
@@ -46,7 +46,7 @@ from simulations.services import SimulationChange, simulation_fingerprint
 from simulations.simlog import SimLog, read_sim_log_chunks
 from traces.locks import trace_lock
 from traces.models import Trace, TraceState
-from traces.text import is_storable, unstorable_character
+from traces.storable_text import is_storable, unstorable_character
 
 logger = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ from ingest.simulations import FOLDER as SIMULATIONS_FOLDER
 from ingest.simulations import folders
 from simulations.models import SIMULATION_NAME_MAX, Simulation
 from traces.models import DeletedTrace, Trace, files_fingerprint
-from traces.text import unstorable_character
+from traces.storable_text import unstorable_character
 
 logger = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from simulations import services
 from simulations.models import SIMULATION_NAME_MAX, Simulation
 from simulations.signals import UploadRefused
 from traces.models import Trace
-from traces.text import unstorable_character
+from traces.storable_text import unstorable_character
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from traces.models import Kernel, KernelContext, KernelName, Trace
 
 # Launches looked up in the trace per query.
 LOOKUP_BATCH = 5_000
-# The reason of a ready simulation whose trace has no measured time (issue 29's words).
+# The reason of a ready simulation whose trace has no measured time (docs/decisions/0006).
 NO_MEASURED_TIMES = (
     "the trace has no measured kernel times: upload an Nsight Systems export or a timing file to compare"
 )

@@ -1,4 +1,4 @@
-"""Every change of a simulation's state, and what it writes (issue 20). Ingestion decides
+"""Every change of a simulation's state, and what it writes. Ingestion decides
 (ingest/simulations.py); the functions here write.
 
 A simulation never writes its trace: not its state, kernels, `updated_at` or ETag. Its
@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from simulations.models import CURRENT_SIMULATION_READER_VERSION, SimulatedKernel, Simulation
 from traces.models import Trace, TraceState, files_fingerprint
-from traces.text import replace_unstorable
+from traces.storable_text import replace_unstorable
 
 # What a decision writes; `files` and `files_changed_at` belong to registration.
 DECISION_FIELDS = [

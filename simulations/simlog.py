@@ -1,4 +1,4 @@
-"""The simulator's stdout (GPGPU-Sim / Accel-Sim): a pure, streaming reader (issue 20). One
+"""The simulator's stdout (GPGPU-Sim / Accel-Sim): a pure, streaming reader. One
 module past 500 lines on purpose: the reader is one state machine over the log (`_Reader`), whose
 patterns, states and helpers only make sense together, on the hot path of a multi-gigabyte log.
 
@@ -38,7 +38,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from traces.text import replace_unstorable, unstorable_character
+from traces.storable_text import replace_unstorable, unstorable_character
 
 STOPPED_MAX_CYCLES = "max_cycles"
 STOPPED_KILLED = "killed"

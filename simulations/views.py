@@ -31,7 +31,7 @@ from traces import http
 from traces.models import Trace, TraceState
 from traces.params import shown
 from traces.permissions import CanUploadSimulations, CanViewTraces
-from traces.text import is_storable
+from traces.storable_text import is_storable
 from traces.views import (
     BROWSABLE_KERNELS_MAX,
     STREAM_KERNELS_ABOVE,

@@ -53,7 +53,7 @@ def stats_row(
 
 
 def run_with_steps(count: int) -> dict[str, str]:
-    """A run folder whose timeline.json has `count` steps of one launch each (issue 18: more
+    """A run folder whose timeline.json has `count` steps of one launch each (more
     than a smallint's 32,767 used to wedge the trace in `parsing`)."""
     steps = [
         {
@@ -73,7 +73,7 @@ def run_with_steps(count: int) -> dict[str, str]:
 
 def run_with_contexts(count: int) -> dict[str, str]:
     """A run folder whose one stats file has `count` launches, each on a device of its own: one
-    context apiece (issue 18: more than a trace holds used to raise a bare ValueError)."""
+    context apiece (more than a trace holds used to raise a bare ValueError)."""
     launches = (
         stats_launch_half(
             f"kernel-{device + 1}.trace", "k", (1, 1, 1), (32, 1, 1), device_id=device, stream_id=0

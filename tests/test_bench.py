@@ -133,7 +133,7 @@ def test_the_simulator_log_bench_runs_at_a_small_scale(tmp_path):
         assert row["grep_seconds"] > 0 and row["reader_seconds"] > 0 and row["peak_rss"] > 0
     assert rows[1]["inflate_seconds"] > 0
     assert sum(line.startswith("| log") for line in bench.stdout.splitlines()) == 2
-    # Issue 29: closing 40,000 uids is linear, also when one block lists them all.
+    # Closing 40,000 uids is linear, also when one block lists them all.
     uids_rows = json.loads(results.read_text())["uids_rows"]
     assert [(row["shape"], row["uids"]) for row in uids_rows] == [("each", 40_000), ("one", 40_000)]
     assert all(row["reader_seconds"] > 0 for row in uids_rows)

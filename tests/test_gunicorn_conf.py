@@ -53,7 +53,7 @@ def test_gunicorn_still_shuts_its_pool_down_in_the_quick_shutdown_handler():
 
 @pytest.mark.parametrize(("env", "expected"), [(None, "127.0.0.1:8000"), ("0.0.0.0:9000", "0.0.0.0:9000")])
 def test_gunicorn_binds_this_host_only_unless_told_otherwise(monkeypatch, env, expected):
-    """Issue 31, item 6: a request straight to gunicorn bypasses the proxy; by default only this
+    """A request straight to gunicorn bypasses the proxy; by default only this
     host can send one. CASCADE_BIND binds elsewhere (a container's 0.0.0.0)."""
     if env is None:
         monkeypatch.delenv("CASCADE_BIND", raising=False)

@@ -1,4 +1,4 @@
-"""`/healthz` and `/readyz` as an orchestrator's probes use them (issue 18)."""
+"""`/healthz` and `/readyz` as an orchestrator's probes use them."""
 
 import json
 import re

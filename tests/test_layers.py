@@ -23,7 +23,16 @@ FORBIDDEN = {
     "ingest": {"tools", "bench"},
     "tools": {"bench"},
     "cascade": {"tools", "bench"},
-    "cascade_client": {"cascade", "traces", "simulations", "ingest", "tools", "bench", "django", "rest_framework"},
+    "cascade_client": {
+        "cascade",
+        "traces",
+        "simulations",
+        "ingest",
+        "tools",
+        "bench",
+        "django",
+        "rest_framework",
+    },
 }
 FUNCTION_LINES_MAX = 80
 MODULE_LINES_MAX = 500

@@ -1,4 +1,4 @@
-"""`GET /metrics` in Prometheus' text format, for whom it is open to, and what it counts (issue 18)."""
+"""`GET /metrics` in Prometheus' text format, for whom it is open to, and what it counts."""
 
 import glob
 import json

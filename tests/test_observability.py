@@ -1,4 +1,4 @@
-"""Operators see what happens (issue 18, finding 2): every response has an X-Request-ID, and a
+"""Operators see what happens: every response has an X-Request-ID, and a
 500 is logged on stderr with its traceback and that id, which its body names too."""
 
 import io

@@ -1,4 +1,4 @@
-"""What a deployment installs and what the tests install (issue 19): requirements.txt holds what
+"""What a deployment installs and what the tests install: requirements.txt holds what
 the web, poller and Celery processes and the demo run; requirements-dev.txt adds the tools that
 test, lint and measure them, and `python3 run.py test` and `bench` install it."""
 

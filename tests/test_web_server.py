@@ -1,6 +1,6 @@
 """The production web server as docs/production.md runs it: slow clients hold a thread, not the site.
 
-Issue 12, finding 4: three connections sending a byte every 2 s stopped all three sync workers.
+Three connections sending a byte every 2 s stopped all three sync workers.
 """
 
 import json

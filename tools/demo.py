@@ -10,7 +10,7 @@ ready *through the API*, and prints how to use it. Ctrl-C stops everything it st
 everything, and exit 0 only if the samples came out as expected (the showcase with every launch
 its timeline.json lists, those captured into CUDA graphs without totals), and a simulation uploaded
 to the embedded S3 once the samples are ready (a Turing sample's log, as tools/simulation.py writes
-it) reads `ready` through the API within 10 s of its simulation.json (issue 29). Its last line on
+it) reads `ready` through the API within 10 s of its simulation.json. Its last line on
 stdout is a JSON report (the API's answers and the pids it started), for the test that runs it.
 
 `--events` runs the poller on S3's event notifications (`ingest_traces --watch --events`): on the

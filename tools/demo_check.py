@@ -1,7 +1,7 @@
 """What `run.py demo` waits for and `--check` checks, read through the API as a client reads it:
 the samples ready or failed as their metadata.json says, their simulations as their
 simulation.json says, the showcase's launches as its timeline.json counts them, and a simulation
-uploaded once the samples are ready read within SIMULATION_BOUND seconds (issue 29).
+uploaded once the samples are ready read within SIMULATION_BOUND seconds.
 """
 
 import json
@@ -14,7 +14,7 @@ SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 SHOWCASE = "sample__facebook_opt-125m__h100-e2e"
 FINAL_STATES = ("ready", "failed")
 # `--check`'s own simulation: of a ready sample that names a tested config (SM75_RTX2060), read
-# within SIMULATION_BOUND seconds of its marker's upload (issue 29).
+# within SIMULATION_BOUND seconds of its marker's upload.
 CHECK_SIMULATION_RUN = "sample__facebook_opt-125m__rtx2060-e2e"
 CHECK_SIMULATION_NAME = "demo-check"
 SIMULATION_BOUND = 10.0

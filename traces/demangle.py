@@ -7,7 +7,7 @@ NVBit reports a kernel by its symbol: PyTorch, vLLM and FlashAttention kernels c
 
 Kernel names come from whoever uploads a run, and a symbol's substitutions (`S1_`, `T_`) copy
 earlier parts of it: each can double the demangled text, so a symbol of 270 bytes can
-demangle to hundreds of megabytes (issue 18, finding 10). `__cxa_demangle` takes no limit and
+demangle to hundreds of megabytes (docs/decisions/0008). `__cxa_demangle` takes no limit and
 cannot be stopped once called, so:
 
 - a symbol whose demangled text is small whatever it holds (its length times the most a

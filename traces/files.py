@@ -51,7 +51,5 @@ def trace_files(trace_id: str) -> dict | None:
 
 def answer(answers: list, signal: str):
     if not answers:
-        raise ImproperlyConfigured(
-            f"no installed app answers {signal} (is `ingest` installed?)"
-        )
+        raise ImproperlyConfigured(f"no installed app answers {signal} (is `ingest` installed?)")
     return answers[0][1]

@@ -2,7 +2,7 @@
 the one writer of a trace's launches.
 
 Ingestion hands this module launches, never bytes: rows in KERNEL_COLUMNS order (the stats
-parser's), or, on its fast path (ingest.launch_text), the fields it split from a common line,
+parser's), or, on its fast path (ingest.stats_fast_path), the fields it split from a common line,
 which `launch_row` encodes with the shape and tail texts KernelWriter gives. Everything that
 knows the stored layout (names as KernelName ids, (ctx, device) as the trace's context number,
 trace files dropped where the context's scheme derives them) lives here, and so does every

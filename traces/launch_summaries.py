@@ -103,7 +103,7 @@ def kernel_runs(trace_id: str, *, per_run: int) -> list[KernelRun]:
     """The trace's kernels in runs of `per_run` consecutive kernel ids, in launch order.
 
     Grouped by the stored context number, then a ctx's devices merged (their kernel ids
-    overlap, as they did in one group before issue 11).
+    overlap, as they did in one group before the storage was normalised, docs/decisions/0001).
     """
     bucket = ExpressionWrapper((F("kernel_id") - 1) / Value(per_run), output_field=BigIntegerField())
     ctx_of = trace_context_names(trace_id)

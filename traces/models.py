@@ -31,7 +31,7 @@ class TraceState(models.TextChoices):
 # past the tracer's unsigned 32 bits refused (they were stored as read); 5: kernel id 0 and
 # kernelslist ids past 2^63 - 1 refused, Nsight exports with kernels left over not used;
 # 6: a file cut mid-line keeps its complete rows (totals without their newline not trusted),
-# `traced` only where the run holds the trace file, every kernel-list layout read (issues 28, 29).
+# `traced` only where the run holds the trace file, every kernel-list layout read (docs/decisions/0007).
 CURRENT_PARSER_VERSION = 6
 
 
@@ -291,7 +291,7 @@ class KernelContext(models.Model):
 
 
 class KernelManager(models.Manager):
-    """Kernels with the launch's fields as before the storage was normalised (issue 11):
+    """Kernels with the launch's fields as before the storage was normalised (docs/decisions/0001):
     `trace_id` (the run's name), `ctx`, `device`, `name` and `trace_file`, annotated from the
     trace, context and name tables. For reads that want them; `Kernel.stored` has none."""
 
@@ -327,8 +327,8 @@ def trace_file_expression():
 class Kernel(models.Model):
     """One kernel launch, as one row of a tracer `stats_ctx_*` (or legacy `stats.csv`) file.
 
-    About 140 bytes a launch with its index, where the first schema took about 380 (issue
-    11; tests/traces/test_kernel_storage.py measures it): the trace is a four-byte key, the
+    About 140 bytes a launch with its index, where the first schema took about 380
+    (docs/decisions/0001; tests/traces/test_kernel_storage.py measures it): the trace is a four-byte key, the
     ctx and device a two-byte number into the trace's KernelContext rows, the name a
     four-byte key into KernelName, the trace file derived from the context's scheme; the
     tracer's unsigned 32-bit values take four bytes each. Columns are declared widest first,

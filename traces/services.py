@@ -33,7 +33,7 @@ from traces.models import (
     files_fingerprint,
     next_trace_keys,
 )
-from traces.text import replace_unstorable
+from traces.storable_text import replace_unstorable
 
 logger = logging.getLogger(__name__)
 

@@ -53,7 +53,7 @@ from traces.selection import (
     select,
 )
 from traces.snapshots import snapshot
-from traces.text import is_storable
+from traces.storable_text import is_storable
 
 # Below this many kernels a detail is sent in one piece, with a Content-Length. Above it, a
 # ready trace's compressed detail is also kept on disk (`body_cache`): at about 400 bytes of

@@ -1,4 +1,4 @@
-"""The community bench (issue 22): Cascade at 100,000 traces and 50M launches, each figure beside a reference.
+"""The community bench: Cascade at 100,000 traces and 50M launches, each figure beside a reference.
 
     python3 run.py bench community [--scale tiny|small|full] [--only list,detail,...] [--output FILE] [--json FILE]
     .venv/bin/python -m bench community ...            (the same, inside the virtualenv)

@@ -1,4 +1,4 @@
-"""A community's registry in PostgreSQL, fast: 100,000 traces and 50M launches (issue 22).
+"""A community's registry in PostgreSQL, fast: 100,000 traces and 50M launches.
 
     python -m bench.community.data DATABASE_URL [--scale tiny|small|full]
 

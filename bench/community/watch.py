@@ -1,4 +1,4 @@
-"""How soon a deployment sees a run, and what its idle passes cost in S3 requests (issue 22).
+"""How soon a deployment sees a run, and what its idle passes cost in S3 requests.
 `ready_times`: from a `metadata.json` upload to `ready`, with S3 events (within 3 s) and polling.
 
     python -m bench.community.watch events [--scale small] [--json FILE]
@@ -31,12 +31,12 @@ it, side by side:
   traces; past that computed (folder pages + 2 x traces, which the measured scale equals
   exactly, tests/test_bench.py): moto answers a prefix listing by going over every key of the
   bucket, so 100,000 listings of 300,000 keys would take it hours;
-- without events, with the polling watch (issue 29, the default): the run folders and the
+- without events, with the polling watch (the default): the run folders and the
   prefix's pages (up to CASCADE_POLL_WATCH_PAGES), which stand for every ready recheck while
   they cover the whole prefix: a file landed in any ready trace's simulations/ is seen within
   one poll;
 - with events on: the reconciling pass (`ingest_traces --watch --events`, Celery's poll with a
-  queue), `passes.poll_bucket(sweep=True)` (ingest.sweep): one page of the bucket. Issue 22's
+  queue), `passes.poll_bucket(sweep=True)` (ingest.sweep): one page of the bucket. The
   target: at most one listing page per CASCADE_POLL_SECONDS_WITH_EVENTS.
 """
 
@@ -354,7 +354,7 @@ def idle_measure(db: str, env: dict, traces: int, upload_seconds: float) -> dict
     polls = POLL_SECONDS_WITH_EVENTS // POLL_SECONDS
     reference_requests, reference_seconds = folder_pages + 2 * traces, None
     measured_reference = traces <= MEASURED_REFERENCE
-    # The polling watch (issue 29, ingest.sweep.watch_pages): the prefix's pages, up to
+    # The polling watch (ingest.sweep.watch_pages): the prefix's pages, up to
     # WATCH_PAGES; while it sees the whole prefix it stands for every ready recheck.
     prefix_pages = -(-objects // PAGE_SIZE)
     watch_requests = folder_pages + min(prefix_pages, WATCH_PAGES)
@@ -417,7 +417,7 @@ def idle_table(r: dict) -> str:
             f"{without['s3_requests']:,}{'' if without['measured'] else ' (computed)'} | "
             f"{without['per_poll_seconds_with_events']:,} (a poll every {POLL_SECONDS} s) | "
             f"{reference_time} | |",
-            f"| without events, with the polling watch (issue 29: `simulations/` seen within a poll) | "
+            f"| without events, with the polling watch (`simulations/` seen within a poll) | "
             f"{watch['s3_requests']:,}{'' if watch['measured'] else ' (computed)'} | "
             f"{watch['per_poll_seconds_with_events']:,} (a poll every {POLL_SECONDS} s) | "
             f"{watch_time} | the prefix's pages, up to {watch['pages']} |",

@@ -1,6 +1,6 @@
 """`Cascade`: the published API (docs/api.md) from Python, with errors a person can read.
 
-Only the routes the reference publishes, plus issue 21's `/files`, `/selection` and
+Only the routes the reference publishes, plus `/files`, `/selection` and
 `kernels.csv`. The token goes to Cascade only: the presigned links `/files` hands out are
 fetched without it (pull.py), so a trace's bytes never pass through the web server.
 """

@@ -158,7 +158,7 @@ def show(cascade: Cascade, args) -> None:
         ("size", size(trace["bytes"] or 0)),
         ("created", trace["created_at"]),
     ]
-    if trace.get("waiting_for"):  # an uploading trace: what it waits for (servers since issue 30)
+    if trace.get("waiting_for"):  # an uploading trace: what it waits for (older servers send none)
         fields.append(("waiting for", trace["waiting_for"]))
     for warning in trace.get("warnings") or []:
         fields.append(("warning", f"{warning.get('file')}: {warning.get('what')}"))

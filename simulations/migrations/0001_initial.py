@@ -11,99 +11,233 @@ import traces.models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('traces', '0019_trace_warnings'),
+        ("traces", "0019_trace_warnings"),
     ]
 
     operations = [
         migrations.SeparateDatabaseAndState(
             state_operations=[
-            migrations.CreateModel(
-                name='Simulation',
-                fields=[
-                    ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                    ('name', models.CharField(max_length=100)),
-                    ('state', models.CharField(choices=[('uploading', 'uploading'), ('parsing', 'parsing'), ('ready', 'ready'), ('failed', 'failed')], default='uploading', max_length=16)),
-                    ('error', models.TextField(blank=True, null=True)),
-                    ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                    ('updated_at', models.DateTimeField(default=django.utils.timezone.now)),
-                    ('status', models.CharField(blank=True, help_text="simulation.json's status.", max_length=16, null=True)),
-                    ('simulator', models.TextField(blank=True, null=True)),
-                    ('config', models.TextField(blank=True, null=True)),
-                    ('notes', models.TextField(blank=True, null=True)),
-                    ('simulator_build', models.TextField(blank=True, help_text='Accel-Sim [build ...].', null=True)),
-                    ('gpgpusim_build', models.TextField(blank=True, help_text='GPGPU-Sim version [build ...].', null=True)),
-                    ('core_clock_mhz', models.FloatField(blank=True, null=True)),
-                    ('complete', models.BooleanField(blank=True, null=True)),
-                    ('stopped', models.CharField(blank=True, max_length=16, null=True)),
-                    ('interrupted', models.JSONField(blank=True, default=list, help_text='The launches that did not finish (a cycle limit, a kill, a deadlock): left out of the pairs.')),
-                    ('reason', models.TextField(blank=True, help_text='Why it waits, or why fewer kernels than simulated were compared.', null=True)),
-                    ('fatal', models.JSONField(blank=True, help_text="The simulator's fatal line in the log: {line, text}.", null=True)),
-                    ('left_out', models.JSONField(blank=True, help_text='The kernels left out of every total: {kernels, why}.', null=True)),
-                    ('run', models.JSONField(blank=True, help_text="simulation.json's facts of the run (host, times, builds, selection).", null=True)),
-                    ('sim_total_cycles', models.BigIntegerField(blank=True, null=True)),
-                    ('kernels_simulated', models.BigIntegerField(default=0)),
-                    ('kernels_compared', models.BigIntegerField(default=0)),
-                    ('metrics', models.JSONField(blank=True, null=True)),
-                    ('files', models.JSONField(blank=True, default=list, help_text="The folder's objects when last listed.")),
-                    ('files_changed_at', models.DateTimeField(blank=True, null=True)),
-                    ('parsed_fingerprint', models.CharField(blank=True, max_length=64, null=True)),
-                    ('reader_version', models.PositiveSmallIntegerField(default=0)),
-                    ('parse_attempts', models.PositiveSmallIntegerField(default=0)),
-                    ('trace_seen_at', models.DateTimeField(blank=True, help_text="The trace's updated_at when this simulation was last decided on.", null=True)),
-                    ('trace', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='simulations', to='traces.trace')),
-                ],
-                options={
-                    'db_table': 'traces_simulation',
-                    'ordering': ['-created_at', 'name'],
-                },
-            ),
-            migrations.CreateModel(
-                name='SimulatedKernel',
-                fields=[
-                    ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                    ('context', models.SmallIntegerField()),
-                    ('kernel_id', models.BigIntegerField()),
-                    ('uid', models.BigIntegerField(help_text="The simulator's kernel uid: its launch order in the log.")),
-                    ('step', models.SmallIntegerField(blank=True, null=True)),
-                    ('measured_ns', models.BigIntegerField(blank=True, null=True)),
-                    ('sim_cycles', models.BigIntegerField(blank=True, null=True)),
-                    ('sim_insn', models.BigIntegerField(blank=True, null=True)),
-                    ('sim_ns', models.FloatField(blank=True, null=True)),
-                    ('overlapped', models.BooleanField(default=False)),
-                    ('kernel_name', models.ForeignKey(db_column='name_id', db_constraint=False, db_index=False, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to='traces.kernelname')),
-                    ('launch_context', models.ForeignObject(from_fields=['trace', 'context'], on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to='traces.kernelcontext', to_fields=['trace', 'index'])),
-                    ('trace', traces.models.TraceKeyForeignKey(db_constraint=False, db_index=False, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to='traces.trace', to_field='key')),
-                    ('simulation', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='kernels', to='simulations.simulation')),
-                ],
-                options={
-                    'db_table': 'traces_simulatedkernel',
-                    'ordering': ['simulation', 'context', 'kernel_id'],
-                },
-            ),
-            migrations.AddIndex(
-                model_name='simulation',
-                index=models.Index(fields=['state'], name='simulation_state'),
-            ),
-            migrations.AddIndex(
-                model_name='simulation',
-                index=models.Index(fields=['simulator_build'], name='simulation_build'),
-            ),
-            migrations.AddIndex(
-                model_name='simulation',
-                index=models.Index(fields=['config'], name='simulation_config'),
-            ),
-            migrations.AddConstraint(
-                model_name='simulation',
-                constraint=models.UniqueConstraint(fields=('trace', 'name'), name='simulation_unique_name'),
-            ),
-            migrations.AddConstraint(
-                model_name='simulatedkernel',
-                constraint=models.UniqueConstraint(fields=('simulation', 'context', 'kernel_id'), name='simulatedkernel_unique_launch'),
-            ),
+                migrations.CreateModel(
+                    name="Simulation",
+                    fields=[
+                        (
+                            "id",
+                            models.BigAutoField(
+                                auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                            ),
+                        ),
+                        ("name", models.CharField(max_length=100)),
+                        (
+                            "state",
+                            models.CharField(
+                                choices=[
+                                    ("uploading", "uploading"),
+                                    ("parsing", "parsing"),
+                                    ("ready", "ready"),
+                                    ("failed", "failed"),
+                                ],
+                                default="uploading",
+                                max_length=16,
+                            ),
+                        ),
+                        ("error", models.TextField(blank=True, null=True)),
+                        ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                        ("updated_at", models.DateTimeField(default=django.utils.timezone.now)),
+                        (
+                            "status",
+                            models.CharField(
+                                blank=True, help_text="simulation.json's status.", max_length=16, null=True
+                            ),
+                        ),
+                        ("simulator", models.TextField(blank=True, null=True)),
+                        ("config", models.TextField(blank=True, null=True)),
+                        ("notes", models.TextField(blank=True, null=True)),
+                        (
+                            "simulator_build",
+                            models.TextField(blank=True, help_text="Accel-Sim [build ...].", null=True),
+                        ),
+                        (
+                            "gpgpusim_build",
+                            models.TextField(
+                                blank=True, help_text="GPGPU-Sim version [build ...].", null=True
+                            ),
+                        ),
+                        ("core_clock_mhz", models.FloatField(blank=True, null=True)),
+                        ("complete", models.BooleanField(blank=True, null=True)),
+                        ("stopped", models.CharField(blank=True, max_length=16, null=True)),
+                        (
+                            "interrupted",
+                            models.JSONField(
+                                blank=True,
+                                default=list,
+                                help_text="The launches that did not finish (a cycle limit, a kill, a deadlock): left out of the pairs.",
+                            ),
+                        ),
+                        (
+                            "reason",
+                            models.TextField(
+                                blank=True,
+                                help_text="Why it waits, or why fewer kernels than simulated were compared.",
+                                null=True,
+                            ),
+                        ),
+                        (
+                            "fatal",
+                            models.JSONField(
+                                blank=True,
+                                help_text="The simulator's fatal line in the log: {line, text}.",
+                                null=True,
+                            ),
+                        ),
+                        (
+                            "left_out",
+                            models.JSONField(
+                                blank=True,
+                                help_text="The kernels left out of every total: {kernels, why}.",
+                                null=True,
+                            ),
+                        ),
+                        (
+                            "run",
+                            models.JSONField(
+                                blank=True,
+                                help_text="simulation.json's facts of the run (host, times, builds, selection).",
+                                null=True,
+                            ),
+                        ),
+                        ("sim_total_cycles", models.BigIntegerField(blank=True, null=True)),
+                        ("kernels_simulated", models.BigIntegerField(default=0)),
+                        ("kernels_compared", models.BigIntegerField(default=0)),
+                        ("metrics", models.JSONField(blank=True, null=True)),
+                        (
+                            "files",
+                            models.JSONField(
+                                blank=True, default=list, help_text="The folder's objects when last listed."
+                            ),
+                        ),
+                        ("files_changed_at", models.DateTimeField(blank=True, null=True)),
+                        ("parsed_fingerprint", models.CharField(blank=True, max_length=64, null=True)),
+                        ("reader_version", models.PositiveSmallIntegerField(default=0)),
+                        ("parse_attempts", models.PositiveSmallIntegerField(default=0)),
+                        (
+                            "trace_seen_at",
+                            models.DateTimeField(
+                                blank=True,
+                                help_text="The trace's updated_at when this simulation was last decided on.",
+                                null=True,
+                            ),
+                        ),
+                        (
+                            "trace",
+                            models.ForeignKey(
+                                on_delete=django.db.models.deletion.CASCADE,
+                                related_name="simulations",
+                                to="traces.trace",
+                            ),
+                        ),
+                    ],
+                    options={
+                        "db_table": "traces_simulation",
+                        "ordering": ["-created_at", "name"],
+                    },
+                ),
+                migrations.CreateModel(
+                    name="SimulatedKernel",
+                    fields=[
+                        (
+                            "id",
+                            models.BigAutoField(
+                                auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                            ),
+                        ),
+                        ("context", models.SmallIntegerField()),
+                        ("kernel_id", models.BigIntegerField()),
+                        (
+                            "uid",
+                            models.BigIntegerField(
+                                help_text="The simulator's kernel uid: its launch order in the log."
+                            ),
+                        ),
+                        ("step", models.SmallIntegerField(blank=True, null=True)),
+                        ("measured_ns", models.BigIntegerField(blank=True, null=True)),
+                        ("sim_cycles", models.BigIntegerField(blank=True, null=True)),
+                        ("sim_insn", models.BigIntegerField(blank=True, null=True)),
+                        ("sim_ns", models.FloatField(blank=True, null=True)),
+                        ("overlapped", models.BooleanField(default=False)),
+                        (
+                            "kernel_name",
+                            models.ForeignKey(
+                                db_column="name_id",
+                                db_constraint=False,
+                                db_index=False,
+                                on_delete=django.db.models.deletion.DO_NOTHING,
+                                related_name="+",
+                                to="traces.kernelname",
+                            ),
+                        ),
+                        (
+                            "launch_context",
+                            models.ForeignObject(
+                                from_fields=["trace", "context"],
+                                on_delete=django.db.models.deletion.DO_NOTHING,
+                                related_name="+",
+                                to="traces.kernelcontext",
+                                to_fields=["trace", "index"],
+                            ),
+                        ),
+                        (
+                            "trace",
+                            traces.models.TraceKeyForeignKey(
+                                db_constraint=False,
+                                db_index=False,
+                                on_delete=django.db.models.deletion.DO_NOTHING,
+                                related_name="+",
+                                to="traces.trace",
+                                to_field="key",
+                            ),
+                        ),
+                        (
+                            "simulation",
+                            models.ForeignKey(
+                                db_index=False,
+                                on_delete=django.db.models.deletion.CASCADE,
+                                related_name="kernels",
+                                to="simulations.simulation",
+                            ),
+                        ),
+                    ],
+                    options={
+                        "db_table": "traces_simulatedkernel",
+                        "ordering": ["simulation", "context", "kernel_id"],
+                    },
+                ),
+                migrations.AddIndex(
+                    model_name="simulation",
+                    index=models.Index(fields=["state"], name="simulation_state"),
+                ),
+                migrations.AddIndex(
+                    model_name="simulation",
+                    index=models.Index(fields=["simulator_build"], name="simulation_build"),
+                ),
+                migrations.AddIndex(
+                    model_name="simulation",
+                    index=models.Index(fields=["config"], name="simulation_config"),
+                ),
+                migrations.AddConstraint(
+                    model_name="simulation",
+                    constraint=models.UniqueConstraint(
+                        fields=("trace", "name"), name="simulation_unique_name"
+                    ),
+                ),
+                migrations.AddConstraint(
+                    model_name="simulatedkernel",
+                    constraint=models.UniqueConstraint(
+                        fields=("simulation", "context", "kernel_id"), name="simulatedkernel_unique_launch"
+                    ),
+                ),
             ],
             database_operations=[],
         ),

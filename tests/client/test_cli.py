@@ -188,7 +188,7 @@ def test_show_prints_the_summary_mix_and_steps(run, fake, monkeypatch):
     ]
 
 
-# --- a pull that says what is wrong in one line (issue 30) ------------------------------------------
+# --- a pull that says what is wrong in one line ------------------------------------------
 
 
 def test_pulls_that_cannot_be_done_are_one_line_and_their_own_status(run, fake, tmp_path):
@@ -262,7 +262,7 @@ def test_a_token_pasted_with_spaces_works(run, monkeypatch):
     )
 
 
-# --- untrusted text on a terminal (issue 31.9) --------------------------------------------------------
+# --- untrusted text on a terminal --------------------------------------------------------
 
 ESCAPES = "\x1b]0;owned\x07\x1b[2J\x9b\u202e"
 SHOWN = "\\x1b]0;owned\\x07\\x1b[2J\\x9b\\u202e"

@@ -317,7 +317,7 @@ def test_kernels_as_a_dataframe_hold_the_detail_launch_for_launch(live):
     ]
 
 
-# --- a pull that cannot mix or mislead (issue 30) ---------------------------------------------------
+# --- a pull that cannot mix or mislead ---------------------------------------------------
 
 
 def test_a_pull_into_another_trace_s_folder_is_refused_unless_forced(live, tmp_path):

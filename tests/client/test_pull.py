@@ -291,7 +291,7 @@ def test_an_untraced_representative_is_weighed_but_not_listed_and_said_once(casc
     assert kernels == [f"kernel-143-ctx_{CTX_A}.traceg.xz"]
 
 
-# --- a pull that cannot mix or mislead (issue 30) ------------------------------------------------
+# --- a pull that cannot mix or mislead ------------------------------------------------
 
 
 def test_the_trace_id_is_in_the_folder_before_its_first_file(cascade, fake, tmp_path):
@@ -537,7 +537,7 @@ def test_a_token_with_surrounding_spaces_is_trimmed_and_an_inner_one_refused(fak
             client.traces()
 
 
-# --- the kernel list the simulator accepts (issue 28) ------------------------------------------
+# --- the kernel list the simulator accepts ------------------------------------------
 # Expected lists are the real files' own lines, read with plain string work: what Accel-Sim's
 # docs (docs/formats.md#the-tracers-files) say the simulator needs of them.
 

@@ -1,4 +1,4 @@
-"""Blank lines in a stats file cost no more per byte than real rows (issue 18, finding 13).
+"""Blank lines in a stats file cost no more per byte than real rows.
 
 A stats file is read with its runs of blank lines as one piece each (`blank_runs`,
 ingest.bucket), which the parser counts line by line; every other reader (kernelslist,
@@ -11,8 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingest import bucket, passes, timing
-from ingest.stats import StatsError, parse_kernelslist_lines, parse_stats_lines
+from ingest import bucket, passes
+from ingest.kernelslist import parse_kernelslist_lines
+from ingest.stats import StatsError, parse_stats_lines
+from ingest.timing import TimingError
+from ingest.timing.timing_csv import read_timing
 from tests.helpers import STATS_HEADER, stats_row
 from traces.models import Trace
 
@@ -88,8 +91,8 @@ def test_other_readers_get_one_line_at_a_time():
     with pytest.raises(StatsError, match="^line 5: kernel id 0"):
         parse_kernelslist_lines(bucket.iter_lines(data, MAX_LINE))
     timing_csv = b"ctx,kernel_id,start_ns,end_ns,duration_ns\n" + b"\n" * 5 + b"0x1,x,0,1,1\n"
-    with pytest.raises(timing.TimingError, match="^timing.csv line 7: "):
-        timing.read_timing(bucket.iter_lines(timing_csv, MAX_LINE))
+    with pytest.raises(TimingError, match="^timing.csv line 7: "):
+        read_timing(bucket.iter_lines(timing_csv, MAX_LINE))
 
 
 def test_a_blank_line_past_the_limit_is_too_long_at_its_byte():

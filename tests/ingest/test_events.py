@@ -218,7 +218,7 @@ def test_duplicated_reordered_and_replayed_events_lose_and_duplicate_nothing(
 def test_a_duplicated_reordered_or_malformed_event_loses_and_duplicates_nothing(
     queue, sqs, upload, vecadd_files
 ):
-    """Issue 22's "Done when", all three at once in one queue."""
+    """What events promise (docs/decisions/0003), all three at once in one queue."""
     upload("vecadd", vecadd_files, metadata=OK)
     upload("other", vecadd_files, metadata=OK)
     sent = take_all(sqs, queue)

@@ -1,6 +1,6 @@
 """Inputs the parsers let through but the database cannot hold: each ends in a state a person can read.
 
-Issue 18, findings 1, 4 and 13: a timeline.json of more steps than the step column holds, a NUL
+A timeline.json of more steps than the step column holds, a NUL
 character or an unpaired surrogate in metadata.json or a step's name, a kernelslist id of
 thousands of digits, a launch with kernel id 0. Each upload goes through the poll pass into
 PostgreSQL, as an operator would meet it: a bad metadata.json or stats file fails its trace with
@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from ingest import passes
-from ingest.timing import MAX_STEPS
+from ingest.timing.timeline import MAX_STEPS
 from tests.helpers import STATS_HEADER, VECADD_CTX, shared_fixture, stats_row
 from tools.tracer_format import stats_launch_half, stats_totals
 from traces.models import Kernel, Step, Trace, TraceState
@@ -42,7 +42,7 @@ def timeline(count: int) -> bytes:
     )
 
 
-# --- Steps: as many as the column holds, and no more (finding 1) ---------------------------------
+# --- Steps: as many as the column holds, and no more ---------------------------------
 
 
 def test_the_step_limit_is_what_the_step_columns_hold():
@@ -70,7 +70,7 @@ def test_a_timeline_of_more_steps_than_the_column_holds_is_not_used_and_says_why
     assert Kernel.objects.get(trace=trace.key).step is None
 
 
-# --- Characters PostgreSQL cannot store (finding 1) ----------------------------------------------
+# --- Characters PostgreSQL cannot store ----------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -137,7 +137,7 @@ def test_a_duration_the_column_cannot_hold_leaves_the_trace_ready_without_timing
     )
 
 
-# --- Kernel ids the tracer never writes (findings 4 and 13) --------------------------------------
+# --- Kernel ids the tracer never writes --------------------------------------
 
 
 def test_a_launch_with_kernel_id_0_fails_its_trace_and_takes_no_duration(db, upload):

@@ -1,6 +1,6 @@
 """Uploads that try to hurt other users: each fails alone, with a message that names the bound.
 
-Issue 12, findings 1 and 6: one run's metadata.json made every list response 25 MB; a deeply
+One run's metadata.json made every list response 25 MB; a deeply
 nested one left its trace `uploading` with a traceback on every pass; duplicate keys and
 `1e999` were read silently.
 """
@@ -99,7 +99,7 @@ def test_stored_metadata_with_infinity_is_failed_by_the_migration(db, make_trace
     assert Trace.objects.get(pk="fine").state == "ready"
 
 
-# --- Files the run does not list, files with nothing in them, names with "/" (findings 3, 7, 8) --
+# --- Files the run does not list, files with nothing in them, names with "/" --
 
 
 def stats(count: int, ctx: str) -> str:

@@ -1,4 +1,4 @@
-"""Per-trace locks that two traces never share (issue 18, finding 6).
+"""Per-trace locks that two traces never share.
 
 A 32-bit hash of the run's name collides by the birthday bound once a registry holds about
 100,000 traces: two runs whose names collide would make a pass skip, or an operator's

@@ -135,7 +135,7 @@ def test_unreadable_metadata_clears_what_it_described():
     assert "sample" not in fields  # an operator's mark (load_samples), never the run's name
 
 
-# --- Read strictly, within bounds (issue 12, findings 1 and 6) ---------------------------------
+# --- Read strictly, within bounds ---------------------------------
 
 LIMITS = MetadataLimits(max_bytes=300_000, max_depth=8, max_string=20, max_layers=3)
 
@@ -205,7 +205,7 @@ def test_within_the_bounds_everything_is_kept():
     assert parse_metadata(raw, LIMITS)["n"] == [[[[[[[1]]]]]]]
 
 
-# --- Characters the database cannot store (issue 18, finding 1) -------------------------------
+# --- Characters the database cannot store -------------------------------
 # PostgreSQL's text and jsonb refuse NUL; a surrogate alone is not a character and has no UTF-8.
 # metadata.json is stored whole (`metadata_json`), so every key and string counts.
 

@@ -1,4 +1,4 @@
-"""Passes over many runs with S3 requests overlapped on threads (issue 11): the same outcome as one
+"""Passes over many runs with S3 requests overlapped on threads: the same outcome as one
 request after another, a failure that stays its run's own, and what a pass costs in requests."""
 
 import io

@@ -1,4 +1,4 @@
-"""What the process of a pass loads (issue 22): every module imported stays for the process's
+"""What the process of a pass loads: every module imported stays for the process's
 life, so what a pass never uses is not imported by it. Each check starts a new interpreter, as
 `manage.py ingest_traces` does."""
 

@@ -1,4 +1,4 @@
-"""What a pass says matches what the database holds (issue 12, finding 10)."""
+"""What a pass says matches what the database holds."""
 
 import io
 
@@ -43,8 +43,8 @@ def test_the_pass_line_says_what_it_asked_of_s3_and_the_database(db, upload, set
 
 
 def test_a_stats_line_past_the_limit_fails_the_trace_in_bounded_memory(db, upload, settings, monkeypatch):
-    """A 20 MB file without a newline is refused after reading little more than the limit (issue
-    12, finding 7: 50 MB took 260 MB, copied quadratically)."""
+    """A 20 MB file without a newline is refused after reading little more than the limit
+    (50 MB once took 260 MB, copied quadratically)."""
     from botocore.response import StreamingBody
 
     settings.CASCADE_MAX_STATS_LINE = 1024 * 1024
@@ -72,7 +72,7 @@ def recheck_ready_now(trace_id: str) -> None:
 
 
 def test_a_re_uploaded_ready_run_is_noticed_by_its_metadata_json(db, upload, settings):
-    """Issue 12, finding 3: a re-uploaded ready run was never noticed; the API served old data.
+    """A re-uploaded ready run was never noticed; the API served old data.
     Without the polling watch (which notices it at the next pass: test_simulation_watch.py)."""
     settings.CASCADE_POLL_WATCH_PAGES = 0
     upload("run", {"traces/stats_ctx_0x1": stats(10)}, OK)
@@ -95,6 +95,6 @@ def test_an_unchanged_ready_run_costs_a_head_and_a_simulations_listing_when_due(
     recheck_ready_now("b")
     due = passes.poll_bucket()
     # The run folders' listing, then one HEAD of each ready run's metadata.json and one listing
-    # of its simulations/ folder (issue 20); never a listing of the run's trace files.
+    # of its simulations/ folder; never a listing of the run's trace files.
     assert (due.cost.s3_requests, due.changes) == (1 + 2 * 2, [])
     assert passes.poll_bucket().cost.s3_requests == 1, "then not again before the next recheck"

@@ -280,7 +280,7 @@ def test_several_contexts_later_ones_without_header(db, upload):
         + stats_row(3, "0xbbbb"),
         "traces/kernelslist_ctx_0xaaaa": "MemcpyHtoD,0x1,8\nkernel-2-ctx_0xaaaa.trace.xz\n",
         "traces/kernelslist_ctx_0xbbbb": "kernel-1-ctx_0xbbbb.trace.xz\nkernel-3-ctx_0xbbbb.trace.xz\n",
-        # Traced: named by a kernelslist, and the run holds the file (issue 28).
+        # Traced: named by a kernelslist, and the run holds the file.
         **{f"traces/kernel-{n}.trace.xz": b"x" for n in ("2-ctx_0xaaaa", "1-ctx_0xbbbb", "3-ctx_0xbbbb")},
     }
     upload("multi", files, metadata=OK)
@@ -707,7 +707,7 @@ def test_mark_failed_is_refused_while_a_pass_holds_the_trace(db, upload, vecadd_
     assert Trace.objects.get(pk="run").state == TraceState.FAILED
 
 
-# --- Failed traces: looked at less and less often (issue 10, bug 8) ---------------------------
+# --- Failed traces: looked at less and less often ---------------------------
 
 
 def test_failed_runs_are_listed_again_with_a_doubling_wait_not_on_every_pass(db, upload, vecadd_files, spy):
@@ -756,7 +756,7 @@ def test_the_wait_for_a_failed_run_is_at_most_a_day(db, upload, vecadd_files):
 
 
 def test_a_ready_trace_whose_metadata_turns_invalid_keeps_nothing_it_said(db, upload, vecadd_files):
-    """Issue 10, bug 3: it was saved as failed with its previous model and metadata."""
+    """It was saved as failed with its previous model and metadata."""
     upload("run", vecadd_files, metadata={**OK, "model": "facebook/opt-125m", "layers": ["step 0"]})
     passes.poll_bucket()
     upload("run", {}, metadata=b'{"status": "ok", "model": ')
@@ -767,7 +767,7 @@ def test_a_ready_trace_whose_metadata_turns_invalid_keeps_nothing_it_said(db, up
     assert (trace.model, trace.layers, trace.trace_gpu_arch, trace.metadata_json) == (None, [], None, None)
 
 
-# --- Deleting a trace (issue 10, bugs 1 and 2) ------------------------------------------------
+# --- Deleting a trace ------------------------------------------------
 
 
 def test_a_deleted_trace_stays_deleted_until_its_files_change(db, upload, vecadd_files, spy):

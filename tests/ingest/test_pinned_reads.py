@@ -1,5 +1,5 @@
-"""A parse reads the objects of the listing it decided on, never a newer upload's (issue 18,
-finding 5): every streamed or ranged read is pinned to the listed ETag, and an object replaced
+"""A parse reads the objects of the listing it decided on, never a newer upload's:
+every streamed or ranged read is pinned to the listed ETag, and an object replaced
 since fails the read with S3's 412 (a botocore ClientError, retried by the next pass)."""
 
 import pytest

@@ -1,5 +1,5 @@
 """The recheck of ready runs (a re-upload rewrites metadata.json) reads only the ETag it
-compares, and spreads the next rechecks over CASCADE_READY_RECHECK_SECONDS (issue 18, finding 8):
+compares, and spreads the next rechecks over CASCADE_READY_RECHECK_SECONDS:
 it loaded every due trace's whole file list, and sent them all back at the same moment."""
 
 import re

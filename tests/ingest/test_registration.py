@@ -53,7 +53,7 @@ def test_a_key_the_database_cannot_store_is_left_out_of_its_runs_listing_and_nam
     db, s3, upload, vecadd_files
 ):
     # A control character (here NUL, which PostgreSQL text cannot hold): not a plain relative
-    # path, so in no listing (issue 31); the run is read without it and says so.
+    # path, so in no listing; the run is read without it and says so.
     upload("good", vecadd_files, metadata=OK)
     s3.put_object(Bucket=TEST_BUCKET, Key=f"{PREFIX}odd/traces/a\x00b", Body=b"x")
     upload("odd", vecadd_files, metadata=OK)

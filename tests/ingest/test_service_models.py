@@ -1,4 +1,4 @@
-"""botocore's data files read lean (ingest.service_models, issue 22): the same models and
+"""botocore's data files read lean (ingest.service_models): the same models and
 endpoints less their documentation, in plain dicts, held in about half the memory; clients
 made from them send the very requests a stock session's send."""
 

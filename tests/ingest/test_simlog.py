@@ -1,4 +1,4 @@
-"""The simulator's stdout read as docs/formats.md#the-simulators-log describes it (issue 20).
+"""The simulator's stdout read as docs/formats.md#the-simulators-log describes it.
 
 Expected values come from the real logs (shared_fixture("real-sim-logs"), its SOURCES.txt), either counted
 here with plain regular expressions over the whole text, or read by hand (cited by line), and

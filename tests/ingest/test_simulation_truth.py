@@ -1,4 +1,4 @@
-"""Issue 29: every simulation's state says what happened, in the simulator's own words.
+"""Every simulation's state says what happened, in the simulator's own words.
 
 The real logs are `shared_fixture("real-sim-logs")`'s `accel-sim-73f9fac__*.log`, one real run of
 each way a run ends badly (SOURCES.txt there). What each should read as is decided HERE, by

@@ -1,4 +1,4 @@
-"""Issue 29: a simulation is seen at once, and a folder waiting for its marker costs nothing.
+"""A simulation is seen at once, and a folder waiting for its marker costs nothing.
 
 - With plain polling, a ready trace that received files in its `simulations/` folder is found
   within one poll (ingest.sweep.watch_pages), at 1,000 ready traces, for a few listing pages,
@@ -59,7 +59,7 @@ def test_a_simulation_landing_on_one_of_1000_ready_traces_is_read_within_one_pol
 
 @pytest.mark.django_db
 def test_without_the_watch_a_late_simulation_waits_for_the_ready_recheck(s3, upload, settings):
-    """The reference the watch improves on (issue 29: 570 s in the demo)."""
+    """The reference the watch improves on (570 s in the demo)."""
     settings.CASCADE_POLL_WATCH_PAGES = 0
     upload("target", trace_files(None, GOOD_LAUNCHES), metadata={"status": "ok"})
     passes.poll_bucket()
@@ -126,7 +126,7 @@ def test_with_events_the_markers_event_has_it_read_in_that_pass(queue, s3, uploa
 
 @pytest.mark.django_db
 def test_a_simulation_an_older_reader_read_is_read_again_once(s3, upload):
-    """Issue 29 changed what a log means (a log that simulated nothing was ready): the
+    """What a log means changed (a log that simulated nothing was ready; docs/decisions/0006): the
     simulations read before are read again at the next pass, then left alone."""
     upload("target", trace_files(None, GOOD_LAUNCHES), metadata={"status": "ok"})
     passes.poll_bucket()

@@ -1,5 +1,5 @@
 """Simulations beside their traces, end to end: uploaded to moto's S3 server, ingested by a
-pass, paired with the trace's launches (issue 20).
+pass, paired with the trace's launches.
 
 The logs here are real (shared_fixture("real-sim-logs")) or cut from real ones; the traces are made
 from each log's own kernel list, so that every expected pair and cycle count is read off the

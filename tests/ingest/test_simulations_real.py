@@ -1,5 +1,5 @@
 """Every real log of shared_fixture("real-sim-logs") read here, uploaded as a simulation of a trace made from
-the log's own kernel list, pairs as an independent reading of its text says (issue 20).
+the log's own kernel list, pairs as an independent reading of its text says.
 
 The expected pairs are read here with a few regular expressions over the whole text: the
 trace headers (or PTX pushes) in order, the launch lines, and the stat blocks' uids and
@@ -118,7 +118,7 @@ def test_a_max_cycle_log_that_finished_no_kernel_fails_naming_the_interrupted_on
     upload_simulation(s3, "run", "limit", log)
     passes.poll_bucket()
     sim = simulation("run", "limit")
-    # Its only kernel did not finish: nothing was simulated (issue 29), the limit and uid 1 named.
+    # Its only kernel did not finish: nothing was simulated, the limit and uid 1 named.
     assert sim.state == TraceState.FAILED
     assert (sim.complete, sim.stopped) == (False, "max_cycles")
     assert "simulated no kernel" in sim.error and "uid 1" in sim.error and "flash_fwd_kernel" in sim.error

@@ -1,4 +1,4 @@
-"""Issue 18's soak: `manage.py ingest_traces --watch`, a real process, over a bucket holding
+"""A soak: `manage.py ingest_traces --watch`, a real process, over a bucket holding
 one run for each way a run used to wedge ingestion, and a healthy one, for ten passes and more.
 
 Each bad run must end `failed` with its reason in the user's terms after at most
@@ -30,7 +30,7 @@ SETTLE_SECONDS = 240
 
 
 def bad_runs() -> dict[str, tuple[dict, dict]]:
-    """Run id -> (files, metadata.json): finding 1's ways in, and a parse that breaks."""
+    """Run id -> (files, metadata.json): the hostile uploads' ways in, and a parse that breaks."""
     long_total = "9" * 4_301
     stats_ctx = f"traces/stats_ctx_{VECADD_CTX}"
     return {

@@ -4,7 +4,8 @@ import time
 
 import pytest
 
-from ingest.stats import KernelRow, StatsError, parse_kernelslist_lines, parse_stats_lines
+from ingest.kernelslist import parse_kernelslist_lines
+from ingest.stats import KernelRow, StatsError, parse_stats_lines
 from tests.helpers import STATS_HEADER, shared_fixture
 
 HEADER = STATS_HEADER.encode()
@@ -191,7 +192,7 @@ def test_killed_run_copied_with_a_final_line_ending(ending):
 
 
 def test_cuda_graph_captured_launches_run_together_until_an_ordinary_launch_ends_the_line():
-    # The example of issue 9: three launches on one line, the first two captured into a graph.
+    # Three launches on one line, the first two captured into a graph.
     data = (
         b"kernel-1-ctx_0x1.trace.xz, _Z4gemmv, 8, 4, 1, 32, 128, 1, 1, 128, "
         b"kernel-2-ctx_0x1.trace.xz, _Z7softmaxv, 16, 1, 1, 16, 256, 1, 1, 256, "
@@ -397,7 +398,7 @@ def test_a_device_id_past_any_cuda_device_is_refused(line):
     )
 
 
-# --- Blank lines, kernel ids the tracer never writes (issue 18, findings 4 and 13) -------------------
+# --- Blank lines, kernel ids the tracer never writes -------------------
 
 ROW = b"kernel-%d.trace, _Z1av, 1, 1, 1, 1, 32, 1, 1, 32, 5,5\n"
 

@@ -1,4 +1,4 @@
-"""Real stats files cut short at every byte of their last two lines (issue 29).
+"""Real stats files cut short at every byte of their last two lines.
 
 A killed job, a full disk or an interrupted copy cuts a file anywhere. Whatever the cut, the
 complete rows are the uncut file's, the cut row is dropped or kept without totals where its
@@ -129,8 +129,8 @@ def test_every_cut_point_of_the_last_two_lines_keeps_the_complete_rows_and_names
 
 
 def test_the_fast_path_stores_every_cut_point_as_the_general_reader_does(db, on_postgres):
-    """Through ingest.launch_text (PostgreSQL's COPY text) and the rows alike, at every cut."""
-    from tests.ingest.test_launch_text import assert_stored_alike
+    """Through ingest.stats_fast_path (PostgreSQL's COPY text) and the rows alike, at every cut."""
+    from tests.ingest.test_stats_fast_path import assert_stored_alike
 
     name = "qishao-chalmers+accel-sim-framework__util__tracer_nvbit__traces__traces__stats_ctx_0x2356c30"
     data = shared_fixture("real-tracer", name).read_bytes()

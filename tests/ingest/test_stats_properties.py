@@ -226,7 +226,7 @@ def stats_files(draw, *, variants=("standard", "latency", "device", "distributed
     if text.endswith("\n"):
         if draw(st.booleans()):
             # The tracer ends every totals line with a newline in the same write: totals
-            # without one may be cut short, and are not trusted (issue 29).
+            # without one may be cut short, and are not trusted.
             text = text[:-1]
             if expected and expected[-1].total_insts is not None:
                 expected[-1] = expected[-1]._replace(total_insts=None, total_reported_insts=None)

@@ -12,13 +12,8 @@ import re
 
 import pytest
 
-from ingest.stats import (
-    KernelRow,
-    StatsError,
-    first_line_extra_columns,
-    parse_kernelslist_lines,
-    parse_stats_lines,
-)
+from ingest.kernelslist import parse_kernelslist_lines
+from ingest.stats import KernelRow, StatsError, first_line_extra_columns, parse_stats_lines
 from tests.helpers import shared_fixture
 
 REAL = shared_fixture("real-tracer")

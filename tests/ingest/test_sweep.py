@@ -1,6 +1,6 @@
-"""The reconciler with S3 events on (ingest.sweep, issue 22): each reconciling pass lists one page
+"""The reconciler with S3 events on (ingest.sweep): each reconciling pass lists one page
 of the bucket after a cursor kept in the database, and decides only on the runs of that page that
-differ from the database, plus the work in progress. Issue 22's target: the idle pass's S3
+differ from the database, plus the work in progress. The target (docs/decisions/0003): the idle pass's S3
 requests with events on, at most one listing page per CASCADE_POLL_SECONDS_WITH_EVENTS.
 
 The property behind the tests: once a whole lap of the sweep has gone round, a pass over the

@@ -220,7 +220,7 @@ def test_a_trace_whose_message_the_broker_refused_is_queued_by_the_next_poll(
 
 def test_the_scheduled_poll_reads_a_ready_traces_simulation_on_the_next_poll(eager, s3, upload):
     """Celery's way: the poll queues the trace's parse (run inline here); its simulation is
-    read by the poll, once the trace is ready (issue 20)."""
+    read by the poll, once the trace is ready."""
     from simulations.models import Simulation
     from tests.ingest.test_simulations import hal_trace, real_log, upload_simulation
 

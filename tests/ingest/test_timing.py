@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from ingest.timing import StepIndex, TimingError, parse_timeline, read_timing
+from ingest.timing import TimingError
+from ingest.timing.timeline import StepIndex, parse_timeline
+from ingest.timing.timing_csv import read_timing
 from tests.helpers import shared_fixture
 
 # `nsys stats --report cuda_gpu_trace --format csv` (2024.x column set): kernels and a memcpy.
@@ -146,7 +148,7 @@ def test_kernel_id_0_or_below_has_no_cascade_duration_never_another_launch_s():
     ]
 
 
-# --- Nsight exports with kernels left over (issue 18, finding 4) -----------------------------------
+# --- Nsight exports with kernels left over -----------------------------------
 
 BEEHIVE = "beehive-lab+TornadoVM__docs__perf__cuda-streams__chains_after_cuda_gpu_trace.csv"
 ATOPOS = "Atopos0313+cuda_learning__doc__day09__results__day09_cuda_gpu_trace.csv"

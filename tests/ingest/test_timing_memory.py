@@ -1,4 +1,4 @@
-"""Timing and steps in flat memory (issue 11): compact holders that read exactly as before."""
+"""Timing and steps in flat memory: compact holders that read exactly as before."""
 
 import json
 import tracemalloc
@@ -7,7 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.timing import MAX_STEPS, Step, StepIndex, Steps, TimingError, is_int, parse_timeline, read_timing
+from ingest.timing import TimingError
+from ingest.timing.timeline import MAX_STEPS, Step, StepIndex, Steps, is_int, parse_timeline
+from ingest.timing.timing_csv import read_timing
 from tests.ingest.test_timing import NSYS_HEADER, lines, nsys_row
 
 
@@ -262,7 +264,7 @@ def test_edge_documents_read_as_json_loads_would(raw):
 
 
 def test_too_many_steps_are_counted_not_kept(monkeypatch):
-    monkeypatch.setattr("ingest.timing.MAX_STEPS", 3)
+    monkeypatch.setattr("ingest.timing.timeline.MAX_STEPS", 3)
     monkeypatch.setattr("tests.ingest.test_timing_memory.MAX_STEPS", 3)
     raw = json.dumps({"steps": [{"first_kernel_id": 1, "last_kernel_id": 1}] * 5 + ["x"]}).encode()
     assert read(raw) == reference_steps(raw)
@@ -282,7 +284,7 @@ def test_timing_csv_is_split_into_lines_a_short_chunk_at_a_time():
         tracemalloc.stop()
     assert count == 200_000
     # A chunk's lines are in memory together, some 80 bytes each for 40 of text: twice the
-    # chunk's bytes, and the chunk. Before (issue 22): 5.5 MB at the peak, the lines of two 1 MB
+    # chunk's bytes, and the chunk. Before: 5.5 MB at the peak, the lines of two 1 MB
     # chunks at once; now 0.8 MB.
     assert bucket.READ_CHUNK <= 256 * 1024
     assert peak < 4 * bucket.READ_CHUNK, peak
@@ -293,7 +295,7 @@ def test_steps_and_their_index_hold_some_60_bytes_a_step():
     steps, held = held_by(lambda: parse_timeline(raw))
     names = sum(len(f"step {n} (decode)") for n in range(20_000))
     # The names' bytes and 8 a step where each ends, 4 a step for phase and ctx each, 34 for
-    # the kernel ids and times (issue 22: 120 bytes a step, lists of names, phases and ctxs).
+    # the kernel ids and times (120 bytes a step, lists of names, phases and ctxs).
     assert held < names + 20_000 * (8 + 4 + 4 + 34) * 1.2, held
     assert steps[19_999].name == "step 19999 (decode)" and steps[-1].index == 19_999
     # A timeline in order is its own index: nothing a step (arrays of 24 bytes a step before).

@@ -1,4 +1,4 @@
-"""What a trace tells its reader truly (issues 28-31): a stats file or kernel list cut short,
+"""What a trace tells its reader truly: a stats file or kernel list cut short,
 launches `traced` only where the run holds their trace file, files whose paths would leave a
 client's folder left out, `waiting_for`, and `bytes`.
 
@@ -15,9 +15,10 @@ from django.core.management import call_command
 
 from ingest import parse
 from ingest.bucket import S3Object
+from ingest.kernelslist import parse_kernelslist_lines
 from ingest.paths import path_problem
 from ingest.read_ahead import ReadAhead
-from ingest.stats import StatsNote, parse_kernelslist_lines
+from ingest.stats import StatsNote
 from tests.helpers import PREFIX, shared_fixture
 from traces.models import Kernel, Trace, TraceState
 
@@ -93,7 +94,7 @@ def test_a_kernel_list_cut_mid_line_is_named_and_its_cut_entry_not_traced():
     assert notes == []
 
 
-# --- traced truly (issue 28) -----------------------------------------------------------------
+# --- traced truly -----------------------------------------------------------------
 
 
 def real_kernelslists() -> list[Path]:
@@ -185,7 +186,7 @@ def test_traced_launches_through_ingest(db, api, upload, vecadd_files):
     assert api.get("/api/traces/bare").json()["traced_launches"] == 0
 
 
-# --- unsafe keys (issue 31), waiting_for and bytes (issue 30) --------------------------------
+# --- unsafe keys, waiting_for and bytes --------------------------------
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Per-launch holders of a pass in flat memory (issue 22): a context's traced kernel ids as
+"""Per-launch holders of a pass in flat memory: a context's traced kernel ids as
 ranges, timing.csv's durations in chunks on disk. Each reads exactly as the set and the dict
 it replaced (written out here as the reference), and holds a million launches in little."""
 
@@ -9,9 +9,9 @@ from unittest import mock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest import timing
-from ingest.stats import TracedIds, parse_kernelslist_lines
-from ingest.timing import read_timing
+from ingest.kernelslist import TracedIds, parse_kernelslist_lines
+from ingest.timing import timing_csv
+from ingest.timing.timing_csv import read_timing
 
 INT64_MAX = 2**63 - 1
 CTX = "0x7f3a5c000000"
@@ -108,7 +108,7 @@ def test_durations_held_in_memory_do_not_grow_with_the_launches():
     """A few chunks in memory, the rest in the file: 100,000 launches' durations in 4 chunks of
     8192 (128 kB), where an array indexed by kernel id held 400 kB, 4 bytes more a launch."""
     rows = ((CTX, n, 1000 + n % 977) for n in range(1, 100_001))
-    with mock.patch.object(timing, "OPEN_CHUNKS", 4):
+    with mock.patch.object(timing_csv, "OPEN_CHUNKS", 4):
         durations, held = held_by(lambda: read_timing(iter(timing_lines(rows))))
         got = [durations.duration_of(CTX, n, None, None) for n in (1, 977, 99_999, 100_000, 100_001)]
     assert held < 200_000, held
@@ -133,7 +133,7 @@ def test_durations_are_those_of_each_launch_s_last_row_whatever_the_chunks(rows,
         "CHUNK_MASK": (1 << bits) - 1,
         "OPEN_CHUNKS": open_chunks,
     }
-    with mock.patch.multiple(timing, **small):
+    with mock.patch.multiple(timing_csv, **small):
         durations = read_timing(timing_lines(rows))
         for ctx in ("0xa", "0xb", "", None, "0xc"):
             got = [durations.duration_of(ctx, n, None, None) for n in range(-1, 205)]

@@ -18,7 +18,7 @@ from traces.models import CURRENT_PARSER_VERSION, Kernel, Trace, TraceState, fil
 
 KILLED_RUN = "MrTang-Yuhan+Accel-Sim-Flashinfer__test-traces__flashinfer-gemm__traces__"
 OK = {"status": "ok", "trace_gpu_arch": "sm_90"}
-# Issue 9's example: launches 1 and 2 captured into a CUDA graph, 3 an ordinary launch.
+# Launches 1 and 2 captured into a CUDA graph, 3 an ordinary launch.
 GRAPH_LINE = (
     "kernel-1-ctx_0x1.trace.xz, _Z4gemmv, 8, 4, 1, 32, 128, 1, 1, 128, "
     "kernel-2-ctx_0x1.trace.xz, _Z7softmaxv, 16, 1, 1, 16, 256, 1, 1, 256, "
@@ -70,7 +70,7 @@ def test_graph_captured_launches_are_each_a_kernel_in_the_api(db, upload, api):
         (2, "_Z7softmaxv", [16, 1, 1], 16, None),
         (3, "_Z4copyv", [2, 1, 1], 2, 900),
     ]
-    # The standard kernel object: the reference's keys, then step and duration_ns (issue 13).
+    # The standard kernel object: the reference's keys, then step and duration_ns.
     assert list(body["kernels"][0]) == KERNEL_KEYS
     assert Trace.objects.get(pk="graph").kernels_without_totals == 2
 

@@ -1,4 +1,4 @@
-"""A simulation uploaded through the API, as `cascade simulate` uploads it (issue 28):
+"""A simulation uploaded through the API, as `cascade simulate` uploads it:
 `POST /api/traces/{trace_id}/simulations/{name}/upload` answers presigned PUTs (multipart for
 a large log), the test PUTs the real simulator's log to them over HTTP (httpx, to moto's real
 server), then `POST .../complete` has the simulation read at once: `ready` without any poll

@@ -74,7 +74,7 @@ def assert_samples(traces: list[dict]) -> None:
     assert showcase["kernel_count"] == SHOWCASE_LAUNCHES
     assert showcase["has_real_timing"] and showcase["has_step_timeline"] and showcase["sample"]
     assert 0 < showcase["bytes"] < 5 * 1024**2
-    # A Turing and an Ampere sample that name a config the simulator has (issue 28).
+    # A Turing and an Ampere sample that name a config the simulator has.
     for run_id, arch, config in (
         ("sample__facebook_opt-125m__rtx2060-e2e", "sm_75", "SM75_RTX2060"),
         ("sample__facebook_opt-125m__a100-e2e", "sm_80", "SM86_RTX3070"),
@@ -88,7 +88,7 @@ def assert_samples(traces: list[dict]) -> None:
 
 
 def assert_simulation_read_within_10_s(report: dict) -> None:
-    """Issue 29: a simulation uploaded (log, then simulation.json) after its trace is ready
+    """A simulation uploaded (log, then simulation.json) after its trace is ready
     reads `ready` through the API within 10 s; the check uploads one and reports the time."""
     uploaded = report["simulation_upload"]
     assert uploaded["trace"] == "sample__facebook_opt-125m__rtx2060-e2e"
@@ -117,7 +117,7 @@ def test_check_mode_ingests_the_samples_through_the_api_and_stops_everything(dem
     assert detail["kernels_without_totals"] == SHOWCASE_WITHOUT_TOTALS
     assert detail["metadata"]["status"] == "ok"
     assert detail["first_kernel"]["ctx"].startswith("0x")
-    # The showcase's two simulations (issue 20): ready, scored, two builds ranked by MAPE.
+    # The showcase's two simulations: ready, scored, two builds ranked by MAPE.
     simulations = {sim["name"]: sim for sim in detail["simulations"]}
     markers = sorted((SAMPLES / SHOWCASE / "simulations").glob("*/simulation.json"))
     assert sorted(simulations) == sorted(marker.parent.name for marker in markers)
@@ -187,7 +187,7 @@ def test_interactive_demo_prints_a_working_curl_command_and_ctrl_c_stops_everyth
         request = urllib.request.Request(f"{url}/api/traces", headers={"Authorization": f"Bearer {token}"})
         assert_samples(json.loads(urllib.request.urlopen(request, timeout=60).read()))
         assert "admin login" in text and "user admin" in text
-        # The two lines that point the client at this demo (issue 30), as a shell runs them.
+        # The two lines that point the client at this demo, as a shell runs them.
         exports = dict(
             line.strip().removeprefix("export ").split("=", 1)
             for line in output

@@ -1,4 +1,4 @@
-"""The demo's embedded database under its writers: no "database is locked" (issue 30).
+"""The demo's embedded database under its writers: no "database is locked".
 
 The poller, the web server and load_samples write one SQLite file. A busy timeout alone does not
 help a transaction that read first and then writes: SQLite cannot let it wait (that could

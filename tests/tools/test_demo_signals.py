@@ -1,4 +1,4 @@
-"""`python3 run.py demo` stops everything when its own process is told to (issue 18): a
+"""`python3 run.py demo` stops everything when its own process is told to: a
 terminal's Ctrl-C reaches the whole process group, but a service manager, a script or
 `kill` signal the one process they started, run.py, which used to die (SIGTERM) or wait for
 ever (SIGINT) while the demo it had started went on running."""

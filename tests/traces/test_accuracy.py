@@ -581,7 +581,7 @@ def test_accuracy_by_build_pools_every_kernel_and_ranks_the_most_accurate_first(
             "left_out": {"simulations": 0, "why": None},
         },
         {
-            # Issue 29: a ready simulation that compared nothing does not count; the row says so.
+            # A ready simulation that compared nothing does not count; the row says so.
             "simulator_build": "nothing",
             "simulations": 0,
             "traces": 0,

@@ -677,7 +677,7 @@ def test_reingest_action_reads_the_trace_again_in_the_background(
 
 
 def test_reingest_never_parses_inside_the_web_request(staff_client, traces, monkeypatch):
-    """Issue 10, bug 4: behind gunicorn's timeout a large trace was killed mid-parse."""
+    """Behind gunicorn's timeout a large trace was killed mid-parse."""
     request_thread = threading.current_thread()
     parsed_in = []
     monkeypatch.setattr(
@@ -727,7 +727,7 @@ def test_mark_failed_action_records_who_did_it(staff_client, traces, admin_user)
 
 
 def test_operators_mark_samples_and_the_api_shows_it_at_once(staff_client, traces, api):
-    """`sample` is an operator's word (issue 18, finding 15): the admin sets and clears it,
+    """`sample` is an operator's word: the admin sets and clears it,
     and a client holding the trace's old ETag gets the new answer, not a 304."""
     before = api.get("/api/traces/bert-h100")
     assert before.json()["sample"] is False

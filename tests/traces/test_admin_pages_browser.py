@@ -1,4 +1,4 @@
-"""The admin's pages as a researcher reads them, in headless Chromium at 1280 px (issue 30):
+"""The admin's pages as a researcher reads them, in headless Chromium at 1280 px:
 no page scrolls sideways, every chart has a legend and axes with units, kernel names are
 shown whole (demangled, wrapping; the symbol on hover), GPU names whole, sizes in one unit
 system, labels in English.

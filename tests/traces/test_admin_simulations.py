@@ -613,7 +613,9 @@ def test_deleting_a_simulation_counts_then_removes_its_kernels_and_leaves_its_tr
     assert "Its trace is not touched" in confirm.text
     assert "the next poll reads it again unless the folder is gone" in confirm.text
     with CaptureQueriesContext(connection) as queries:
-        response = staff_client.post(reverse("admin:simulations_simulation_delete", args=[a.pk]), {"post": "yes"})
+        response = staff_client.post(
+            reverse("admin:simulations_simulation_delete", args=[a.pk]), {"post": "yes"}
+        )
     assert response.status_code == 302
     # The kernels are counted and go in one statement, never read one by one.
     kernel_queries = [q["sql"] for q in queries if "simulatedkernel" in q["sql"].lower()]

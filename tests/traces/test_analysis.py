@@ -150,7 +150,7 @@ def test_summary_of_a_timed_run_with_steps(api, h100):
     assert response.status_code == 200
     assert response["Content-Type"] == "application/json"
     body = response.json()
-    # Issue 28: after the keys it had, launches with their instruction trace file in the run.
+    # After the keys it had, launches with their instruction trace file in the run.
     assert list(body) == [
         "id",
         "kernel_count",

@@ -1,4 +1,4 @@
-"""Requests without valid credentials are throttled per client address (issue 31, item 10):
+"""Requests without valid credentials are throttled per client address:
 CASCADE_ANON_RATE, keyed on the real client (cascade.addresses), 401s counted too."""
 
 import pytest

@@ -30,7 +30,7 @@ SUMMARY_KEYS = [
     "has_real_timing",
     "has_step_timeline",
     "sample",
-    # Issues 28-31, after the reference's keys: what an uploading trace waits for, what a reader
+    # After the reference's keys: what an uploading trace waits for, what a reader
     # must know (a file cut short, a killed run, a file left out), launches with their trace file.
     *ADDED_KEYS,
 ]
@@ -47,7 +47,7 @@ KERNEL_KEYS = [
     "total_insts",
     "total_reported_insts",
     "traced",
-    # Issue 13: after the reference's keys, the launch's step and measured time (null without
+    # After the reference's keys, the launch's step and measured time (null without
     # timeline.json / timing.csv).
     "step",
     "duration_ns",

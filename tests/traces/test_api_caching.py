@@ -1,4 +1,4 @@
-"""Compressed and cacheable traces: Accept-Encoding, ETag, If-None-Match, Cache-Control (issue 11).
+"""Compressed and cacheable traces: Accept-Encoding, ETag, If-None-Match, Cache-Control.
 
 The contract, as these tests check it:
 - `Accept-Encoding` chooses zstd or gzip (zstd at equal q, q=0 refuses, no header: none); the

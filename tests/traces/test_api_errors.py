@@ -1,4 +1,4 @@
-"""Every error answer under /api/ is JSON, and ids that cannot exist are 404s (issue 12, findings 5, 8)."""
+"""Every error answer under /api/ is JSON, and ids that cannot exist are 404s."""
 
 import pytest
 from rest_framework.test import APIClient
@@ -51,7 +51,7 @@ def test_a_path_that_matches_nothing_is_a_404_listing_the_routes(api):
     ],
 )
 def test_a_route_missing_under_a_trace_is_not_a_missing_trace(api, path, shown):
-    """Issue 29: `/api/traces/ID/steps` says no such route and lists the routes under a trace."""
+    """`/api/traces/ID/steps` says no such route and lists the routes under a trace."""
     detail = detail_404(api, path)
     assert detail.startswith(f"no such route: {shown} (the routes under /api/traces/{{trace_id}} are /")
     assert detail.endswith("; a trace id holds no /)")

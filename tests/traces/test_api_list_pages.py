@@ -1,4 +1,4 @@
-"""`GET /api/traces` at any size (issue 22): streamed, an ETag read without the body, pages.
+"""`GET /api/traces` at any size: streamed, an ETag read without the body, pages.
 
 The contract, as these tests check it:
 - Without `limit` the answer is every trace, newest first, a JSON array byte for byte what

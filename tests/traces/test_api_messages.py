@@ -1,4 +1,4 @@
-"""The API's messages as a newcomer meets them (issue 30): a 401 says which header to send, a
+"""The API's messages as a newcomer meets them: a 401 says which header to send, a
 token with spaces around it works, `/api/` lists the routes, and the schema is built once."""
 
 import pytest

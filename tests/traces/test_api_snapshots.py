@@ -1,4 +1,4 @@
-"""A trace being parsed again keeps serving, and a detail is one snapshot (issue 12, finding 2).
+"""A trace being parsed again keeps serving, and a detail is one snapshot.
 
 Before: a re-parse took a ready trace offline (`parsing`, `kernels: []`) until it finished, and
 one response said `kernel_count` 1000 while streaming 3000 kernels that a parse committed

@@ -1,4 +1,4 @@
-"""Deleting a big trace (issue 22): the trace goes at once, in one short transaction; its
+"""Deleting a big trace: the trace goes at once, in one short transaction; its
 launches go afterwards, in batches of at most N rows each its own transaction
 (`kernel_store.kernels_purge`, `manage.py purge_deleted_kernels`, the poll pass). Nothing of
 another trace is touched, nothing of the deleted one is left, a purge stopped midway resumes,

@@ -1,4 +1,4 @@
-"""A large detail served once, then from its encoded bytes (issue 22).
+"""A large detail served once, then from its encoded bytes.
 
 The contract: the first gzip or zstd answer of a ready trace's large detail is kept on disk,
 keyed by its ETag and coding; a later GET for that coding gets the same bytes from the file

@@ -1,4 +1,4 @@
-"""A Content-Security-Policy on the admin, the browsable API and /api/docs (issue 18, finding 14).
+"""A Content-Security-Policy on the admin, the browsable API and /api/docs.
 
 tests/traces/test_csp_browser.py loads the same pages in Chromium and reads its console: the
 pages still work under the policy.

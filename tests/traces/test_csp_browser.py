@@ -1,5 +1,5 @@
 """The pages still work under the Content-Security-Policy: Chromium's console shows no
-violation on the admin (its charts too), the browsable API and Swagger UI (issue 18, finding 14).
+violation on the admin (its charts too), the browsable API and Swagger UI.
 
 Debian's chromium and chromium-driver, headless, as tests/traces/test_admin_browser.py.
 """

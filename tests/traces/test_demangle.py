@@ -1,5 +1,5 @@
-"""Kernel names demangled once, at ingest, within a budget (issue 31, item 2), and as binutils'
-`c++filt` reads them (issue 30): the real tracers' names, the outside truth."""
+"""Kernel names demangled once, at ingest, within a budget, and as binutils'
+`c++filt` reads them: the real tracers' names, the outside truth."""
 
 import re
 import shutil

@@ -1,4 +1,4 @@
-"""`GET /api/traces/{trace_id}/files`: a run's files as presigned S3 GETs (issue 21).
+"""`GET /api/traces/{trace_id}/files`: a run's files as presigned S3 GETs.
 
 The contract, as these tests check it against moto's server and a real tracer run:
 - the files metadata.json lists and metadata.json itself (or, without a list, every file of

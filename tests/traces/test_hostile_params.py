@@ -1,5 +1,5 @@
 """Every route under /api/ with every parameter at hostile extremes: each answer is a 4xx (never a
-500, never seconds of CPU) within 50 ms of this process's CPU (issue 31: `cover=1e-10000000`
+500, never seconds of CPU) within 50 ms of this process's CPU (`cover=1e-10000000`
 cost 8.6 CPU s in `Fraction()`, 4,301 digits of `limit` were a 500, a NUL in `step` a 500).
 
 The routes and their parameters come from the OpenAPI schema, and every route of the URLconf

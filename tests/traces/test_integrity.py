@@ -1,4 +1,4 @@
-"""`manage.py check_integrity` (issue 18, finding 9): what the database's constraints no longer
+"""`manage.py check_integrity`: what the database's constraints no longer
 guard, found (exit 1) and repaired with --fix. Kernel rows have no foreign key to their trace
 since migration 0008: a TRUNCATE, a hand-written DELETE or a partial restore leaves orphans."""
 

@@ -1,4 +1,4 @@
-"""Kernel storage (issue 11): what a launch costs in PostgreSQL, and migration 0007 changing
+"""Kernel storage: what a launch costs in PostgreSQL, and migration 0007 changing
 nothing the API says, byte for byte."""
 
 import threading

@@ -1,4 +1,4 @@
-"""`GET /api/traces/{trace_id}/kernels.csv`: a trace's launches as CSV for pandas (issue 21).
+"""`GET /api/traces/{trace_id}/kernels.csv`: a trace's launches as CSV for pandas.
 
 The contract, as these tests check it:
 - a header row, then one row per launch of the JSON detail, in its order: the detail's keys with
@@ -269,7 +269,7 @@ def test_the_bytes_are_what_csv_writer_writes(launches):
     assert b"".join(encoders.encode_kernels_csv(iter(rows), raw=True)) == written.getvalue().encode()
 
 
-# --- formula cells (issue 31, item 3) -----------------------------------------------------------------
+# --- formula cells -----------------------------------------------------------------
 
 # OWASP's CSV injection rule, written here from its text: a cell that begins with one of these
 # is prefixed with a single quote; any other cell is left as it is.

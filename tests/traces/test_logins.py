@@ -1,6 +1,6 @@
 """Password logins are throttled on both forms; production settings pass `check --deploy`.
 
-Issue 12, finding 9: 86 wrong admin passwords in 40 s met no throttle or lockout, and
+86 wrong admin passwords in 40 s met no throttle or lockout, and
 `/api-auth/login/` was a second unthrottled form.
 """
 

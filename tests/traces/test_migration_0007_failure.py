@@ -1,4 +1,4 @@
-"""Migration 0007 stopped half-way says what the operator must really do (issue 18, finding 9).
+"""Migration 0007 stopped half-way says what the operator must really do.
 
 It commits batch after batch: when one fails, the new tables, Trace.key and the earlier
 batches' launches are there already, and `migrate` cannot run it again. Its message used to

@@ -1,4 +1,4 @@
-"""The web tier's findings of issue 18's security probe (3, 10, 12, 14, 15), each as its contract.
+"""The web tier's findings of a security probe, each as its contract.
 
 3: a token's rate the throttle cannot read made every request with that token a 500.
 10: a kernel name of a few hundred bytes demangled to hundreds of megabytes.
@@ -29,7 +29,7 @@ def bearer(token: str) -> APIClient:
     return client
 
 
-# --- finding 3: a token's rate ------------------------------------------------------------
+# --- a token's rate ------------------------------------------------------------
 
 
 @pytest.fixture
@@ -108,7 +108,7 @@ def test_check_refuses_an_unreadable_default_rate(settings):
     assert [error.id for error in check_api_rate(None)] == ["cascade.E001"]
 
 
-# --- finding 12: the client's address behind the proxy ------------------------------------
+# --- the client's address behind the proxy ------------------------------------
 
 PASSWORD = "correct horse battery staple"
 
@@ -176,7 +176,7 @@ def forged_login(n: int, password: str, *, peer: str = "203.0.113.9") -> int:
 
 @pytest.mark.parametrize("trusted", ["", f"{PROXY}/32"])
 def test_rotating_forged_addresses_from_an_untrusted_peer_are_locked_out(operator, settings, trusted):
-    """Issue 31, item 6: twelve wrong passwords, each with another forged X-Forwarded-For, sent
+    """Twelve wrong passwords, each with another forged X-Forwarded-For, sent
     straight to gunicorn (a peer that is not a trusted proxy) are one address, and locked out."""
     settings.AXES_FAILURE_LIMIT = 5
     settings.CASCADE_TRUSTED_PROXIES = trusted
@@ -231,7 +231,7 @@ def test_the_deployment_settings_trust_no_proxy_unless_told(monkeypatch):
         importlib.reload(cascade.settings)
 
 
-# --- finding 15: API reads by a password login ------------------------------------------------
+# --- API reads by a password login ------------------------------------------------
 
 READS = ["/api/traces", "/api/traces/demo", "/api/traces/demo/summary", "/api/traces/demo/compare/demo"]
 
@@ -297,7 +297,7 @@ def test_a_bearer_token_reads_as_before_whoever_holds_it(demo, token_record):
         assert bearer(token).get(path).status_code == 200, path
 
 
-# --- finding 14: NUL (which PostgreSQL cannot store) in ids and filters -----------------------
+# --- NUL (which PostgreSQL cannot store) in ids and filters -----------------------
 
 NUL = "%00"
 
@@ -387,7 +387,7 @@ def test_an_admin_trace_page_with_a_nul_id_is_not_found(staff_client, demo, view
     assert response.status_code in (302, 404)
 
 
-# --- finding 10: names whose demangled form doubles at each nesting level ----------------------
+# --- names whose demangled form doubles at each nesting level ----------------------
 
 BASE36 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 

@@ -1,5 +1,5 @@
-"""Re-ingest from the admin without Celery: one background worker per process, a bounded queue
-(issue 18, finding 7). Each selected trace used to start a thread of its own, with a database
+"""Re-ingest from the admin without Celery: one background worker per process, a bounded queue.
+Each selected trace used to start a thread of its own, with a database
 connection and a whole parse, inside the web process."""
 
 import threading

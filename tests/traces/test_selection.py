@@ -1,5 +1,5 @@
 """`GET /api/traces/{trace_id}/selection`: a trace's launches grouped by the work they do, each
-group with the launch to simulate for it and its weight (issue 21).
+group with the launch to simulate for it and its weight.
 
 Every expected answer is computed here, from the rule as docs/api.md states it, over the JSON
 detail's kernels (`expected_selection`): on the shipped OPT-125m H100 sample ingested from the

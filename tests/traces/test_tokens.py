@@ -1,6 +1,6 @@
 """API tokens an operator can manage: named, recognisable, expiring, listed, revoked, rate-limited.
 
-Issue 12, finding 9: tokens had no expiry, no last-used time, no list and no revocation but a shell.
+Tokens had no expiry, no last-used time, no list and no revocation but a shell.
 """
 
 import io

@@ -46,6 +46,6 @@ admin.site.site_url = "/api/traces"
 admin.site.enable_nav_sidebar = False
 
 admin.site.register(Trace, TraceAdmin)
-# Kernel's primary key is composite (trace, context, kernel_id): its only index (issue 11).
+# Kernel's primary key is composite (trace, context, kernel_id): its only index (docs/decisions/0001).
 register_listed_only(admin.site, Kernel, KernelAdmin)
 admin.site.register(ApiToken, ApiTokenAdmin)

@@ -6,7 +6,7 @@ from django.http import HttpResponseBadRequest
 
 from traces import launch_summaries
 from traces.models import CURRENT_PARSER_VERSION, KernelContext, Trace
-from traces.text import is_storable
+from traces.storable_text import is_storable
 
 
 class ParserVersionFilter(admin.SimpleListFilter):

@@ -42,7 +42,7 @@ from traces.demangle import demangle_all
 from traces.models import CURRENT_PARSER_VERSION, Kernel, Trace, TraceState
 from traces.services import TraceBusy, trace_delete, trace_mark_failed, traces_mark_sample
 from traces.signals import reingest_requested
-from traces.text import is_storable
+from traces.storable_text import is_storable
 
 
 def compare_url(a: str, b: str, by: str) -> str:

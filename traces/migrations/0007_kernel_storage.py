@@ -1,4 +1,4 @@
-"""Kernel storage at a third of its size (issue 11): names once, four-byte keys, derived files.
+"""Kernel storage at a third of its size (docs/decisions/0001): names once, four-byte keys, derived files.
 
 The old table is renamed `traces_kernel_old`, the new one created, the launches copied a
 few traces at a time with INSERT .. SELECT (each batch committed on PostgreSQL: the migration

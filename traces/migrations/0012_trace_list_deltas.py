@@ -1,4 +1,4 @@
-"""The whole list's version kept by PostgreSQL: `selectors.trace_list_version` (issue 22).
+"""The whole list's version kept by PostgreSQL: `selectors.trace_list_version`.
 
 Every statement that inserts, updates or deletes traces adds one row of what it changed:
 traces (+1/-1 each), the sum of their keys, the sum of their `updated_at` stamps

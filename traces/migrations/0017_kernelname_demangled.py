@@ -1,4 +1,4 @@
-"""Kernel names' demangled text, stored with them (issue 31, item 2): the names already stored
+"""Kernel names' demangled text, stored with them (docs/decisions/0008): the names already stored
 are demangled here, within a budget; any left over stay null and a read demangles them within
 its own."""
 

@@ -1,9 +1,9 @@
-"""traces.text: the one definition of what PostgreSQL's text cannot store, checked against it."""
+"""traces.storable_text: the one definition of what PostgreSQL's text cannot store, checked against it."""
 
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from traces.text import first_unstorable, is_storable, replace_unstorable, unstorable_character
+from traces.storable_text import first_unstorable, is_storable, replace_unstorable, unstorable_character
 
 # Each side of each boundary: NUL and U+0001, the surrogate block's edges, the last code point.
 EDGES = ["\x00", "\x01", "\ud7ff", "\ud800", "\udbff", "\udc00", "\udfff", "\ue000", "\ufffd", "\U0010ffff"]

@@ -17,11 +17,12 @@ from django.db import transaction
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from ingest import parse, timing
+from ingest import parse
 from ingest.bucket import S3Object
-from ingest.launch_text import LaunchText
 from ingest.read_ahead import ReadAhead
-from ingest.timing import Step, StepIndex
+from ingest.stats_fast_path import LaunchText
+from ingest.timing.timeline import Step, StepIndex, parse_timeline
+from ingest.timing.timing_csv import read_timing
 from tests.helpers import shared_fixture, stats_row
 from tests.ingest.test_stats_properties import (
     EXAMPLES,
@@ -83,8 +84,8 @@ def stored(
     if not isinstance(files, dict):
         files = {f"0x{1000 + i:x}": data for i, data in enumerate(files)}
     sources = [source(ctx, data, bodies) for ctx, data in files.items()]
-    step_index = timing.StepIndex(steps) if steps else None
-    durations = None if timing_csv is None else timing.read_timing(timing_csv.encode().splitlines(True))
+    step_index = StepIndex(steps) if steps else None
+    durations = None if timing_csv is None else read_timing(timing_csv.encode().splitlines(True))
     taken = 0
 
     def rows(writer):
@@ -140,7 +141,7 @@ def test_what_the_tracer_writes_is_stored_alike(files, data):
         cuts = sorted(data.draw(st.lists(st.integers(1, 60), max_size=4, unique=True)))
         firsts, lasts = [1, *(cut + 1 for cut in cuts)], [*cuts, 10**6]
         steps = [
-            timing.Step(i, f"step {i}", None, None, *span, None, None)
+            Step(i, f"step {i}", None, None, *span, None, None)
             for i, span in enumerate(zip(firsts, lasts, strict=True))
         ]
     timing_csv, timed = None, []
@@ -259,7 +260,7 @@ def test_a_generated_llm_run_is_taken_whole_by_the_fast_path(tmp_path):
     files = {
         path.name.removeprefix("stats_ctx_"): path.read_bytes() for path in sorted(traces.glob("stats_ctx_*"))
     }
-    steps = timing.parse_timeline((tmp_path / "run" / "timeline.json").read_bytes())
+    steps = parse_timeline((tmp_path / "run" / "timeline.json").read_bytes())
     timing_csv = (tmp_path / "run" / "timing.csv").read_text()
     result, taken = assert_stored_alike(files, 0, steps, timing_csv)
     assert taken == len(result) == 3000
@@ -288,7 +289,7 @@ class OneContextWriter:
 
 def test_the_tails_kept_are_the_current_steps_whatever_the_steps():
     # 20,000 steps of 3 launches, every other launch traced: a tail each (traced or not) of the
-    # step at hand, where every step's were kept (issue 22).
+    # step at hand, where every step's were kept.
     steps = [Step(n, f"step {n}", None, "0x1", 3 * n + 1, 3 * n + 3, None, None) for n in range(20_000)]
     text = LaunchText("0x1", OneContextWriter(), set(range(1, 60_001, 2)), StepIndex(steps).step_of)
     last = 0

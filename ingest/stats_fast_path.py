@@ -41,9 +41,9 @@ class LaunchText:
     """One stats file's common launches as COPY text (see the module's docstring)."""
 
     def __init__(self, ctx: str, writer: KernelWriter, traced: Set[int], step_of=None, duration_of=None):
-        """`traced`: the kernel ids kernelslist names (stats.TracedIds, or any set); `step_of(ctx, kernel_id)`: the launch's
+        """`traced`: the kernel ids kernelslist names (kernelslist.TracedIds, or any set); `step_of(ctx, kernel_id)`: the launch's
         step; `duration_of(ctx, kernel_id, grid, block)`: its measured time, by kernel id alone
-        (timing.CascadeDurations: a declined line's launches may be asked for again)."""
+        (timing_csv.CascadeDurations: a declined line's launches may be asked for again)."""
         self.ctx = ctx
         self.writer = writer
         self.traced = traced
@@ -55,7 +55,7 @@ class LaunchText:
         self.shapes: dict[bytes, bytes | PendingShape] = {}
         self.pending: dict[bytes, PendingShape] = {}  # of `shapes`, those not yet written as text
         # The tails of the current step, traced or not: launches come in kernel-id order, and so
-        # do steps (a dict of every step's was 200 bytes a step, issue 22).
+        # do steps (a dict of every step's was 200 bytes a step).
         self.tails: dict[bool, bytes] = {}
         self.tails_step: int | None = None
         # What follows the totals, when it is the same for every launch (no kernelslist, no steps).
