@@ -134,7 +134,7 @@ def test_profiler_failures_record_no_parser_version(db, upload):
 def migrate(target: tuple[str, str] | None = None) -> MigrationExecutor:
     """Migrate the traces app to `target`, or to its latest migration."""
     executor = MigrationExecutor(connection)
-    executor.migrate([target or executor.loader.graph.leaf_nodes("traces")[0]])
+    executor.migrate([target] if target else executor.loader.graph.leaf_nodes())
     return executor
 
 

@@ -15,6 +15,7 @@ import pytest
 from django.conf import settings as django_settings
 
 from ingest import receivers
+from simulations.serializers import SimulationCompleteRequestSerializer, SimulationUploadRequestSerializer
 from tests.helpers import PREFIX, TEST_BUCKET, content, store_kernels, token_client
 from tests.traces.test_openapi import nullable_to_json_schema, openapi, response_validator  # noqa: F401
 from tests.traces.test_shapes import assert_has_the_keys
@@ -22,7 +23,6 @@ from tests.traces.test_simulations_api import simulate
 from traces import api_examples, shapes
 from traces.api_examples import DEMO_METADATA, DOCS_EXAMPLES, NULL_TOTALS_DETAIL
 from traces.models import Step, Trace, TraceState
-from traces.serializers import SimulationCompleteRequestSerializer, SimulationUploadRequestSerializer
 
 DOCS = Path(django_settings.BASE_DIR) / "docs" / "api.md"
 SIMULATION = api_examples.SIMULATION_SUMMARY["name"]

@@ -13,9 +13,11 @@ from pathlib import Path
 import orjson
 from django.conf import settings
 
+from simulations import accuracy
+from simulations import encoders as simulation_encoders
 from simulations.models import Simulation
 from tests.traces.test_openapi import openapi  # noqa: F401 (a fixture)
-from traces import accuracy, analysis, encoders, selection, selectors, shapes
+from traces import analysis, encoders, selection, selectors, shapes
 from traces.models import KERNEL_COLUMNS, NO_DEVICE, Trace, TraceState
 
 OPENAPI_TYPES = {
@@ -48,7 +50,7 @@ def test_the_encoders_write_the_declared_keys():
     assert list(encoders.kernel_row_to_dict(tuple(row.values()))) == required
     row["device"] = 0
     assert list(encoders.kernel_row_to_dict(tuple(row.values()))) == list(shapes.KERNEL.keys)
-    assert encoders.SIMULATED_KERNEL_KEYS == shapes.SIMULATED_KERNEL.keys
+    assert simulation_encoders.SIMULATED_KERNEL_KEYS == shapes.SIMULATED_KERNEL.keys
     assert accuracy.SIMULATION_METRIC_KEYS == shapes.SIMULATION_METRICS.keys
     assert accuracy.SIMULATION_SUMMARY_KEYS == shapes.SIMULATION_SUMMARY.keys
     assert shapes.TRACE_COMPARISON.field("by").enum == analysis.COMPARE_BY
