@@ -9,7 +9,8 @@ aside) is read, not imported, for:
 
 - `thing._name`, or getattr/setattr/hasattr with "_name", where `_name` is none of the
   project's own names (a function, class, variable, argument or `self.`/`cls.` attribute
-  defined anywhere in the product). `_meta` (Django's model options) and namedtuple's
+  defined anywhere in the product). `_meta` and `_default_manager` (Django's model options and
+  its documented manager of any model) and namedtuple's
   `_replace`, `_asdict`, `_fields`, `_make` are public APIs with an underscore.
 - any attribute of a queryset's `.query`: Django documents the query object as opaque.
 - an attribute of a dependency's module assigned at run time (`gunicorn.util.write_error = ...`).
@@ -25,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCT = ("cascade", "traces", "ingest", "tools", "client", "gunicorn.conf.py")
 OWN_PACKAGES = {"cascade", "traces", "ingest", "tools", "cascade_client", "bench", "tests"}
-PUBLIC_UNDERSCORED = {"_meta", "_replace", "_asdict", "_fields", "_make", "_field_defaults"}
+PUBLIC_UNDERSCORED = {"_meta", "_default_manager", "_replace", "_asdict", "_fields", "_make", "_field_defaults"}
 
 # (file, expression) -> where it lives and why it stays. Two at most.
 ALLOWED = {
