@@ -105,7 +105,6 @@ INSTALLED_APPS = [
     "csp",
     "traces",
     "ingest",
-    "tools",
 ]
 
 MIDDLEWARE = [
