@@ -7,9 +7,10 @@
     python3 run.py bench    set up, then print the lab-scale benchmark table (`python -m bench`;
                             `--scale small` for a quick look, `--output FILE` to keep it, `--help`)
 
-Setup is a virtualenv in .venv with requirements.txt installed (what a deployment runs), and for
-`test` and `bench` requirements-dev.txt too (the tools that test, lint and measure it); it is
-redone only when one of the files it installs changes.
+Setup is a virtualenv in .venv with requirements-demo.txt installed for `demo` (what a deployment
+runs, requirements.txt, and the demo's embedded S3), and requirements-dev.txt for `test` and
+`bench` (that, and the tools that test, lint and measure it); it is redone only when one of the
+files it installs changes, the client's (client/, which requirements.txt installs) included.
 """
 
 import hashlib
@@ -22,9 +23,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VENV = Path(os.environ.get("CASCADE_VENV", ROOT / ".venv"))
+# Each file includes the one before it (`-r`): installing the last installs them all.
 REQUIREMENTS = ROOT / "requirements.txt"
-# Includes requirements.txt (`-r`): installing it installs both.
+DEMO_REQUIREMENTS = ROOT / "requirements-demo.txt"
 DEV_REQUIREMENTS = ROOT / "requirements-dev.txt"
+# The client, which requirements.txt installs from its folder (`./client`), not from a registry.
+CLIENT = ROOT / "client"
 MIN_PYTHON = (3, 11)
 
 
@@ -32,25 +36,41 @@ def venv_python() -> Path:
     return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
+def tree_digest(folder: Path) -> str:
+    """The SHA-256 of a package's sources: every file under `folder`, by its path, but for what
+    building and running it leave there (build/, dist/, *.egg-info, __pycache__)."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        parts = path.relative_to(folder).parts
+        built = any(part in ("build", "dist", "__pycache__") or part.endswith(".egg-info") for part in parts)
+        if path.is_file() and not built:
+            content = path.read_bytes()
+            digest.update(f"{'/'.join(parts)} {len(content)}\n".encode() + content)
+    return digest.hexdigest()
+
+
 def setup(*, dev: bool) -> Path:
-    """Create .venv and install requirements.txt (and requirements-dev.txt when `dev`) unless
-    they are already installed as they are."""
+    """Create .venv and install requirements-demo.txt (requirements-dev.txt when `dev`) unless
+    it is already installed as it is."""
     if sys.version_info < MIN_PYTHON:
         sys.exit(f"Cascade needs Python {'.'.join(map(str, MIN_PYTHON))}+, this is {sys.version.split()[0]}")
     python = venv_python()
     if not python.exists():
         print(f"run.py: creating a virtualenv in {VENV}", flush=True)
         venv.create(VENV, with_pip=True)
-    # One line per file installed, "<name> <sha256>": a demo after the tests finds requirements.txt
-    # installed as it is and installs nothing; a change to either file reinstalls what it lists.
+    # One line per file installed, "<name> <sha256>", and one for the client's sources: a demo
+    # after the tests finds what it needs installed as it is and installs nothing; a change to a
+    # file reinstalls what it lists, a change to the client reinstalls the client.
     stamp = VENV / ".requirements.sha256"
-    files = (REQUIREMENTS, DEV_REQUIREMENTS) if dev else (REQUIREMENTS,)
+    files = (REQUIREMENTS, DEMO_REQUIREMENTS, *((DEV_REQUIREMENTS,) if dev else ()))
     wanted = {f"{path.name} {hashlib.sha256(path.read_bytes()).hexdigest()}" for path in files}
+    wanted.add(f"{CLIENT.name}/ {tree_digest(CLIENT)}")
     installed = set(stamp.read_text().splitlines()) if stamp.exists() else set()
     if not wanted <= installed:
         print(f"run.py: installing {files[-1].name}", flush=True)
         pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--quiet"]
-        # In ROOT: requirements.txt names the client by its relative path (`-e ./client`).
+        # In ROOT: requirements.txt names the client by its relative path (`./client`), which pip
+        # builds and installs again on every install, so a changed client is the one installed.
         subprocess.run([*pip, "-r", str(files[-1])], check=True, cwd=ROOT)
         stamp.write_text("".join(f"{line}\n" for line in sorted(wanted)))
     return python

@@ -106,7 +106,6 @@ INSTALLED_APPS = [
     "traces",
     "simulations",
     "ingest",
-    "tools",
 ]
 
 MIDDLEWARE = [

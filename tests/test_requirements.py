@@ -1,5 +1,6 @@
-"""What a deployment installs and what the tests install: requirements.txt holds what
-the web, poller and Celery processes and the demo run; requirements-dev.txt adds the tools that
+"""What a deployment installs, what the demo adds and what the tests add: requirements.txt holds
+what the web, poller and Celery processes run; requirements-demo.txt adds the demo's embedded S3
+(moto's server), and `python3 run.py demo` installs it; requirements-dev.txt adds the tools that
 test, lint and measure them, and `python3 run.py test` and `bench` install it."""
 
 import ast
@@ -16,6 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 OWN_PACKAGES = {"cascade", "ingest", "traces", "tools", "tests", "bench", "run", "cascade_client"}
 # Imported by the tests, the bench or CI, never by what a deployment runs.
 DEV_TOOLS = {"pytest", "pytest-django", "pytest-xdist", "hypothesis", "schemathesis", "selenium", "ruff"}
+# The demo's embedded S3 endpoint, and what only it brings.
+DEMO_ONLY = {"moto", "flask", "werkzeug"}
 
 
 def normalized(name: str) -> str:
@@ -29,7 +32,7 @@ def pinned(path: Path) -> dict[str, str]:
         line = line.split("#", 1)[0].strip()
         if line.startswith("-r "):
             found |= pinned(path.parent / line[3:].strip())
-        elif line.startswith("-e "):
+        elif line.startswith("./"):
             continue  # a project of this repository's (local_projects), not a download
         elif line:
             name, _, version = line.partition("==")
@@ -76,33 +79,65 @@ def distributions_of(modules: set[str]) -> dict[str, set[str]]:
 
 def test_requirements_txt_holds_no_test_lint_or_browser_tool():
     assert DEV_TOOLS.isdisjoint(pinned(ROOT / "requirements.txt"))
+    assert DEV_TOOLS.isdisjoint(pinned(ROOT / "requirements-demo.txt"))
     assert DEV_TOOLS <= set(pinned(ROOT / "requirements-dev.txt"))
 
 
+def test_a_deployment_installs_no_s3_server_the_demo_and_the_tests_do():
+    assert DEMO_ONLY.isdisjoint(installed_by(pinned(ROOT / "requirements.txt")))
+    assert set(pinned(ROOT / "requirements-demo.txt")) - set(pinned(ROOT / "requirements.txt")) == {"moto"}
+    assert DEMO_ONLY <= installed_by(pinned(ROOT / "requirements-demo.txt"))
+    assert DEMO_ONLY <= installed_by(pinned(ROOT / "requirements-dev.txt"))
+
+
+def test_a_deployment_runs_without_the_tools_app_the_demo_and_the_tests_with_it():
+    from django.conf import settings as running
+
+    import cascade.settings
+    import cascade.settings_demo
+
+    assert "tools" not in cascade.settings.INSTALLED_APPS
+    assert cascade.settings_demo.INSTALLED_APPS == [*cascade.settings.INSTALLED_APPS, "tools"]
+    assert "tools" in running.INSTALLED_APPS  # the tests call load_samples and generate_trace
+
+
 def local_projects(path: Path) -> list[str]:
-    """The `-e PATH` lines of a requirements file: projects installed from the checkout."""
+    """The path lines of a requirements file (`./NAME`): projects installed from the checkout."""
     lines = (line.split("#", 1)[0].strip() for line in path.read_text().splitlines())
-    return [line[3:].strip() for line in lines if line.startswith("-e ")]
+    return [line for line in lines if line.startswith("./")]
 
 
 def test_the_one_unpinned_line_is_the_client_of_this_repository():
-    """The server installs the client from its folder (its path rule and size text are the
-    server's too), editable, so that it is always the checkout's."""
+    """The server installs the client from its folder (its path rule is the server's too), as a
+    package (not editable: a deployment runs no checkout's sources but its own), and run.py
+    installs it again when its sources change."""
     assert local_projects(ROOT / "requirements.txt") == ["./client"]
     assert (ROOT / "client" / "pyproject.toml").is_file()
+    assert local_projects(ROOT / "requirements-demo.txt") == []
     assert local_projects(ROOT / "requirements-dev.txt") == []
+    assert not any(
+        line.startswith(("-e", "--editable"))
+        for name in ("requirements.txt", "requirements-demo.txt", "requirements-dev.txt")
+        for line in (ROOT / name).read_text().splitlines()
+    )
     assert metadata.distribution("cascade-client").version
 
 
-def test_both_files_pin_every_line():
-    for name in ("requirements.txt", "requirements-dev.txt"):
+def test_every_file_pins_every_line():
+    for name in ("requirements.txt", "requirements-demo.txt", "requirements-dev.txt"):
         assert all(pinned(ROOT / name).values()), name
 
 
 def test_what_a_deployment_runs_imports_only_what_requirements_txt_installs():
     deployment = installed_by(pinned(ROOT / "requirements.txt"))
-    modules = distributions_of(third_party_imports("cascade", "ingest", "traces", "tools"))
+    modules = distributions_of(third_party_imports("cascade", "ingest", "traces"))
     assert {module for module, names in modules.items() if not names & deployment} == set()
+
+
+def test_the_demo_and_its_tools_import_only_what_requirements_demo_txt_installs():
+    demo = installed_by(pinned(ROOT / "requirements-demo.txt"))
+    modules = distributions_of(third_party_imports("tools"))
+    assert {module for module, names in modules.items() if not names & demo} == set()
 
 
 def test_the_tests_and_the_bench_import_only_what_requirements_dev_txt_installs():
@@ -113,15 +148,21 @@ def test_the_tests_and_the_bench_import_only_what_requirements_dev_txt_installs(
 
 @pytest.fixture
 def fake_venv(tmp_path, monkeypatch):
-    """run.py's setup pointed at a venv that exists and at requirement files in tmp_path; the
-    files pip is asked to install are recorded, not installed."""
+    """run.py's setup pointed at a venv that exists and at requirement files and a client in
+    tmp_path; the files pip is asked to install are recorded, not installed."""
     (tmp_path / "venv" / "bin").mkdir(parents=True)
     (tmp_path / "venv" / "bin" / "python").touch()
-    (tmp_path / "requirements.txt").write_text("django==1\n")
-    (tmp_path / "requirements-dev.txt").write_text("-r requirements.txt\npytest==1\n")
+    (tmp_path / "requirements.txt").write_text("./client\ndjango==1\n")
+    (tmp_path / "requirements-demo.txt").write_text("-r requirements.txt\nmoto==1\n")
+    (tmp_path / "requirements-dev.txt").write_text("-r requirements-demo.txt\npytest==1\n")
+    (tmp_path / "client" / "cascade_client").mkdir(parents=True)
+    (tmp_path / "client" / "pyproject.toml").write_text("[project]\n")
+    (tmp_path / "client" / "cascade_client" / "cli.py").write_text("def main(): pass\n")
     monkeypatch.setattr(run, "VENV", tmp_path / "venv")
     monkeypatch.setattr(run, "REQUIREMENTS", tmp_path / "requirements.txt")
+    monkeypatch.setattr(run, "DEMO_REQUIREMENTS", tmp_path / "requirements-demo.txt")
     monkeypatch.setattr(run, "DEV_REQUIREMENTS", tmp_path / "requirements-dev.txt")
+    monkeypatch.setattr(run, "CLIENT", tmp_path / "client")
     installed = []
     monkeypatch.setattr(
         run.subprocess, "run", lambda command, check, cwd: installed.append(Path(command[-1]).name)
@@ -129,26 +170,48 @@ def fake_venv(tmp_path, monkeypatch):
     return tmp_path, installed
 
 
-def test_run_py_installs_requirements_dev_for_the_tests_and_requirements_alone_for_the_demo(fake_venv):
+def test_run_py_installs_requirements_dev_for_the_tests_and_requirements_demo_for_the_demo(fake_venv):
     _, installed = fake_venv
     run.setup(dev=False)
-    assert installed == ["requirements.txt"]
+    assert installed == ["requirements-demo.txt"]
     run.setup(dev=True)
-    assert installed == ["requirements.txt", "requirements-dev.txt"]
+    assert installed == ["requirements-demo.txt", "requirements-dev.txt"]
     run.setup(dev=False)
     run.setup(dev=True)
-    assert installed == ["requirements.txt", "requirements-dev.txt"], "nothing changed: nothing installed"
+    assert installed == ["requirements-demo.txt", "requirements-dev.txt"], (
+        "nothing changed: nothing installed"
+    )
 
 
-def test_run_py_reinstalls_when_either_file_changes(fake_venv):
+def test_run_py_reinstalls_when_any_file_changes(fake_venv):
     folder, installed = fake_venv
     run.setup(dev=True)
-    (folder / "requirements-dev.txt").write_text("-r requirements.txt\npytest==2\n")
+    (folder / "requirements-dev.txt").write_text("-r requirements-demo.txt\npytest==2\n")
     run.setup(dev=False)  # the demo needs nothing requirements-dev.txt lists
     run.setup(dev=True)
-    (folder / "requirements.txt").write_text("django==2\n")
+    (folder / "requirements.txt").write_text("./client\ndjango==2\n")
     run.setup(dev=True)
-    assert installed == ["requirements-dev.txt", "requirements-dev.txt", "requirements-dev.txt"]
-    (folder / "requirements.txt").write_text("django==3\n")
+    (folder / "requirements-demo.txt").write_text("-r requirements.txt\nmoto==2\n")
+    run.setup(dev=True)
+    assert installed == ["requirements-dev.txt"] * 4
+    (folder / "requirements.txt").write_text("./client\ndjango==3\n")
     run.setup(dev=False)
-    assert installed[-1] == "requirements.txt"
+    assert installed[-1] == "requirements-demo.txt"
+
+
+def test_run_py_reinstalls_when_the_client_changes_and_not_for_what_building_it_leaves(fake_venv):
+    folder, installed = fake_venv
+    run.setup(dev=False)
+    (folder / "client" / "build" / "lib").mkdir(parents=True)
+    (folder / "client" / "build" / "lib" / "cli.py").write_text("built\n")
+    (folder / "client" / "cascade_client.egg-info").mkdir()
+    (folder / "client" / "cascade_client.egg-info" / "PKG-INFO").write_text("built\n")
+    (folder / "client" / "cascade_client" / "__pycache__").mkdir()
+    (folder / "client" / "cascade_client" / "__pycache__" / "cli.cpython-311.pyc").write_bytes(b"\0")
+    run.setup(dev=False)
+    assert installed == ["requirements-demo.txt"], "only build outputs appeared"
+    (folder / "client" / "cascade_client" / "cli.py").write_text("def main(): return 1\n")
+    run.setup(dev=False)
+    (folder / "client" / "cascade_client" / "pull.py").write_text("")
+    run.setup(dev=False)
+    assert installed == ["requirements-demo.txt"] * 3

@@ -7,5 +7,6 @@ writes whole run folders with it (the tests, the samples and the benchmarks use 
 of the shipped `samples/`; `demo` is `python3 run.py demo`. What Cascade runs (the poller,
 the tasks, the API, the admin) never imports from here. The operator commands
 `generate_trace` and `load_samples` live here (`tools/management/commands/`; `tools` is an app
-for that alone), each calling one function of tools.
+for that alone, installed by the demo's settings, cascade.settings_demo, which the tests use too,
+and by no deployment's), each calling one function of tools.
 """

@@ -3,7 +3,7 @@
 Starts what a deployment runs, as child processes of this one: an S3 endpoint (moto's server
 on 127.0.0.1, unless CASCADE_S3_BUCKET or CASCADE_S3_ENDPOINT_URL point elsewhere), the poller
 (`manage.py ingest_traces --watch`) and the web server, on SQLite in var/demo unless
-DATABASE_URL is set. It uploads the sample traces, waits until the poller has made them
+DATABASE_URL is set, all on the demo's settings (cascade.settings_demo: the tools app too). It uploads the sample traces, waits until the poller has made them
 ready *through the API*, and prints how to use it. Ctrl-C stops everything it started.
 
 `--check` does the same without a human: start, wait for the samples, query the API, stop
@@ -115,7 +115,9 @@ class Demo:
         """The environment this process and its children share; then Django, in-process."""
         env = self.env
         env["CASCADE_VAR_DIR"] = str(self.var_dir)
-        env["DJANGO_SETTINGS_MODULE"] = "cascade.settings"
+        # Cascade's settings and the tools app, whose load_samples the demo runs (and the
+        # operator may, with the `export` line it prints).
+        env["DJANGO_SETTINGS_MODULE"] = "cascade.settings_demo"
         env["PYTHONUNBUFFERED"] = "1"
         if self.embedded_s3:
             env["CASCADE_S3_ENDPOINT_URL"] = f"http://127.0.0.1:{self.s3_port}"
@@ -345,8 +347,14 @@ class Demo:
             time.sleep(0.5)
 
     def manage_env(self) -> str:
-        """The `export` line that points manage.py at this demo's database and bucket."""
-        names = ["CASCADE_VAR_DIR", "DATABASE_URL", "CASCADE_S3_BUCKET", "CASCADE_S3_ENDPOINT_URL"]
+        """The `export` line that points manage.py at this demo's settings, database and bucket."""
+        names = [
+            "DJANGO_SETTINGS_MODULE",
+            "CASCADE_VAR_DIR",
+            "DATABASE_URL",
+            "CASCADE_S3_BUCKET",
+            "CASCADE_S3_ENDPOINT_URL",
+        ]
         if self.embedded_s3:
             names += ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"]
         values = {name: self.env[name] for name in names if self.env.get(name)}

@@ -185,8 +185,6 @@ K_PAGED_ATTENTION_REDUCE = (
 
 # (name, grid, block, warp instructions per block): shapes as the real kernels launch them.
 Shape = tuple[str, tuple[int, int, int], tuple[int, int, int], int]
-# A GEMM of the model: its role, and whether its token count is a prefill's.
-GEMM_ROLES = ("qkv", "out", "fc1", "fc2", "logits")
 
 
 @dataclass(frozen=True)

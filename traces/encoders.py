@@ -102,11 +102,6 @@ def kernel_row_to_dict(row: tuple) -> dict:
     return kernel
 
 
-def trace_summaries(rows: Iterable[tuple]) -> list[dict]:
-    """TraceSummary objects from `selectors.trace_summary_rows()`."""
-    return [trace_row_to_dict(row) for row in rows]
-
-
 def trace_detail_head(row: tuple, *, raw_metadata: bool = True) -> dict:
     """A TraceDetail without its kernels, from `selectors.trace_detail_row()`.
 
@@ -132,10 +127,6 @@ def detail_head_and_tail(head: dict) -> tuple[dict, dict]:
         {name: value for name, value in head.items() if name not in ADDED_KEYS},
         {name: head[name] for name in ADDED_KEYS if name in head},
     )
-
-
-def encode_summaries(summaries: list[dict]) -> bytes:
-    return orjson.dumps(summaries)
 
 
 _LAYERS = shapes.TRACE_SUMMARY.index("layers")

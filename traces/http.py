@@ -196,10 +196,6 @@ def trace_updated_at(trace_id: str) -> datetime | None:
     return Trace.objects.filter(pk=trace_id).values_list("updated_at", flat=True).first()
 
 
-def body_digest(body: bytes) -> str:
-    return hashlib.blake2b(body, digest_size=16).hexdigest()
-
-
 # --- responses --------------------------------------------------------------------------------
 
 
@@ -224,12 +220,10 @@ def head_response(digest: str, coding: str) -> StreamingHttpResponse:
     return cacheable(StreamingHttpResponse((), content_type="application/json"), digest, coding)
 
 
-def json_response(body: bytes, *, digest: str, coding: str, compress_above: int = 0) -> HttpResponse:
-    """JSON bytes, compressed when `coding` says so and the body is longer than `compress_above`."""
-    if coding != IDENTITY and len(body) > compress_above:
+def json_response(body: bytes, *, digest: str, coding: str) -> HttpResponse:
+    """JSON bytes, compressed when `coding` says so (for a list, `list_coding` decides)."""
+    if coding != IDENTITY:
         body = compress_bytes(body, coding)
-    else:
-        coding = IDENTITY
     return cacheable(HttpResponse(body, content_type="application/json"), digest, coding)
 
 

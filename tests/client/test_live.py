@@ -67,7 +67,7 @@ class Live:
 def live(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("client-live")
     with deployed_cascade(tmp, BUCKET) as (env, bucket, manage):
-        manage("load_samples", "--create-bucket")
+        manage("load_samples", "--create-bucket", "--settings", "cascade.settings_demo")
         upload_big_run(bucket)
         upload_vecadd_and_failed_runs(bucket)
         manage("ingest_traces")

@@ -25,6 +25,7 @@ from ingest.tasks import parse_trace_task
 from traces import launch_summaries
 from traces.admin import paginators, register_listed_only
 from traces.admin.chart import MAX_BARS, instruction_chart
+from traces.admin.display import size_text
 from traces.admin.kernel import KernelAdmin
 from traces.models import CURRENT_PARSER_VERSION, Kernel, KernelName, Trace, TraceState
 from traces.views import TraceViewSet
@@ -300,17 +301,21 @@ def test_browsable_api_works_for_a_logged_in_staff_user(staff_client, traces):
 # --- the trace list -------------------------------------------------------------------
 
 
-def client_size(count: int) -> str:
-    """A size as `cascade pull` prints it: the client's own function, read from its file (the
-    client is a package of its own, not on the server's path)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "client" / "cascade_client" / "progress.py"
-    spec = importlib.util.spec_from_file_location("cascade_client_progress", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.size(count)
+@pytest.mark.parametrize(
+    "count, shown",
+    [
+        (None, "-"),
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1.0 KiB"),
+        (1536, "1.5 KiB"),
+        (3 * 1024**2, "3.0 MiB"),
+        (1024**3 + 512 * 1024**2, "1.5 GiB"),
+        (3 * 1024**4, "3072.0 GiB"),
+    ],
+)
+def test_sizes_read_in_the_binary_units_cascade_pull_prints(count, shown):
+    assert size_text(count) == shown
 
 
 def test_changelist_shows_newest_first_with_state_and_human_size(staff_client, traces):
@@ -321,8 +326,8 @@ def test_changelist_shows_newest_first_with_state_and_human_size(staff_client, t
         ("resnet-a100", "ready"),
     ]
     resnet = rows[2]
-    # In the client's units (one system for both), by the client's own rule.
-    assert resnet["Size"].text == client_size(Trace.objects.get(pk="resnet-a100").bytes) == "1.5 GiB"
+    # In the units `cascade pull` prints (one system for both).
+    assert resnet["Size"].text == "1.5 GiB"
     assert (resnet["Model"].text, resnet["Arch"].text, resnet["Sim config"].text) == (
         "resnet50",
         "sm_80",
@@ -409,10 +414,9 @@ def test_change_page_shows_every_field_the_error_metadata_and_files(staff_client
     assert '{\n  "status": "failed",\n  "model": "resnet50",' in field(page, "Metadata.json").raw_text()
     files = table_rows(field(page, "Files").find("table"))
     assert [(row["key"].text, row["size"].text, row["ETag"].text) for row in files] == [
-        ("accelsim-traces/broken.run+v2@x=1/metadata.json", client_size(210), '"a1"'),
-        ("accelsim-traces/broken.run+v2@x=1/traces/stats_ctx_0x1", client_size(3145728), '"b2"'),
+        ("accelsim-traces/broken.run+v2@x=1/metadata.json", "210 B", '"a1"'),
+        ("accelsim-traces/broken.run+v2@x=1/traces/stats_ctx_0x1", "3.0 MiB", '"b2"'),
     ]
-    assert files[1]["size"].text == "3.0 MiB"
     assert "3,145,728 bytes" in files[1]["size"].tooltips()
     for label, value in [
         ("Model", "resnet50"),

@@ -3,7 +3,6 @@ dates, notices, links."""
 
 from collections.abc import Iterable
 
-from cascade_client.progress import size
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
@@ -46,9 +45,17 @@ def truncated(value: str | None, length: int):
 
 
 def size_text(count: int | None) -> str:
-    """Bytes as `cascade pull` prints them (`cascade_client.progress.size`): B, then KiB, MiB,
-    GiB of 1,024, one decimal."""
-    return "-" if count is None else size(count)
+    """Bytes in the units `cascade pull` prints: B, then KiB, MiB, GiB of 1,024, one decimal."""
+    if count is None:
+        return "-"
+    if abs(count) < 1024:
+        return f"{count} B"
+    value = count / 1024
+    for unit in ("KiB", "MiB"):
+        if abs(value) < 1024:
+            return f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
 
 
 def size_html(count: int | None):
