@@ -18,7 +18,6 @@ from django.db.models import FloatField
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 from django.http import HttpResponseRedirect
-from django.template.defaultfilters import filesizeformat
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
@@ -27,7 +26,7 @@ from django.utils.http import urlencode
 from simulations.admin.pages import compare_page, compare_problem, show, simulation_page
 from simulations.models import SimulatedKernel, Simulation
 from traces.admin.bucket_records import FromTheBucket
-from traces.admin.display import state_badge, truncated
+from traces.admin.display import size_text, state_badge, truncated
 from traces.admin.filters import StorableLookups
 from traces.locks import trace_lock
 from traces.models import TraceState
@@ -305,7 +304,7 @@ class SimulationAdmin(StorableLookups, SimulationColumns, FromTheBucket):
                 (
                     entry.get("key", ""),
                     entry.get("bytes", 0),
-                    filesizeformat(entry.get("bytes", 0)),
+                    size_text(entry.get("bytes", 0)),
                     entry.get("etag", ""),
                 )
                 for entry in obj.files
