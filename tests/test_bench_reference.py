@@ -41,14 +41,15 @@ def test_postgres_builds_the_apis_detail_itself(api, database_url, make_trace):
     )
     trace.metadata = {"status": "ok", "trace_gpu_arch": "sm_90"}
     trace.save()
-    # The bench's runs have no steps: the reference leaves a step its number.
+    # Kernels as the bench's runs have them: no steps (the reference leaves a step its number),
+    # no device (the reference writes no fork's keys).
     with transaction.atomic():
         kernel_store.kernels_append(
             trace.pk,
             [
                 kernel_row(1, ctx="0x1", insts=2**32 - 1, traced=True, duration_ns=2816),
                 kernel_row(2, ctx="0x1", insts=None),
-                kernel_row(1, ctx="0x2", device=0, stream=7),
+                kernel_row(1, ctx="0x2", duration_ns=780),
             ],
         )
     Trace.objects.filter(pk=trace.pk).update(kernel_count=3)
