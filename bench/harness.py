@@ -299,7 +299,7 @@ def json_agg_sql(database_url: str, run_id: str) -> str:
 
     from traces.encoders import kernel_row_to_dict
     from traces.models import KERNEL_COLUMNS, Trace
-    from traces.shapes import DATETIME, TRACE_DETAIL
+    from traces.shapes import DATETIME, TRACE_DETAIL, Shape
 
     kernel_sql = kernel_query_sql(database_url, run_id)
     aliases = ", ".join(f"c{i}" for i in range(len(KERNEL_COLUMNS)))
@@ -323,6 +323,12 @@ def json_agg_sql(database_url: str, run_id: str) -> str:
             value = f't."{Trace._meta.get_field(declared.column).column}"'
             if declared.kind == DATETIME:
                 value = f"""to_char({value} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"""
+            elif isinstance(declared.items, Shape):  # jsonb objects: their keys in the declared order
+                keys = ", ".join(f"'{key}', w->'{key}'" for key in declared.items.keys)
+                value = (
+                    f"coalesce((SELECT json_agg(json_build_object({keys}) ORDER BY n) "
+                    f"FROM jsonb_array_elements({value}) WITH ORDINALITY AS e(w, n)), '[]'::json)"
+                )
         pairs.append(f"'{declared.name}', {value}")
     return (
         f"SELECT json_build_object({', '.join(pairs)}) FROM {Trace._meta.db_table} t WHERE t.id = {trace_id}"
