@@ -4,25 +4,25 @@ line each.
 
 What is derived from here: the selectors' column tuples (`Shape.columns`), the encoders' key
 order and indices, the OpenAPI components (`traces.serializers.serializer_for` builds a DRF
-serializer class from a shape, never instantiated on a hot path), the examples' keys and their
-values where an example does not say (`Field.example_value`), docs/api.md's list of the trace's
-added keys, the help text of the Trace columns the API publishes (`traces.models` reads `doc`),
-and the bench's reference SQL of a detail (`bench.harness.json_agg_sql`). The encoders stay
-hand-written for speed: a shape says what an answer holds, an encoder how it is built from a row.
-This module imports nothing of Django, so that `python -m traces.api_examples` runs without it.
+serializer class from a shape, never instantiated on a hot path), the examples' keys and, where
+an example does not say, their values (`Field.example_value`), docs/api.md's list of the trace's
+added keys, the help text of the published Trace fields that have one (`traces.models` reads the
+`doc`), and the bench's reference SQL of a detail (`bench.harness.json_agg_sql`). The encoders
+stay hand-written for speed: a shape says what an answer holds, an encoder how it is built from
+a row. Nothing of Django is imported here, so `python -m traces.api_examples` runs without it.
 
-Adding a field to the trace list and detail, of a kind read as stored (string, integer, int64,
-number, boolean):
-1. the model's field on `Trace` in traces/models.py, with `help_text=TRACE_DETAIL.field("<name>").doc`
-   when it has a doc, and `db_default` as well as `default` when it is NOT NULL (the benches'
-   seeders insert trace rows by SQL), then `python manage.py makemigrations traces`;
-2. one `stored(...)` line at the end of `TRACE_ADDED` (no `example=` needed: the examples take
-   the kind's own, `Field.example_value`);
-3. `python -m traces.api_examples`, which rewrites docs/api.md's examples and its list of added keys.
+Adding a field to the trace list and detail, of a kind served as stored (string, integer, int64,
+number, boolean), takes three steps:
+1. the field on `Trace` in traces/models.py, `help_text=TRACE_DETAIL.field("<name>").doc` if it
+   has a doc, and `db_default` beside `default` if it is NOT NULL (the benches' seeders insert
+   trace rows by SQL); then `python manage.py makemigrations traces`;
+2. one `stored(...)` line at the end of `TRACE_ADDED` (no `example=`: the examples take the
+   kind's plain value, `Field.example_value`);
+3. `python -m traces.api_examples`, which rewrites docs/api.md's examples and list of added keys.
 It then appears in the list, the detail (after `kernels`), the schema, the docs and the bench's
-reference SQL, and the tests that list keys or columns take it from here
-(`tests/traces/test_shapes.py` proves this recipe on a scratch copy of the repository). A
-timestamp or JSON field also needs its text form in `traces.selectors._LIST_TEXT`.
+reference SQL; the tests that list keys or columns take it from here. tests/traces/test_shapes.py
+does exactly this for an integer in a scratch copy and runs those tests. A timestamp also needs
+its text form in the list's rows (`traces.selectors._LIST_TEXT`).
 """
 
 import copy
