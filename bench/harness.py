@@ -280,6 +280,15 @@ def _json_sql(value) -> str:
     raise TypeError(f"cannot write {value!r} as SQL")
 
 
+# The detail's keys the API does not write as their column stores them: metadata.json's text as
+# JSON; `waiting_for` null but for an uploading trace, which the bench's runs never are (the API's
+# sentence of files is not built here).
+_ANSWERED_OTHERWISE = {
+    "metadata": 't."metadata_json"::json',
+    "waiting_for": "CASE WHEN t.state = 'uploading' AND t.metadata_json IS NULL THEN 'metadata.json' END",
+}
+
+
 def json_agg_sql(database_url: str, run_id: str) -> str:
     """One statement in which PostgreSQL builds the trace's TraceDetail JSON itself: the same
     keys in the same order, kernels read by the API's own query (`traces.selectors`) and
@@ -290,7 +299,7 @@ def json_agg_sql(database_url: str, run_id: str) -> str:
 
     from traces.encoders import kernel_row_to_dict
     from traces.models import KERNEL_COLUMNS, Trace
-    from traces.selectors import TRACE_PUBLISHED_COLUMNS
+    from traces.shapes import DATETIME, TRACE_DETAIL, Shape
 
     kernel_sql = kernel_query_sql(database_url, run_id)
     aliases = ", ".join(f"c{i}" for i in range(len(KERNEL_COLUMNS)))
@@ -300,24 +309,29 @@ def json_agg_sql(database_url: str, run_id: str) -> str:
         types = [column.type_code for column in cursor.description]
     oid = 26  # pg_type's oid of `oid`
     columns = tuple(_Column(i, as_number=types[i] == oid) for i in range(len(KERNEL_COLUMNS)))
-    kernel = _json_sql(kernel_row_to_dict(columns))
-    head = []
-    for name in TRACE_PUBLISHED_COLUMNS:
-        column = f't."{Trace._meta.get_field(name).column}"'
-        if name in ("created_at", "updated_at"):
-            column = f"""to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"""
-        head.append(f"'{name}', {column}")
-    metadata = f't."{Trace._meta.get_field("metadata_json").column}"::json'
-    # After `kernels`. `waiting_for` is null but for an uploading trace, which
-    # the bench's runs never are (the API's sentence of files is not built here).
-    tail = (
-        "'waiting_for', CASE WHEN t.state = 'uploading' AND t.metadata_json IS NULL THEN 'metadata.json' END, "
-        "'warnings', t.warnings, 'traced_launches', t.traced_launches"
+    kernels = (
+        f"coalesce((SELECT json_agg({_json_sql(kernel_row_to_dict(columns))}) "
+        f"FROM ({kernel_sql}) AS k({aliases})), '[]'::json)"
     )
+    # The detail's keys in its order (`traces.shapes`), each its column as stored but where the
+    # API writes it otherwise.
+    values = {"kernels": kernels, **_ANSWERED_OTHERWISE}
+    pairs = []
+    for declared in TRACE_DETAIL.fields:
+        value = values.get(declared.name)
+        if value is None:
+            value = f't."{Trace._meta.get_field(declared.column).column}"'
+            if declared.kind == DATETIME:
+                value = f"""to_char({value} AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')"""
+            elif isinstance(declared.items, Shape):  # jsonb objects: their keys in the declared order
+                keys = ", ".join(f"'{key}', w->'{key}'" for key in declared.items.keys)
+                value = (
+                    f"coalesce((SELECT json_agg(json_build_object({keys}) ORDER BY n) "
+                    f"FROM jsonb_array_elements({value}) WITH ORDINALITY AS e(w, n)), '[]'::json)"
+                )
+        pairs.append(f"'{declared.name}', {value}")
     return (
-        f"SELECT json_build_object({', '.join(head)}, 'metadata', {metadata}, 'kernels', "
-        f"coalesce((SELECT json_agg({kernel}) FROM ({kernel_sql}) AS k({aliases})), '[]'::json), {tail}) "
-        f"FROM {Trace._meta.db_table} t WHERE t.id = {trace_id}"
+        f"SELECT json_build_object({', '.join(pairs)}) FROM {Trace._meta.db_table} t WHERE t.id = {trace_id}"
     )
 
 

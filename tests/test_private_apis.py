@@ -26,7 +26,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCT = ("cascade", "traces", "ingest", "tools", "client", "gunicorn.conf.py")
 OWN_PACKAGES = {"cascade", "traces", "ingest", "tools", "cascade_client", "bench", "tests"}
-PUBLIC_UNDERSCORED = {"_meta", "_default_manager", "_replace", "_asdict", "_fields", "_make", "_field_defaults"}
+PUBLIC_UNDERSCORED = {
+    "_meta",
+    "_default_manager",
+    "_replace",
+    "_asdict",
+    "_fields",
+    "_make",
+    "_field_defaults",
+}
 
 # (file, expression) -> where it lives and why it stays. Two at most.
 ALLOWED = {

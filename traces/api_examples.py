@@ -1,8 +1,9 @@
 """The API's examples, in one place: the OpenAPI schema shows them (`traces.serializers`
 attaches each to the shape it illustrates; the lists' are set by `traces.openapi.finish_schema`)
-and docs/api.md's ```json blocks are written from `DOCS_EXAMPLES` (`python -m
-traces.api_examples` rewrites them). Longer than 500 lines because it is data: one example of
-every answer of every route, each a literal a reader can compare with a real answer.
+and docs/api.md's ```json blocks are written from `DOCS_EXAMPLES`, its lists of keys from
+`DOCS_KEYS` (`python -m traces.api_examples` rewrites both). Longer than 500 lines because it
+is data: one example of every answer of every route, each a literal a reader can compare with a
+real answer.
 
 tests/traces/test_api_docs_examples.py checks that the docs hold exactly these, and that they
 have the keys, order and types of the live API's answers.
@@ -11,6 +12,7 @@ have the keys, order and types of the live API's answers.
 import json
 import re
 import sys
+import textwrap
 from pathlib import Path
 
 from drf_spectacular.utils import OpenApiExample
@@ -20,11 +22,11 @@ from traces import shapes
 
 def shaped(shape: shapes.Shape, values: dict) -> dict:
     """An example of `shape`: its keys in its order, each from `values` or the field's own
-    `example`; an optional field only where `values` has it."""
+    (`Field.example_value`); an optional field only where `values` has it."""
     unknown = set(values) - set(shape.keys)
     assert not unknown, f"{shape.name} has no {sorted(unknown)}"
     return {
-        field.name: values.get(field.name, field.example)
+        field.name: values[field.name] if field.name in values else field.example_value
         for field in shape.fields
         if field.name in values or not field.optional
     }
@@ -740,7 +742,7 @@ SIMULATION_COMPLETE_EXAMPLES = [
 ]
 
 
-# --- docs/api.md: its ```json blocks, written from these values ------------------------------------
+# --- docs/api.md: its ```json blocks, written from these values, and its lists of keys ------------
 
 # Each block follows a `<!-- example: NAME -->` line in docs/api.md; lists trimmed to stay short.
 DOCS_EXAMPLES = {
@@ -793,9 +795,26 @@ def docs_json(value, indent: str = "") -> str:
     return f"{opening}\n{inner}" + f",\n{inner}".join(lines) + f"\n{indent}{closing}"
 
 
+# Each list of keys follows a `<!-- keys: NAME -->` line in docs/api.md: a line per field, its doc.
+DOCS_KEYS = {"trace-added": shapes.TRACE_ADDED}
+DOCS_KEY_LIST = re.compile(r"(<!-- keys: (?P<name>[a-z-]+) -->\n)(?P<body>(?:(?:- |  ).*\n)*)")
+
+
+def docs_keys(fields: tuple[shapes.Field, ...]) -> str:
+    """A Markdown item per field, its doc wrapped at DOCS_WIDTH."""
+    items = (f"`{field.name}`" + (f": {field.doc}" if field.doc else "") for field in fields)
+    return "".join(
+        textwrap.fill(item, DOCS_WIDTH, initial_indent="- ", subsequent_indent="  ", break_on_hyphens=False)
+        + "\n"
+        for item in items
+    )
+
+
 def docs_with_examples(text: str) -> str:
-    """docs/api.md's text with each example block rewritten from DOCS_EXAMPLES."""
-    return DOCS_BLOCK.sub(lambda block: block[1] + docs_json(DOCS_EXAMPLES[block["name"]]) + block[4], text)
+    """docs/api.md's text with each example block rewritten from DOCS_EXAMPLES, each list of
+    keys from DOCS_KEYS."""
+    text = DOCS_BLOCK.sub(lambda block: block[1] + docs_json(DOCS_EXAMPLES[block["name"]]) + block[4], text)
+    return DOCS_KEY_LIST.sub(lambda keys: keys[1] + docs_keys(DOCS_KEYS[keys["name"]]), text)
 
 
 if __name__ == "__main__":  # python -m traces.api_examples [docs/api.md]

@@ -38,10 +38,21 @@ def format_timestamp(value: datetime) -> str:
 
 def trace_row_to_dict(row: tuple) -> dict:
     """A TraceSummary from its stored values (`selectors.TRACE_SUMMARY_COLUMNS`)."""
-    return {
+    summary = {
         name: format_timestamp(value) if index in _TIMESTAMPS else value
         for index, (name, value) in enumerate(zip(SUMMARY_KEYS, row, strict=True))
     }
+    summary["warnings"] = warnings_in_order(summary["warnings"])
+    return summary
+
+
+_WARNING_KEYS = shapes.TRACE_WARNING.keys
+
+
+def warnings_in_order(warnings: list[dict]) -> list[dict]:
+    """A trace's warnings, each with the declared keys in their order: PostgreSQL's jsonb keeps
+    an object's keys in an order of its own (the shortest first)."""
+    return [{key: warning.get(key) for key in _WARNING_KEYS} for warning in warnings]
 
 
 # Keys of files shown in `waiting_for`, at most (the admin shows as many).
@@ -141,7 +152,7 @@ def list_row_to_dict(row: tuple, layers: dict[str, list] | None = None) -> dict:
     if waiting is not None:
         waiting = waiting_text(None if waiting == WAITING_FOR_METADATA else orjson.loads(waiting))
     summary["waiting_for"] = waiting
-    summary["warnings"] = orjson.loads(row[_WARNINGS])
+    summary["warnings"] = warnings_in_order(orjson.loads(row[_WARNINGS]))
     text = row[_LAYERS]
     if layers is None:
         summary["layers"] = orjson.loads(text)

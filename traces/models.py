@@ -15,6 +15,8 @@ from django.db.models.signals import pre_delete
 from django.dispatch import receiver
 from django.utils import timezone
 
+from traces.shapes import TRACE_DETAIL
+
 
 class TraceState(models.TextChoices):
     UPLOADING = "uploading", "uploading"
@@ -38,9 +40,10 @@ CURRENT_PARSER_VERSION = 6
 class Trace(models.Model):
     """A profiler run: the folder `<prefix><id>/` in the bucket.
 
-    The public fields are the API's TraceSummary. The `files*` and `parsed_fingerprint`
-    fields are ingestion's bookkeeping: what the bucket held when Cascade last looked, so
-    that a poll pass can tell "nothing new" without downloading anything.
+    The public fields are the API's TraceSummary, described once in `traces.shapes` (a field's
+    `help_text` is its declaration's doc). The `files*` and `parsed_fingerprint` fields are
+    ingestion's bookkeeping: what the bucket held when Cascade last looked, so that a poll pass
+    can tell "nothing new" without downloading anything.
     """
 
     # S3 keys are at most 1,024 bytes, so no run folder name is longer.
@@ -57,11 +60,7 @@ class Trace(models.Model):
     trace_gpu_arch = models.TextField(null=True, blank=True)
     suggested_sim_config = models.TextField(null=True, blank=True)
     kernel_count = models.BigIntegerField(default=0)
-    bytes = models.BigIntegerField(
-        default=0,
-        help_text="The bytes of the files a reader gets (`/files`): those metadata.json lists and itself, "
-        "or every file of a run without a list; never simulations/, nor a file left out for its path.",
-    )
+    bytes = models.BigIntegerField(default=0, help_text=TRACE_DETAIL.field("bytes").doc)
     has_real_timing = models.BooleanField(default=False)
     has_step_timeline = models.BooleanField(default=False)
     sample = models.BooleanField(default=False)
@@ -83,14 +82,13 @@ class Trace(models.Model):
     traced_launches = models.BigIntegerField(
         default=0,
         db_default=0,
-        help_text="Launches whose instruction trace file the run holds (named by a kernel list, and there).",
+        help_text=TRACE_DETAIL.field("traced_launches").doc,
     )
     warnings = models.JSONField(
         default=list,
         db_default=Value([], output_field=models.JSONField()),
         blank=True,
-        help_text="What a reader of the trace must know, {file, offset, what} each: a file cut short "
-        "(what was dropped, at which byte), a killed run's unfinished launches, a file left out of the listing.",
+        help_text=TRACE_DETAIL.field("warnings").doc,
     )
     # Kept as text, not jsonb, so that the API returns metadata.json's keys in their order.
     metadata_json = models.TextField(null=True, blank=True, help_text="metadata.json, parsed and re-encoded.")

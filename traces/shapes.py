@@ -4,17 +4,28 @@ line each.
 
 What is derived from here: the selectors' column tuples (`Shape.columns`), the encoders' key
 order and indices, the OpenAPI components (`traces.serializers.serializer_for` builds a DRF
-serializer class from a shape, never instantiated on a hot path) and the examples' keys
-(`tests/traces/test_api_docs_examples.py` checks examples and live answers against these; it is
-the only check of `/files` and the upload's answers, whose dicts `ingest/` builds).
-The encoders stay hand-written for speed: a shape says what an answer holds, an encoder how it
-is built from a row.
+serializer class from a shape, never instantiated on a hot path), the examples' keys and, where
+an example does not say, their values (`Field.example_value`), docs/api.md's list of the trace's
+added keys, the help text of the published Trace fields that have one (`traces.models` reads the
+`doc`), and the bench's reference SQL of a detail (`bench.harness.json_agg_sql`). The encoders
+stay hand-written for speed: a shape says what an answer holds, an encoder how it is built from
+a row. Nothing of Django is imported here, so `python -m traces.api_examples` runs without it.
 
-Adding a field to the trace list: one `stored(...)` line at the end of `TRACE_ADDED` (and the
-model's column, if it is new). It then appears in the list, the detail (after `kernels`), the
-schema, and the docs' examples check asks for it.
+Adding a field to the trace list and detail, of a kind served as stored (string, integer, int64,
+number, boolean), takes three steps:
+1. the field on `Trace` in traces/models.py, `help_text=TRACE_DETAIL.field("<name>").doc` if it
+   has a doc, and `db_default` beside `default` if it is NOT NULL (the benches' seeders insert
+   trace rows by SQL); then `python manage.py makemigrations traces`;
+2. one `stored(...)` line at the end of `TRACE_ADDED` (no `example=`: the examples take the
+   kind's plain value, `Field.example_value`);
+3. `python -m traces.api_examples`, which rewrites docs/api.md's examples and list of added keys.
+It then appears in the list, the detail (after `kernels`), the schema, the docs and the bench's
+reference SQL; the tests that list keys or columns take it from here. tests/traces/test_shapes.py
+does exactly this for an integer in a scratch copy and runs those tests. A timestamp also needs
+its text form in the list's rows (`traces.selectors._LIST_TEXT`).
 """
 
+import copy
 from dataclasses import dataclass
 
 # Kinds, as OpenAPI writes them.
@@ -30,6 +41,19 @@ ARRAY = "array"  # of `items`: a kind or a Shape
 # TraceState's values (tests/traces/test_shapes.py checks): no model import, so that the
 # declaration reads without Django set up (`python -m traces.api_examples`).
 STATES = ("uploading", "parsing", "ready", "failed")
+
+# Each kind's plainest value, for the examples (`Field.example_value`).
+_PLAIN = {
+    STRING: "",
+    INTEGER: 0,
+    INT64: 0,
+    NUMBER: 0.0,
+    BOOLEAN: False,
+    DATETIME: "2026-11-08T08:59:02.590922Z",
+    URI: "https://example.org/",
+    OBJECT: {},
+    ARRAY: [],
+}
 
 
 @dataclass(frozen=True)
@@ -47,6 +71,20 @@ class Field:
     max_length: int | None = None
     min_value: int | None = None  # an INT64's lower bound, when it has one (a size: 0)
     example: object = None  # its value in the examples where they do not say (traces.api_examples)
+
+    @property
+    def example_value(self):
+        """Its value in an example that does not say: `example`, else null where it may be,
+        else the kind's plainest value (a new column's example needs no line of its own)."""
+        if self.example is not None or self.null:
+            return self.example
+        if self.enum:
+            return self.enum[0]
+        if self.shape is not None:
+            return {field.name: field.example_value for field in self.shape.fields if not field.optional}
+        if self.kind == ARRAY and self.length is not None and not isinstance(self.items, Shape):
+            return [_PLAIN[self.items]] * self.length
+        return copy.copy(_PLAIN[self.kind])
 
 
 @dataclass(frozen=True)
@@ -129,7 +167,13 @@ TRACE_ADDED = (
         "that have not landed (`2 files listed in metadata.json: ...`); null unless uploading.",
         null=True,
     ),
-    stored("warnings", ARRAY, items=TRACE_WARNING),
+    stored(
+        "warnings",
+        ARRAY,
+        "What a reader of the trace must know, {file, offset, what} each: a file cut short "
+        "(what was dropped, at which byte), a killed run's unfinished launches, a file left out of the listing.",
+        items=TRACE_WARNING,
+    ),
     stored(
         "traced_launches",
         INT64,
@@ -138,8 +182,8 @@ TRACE_ADDED = (
 )
 TRACE_SUMMARY = Shape(
     "TraceSummary",
-    "A trace, in any state, without its metadata and kernels. The reference's keys, then "
-    "(after them) `waiting_for`, `warnings` and `traced_launches`.",
+    "A trace, in any state, without its metadata and kernels. The reference's keys, then (after "
+    f"them) those added since: {', '.join(f'`{field.name}`' for field in TRACE_ADDED)}.",
     (*TRACE_PUBLISHED, *TRACE_ADDED),
 )
 _DIM = {"kind": ARRAY, "items": INTEGER, "length": 3}

@@ -10,11 +10,12 @@ from django.http import StreamingHttpResponse
 from django.test.utils import CaptureQueriesContext
 
 from tests.helpers import content
+from traces import shapes
 from traces.models import Kernel, Trace, TraceState
 from traces.views import BROWSABLE_KERNELS_PAGE, STREAM_KERNELS_ABOVE
 
-ADDED_KEYS = ["waiting_for", "warnings", "traced_launches"]
-SUMMARY_KEYS = [
+# The published reference's keys, in its order: what a client of the reference reads.
+REFERENCE_KEYS = [
     "id",
     "state",
     "error",
@@ -30,11 +31,15 @@ SUMMARY_KEYS = [
     "has_real_timing",
     "has_step_timeline",
     "sample",
-    # After the reference's keys: what an uploading trace waits for, what a reader
-    # must know (a file cut short, a killed run, a file left out), launches with their trace file.
-    *ADDED_KEYS,
 ]
-DETAIL_KEYS = [*SUMMARY_KEYS[: -len(ADDED_KEYS)], "metadata", "kernels", *ADDED_KEYS]
+# After the reference's keys (after the detail's `kernels`), those added since, from their
+# declaration; those released so far lead them, in this order: what an uploading trace waits
+# for, what a reader must know (a file cut short, a killed run, a file left out), launches with
+# their trace file.
+RELEASED_ADDED_KEYS = ["waiting_for", "warnings", "traced_launches"]
+ADDED_KEYS = [field.name for field in shapes.TRACE_ADDED]
+SUMMARY_KEYS = [*REFERENCE_KEYS, *ADDED_KEYS]
+DETAIL_KEYS = [*REFERENCE_KEYS, "metadata", "kernels", *ADDED_KEYS]
 KERNEL_KEYS = [
     "ctx",
     "kernel_id",
@@ -126,6 +131,7 @@ def test_summary_keys_in_documented_order(api, make_trace):
     make_trace("demo", state=TraceState.READY, trace_gpu_arch="sm_86", suggested_sim_config="SM86_RTX3070")
     (summary,) = api.get("/api/traces").json()
     assert list(summary) == SUMMARY_KEYS
+    assert ADDED_KEYS[: len(RELEASED_ADDED_KEYS)] == RELEASED_ADDED_KEYS
 
 
 def test_summary_values(api, make_trace):
@@ -165,7 +171,15 @@ def test_summary_values(api, make_trace):
         "waiting_for": None,
         "warnings": [],
         "traced_launches": 0,
+        **unreleased_defaults(),
     }
+
+
+def unreleased_defaults() -> dict:
+    """The keys added after the released ones, at their columns' defaults (a trace that never set
+    them)."""
+    unreleased = shapes.TRACE_ADDED[len(RELEASED_ADDED_KEYS) :]
+    return {field.name: Trace._meta.get_field(field.column).get_default() for field in unreleased}
 
 
 def test_timestamps_keep_microseconds_even_when_zero(api, make_trace):

@@ -86,9 +86,14 @@ def expected_detail(old_apps, trace_id: str) -> bytes:
         .values_list(*KERNEL_COLUMNS)
     )
     names = dict(OldStep.objects.filter(trace_id=trace_id).values_list("index", "name"))
-    # The trace's row from the old table; the columns added since (migration 0016) at their defaults.
+    # The trace's row from the old table; the columns added since at the defaults migrating fills.
     OldTrace = old_apps.get_model("traces", "Trace")
-    added = {"warnings": [], "traced_launches": 0}
+    old_columns = {field.name for field in OldTrace._meta.get_fields()}
+    added = {
+        name: Trace._meta.get_field(name).get_default()
+        for name in selectors.TRACE_DETAIL_COLUMNS
+        if name not in old_columns
+    }
     columns = [name for name in selectors.TRACE_DETAIL_COLUMNS if name not in added]
     values = dict(zip(columns, OldTrace.objects.filter(pk=trace_id).values_list(*columns).get(), strict=True))
     row = tuple(values[name] if name in values else added[name] for name in selectors.TRACE_DETAIL_COLUMNS)

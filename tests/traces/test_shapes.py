@@ -1,23 +1,30 @@
-"""`traces.shapes` is the one declaration of each answer: the selectors read its columns, the
-encoders write its keys, the schema's components are it, and a field added to it reaches all
-of them with no other edit."""
+"""`traces.shapes` is the one declaration of each answer: the answers hold its keys, in its order,
+of its kinds; the schema's components are it; and a field added to the trace list as its
+docstring says (the model's field, its migration, one `stored(...)` line, the docs rewritten)
+reaches the answers, the schema, the docs and every test that lists keys or columns."""
 
+import json
 import os
+import re
+import shutil
 import subprocess
 import sys
-import textwrap
 from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import orjson
+import pytest
 from django.conf import settings
+from django.db import connection, transaction
 
 from simulations import accuracy
 from simulations import encoders as simulation_encoders
 from simulations.models import Simulation
+from tests.helpers import SHARED_FIXTURES, content, kernel_row
 from tests.traces.test_openapi import openapi  # noqa: F401 (a fixture)
-from traces import analysis, encoders, selection, selectors, shapes
+from traces import analysis, encoders, kernel_store, selection, shapes
 from traces.models import KERNEL_COLUMNS, NO_DEVICE, Trace, TraceState
 
 OPENAPI_TYPES = {
@@ -33,9 +40,7 @@ OPENAPI_TYPES = {
 }
 
 
-def test_the_selectors_read_the_declared_columns():
-    assert selectors.TRACE_SUMMARY_COLUMNS == shapes.TRACE_SUMMARY.columns()
-    assert selectors.TRACE_DETAIL_COLUMNS == (*shapes.TRACE_SUMMARY.columns(), "metadata_json")
+def test_the_stored_fields_are_the_models_columns():
     assert accuracy.SIMULATION_SUMMARY_COLUMNS == shapes.SIMULATION_SUMMARY.columns()
     trace_columns = {field.name for field in Trace._meta.get_fields()}
     assert set(shapes.TRACE_DETAIL.columns()) <= trace_columns
@@ -72,6 +77,76 @@ def assert_has_the_keys(value: dict, shape: shapes.Shape, where: str) -> None:
         elif isinstance(field.items, shapes.Shape):
             for index, item in enumerate(inner or []):
                 assert_has_the_keys(item, field.items, f"{where}.{field.name}[{index}]")
+
+
+# What each kind is in JSON (a bool is no integer).
+JSON_TYPES = {
+    shapes.STRING: str,
+    shapes.DATETIME: str,
+    shapes.URI: str,
+    shapes.INTEGER: int,
+    shapes.INT64: int,
+    shapes.NUMBER: (int, float),
+    shapes.BOOLEAN: bool,
+    shapes.ARRAY: list,
+    shapes.OBJECT: dict,
+}
+TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
+
+
+def assert_of_the_kind(value, kind: "str | shapes.Shape", where: str) -> None:
+    if isinstance(kind, shapes.Shape):
+        assert_of_the_declared_kinds(value, kind, where)
+        return
+    assert isinstance(value, JSON_TYPES[kind]), where
+    assert kind == shapes.BOOLEAN or not isinstance(value, bool), where
+    if kind == shapes.DATETIME:
+        assert TIMESTAMP.match(value), where
+
+
+def assert_of_the_declared_kinds(value: dict, shape: shapes.Shape, where: str) -> None:
+    """`value` has `shape`'s keys (`assert_has_the_keys`), each value of its field's kind: null
+    only where the field may be, one of its enum, of its length; and so do the objects it nests."""
+    assert_has_the_keys(value, shape, where)
+    for field in shape.fields:
+        item, at = value.get(field.name), f"{where}.{field.name}"
+        if item is None:
+            assert field.null or field.name not in value, at
+            continue
+        assert_of_the_kind(item, field.shape or field.kind, at)
+        if field.enum:
+            assert item in field.enum, at
+        if field.length is not None:
+            assert len(item) == field.length, at
+        if field.kind == shapes.ARRAY:
+            for index, element in enumerate(item):
+                assert_of_the_kind(element, field.items, f"{at}[{index}]")
+
+
+def test_the_list_and_the_detail_answer_the_declared_kinds(api, make_trace, make_kernels):
+    make_trace("uploading")  # waiting for its metadata.json
+    ready = make_trace(
+        "ready",
+        state=TraceState.READY,
+        model="facebook/opt-125m",
+        layers=["step 0 (prefill)"],
+        trace_gpu_arch="sm_90",
+        warnings=[{"file": "traces/stats.csv", "offset": None, "what": "the file is empty"}],
+        traced_launches=1,
+    )
+    ready.metadata = {"status": "ok", "files": []}
+    ready.save()
+    make_kernels(ready, [50066, None])
+    with transaction.atomic():  # a launch of the device-id fork: its keys too
+        kernel_store.kernels_append(ready.pk, [kernel_row(1, ctx="0x2", device=0, stream=7)])
+    listed = api.get("/api/traces").json()
+    assert [summary["id"] for summary in listed] == ["ready", "uploading"]
+    for summary in listed:
+        assert_of_the_declared_kinds(summary, shapes.TRACE_SUMMARY, summary["id"])
+        detail = json.loads(content(api.get(f"/api/traces/{summary['id']}")))
+        assert_of_the_declared_kinds(detail, shapes.TRACE_DETAIL, f"{summary['id']} detail")
+        if summary["id"] == "ready":  # with and without the fork's keys
+            assert {"device_id" in kernel for kernel in detail["kernels"]} == {True, False}
 
 
 def test_the_selections_answer_has_the_declared_keys():
@@ -133,51 +208,102 @@ def test_the_schemas_components_are_the_declarations(openapi):  # noqa: F811
                 assert (described.get("format") == "int64") is (field.kind == shapes.INT64), where
 
 
-# A field added to the trace list as the declaration's docstring says: one line in TRACE_ADDED.
-ADDED_FIELD = '    stored("parser_version", INTEGER, "The stats parser that read it.", null=True),\n'
-DERIVED = textwrap.dedent(
-    """
-    import importlib.abc, importlib.util, sys
-    source = open(sys.argv[1]).read()
-    added = source.replace("\\n)\\nTRACE_SUMMARY = Shape(", "\\n" + sys.argv[2] + ")\\nTRACE_SUMMARY = Shape(", 1)
-    assert added != source
+# --- adding a field, as traces/shapes.py's docstring says, in a scratch copy of the repository ----
 
-    class Edited(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-        def find_spec(self, name, path, target=None):
-            if name == "traces.shapes":
-                return importlib.util.spec_from_loader(name, self, origin=sys.argv[1])
+ADDED_DOC = "The GPUs the run was traced on."
+# The model's field, after the published ones (help text from the declaration, defaults in Python
+# and in the database), and its declaration, last of TRACE_ADDED.
+ADDED_MODEL_FIELD = '    gpu_count = models.PositiveSmallIntegerField(default=1, db_default=1, help_text=TRACE_DETAIL.field("gpu_count").doc)\n'
+ADDED_DECLARATION = f'    stored("gpu_count", INTEGER, "{ADDED_DOC}"),\n'
+# What the new key must reach, checked in the copy with its own suite's fixtures.
+PROBE = f"""
+import json
 
-        def exec_module(self, module):
-            exec(compile(added, sys.argv[1], "exec"), module.__dict__)
-
-    sys.meta_path.insert(0, Edited())
-    import django
-    django.setup()
-    from traces import encoders, selectors
-    from traces.openapi import api_schema
-    components = api_schema()["components"]["schemas"]
-    print(selectors.TRACE_SUMMARY_COLUMNS[-1], selectors.LIST_ROW_COLUMNS[-1], encoders.SUMMARY_KEYS[-1])
-    print(list(components["TraceSummary"]["properties"])[-1], list(components["TraceDetail"]["properties"])[-1])
-    row = (None,) * (len(selectors.TRACE_SUMMARY_COLUMNS) - 1) + (3,)
-    print(list(encoders.list_row_to_dict(row[:6] + ("[]",) + row[7:16] + ("[]",) + row[17:]))[-1])
-    from traces.api_examples import DEMO_SUMMARY, NULL_TOTALS_DETAIL
-    print(list(DEMO_SUMMARY)[-1], list(NULL_TOTALS_DETAIL)[-1])
-    """
-)
+from tests.helpers import content
+from tests.traces.test_openapi import openapi  # noqa: F401
+from traces.models import Trace
 
 
-def test_a_field_added_to_the_declaration_reaches_every_derived_place():
-    """The selectors' columns, the list's rows, the encoders' keys, the schema's TraceSummary and
-    TraceDetail and the examples all end with the new field (run with an edited traces/shapes.py;
-    docs/api.md's examples are then out of date until `python -m traces.api_examples`)."""
-    assert shapes.TRACE_SUMMARY.index("layers") == 6 and shapes.TRACE_SUMMARY.index("warnings") == 16
+def test_the_added_field_is_answered_and_described(api, make_trace, openapi):  # noqa: F811
+    make_trace("probe", gpu_count=4)
+    (summary,) = api.get("/api/traces").json()
+    detail = json.loads(content(api.get("/api/traces/probe")))
+    schemas = openapi["components"]["schemas"]
+    for keys in (list(summary), list(detail), list(schemas["TraceSummary"]["properties"]),
+                 list(schemas["TraceDetail"]["properties"])):
+        assert keys[-1] == "gpu_count"
+    assert summary["gpu_count"] == detail["gpu_count"] == 4
+    assert schemas["TraceSummary"]["properties"]["gpu_count"]["description"] == {ADDED_DOC!r}
+    assert Trace._meta.get_field("gpu_count").help_text == {ADDED_DOC!r}
+"""
+# The tests whose lists of keys, columns or queries a new field would touch, and the probe.
+SUITE = [
+    "tests/traces/test_added_field_probe.py",
+    "tests/traces/test_api.py",
+    "tests/traces/test_shapes.py",
+    "tests/traces/test_openapi.py",
+    "tests/traces/test_api_docs_examples.py",
+    "tests/traces/test_kernel_storage.py",
+    "tests/ingest/test_parallel_passes.py",
+    "tests/test_bench_reference.py",
+]
+COPIED_NOT = shutil.ignore_patterns(".git", ".venv", "var", "__pycache__", ".pytest_cache", ".ruff_cache")
+
+
+def inserted(text: str, after: str, line: str) -> str:
+    """`text` with `line` inserted after the first occurrence of `after`."""
+    at = text.index(after) + len(after)
+    return text[:at] + line + text[at:]
+
+
+def run(copy: Path, *args: str, env: dict, timeout: float) -> subprocess.CompletedProcess:
     done = subprocess.run(
-        [sys.executable, "-c", DERIVED, str(Path(shapes.__file__)), ADDED_FIELD],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=settings.BASE_DIR,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "cascade.settings"},
+        [sys.executable, *args], cwd=copy, env=env, capture_output=True, text=True, timeout=timeout
     )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["parser_version"] * 8
+    assert done.returncode == 0, f"{args}:\n{done.stdout[-6000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+@pytest.mark.slow  # copies the repository, migrates, and runs part of its suite: a minute or two
+def test_a_field_added_as_the_docstring_says_reaches_every_derived_place(tmp_path):
+    copy = tmp_path / "cascade"
+    shutil.copytree(settings.BASE_DIR, copy, ignore=COPIED_NOT)
+    models_py, shapes_py = copy / "traces" / "models.py", copy / "traces" / "shapes.py"
+    models_py.write_text(
+        inserted(
+            models_py.read_text(), "    sample = models.BooleanField(default=False)\n", ADDED_MODEL_FIELD
+        )
+    )
+    source = shapes_py.read_text()
+    end_of_added = source.index("\n)\n", source.index("\nTRACE_ADDED = (")) + 1
+    shapes_py.write_text(source[:end_of_added] + ADDED_DECLARATION + source[end_of_added:])
+    (copy / "tests" / "traces" / "test_added_field_probe.py").write_text(PROBE)
+
+    env = {name: value for name, value in os.environ.items() if not name.startswith("PYTEST_")}
+    env |= {
+        "DJANGO_SETTINGS_MODULE": "cascade.settings",
+        "CASCADE_VAR_DIR": str(copy / "var"),
+        "CASCADE_SHARED_FIXTURES": str(SHARED_FIXTURES),
+    }
+    if connection.vendor == "postgresql":  # a database of its own: this run holds the suite's
+        url = urlsplit(os.environ["DATABASE_URL"])
+        env["DATABASE_URL"] = urlunsplit(url._replace(path=f"{url.path}_added_field"))
+    run(copy, "manage.py", "makemigrations", "traces", "--name", "trace_gpu_count", env=env, timeout=300)
+    run(copy, "-m", "traces.api_examples", env=env, timeout=120)
+    done = run(
+        copy,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        "0",
+        "-m",
+        "not slow",
+        "-rA",
+        *SUITE,
+        env=env,
+        timeout=1800,
+    )
+    assert "PASSED tests/traces/test_added_field_probe.py::" in done.stdout
+    assert "gpu_count" in (copy / "docs" / "api.md").read_text()
