@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from django.db.models import Count, Exists, OuterRef, QuerySet, Sum
 
+from simulations import shapes
 from simulations.metrics import (
     ABS_ERROR,
     COMPARED,
@@ -24,7 +25,6 @@ from simulations.metrics import (
     values_from_sums,
 )
 from simulations.models import SimulatedKernel, Simulation
-from traces import shapes
 from traces.demangle import demangle_all
 from traces.launch_summaries import trace_context_names
 from traces.models import KernelName, Step, TraceState

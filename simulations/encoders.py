@@ -3,8 +3,8 @@ documented key order, a detail's kernels a chunk at a time (as a trace's, `trace
 
 from collections.abc import Iterable, Iterator
 
+from simulations import shapes
 from simulations.accuracy import SIMULATION_SUMMARY_COLUMNS, SimulationDetail
-from traces import shapes
 from traces.encoders import encode_with_kernels, format_timestamp
 
 _INTERRUPTED_KEYS = shapes.INTERRUPTED_KERNEL.keys

@@ -4,7 +4,14 @@
 from django.db import models
 from django.utils import timezone
 
+from simulations.shapes import SIMULATION_SUMMARY
 from traces.models import KernelContext, KernelName, Trace, TraceKeyForeignKey, TraceState, files_fingerprint
+
+
+def _doc(name: str) -> str:
+    """A served field's help text: its declaration's (`simulations.shapes`), written once."""
+    return SIMULATION_SUMMARY.field(name).doc
+
 
 SIMULATION_NAME_MAX = 100
 # The version of the reading of a log and its pairing (simlog.py, pairing.py), recorded on each
@@ -33,8 +40,8 @@ class Simulation(models.Model):
     config = models.TextField(null=True, blank=True)
     notes = models.TextField(null=True, blank=True)
     # From the log.
-    simulator_build = models.TextField(null=True, blank=True, help_text="Accel-Sim [build ...].")
-    gpgpusim_build = models.TextField(null=True, blank=True, help_text="GPGPU-Sim version [build ...].")
+    simulator_build = models.TextField(null=True, blank=True, help_text=_doc("simulator_build"))
+    gpgpusim_build = models.TextField(null=True, blank=True, help_text=_doc("gpgpusim_build"))
     core_clock_mhz = models.FloatField(null=True, blank=True)
     complete = models.BooleanField(null=True, blank=True)
     stopped = models.CharField(max_length=16, null=True, blank=True)

@@ -8,6 +8,13 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
 
 from simulations import accuracy
+from simulations.api_examples import (
+    ACCURACY_EXAMPLE,
+    SIMULATION_COMPLETE_EXAMPLES,
+    SIMULATION_LIST_EXAMPLE,
+    SIMULATION_UPLOAD_EXAMPLES,
+    SIMULATIONS_EXAMPLE,
+)
 from simulations.serializers import (
     SimulationAccuracySerializer,
     SimulationCompleteRequestSerializer,
@@ -18,9 +25,9 @@ from simulations.serializers import (
     SimulationUploadRequestSerializer,
     SimulationUploadSerializer,
 )
-from traces.api_examples import SIMULATION_COMPLETE_EXAMPLES, SIMULATION_UPLOAD_EXAMPLES
 from traces.openapi import (
     CHALLENGE,
+    LIST_EXAMPLES,
     NO_SUCH_TRACE,
     THROTTLED,
     TRACE_ID,
@@ -221,4 +228,20 @@ simulation_complete_schema = extend_schema(
         413: BODY_TOO_LARGE,
         429: THROTTLED,
     },
+)
+
+LIST_EXAMPLES.update(
+    {
+        "/api/traces/{trace_id}/simulations": (
+            "Simulations",
+            SIMULATIONS_EXAMPLE,
+            "A ready simulation, one arriving",
+        ),
+        "/api/simulations": ("Simulations", SIMULATION_LIST_EXAMPLE, "A ready simulation, one arriving"),
+        "/api/simulations/accuracy": (
+            "TwoBuilds",
+            ACCURACY_EXAMPLE,
+            "Two Accel-Sim builds, the more accurate first",
+        ),
+    }
 )

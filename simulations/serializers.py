@@ -5,9 +5,9 @@ bodies of a simulation's upload, written out: the views validate them with these
 
 from rest_framework import serializers
 
+from simulations import shapes
+from simulations.api_examples import SIMULATION_DETAIL_EXAMPLES
 from simulations.models import SIMULATION_NAME_MAX
-from traces import shapes
-from traces.api_examples import SIMULATION_DETAIL_EXAMPLES
 from traces.serializers import documented, serializer_for
 
 SimulationSummarySerializer = serializer_for(shapes.SIMULATION_SUMMARY)

@@ -1,4 +1,4 @@
-"""docs/api.md's JSON examples are the schema's (`traces.api_examples`, one source), and they
+"""docs/api.md's JSON examples are the schema's (`traces.api_examples`, `simulations.api_examples`: one source), and they
 have the live API's keys, order and types.
 
 The live answers come from data seeded to match the examples: the demo trace's list and detail
@@ -14,18 +14,22 @@ from pathlib import Path
 import pytest
 from django.conf import settings as django_settings
 
+from cascade import api_docs
+from cascade.api_docs import DOCS_EXAMPLES
 from ingest import receivers
+from simulations import api_examples as simulation_examples
+from simulations import shapes as simulation_shapes
 from simulations.serializers import SimulationCompleteRequestSerializer, SimulationUploadRequestSerializer
 from tests.helpers import PREFIX, TEST_BUCKET, content, store_kernels, token_client
 from tests.traces.test_openapi import nullable_to_json_schema, openapi, response_validator  # noqa: F401
 from tests.traces.test_shapes import assert_has_the_keys
 from tests.traces.test_simulations_api import simulate
 from traces import api_examples, shapes
-from traces.api_examples import DEMO_METADATA, DOCS_EXAMPLES, NULL_TOTALS_DETAIL
+from traces.api_examples import DEMO_METADATA, NULL_TOTALS_DETAIL
 from traces.models import Step, Trace, TraceState
 
 DOCS = Path(django_settings.BASE_DIR) / "docs" / "api.md"
-SIMULATION = api_examples.SIMULATION_SUMMARY["name"]
+SIMULATION = simulation_examples.SIMULATION_SUMMARY["name"]
 # Each docs example's route, as the schema names it and as the seeded data answers it.
 GETS = {
     "traces": ("/api/traces", "/api/traces"),
@@ -49,36 +53,36 @@ SHAPES = {
     "compare": shapes.TRACE_COMPARISON,
     "selection": shapes.SELECTION,
     "files": shapes.TRACE_FILES,
-    "trace-simulations": shapes.SIMULATION_SUMMARY,
-    "simulation": shapes.SIMULATION_DETAIL,
-    "simulations": shapes.SIMULATION_LIST_ITEM,
-    "accuracy": shapes.SIMULATION_ACCURACY,
-    "upload": shapes.SIMULATION_UPLOAD,
-    "complete": shapes.SIMULATION_COMPLETE,
+    "trace-simulations": simulation_shapes.SIMULATION_SUMMARY,
+    "simulation": simulation_shapes.SIMULATION_DETAIL,
+    "simulations": simulation_shapes.SIMULATION_LIST_ITEM,
+    "accuracy": simulation_shapes.SIMULATION_ACCURACY,
+    "upload": simulation_shapes.SIMULATION_UPLOAD,
+    "complete": simulation_shapes.SIMULATION_COMPLETE,
 }
 TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 
 
 def docs_blocks() -> dict[str, object]:
     text = DOCS.read_text()
-    return {block["name"]: json.loads(block["body"]) for block in api_examples.DOCS_BLOCK.finditer(text)}
+    return {block["name"]: json.loads(block["body"]) for block in api_docs.DOCS_BLOCK.finditer(text)}
 
 
 def test_the_docs_examples_and_lists_of_keys_are_written_from_the_declarations():
     text = DOCS.read_text()
-    assert api_examples.docs_with_examples(text) == text, "run `python -m traces.api_examples`"
+    assert api_docs.docs_with_examples(text) == text, "run `python -m cascade.api_docs`"
     assert docs_blocks() == DOCS_EXAMPLES
     assert text.count("```json") == len(DOCS_EXAMPLES), "every JSON example of docs/api.md is a marked one"
-    listed = [keys["name"] for keys in api_examples.DOCS_KEY_LIST.finditer(text)]
-    assert sorted(listed) == sorted(api_examples.DOCS_KEYS), "each list of keys is written once"
+    listed = [keys["name"] for keys in api_docs.DOCS_KEY_LIST.finditer(text)]
+    assert sorted(listed) == sorted(api_docs.DOCS_KEYS), "each list of keys is written once"
 
 
 def test_the_manual_is_short():
     """Its own words, that is: the examples and lists of keys are written from the declarations
     and grow with each field added to them."""
     text = DOCS.read_text()
-    written = api_examples.DOCS_BLOCK.sub(lambda block: block[1] + block[4], text)
-    written = api_examples.DOCS_KEY_LIST.sub(lambda keys: keys[1], written)
+    written = api_docs.DOCS_BLOCK.sub(lambda block: block[1] + block[4], text)
+    written = api_docs.DOCS_KEY_LIST.sub(lambda keys: keys[1], written)
     assert len(written.encode()) <= 13 * 1024
 
 
@@ -163,7 +167,7 @@ def seeded(make_trace, s3):
         kernels.append(launch | {"step": 0})
     store_kernels("demo", kernels)
     Trace.objects.filter(pk="demo").update(kernel_count=api_examples.DEMO_SUMMARY["kernel_count"])
-    example = api_examples.SIMULATION_SUMMARY
+    example = simulation_examples.SIMULATION_SUMMARY
     simulate(
         trace,
         SIMULATION,

@@ -21,6 +21,7 @@ from django.db import connection, transaction
 
 from simulations import accuracy
 from simulations import encoders as simulation_encoders
+from simulations import shapes as simulation_shapes
 from simulations.models import Simulation
 from tests.helpers import SHARED_FIXTURES, content, kernel_row
 from tests.traces.test_openapi import openapi  # noqa: F401 (a fixture)
@@ -41,11 +42,11 @@ OPENAPI_TYPES = {
 
 
 def test_the_stored_fields_are_the_models_columns():
-    assert accuracy.SIMULATION_SUMMARY_COLUMNS == shapes.SIMULATION_SUMMARY.columns()
+    assert accuracy.SIMULATION_SUMMARY_COLUMNS == simulation_shapes.SIMULATION_SUMMARY.columns()
     trace_columns = {field.name for field in Trace._meta.get_fields()}
     assert set(shapes.TRACE_DETAIL.columns()) <= trace_columns
     simulation_columns = {field.name for field in Simulation._meta.get_fields()}
-    assert set(shapes.SIMULATION_LIST_ITEM.columns()) <= simulation_columns | {"trace_id"}
+    assert set(simulation_shapes.SIMULATION_LIST_ITEM.columns()) <= simulation_columns | {"trace_id"}
     assert set(shapes.KERNEL.columns()) <= set(KERNEL_COLUMNS)
 
 
@@ -55,14 +56,14 @@ def test_the_encoders_write_the_declared_keys():
     assert list(encoders.kernel_row_to_dict(tuple(row.values()))) == required
     row["device"] = 0
     assert list(encoders.kernel_row_to_dict(tuple(row.values()))) == list(shapes.KERNEL.keys)
-    assert simulation_encoders.SIMULATED_KERNEL_KEYS == shapes.SIMULATED_KERNEL.keys
-    assert accuracy.SIMULATION_METRIC_KEYS == shapes.SIMULATION_METRICS.keys
-    assert accuracy.SIMULATION_SUMMARY_KEYS == shapes.SIMULATION_SUMMARY.keys
+    assert simulation_encoders.SIMULATED_KERNEL_KEYS == simulation_shapes.SIMULATED_KERNEL.keys
+    assert accuracy.SIMULATION_METRIC_KEYS == simulation_shapes.SIMULATION_METRICS.keys
+    assert accuracy.SIMULATION_SUMMARY_KEYS == simulation_shapes.SIMULATION_SUMMARY.keys
     assert shapes.TRACE_COMPARISON.field("by").enum == analysis.COMPARE_BY
     assert shapes.STATES == tuple(TraceState.values)
     assert shapes.SELECT_BY == selection.SELECT_BY
     assert shapes.BASES == (selection.BASIS_TIME, selection.BASIS_INSTS, selection.BASIS_LAUNCHES)
-    optional = {field.name for field in shapes.SIMULATION_ACCURACY.fields if field.optional}
+    optional = {field.name for field in simulation_shapes.SIMULATION_ACCURACY.fields if field.optional}
     assert optional == set(accuracy.ACCURACY_BY)
 
 
@@ -188,7 +189,7 @@ def test_the_selections_answer_has_the_declared_keys():
 
 def test_the_schemas_components_are_the_declarations(openapi):  # noqa: F811
     components = openapi["components"]["schemas"]
-    for name, shape in shapes.SHAPES.items():
+    for name, shape in {**shapes.SHAPES, **simulation_shapes.SHAPES}.items():
         schema = components[name]
         assert list(schema["properties"]) == list(shape.keys), name
         assert sorted(schema["required"]) == sorted(f.name for f in shape.fields if not f.optional), name
@@ -289,7 +290,7 @@ def test_a_field_added_as_the_docstring_says_reaches_every_derived_place(tmp_pat
         url = urlsplit(os.environ["DATABASE_URL"])
         env["DATABASE_URL"] = urlunsplit(url._replace(path=f"{url.path}_added_field"))
     run(copy, "manage.py", "makemigrations", "traces", "--name", "trace_gpu_count", env=env, timeout=300)
-    run(copy, "-m", "traces.api_examples", env=env, timeout=120)
+    run(copy, "-m", "cascade.api_docs", env=env, timeout=120)
     done = run(
         copy,
         "-m",
