@@ -13,7 +13,7 @@ a row. Nothing of Django is imported here, so `python -m cascade.api_docs` runs 
 
 Adding a field to the trace list and detail, of a kind served as stored (string, integer, int64,
 number, boolean), takes three steps:
-1. the field on `Trace` in traces/models.py, `help_text=TRACE_DETAIL.field("<name>").doc` if it
+1. the field on `Trace` in traces/models/trace.py, `help_text=TRACE_DETAIL.field("<name>").doc` if it
    has a doc, and `db_default` beside `default` if it is NOT NULL (the benches' seeders insert
    trace rows by SQL); then `python manage.py makemigrations traces`;
 2. one `stored(...)` line at the end of `TRACE_ADDED` (no `example=`: the examples take the

@@ -269,7 +269,7 @@ def run(copy: Path, *args: str, env: dict, timeout: float) -> subprocess.Complet
 def test_a_field_added_as_the_docstring_says_reaches_every_derived_place(tmp_path):
     copy = tmp_path / "cascade"
     shutil.copytree(settings.BASE_DIR, copy, ignore=COPIED_NOT)
-    models_py, shapes_py = copy / "traces" / "models.py", copy / "traces" / "shapes.py"
+    models_py, shapes_py = copy / "traces" / "models" / "trace.py", copy / "traces" / "shapes.py"
     models_py.write_text(
         inserted(
             models_py.read_text(), "    sample = models.BooleanField(default=False)\n", ADDED_MODEL_FIELD
