@@ -121,7 +121,7 @@ def count_parse_failure(kind: str) -> None:
 
 
 def count_s3_request(operation: str, error: str | None) -> None:
-    """One S3 request answered (ingest.bucket's meter), `error` its code when it failed."""
+    """One S3 request answered (ingest.storage's meter), `error` its code when it failed."""
     S3_REQUESTS.labels(operation).inc()
     if error is not None:
         S3_ERRORS.labels(operation, error[:_LABEL_BOUND]).inc()

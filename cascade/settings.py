@@ -253,8 +253,9 @@ STATIC_URL = "static/"
 STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT", VAR_DIR / "static"))
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 
-# S3: the bucket the profiler uploads to. django-storages holds the connection settings;
-# credentials come from the standard AWS variables (or an instance role).
+# S3: the bucket the profiler uploads to, the `traces` storage of STORAGES below (django-storages'
+# S3Storage, as ingest.storage.TraceStorage); credentials come from the standard AWS variables
+# (or an instance role).
 CASCADE_S3_BUCKET = os.environ.get("CASCADE_S3_BUCKET", "")
 CASCADE_S3_ENDPOINT_URL = os.environ.get("CASCADE_S3_ENDPOINT_URL") or None
 CASCADE_S3_PREFIX = os.environ.get("CASCADE_S3_PREFIX", "accelsim-traces/")
@@ -302,17 +303,21 @@ for _name in ("CASCADE_PARSE_PROCESSES", "CASCADE_PARSES_PER_PROCESS"):
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    # Built on first use (ingest.storage.traces): ImproperlyConfigured then without a bucket.
     "traces": {
-        "BACKEND": "storages.backends.s3.S3Storage",
+        "BACKEND": "ingest.storage.TraceStorage",
         "OPTIONS": {
             "bucket_name": CASCADE_S3_BUCKET,
             "endpoint_url": CASCADE_S3_ENDPOINT_URL,
             "region_name": os.environ.get("AWS_DEFAULT_REGION") or os.environ.get("AWS_REGION"),
             "location": "",
             # A stalled S3 call times out after CASCADE_S3_READ_TIMEOUT seconds without a byte
-            # and is retried (logged: ingest.bucket) up to CASCADE_S3_MAX_ATTEMPTS tries in all;
-            # then the pass reports the trace and the next pass tries again.
+            # and is retried (logged: ingest.storage) up to CASCADE_S3_MAX_ATTEMPTS tries in all;
+            # then the pass reports the trace and the next pass tries again. Presigned URLs are
+            # Signature Version 4 (botocore still presigns version 2 in us-east-1 unless told,
+            # which AWS no longer accepts in most regions).
             "client_config": BotoConfig(
+                signature_version="s3v4",
                 connect_timeout=env_int("CASCADE_S3_CONNECT_TIMEOUT", 5),
                 read_timeout=env_int("CASCADE_S3_READ_TIMEOUT", 10),
                 retries={"total_max_attempts": env_int("CASCADE_S3_MAX_ATTEMPTS", 5), "mode": "standard"},

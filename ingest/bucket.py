@@ -1,15 +1,15 @@
-"""Everything Cascade does with S3 and SQS, in one place: one module past 500 lines on purpose,
-since every AWS request Cascade makes is made here (other modules catch botocore's errors but
-hold no client), so what a pass costs and how each call is bounded read in one file.
+"""Cascade's reads of the bucket: listings, streams, ranges, and the few writes the tools make.
 
-Clients are built from the `traces` storage's options in STORAGES (django-storages' option
-names: bucket, endpoint, region, client config; credentials from the standard AWS variables).
-Listing goes through boto3's paginator, and objects are read as streams so that a large stats
-file never sits in memory.
+The bucket is the `traces` storage of STORAGES (ingest.storage), and its boto3 client, taken
+from the storage, does what django-storages has no call for: listing goes through boto3's
+paginator (a run's keys with their ETags and sizes, a page at a time), and objects are read as
+streams, pinned to the ETag listed, so that a large stats file never sits in memory (the
+storage's `open()` downloads a whole object, after a HEAD). Presigned URLs are
+ingest.presigning's, the SQS queue of the bucket's events ingest.sqs's.
 
 Requests can overlap: `overlapped` runs S3 work on a bounded pool of threads
-(`CASCADE_S3_THREADS`). Each thread has its own client, made once from the process's one boto3
-session, and the pool's threads live as long as the process.
+(`CASCADE_S3_THREADS`). Each thread has its own client, from the storage's one boto3 session,
+and the pool's threads live as long as the process.
 """
 
 import logging
@@ -17,8 +17,6 @@ import operator
 import os
 import re
 import threading
-import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -28,15 +26,12 @@ from itertools import islice, repeat
 from pathlib import Path
 
 from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
-from django.core.signals import setting_changed
-from django.dispatch import receiver
 
-from cascade import metrics
+from ingest.storage import bucket_name, client
 
 # An object's bytes read at a time, split into lines a chunk at a time: the chunk's lines are in
 # memory together. timing.csv's lines are short (some 22 bytes): a 1 MB chunk was 45,000 line
-# objects, 4 MB of a pass's peak (issue 22); 256 KiB is 1 MB, and as fast to read.
+# objects, 4 MB of a pass's peak; 256 KiB is 1 MB, and as fast to read.
 READ_CHUNK = 256 * 1024
 
 logger = logging.getLogger(__name__)
@@ -44,87 +39,6 @@ logger = logging.getLogger(__name__)
 
 class LineTooLong(ValueError):
     """An object with a line longer than allowed: not a stats file (or a hostile one)."""
-
-
-# --- What a pass costs: S3 requests counted by botocore's own events ---------------------------
-
-
-class S3Meter:
-    """Requests sent and seconds spent waiting for their responses, across every thread's client."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self.requests = 0
-        self.seconds = 0.0
-
-    def add(self, seconds: float) -> None:
-        with self._lock:
-            self.requests += 1
-            self.seconds += seconds
-
-    def snapshot(self) -> tuple[int, float]:
-        with self._lock:
-            return self.requests, self.seconds
-
-
-meter = S3Meter()
-_metered_clients: "weakref.WeakSet" = weakref.WeakSet()
-_sent_at = threading.local()
-
-
-def _before_send(request=None, **kwargs):
-    _sent_at.value = time.monotonic()
-
-
-def _after_response(event_name="", response_dict=None, parsed_response=None, exception=None, **kwargs):
-    started = getattr(_sent_at, "value", None)
-    if started is not None:
-        meter.add(time.monotonic() - started)
-        _sent_at.value = None
-    metrics.count_s3_request(
-        event_name.rpartition(".")[2] or "request", _s3_error(response_dict, parsed_response, exception)
-    )
-
-
-def _s3_error(response_dict, parsed_response, exception) -> str | None:
-    """What went wrong with one request, for /metrics: the exception when no answer came (a
-    timeout, a reset), else S3's error code (or the HTTP status) of a 4xx or 5xx."""
-    if exception is not None:
-        return type(exception).__name__
-    status = (response_dict or {}).get("status_code") or 0
-    if status < 400:
-        return None
-    return ((parsed_response or {}).get("Error") or {}).get("Code") or str(status)
-
-
-def _log_retry(attempts=None, caught_exception=None, response=None, operation=None, **kwargs):
-    """Says why S3 is retried: a stalled read (CASCADE_S3_READ_TIMEOUT), a reset, a 5xx, SlowDown."""
-    if caught_exception is not None:
-        reason = f"{type(caught_exception).__name__}: {caught_exception}"
-    elif response is not None and response[1].get("Error"):
-        status = response[1].get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
-        code = response[1]["Error"].get("Code")
-        if status < 500 and code not in ("SlowDown", "Throttling", "RequestTimeout"):
-            return None  # an answer (404, 403), not trouble: nothing is retried
-        reason = f"{code} ({status})"
-    else:
-        return None
-    logger.warning("S3 %s, attempt %s: %s", getattr(operation, "name", "request"), attempts, reason)
-    return None  # botocore's own retry handler decides
-
-
-_metering = threading.Lock()
-
-
-def _metered(s3):
-    with _metering:  # every pool thread meets its own client here once
-        if s3 not in _metered_clients:
-            events = s3.meta.events
-            events.register("before-send.s3", _before_send)
-            events.register("response-received.s3", _after_response)
-            events.register("needs-retry.s3", _log_retry)
-            _metered_clients.add(s3)
-    return s3
 
 
 # --- Overlapping requests: a bounded pool of threads, one client each ---------------------------
@@ -213,77 +127,6 @@ def run_prefix(run_id: str) -> str:
     return f"{prefix()}{run_id}/"
 
 
-_clients = threading.local()  # this thread's (generation, client)
-_session: tuple[int, object] | None = None  # (generation, boto3 session)
-_session_lock = threading.Lock()
-_generation = 0  # bumped when the tests change STORAGES
-
-# django-storages' S3 options that shape a client, by the boto3 argument they become.
-CLIENT_OPTIONS = {
-    "endpoint_url": "endpoint_url",
-    "region_name": "region_name",
-    "client_config": "config",
-    "verify": "verify",
-    "use_ssl": "use_ssl",
-    "access_key": "aws_access_key_id",
-    "secret_key": "aws_secret_access_key",
-    "security_token": "aws_session_token",
-}
-
-
-def client():
-    """This thread's S3 client: one per pool thread, all made from one boto3 session.
-
-    Built from the `traces` storage's options (django-storages' names, CLIENT_OPTIONS) rather
-    than through django-storages' backend: its module imports `cryptography` for CloudFront
-    signing and its connection is a boto3 resource with a session per thread, memory that a
-    poll never uses. Sessions are not thread-safe, so clients are made under a lock; clients are.
-    """
-    current = getattr(_clients, "value", None)
-    if current is None or current[0] != _generation:
-        options = settings.STORAGES["traces"]["OPTIONS"]
-        kwargs = {arg: options[name] for name, arg in CLIENT_OPTIONS.items() if options.get(name) is not None}
-        with _session_lock:
-            current = (_generation, _boto3_session().client("s3", **kwargs))
-        _clients.value = current
-    return _metered(current[1])
-
-
-def _boto3_session():
-    """The process's boto3 session, its service models read lean (ingest.service_models)."""
-    global _session
-    if _session is None or _session[0] != _generation:
-        import boto3
-        import botocore.session
-
-        from ingest.service_models import use_lean_models
-
-        core = botocore.session.get_session()
-        use_lean_models(core)
-        _session = (_generation, boto3.session.Session(botocore_session=core))
-    return _session[1]
-
-
-def bucket_name() -> str:
-    return settings.STORAGES["traces"]["OPTIONS"]["bucket_name"]
-
-
-def require_bucket() -> None:
-    """ImproperlyConfigured without a bucket (without building django-storages' backend)."""
-    if not bucket_name():
-        raise ImproperlyConfigured(
-            "CASCADE_S3_BUCKET is not set: Cascade needs the bucket the profiler uploads to."
-        )
-
-
-@receiver(setting_changed)
-def _forget_clients(setting, **kwargs):
-    """Every thread makes a new client once the storage's options change (the tests do)."""
-    global _generation
-    if setting == "STORAGES":
-        _generation += 1
-
-
 def paging() -> dict:
     """`CASCADE_S3_PAGE_SIZE` keys per listing request (S3 returns at most 1,000)."""
     return {"PageSize": settings.CASCADE_S3_PAGE_SIZE}
@@ -301,7 +144,7 @@ def list_run_ids() -> Iterator[str]:
                 yield run_id
 
 
-# A run's simulations (issue 20) live in its folder but are not its trace's files.
+# A run's simulations live in its folder but are not its trace's files.
 SIMULATIONS_FOLDER = "simulations/"
 
 
@@ -555,178 +398,12 @@ def iter_object_chunks(key: str, size: int = 64 * 1024, *, etag: str | None = No
         body.close()
 
 
-# --- Presigned GETs: how clients download a run's files without passing them through Cascade ----
-
-_presigners = threading.local()  # this thread's (generation, endpoint, client)
-
-
-def presigning_client(*, public: bool = True):
-    """A client that only signs URLs, never sends a request: Signature Version 4 always (botocore
-    still presigns S3 URLs with version 2 unless told, which AWS no longer accepts in most
-    regions), and, with `public`, signed for `CASCADE_S3_PUBLIC_ENDPOINT_URL` when it is set:
-    the host is part of the signature, so a URL signed for the address the server reaches the
-    bucket at cannot be rewritten to the one clients reach it at."""
-    from botocore.config import Config
-
-    endpoint = (settings.CASCADE_S3_PUBLIC_ENDPOINT_URL if public else None) or None
-    current = getattr(_presigners, "value", None)
-    if current is None or current[:2] != (_generation, endpoint):
-        options = settings.STORAGES["traces"]["OPTIONS"]
-        kwargs = {arg: options[name] for name, arg in CLIENT_OPTIONS.items() if options.get(name) is not None}
-        if endpoint:
-            kwargs["endpoint_url"] = endpoint
-        kwargs["config"] = (kwargs.get("config") or Config()).merge(Config(signature_version="s3v4"))
-        with _session_lock:
-            current = (_generation, endpoint, _boto3_session().client("s3", **kwargs))
-        _presigners.value = current
-    return current[2]
-
-
-def presigned_gets(
-    keys: Iterable[str], seconds: int, *, etags: Iterable[str | None] | None = None, public: bool = True
-) -> list[str]:
-    """A presigned GET URL for each key, valid `seconds` from now: local computation (an HMAC
-    per key from the credentials), no request to S3, whatever the number of keys.
-
-    With `etags`, each URL is pinned to its object's ETag: `If-Match` is a signed header, so S3
-    answers only a GET that sends it with that value, and 412 (before any byte of the body)
-    once the object was replaced."""
-    keys = list(keys)
-    if not keys:
-        return []
-    etags = list(etags) if etags is not None else [None] * len(keys)
-    require_bucket()
-    s3 = presigning_client(public=public)
-    bucket = bucket_name()
-    return [
-        s3.generate_presigned_url(
-            "get_object",
-            Params={"Bucket": bucket, "Key": key, **({"IfMatch": etag} if etag else {})},
-            ExpiresIn=seconds,
-        )
-        for key, etag in zip(keys, etags, strict=True)
-    ]
-
-
-# --- Presigned PUTs and multipart uploads: how clients upload a simulation (ingest.uploads) ----
-
-
-def presigned_put(key: str, size: int, seconds: int) -> str:
-    """A presigned PUT of exactly `size` bytes (Content-Length is signed: S3 refuses another
-    length), for CASCADE_S3_PUBLIC_ENDPOINT_URL as presigned GETs are; no request to S3."""
-    require_bucket()
-    return presigning_client().generate_presigned_url(
-        "put_object", Params={"Bucket": bucket_name(), "Key": key, "ContentLength": size}, ExpiresIn=seconds
-    )
-
-
-def multipart_start(key: str) -> str:
-    """CreateMultipartUpload (one request to S3): the upload's id."""
-    require_bucket()
-    return client().create_multipart_upload(Bucket=bucket_name(), Key=key)["UploadId"]
-
-
-def presigned_parts(key: str, upload_id: str, sizes: list[int], seconds: int) -> list[str]:
-    """A presigned UploadPart PUT for each part (numbered from 1), each of exactly its size."""
-    require_bucket()
-    s3 = presigning_client()
-    bucket = bucket_name()
-    return [
-        s3.generate_presigned_url(
-            "upload_part",
-            Params={
-                "Bucket": bucket,
-                "Key": key,
-                "UploadId": upload_id,
-                "PartNumber": number,
-                "ContentLength": size,
-            },
-            ExpiresIn=seconds,
-        )
-        for number, size in enumerate(sizes, 1)
-    ]
-
-
-def multipart_complete(key: str, upload_id: str, parts: list[tuple[int, str]]) -> None:
-    """CompleteMultipartUpload with the parts' (number, ETag) in order; S3's ClientError raised
-    as it is (NoSuchUpload, InvalidPart, EntityTooSmall: the caller says which)."""
-    client().complete_multipart_upload(
-        Bucket=bucket_name(),
-        Key=key,
-        UploadId=upload_id,
-        MultipartUpload={"Parts": [{"PartNumber": number, "ETag": etag} for number, etag in parts]},
-    )
-
-
-def multipart_abort_under(key_prefix: str) -> list[str]:
-    """Abort the multipart uploads in progress under `key_prefix` (their parts are stored, and
-    billed, until then); the keys they were for."""
-    s3, bucket = client(), bucket_name()
-    aborted = []
-    for page in s3.get_paginator("list_multipart_uploads").paginate(Bucket=bucket, Prefix=key_prefix):
-        for upload in page.get("Uploads", ()):
-            s3.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
-            aborted.append(upload["Key"])
-    return aborted
-
-
 def delete_keys(keys: list[str]) -> None:
-    """DeleteObjects, 1,000 keys a request (S3's maximum); a key already gone is no error."""
+    """DeleteObjects, 1,000 keys a request (S3's maximum); a key already gone is no error.
+
+    Not the storage's `delete`: a request per key, and it normalises the name it is given
+    (`a/./b` is `a/b`), where a key found in a listing must be deleted as it is."""
     s3, bucket = client(), bucket_name()
     for start in range(0, len(keys), 1000):
         batch = [{"Key": key} for key in keys[start : start + 1000]]
         s3.delete_objects(Bucket=bucket, Delete={"Objects": batch, "Quiet": True})
-
-
-# --- S3's event notifications, read from an SQS queue (ingest.events) ------------------------
-
-_sqs: tuple[int, object] | None = None  # (generation, client)
-
-
-def sqs_client():
-    """The SQS client the events loop reads with: made as `client()` is, from the `traces`
-    storage's options (region, credentials, client config), at CASCADE_SQS_ENDPOINT_URL, else
-    at the S3 endpoint (moto's and LocalStack's servers answer both; on AWS both are None and
-    boto3 finds the region's). One per process: only the events loop's thread uses it."""
-    global _sqs
-    if _sqs is None or _sqs[0] != _generation:
-        options = settings.STORAGES["traces"]["OPTIONS"]
-        kwargs = {arg: options[name] for name, arg in CLIENT_OPTIONS.items() if options.get(name) is not None}
-        endpoint = settings.CASCADE_SQS_ENDPOINT_URL or options.get("endpoint_url")
-        kwargs.pop("endpoint_url", None)
-        if endpoint:
-            kwargs["endpoint_url"] = endpoint
-        with _session_lock:
-            _sqs = (_generation, _boto3_session().client("sqs", **kwargs))
-    return _sqs[1]
-
-
-@dataclass(frozen=True)
-class QueueMessage:
-    message_id: str
-    receipt: str
-    body: str
-
-
-def receive_messages(queue_url: str, *, wait_seconds: int, max_messages: int = 10) -> list[QueueMessage]:
-    """Up to `max_messages` (SQS's most: 10) of the queue's messages, waiting up to `wait_seconds`
-    for the first (a long poll: one request, not one a second)."""
-    response = sqs_client().receive_message(
-        QueueUrl=queue_url, MaxNumberOfMessages=max_messages, WaitTimeSeconds=wait_seconds
-    )
-    return [
-        QueueMessage(message["MessageId"], message["ReceiptHandle"], message.get("Body") or "")
-        for message in response.get("Messages", ())
-    ]
-
-
-def delete_messages(queue_url: str, messages: list[QueueMessage]) -> list[str]:
-    """Delete `messages` (at most 10: one request); the ids of those SQS did not delete (their
-    receipt expired: redelivered, and the next delivery finds nothing left to do)."""
-    if not messages:
-        return []
-    response = sqs_client().delete_message_batch(
-        QueueUrl=queue_url,
-        Entries=[{"Id": str(index), "ReceiptHandle": m.receipt} for index, m in enumerate(messages)],
-    )
-    return [messages[int(failed["Id"])].message_id for failed in response.get("Failed", ())]

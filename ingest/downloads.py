@@ -13,7 +13,7 @@ that honours a listing is on someone's laptop.
 
 import json
 
-from ingest import bucket
+from ingest import bucket, presigning
 from ingest.metadata import METADATA_NAME, MetadataError, listed_files, listed_keys
 from ingest.paths import path_problem
 
@@ -47,7 +47,7 @@ def run_downloads(*, trace_id: str, files: list[dict], metadata_json: str | None
             chosen.append(item)
         else:
             refused.append({"key": item["key"], "reason": f"not listed: its path has {problem}"})
-    urls = bucket.presigned_gets(
+    urls = presigning.presigned_gets(
         [item["key"] for item in chosen], seconds, etags=[item["etag"] for item in chosen]
     )
     return {

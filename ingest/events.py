@@ -28,9 +28,9 @@ from urllib.parse import unquote_plus
 
 from django.conf import settings
 
-from ingest import bucket, passes
-from ingest.bucket import QueueMessage
+from ingest import bucket, passes, sqs
 from ingest.scan import needs_decision
+from ingest.sqs import QueueMessage
 from traces.models import Trace
 
 logger = logging.getLogger(__name__)
@@ -140,7 +140,7 @@ def consume_batch(
     run it names ingested once, and the messages of the settled runs deleted."""
     if wait_seconds is None:
         wait_seconds = settings.CASCADE_SQS_WAIT_SECONDS
-    messages = bucket.receive_messages(queue_url, wait_seconds=wait_seconds, max_messages=BATCH)
+    messages = sqs.receive_messages(queue_url, wait_seconds=wait_seconds, max_messages=BATCH)
     result = BatchResult(received=len(messages))
     to_delete: list[QueueMessage] = []
     named: dict[str, set[str]] = {}  # message id -> its runs
@@ -170,7 +170,7 @@ def consume_batch(
         runs = named.get(message.message_id)
         if runs is not None and runs <= settled:
             to_delete.append(message)
-    not_deleted = bucket.delete_messages(queue_url, to_delete)
+    not_deleted = sqs.delete_messages(queue_url, to_delete)
     for message_id in not_deleted:
         logger.warning("SQS message %s could not be deleted: it comes back, and changes nothing", message_id)
     result.deleted = len(to_delete) - len(not_deleted)

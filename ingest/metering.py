@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from django.db import connection
 
-from ingest import bucket
+from ingest import storage
 
 
 @dataclass
@@ -40,7 +40,7 @@ class PassCost:
 def measured() -> Iterator[PassCost]:
     """The cost of what runs inside, in this thread's database connection and every S3 client."""
     cost = PassCost()
-    requests, seconds = bucket.meter.snapshot()
+    requests, seconds = storage.meter.snapshot()
 
     def timed(execute, sql, params, many, context):
         started = time.monotonic()
@@ -52,5 +52,5 @@ def measured() -> Iterator[PassCost]:
 
     with connection.execute_wrapper(timed):
         yield cost
-    now_requests, now_seconds = bucket.meter.snapshot()
+    now_requests, now_seconds = storage.meter.snapshot()
     cost.s3_requests, cost.s3_seconds = now_requests - requests, now_seconds - seconds

@@ -25,7 +25,7 @@ from botocore.exceptions import ClientError
 from django.conf import settings
 from django.db import connections
 
-from ingest import bucket, simulation_marker, simulations
+from ingest import bucket, presigning, simulation_marker, simulations, storage
 from ingest.listing import inventory
 from ingest.reingest import ReingestQueue
 from simulations import services
@@ -114,9 +114,9 @@ def upload_urls(
     URLs, simulation.json last. Deletes what the folder held that the new upload replaces."""
     check_name(name)
     check_files(files)
-    bucket.require_bucket()
+    storage.require_bucket()
     base = folder_key(trace_id, name)
-    aborted = bucket.multipart_abort_under(base)
+    aborted = presigning.multipart_abort_under(base)
     if aborted:
         logger.info("%s: a new upload: unfinished multipart uploads aborted: %s", base, ", ".join(aborted))
     named = {base + item["name"] for item in files}
@@ -134,13 +134,13 @@ def upload_urls(
         key, size = base + item["name"], item["size"]
         if size >= settings.CASCADE_SIM_MULTIPART_BYTES and item["name"] != simulation_marker.MARKER_NAME:
             sizes = part_sizes(size)
-            upload_id = bucket.multipart_start(key)
-            urls = bucket.presigned_parts(key, upload_id, sizes, seconds)
+            upload_id = presigning.multipart_start(key)
+            urls = presigning.presigned_parts(key, upload_id, sizes, seconds)
             parts = [{"part_number": number, "url": url} for number, url in enumerate(urls, 1)]
             multipart = {"upload_id": upload_id, "part_size": settings.CASCADE_SIM_PART_BYTES, "parts": parts}
             answer.append({"name": item["name"], "size": size, "multipart": multipart})
         else:
-            url = bucket.presigned_put(key, size, seconds)
+            url = presigning.presigned_put(key, size, seconds)
             answer.append(
                 {"name": item["name"], "size": size, "url": url, "headers": {"Content-Length": str(size)}}
             )
@@ -166,7 +166,7 @@ def complete(trace_id: str, name: str, multipart: list[dict]) -> Simulation:
         if [number for number, _ in parts] != list(range(1, len(parts) + 1)):
             raise UploadRefused(f"{item['name']}: the parts are numbered 1 to {len(parts)}, each once")
         try:
-            bucket.multipart_complete(base + item["name"], item["upload_id"], parts)
+            presigning.multipart_complete(base + item["name"], item["upload_id"], parts)
         except ClientError as error:
             problem = error.response.get("Error", {})
             code = problem.get("Code", "")

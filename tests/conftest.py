@@ -128,9 +128,10 @@ def s3_server():
     from moto.server import ThreadedMotoServer
 
     with pytest.MonkeyPatch.context() as patch:
-        # boto3 reads botocore's service models (megabytes of JSON) once per session, and
-        # django-storages starts a session for each storage it builds: a new one in every test,
-        # since the `s3` fixture changes the settings. One loader for the whole run reads them once.
+        # boto3 reads botocore's service models (megabytes of JSON) once per session, and the
+        # `traces` storage (ingest.storage.TraceStorage) makes one session, shared by its
+        # threads, each time it is built: in every test, since the `s3` fixture changes
+        # STORAGES. One loader for the whole run reads them once.
         patch.setattr(botocore.session, "create_loader", functools.cache(botocore.loaders.create_loader))
         for name, value in {
             "AWS_ACCESS_KEY_ID": "testing",
@@ -153,7 +154,8 @@ def s3(s3_server, settings):
     """An empty bucket on the moto server, configured as Cascade's trace bucket.
 
     Returns a boto3 client for the test to upload with; the code under test goes through
-    the `traces` storage configured by the settings, exactly as in production.
+    the `traces` storage of STORAGES, pointed at the server, exactly as in production: built
+    on its first use in the test, with the server's endpoint and the same client config.
     """
     import urllib.request
 

@@ -32,7 +32,7 @@ from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 import orjson
 import pytest
 
-from ingest import bucket
+from ingest import storage
 from ingest.passes import poll_bucket
 from tests.helpers import PREFIX, TEST_BUCKET, VECADD_CTX, shared_fixture
 from traces.models import Trace, TraceState
@@ -268,10 +268,10 @@ def test_the_public_endpoint_is_the_urls_host_and_signed(api, vecadd_run, settin
 
 def test_no_s3_request_and_one_query_per_answer(api, vecadd_run, django_assert_num_queries):
     api.get("/api/traces")  # the token's first use is recorded once
-    requests_before, _ = bucket.meter.snapshot()
+    requests_before, _ = storage.meter.snapshot()
     with django_assert_num_queries(2):  # the token, the trace's row
         assert api.get(f"/api/traces/{RUN}/files").status_code == 200
-    assert bucket.meter.snapshot()[0] == requests_before
+    assert storage.meter.snapshot()[0] == requests_before
 
 
 def test_keys_with_spaces_and_symbols_download(api, s3, db):

@@ -14,7 +14,7 @@ from django.db import close_old_connections
 
 from cascade import metrics
 from cascade.commands import require_migrated_database
-from ingest import bucket, events, passes
+from ingest import bucket, events, passes, storage
 
 
 class Command(BaseCommand):
@@ -53,7 +53,7 @@ class Command(BaseCommand):
             raise CommandError("--interval must be a positive number of seconds")
         require_migrated_database()
         try:
-            bucket.require_bucket()
+            storage.require_bucket()
         except ImproperlyConfigured as problem:
             raise CommandError(str(problem)) from None
         if reparse_outdated and trace is not None:
