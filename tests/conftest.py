@@ -1,5 +1,5 @@
 """Fixtures shared by every test: API clients with tokens, traces, S3 and run folders uploaded to it,
-the database vendor.
+the `postgres` marker.
 
 Helpers that tests import (constants, rows, a lock held elsewhere) are in tests/helpers.py, which
 re-exports SHARED_FIXTURES and shared_fixture from here.
@@ -78,12 +78,15 @@ def body_cache_dir(tmp_path, monkeypatch):
     return folder
 
 
-@pytest.fixture
-def on_postgres():
-    if connection.vendor != "postgresql":
-        pytest.skip(
-            "needs PostgreSQL (set DATABASE_URL=postgres://...): the test checks PostgreSQL behaviour"
-        )
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """A test marked `postgres` (optionally with what it checks of PostgreSQL's,
+    `@pytest.mark.postgres("the triggers are PostgreSQL's")`) skips on any other database,
+    saying why, before its fixtures touch the database: the marker is its one declaration."""
+    marker = item.get_closest_marker("postgres")
+    if marker is not None and connection.vendor != "postgresql":
+        what = marker.args[0] if marker.args else "the test checks PostgreSQL behaviour"
+        pytest.skip(f"needs PostgreSQL (set DATABASE_URL=postgres://...): {what}")
 
 
 @pytest.fixture

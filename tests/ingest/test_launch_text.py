@@ -37,7 +37,7 @@ from tests.ingest.test_stats_properties import (
 from traces import kernel_store, services
 from traces.models import Kernel, Trace
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("on_postgres")]
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres("the fast path writes PostgreSQL's COPY text")]
 # A third of the parser's examples: each one is stored twice, on PostgreSQL.
 CASES = settings(
     PROPERTY,

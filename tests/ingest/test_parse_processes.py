@@ -44,9 +44,8 @@ def test_shares_deal_out_every_run_once():
     assert sorted(run for share in dealt for run in share) == sorted(runs)
 
 
-def test_a_pass_in_three_processes_ingests_as_one_process_does(
-    transactional_db, s3, api, child_env, on_postgres
-):
+@pytest.mark.postgres("a pass parses in several processes on PostgreSQL only (ingest.processes)")
+def test_a_pass_in_three_processes_ingests_as_one_process_does(transactional_db, s3, api, child_env):
     upload_runs(s3, 36)
     shared = subprocess.run(
         [sys.executable, "manage.py", "ingest_traces"],

@@ -914,9 +914,9 @@ def test_a_list_is_unfiltered_until_a_filter_or_search_narrows_it(db, rf):
     assert not paginators.lists_every_row(searched)
 
 
-@pytest.mark.postgres
+@pytest.mark.postgres("the estimate is PostgreSQL's planner statistics")
 def test_unfiltered_kernel_changelist_uses_the_planner_estimate_on_postgres(
-    on_postgres, staff_client, traces, make_kernels, monkeypatch
+    staff_client, traces, make_kernels, monkeypatch
 ):
     make_kernels(traces[1], list(range(250)))
     with connection.cursor() as cursor:
@@ -945,9 +945,9 @@ def paginator_text(response) -> str:
     return paginator.text
 
 
-@pytest.mark.postgres
+@pytest.mark.postgres("the estimate is PostgreSQL's planner statistics")
 def test_the_trace_list_uses_the_estimated_count_above_the_threshold_and_says_so(
-    on_postgres, staff_client, make_trace, monkeypatch
+    staff_client, make_trace, monkeypatch
 ):
     for n in range(30):
         make_trace(f"run-{n:02d}", state=TraceState.READY if n % 3 else TraceState.UPLOADING)

@@ -132,7 +132,8 @@ SIZES = (
 )
 
 
-def test_a_launch_costs_at_most_150_bytes_in_postgres(db, on_postgres, make_trace):
+@pytest.mark.postgres("the sizes are PostgreSQL's tables on disk")
+def test_a_launch_costs_at_most_150_bytes_in_postgres(db, make_trace):
     """What 20,000 launches with totals, a step and a measured time add to the kernels (heap
     and primary key), names and contexts tables, and to the database: at most 150 bytes each.
 
@@ -211,7 +212,8 @@ def test_launches_come_back_as_they_were_stored_whatever_their_order_and_files(d
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_parses_adding_one_new_name_do_not_wait_for_each_other(on_postgres):
+@pytest.mark.postgres("the names' writes are PostgreSQL's COPY on connections of their own")
+def test_two_parses_adding_one_new_name_do_not_wait_for_each_other():
     """The names a parse adds are committed at once: another parse adding the same name goes
     on, instead of waiting for the first's whole transaction (or deadlocking with it)."""
     for trace_id in ("a", "b"):
@@ -262,7 +264,8 @@ def test_a_deleted_trace_leaves_no_launch_behind(db, make_trace, delete):
     assert Trace.objects.get(pk="kept").kernels.count() == 1
 
 
-def test_the_copy_queue_is_bounded(db, on_postgres, monkeypatch):
+@pytest.mark.postgres("the queue feeds PostgreSQL's COPY")
+def test_the_copy_queue_is_bounded(db, monkeypatch):
     """A parse faster than PostgreSQL waits once COPY_QUEUE_BLOCKS blocks of at most
     COPY_BLOCK_BYTES are queued (2 MiB), where psycopg's QueuedLibpqWriter would hold 1,024
     (128 MiB): the peak of `ingest_traces` stays flat (docs/performance.md)."""
@@ -290,7 +293,8 @@ def test_the_copy_queue_is_bounded(db, on_postgres, monkeypatch):
     assert max(sent) == kernel_store.COPY_BLOCK_BYTES and sum(sent) == len(text)
 
 
-def test_a_failed_send_fails_the_parse(db, on_postgres, monkeypatch):
+@pytest.mark.postgres("the send is PostgreSQL's COPY")
+def test_a_failed_send_fails_the_parse(db, monkeypatch):
     """PostgreSQL's refusal of a block, raised in the sending thread, reaches the parse at its
     next write, and the sender keeps emptying the queue, so that write does not hang."""
 
@@ -311,7 +315,8 @@ def test_a_failed_send_fails_the_parse(db, on_postgres, monkeypatch):
         writer.sender.join()
 
 
-def test_names_are_committed_on_a_connection_of_their_own(db, on_postgres):
+@pytest.mark.postgres("the names' connection is PostgreSQL's")
+def test_names_are_committed_on_a_connection_of_their_own(db):
     """The names connection is a second session (Django's connection of another thread), whose
     inserts are committed whatever the parse's transaction does."""
     names = kernel_store.NamesConnection()
