@@ -65,3 +65,22 @@ def make_viewer(db):
 def viewer_client(make_viewer) -> Client:
     """Staff who may only look at traces and kernels."""
     return make_viewer("view_trace", "view_kernel")
+
+
+# --- the admin in headless Chromium (tests/traces/test_*_browser.py) ---------------------------
+
+
+@pytest.fixture
+def browser():
+    from tests.traces.browser import chromium
+
+    with chromium(implicit_wait=5) as driver:
+        yield driver
+
+
+@pytest.fixture
+def operator(transactional_db):
+    from tests.traces.browser import OPERATOR
+
+    username, password = OPERATOR
+    return get_user_model().objects.create_superuser(username, password=password)

@@ -3,14 +3,11 @@
 
 import itertools
 import re
-import shutil
-import subprocess
 
 import pytest
 
 from tests.helpers import shared_fixture, store_kernels
-from tests.traces.test_analysis import launch
-from tests.traces.test_probe_findings import hostile
+from tests.traces.support import cxx_filt, hostile, launch
 from traces import demangle
 from traces.models import KernelName
 
@@ -26,20 +23,6 @@ def real_names() -> list[str]:
         for path in sorted(shared_fixture(folder).iterdir()):
             names.update(dict.fromkeys(SYMBOL.findall(path.read_text(errors="replace"))))
     return list(names)
-
-
-def cxx_filt(names: list[str]) -> list[str]:
-    if shutil.which("c++filt") is None:
-        pytest.skip("needs binutils' c++filt, the outside truth")
-    # Without --no-recursion-limit c++filt, like libstdc++, refuses a symbol past 1,024
-    # characters: CUTLASS's kernels; a demangler can read them, so the page must.
-    answer = subprocess.run(
-        ["c++filt", "--no-recursion-limit"],
-        input="".join(f"{name}\n" for name in names),
-        capture_output=True,
-        text=True,
-    )
-    return answer.stdout.splitlines()
 
 
 @pytest.fixture
