@@ -67,6 +67,14 @@ def viewer_client(make_viewer) -> Client:
     return make_viewer("view_trace", "view_kernel")
 
 
+@pytest.fixture
+def openapi(client_anon, db) -> dict:
+    """The API's OpenAPI schema, as /api/schema serves it."""
+    response = client_anon.get("/api/schema", HTTP_ACCEPT="application/json")
+    assert response.status_code == 200
+    return response.json()
+
+
 # --- the admin in headless Chromium (tests/traces/test_*_browser.py) ---------------------------
 
 

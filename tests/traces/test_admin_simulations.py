@@ -17,8 +17,18 @@ from django.urls import reverse
 
 from ingest import simulations as ingest_simulations
 from tests.helpers import lock_held_elsewhere
-from tests.traces.test_admin import change_url, field, read, result_rows, table_rows
-from tests.traces.test_admin_analysis import ADD, CUBLAS, GEMM, add_run, add_steps
+from tests.traces.support import (
+    ADD,
+    CUBLAS,
+    GEMM,
+    add_run,
+    add_steps,
+    change_url,
+    field,
+    read,
+    result_rows,
+    table_rows,
+)
 from traces import accuracy
 from traces.admin import simulation_pages
 from traces.admin.simulation import SimulationAdmin

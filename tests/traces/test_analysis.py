@@ -8,8 +8,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from tests.helpers import store_kernels
-from tests.traces.support import FLASH, launch
-from tests.traces.test_openapi import assert_conforms, response_validator
+from tests.traces.support import FLASH, assert_conforms, launch, response_validator
 from traces import analysis
 from traces.demangle import demangle
 from traces.models import Step, Trace, TraceState

@@ -16,7 +16,7 @@ from django.conf import settings as django_settings
 
 from ingest import receivers
 from tests.helpers import PREFIX, TEST_BUCKET, content, store_kernels, token_client
-from tests.traces.test_openapi import nullable_to_json_schema, openapi, response_validator  # noqa: F401
+from tests.traces.support import response_validator
 from tests.traces.test_shapes import assert_has_the_keys
 from tests.traces.test_simulations_api import simulate
 from traces import api_examples, shapes

@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from tests.traces.browser import OPERATOR, chromium, log_in
-from tests.traces.test_admin_analysis import ADD, CUBLAS, GEMM, add_run, add_steps
+from tests.traces.support import ADD, CUBLAS, GEMM, add_run, add_steps
 from traces.models import Trace, TraceState
 
 pytestmark = pytest.mark.slow

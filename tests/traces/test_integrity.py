@@ -157,7 +157,7 @@ def test_the_command_exits_1_when_it_finds_something_and_0_once_repaired(tmp_pat
     """As cron runs it: manage.py in a process of its own, on the embedded SQLite database."""
     import sqlite3
 
-    from tests.test_commands import manage
+    from tests.support import manage
 
     var_dir = tmp_path / "var"
     assert manage(var_dir, "migrate", "-v", "0").returncode == 0

@@ -5,42 +5,13 @@ import threading
 
 import pytest
 from django.db import connection, transaction
-from django.db.migrations.executor import MigrationExecutor
 
 from tests.helpers import content, kernel_row
+from tests.traces.support import BEFORE, migrate, old_launch
 from traces import encoders, kernel_store, selectors, services
 from traces.models import KERNEL_COLUMNS, KernelContext, KernelName, Trace, TraceState, name_digest
 
-BEFORE = ("traces", "0006_steps_and_measured_time")
 BYTES_PER_LAUNCH = 150
-
-
-def migrate(target: tuple[str, str] | None = None) -> MigrationExecutor:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate([target or executor.loader.graph.leaf_nodes("traces")[0]])
-    return executor
-
-
-def old_launch(kernel_id: int, **fields) -> dict:
-    return {
-        "ctx": "0x7f3a",
-        "kernel_id": kernel_id,
-        "name": "_Z6vecAddPdS_S_i",
-        "trace_file": f"kernel-{kernel_id}-ctx_0x7f3a.trace.xz",
-        "grid_x": 98,
-        "grid_y": 1,
-        "grid_z": 1,
-        "block_x": 1024,
-        "block_y": 1,
-        "block_z": 1,
-        "blocks": 98,
-        "threads": 1024,
-        "total_insts": 50066,
-        "total_reported_insts": 50066,
-        "traced": kernel_id % 2 == 1,
-        **fields,
-    }
 
 
 OLD_TRACES = {

@@ -10,7 +10,7 @@ import importlib
 import pytest
 from django.db import connection
 
-from tests.traces.test_kernel_storage import BEFORE, migrate, old_launch
+from tests.traces.support import BEFORE, migrate, old_launch
 from traces.models import Kernel, Trace, TraceState
 
 MIGRATION = importlib.import_module("traces.migrations.0007_kernel_storage")

@@ -26,7 +26,7 @@ from cascade.db_routers import PIN_COOKIE, PIN_SECONDS, PRIMARY, REPLICA, read_a
 from ingest.tasks import poll_bucket_task
 from tests.helpers import content
 from tests.ingest.conftest import eager  # noqa: F401 (a fixture: Celery inline, a memory broker)
-from tests.traces.test_admin import upload_minimal_run
+from tests.traces.support import upload_minimal_run
 from traces import analysis, views
 from traces.models import ApiToken, Trace, TraceState
 from traces.snapshots import snapshot

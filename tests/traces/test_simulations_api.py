@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.helpers import content
-from tests.traces.test_openapi import assert_conforms, openapi  # noqa: F401 (a fixture)
+from tests.traces.support import assert_conforms
 from traces import accuracy
 from traces.models import (
     KernelContext,
@@ -488,7 +488,7 @@ def test_the_routes_are_in_the_schema_with_their_filters(openapi):  # noqa: F811
 
 
 def test_the_examples_conform(openapi):  # noqa: F811
-    from tests.traces.test_openapi import response_validator
+    from tests.traces.support import response_validator
 
     for path in SIMULATION_ROUTES:
         examples = openapi["paths"][path]["get"]["responses"]["200"]["content"]["application/json"][
