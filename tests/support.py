@@ -1,4 +1,4 @@
-"""Helpers several test modules share (not tests themselves)."""
+"""Helpers the suite's modules share: manage.py in a child process (not tests themselves)."""
 
 import os
 import subprocess

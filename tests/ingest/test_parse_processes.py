@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from ingest import passes, processes
-from tests.ingest.test_parallel_passes import outcome, upload_runs
+from tests.ingest.support import outcome, upload_runs
 from traces.kernel_store import kernels_purge
 from traces.models import Trace
 

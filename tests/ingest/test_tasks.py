@@ -221,7 +221,7 @@ def test_a_trace_whose_message_the_broker_refused_is_queued_by_the_next_poll(
 def test_the_scheduled_poll_reads_a_ready_traces_simulation_on_the_next_poll(eager, s3, upload):
     """Celery's way: the poll queues the trace's parse (run inline here); its simulation is
     read by the poll, once the trace is ready (issue 20)."""
-    from tests.ingest.test_simulations import hal_trace, real_log, upload_simulation
+    from tests.ingest.support import hal_trace, real_log, upload_simulation
     from traces.models import Simulation
 
     log = real_log("halUW__benchmark_1_stream_clean.log")

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ingest.timing import MAX_STEPS, Step, StepIndex, Steps, TimingError, is_int, parse_timeline, read_timing
-from tests.ingest.test_timing import NSYS_HEADER, lines, nsys_row
+from tests.ingest.support import NSYS_HEADER, lines, nsys_row
 
 
 def timeline(steps: int) -> bytes:
