@@ -1,5 +1,5 @@
 """Fixtures shared by every test: API clients with tokens, traces, S3 and run folders uploaded to it,
-the database vendor.
+the `postgres` marker.
 
 Helpers that tests import (constants, rows, a lock held elsewhere) are in tests/helpers.py, which
 re-exports SHARED_FIXTURES and shared_fixture from here.
@@ -12,11 +12,12 @@ from pathlib import Path
 import orjson
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connection
-from django.test import override_settings
+from django.db import connection, transaction
+from django.test import Client, override_settings
 from rest_framework.test import APIClient
 
-from traces.models import ApiToken, Trace
+from traces import kernel_store
+from traces.models import ApiToken, Kernel, Trace
 
 # Real files from public repositories are not the repository's to carry: they are provided beside
 # the checkout (CI always has them) and read where they are. The one setting that says where.
@@ -78,12 +79,15 @@ def body_cache_dir(tmp_path, monkeypatch):
     return folder
 
 
-@pytest.fixture
-def on_postgres():
-    if connection.vendor != "postgresql":
-        pytest.skip(
-            "needs PostgreSQL (set DATABASE_URL=postgres://...): the test checks PostgreSQL behaviour"
-        )
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """A test marked `postgres` (optionally with what it checks of PostgreSQL's,
+    `@pytest.mark.postgres("the triggers are PostgreSQL's")`) skips on any other database,
+    saying why, before its fixtures touch the database: the marker is its one declaration."""
+    marker = item.get_closest_marker("postgres")
+    if marker is not None and connection.vendor != "postgresql":
+        what = marker.args[0] if marker.args else "the test checks PostgreSQL behaviour"
+        pytest.skip(f"needs PostgreSQL (set DATABASE_URL=postgres://...): {what}")
 
 
 @pytest.fixture
@@ -219,3 +223,95 @@ def child_env(s3, settings):
         "CASCADE_S3_PREFIX": settings.CASCADE_S3_PREFIX,
         "DJANGO_SETTINGS_MODULE": "cascade.settings",
     }
+
+
+# --- the web's tests (traces, simulations): kernels in bulk, users of each kind, the schema, a browser
+
+
+@pytest.fixture
+def make_kernels(db):
+    """`make_kernels(trace, [insts, ...], ctx=...)`: one kernel per value, ids from `first`."""
+
+    from tests.helpers import kernel_row  # tests.helpers reads this module's SHARED_FIXTURES
+
+    def make(trace: Trace, insts: list[int | None], *, ctx: str | None = "0x6165bdd7ec90", first: int = 1):
+        with transaction.atomic():
+            kernel_store.kernels_append(
+                trace.pk,
+                (
+                    kernel_row(
+                        first + n,
+                        ctx=ctx,
+                        name=f"_Z6kernel{first + n}Pdi",
+                        insts=value,
+                        traced=(first + n) % 2 == 1,
+                    )
+                    for n, value in enumerate(insts)
+                ),
+            )
+        count = Kernel.objects.filter(trace=trace).count()
+        Trace.objects.filter(pk=trace.pk).update(kernel_count=count)
+        trace.kernel_count = count
+
+    return make
+
+
+@pytest.fixture
+def staff_client(admin_user) -> Client:
+    """A superuser's session: staff with every permission."""
+    client = Client()
+    client.force_login(admin_user)
+    return client
+
+
+@pytest.fixture
+def make_viewer(db):
+    """`make_viewer(*codenames)`: the session of staff who hold only these permissions (of the
+    traces and simulations apps: codenames are unique across them)."""
+    from django.contrib.auth.models import Permission
+
+    def make(*codenames: str) -> Client:
+        user = get_user_model().objects.create_user("viewer", password="viewer-pass-123", is_staff=True)
+        user.user_permissions.set(
+            Permission.objects.filter(
+                content_type__app_label__in=("traces", "simulations"), codename__in=codenames
+            )
+        )
+        client = Client()
+        client.force_login(user)
+        return client
+
+    return make
+
+
+@pytest.fixture
+def viewer_client(make_viewer) -> Client:
+    """Staff who may only look at traces and kernels."""
+    return make_viewer("view_trace", "view_kernel")
+
+
+@pytest.fixture
+def openapi(client_anon, db) -> dict:
+    """The API's OpenAPI schema, as /api/schema serves it."""
+    response = client_anon.get("/api/schema", HTTP_ACCEPT="application/json")
+    assert response.status_code == 200
+    return response.json()
+
+
+# --- the admin in headless Chromium (tests/traces/test_*_browser.py) ---------------------------
+
+
+@pytest.fixture
+def browser():
+    from tests.traces.browser import chromium
+
+    with chromium(implicit_wait=5) as driver:
+        yield driver
+
+
+@pytest.fixture
+def operator(transactional_db):
+    from tests.traces.browser import OPERATOR
+
+    username, password = OPERATOR
+    return get_user_model().objects.create_superuser(username, password=password)

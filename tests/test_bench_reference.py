@@ -17,7 +17,7 @@ from traces.models import Trace, TraceState
 
 
 @pytest.fixture
-def database_url(on_postgres) -> str:
+def database_url() -> str:
     """The test database's URL, for the statement's own connection (it reads the catalog)."""
     db = connection.settings_dict
     login = db["USER"] or "postgres"
@@ -26,6 +26,7 @@ def database_url(on_postgres) -> str:
     return f"postgres://{login}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
+@pytest.mark.postgres("the reference is PostgreSQL's json_build_object")
 def test_postgres_builds_the_apis_detail_itself(api, database_url, make_trace):
     trace = make_trace(
         "bench-run",

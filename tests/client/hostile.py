@@ -4,7 +4,6 @@ download slow enough to press Ctrl-C in, the headers the client really sends."""
 
 import json
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote
@@ -16,10 +15,16 @@ LIMIT = 300 * 1024 * 1024  # the most any answer sends: every loop here ends
 class File:
     """One file as listed (`listed` bytes, `etag`) and as served: `body` exactly ("exact"),
     `body` then more until the client hangs up ("longer", no Content-Length), a
-    Content-Length of `announce` ("announce"), or `body` a KiB every `pause` s ("trickle")."""
+    Content-Length of `announce` ("announce"), or `body`'s first `stall_after` bytes, then
+    nothing until `released` is set ("stall": a download caught mid-body, however long the
+    test takes)."""
 
-    def __init__(self, body: bytes, *, mode="exact", listed=None, etag='"-"', announce=None, pause=0.05):
-        self.body, self.mode, self.etag, self.announce, self.pause = body, mode, etag, announce, pause
+    def __init__(
+        self, body: bytes, *, mode="exact", listed=None, etag='"-"', announce=None, stall_after=CHUNK
+    ):
+        self.body, self.mode, self.etag, self.announce = body, mode, etag, announce
+        self.stall_after = stall_after
+        self.released = threading.Event()
         self.listed = len(body) if listed is None else listed
         self.sent = 0
         self.watch: Path | None = None  # a file whose size is read between chunks
@@ -81,12 +86,13 @@ class HostileServer:
                         self.wfile.write(b"\0" * CHUNK)
                         file.sent += CHUNK
                         self.look(file)
-                elif file.mode == "trickle":
-                    for start in range(0, len(file.body), 1024):
-                        self.wfile.write(file.body[start : start + 1024])
-                        self.wfile.flush()
-                        file.sent += 1024
-                        time.sleep(file.pause)
+                elif file.mode == "stall":
+                    self.wfile.write(file.body[: file.stall_after])
+                    self.wfile.flush()
+                    file.sent += file.stall_after
+                    file.released.wait()
+                    self.wfile.write(file.body[file.stall_after :])
+                    file.sent += len(file.body) - file.stall_after
                 else:
                     self.wfile.write(file.body)
                     file.sent += len(file.body)
@@ -124,5 +130,7 @@ class HostileServer:
         return self
 
     def __exit__(self, *exc):
+        for file in self.files.values():
+            file.released.set()
         self.httpd.shutdown()
         self.httpd.server_close()

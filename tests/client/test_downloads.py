@@ -32,13 +32,11 @@ def test_a_10_byte_listing_never_writes_more_than_10_bytes(tmp_path):
     dest = tmp_path / "run"
     file.watch = dest / "configs/gpgpusim.config.part"
     with HostileServer(TRACE, {"configs/gpgpusim.config": file}) as server:
-        started = time.monotonic()
         with pytest.raises(FileChanged, match=r"longer in the bucket than listed \(10 bytes\): cut off"):
             pull(server, dest)
-        took = time.monotonic() - started
     assert file.largest_seen <= 10
     assert not (dest / "configs/gpgpusim.config").exists() and not file.watch.exists()
-    assert file.sent < LIMIT // 10 and took < 10  # the client hung up; it did not read 300 MiB
+    assert file.sent < LIMIT // 10  # the client hung up; it did not read 300 MiB
 
 
 def test_a_length_announced_larger_than_listed_fails_before_the_body(tmp_path):
@@ -65,7 +63,12 @@ def test_the_listed_etag_goes_as_if_match_and_no_token_to_the_bucket(tmp_path):
 
 @pytest.mark.slow
 def test_the_first_ctrl_c_stops_every_download_at_once_leaving_part_files(tmp_path):
-    slow = {f"traces/kernel-{n}-ctx_0x1.trace.xz": File(os.urandom(4 << 20), mode="trickle") for n in (1, 2)}
+    """Both downloads are caught mid-body, by a server that sends nothing more until the test
+    ends: a pull that waited for a download's next chunk, or its end, would never stop."""
+    slow = {
+        f"traces/kernel-{n}-ctx_0x1.trace.xz": File(os.urandom(4 << 20), mode="stall", stall_after=256 * 1024)
+        for n in (1, 2)
+    }
     dest = tmp_path / "run"
     with HostileServer(TRACE, slow) as server:
         env = {
@@ -87,11 +90,11 @@ def test_the_first_ctrl_c_stops_every_download_at_once_leaving_part_files(tmp_pa
             assert process.poll() is None and time.monotonic() < deadline, process.communicate()
             time.sleep(0.01)
         process.send_signal(signal.SIGINT)
-        interrupted = time.monotonic()
-        out, err = process.communicate(timeout=30)
-        took = time.monotonic() - interrupted
+        # Only a pull that never stops reaches this timeout; one that stops at once, however
+        # loaded the machine, does so while both downloads still wait for their next byte.
+        out, err = process.communicate(timeout=120)
+        assert all(file.sent == file.stall_after for file in slow.values())
     assert process.returncode == 130
-    assert took < 2.0, f"the pull took {took:.1f} s to stop"
     assert err.splitlines()[-1] == "cascade: interrupted; run the same command again to resume"
     assert all(part.exists() for part in parts)
     assert not any((dest / path).exists() for path in slow)

@@ -29,7 +29,11 @@ from tests.faults.runs import (
 from tools.generator import RunSpec
 from traces.models import Trace, TraceState
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.postgres("the proxy speaks PostgreSQL's wire protocol"),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 MAX_PASSES = 5
@@ -41,7 +45,7 @@ CATCH_UP_AFTER_DROP = 10  # seconds it gets for two small runs, once its connect
 
 
 @pytest.fixture
-def pg_proxy(on_postgres):
+def pg_proxy():
     port = int(connection.settings_dict["PORT"] or 5432)
     with PostgresFaultProxy(("127.0.0.1", port)) as proxy:
         yield proxy

@@ -17,21 +17,11 @@ from django.core.management import CommandError, call_command
 from ingest import events, passes
 from ingest.events import MalformedEvent, runs_named
 from tests.helpers import PREFIX, TEST_BUCKET, lock_held_elsewhere
-from tests.ingest.test_simulations import hal_trace, real_log, simulation, upload_simulation
+from tests.ingest.support import drain, hal_trace, in_queue, real_log, simulation, upload_simulation
 from traces.models import DeletedTrace, Kernel, Trace, TraceState
 from traces.services import trace_delete
 
 OK = {"status": "ok", "trace_gpu_arch": "sm_86"}
-
-
-def in_queue(sqs, url) -> int:
-    attributes = sqs.get_queue_attributes(
-        QueueUrl=url,
-        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-    )["Attributes"]
-    return int(attributes["ApproximateNumberOfMessages"]) + int(
-        attributes["ApproximateNumberOfMessagesNotVisible"]
-    )
 
 
 def take_all(sqs, url) -> list[str]:
@@ -44,13 +34,6 @@ def take_all(sqs, url) -> list[str]:
             Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)],
         )
     return bodies
-
-
-def drain(url) -> list[events.BatchResult]:
-    batches = []
-    while (batch := events.consume_batch(url, wait_seconds=0)).received:
-        batches.append(batch)
-    return batches
 
 
 def snapshot(trace_id: str) -> tuple:

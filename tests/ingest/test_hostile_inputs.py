@@ -19,7 +19,7 @@ from tests.helpers import STATS_HEADER, VECADD_CTX, shared_fixture, stats_row
 from tools.tracer_format import stats_launch_half, stats_totals
 from traces.models import Kernel, Step, Trace, TraceState
 
-pytestmark = pytest.mark.usefixtures("on_postgres")
+pytestmark = pytest.mark.postgres("the limits are PostgreSQL's column types (smallint, text without NUL)")
 
 OK = {"status": "ok", "trace_gpu_arch": "sm_90"}
 SMALLINT_MAX = 2**15 - 1  # PostgreSQL's smallint: Step.index and Kernel.step

@@ -25,7 +25,8 @@ def names_that_collide_in_hashtext() -> tuple[str, str]:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_traces_whose_names_collide_in_a_32_bit_hash_are_locked_apart(on_postgres):
+@pytest.mark.postgres("the collision is PostgreSQL's hashtext, the locks its advisory locks")
+def test_two_traces_whose_names_collide_in_a_32_bit_hash_are_locked_apart():
     first, second = names_that_collide_in_hashtext()
     with lock_held_elsewhere(first):
         with trace_lock(second) as acquired:

@@ -3,9 +3,7 @@ request after another, a failure that stays its run's own, and what a pass costs
 
 import io
 import re
-from concurrent.futures import ThreadPoolExecutor
 
-import orjson
 import pytest
 from botocore.exceptions import EndpointConnectionError
 from django.core.management import CommandError, call_command
@@ -16,6 +14,7 @@ from ingest import bucket, decision, passes
 from ingest.read_ahead import ReadAhead
 from ingest.scan import register_objects
 from tests.helpers import PREFIX, STATS_HEADER, TEST_BUCKET, stats_row
+from tests.ingest.support import outcome, upload_runs
 from traces.models import Trace, TraceState
 
 OK = {"status": "ok", "trace_gpu_arch": "sm_90"}
@@ -24,69 +23,6 @@ OK = {"status": "ok", "trace_gpu_arch": "sm_90"}
 def stats(count: int, ctx: str = "0x1", header: bool = True) -> str:
     rows = "".join(stats_row(n, ctx, name="_Z1kv", insts=n) for n in range(1, count + 1))
     return (STATS_HEADER if header else "") + rows
-
-
-def run_files(n: int) -> tuple[dict, dict | None]:
-    """Run n's files and metadata.json: ready ones of several shapes, failed ones, unfinished ones."""
-    kind = n % 6
-    if kind == 0:  # two contexts, the header in the first file only, listed in metadata.json
-        files = {
-            "traces/stats_ctx_0x1": stats(n % 7 + 1),
-            "traces/stats_ctx_0x2": stats(3, "0x2", header=False),
-        }
-        listed = [{"key": f"{PREFIX}r{n:03d}/{name}", "bytes": len(body)} for name, body in files.items()]
-        return files, {**OK, "files": listed}
-    if kind == 1:  # a kernelslist, an instruction trace that is never read, and timing
-        files = {
-            "traces/stats_ctx_0x1": stats(5),
-            "traces/kernelslist_ctx_0x1": "kernel-2-ctx_0x1.trace.xz\n",
-            "traces/kernel-2-ctx_0x1.trace.xz": b"\xfd7zXZ\x00",
-            "timing.csv": "ctx,kernel_id,start_ns,end_ns,duration_ns\n"
-            + "".join(f"0x1,{k},{k * 100},{k * 100 + 50},50\n" for k in range(1, 6)),
-        }
-        return files, OK
-    if kind == 2:
-        return {"traces/stats_ctx_0x1": stats(n + 1)}, {"status": "failed", "error": "OOM"}
-    if kind == 3:
-        return {"traces/stats_ctx_0x1": "garbage\n"}, OK
-    if kind == 4:
-        return {"traces/stats_ctx_0x1": stats(2)}, None  # still uploading
-    return {"traces/stats_ctx_0x1": stats(n)}, {**OK, "model": f"model-{n}"}
-
-
-def upload_runs(s3, count: int, make=run_files) -> None:
-    def put(n: int) -> None:
-        files, metadata = make(n)
-        for name, body in files.items():
-            body = body.encode() if isinstance(body, str) else body
-            s3.put_object(Bucket=TEST_BUCKET, Key=f"{PREFIX}r{n:03d}/{name}", Body=body)
-        if metadata is not None:
-            s3.put_object(
-                Bucket=TEST_BUCKET, Key=f"{PREFIX}r{n:03d}/metadata.json", Body=orjson.dumps(metadata)
-            )
-
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(put, range(count)))
-
-
-def outcome(api) -> dict:
-    """Every trace as the database holds it, with its kernels as the API serves them."""
-    traces = {}
-    for trace in Trace.objects.order_by("id"):
-        kernels = (
-            api.get(f"/api/traces/{trace.id}").json()["kernels"] if trace.state == TraceState.READY else []
-        )
-        traces[trace.id] = (
-            trace.state,
-            trace.error,
-            trace.kernel_count,
-            trace.files,
-            trace.parsed_fingerprint,
-            trace.model,
-            trace.has_real_timing,
-            kernels,
-        )
-    return traces
 
 
 def test_threads_give_the_same_traces_kernels_and_states_as_one_after_another(db, s3, api, settings):

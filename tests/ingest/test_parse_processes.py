@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from ingest import passes, processes
-from tests.ingest.test_parallel_passes import outcome, upload_runs
+from tests.ingest.support import outcome, upload_runs
 from traces.kernel_store import kernels_purge
 from traces.models import Trace
 
@@ -44,9 +44,8 @@ def test_shares_deal_out_every_run_once():
     assert sorted(run for share in dealt for run in share) == sorted(runs)
 
 
-def test_a_pass_in_three_processes_ingests_as_one_process_does(
-    transactional_db, s3, api, child_env, on_postgres
-):
+@pytest.mark.postgres("a pass parses in several processes on PostgreSQL only (ingest.processes)")
+def test_a_pass_in_three_processes_ingests_as_one_process_does(transactional_db, s3, api, child_env):
     upload_runs(s3, 36)
     shared = subprocess.run(
         [sys.executable, "manage.py", "ingest_traces"],

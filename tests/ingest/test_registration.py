@@ -2,6 +2,7 @@
 gets its metadata.json, and which traces are samples. Moto's S3 server and PostgreSQL."""
 
 import logging
+import re
 from datetime import timedelta
 
 import pytest
@@ -16,12 +17,17 @@ from traces.models import Trace, TraceState
 OK = {"status": "ok", "trace_gpu_arch": "sm_86"}
 
 
-def count_queries(statement: str):
-    """How many of the connection's queries start with `statement`, as a context's list."""
+# An INSERT into the trace table in either dialect: Django writes `ignore_conflicts` as
+# PostgreSQL's `ON CONFLICT DO NOTHING` at the end, SQLite's `INSERT OR IGNORE` at the start.
+TRACE_INSERT = re.compile(r'INSERT (?:OR IGNORE )?INTO "TRACES_TRACE"')
+
+
+def count_queries(statement: re.Pattern):
+    """The connection's queries that start with `statement`, as a context's list."""
     seen = []
 
     def execute(run, sql, params, many, context):
-        if sql.lstrip().upper().startswith(statement):
+        if statement.match(sql.lstrip().upper()):
             seen.append(sql)
         return run(sql, params, many, context)
 
@@ -36,7 +42,7 @@ def test_a_run_the_database_cannot_store_is_skipped_and_every_other_run_goes_on(
     upload("good-b", vecadd_files, metadata=OK)
     assert "bad\x00run" in bucket.list_run_ids(), "moto keeps the key as S3 does"
 
-    inserts, counting = count_queries('INSERT INTO "TRACES_TRACE"')
+    inserts, counting = count_queries(TRACE_INSERT)
     with caplog.at_level(logging.WARNING, logger="ingest"), counting:
         result = passes.poll_bucket()
 

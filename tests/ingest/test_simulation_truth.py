@@ -16,8 +16,7 @@ import pytest
 from ingest import passes
 from simulations.models import SimulatedKernel
 from tests.helpers import shared_fixture
-from tests.ingest.test_simulations import simulation, upload_simulation
-from tests.ingest.test_simulations_real import spec_of, trace_files
+from tests.ingest.support import GOOD, GOOD_LAUNCHES, simulation, spec_of, trace_files, upload_simulation
 from traces.models import TraceState
 
 # The simulator's lines that say it cannot go on (accel-sim-simulator.md, "How each kind of
@@ -189,30 +188,6 @@ def test_a_trace_without_measured_times_is_ready_with_nothing_compared_and_says_
 
 # --- Bad logs: failures naming their line, never internal errors -------------------------------
 
-GOOD = b"""Accel-Sim [build accelsim-commit-test]
-        *** GPGPU-Sim Simulator Version 4.2.0  [build gpgpu-sim_git-commit-test] ***
--gpgpu_clock_domains 1000.0:1000.0:1000.0:1000.0
-Header info loaded for kernel command : /t/kernel-1.traceg
-launching kernel name: _Z5firstv uid: 1 cuda_stream_id: 0
-Destroy streams for kernel 1: size 0
-kernel_name = _Z5firstv
-kernel_launch_uid = 1
-gpu_sim_cycle = 100
-gpu_sim_insn = 10
-gpu_tot_sim_cycle = 100
-gpgpu_simulation_time = 0 days, 0 hrs, 0 min, 1 sec (1 sec)
-Header info loaded for kernel command : /t/kernel-2.traceg
-launching kernel name: _Z6secondv uid: 2 cuda_stream_id: 0
-Destroy streams for kernel 2: size 0
-kernel_name = _Z6secondv
-kernel_launch_uid = 2
-gpu_sim_cycle = 200
-gpu_sim_insn = 20
-gpu_tot_sim_cycle = 300
-gpgpu_simulation_time = 0 days, 0 hrs, 0 min, 1 sec (1 sec)
-GPGPU-Sim: *** exit detected ***
-"""
-GOOD_LAUNCHES = [(1, 1, "_Z5firstv"), (2, 2, "_Z6secondv")]
 
 # (what is wrong, the line as it was, the line instead): the bad line is the one replaced.
 BAD = [

@@ -17,10 +17,15 @@ from ingest import passes
 from ingest.simulations import read_simulations_now
 from simulations.models import Simulation
 from tests.helpers import PREFIX, TEST_BUCKET
-from tests.ingest.test_simulation_truth import GOOD, GOOD_LAUNCHES
-from tests.ingest.test_simulations import simulation, upload_simulation
-from tests.ingest.test_simulations_real import trace_files
-from tests.ingest.test_sweep import register_ready, upload_run
+from tests.ingest.support import (
+    GOOD,
+    GOOD_LAUNCHES,
+    register_ready,
+    simulation,
+    trace_files,
+    upload_run,
+    upload_simulation,
+)
 from traces.models import Trace, TraceState
 
 WAITING = "waiting for simulation.json"
@@ -107,7 +112,7 @@ def test_read_simulations_now_reads_a_run_without_a_pass(s3, upload, settings):
 
 @pytest.mark.django_db
 def test_with_events_the_markers_event_has_it_read_in_that_pass(queue, s3, upload):
-    from tests.ingest.test_events import drain
+    from tests.ingest.support import drain
 
     upload("target", trace_files(None, GOOD_LAUNCHES), metadata={"status": "ok"})
     drain(queue)

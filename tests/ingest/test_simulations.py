@@ -15,46 +15,18 @@ import pytest
 
 from ingest import passes
 from simulations.models import SimulatedKernel, Simulation
-from tests.helpers import PREFIX, STATS_HEADER, TEST_BUCKET, VECADD_CTX, shared_fixture, stats_row
+from tests.helpers import PREFIX, TEST_BUCKET
+from tests.ingest.support import (
+    OK_MARKER,
+    hal_trace,
+    headers_of,
+    launches_of,
+    real_log,
+    simulation,
+    trace_of,
+    upload_simulation,
+)
 from traces.models import Trace, TraceState
-
-OK_MARKER = {"status": "ok", "simulator": "accel-sim", "config": "SM7_TITANV"}
-
-
-def real_log(name: str) -> bytes:
-    return shared_fixture("real-sim-logs", name).read_bytes()
-
-
-def timing_csv(durations: dict[int, int], ctx: str = VECADD_CTX) -> str:
-    lines = ["ctx,kernel_id,start_ns,end_ns,duration_ns"]
-    start = 1000
-    for kernel_id, duration in sorted(durations.items()):
-        lines.append(f"{ctx},{kernel_id},{start},{start + duration},{duration}")
-        start += duration + 100
-    return "\n".join(lines) + "\n"
-
-
-def trace_of(launches: list[tuple[int, str]], durations: dict[int, int] | None = None) -> dict:
-    """A one-context run whose launches are (kernel id, name), with measured times."""
-    files = {
-        f"traces/stats_ctx_{VECADD_CTX}": STATS_HEADER + "".join(stats_row(k, name=n) for k, n in launches)
-    }
-    if durations:
-        files["timing.csv"] = timing_csv(durations)
-    return files
-
-
-def upload_simulation(
-    s3, run_id: str, name: str, log: bytes, marker: dict | None = OK_MARKER, log_name="sim.log"
-):
-    folder = f"{PREFIX}{run_id}/simulations/{name}/"
-    s3.put_object(Bucket=TEST_BUCKET, Key=folder + log_name, Body=log)
-    if marker is not None:
-        s3.put_object(Bucket=TEST_BUCKET, Key=folder + "simulation.json", Body=json.dumps(marker).encode())
-
-
-def simulation(run_id: str, name: str) -> Simulation:
-    return Simulation.objects.get(trace_id=run_id, name=name)
 
 
 def pairs(sim: Simulation) -> list[tuple]:
@@ -86,28 +58,12 @@ def own_cycles(log: bytes) -> dict[int, int | None]:
     return {uid: found[0] if len(found) == 1 else None for uid, found in listed.items()}
 
 
-def headers_of(log: bytes) -> list[int]:
-    """The kernel id each trace header names, in load order: uid k is the k-th."""
-    return [int(m[1]) for m in re.finditer(rb"Header info loaded for kernel command : .*?kernel-(\d+)", log)]
-
-
-def launches_of(log: bytes) -> dict[int, str]:
-    return {int(m[2]): m[1].decode() for m in re.finditer(rb"launching kernel name: (\S+) uid: (\d+)", log)}
-
-
 # --- The halUW log: trace-driven, two streams, one block listing two uids -------------------
 
 
 @pytest.fixture
 def hal_log() -> bytes:
     return real_log("halUW__benchmark_1_stream_clean.log")
-
-
-def hal_trace(log: bytes, measured: dict[int, int] | None = None) -> dict:
-    names = launches_of(log)
-    headers = headers_of(log)
-    launches = [(kernel_id, names[uid]) for uid, kernel_id in enumerate(headers, 1)]
-    return trace_of(launches, measured)
 
 
 @pytest.mark.django_db

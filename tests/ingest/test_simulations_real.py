@@ -12,15 +12,15 @@ import pytest
 
 from ingest import passes
 from simulations.models import SimulatedKernel, Simulation
-from tests.helpers import STATS_HEADER, stats_row
-from tests.ingest.test_simulations import real_log, simulation, timing_csv, upload_simulation
+from tests.ingest.support import (
+    real_log,
+    simulation,
+    spec_of,
+    trace_files,
+    upload_simulation,
+)
 from traces.models import TraceState
 
-HEADER = re.compile(
-    rb"^Header info loaded for kernel command : .*?kernel-(\d+)(?:-ctx_(0x[0-9a-f]+))?\.traceg", re.M
-)
-LAUNCH = re.compile(rb"^launching kernel name: (.*) uid: (\d+)", re.M)
-PUSH = re.compile(rb"^GPGPU-Sim PTX: pushing kernel '([^']*)'", re.M)
 BLOCK = re.compile(rb"^kernel_launch_uid = ([0-9 ]*)\n(?:.*\n)*?^gpu_sim_cycle = (\d+)\n", re.M)
 FOOTER = re.compile(rb"^gpgpu_simulation_time", re.M)
 
@@ -40,30 +40,6 @@ def expected_cycles(log: bytes) -> dict[int, int | None]:
         for uid in uids:
             listed.setdefault(uid, []).append(cycles if len(uids) == 1 else None)
     return {uid: found[0] if len(found) == 1 else None for uid, found in listed.items()}
-
-
-def spec_of(log: bytes) -> tuple[str | None, list[tuple[int, int, str]]]:
-    """(ctx, [(uid, kernel id, name)]) of a log: trace-driven by its headers, else PTX order."""
-    headers = HEADER.findall(log)
-    if headers:
-        names = {int(uid): name.decode().strip() for name, uid in LAUNCH.findall(log)}
-        ctxs = {ctx.decode() for _, ctx in headers if ctx}
-        launches = [(uid, int(kid), names[uid]) for uid, (kid, _) in enumerate(headers, 1) if uid in names]
-        return (ctxs.pop() if ctxs else None), launches
-    return None, [(uid, uid, name.decode()) for uid, name in enumerate(PUSH.findall(log), 1)]
-
-
-def trace_files(ctx: str | None, launches: list[tuple[int, int, str]]) -> dict[str, str]:
-    """A trace holding exactly the log's launches, with a measured time for each."""
-    ctx = ctx or "0x1"
-    rows = "".join(
-        stats_row(kernel_id, ctx=ctx, name=name)
-        for _, kernel_id, name in sorted(launches, key=lambda x: x[1])
-    )
-    return {
-        f"traces/stats_ctx_{ctx}": STATS_HEADER + rows,
-        "timing.csv": timing_csv({kernel_id: 1000 + 7 * kernel_id for _, kernel_id, _ in launches}, ctx=ctx),
-    }
 
 
 REAL_LOGS = [

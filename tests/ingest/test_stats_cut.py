@@ -128,9 +128,10 @@ def test_every_cut_point_of_the_last_two_lines_keeps_the_complete_rows_and_names
     assert cuts > 0
 
 
-def test_the_fast_path_stores_every_cut_point_as_the_general_reader_does(db, on_postgres):
+@pytest.mark.postgres("the fast path writes PostgreSQL's COPY text")
+def test_the_fast_path_stores_every_cut_point_as_the_general_reader_does(db):
     """Through ingest.stats_fast_path (PostgreSQL's COPY text) and the rows alike, at every cut."""
-    from tests.ingest.test_stats_fast_path import assert_stored_alike
+    from tests.ingest.support import assert_stored_alike
 
     name = "qishao-chalmers+accel-sim-framework__util__tracer_nvbit__traces__traces__stats_ctx_0x2356c30"
     data = shared_fixture("real-tracer", name).read_bytes()

@@ -13,32 +13,27 @@ is its format.
 import csv
 
 import pytest
-from django.db import transaction
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from ingest import parse
-from ingest.bucket import S3Object
-from ingest.read_ahead import ReadAhead
 from ingest.stats_fast_path import LaunchText
 from ingest.timing.timeline import Step, StepIndex, parse_timeline
-from ingest.timing.timing_csv import read_timing
 from tests.helpers import shared_fixture, stats_row
-from tests.ingest.test_stats_properties import (
+from tests.ingest.support import (
     EXAMPLES,
     LONG_GRID,
     LONG_KERNEL_ID,
     LONG_TOTALS,
     PROPERTY,
     SOUP,
+    assert_stored_alike,
     long_numbers,
     mutated_files,
     stats_files,
 )
-from traces import kernel_store, services
-from traces.models import Kernel, Trace
+from traces import kernel_store
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("on_postgres")]
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres("the fast path writes PostgreSQL's COPY text")]
 # A third of the parser's examples: each one is stored twice, on PostgreSQL.
 CASES = settings(
     PROPERTY,
@@ -46,90 +41,6 @@ CASES = settings(
     suppress_health_check=[*PROPERTY.suppress_health_check, HealthCheck.function_scoped_fixture],
 )
 DURATION = st.one_of(st.integers(0, 10**6), st.integers(2**32 - 2, 2**40))
-LAUNCH = (
-    "ctx",
-    "device",
-    "kernel_id",
-    "name",
-    "trace_file",
-    *kernel_store.KERNEL_COLUMNS[4:15],
-    "stream",
-    "step",
-    "duration_ns",
-)
-
-
-class Rollback(Exception):
-    pass
-
-
-def source(ctx: str, data: bytes, bodies: dict) -> parse.StatsSource:
-    obj = S3Object(key=f"run/traces/stats_ctx_{ctx}", size=len(data), etag=f'"{ctx}"')
-    bodies[(obj.key, obj.etag)] = data
-    return parse.StatsSource(stats=obj, kernelslists=(), ctx=ctx)
-
-
-def stored(
-    files: list[bytes] | dict[str, bytes],
-    extra_columns: int,
-    *,
-    fast: bool,
-    steps: list | None = None,
-    timing_csv: str | None = None,
-) -> tuple[list | str, int]:
-    """The launches stored for `files` (one context each, by ctx, or 0x3e8, 0x3e9... in turn), or
-    the error that refused them; and how many of them LaunchText wrote. Steps and durations as
-    ingest.parse adds them."""
-    bodies: dict = {}
-    if not isinstance(files, dict):
-        files = {f"0x{1000 + i:x}": data for i, data in enumerate(files)}
-    sources = [source(ctx, data, bodies) for ctx, data in files.items()]
-    step_index = StepIndex(steps) if steps else None
-    durations = None if timing_csv is None else read_timing(timing_csv.encode().splitlines(True))
-    taken = 0
-
-    def rows(writer):
-        nonlocal taken
-
-        def launch_text(source, traced):
-            duration_of = None if durations is None else durations.duration_of
-            step_of = None if step_index is None else step_index.step_of
-            return LaunchText(source.ctx, writer, traced, step_of, duration_of)
-
-        launches = parse.kernel_rows(
-            "run", sources, extra_columns, None, ReadAhead(bodies), launch_text if fast else None
-        )
-        for row in parse.with_steps_and_durations(launches, step_index, durations, services.RunExtras()):
-            if type(row) is kernel_store.LaunchBlock:
-                taken += row.launches
-            yield row
-
-    try:
-        with transaction.atomic():
-            trace = Trace.objects.create(id="run")
-            try:
-                count = kernel_store.kernels_replace(trace.id, rows, trace_key=trace.key)
-            except parse.TraceInputError as problem:
-                result = f"TraceInputError: {problem}"
-            else:
-                result = list(Kernel.objects.filter(trace=trace.key).order_by("pk").values_list(*LAUNCH))
-                assert count == len(result)
-            raise Rollback
-    except Rollback:
-        pass
-    return result, taken
-
-
-def assert_stored_alike(
-    files: list[bytes] | dict[str, bytes],
-    extra_columns: int,
-    steps: list | None = None,
-    timing_csv: str | None = None,
-) -> tuple[list | str, int]:
-    general, _ = stored(files, extra_columns, fast=False, steps=steps, timing_csv=timing_csv)
-    fast, taken = stored(files, extra_columns, fast=True, steps=steps, timing_csv=timing_csv)
-    assert fast == general
-    return fast, taken
 
 
 @CASES

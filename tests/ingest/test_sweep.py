@@ -15,29 +15,13 @@ import pytest
 from django.core.management import call_command
 
 from ingest import bucket, passes
-from ingest.listing import fingerprint, inventory
 from ingest.management.commands.ingest_traces import Command
 from ingest.models import SweepCursor
 from simulations.models import Simulation
-from tests.helpers import PREFIX, STATS_HEADER, TEST_BUCKET, stats_row
-from tests.ingest.test_events import drain, in_queue
-from traces.models import DeletedTrace, Trace, TraceState, next_trace_keys
+from tests.helpers import PREFIX, TEST_BUCKET
+from tests.ingest.support import OK, drain, in_queue, put, register_ready, stats_file, upload_run
+from traces.models import DeletedTrace, Trace, TraceState
 from traces.services import trace_delete
-
-OK = {"status": "ok", "trace_gpu_arch": "sm_90"}
-
-
-def stats(count: int) -> str:
-    return STATS_HEADER + "".join(stats_row(n, "0x1", name="_Z1kv", insts=n) for n in range(1, count + 1))
-
-
-def put(s3, key: str, body) -> None:
-    s3.put_object(Bucket=TEST_BUCKET, Key=PREFIX + key, Body=body.encode() if isinstance(body, str) else body)
-
-
-def upload_run(s3, run_id: str, kernels: int = 2, metadata: dict = OK) -> None:
-    put(s3, f"{run_id}/traces/stats_ctx_0x1", stats(kernels))
-    put(s3, f"{run_id}/metadata.json", orjson.dumps(metadata))
 
 
 def keys() -> list[str]:
@@ -68,24 +52,6 @@ def cursor() -> SweepCursor:
 
 def cursor_after() -> str:
     return cursor().after
-
-
-def register_ready(run_ids: list[str]) -> None:
-    """Ready traces holding their runs' listings as a pass registers and parses them (checked:
-    a full pass then finds nothing to change), without parsing a thousand runs."""
-    listed = bucket.list_runs_objects(set(run_ids))
-    Trace.objects.bulk_create(
-        Trace(
-            id=run_id,
-            key=key,
-            state=TraceState.READY,
-            files=inventory(listed[run_id]),
-            bytes=sum(obj.size for obj in listed[run_id]),
-            parsed_fingerprint=fingerprint(listed[run_id]),
-            kernel_count=2,
-        )
-        for run_id, key in zip(run_ids, next_trace_keys(len(run_ids)), strict=True)
-    )
 
 
 # --- The idle pass --------------------------------------------------------------------------------
@@ -197,7 +163,7 @@ def test_what_lost_events_announced_is_found_when_its_page_comes_round(s3, setti
     assert set(Trace.objects.values_list("state", flat=True)) == {TraceState.READY}
     # No message for any of these: S3 sent none, or SQS lost it.
     upload_run(s3, "new", kernels=5)  # a run created
-    put(s3, "reuploaded/traces/stats_ctx_0x1", stats(6))  # a re-upload, metadata.json last
+    put(s3, "reuploaded/traces/stats_ctx_0x1", stats_file(6))  # a re-upload, metadata.json last
     put(s3, "reuploaded/metadata.json", orjson.dumps({**OK, "model": "v2"}))
     s3.delete_object(Bucket=TEST_BUCKET, Key=f"{PREFIX}shrunk/timing.csv")  # a file removed
 
@@ -266,7 +232,7 @@ def test_a_deleted_trace_stays_deleted_until_its_files_change(s3, settings):
 def test_work_in_progress_is_followed_every_pass_and_a_gone_folder_waits(s3, settings):
     settings.CASCADE_S3_PAGE_SIZE = 1
     put(s3, "a/first", "x")
-    put(s3, "b/traces/stats_ctx_0x1", stats(2))  # uploading: metadata.json not there yet
+    put(s3, "b/traces/stats_ctx_0x1", stats_file(2))  # uploading: metadata.json not there yet
     passes.poll_bucket()
     assert Trace.objects.get(pk="b").state == TraceState.UPLOADING
     Trace.objects.filter(pk="b").update(recheck_after=None)

@@ -220,9 +220,9 @@ def test_a_trace_whose_message_the_broker_refused_is_queued_by_the_next_poll(
 
 def test_the_scheduled_poll_reads_a_ready_traces_simulation_on_the_next_poll(eager, s3, upload):
     """Celery's way: the poll queues the trace's parse (run inline here); its simulation is
-    read by the poll, once the trace is ready."""
+    read by the poll, once the trace is ready (issue 20)."""
     from simulations.models import Simulation
-    from tests.ingest.test_simulations import hal_trace, real_log, upload_simulation
+    from tests.ingest.support import hal_trace, real_log, upload_simulation
 
     log = real_log("halUW__benchmark_1_stream_clean.log")
     upload("hal", hal_trace(log), METADATA)

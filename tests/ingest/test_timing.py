@@ -9,26 +9,11 @@ from ingest.timing import TimingError
 from ingest.timing.timeline import StepIndex, parse_timeline
 from ingest.timing.timing_csv import read_timing
 from tests.helpers import shared_fixture
-
-# `nsys stats --report cuda_gpu_trace --format csv` (2024.x column set): kernels and a memcpy.
-NSYS_HEADER = (
-    "Start (ns),Duration (ns),CorrId,GrdX,GrdY,GrdZ,BlkX,BlkY,BlkZ,Reg/Trd,StcSMem (MB),DymSMem (MB),"
-    "Bytes (MB),Throughput (MBps),SrcMemKd,DstMemKd,Device,Ctx,GreenCtx,Strm,Name\n"
-)
-
-
-def nsys_row(start, duration, corr, grid, block, name, ctx=1):
-    gx, gy, gz = grid
-    bx, by, bz = block
-    return f"{start},{duration},{corr},{gx},{gy},{gz},{bx},{by},{bz},32,0.000,0.000,,,,,NVIDIA H100 (0),{ctx},,7,{name}\n"
+from tests.ingest.support import NSYS_HEADER, lines, nsys_row
 
 
 def memcpy_row(start, corr, ctx=1):
     return f"{start},1200,{corr},,,,,,,,,,0.786,655.360,Pageable,Device,NVIDIA H100 (0),{ctx},,7,[CUDA memcpy Host-to-Device]\n"
-
-
-def lines(text: str) -> list[bytes]:
-    return text.encode().splitlines(keepends=True)
 
 
 def test_cascade_timing_by_context_and_kernel_id():

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from ingest.timing import TimingError
 from ingest.timing.timeline import MAX_STEPS, Step, StepIndex, Steps, is_int, parse_timeline
 from ingest.timing.timing_csv import read_timing
-from tests.ingest.test_timing import NSYS_HEADER, lines, nsys_row
+from tests.ingest.support import NSYS_HEADER, lines, nsys_row
 
 
 def timeline(steps: int) -> bytes:

@@ -7,13 +7,11 @@ import io
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
 from ingest import bucket, passes
 from ingest.listing import inventory
 from tests.helpers import STATS_HEADER, shared_fixture
-from tests.traces.test_api import KERNEL_KEYS
+from tests.traces.support import KERNEL_KEYS, migrate
 from traces.models import CURRENT_PARSER_VERSION, Kernel, Trace, TraceState, files_fingerprint
 
 KILLED_RUN = "MrTang-Yuhan+Accel-Sim-Flashinfer__test-traces__flashinfer-gemm__traces__"
@@ -129,13 +127,6 @@ def test_profiler_failures_record_no_parser_version(db, upload):
 
 
 # --- Traces an older parser read --------------------------------------------------------------
-
-
-def migrate(target: tuple[str, str] | None = None) -> MigrationExecutor:
-    """Migrate the traces app to `target`, or to its latest migration."""
-    executor = MigrationExecutor(connection)
-    executor.migrate([target] if target else executor.loader.graph.leaf_nodes())
-    return executor
 
 
 @pytest.mark.django_db(transaction=True)

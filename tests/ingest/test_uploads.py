@@ -19,7 +19,7 @@ from rest_framework.test import APIClient
 from ingest import passes, scan, uploads
 from simulations.models import SimulatedKernel, Simulation
 from tests.helpers import PREFIX, TEST_BUCKET, shared_fixture, token_client
-from tests.traces.test_openapi import nullable_to_json_schema
+from tests.traces.support import nullable_to_json_schema
 from traces.models import TraceState
 
 RUN = "romnn+microgpusim__vectoradd-100-32-sm61"

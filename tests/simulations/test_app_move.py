@@ -7,26 +7,19 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.contrib.contenttypes.models import ContentType
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
 from ingest.models import SweepCursor
 from simulations.models import Simulation
+from tests.traces.support import migrate
 from traces.models import Trace, TraceState, next_trace_keys
 
 BEFORE = [("traces", "0019_trace_warnings"), ("contenttypes", "0002_remove_content_type_name")]
 
 
-def migrate(targets: list[tuple[str, str]] | None = None) -> MigrationExecutor:
-    executor = MigrationExecutor(connection)
-    executor.migrate(targets or executor.loader.graph.leaf_nodes())
-    return executor
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_database_from_before_the_move_keeps_every_row():
     try:
-        old = migrate(BEFORE).loader.project_state(BEFORE).apps
+        old = migrate(*BEFORE).loader.project_state(BEFORE).apps
         OldTrace, OldSimulation = old.get_model("traces", "Trace"), old.get_model("traces", "Simulation")
         OldSweepCursor = old.get_model("traces", "SweepCursor")
         trace = OldTrace.objects.create(id="opt-h100", key=next_trace_keys(1)[0], state=TraceState.READY)

@@ -5,56 +5,24 @@ in a temporary folder; what it reports comes from its API, through the poller.
 """
 
 import json
-import os
-import queue
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import threading
-import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.tools.support import ROOT, TIMEOUT, gone, listening, start_demo, wait_until_ready
+
 SHOWCASE = "sample__facebook_opt-125m__h100-e2e"
 SAMPLES = ROOT / "samples"
 # The showcase's launches: a prefill step and three decode steps, whose model forward (173
 # launches each) was captured into a CUDA graph and so has no totals in the stats files.
 SHOWCASE_LAUNCHES, SHOWCASE_WITHOUT_TOTALS = 700, 3 * 173
-TIMEOUT = 240
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def demo_env(tmp_path) -> dict:
-    """A fresh machine's environment: no database, bucket or endpoint configured."""
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith(("CASCADE_", "DATABASE_URL", "DJANGO_", "AWS_"))
-    }
-    env["CASCADE_VAR_DIR"] = str(tmp_path / "demo")
-    return env
-
-
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
-def listening(url: str) -> bool:
-    host, port = url.removeprefix("http://").split(":")
-    with socket.socket() as sock:
-        return sock.connect_ex((host, int(port.split("/")[0]))) == 0
 
 
 def assert_samples(traces: list[dict]) -> None:
@@ -129,35 +97,6 @@ def test_check_mode_ingests_the_samples_through_the_api_and_stops_everything(dem
     assert set(report["pids"]) == {"s3", "poller", "web"}
     assert all(gone(pid) for pid in report["pids"].values()), report["pids"]
     assert not listening(report["url"])
-
-
-def read_lines(stream, lines: queue.Queue) -> None:
-    for line in stream:
-        lines.put(line)
-    lines.put(None)
-
-
-def start_demo(command: list[str], env: dict, **popen) -> tuple[subprocess.Popen, queue.Queue]:
-    """The interactive demo started by `command` in the repository, its output (stderr too)
-    read line by line on a thread: None once it ends."""
-    demo = subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen
-    )
-    lines: queue.Queue = queue.Queue()
-    threading.Thread(target=read_lines, args=(demo.stdout, lines), daemon=True).start()
-    return demo, lines
-
-
-def wait_until_ready(lines: queue.Queue, output: list[str]) -> dict[str, int]:
-    """Reads the demo's lines into `output` until it says "Ctrl-C stops everything" (TIMEOUT s
-    at most): the processes it started, by name, as its `demo: processes:` line says."""
-    deadline = time.monotonic() + TIMEOUT
-    while not any("Ctrl-C stops everything" in line for line in output):
-        line = lines.get(timeout=max(1, deadline - time.monotonic()))
-        assert line is not None, "".join(output)
-        output.append(line)
-    named = "".join(output).split("demo: processes: ")[1].split("\n")[0].split()
-    return {name: int(pid) for name, pid in (item.split("=") for item in named)}
 
 
 def test_interactive_demo_prints_a_working_curl_command_and_ctrl_c_stops_everything(demo_env):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tools.test_demo import demo_env, gone, listening, start_demo, wait_until_ready  # noqa: F401 (fixture)
+from tests.tools.support import gone, listening, start_demo, wait_until_ready
 
 pytestmark = pytest.mark.slow
 

@@ -4,10 +4,8 @@ Pages are read as an operator reads them (text, links, tables under their header
 the boxes the page names by id), not by their CSS classes or exact markup.
 """
 
-import re
 import threading
 from datetime import UTC, datetime, timedelta
-from html.parser import HTMLParser
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -22,6 +20,19 @@ from django.urls import reverse
 from ingest import passes
 from ingest import reingest as reingest_module
 from ingest.tasks import parse_trace_task
+from tests.traces.support import (
+    CHANGELIST,
+    Element,
+    change_url,
+    field,
+    header_label,
+    query_count,
+    read,
+    reingest,
+    result_rows,
+    table_rows,
+    upload_minimal_run,
+)
 from traces import launch_summaries
 from traces.admin import paginators, register_listed_only
 from traces.admin.chart import MAX_BARS, instruction_chart
@@ -30,13 +41,8 @@ from traces.admin.kernel import KernelAdmin
 from traces.models import CURRENT_PARSER_VERSION, Kernel, KernelName, Trace, TraceState
 from traces.views import TraceViewSet
 
-CHANGELIST = "/admin/traces/trace/"
 KERNELS = "/admin/traces/kernel/"
 T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
-
-
-def change_url(trace_id: str) -> str:
-    return reverse("admin:traces_trace_change", args=[quote(trace_id)])
 
 
 def delete_url(trace_id: str) -> str:
@@ -45,13 +51,6 @@ def delete_url(trace_id: str) -> str:
 
 def listed_trace_ids(response) -> list[str]:
     return [trace.pk for trace in response.context["cl"].result_list]
-
-
-def query_count(client, path: str, params=None) -> int:
-    """The queries a page of the admin costs."""
-    with CaptureQueriesContext(connection) as captured:
-        assert client.get(path, params or {}).status_code == 200
-    return len(captured)
 
 
 @pytest.fixture
@@ -67,122 +66,13 @@ def queued_tasks(settings, monkeypatch) -> list[tuple[str, bool]]:
 
 # --- reading a page as an operator does ---------------------------------------------------
 
-VOID_TAGS = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "wbr"}
-
-
-class Element:
-    def __init__(self, tag: str, attrs: list[tuple[str, str | None]], parent: "Element | None" = None):
-        self.tag, self.attrs, self.parent = tag, dict(attrs), parent
-        self.children: list[Element | str] = []
-
-    def raw_text(self) -> str:
-        """The text as written, line breaks and indentation kept (what a <pre> shows)."""
-        return "".join(
-            child if isinstance(child, str) else child.raw_text()
-            for child in self.children
-            if isinstance(child, str) or child.tag not in ("script", "style")
-        )
-
-    @property
-    def text(self) -> str:
-        return " ".join(self.raw_text().split())
-
-    def descendants(self):
-        for child in self.children:
-            if isinstance(child, Element):
-                yield child
-                yield from child.descendants()
-
-    def find_all(self, tag: str | None = None, **attrs) -> list["Element"]:
-        return [
-            element
-            for element in self.descendants()
-            if (tag is None or element.tag == tag)
-            and all(element.attrs.get(name) == value for name, value in attrs.items())
-        ]
-
-    def find(self, tag: str | None = None, **attrs) -> "Element | None":
-        found = self.find_all(tag, **attrs)
-        return found[0] if found else None
-
-    def links(self) -> list[tuple[str, str]]:
-        """(text, href) of every link, in page order."""
-        return [(a.text, a.attrs["href"]) for a in self.find_all("a") if "href" in a.attrs]
-
-    def tooltips(self) -> list[str]:
-        return [
-            element.attrs["title"] for element in [self, *self.descendants()] if element.attrs.get("title")
-        ]
-
-
-class PageBuilder(HTMLParser):
-    def __init__(self):
-        super().__init__(convert_charrefs=True)
-        self.root = self.current = Element("document", [])
-
-    def handle_starttag(self, tag, attrs):
-        element = Element(tag, attrs, self.current)
-        self.current.children.append(element)
-        if tag not in VOID_TAGS:
-            self.current = element
-
-    def handle_startendtag(self, tag, attrs):
-        self.current.children.append(Element(tag, attrs, self.current))
-
-    def handle_endtag(self, tag):
-        open_element = self.current
-        while open_element is not self.root and open_element.tag != tag:
-            open_element = open_element.parent
-        if open_element is not self.root:
-            self.current = open_element.parent
-
-    def handle_data(self, data):
-        self.current.children.append(data)
-
-
-def read(response) -> Element:
-    """The page a response holds."""
-    assert response.status_code == 200, response.status_code
-    builder = PageBuilder()
-    builder.feed(response.content.decode())
-    builder.close()
-    return builder.root
-
-
-def header_label(cell: Element) -> str:
-    # A sorted column's header also shows its sorting priority, a number.
-    return re.sub(r"^\d+\s*", "", cell.text)
-
-
-def table_rows(table: Element) -> list[dict[str, Element]]:
-    """The table's body rows, each cell under its column's header."""
-    headers = [header_label(cell) for cell in table.find("thead").find_all("th")]
-    return [
-        dict(zip(headers, [cell for cell in row.find_all() if cell.tag in ("td", "th")], strict=True))
-        for row in table.find("tbody").find_all("tr")
-    ]
-
 
 def column_headers(page: Element) -> list[str]:
     return [header_label(cell) for cell in page.find("table", id="result_list").find("thead").find_all("th")]
 
 
-def result_rows(page: Element) -> list[dict[str, Element]]:
-    """The rows of a change list, as the list shows them."""
-    return table_rows(page.find("table", id="result_list"))
-
-
 def section_headings(page: Element) -> list[str]:
     return [heading.text for heading in page.find_all("h2")]
-
-
-def field(page: Element, label: str) -> Element:
-    """The value a change page shows beside `label`."""
-    for element in page.find_all("label"):
-        if element.text == f"{label}:":
-            siblings = [child for child in element.parent.children if isinstance(child, Element)]
-            return siblings[siblings.index(element) + 1]
-    raise AssertionError(f"no field labelled {label!r}")
 
 
 def buttons(page: Element) -> list[str]:
@@ -640,28 +530,6 @@ def test_no_waiting_notice_once_every_listed_file_arrived_or_the_trace_is_not_up
 # --- actions --------------------------------------------------------------------------
 
 
-def upload_minimal_run(s3, run_id: str) -> None:
-    from django.conf import settings
-
-    bucket = settings.CASCADE_S3_BUCKET
-    prefix = f"{settings.CASCADE_S3_PREFIX}{run_id}/"
-    stats = (
-        b"kernel id, kernel mangled name, grid_dimX, grid_dimY, grid_dimZ, #blocks, block_dimX, "
-        b"block_dimY, block_dimZ, #threads, total_insts, total_reported_insts\n"
-        b"kernel-1-ctx_0x1.trace.xz, _Z6vecAddPdS_S_i, 98, 1, 1, 98, 1024, 1, 1, 1024, 50066,50066\n"
-    )
-    s3.put_object(Bucket=bucket, Key=f"{prefix}traces/stats_ctx_0x1", Body=stats)
-    s3.put_object(Bucket=bucket, Key=f"{prefix}metadata.json", Body=b'{"status": "ok"}')
-
-
-def reingest(client, *trace_ids):
-    response = client.post(
-        CHANGELIST, {"action": "reingest", "_selected_action": list(trace_ids)}, follow=True
-    )
-    assert response.status_code == 200
-    return [str(message) for message in response.context["messages"]]
-
-
 def test_reingest_action_reads_the_trace_again_in_the_background(
     transactional_db, staff_client, make_trace, s3
 ):
@@ -913,16 +781,16 @@ def test_a_list_is_counted_exactly_where_there_is_no_planner_to_ask(db, rf):
     assert (paginators.estimated_rows(listed) is None) == (connection.vendor != "postgresql")
 
 
-@pytest.mark.postgres
-def test_a_filter_nothing_can_match_is_estimated_at_no_rows(on_postgres, db, rf):
+@pytest.mark.postgres("the estimate is PostgreSQL's planner statistics")
+def test_a_filter_nothing_can_match_is_estimated_at_no_rows(db, rf):
     listed = admin.site.get_model_admin(Kernel).get_queryset(rf.get(KERNELS))
     assert paginators.estimated_rows(listed.none()) == 0
     assert paginators.estimated_rows(listed.filter(trace_key__in=[])) == 0
 
 
-@pytest.mark.postgres
+@pytest.mark.postgres("the estimate is PostgreSQL's planner statistics")
 def test_unfiltered_kernel_changelist_uses_the_planner_estimate_on_postgres(
-    on_postgres, staff_client, traces, make_kernels, monkeypatch
+    staff_client, traces, make_kernels, monkeypatch
 ):
     make_kernels(traces[1], list(range(250)))
     with connection.cursor() as cursor:
@@ -951,9 +819,9 @@ def paginator_text(response) -> str:
     return paginator.text
 
 
-@pytest.mark.postgres
+@pytest.mark.postgres("the estimate is PostgreSQL's planner statistics")
 def test_the_trace_list_uses_the_estimated_count_above_the_threshold_and_says_so(
-    on_postgres, staff_client, make_trace, monkeypatch
+    staff_client, make_trace, monkeypatch
 ):
     for n in range(30):
         make_trace(f"run-{n:02d}", state=TraceState.READY if n % 3 else TraceState.UPLOADING)

@@ -9,47 +9,24 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from tests.helpers import kernel_dict, store_kernels
-from tests.traces.test_admin import change_url, field, query_count, read, table_rows
+from tests.traces.support import (
+    ADD,
+    CUBLAS,
+    GEMM,
+    add_run,
+    add_steps,
+    change_url,
+    field,
+    query_count,
+    read,
+    table_rows,
+)
 from traces import launch_summaries
-from traces.models import Kernel, Step, Trace, TraceState
+from traces.models import Trace, TraceState
 
 CHANGELIST = "/admin/traces/trace/"
-GEMM = "_Z10gemm_tiledPKfS0_Pfi"
 GEMM_READ = "gemm_tiled(float const*, float const*, float*, int)"
-ADD = "_ZN2at6native6kernelIiEEvT_"
 ADD_READ = "void at::native::kernel<int>(int)"
-CUBLAS = "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64"
-
-
-def add_run(trace: Trace, launches: list[tuple], *, ctx: str = "0xa") -> None:
-    """`launches`: (name, total_insts, duration_ns, step) in launch order; odd ids traced."""
-    store_kernels(
-        trace.pk,
-        (
-            kernel_dict(
-                n,
-                ctx=ctx,
-                name=name,
-                trace_file=f"kernel-{n}.trace.xz",
-                grid=(1, 1, 1),
-                block=(32, 1, 1),
-                insts=insts,
-                traced=n % 2 == 1,
-                step=step,
-                duration_ns=ns,
-            )
-            for n, (name, insts, ns, step) in enumerate(launches, start=1)
-        ),
-    )
-    Trace.objects.filter(pk=trace.pk).update(kernel_count=Kernel.objects.filter(trace=trace).count())
-
-
-def add_steps(trace: Trace, names: list[tuple[str, str]]) -> None:
-    Step.objects.bulk_create(
-        Step(trace=trace, index=index, name=name, phase=phase, first_kernel_id=1, last_kernel_id=1)
-        for index, (name, phase) in enumerate(names)
-    )
 
 
 @pytest.fixture

@@ -3,72 +3,12 @@
 Debian's chromium and chromium-driver, headless; `.ci/install-browser` installs them.
 """
 
-import contextlib
-import shutil
-import tempfile
-from pathlib import Path
-
 import pytest
-from django.contrib.auth import get_user_model
 
+from tests.traces.browser import log_in
 from traces.models import Trace, TraceState
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
-# Without the background-networking flags Chromium keeps calling Google's hosts, which
-# this machine's closed network refuses.
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1400,2800",
-)
-
 pytestmark = pytest.mark.slow
-
-
-@contextlib.contextmanager
-def chromium(*, implicit_wait: float, console: bool = False):
-    """Headless Chromium through chromedriver, with a profile of its own; the test is skipped
-    where they are not installed. `console`: keep what the page's console says (get_log)."""
-    missing = [str(path) for path in (CHROMIUM, CHROMEDRIVER) if not path.exists()]
-    if missing:
-        pytest.skip(
-            f"needs Debian's chromium and chromium-driver ({', '.join(missing)} missing): run .ci/install-browser"
-        )
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    profile = tempfile.mkdtemp(prefix="cascade-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={profile}"):
-        options.add_argument(flag)
-    if console:
-        options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
-    driver.implicitly_wait(implicit_wait)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
-
-
-@pytest.fixture
-def browser():
-    with chromium(implicit_wait=5) as driver:
-        yield driver
-
-
-@pytest.fixture
-def operator(transactional_db):
-    return get_user_model().objects.create_superuser("operator", password="operator-pass-123")
 
 
 def result_rows(browser) -> list[dict[str, str]]:
@@ -157,10 +97,7 @@ def test_operator_finds_a_failed_trace_and_sees_why(live_server, browser, operat
     failed.save()
     make_kernels(failed, [1000 * (n % 17 + 1) for n in range(1, 41)], ctx="0x7f3a")
 
-    browser.get(f"{live_server.url}/admin/")
-    browser.find_element(By.NAME, "username").send_keys("operator")
-    browser.find_element(By.NAME, "password").send_keys("operator-pass-123")
-    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    log_in(browser, live_server.url)
     assert "Cascade" in browser.title
     api_link = browser.find_element(By.LINK_TEXT, "Browsable Traces API")
     assert api_link.get_attribute("href").endswith("/api/traces")

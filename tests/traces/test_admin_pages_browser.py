@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from ingest.passes import poll_bucket
-from tests.traces.test_admin_browser import browser, operator  # noqa: F401 (fixtures)
-from tests.traces.test_demangle import cxx_filt
+from tests.traces.browser import log_in
+from tests.traces.support import cxx_filt
 from traces.models import Trace, TraceState
 
 pytestmark = pytest.mark.slow
@@ -46,14 +46,9 @@ def samples(s3, transactional_db):
     return states
 
 
-def log_in(driver, live_server):
-    from selenium.webdriver.common.by import By
-
+def log_in_at_1280_px(driver, live_server):
     driver.set_window_size(WIDTH, 1000)
-    driver.get(f"{live_server.url}/admin/")
-    driver.find_element(By.NAME, "username").send_keys("operator")
-    driver.find_element(By.NAME, "password").send_keys("operator-pass-123")
-    driver.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    log_in(driver, live_server.url)
     # The window's inner width is the page's: 1280 CSS pixels of viewport.
     inner = driver.execute_script("return window.innerWidth")
     driver.set_window_size(WIDTH + (WIDTH - inner), 1000)
@@ -98,10 +93,10 @@ def assert_charts_read(driver) -> None:
     return found
 
 
-def test_the_trace_page_reads_well_at_1280_px(live_server, browser, operator, samples):  # noqa: F811
+def test_the_trace_page_reads_well_at_1280_px(live_server, browser, operator, samples):
     from selenium.webdriver.common.by import By
 
-    log_in(browser, live_server)
+    log_in_at_1280_px(browser, live_server)
     visit(browser, f"{live_server.url}/admin/traces/trace/", "trace-list")
     assert horizontal_overflow(browser) <= 0
     gpus = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "td.field-source_gpu_column")]
@@ -125,10 +120,10 @@ def test_the_trace_page_reads_well_at_1280_px(live_server, browser, operator, sa
         assert link.get_attribute("title"), "the symbol on hover"
 
 
-def test_the_kernel_list_shows_names_demangled_and_whole(live_server, browser, operator, samples):  # noqa: F811
+def test_the_kernel_list_shows_names_demangled_and_whole(live_server, browser, operator, samples):
     from selenium.webdriver.common.by import By
 
-    log_in(browser, live_server)
+    log_in_at_1280_px(browser, live_server)
     visit(browser, f"{live_server.url}/admin/traces/kernel/?trace={H100}", "kernel-list")
     assert horizontal_overflow(browser) <= 0
     cells = browser.find_elements(By.CSS_SELECTOR, "td.field-short_name code.kernel-name-text")
@@ -145,10 +140,10 @@ def test_the_kernel_list_shows_names_demangled_and_whole(live_server, browser, o
     assert cxx_filt(mangled) == mangled
 
 
-def test_the_compare_page_fits_and_charts_both_runs(live_server, browser, operator, samples):  # noqa: F811
+def test_the_compare_page_fits_and_charts_both_runs(live_server, browser, operator, samples):
     from selenium.webdriver.common.by import By
 
-    log_in(browser, live_server)
+    log_in_at_1280_px(browser, live_server)
     for by in ("name", "demangled"):
         visit(
             browser,
@@ -163,10 +158,10 @@ def test_the_compare_page_fits_and_charts_both_runs(live_server, browser, operat
         assert "a100" in legend and "h100" in legend
 
 
-def test_the_browsable_api_pages_a_700_kernel_trace(live_server, browser, operator, samples):  # noqa: F811
+def test_the_browsable_api_pages_a_700_kernel_trace(live_server, browser, operator, samples):
     from selenium.webdriver.common.by import By
 
-    log_in(browser, live_server)
+    log_in_at_1280_px(browser, live_server)
     visit(browser, f"{live_server.url}/api/traces", "api-list")
     links = [
         link.get_attribute("href") for link in browser.find_elements(By.CSS_SELECTOR, ".response-info a")

@@ -7,35 +7,17 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from tests.helpers import kernel_dict, store_kernels
-from tests.traces.test_openapi import assert_conforms, response_validator
+from tests.helpers import store_kernels
+from tests.traces.support import FLASH, assert_conforms, launch, response_validator
 from traces import analysis
 from traces.demangle import demangle
 from traces.models import Step, Trace, TraceState
 
-FLASH = (
-    "_ZN5flash24flash_fwd_splitkv_kernelI23Flash_fwd_kernel_traitsILi64ELi64ELi256ELi4ELb0ELb0EN7cutlass"
-    "6half_tE19Flash_kernel_traitsILi64ELi64ELi256ELi4ES3_EELb1ELb0ELb0ELb0ELb1ELb0ELb0ELb0EEEv"
-    "NS_16Flash_fwd_paramsE"
-)
 GEMM = "sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_off"
 NVJET = "nvjet_hsh_64x8_64x16_4x1_v_bz_TNT"
 AMPERE = "ampere_fp16_s16816gemm_fp16_128x64_ldg8_f2f_stages_64x4_tn"
 # Two symbols of one function: `L` marks internal linkage, which the demangled name omits.
 FOO, FOO_STATIC = "_Z3fooi", "_ZL3fooi"
-
-
-def launch(kernel_id: int, name: str, insts: int | None, **fields) -> dict:
-    return kernel_dict(
-        kernel_id,
-        ctx="0x1",
-        name=name,
-        trace_file=f"kernel-{kernel_id}.trace",
-        grid=(1, 1, 1),
-        block=(128, 1, 1),
-        insts=insts,
-        **fields,
-    )
 
 
 @pytest.fixture

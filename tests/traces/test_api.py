@@ -10,53 +10,16 @@ from django.http import StreamingHttpResponse
 from django.test.utils import CaptureQueriesContext
 
 from tests.helpers import content
+from tests.traces.support import (
+    ADDED_KEYS,
+    DETAIL_KEYS,
+    KERNEL_KEYS,
+    RELEASED_ADDED_KEYS,
+    SUMMARY_KEYS,
+)
 from traces import shapes
 from traces.models import Kernel, Trace, TraceState
 from traces.views import BROWSABLE_KERNELS_PAGE, STREAM_KERNELS_ABOVE
-
-# The published reference's keys, in its order: what a client of the reference reads.
-REFERENCE_KEYS = [
-    "id",
-    "state",
-    "error",
-    "created_at",
-    "updated_at",
-    "model",
-    "layers",
-    "source_gpu",
-    "trace_gpu_arch",
-    "suggested_sim_config",
-    "kernel_count",
-    "bytes",
-    "has_real_timing",
-    "has_step_timeline",
-    "sample",
-]
-# After the reference's keys (after the detail's `kernels`), those added since, from their
-# declaration; those released so far lead them, in this order: what an uploading trace waits
-# for, what a reader must know (a file cut short, a killed run, a file left out), launches with
-# their trace file.
-RELEASED_ADDED_KEYS = ["waiting_for", "warnings", "traced_launches"]
-ADDED_KEYS = [field.name for field in shapes.TRACE_ADDED]
-SUMMARY_KEYS = [*REFERENCE_KEYS, *ADDED_KEYS]
-DETAIL_KEYS = [*REFERENCE_KEYS, "metadata", "kernels", *ADDED_KEYS]
-KERNEL_KEYS = [
-    "ctx",
-    "kernel_id",
-    "name",
-    "trace_file",
-    "grid_dim",
-    "block_dim",
-    "blocks",
-    "threads",
-    "total_insts",
-    "total_reported_insts",
-    "traced",
-    # After the reference's keys, the launch's step and measured time (null without
-    # timeline.json / timing.csv).
-    "step",
-    "duration_ns",
-]
 
 
 def body(response):

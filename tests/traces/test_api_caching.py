@@ -174,11 +174,9 @@ def test_memory_stays_flat_while_a_compressed_detail_streams(api, db, coding):
     assert forty_peak < 1.5 * ten_peak, (ten_peak, forty_peak)
 
 
-@pytest.mark.postgres
+@pytest.mark.postgres("the held cursor is PostgreSQL's")
 @pytest.mark.django_db(transaction=True)
 def test_a_client_that_hangs_up_releases_the_kernels_cursor(api_token, db):
-    if connection.vendor != "postgresql":
-        pytest.skip("the held cursor is PostgreSQL's")
     ingested("big", kernel_rows(STREAM_KERNELS_ABOVE + 1000))
     client = Client(HTTP_AUTHORIZATION=f"Bearer {api_token}")
     response = client.get("/api/traces/big", HTTP_ACCEPT_ENCODING="gzip")

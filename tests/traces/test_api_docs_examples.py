@@ -21,9 +21,8 @@ from simulations import api_examples as simulation_examples
 from simulations import shapes as simulation_shapes
 from simulations.serializers import SimulationCompleteRequestSerializer, SimulationUploadRequestSerializer
 from tests.helpers import PREFIX, TEST_BUCKET, content, store_kernels, token_client
-from tests.traces.test_openapi import nullable_to_json_schema, openapi, response_validator  # noqa: F401
-from tests.traces.test_shapes import assert_has_the_keys
-from tests.traces.test_simulations_api import simulate
+from tests.simulations.support import simulate
+from tests.traces.support import assert_has_the_keys, response_validator
 from traces import api_examples, shapes
 from traces.api_examples import DEMO_METADATA, NULL_TOTALS_DETAIL
 from traces.models import Step, Trace, TraceState

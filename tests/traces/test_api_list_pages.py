@@ -18,7 +18,6 @@ from datetime import UTC, datetime, timedelta
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from django.db import connection
 from django.http import QueryDict
 
 from tests.helpers import content, decompress, streamed_peak
@@ -414,10 +413,8 @@ def test_a_page_whose_next_row_is_deleted_loses_its_link_and_its_etag(api, db):
     assert again.content == page.content
 
 
-@pytest.mark.postgres
+@pytest.mark.postgres("PostgreSQL's EXTRACT(EPOCH)")
 def test_the_etag_reads_updated_at_to_the_microsecond(api, db):
-    if connection.vendor != "postgresql":
-        pytest.skip("PostgreSQL's EXTRACT(EPOCH)")
     bulk_traces(5)
     before = etag(api)
 
@@ -436,12 +433,10 @@ def test_a_list_is_compressed_from_four_traces_which_are_always_over_a_kilobyte(
     assert len(api.get("/api/traces").content) > http.COMPRESS_ABOVE
 
 
-@pytest.mark.postgres
+@pytest.mark.postgres("the triggers are PostgreSQL's")
 def test_the_kept_version_is_the_aggregate_of_the_rows(db):
     """PostgreSQL keeps the whole list's sums (migration 0012's triggers); they must be what
     the rows add up to after any mix of writes, as the filtered lists' aggregate reads them."""
-    if connection.vendor != "postgresql":
-        pytest.skip("the triggers are PostgreSQL's")
     from traces import selectors
     from traces.filters import ListPage, trace_filters
 
@@ -463,13 +458,11 @@ def test_the_kept_version_is_the_aggregate_of_the_rows(db):
     assert kept == summed and kept.count == Trace.objects.count() == 50 + 1 - 1 - 10
 
 
-@pytest.mark.postgres
+@pytest.mark.postgres("the triggers are PostgreSQL's")
 @pytest.mark.django_db(transaction=True)
 def test_the_kept_version_survives_a_flush(api_token):
     """Django's flush (between transactional tests) TRUNCATEs the trace table: the kept sums
     start again from nothing, as the table does."""
-    if connection.vendor != "postgresql":
-        pytest.skip("the triggers are PostgreSQL's")
     from django.core.management import call_command
 
     from traces import selectors

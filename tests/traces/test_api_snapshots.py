@@ -64,11 +64,9 @@ def test_a_re_parse_says_parsing_and_keeps_serving_the_last_kernels(api, make_tr
     assert (listed["state"], listed["kernel_count"]) == ("parsing", 3)
 
 
-@pytest.mark.postgres
+@pytest.mark.postgres("the snapshot is PostgreSQL's REPEATABLE READ")
 @pytest.mark.django_db(transaction=True)
 def test_a_detail_reads_its_trace_and_kernels_in_one_snapshot(api_token, make_trace, monkeypatch):
-    if connection.vendor != "postgresql":
-        pytest.skip("the snapshot is PostgreSQL's REPEATABLE READ")
     make_trace("run", state=TraceState.READY)
     store("run", 1000, "_Z3oldv")
     read_row = selectors.trace_detail_row
@@ -96,11 +94,9 @@ def test_a_detail_reads_its_trace_and_kernels_in_one_snapshot(api_token, make_tr
     assert {k["name"] for k in detail["kernels"]} == {"_Z3oldv"}
 
 
-@pytest.mark.postgres
+@pytest.mark.postgres("the held cursor is PostgreSQL's")
 @pytest.mark.django_db(transaction=True)
 def test_the_held_cursor_streams_after_its_commit_through_djangos_cursor(make_trace):
-    if connection.vendor != "postgresql":
-        pytest.skip("the held cursor is PostgreSQL's")
     make_trace("run", state=TraceState.READY)
     count = selectors.KERNEL_FETCH_ROWS * 2 + 1  # rows fetched in three round trips after the commit
     store("run", count, "_Z3oldv")
@@ -118,10 +114,8 @@ def test_the_held_cursor_streams_after_its_commit_through_djangos_cursor(make_tr
     assert [sql for sql in seen if "FROM traces_kernel k" in sql], seen
 
 
-@pytest.mark.postgres
+@pytest.mark.postgres("the held cursor is PostgreSQL's")
 def test_a_database_error_while_streaming_kernels_is_a_django_database_error(make_trace, monkeypatch):
-    if connection.vendor != "postgresql":
-        pytest.skip("the held cursor is PostgreSQL's")
     make_trace("run", state=TraceState.READY)
     store("run", selectors.KERNEL_FETCH_ROWS + 10, "_Z3oldv")
     kernels_sql = selectors.kernels_sql
@@ -145,11 +139,9 @@ def open_cursors() -> int:
         return cursor.fetchone()[0]
 
 
-@pytest.mark.postgres
+@pytest.mark.postgres("the held cursor is PostgreSQL's")
 @pytest.mark.django_db(transaction=True)
 def test_a_held_cursor_is_closed_however_its_rows_end():
-    if connection.vendor != "postgresql":
-        pytest.skip("the held cursor is PostgreSQL's")
     many = "SELECT n FROM generate_series(1, 10) AS n"
     with snapshots.snapshot(held=True) as reads:
         read_to_the_end = reads.held_rows(many, [], 3)

@@ -7,8 +7,8 @@ Debian's chromium and chromium-driver, headless, as tests/traces/test_admin_brow
 import pytest
 from django.contrib.auth import get_user_model
 
-from tests.traces.test_admin_analysis import ADD, CUBLAS, GEMM, add_run, add_steps
-from tests.traces.test_admin_browser import chromium
+from tests.traces.browser import OPERATOR, chromium, log_in
+from tests.traces.support import ADD, CUBLAS, GEMM, add_run, add_steps
 from traces.models import Trace, TraceState
 
 pytestmark = pytest.mark.slow
@@ -43,7 +43,8 @@ def traces(transactional_db):
         id="opt-a100", state=TraceState.READY, has_real_timing=True, source_gpu="A100"
     )
     add_run(other, [(GEMM, 6000, 5000, None), (ADD, 1000, 2000, None)])
-    get_user_model().objects.create_superuser("operator", password="operator-pass-123")
+    username, password = OPERATOR
+    get_user_model().objects.create_superuser(username, password=password)
     return timed, other
 
 
@@ -51,10 +52,7 @@ def test_pages_work_under_the_policy(live_server, browser, traces):
     from selenium.webdriver.common.by import By
 
     url = live_server.url
-    browser.get(f"{url}/admin/")
-    browser.find_element(By.NAME, "username").send_keys("operator")
-    browser.find_element(By.NAME, "password").send_keys("operator-pass-123")
-    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    log_in(browser, url)
     assert browser.find_element(By.LINK_TEXT, "Browsable Traces API")
     assert violations(browser) == []
 

@@ -13,8 +13,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from tests.helpers import content, decompress, ingested, kernel_rows, token_client
+from tests.simulations.support import simulate
 from tests.traces.routes import BY_KEY, PATH_VALUES, ROUTES, SIMULATION, TRACE, UNKNOWN, Route
-from tests.traces.test_simulations_api import simulate
 from traces.openapi import api_paths, api_schema
 
 KEYS = [route.key for route in ROUTES]

@@ -337,7 +337,7 @@ def test_a_trace_with_no_files_listed_yet(api, make_trace):
 
 
 def test_the_answer_conforms_to_the_schema(api, client_anon, vecadd_run):
-    from tests.traces.test_openapi import response_validator
+    from tests.traces.support import response_validator
 
     openapi = client_anon.get("/api/schema", HTTP_ACCEPT="application/json").json()
     validator = response_validator(openapi, "/api/traces/{trace_id}/files", 200)

@@ -43,9 +43,8 @@ def test_a_clean_database_passes(make_trace, make_kernels):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_truncate_of_the_trace_table_leaves_launches_found_and_deleted_by_fix(
-    on_postgres, make_trace, make_kernels
-):
+@pytest.mark.postgres("TRUNCATE ... CASCADE leaves the launches, which have no foreign key")
+def test_a_truncate_of_the_trace_table_leaves_launches_found_and_deleted_by_fix(make_trace, make_kernels):
     ready_trace(make_trace, make_kernels, "first", 3)
     ready_trace(make_trace, make_kernels, "second", 2)
     with connection.cursor() as cursor:
@@ -69,7 +68,8 @@ def test_a_truncate_of_the_trace_table_leaves_launches_found_and_deleted_by_fix(
     assert check() == ("no integrity problem found\n", False)
 
 
-def test_rows_restored_without_their_trace_are_found_and_deleted(on_postgres, make_trace, make_kernels):
+@pytest.mark.postgres("the partial restore is PostgreSQL's session_replication_role")
+def test_rows_restored_without_their_trace_are_found_and_deleted(make_trace, make_kernels):
     ready_trace(make_trace, make_kernels, "kept", 2)
     ready_trace(make_trace, make_kernels, "lost", 3)
     with connection.cursor() as cursor:
@@ -130,7 +130,8 @@ def test_counts_that_disagree_with_the_launches_are_recounted(make_trace, make_k
     assert check()[1] is False
 
 
-def test_launches_whose_name_is_gone_have_their_trace_parsed_again(on_postgres, make_trace, make_kernels):
+@pytest.mark.postgres("names without a constraint are PostgreSQL's schema")
+def test_launches_whose_name_is_gone_have_their_trace_parsed_again(make_trace, make_kernels):
     ready_trace(make_trace, make_kernels, "nameless", 2)
     with connection.cursor() as cursor:  # names have no constraint either
         cursor.execute("DELETE FROM traces_kernelname WHERE name = '_Z6kernel1Pdi'")
@@ -156,7 +157,7 @@ def test_the_command_exits_1_when_it_finds_something_and_0_once_repaired(tmp_pat
     """As cron runs it: manage.py in a process of its own, on the embedded SQLite database."""
     import sqlite3
 
-    from tests.test_commands import manage
+    from tests.support import manage
 
     var_dir = tmp_path / "var"
     assert manage(var_dir, "migrate", "-v", "0").returncode == 0

@@ -5,43 +5,13 @@ import threading
 
 import pytest
 from django.db import connection, transaction
-from django.db.migrations.executor import MigrationExecutor
 
 from tests.helpers import content, kernel_row
+from tests.traces.support import BEFORE, migrate, old_launch
 from traces import encoders, kernel_store, selectors, services
 from traces.models import KERNEL_COLUMNS, KernelContext, KernelName, Trace, TraceState, name_digest
 
-BEFORE = ("traces", "0006_steps_and_measured_time")
 BYTES_PER_LAUNCH = 150
-
-
-def migrate(target: tuple[str, str] | None = None) -> MigrationExecutor:
-    """To `target`, or to every app's last migration (the schema the other tests need)."""
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate([target] if target else executor.loader.graph.leaf_nodes())
-    return executor
-
-
-def old_launch(kernel_id: int, **fields) -> dict:
-    return {
-        "ctx": "0x7f3a",
-        "kernel_id": kernel_id,
-        "name": "_Z6vecAddPdS_S_i",
-        "trace_file": f"kernel-{kernel_id}-ctx_0x7f3a.trace.xz",
-        "grid_x": 98,
-        "grid_y": 1,
-        "grid_z": 1,
-        "block_x": 1024,
-        "block_y": 1,
-        "block_z": 1,
-        "blocks": 98,
-        "threads": 1024,
-        "total_insts": 50066,
-        "total_reported_insts": 50066,
-        "traced": kernel_id % 2 == 1,
-        **fields,
-    }
 
 
 OLD_TRACES = {
@@ -138,7 +108,8 @@ SIZES = (
 )
 
 
-def test_a_launch_costs_at_most_150_bytes_in_postgres(db, on_postgres, make_trace):
+@pytest.mark.postgres("the sizes are PostgreSQL's tables on disk")
+def test_a_launch_costs_at_most_150_bytes_in_postgres(db, make_trace):
     """What 20,000 launches with totals, a step and a measured time add to the kernels (heap
     and primary key), names and contexts tables, and to the database: at most 150 bytes each.
 
@@ -217,7 +188,8 @@ def test_launches_come_back_as_they_were_stored_whatever_their_order_and_files(d
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_parses_adding_one_new_name_do_not_wait_for_each_other(on_postgres):
+@pytest.mark.postgres("the names' writes are PostgreSQL's COPY on connections of their own")
+def test_two_parses_adding_one_new_name_do_not_wait_for_each_other():
     """The names a parse adds are committed at once: another parse adding the same name goes
     on, instead of waiting for the first's whole transaction (or deadlocking with it)."""
     for trace_id in ("a", "b"):
@@ -268,7 +240,8 @@ def test_a_deleted_trace_leaves_no_launch_behind(db, make_trace, delete):
     assert Trace.objects.get(pk="kept").kernels.count() == 1
 
 
-def test_the_copy_queue_is_bounded(db, on_postgres, monkeypatch):
+@pytest.mark.postgres("the queue feeds PostgreSQL's COPY")
+def test_the_copy_queue_is_bounded(db, monkeypatch):
     """A parse faster than PostgreSQL waits once COPY_QUEUE_BLOCKS blocks of at most
     COPY_BLOCK_BYTES are queued (2 MiB), where psycopg's QueuedLibpqWriter would hold 1,024
     (128 MiB): the peak of `ingest_traces` stays flat (docs/performance.md)."""
@@ -296,7 +269,8 @@ def test_the_copy_queue_is_bounded(db, on_postgres, monkeypatch):
     assert max(sent) == kernel_store.COPY_BLOCK_BYTES and sum(sent) == len(text)
 
 
-def test_a_failed_send_fails_the_parse(db, on_postgres, monkeypatch):
+@pytest.mark.postgres("the send is PostgreSQL's COPY")
+def test_a_failed_send_fails_the_parse(db, monkeypatch):
     """PostgreSQL's refusal of a block, raised in the sending thread, reaches the parse at its
     next write, and the sender keeps emptying the queue, so that write does not hang."""
 
@@ -317,7 +291,8 @@ def test_a_failed_send_fails_the_parse(db, on_postgres, monkeypatch):
         writer.sender.join()
 
 
-def test_names_are_committed_on_a_connection_of_their_own(db, on_postgres):
+@pytest.mark.postgres("the names' connection is PostgreSQL's")
+def test_names_are_committed_on_a_connection_of_their_own(db):
     """The names connection is a second session (Django's connection of another thread), whose
     inserts are committed whatever the parse's transaction does."""
     names = kernel_store.NamesConnection()

@@ -10,14 +10,15 @@ import importlib
 import pytest
 from django.db import connection
 
-from tests.traces.test_kernel_storage import BEFORE, migrate, old_launch
+from tests.traces.support import BEFORE, migrate, old_launch
 from traces.models import Kernel, Trace, TraceState
 
 MIGRATION = importlib.import_module("traces.migrations.0007_kernel_storage")
 
 
 @pytest.mark.django_db(transaction=True)
-def test_following_the_message_of_a_failed_0007_migrates(on_postgres, monkeypatch):
+@pytest.mark.postgres("migration 0007 commits batch by batch on PostgreSQL only")
+def test_following_the_message_of_a_failed_0007_migrates(monkeypatch):
     monkeypatch.setattr(MIGRATION, "BATCH_LAUNCHES", 1)  # a batch per trace: the first one commits
     try:
         old = migrate(BEFORE).loader.project_state([BEFORE]).apps

@@ -6,7 +6,6 @@ response objects (each status the reference documents), and by schemathesis, whi
 requests from the schema and checks every answer (no 5xx, documented status, body and headers).
 """
 
-import copy
 import json
 import os
 from datetime import UTC, datetime
@@ -23,54 +22,14 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 from schemathesis.config import SchemathesisConfig
 
-from tests.helpers import content, kernel_dict, store_kernels
-from tests.traces.test_api import DETAIL_KEYS, KERNEL_KEYS, SUMMARY_KEYS
+from tests.helpers import kernel_dict, store_kernels
+from tests.traces.support import DETAIL_KEYS, KERNEL_KEYS, SUMMARY_KEYS, assert_conforms, response_validator
 from traces.filters import TraceFilter
 from traces.models import Trace, TraceState
 
 FORK_KEYS = ["device_id", "stream_id"]
 # Generated requests per route and mode; CASCADE_FUZZ_EXAMPLES=2000 for a longer run (docs/api.md).
 FUZZ_EXAMPLES = int(os.environ.get("CASCADE_FUZZ_EXAMPLES", "50"))
-
-
-@pytest.fixture
-def openapi(client_anon, db) -> dict:
-    response = client_anon.get("/api/schema", HTTP_ACCEPT="application/json")
-    assert response.status_code == 200
-    return response.json()
-
-
-def nullable_to_json_schema(node):
-    """OpenAPI 3.0's `nullable: true` as JSON Schema's `type: [..., "null"]`."""
-    if isinstance(node, list):
-        return [nullable_to_json_schema(item) for item in node]
-    if not isinstance(node, dict):
-        return node
-    node = {key: nullable_to_json_schema(value) for key, value in node.items()}
-    if node.pop("nullable", False):
-        if "type" in node:
-            node["type"] = [node["type"], "null"]
-        if "enum" in node:
-            node["enum"] = [*node["enum"], None]
-        if "allOf" in node:  # a nullable object of a named shape (SimulationSummary's metrics)
-            node["anyOf"] = [{"allOf": node.pop("allOf")}, {"type": "null"}]
-    return node
-
-
-def response_validator(openapi: dict, path: str, status: int) -> jsonschema.Draft4Validator:
-    """A validator for the body the schema documents for GET `path` answering `status`."""
-    described = openapi["paths"][path]["get"]["responses"][str(status)]["content"]
-    schema = copy.deepcopy(described["application/json"]["schema"])
-    schema["components"] = nullable_to_json_schema(openapi["components"])
-    return jsonschema.Draft4Validator(nullable_to_json_schema(schema))
-
-
-def assert_conforms(openapi: dict, path: str, response) -> object:
-    assert str(response.status_code) in openapi["paths"][path]["get"]["responses"], response.status_code
-    assert response["Content-Type"] == "application/json"
-    body = json.loads(content(response))
-    response_validator(openapi, path, response.status_code).validate(body)
-    return body
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from rest_framework.test import APIClient
 
+from tests.traces.support import hostile
 from traces.models import ApiToken
 
 pytestmark = pytest.mark.django_db
@@ -389,32 +390,6 @@ def test_an_admin_trace_page_with_a_nul_id_is_not_found(staff_client, demo, view
 
 # --- names whose demangled form doubles at each nesting level ----------------------
 
-BASE36 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-
-
-def substitution(index: int) -> str:
-    """The Itanium ABI's reference to substitution `index`: S_, S0_, ... S9_, SA_, ... SZ_, S10_."""
-    if index == 0:
-        return "S_"
-    number, digits = index - 1, ""
-    while True:
-        number, digit = divmod(number, 36)
-        digits = BASE36[digit] + digits
-        if not number:
-            return f"S{digits}_"
-
-
-def hostile(levels: int, function: str = "f") -> str:
-    """f(A, B<A, A>, B<B<A, A>, B<A, A> >, ...): each parameter is B of the one before, twice.
-
-    Substitutions: S_ is A, S0_ the template B, S1_ B<A, A>; each `S0_I<last><last>E` is B of
-    the last parameter, twice, and the next substitution. About 11 bytes a level, and each
-    level doubles the demangled text.
-    """
-    return f"_Z{len(function)}{function}1A1BIS_S_E" + "".join(
-        f"S0_I{substitution(level + 1)}{substitution(level + 1)}E" for level in range(1, levels)
-    )
-
 
 def test_the_hostile_names_double_at_each_level():
     import cxxfilt
@@ -444,7 +419,7 @@ def test_a_hostile_name_demangles_to_a_bounded_text(levels):
 def test_real_names_are_demangled_whole():
     import cxxfilt
 
-    from tests.traces.test_analysis import FLASH
+    from tests.traces.support import FLASH
     from traces.demangle import demangle
 
     # From the H100 sample's stats files: 458 bytes, 5,081 characters demangled.
@@ -474,8 +449,8 @@ def test_the_demangle_cache_is_bounded_by_bytes(monkeypatch):
 
     monkeypatch.setattr(demangle, "cache", demangle.ByteBoundedCache(256 * 1024))
     names = [hostile(17, f"f{n}") for n in range(60)]
-    # A budget no loaded machine runs out of: the bound on the cache is what is tested here.
-    demangle.demangle_all(names, budget=demangle.Budget(600))
+    # A budget whose clock stands still never runs out: the bound on the cache is what is tested here.
+    demangle.demangle_all(names, budget=demangle.Budget(1, clock=lambda: 0.0))
     assert 0 < demangle.cache.size <= 256 * 1024
     assert demangle.cache.size == sum(len(key) + len(value) for key, value in demangle.cache.entries.items())
 
@@ -483,7 +458,7 @@ def test_the_demangle_cache_is_bounded_by_bytes(monkeypatch):
 @pytest.fixture
 def hostile_traces(make_trace):
     from tests.helpers import store_kernels
-    from tests.traces.test_analysis import launch
+    from tests.traces.support import launch
 
     name = hostile(17)
     for trace_id in ("a-run", "b-run"):

@@ -8,7 +8,7 @@ import pytest
 
 from ingest import passes
 from ingest import reingest as reingest_module
-from tests.traces.test_admin import reingest
+from tests.traces.support import reingest
 
 
 class BlockingParses:

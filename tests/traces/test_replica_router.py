@@ -26,12 +26,15 @@ from cascade.db_routers import PIN_COOKIE, PIN_SECONDS, PRIMARY, REPLICA, read_a
 from ingest.tasks import poll_bucket_task
 from tests.helpers import content
 from tests.ingest.conftest import eager  # noqa: F401 (a fixture: Celery inline, a memory broker)
-from tests.traces.test_admin import upload_minimal_run
+from tests.traces.support import upload_minimal_run
 from traces import analysis, views
 from traces.models import ApiToken, Trace, TraceState
 from traces.snapshots import snapshot
 
-pytestmark = pytest.mark.django_db(transaction=True, databases=[PRIMARY, REPLICA])
+pytestmark = [
+    pytest.mark.django_db(transaction=True, databases=[PRIMARY, REPLICA]),
+    pytest.mark.postgres("a replica is PostgreSQL's: settings.py refuses one beside SQLite"),
+]
 
 CHANGELIST = "/admin/traces/trace/"
 
@@ -55,7 +58,7 @@ def replica_alias(django_db_setup, django_db_blocker):
 
 
 @pytest.fixture(autouse=True)
-def routed(settings, on_postgres):
+def routed(settings):
     """The router and the middleware, where settings.py puts them when DATABASE_REPLICA_URL is set."""
     settings.DATABASE_ROUTERS = ["cascade.db_routers.ReplicaRouter"]
     middleware = list(settings.MIDDLEWARE)

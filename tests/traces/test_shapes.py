@@ -24,7 +24,7 @@ from simulations import encoders as simulation_encoders
 from simulations import shapes as simulation_shapes
 from simulations.models import Simulation
 from tests.helpers import SHARED_FIXTURES, content, kernel_row
-from tests.traces.test_openapi import openapi  # noqa: F401 (a fixture)
+from tests.traces.support import assert_has_the_keys
 from traces import analysis, encoders, kernel_store, selection, shapes
 from traces.models import KERNEL_COLUMNS, NO_DEVICE, Trace, TraceState
 
@@ -65,19 +65,6 @@ def test_the_encoders_write_the_declared_keys():
     assert shapes.BASES == (selection.BASIS_TIME, selection.BASIS_INSTS, selection.BASIS_LAUNCHES)
     optional = {field.name for field in simulation_shapes.SIMULATION_ACCURACY.fields if field.optional}
     assert optional == set(accuracy.ACCURACY_BY)
-
-
-def assert_has_the_keys(value: dict, shape: shapes.Shape, where: str) -> None:
-    """`value` has `shape`'s keys in its order (an optional one only where present), and so do
-    the objects it nests."""
-    assert list(value) == [f.name for f in shape.fields if not f.optional or f.name in value], where
-    for field in shape.fields:
-        inner = value.get(field.name)
-        if field.shape is not None and inner is not None:
-            assert_has_the_keys(inner, field.shape, f"{where}.{field.name}")
-        elif isinstance(field.items, shapes.Shape):
-            for index, item in enumerate(inner or []):
-                assert_has_the_keys(item, field.items, f"{where}.{field.name}[{index}]")
 
 
 # What each kind is in JSON (a bool is no integer).
@@ -187,7 +174,7 @@ def test_the_selections_answer_has_the_declared_keys():
     assert "members" not in encoded["groups"][0]
 
 
-def test_the_schemas_components_are_the_declarations(openapi):  # noqa: F811
+def test_the_schemas_components_are_the_declarations(openapi):
     components = openapi["components"]["schemas"]
     for name, shape in {**shapes.SHAPES, **simulation_shapes.SHAPES}.items():
         schema = components[name]
@@ -221,11 +208,10 @@ PROBE = f"""
 import json
 
 from tests.helpers import content
-from tests.traces.test_openapi import openapi  # noqa: F401
 from traces.models import Trace
 
 
-def test_the_added_field_is_answered_and_described(api, make_trace, openapi):  # noqa: F811
+def test_the_added_field_is_answered_and_described(api, make_trace, openapi):
     make_trace("probe", gpu_count=4)
     (summary,) = api.get("/api/traces").json()
     detail = json.loads(content(api.get("/api/traces/probe")))

@@ -19,6 +19,7 @@ def database_stores(text: str) -> bool:
 
 
 @pytest.mark.django_db
+@pytest.mark.postgres("the outside truth is PostgreSQL's text type")
 @pytest.mark.parametrize("character", EDGES, ids=[f"U+{ord(c):04X}" for c in EDGES])
 def test_is_storable_agrees_with_postgresql(character):
     assert is_storable(f"a{character}b") is database_stores(f"a{character}b")

@@ -30,8 +30,18 @@ from simulations.admin.charts import (
 from simulations.admin.simulation import SimulationAdmin
 from simulations.models import SimulatedKernel, Simulation
 from tests.helpers import lock_held_elsewhere
-from tests.traces.test_admin import change_url, field, read, result_rows, table_rows
-from tests.traces.test_admin_analysis import ADD, CUBLAS, GEMM, add_run, add_steps
+from tests.traces.support import (
+    ADD,
+    CUBLAS,
+    GEMM,
+    add_run,
+    add_steps,
+    change_url,
+    field,
+    read,
+    result_rows,
+    table_rows,
+)
 from traces.models import Kernel, Trace, TraceState
 
 SIMULATIONS = "/admin/simulations/simulation/"
@@ -678,7 +688,7 @@ def test_deleting_selected_simulations_from_the_list(staff_client, two_builds):
 def test_simulation_and_compare_pages_in_a_browser_under_the_policy(live_server, transactional_db, tmp_path):
     from selenium.webdriver.common.by import By
 
-    from tests.traces.test_admin_browser import chromium
+    from tests.traces.browser import chromium, log_in
 
     trace = add_opt_h100()
     a = simulate(trace, "h100-build-a", SIM_A, simulator_build="a1b2c3")
@@ -696,10 +706,7 @@ def test_simulation_and_compare_pages_in_a_browser_under_the_policy(live_server,
         ]
 
     with chromium(implicit_wait=10, console=True) as browser:
-        browser.get(f"{live_server.url}/admin/")
-        browser.find_element(By.NAME, "username").send_keys("operator")
-        browser.find_element(By.NAME, "password").send_keys("operator-pass-123")
-        browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+        log_in(browser, live_server.url)
         browser.find_element(By.LINK_TEXT, "Simulations").click()
         # Every column fits a 1400 px window: the list does not scroll sideways.
         assert browser.execute_script(

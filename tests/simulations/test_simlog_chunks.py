@@ -10,18 +10,7 @@ from hypothesis import strategies as st
 from ingest.bucket import iter_lines
 from simulations import simlog
 from simulations.simlog import MAX_LINE, SimLogError, read_sim_log, read_sim_log_chunks
-from tests.helpers import shared_fixture
-
-# The six real logs this module reads (docs/formats.md#the-simulators-log), by name: the folder holds more.
-NAMES = [
-    "akj10__matrixMul_log_n128.log",
-    "bcpark__rodinia_lud_output.txt",
-    "halUW__benchmark_1_stream_clean.log",
-    "spapad__backprop_classic.out",
-    "spapad__classic_run_l1_bw_32f_out.TRUNCATED.log",
-    "swayhrl__replay_1_run.MAXCYCLE.EXCERPT.log",
-]
-LOGS = {name: shared_fixture("real-sim-logs", name).read_bytes() for name in NAMES}
+from tests.ingest.support import LOGS, NAMES
 
 
 def by_lines(data: bytes):

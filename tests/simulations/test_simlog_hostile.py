@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simulations.simlog import MAX_LINE, STOPPED_KILLED, SimLogError, read_sim_log_chunks
-from tests.ingest.test_simlog_chunks import LOGS, NAMES  # the six real logs, read once
+from tests.ingest.support import LOGS, NAMES  # the six real logs, read once
 
 
 def read(data: bytes, chunk: int = 65536):

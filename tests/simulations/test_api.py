@@ -17,18 +17,16 @@ with it).
 
 import gzip
 import json
-from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from simulations import accuracy
-from simulations.models import SimulatedKernel, Simulation
+from simulations.models import Simulation
 from tests.helpers import content
-from tests.traces.test_openapi import assert_conforms, openapi  # noqa: F401 (a fixture)
-from traces.models import KernelContext, KernelName, Step, TraceState, name_digest
+from tests.simulations.support import simulate
+from tests.traces.support import assert_conforms
+from traces.models import KernelContext, Step, TraceState
 from traces.views import STREAM_KERNELS_ABOVE
 
-T0 = datetime(2026, 11, 9, 10, 0, tzinfo=UTC)
 CTX = "0x6165bdd7ec90"
 SUMMARY_KEYS = [
     "name",
@@ -82,56 +80,6 @@ KERNEL_KEYS = [
 ]
 GEMM = "sm90_xmma_gemm_f16f16_f32"
 VECADD = "_Z6vecAddPdS_S_i"
-
-
-def names(*values: str) -> dict[str, KernelName]:
-    return {
-        value: KernelName.objects.get_or_create(digest=name_digest(value), defaults={"name": value})[0]
-        for value in values
-    }
-
-
-def simulate(trace, name: str, launches: list[tuple], *, minutes: int = 0, **fields) -> Simulation:
-    """A ready simulation at 1000 MHz (a cycle is a ns) of `launches`:
-    (context, kernel_id, name, step, measured_ns, cycles or None for an overlapped launch)."""
-    fields = {
-        "state": TraceState.READY,
-        "simulator": "accel-sim",
-        "simulator_build": "build-a",
-        "gpgpusim_build": "4.2.0 [build gpgpu-sim_git-commit-13c6711_modified_2.0]",
-        "config": "SM90_H100",
-        "core_clock_mhz": 1000.0,
-        "complete": True,
-        "created_at": T0 + timedelta(minutes=minutes),
-        **fields,
-    }
-    simulation = Simulation.objects.create(trace=trace, name=name, **fields)
-    known = names(*{launch[2] for launch in launches})
-    SimulatedKernel.objects.bulk_create(
-        SimulatedKernel(
-            simulation=simulation,
-            trace_key=trace.key,
-            context=context,
-            kernel_id=kernel_id,
-            uid=uid,
-            kernel_name=known[kernel_name],
-            step=step,
-            measured_ns=measured,
-            sim_cycles=cycles,
-            sim_insn=None if cycles is None else cycles * 3,
-            sim_ns=None if cycles is None else float(cycles),
-            overlapped=cycles is None,
-        )
-        for uid, (context, kernel_id, kernel_name, step, measured, cycles) in enumerate(launches, start=1)
-    )
-    compared = sum(1 for launch in launches if launch[5] is not None and launch[4] is not None)
-    simulation.kernels_simulated = len(launches)
-    simulation.kernels_compared = compared
-    simulation.sim_total_cycles = sum(launch[5] or 0 for launch in launches)
-    if simulation.state == TraceState.READY:
-        simulation.metrics = accuracy.simulation_metrics(simulation)
-    simulation.save()
-    return simulation
 
 
 @pytest.fixture
@@ -481,7 +429,7 @@ def test_the_routes_are_in_the_schema_with_their_filters(openapi):  # noqa: F811
 
 
 def test_the_examples_conform(openapi):  # noqa: F811
-    from tests.traces.test_openapi import response_validator
+    from tests.traces.support import response_validator
 
     for path in SIMULATION_ROUTES:
         examples = openapi["paths"][path]["get"]["responses"]["200"]["content"]["application/json"][
