@@ -459,6 +459,7 @@ LOGGING = {
     "loggers": {
         "ingest": _stderr,
         "traces": _stderr,
+        "simulations": _stderr,
         "cascade": _stderr,
         # Server errors (with their traceback) and refused requests (DisallowedHost...).
         "django.request": {**_stderr, "level": "ERROR"},

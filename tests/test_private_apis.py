@@ -24,8 +24,8 @@ import importlib.util
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = ("cascade", "traces", "ingest", "tools", "client", "gunicorn.conf.py")
-OWN_PACKAGES = {"cascade", "traces", "ingest", "tools", "cascade_client", "bench", "tests"}
+PRODUCT = ("cascade", "traces", "simulations", "ingest", "tools", "client", "gunicorn.conf.py")
+OWN_PACKAGES = {"cascade", "traces", "simulations", "ingest", "tools", "cascade_client", "bench", "tests"}
 PUBLIC_UNDERSCORED = {
     "_meta",
     "_default_manager",

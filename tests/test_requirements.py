@@ -14,7 +14,7 @@ import pytest
 import run
 
 ROOT = Path(__file__).resolve().parent.parent
-OWN_PACKAGES = {"cascade", "ingest", "traces", "tools", "tests", "bench", "run", "cascade_client"}
+OWN_PACKAGES = {"cascade", "ingest", "simulations", "traces", "tools", "tests", "bench", "run", "cascade_client"}
 # Imported by the tests, the bench or CI, never by what a deployment runs.
 DEV_TOOLS = {"pytest", "pytest-django", "pytest-xdist", "hypothesis", "schemathesis", "selenium", "ruff"}
 # The demo's embedded S3 endpoint, and what only it brings.
@@ -130,7 +130,7 @@ def test_every_file_pins_every_line():
 
 def test_what_a_deployment_runs_imports_only_what_requirements_txt_installs():
     deployment = installed_by(pinned(ROOT / "requirements.txt"))
-    modules = distributions_of(third_party_imports("cascade", "ingest", "traces"))
+    modules = distributions_of(third_party_imports("cascade", "ingest", "simulations", "traces"))
     assert {module for module, names in modules.items() if not names & deployment} == set()
 
 
