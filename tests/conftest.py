@@ -79,15 +79,20 @@ def body_cache_dir(tmp_path, monkeypatch):
     return folder
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item):
+def pytest_collection_modifyitems(items):
     """A test marked `postgres` (optionally with what it checks of PostgreSQL's,
     `@pytest.mark.postgres("the triggers are PostgreSQL's")`) skips on any other database,
-    saying why, before its fixtures touch the database: the marker is its one declaration."""
-    marker = item.get_closest_marker("postgres")
-    if marker is not None and connection.vendor != "postgresql":
-        what = marker.args[0] if marker.args else "the test checks PostgreSQL behaviour"
-        pytest.skip(f"needs PostgreSQL (set DATABASE_URL=postgres://...): {what}")
+    saying why and where, before its fixtures touch the database: the marker is its one
+    declaration."""
+    if connection.vendor == "postgresql":
+        return
+    for item in items:
+        marker = item.get_closest_marker("postgres")
+        if marker is not None:
+            what = marker.args[0] if marker.args else "the test checks PostgreSQL behaviour"
+            item.add_marker(
+                pytest.mark.skip(reason=f"needs PostgreSQL (set DATABASE_URL=postgres://...): {what}")
+            )
 
 
 @pytest.fixture
