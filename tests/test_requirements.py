@@ -14,7 +14,17 @@ import pytest
 import run
 
 ROOT = Path(__file__).resolve().parent.parent
-OWN_PACKAGES = {"cascade", "ingest", "simulations", "traces", "tools", "tests", "bench", "run", "cascade_client"}
+OWN_PACKAGES = {
+    "cascade",
+    "ingest",
+    "simulations",
+    "traces",
+    "tools",
+    "tests",
+    "bench",
+    "run",
+    "cascade_client",
+}
 # Imported by the tests, the bench or CI, never by what a deployment runs.
 DEV_TOOLS = {"pytest", "pytest-django", "pytest-xdist", "hypothesis", "schemathesis", "selenium", "ruff"}
 # The demo's embedded S3 endpoint, and what only it brings.
