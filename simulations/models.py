@@ -1,6 +1,7 @@
 """A simulator's runs of a trace: `Simulation` (the folder `<run>/simulations/<name>/`) and
 `SimulatedKernel` (each simulated launch paired with the trace's launch)."""
 
+from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
@@ -39,6 +40,14 @@ class Simulation(models.Model):
     simulator = models.TextField(null=True, blank=True)
     config = models.TextField(null=True, blank=True)
     notes = models.TextField(null=True, blank=True)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="owned_simulations",
+        help_text="The user whose token uploaded it (ingest.owners); empty for one put into the bucket directly.",
+    )
     # From the log.
     simulator_build = models.TextField(null=True, blank=True, help_text=_doc("simulator_build"))
     gpgpusim_build = models.TextField(null=True, blank=True, help_text=_doc("gpgpusim_build"))

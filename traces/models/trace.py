@@ -4,6 +4,7 @@
 import hashlib
 import json
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Value
 from django.utils import timezone
@@ -57,6 +58,14 @@ class Trace(models.Model):
     has_real_timing = models.BooleanField(default=False)
     has_step_timeline = models.BooleanField(default=False)
     sample = models.BooleanField(default=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="owned_traces",
+        help_text="Who pushed the run through the API (ingest.owners); empty for a run put into the bucket directly.",
+    )
     parser_version = models.PositiveSmallIntegerField(
         null=True,
         blank=True,
