@@ -91,7 +91,9 @@ if env_bool("DJANGO_HTTPS"):
     ]
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # The admin registers its pages when the URLconf loads (cascade/urls.py): a process that serves
+    # no page (ingest_traces, a Celery worker) never imports them.
+    "django.contrib.admin.apps.SimpleAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -321,6 +323,8 @@ STORAGES = {
                 connect_timeout=env_int("CASCADE_S3_CONNECT_TIMEOUT", 5),
                 read_timeout=env_int("CASCADE_S3_READ_TIMEOUT", 10),
                 retries={"total_max_attempts": env_int("CASCADE_S3_MAX_ATTEMPTS", 5), "mode": "standard"},
+                # One client serves a process's S3 threads (ingest.storage): a connection each.
+                max_pool_connections=max(10, CASCADE_S3_THREADS),
             ),
         },
     },

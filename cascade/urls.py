@@ -8,6 +8,7 @@ from cascade import health, metrics
 from traces.errors import api_not_found
 from traces.openapi import ApiIndexView
 
+admin.autodiscover()  # SimpleAdminConfig (settings): the pages registered where they are served
 admin.site.site_header = "Cascade"
 admin.site.site_title = "Cascade"
 admin.site.index_title = "Trace registry"

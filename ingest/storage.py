@@ -5,7 +5,7 @@ The bucket is configured once, in `settings.STORAGES["traces"]` (django-storages
 bucket, endpoint, region, client config with its timeouts and retries; credentials from the
 standard AWS variables), and built on first use: `traces()` raises ImproperlyConfigured
 without a bucket. The modules that talk to S3 take their boto3 client from it
-(`client()`, the storage's `connection.meta.client`) for what django-storages has no call for.
+(`client()`, the storage's one client a process) for what django-storages has no call for.
 
 Every client the storage makes reports each request to `meter` through botocore's events, so
 that a pass can say what it cost (ingest.metering) and /metrics can count S3's errors.
@@ -49,6 +49,7 @@ class TraceStorage(S3Storage):
         self._lock = threading.Lock()  # boto3 sessions are not thread-safe; their clients are
         self._session: tuple[int, boto3.session.Session] | None = None  # (pid, session)
         self._local = threading.local()  # this thread's (pid, resource)
+        self._client: tuple[int, object] | None = None  # (pid, the process's S3 client)
         self._siblings: dict[str, TraceStorage] = {}
 
     def _process_session(self) -> boto3.session.Session:
@@ -78,6 +79,28 @@ class TraceStorage(S3Storage):
                 )
             watch(resource.meta.client)
             made = self._local.connection = (os.getpid(), resource)
+        return made[1]
+
+    @property
+    def shared_client(self):
+        """The process's S3 client, shared by its threads: boto3's clients are thread-safe (its
+        resources are not, hence `connection`'s one per thread), and each client holds its own
+        endpoint rules and request machinery (docs/performance.md: what a client a thread cost)."""
+        made = self._client
+        if made is None or made[0] != os.getpid():
+            with self._lock:
+                made = self._client
+                if made is None or made[0] != os.getpid():
+                    s3 = self._process_session().client(
+                        "s3",
+                        region_name=self.region_name,
+                        use_ssl=self.use_ssl,
+                        endpoint_url=self.endpoint_url,
+                        config=self.client_config,
+                        verify=self.verify,
+                    )
+                    watch(s3)
+                    made = self._client = (os.getpid(), s3)
         return made[1]
 
     def client(self, service: str, *, endpoint_url: str | None):
@@ -120,8 +143,8 @@ def traces() -> TraceStorage:
 
 
 def client():
-    """This thread's S3 client, the storage's: for what django-storages has no call for."""
-    return traces().connection.meta.client
+    """The process's S3 client, the storage's (`shared_client`): for what django-storages has no call for."""
+    return traces().shared_client
 
 
 def bucket_name() -> str:

@@ -1,6 +1,5 @@
 """Cascade's client: `Cascade` for Python, `cascade` on the command line (cli.py)."""
 
-from cascade_client.api import Cascade
 from cascade_client.errors import (
     BadToken,
     CascadeError,
@@ -12,6 +11,17 @@ from cascade_client.errors import (
     NotReady,
     Unreachable,
 )
+
+
+def __getattr__(name: str):
+    """`Cascade` on first use: the server imports this package for its path rule alone
+    (ingest/paths.py), and the API client's httpx brings click, rich and pygments with it."""
+    if name == "Cascade":
+        from cascade_client.api import Cascade
+
+        return Cascade
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "BadToken",

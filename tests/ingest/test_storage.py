@@ -42,7 +42,7 @@ def test_the_client_config_is_the_settings(s3):
     assert config.signature_version == "s3v4"
 
 
-def test_threads_have_clients_of_their_own_from_one_session(s3, upload, monkeypatch, settings):
+def test_threads_share_the_process_s_one_client(s3, upload, monkeypatch, settings):
     settings.CASCADE_S3_THREADS = 4
     made = []
     real = boto3.session.Session
@@ -56,8 +56,12 @@ def test_threads_have_clients_of_their_own_from_one_session(s3, upload, monkeypa
 
     barrier = threading.Barrier(4)
     assert [future.result() for _, future in bucket.overlapped(work, range(4))] == [0, 1, 2, 3]
-    assert len(clients) == 4
+    assert len(clients) == 1  # boto3's clients are thread-safe
     assert len(made) == 1
+
+
+def test_the_shared_client_has_a_connection_for_each_thread(s3, settings):
+    assert storage.traces().shared_client.meta.config.max_pool_connections >= settings.CASCADE_S3_THREADS
 
 
 def test_every_threads_requests_are_counted(s3, upload, settings):
