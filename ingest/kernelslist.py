@@ -20,6 +20,9 @@ from ingest.stats import (
     shown_text,
 )
 
+# Past any kernel id (ids are at most 2^63 - 1): the last of a span with no traced id after it.
+LAST_ID = 2**63
+
 
 class TracedIds(Set):
     """A context's traced kernel ids as sorted, disjoint ranges (first and last id in two 8-byte
@@ -73,6 +76,15 @@ class TracedIds(Set):
     def __contains__(self, kernel_id) -> bool:
         at = bisect_right(self._firsts, kernel_id) - 1
         return at >= 0 and kernel_id <= self._lasts[at]
+
+    def span(self, kernel_id: int) -> tuple[bool, int]:
+        """Whether `kernel_id` is traced, and the last id from it on that is the same: the
+        parse asks once a run of launches (ingest.stats_fast_path), not once a launch."""
+        firsts = self._firsts
+        at = bisect_right(firsts, kernel_id) - 1
+        if at >= 0 and kernel_id <= self._lasts[at]:
+            return True, self._lasts[at]
+        return False, firsts[at + 1] - 1 if at + 1 < len(firsts) else LAST_ID
 
     def __iter__(self) -> Iterator[int]:
         for first, last in zip(self._firsts, self._lasts, strict=True):

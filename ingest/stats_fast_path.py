@@ -35,6 +35,8 @@ FIRST_FILE = re.compile(rb"([0-9]{1,18})(?:-ctx_0x[0-9a-fA-F]+)?\.trace[A-Za-z0-
 # at once, so that PostgreSQL starts loading while the rest is read.
 BLOCK_LAUNCHES = 8192
 FIRST_BLOCK_LAUNCHES = 256
+# Past any kernel id this path takes (18 digits at most): a tail that holds for every launch.
+LAST_KERNEL_ID = 10**18
 
 
 class LaunchText:
@@ -54,13 +56,15 @@ class LaunchText:
         self.declined = False  # the context's files follow no scheme this path can derive
         self.shapes: dict[bytes, bytes | PendingShape] = {}
         self.pending: dict[bytes, PendingShape] = {}  # of `shapes`, those not yet written as text
-        # The tails of the current step, traced or not: launches come in kernel-id order, and so
-        # do steps (a dict of every step's was 200 bytes a step).
+        # The tail of the launches from the current one to `tail_until` (launches come in
+        # kernel-id order): the same for a run of launches until one of them is traced, or not,
+        # where the last was not, or falls in another step (`_tail_span`).
+        self.tail = writer.launch_tail(False, None)
+        self.tail_traced = False
+        self.tail_until = -1 if traced or step_of is not None or duration_of is not None else LAST_KERNEL_ID
+        # The tails of the current step, traced or not (a dict of every step's was 200 bytes a step).
         self.tails: dict[bool, bytes] = {}
         self.tails_step: int | None = None
-        # What follows the totals, when it is the same for every launch (no kernelslist, no steps).
-        constant = not traced and step_of is None and duration_of is None
-        self.tail = writer.launch_tail(False, None) if constant else None
         self.rows: list = []  # COPY text rows, one a launch (a tuple where its shape is pending)
         self.launches = 0
         self.without_totals = 0
@@ -94,11 +98,10 @@ class LaunchText:
         halves = raw.rstrip(b"\r\n")[7:].split(b", kernel-")
         if self.context is None and not self._start(halves[0]):
             return None
-        taken, traced = len(self.rows), self.traced_launches
+        taken = len(self.rows)
         last = self._halves(halves, last_id)
         if last is None:
             del self.rows[taken:]
-            self.traced_launches = traced
         return last
 
     def _halves(self, halves: list[bytes], last_id: int) -> int | None:
@@ -106,28 +109,45 @@ class LaunchText:
         with `, <totals>`: graph-captured halves before it have none) onto `rows`; the last
         kernel id, or None to decline."""
         shapes, separator, rows = self.shapes, self.separator, self.rows
+        tail, traced, until = self.tail, self.tail_traced, self.tail_until
         encode, encode_without_totals = launch_row, launch_row_without_totals  # the store's, looked up once
-        final = len(halves) - 1
-        without_totals = 0
-        for i, half in enumerate(halves):
+        traced_launches = 0
+        final = halves.pop()
+        # Graph-captured halves: no totals. Kernel ids as int() reads them back (no sign, space
+        # or leading zero, at most 18 digits), each past the last: `0` is never past one.
+        for half in halves:
             kernel_id, _, launch = half.partition(separator)
-            totals = b""
-            if i == final:  # its totals, or none (the line ends in `, `)
-                launch, _, totals = launch.rpartition(b", ")
             shape = shapes.get(launch)
             if shape is None and (shape := self._shape(launch)) is None:
                 return None
-            # Digits as int() reads them back: no sign, space or leading zero, at most 18.
-            if not kernel_id.isdigit() or len(kernel_id) > 18 or (kernel_id[0] == 48 and len(kernel_id) > 1):
+            if not kernel_id.isdigit() or kernel_id[0] == 48 or len(kernel_id) > 18:
                 return None
             number = int(kernel_id)
             if number <= last_id:
                 return None  # parse_stats_lines says why
             last_id = number
-            if not totals:
-                rows.append(encode_without_totals(shape, kernel_id, self.tail or self._tail(number)))
-                without_totals += 1
-                continue
+            if number > until:
+                tail, traced, until = self._tail_span(number)
+            traced_launches += traced
+            rows.append(encode_without_totals(shape, kernel_id, tail))
+        # The line's last half: its totals, or none (the line ends in `, `).
+        kernel_id, _, launch = final.partition(separator)
+        launch, _, totals = launch.rpartition(b", ")
+        shape = shapes.get(launch)
+        if shape is None and (shape := self._shape(launch)) is None:
+            return None
+        if not kernel_id.isdigit() or kernel_id[0] == 48 or len(kernel_id) > 18:
+            return None
+        number = int(kernel_id)
+        if number <= last_id:
+            return None
+        if number > until:
+            tail, traced, until = self._tail_span(number)
+        traced_launches += traced
+        if not totals:
+            rows.append(encode_without_totals(shape, kernel_id, tail))
+            self.without_totals += len(halves) + 1
+        else:
             insts, _, reported = totals.partition(b",")
             if not (insts.isdigit() and reported.isdigit()):
                 return None  # negative (%d of 2^31 or more), a fork's extra columns, damage
@@ -136,10 +156,12 @@ class LaunchText:
                 len(total) > 9 and (len(total) > 20 or int(total) >= UINT32) for total in (insts, reported)
             ):
                 return None
-            rows.append(encode(shape, kernel_id, insts, reported, self.tail or self._tail(number)))
-        self.without_totals += without_totals
-        self.launches += len(halves)
-        return last_id
+            rows.append(encode(shape, kernel_id, insts, reported, tail))
+            self.without_totals += len(halves)
+        self.tail, self.tail_traced, self.tail_until = tail, traced, until
+        self.traced_launches += traced_launches
+        self.launches += len(halves) + 1
+        return number
 
     def _start(self, first_half: bytes) -> bool:
         """The file's context, from its first common launch: its number and scheme, from the
@@ -166,15 +188,24 @@ class LaunchText:
         shape = self.shapes[launch] = self.pending[launch] = PendingShape(read[0], read[1:])
         return shape
 
-    def _tail(self, kernel_id: int) -> bytes:
-        traced = kernel_id in self.traced
-        self.traced_launches += traced
-        step = None if self.step_of is None else self.step_of(self.ctx, kernel_id)
+    def _tail_span(self, kernel_id: int) -> tuple[bytes, bool, int]:
+        """The tail of launch `kernel_id`, whether it is traced, and the last kernel id the same
+        tail holds for (a launch's own, where its duration or step is looked up by id)."""
+        span = getattr(self.traced, "span", None)
+        traced, until = span(kernel_id) if span is not None else (kernel_id in self.traced, kernel_id)
         if self.duration_of is not None:  # the launch's own: not worth keeping
-            return self.writer.launch_tail(traced, step, self.duration_of(self.ctx, kernel_id, None, None))
+            step = None if self.step_of is None else self.step_of(self.ctx, kernel_id)
+            return (
+                self.writer.launch_tail(traced, step, self.duration_of(self.ctx, kernel_id, None, None)),
+                traced,
+                kernel_id,
+            )
+        if self.step_of is None:
+            return self.writer.launch_tail(traced, None), traced, until
+        step = self.step_of(self.ctx, kernel_id)
         if step != self.tails_step:
             self.tails, self.tails_step = {}, step
         tail = self.tails.get(traced)
         if tail is None:
             tail = self.tails[traced] = self.writer.launch_tail(traced, step)
-        return tail
+        return tail, traced, kernel_id

@@ -9,7 +9,7 @@ from unittest import mock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ingest.kernelslist import TracedIds, parse_kernelslist_lines
+from ingest.kernelslist import LAST_ID, TracedIds, parse_kernelslist_lines
 from ingest.timing import timing_csv
 from ingest.timing.timing_csv import read_timing
 
@@ -87,6 +87,21 @@ def test_traced_ids_are_what_a_set_of_the_listed_ids_would_say(drawn, ctx):
     # Ranges are merged: never more than the runs of consecutive ids.
     runs = sum(1 for n in expected if n - 1 not in expected)
     assert traced.ranges == runs
+
+
+@settings(max_examples=300, deadline=None)
+@given(KERNELSLIST, st.lists(st.integers(0, 2**40), max_size=20))
+def test_a_span_is_every_id_from_one_on_that_the_set_says_the_same_of(drawn, extra_probes):
+    ids = arranged(*drawn)
+    traced = parse_kernelslist_lines(kernelslist(ids))
+    expected = set(ids)
+    probes = {0, 1, 2, INT64_MAX - 1} | set(extra_probes) | {n + d for n in ids for d in (-1, 0, 1)}
+    for n in probes:
+        inside, until = traced.span(n)
+        assert inside == (n in expected) and until >= n
+        # The same from n to until, and not one id past it (or nothing past it changes).
+        changes = [m for m in expected | {m + 1 for m in expected} if m > n and (m in expected) != inside]
+        assert until == (min(changes) - 1 if changes else LAST_ID)
 
 
 def test_an_empty_kernelslist_traces_nothing():
