@@ -11,6 +11,8 @@ Setup is a virtualenv in .venv with requirements-demo.txt installed for `demo` (
 runs, requirements.txt, and the demo's embedded S3), and requirements-dev.txt for `test` and
 `bench` (that, and the tools that test, lint and measure it); it is redone only when one of the
 files it installs changes, the client's (client/, which requirements.txt installs) included.
+`bench` also keeps .venv-deployed, requirements.txt alone, to run Cascade's processes as a
+deployment does (bench/common.py's CASCADE_PYTHON).
 """
 
 import hashlib
@@ -23,6 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VENV = Path(os.environ.get("CASCADE_VENV", ROOT / ".venv"))
+DEPLOYED_VENV = VENV.with_name(f"{VENV.name}-deployed")
 # Each file includes the one before it (`-r`): installing the last installs them all.
 REQUIREMENTS = ROOT / "requirements.txt"
 DEMO_REQUIREMENTS = ROOT / "requirements-demo.txt"
@@ -32,8 +35,8 @@ CLIENT = ROOT / "client"
 MIN_PYTHON = (3, 11)
 
 
-def venv_python() -> Path:
-    return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+def venv_python(folder: Path = VENV) -> Path:
+    return folder / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
 def tree_digest(folder: Path) -> str:
@@ -52,17 +55,22 @@ def tree_digest(folder: Path) -> str:
 def setup(*, dev: bool) -> Path:
     """Create .venv and install requirements-demo.txt (requirements-dev.txt when `dev`) unless
     it is already installed as it is."""
+    return installed(VENV, (REQUIREMENTS, DEMO_REQUIREMENTS, *((DEV_REQUIREMENTS,) if dev else ())))
+
+
+def installed(folder: Path, files: tuple[Path, ...]) -> Path:
+    """The Python of a virtualenv in `folder` with the last of `files` installed (each includes
+    the one before it), made or brought up to date where it is not."""
     if sys.version_info < MIN_PYTHON:
         sys.exit(f"Cascade needs Python {'.'.join(map(str, MIN_PYTHON))}+, this is {sys.version.split()[0]}")
-    python = venv_python()
+    python = venv_python(folder)
     if not python.exists():
-        print(f"run.py: creating a virtualenv in {VENV}", flush=True)
-        venv.create(VENV, with_pip=True)
+        print(f"run.py: creating a virtualenv in {folder}", flush=True)
+        venv.create(folder, with_pip=True)
     # One line per file installed, "<name> <sha256>", and one for the client's sources: a demo
     # after the tests finds what it needs installed as it is and installs nothing; a change to a
     # file reinstalls what it lists, a change to the client reinstalls the client.
-    stamp = VENV / ".requirements.sha256"
-    files = (REQUIREMENTS, DEMO_REQUIREMENTS, *((DEV_REQUIREMENTS,) if dev else ()))
+    stamp = folder / ".requirements.sha256"
     wanted = {f"{path.name} {hashlib.sha256(path.read_bytes()).hexdigest()}" for path in files}
     wanted.add(f"{CLIENT.name}/ {tree_digest(CLIENT)}")
     installed = set(stamp.read_text().splitlines()) if stamp.exists() else set()
@@ -90,6 +98,8 @@ def main(argv: list[str]) -> int:
         print(__doc__.strip(), file=sys.stderr)
         return 2
     python = setup(dev=argv[0] in ("test", "bench"))
+    if argv[0] == "bench":
+        os.environ["CASCADE_BENCH_PYTHON"] = str(installed(DEPLOYED_VENV, (REQUIREMENTS,)))
     os.chdir(ROOT)
     arguments = argv[1:]
     if argv[0] == "test" and not chose_processes(arguments):

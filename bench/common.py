@@ -276,14 +276,30 @@ def child_env(var_dir: str | Path | None = None, **settings: str) -> dict:
     return env
 
 
+# The Python that runs Cascade's own processes (`manage.py`, gunicorn): a virtualenv of
+# requirements.txt alone where `run.py bench` made one (CASCADE_BENCH_PYTHON), so that they hold
+# what a deployment's hold, not the test tools of this one (moto brings cryptography, which
+# django-storages then imports: 7 MB in every process that reaches S3); else this one.
+CASCADE_PYTHON = os.environ.get("CASCADE_BENCH_PYTHON") or sys.executable
+
+
+def cascade_python() -> str:
+    """Which Python runs Cascade's processes, for a table's heading."""
+    return (
+        "requirements.txt alone (run.py bench's deployed virtualenv)"
+        if CASCADE_PYTHON != sys.executable
+        else "the bench's own virtualenv"
+    )
+
+
 def manage(*args: str, env: dict, timeout: float = 600) -> Child:
     """`python manage.py ARGS` in a child process, its peak RSS recorded by `write_hwm`."""
     if not Path("/proc/self/status").exists():
-        return run_child([sys.executable, "manage.py", *args], env=env, timeout=timeout, cwd=ROOT)
+        return run_child([CASCADE_PYTHON, "manage.py", *args], env=env, timeout=timeout, cwd=ROOT)
     with tempfile.TemporaryDirectory(prefix="cascade-bench-hwm-") as tmp:
         hwm = Path(tmp) / "vmhwm"
         return run_child(
-            [sys.executable, str(ROOT / "bench" / "common.py"), str(hwm), "manage.py", *args],
+            [CASCADE_PYTHON, str(ROOT / "bench" / "common.py"), str(hwm), "manage.py", *args],
             env={**env, "PYTHONPATH": str(ROOT)},
             timeout=timeout,
             cwd=ROOT,
@@ -358,7 +374,7 @@ def gunicorn(env: dict, *, start_timeout: float = 120) -> Iterator[int]:
 
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "cascade.wsgi"],
+        [CASCADE_PYTHON, "-m", "gunicorn", "cascade.wsgi"],
         cwd=ROOT,
         env={**env, "CASCADE_BIND": f"127.0.0.1:{port}", "GUNICORN_CMD_ARGS": "--log-level warning"},
         stdin=subprocess.DEVNULL,

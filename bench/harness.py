@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import secrets
+import shlex
 import sys
 import tempfile
 import time
@@ -52,12 +53,19 @@ class Row:
 
 def arguments(prog: str, doc: str, scales, figures) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    parser.set_defaults(prog=prog)
     parser.add_argument("--scale", choices=scales, default="full", help="sizes (default: full, the issue's)")
     parser.add_argument(
         "--only", default=",".join(figures), help=f"comma-separated, of: {', '.join(figures)}"
     )
     parser.add_argument("--json", metavar="FILE", help="also write every value here")
     parser.add_argument("--output", metavar="FILE", help="also write the table here (Markdown)")
+    parser.add_argument(
+        "--record",
+        metavar="FILE",
+        help="also keep the table, dated, with the command that made it, between FILE's `<!-- bench: PROG -->` "
+        "and `<!-- /bench: PROG -->` lines (docs/performance.md)",
+    )
     parser.add_argument(
         "--server",
         default=common.server_url(os.environ.get("BENCH_DATABASE_URL", common.DEFAULT_SERVER_URL)),
@@ -121,17 +129,38 @@ def table(rows: list[Row]) -> str:
 
 
 def report(args: argparse.Namespace, heading: str, rows: list[Row], started: float, **extra) -> str:
-    """Print the table under its heading; write it to --output, and everything to --json."""
+    """Print the table under its heading; write it to --output and --record, everything to --json."""
     output = f"{heading}\n\n{table(rows)}\n"
     print(output)
     log(f"done in {time.perf_counter() - started:.0f} s")
     if args.output:
         Path(args.output).write_text(output)
+    if args.record:
+        record(Path(args.record), args.prog, output)
     if args.json:
         document = {"scale": args.scale, **extra, "rows": [asdict(r) for r in rows], "markdown": output}
         document["seconds"] = time.perf_counter() - started
         Path(args.json).write_text(json.dumps(document, indent=2, default=str) + "\n")
     return output
+
+
+def record(path: Path, prog: str, output: str) -> None:
+    """Keep `output` in `path` between its `<!-- bench: PROG -->` and `<!-- /bench: PROG -->`
+    lines, with the command that made it: the last figures stay beside the command behind them."""
+    start, end = f"<!-- bench: {prog} -->", f"<!-- /bench: {prog} -->"
+    text = path.read_text()
+    if start not in text or end not in text:
+        raise SystemExit(f"--record: {path} has no `{start}` ... `{end}` lines to keep the table between")
+    command = shlex.join(["python", "-m", *prog.split()[2:], *sys.argv[1:]])
+    before, _, rest = text.partition(start)
+    _, _, after = rest.partition(end)
+    path.write_text(f"{before}{start}\nReproduced by `{command}`.\n\n{output}{end}{after}")
+    log(f"recorded in {path}")
+
+
+def unmet(rows: list[Row]) -> list[Row]:
+    """The rows whose target was not met: drift, when the scale is the one the targets are for."""
+    return [row for row in rows if row.met is False]
 
 
 def machine(server: str) -> dict:
@@ -174,7 +203,7 @@ def heading(title: str, sizes: str, machine: dict) -> str:
         f"Machine: {machine['cores']} cores ({machine['cpu']}), {machine['ram_bytes'] / 2**30:.1f} GiB RAM"
         + (f", load average {load[0]:.1f} at the start" if load else "")
         + f"; Python {machine['python']}, PostgreSQL {machine['postgresql']}, Django {machine['django']}, "
-        f"psycopg {machine['psycopg']} (libpq {machine['libpq']})."
+        f"psycopg {machine['psycopg']} (libpq {machine['libpq']}); Cascade's processes on {common.cascade_python()}."
     )
 
 

@@ -10,8 +10,10 @@ runs come from the project's generator (tools/generator.py). Progress goes to st
 table, in Markdown, to stdout. The figures (docs/performance.md says how to read them):
 
 - ingest   `ingest_traces` of one generated run beside `psql \\copy` of the rows it stored
-           into an equivalent table (bench/harness.py);
-- memory   the peak RSS of that `ingest_traces`, and of one on a run four times as large;
+           into an equivalent table (bench/harness.py), each the best of --repeat clean runs;
+           with memory also the run twice as large;
+- memory   the peak RSS of that `ingest_traces`, and of one on a run twice as large (4x at the
+           smaller scales);
 - traced   the peak RSS of `ingest_traces` on runs of one context whose kernelslist names every
            launch (the tracer's default), with timing.csv and timeline.json: 1x, 2x and 4x the
            large run's launches, side by side;
@@ -45,7 +47,7 @@ FIGURES = ("ingest", "memory", "traced", "storage", "api", "etag", "dataframe", 
 BIG_TRACE_FIGURES = {"ingest", "memory", "storage", "api", "etag", "dataframe"}
 # The rows each figure gives, in the table's order.
 ROW_KEYS = {
-    "ingest": ["ingest"],
+    "ingest": ["ingest", "ingest-more"],
     "memory": ["memory"],
     "traced": ["traced"],
     "storage": ["storage", "growth"],
@@ -75,7 +77,7 @@ SCALES = {
     # For the test suite: proves the harness end to end in well under a minute.
     "tiny": Scale(launches=2_000, memory_launches=8_000, runs=10, failed_runs=10, timeout=300),
     "small": Scale(launches=100_000, memory_launches=400_000, runs=200, failed_runs=100, timeout=1800),
-    "full": Scale(launches=1_000_000, memory_launches=4_000_000, runs=2_000, failed_runs=1_000, timeout=7200),
+    "full": Scale(launches=1_000_000, memory_launches=2_000_000, runs=2_000, failed_runs=1_000, timeout=7200),
 }
 
 
@@ -91,6 +93,8 @@ class Lab:
         self.s3 = common.s3_client(endpoint)
         self.rows: list[Row] = []
         self.large_rss: int | None = None  # the large run's ingest_traces, for memory
+        self.repeat = 1  # clean runs of each ingest and its \copy, the best kept
+        self.ingest_again = False  # memory's larger run also judged against \copy
 
     def env(self, database_url: str, prefix: str, **extra: str) -> dict:
         return common.child_env(
@@ -155,38 +159,51 @@ class Lab:
             if "storage" in figures:
                 self.storage(db, n, stats_bytes, size_before)
             if "ingest" in figures:
-                log(f"{run_id}: psql \\copy of the same rows into an equivalent table")
-                copy = harness.psql_copy_seconds(db, run_id)
-                # Judged on the pass, which ingests the trace (listing, metadata.json, parse,
-                # COPY, commit); the command's wall time adds the interpreter's and Django's
-                # start and exit, about 0.6 s whatever the trace, and is shown beside.
-                ratio = child.seconds / copy
-                own = child.pass_seconds()
-                judged = own / copy if own else ratio
-                self.add(
-                    Row(
-                        "ingest",
-                        f"Ingest {n:,} launches: `manage.py ingest_traces`",
-                        child.timing(),
-                        f"`psql \\copy` of the same rows {secs(copy)}",
-                        (
-                            f"{own / copy:.2f}x the pass ({ratio:.2f}x the command)"
-                            if own
-                            else f"{ratio:.2f}x"
-                        ),
-                        "≤ 1.5x",
-                        judged <= 1.5,
-                        {
-                            "seconds": child.seconds,
-                            "pass_seconds": own,
-                            "copy_seconds": copy,
-                            "ratio": ratio,
-                            "launches": n,
-                        },
-                    )
-                )
+                self.ingest_row("ingest", db, prefix, run_id, n, child)
             if figures & {"api", "etag", "dataframe"}:
                 self.api(db, prefix, run_id, n, figures)
+
+    def ingest_row(self, key: str, db: str, prefix: str, run_id: str, n: int, child: common.Child) -> None:
+        """`ingest_traces` of the run beside `psql \\copy` of the rows it stored, each the best of
+        --repeat clean runs (more ingests in scratch databases of their own), judged on the pass:
+        listing, metadata.json, parse, COPY and commit. The command's wall time adds the
+        interpreter's and Django's start and exit, a fixed cost shown beside."""
+        children = [child]
+        for attempt in range(2, self.repeat + 1):
+            with common.scratch_database(self.server, "repeat", template=self.template) as again:
+                log(f"{run_id}: ingest {attempt} of {self.repeat}")
+                children.append(self.ingest(again, prefix, run_id))
+                common.expect_ready(again, run_id, n)
+        copies = []
+        for attempt in range(1, self.repeat + 1):
+            log(
+                f"{run_id}: psql \\copy of the same rows into an equivalent table ({attempt} of {self.repeat})"
+            )
+            copies.append(harness.psql_copy_seconds(db, run_id))
+        copy = min(copies)
+        best = min(children, key=lambda c: c.pass_seconds() or c.seconds)
+        own = best.pass_seconds() or best.seconds
+        command = min(c.seconds for c in children)
+        self.add(
+            Row(
+                key,
+                f"Ingest {n:,} launches: `manage.py ingest_traces`"
+                + (f", best of {self.repeat}" if self.repeat > 1 else ""),
+                f"{secs(own)} in the pass; the command {secs(command)}",
+                f"`psql \\copy` of the same rows {secs(copy)}",
+                f"{own / copy:.2f}x the pass ({command / copy:.2f}x the command)",
+                "≤ 1.2x",
+                own / copy <= 1.2,
+                {
+                    "seconds": [c.seconds for c in children],
+                    "pass_seconds": [c.pass_seconds() for c in children],
+                    "copy_seconds": copies,
+                    "ratio": own / copy,
+                    "command_ratio": command / copy,
+                    "launches": n,
+                },
+            )
+        )
 
     def storage(self, db: str, n: int, stats_bytes: int, size_before: int) -> None:
         from traces.models import Kernel, Trace
@@ -387,6 +404,9 @@ class Lab:
         with common.scratch_database(self.server, "memory", template=self.template) as db:
             self.generate_and_upload(prefix, run_id, n)
             child = self.ingest(db, prefix, run_id)
+            common.expect_ready(db, run_id, n)
+            if self.ingest_again:
+                self.ingest_row("ingest-more", db, prefix, run_id, n, child)
         first, second = self.large_rss, child.max_rss
         growth = second - first
         small = self.scale.launches
@@ -406,7 +426,16 @@ class Lab:
 
 def main(argv: list[str] | None = None) -> int:
     parser = harness.arguments("python -m bench", __doc__, SCALES, FIGURES)
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="ingest figures: the best of N clean runs (default 1)",
+    )
     args = harness.parse(parser, sys.argv[1:] if argv is None else argv, FIGURES)
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
     scale = SCALES[args.scale]
     started = time.perf_counter()
     machine = harness.start(args.server)
@@ -419,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
         log(f"migrating the template database {template.rsplit('/', 1)[1]}")
         common.manage("migrate", "--noinput", env=common.child_env(tmp, DATABASE_URL=template))
         lab = Lab(args.server, endpoint, template.rsplit("/", 1)[1], tmp, scale)
+        lab.repeat, lab.ingest_again = args.repeat, {"ingest", "memory"} <= args.figures
         lab.s3.create_bucket(Bucket=BUCKET)
         step(args.figures & BIG_TRACE_FIGURES, lambda: lab.large_run(args.figures))
         step(args.figures & {"memory"}, lab.memory)
@@ -439,5 +469,14 @@ def main(argv: list[str] | None = None) -> int:
     harness.report(
         args, harness.heading(title, sizes, machine), rows, started, sizes=asdict(scale), machine=machine
     )
-    # Unmet targets are figures, not failures (the table says which); a figure not taken is.
-    return 1 if step.failures else 0
+    # A figure not taken is a failure (1). An unmet target is drift (2) at the full scale, the
+    # one the targets are for; at the smaller ones fixed costs dominate and it is only shown.
+    if step.failures:
+        return 1
+    if drifted := harness.unmet(rows):
+        log(
+            f"{'DRIFT' if args.scale == 'full' else 'not met (not judged below the full scale)'}: "
+            + "; ".join(f"{row.figure}: {row.ratio or row.measured} (target {row.target})" for row in drifted)
+        )
+        return 2 if args.scale == "full" else 0
+    return 0
