@@ -2,6 +2,7 @@
 
 from cascade_client.api import Cascade
 from cascade_client.errors import (
+    BadAnswer,
     BadToken,
     CascadeError,
     DestinationInUse,
@@ -14,6 +15,7 @@ from cascade_client.errors import (
 )
 
 __all__ = [
+    "BadAnswer",
     "BadToken",
     "Cascade",
     "CascadeError",
