@@ -37,12 +37,21 @@ class File:
 
 
 class Answer:
-    """What a route answers instead of the truth: `json` (any value, with `status`), an
+    """What a route answers instead of the truth: `json` (any value, with `status`), `raw`
+    bytes as the body, an
     `endless` JSON-looking body (chunked, until the client hangs up or LIMIT), or a `redirect`
     to `location`. `sent` counts the bytes of the body sent."""
 
-    def __init__(self, *, json=None, endless: bool = False, redirect: str | None = None, status: int = 200):
-        self.value, self.endless, self.redirect, self.status = json, endless, redirect, status
+    def __init__(
+        self,
+        *,
+        json=None,
+        raw: bytes | None = None,
+        endless: bool = False,
+        redirect: str | None = None,
+        status: int = 200,
+    ):
+        self.value, self.raw, self.endless, self.redirect, self.status = json, raw, endless, redirect, status
         self.sent = 0
 
 
@@ -102,6 +111,12 @@ class HostileServer:
                     while answer.sent < LIMIT:
                         self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                         answer.sent += len(chunk)
+                elif answer.raw is not None:
+                    self.send_response(answer.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(answer.raw)))
+                    self.end_headers()
+                    self.wfile.write(answer.raw)
                 else:
                     self.json(answer.value, answer.status)
 

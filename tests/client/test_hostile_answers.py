@@ -248,3 +248,24 @@ def test_an_upload_answer_that_is_not_json_ends_in_one_line(upload_files):
     with HostileServer(TRACE, {}, {path: Answer(redirect=path)}) as server:
         with Cascade(server.url, TOKEN) as client, pytest.raises(BadAnswer, match="never redirects"):
             upload(client, TRACE, "sim", upload_files)
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (Answer(json={"traces": []}), "GET /api/traces: the answer is an object, where the API sends a list"),
+        (Answer(json=[1, 2]), "GET /api/traces: the answer is not a list of traces"),
+        (
+            Answer(json=[{"id": "x"}]),
+            "the server's answer is not what Cascade's API sends (KeyError: 'state')",
+        ),
+        (Answer(raw=b"[" * 100_000), "GET /api/traces: the answer is not JSON"),
+    ],
+    ids=["object", "numbers", "missing-field", "nested-deep"],
+)
+def test_a_malformed_list_of_traces_ends_in_one_line(env, capsys, answer, said):
+    with HostileServer(TRACE, {}, {"/api/traces": answer}) as server:
+        env(server)
+        status, err = run(capsys, "traces")
+    assert status == 11
+    assert said in one_line(err)
