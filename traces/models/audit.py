@@ -75,8 +75,8 @@ class AuditEntry(models.Model):
         help_text="The first characters of the token used, or of the token created or revoked.",
     )
     # Plain text, not foreign keys: the entry outlives the trace and the simulation it names.
-    trace_id = models.CharField(max_length=255, blank=True, default="", db_index=True, editable=False)
-    simulation = models.CharField(max_length=255, blank=True, default="", editable=False)
+    trace_id = models.CharField(max_length=1024, blank=True, default="", db_index=True, editable=False)
+    simulation = models.CharField(max_length=1024, blank=True, default="", editable=False)
     address = models.GenericIPAddressField(null=True, blank=True, editable=False)
     detail = models.JSONField(default=dict, blank=True, editable=False)
 
