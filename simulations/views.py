@@ -27,8 +27,8 @@ from simulations.openapi import (
 from simulations.serializers import SimulationCompleteRequestSerializer, SimulationUploadRequestSerializer
 from simulations.signals import UploadRefused
 from simulations.uploads import simulation_upload, simulation_upload_complete
-from traces import http
-from traces.models import Trace, TraceState
+from traces import audit, http
+from traces.models import AuditAction, Trace, TraceState
 from traces.params import shown
 from traces.permissions import CanUploadSimulations, CanViewTraces
 from traces.storable_text import is_storable
@@ -196,6 +196,10 @@ class SimulationUploadViewSet(OperatorDescribed, viewsets.ViewSet):
             answer = simulation_upload(trace_id, name, files)
         except UploadRefused as refused:
             raise ParseError(str(refused)) from None
+        listed = [{"name": item["name"], "size": item["size"]} for item in files]
+        audit.record(
+            AuditAction.UPLOAD, request=request, trace_id=trace_id, simulation=name, detail={"files": listed}
+        )
         return Response(answer)
 
     @simulation_complete_schema
@@ -220,4 +224,11 @@ class SimulationUploadViewSet(OperatorDescribed, viewsets.ViewSet):
             answer = simulation_upload_complete(trace_id, name, multipart)
         except UploadRefused as refused:
             raise ParseError(str(refused)) from None
+        audit.record(
+            AuditAction.COMPLETE,
+            request=request,
+            trace_id=trace_id,
+            simulation=name,
+            detail={"multipart": [item["name"] for item in multipart]},
+        )
         return Response(answer, status=status.HTTP_202_ACCEPTED)

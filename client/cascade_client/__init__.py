@@ -1,6 +1,7 @@
 """Cascade's client: `Cascade` for Python, `cascade` on the command line (cli.py)."""
 
 from cascade_client.errors import (
+    BadAnswer,
     BadToken,
     CascadeError,
     DestinationInUse,
@@ -24,6 +25,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "BadAnswer",
     "BadToken",
     "Cascade",
     "CascadeError",

@@ -12,7 +12,7 @@ import os
 import sys
 
 from cascade_client.api import Cascade
-from cascade_client.errors import CascadeError
+from cascade_client.errors import BadAnswer, CascadeError
 from cascade_client.progress import size
 from cascade_client.pull import POSTPROCESS
 from cascade_client.terminal import visible
@@ -20,7 +20,8 @@ from cascade_client.terminal import visible
 EPILOG = """environment: CASCADE_URL (default http://127.0.0.1:8000), CASCADE_TOKEN (required).
 exit status: 0 done, 1 other error, 2 wrong arguments, 3 no token, 4 token refused,
 5 no such trace, 6 server unreachable, 7 file changed in the bucket, 8 trace not ready,
-9 trace files missing from the run, 10 destination is a file or another trace's folder."""
+9 trace files missing from the run, 10 destination is a file, another trace's folder or too
+small a disk, 11 the server's answer is malformed, too large or hostile."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -111,6 +112,15 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 130
+    except (KeyError, TypeError, AttributeError, IndexError) as error:
+        # An answer past the shapes answers.py checks, lacking a field a command prints: still
+        # one line, naming what was missing (a fault of the client's own would read the same).
+        print(
+            f"cascade: the server's answer is not what Cascade's API sends ({type(error).__name__}: "
+            f"{visible(str(error)[:200])}); is CASCADE_URL a Cascade server?",
+            file=sys.stderr,
+        )
+        return BadAnswer.exit_code
     except OSError as error:  # a folder or file that cannot be written: one line, not a traceback
         where = f": {error.filename}" if error.filename else ""
         print(f"cascade: {visible(error.strerror or error)}{visible(where)}", file=sys.stderr)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from cascade_client.errors import CascadeError, FileChanged, Unreachable
+from cascade_client.errors import BadAnswer, CascadeError, FileChanged, Unreachable
 
 MD5_ETAG = re.compile(r'^"([0-9a-fA-F]{32})"$')  # multipart ETags carry "-<parts>": no MD5
 CHUNK = 64 * 1024  # a stop (a failure elsewhere, Ctrl-C) is seen within a chunk
@@ -152,6 +152,8 @@ def _download(http: httpx.Client, entry: dict, path: Path, progress, stop: threa
     except FileChanged:
         part.unlink(missing_ok=True)
         raise
+    except httpx.TooManyRedirects:
+        raise BadAnswer(f"{entry['path']}: the bucket's link redirects in a loop") from None
     except httpx.TransportError as error:
         raise Unreachable(
             f"{entry['path']}: cannot reach the bucket: {error or type(error).__name__}"

@@ -14,7 +14,11 @@ the cases apart by the status (docs/client.md lists them):
        answered 403/404 for its link): run the pull again
     8  the trace is not ready for what was asked (409), or not ready to pull (its state says why)
     9  the run lacks instruction trace files that its kernel list names (`--allow-missing`)
-   10  the destination cannot take the pull: a file, or a folder of another trace (`--force`)
+   10  the destination cannot take the pull: a file, a folder of another trace (`--force`), or
+       a disk without room for what the listing says
+   11  the server's answer is malformed or hostile: not the API's shape, larger than the client
+       reads (answers.py states the bounds), a redirect, a file listed past the size a pull
+       takes, a path that would leave the folder, an upload answer for a file not asked for
 """
 
 
@@ -52,3 +56,7 @@ class MissingTraceFiles(CascadeError):
 
 class DestinationInUse(CascadeError):
     exit_code = 10
+
+
+class BadAnswer(CascadeError):
+    exit_code = 11

@@ -8,6 +8,8 @@ import re
 import unicodedata
 from pathlib import PurePosixPath, PureWindowsPath
 
+# Format (bidi controls, zero-width), line and paragraph separators, surrogates.
+INVISIBLE = frozenset({"Cf", "Zl", "Zp", "Cs"})
 # Names Windows reserves for devices in any folder, whatever their extension (`nul.txt` too).
 WINDOWS_DEVICES = re.compile(r"^(con|prn|aux|nul|com[0-9¹²³]|lpt[0-9¹²³]|conin\$|conout\$)(\.|$)", re.I)
 
@@ -18,6 +20,12 @@ def path_problem(path: str) -> str | None:
         return "an empty path"
     if any(unicodedata.category(char) == "Cc" for char in path):
         return "a control character"
+    # Bidi controls (U+202E shows `gifnoc.exe` as `exe.config`), zero-width and other
+    # invisible formatting characters, line and paragraph separators, lone surrogates: a name
+    # that displays as another, or that no file system can hold.
+    hidden = next((char for char in path if unicodedata.category(char) in INVISIBLE), None)
+    if hidden is not None:
+        return f"an invisible or bidirectional formatting character (U+{ord(hidden):04X})"
     if "\\" in path:
         return "a backslash (a folder separator on Windows)"
     if ":" in path:

@@ -14,7 +14,8 @@ What cannot be pulled is said, never mixed in: only a `ready` trace is pulled; t
 written into the folder (`cascade.json`) before its first file, and a folder that holds another
 trace is refused unless `force`; a kernel list that names trace files the run lacks stops the
 pull unless `allow_missing`. A path from the listing is written only if it stays in the folder
-on POSIX and Windows alike (paths.py).
+on POSIX and Windows alike (paths.py), a listed size only if a file of a run can have it
+(answers.FILE_MAX), and nothing is fetched unless the listed bytes fit on the disk.
 
 With a selection (`/selection`), only the representatives' trace files are fetched, and the
 kernel list names only them (memcpy lines kept in order); `cascade.json` records each group's
@@ -29,22 +30,23 @@ kernelslist.g.run.
 import json
 import os
 import re
+import shutil
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from shlex import quote
 
-from cascade_client import kernelslist
+from cascade_client import answers, kernelslist
 from cascade_client.accel_sim import ACCELSIM_CONFIGS, GPGPUSIM_CONFIGS, POSTPROCESSOR, SIMULATOR
 from cascade_client.downloads import download_all
 from cascade_client.errors import (
-    CascadeError,
+    BadAnswer,
     DestinationInUse,
     MissingTraceFiles,
     NotReady,
 )
 from cascade_client.paths import path_problem
-from cascade_client.progress import Progress, Silent
+from cascade_client.progress import Progress, Silent, size
 
 CLAIM = "cascade.json"  # the trace a folder holds, written before its first file
 RUN_FOLDERS = ("traces", "configs")
@@ -136,9 +138,10 @@ def pull(
     `select` ("unique" or "step:<name>") only its representatives; see the module's docstring.
 
     Raises NotReady for a trace that is not `ready`, DestinationInUse for a `dest` that is a
-    file or holds another trace (unless `force`), MissingTraceFiles when the kernel list names
-    trace files the run lacks (unless `allow_missing`: then they are in `warnings`),
-    FileChanged, Unreachable; KeyboardInterrupt stops at once, leaving `.part` files."""
+    file or holds another trace (unless `force`) or whose disk lacks the room, MissingTraceFiles
+    when the kernel list names trace files the run lacks (unless `allow_missing`: then they are
+    in `warnings`), BadAnswer for a listing it refuses (answers.py), FileChanged, Unreachable;
+    KeyboardInterrupt stops at once, leaving `.part` files."""
     dest = Path(dest if dest is not None else trace_id).absolute()
     _check_folder(dest)
     listing = client.files(trace_id)
@@ -153,13 +156,7 @@ def pull(
     _warn_refused(listing.get("refused") or [], result)
     on_disk = {kernelslist.trace_stem(p) for p in paths if kernelslist.is_kernel_trace(p)}
     stems = None if selection is None else _representatives(selection, on_disk, result)
-    wanted = [
-        e
-        for e in entries
-        if not kernelslist.is_kernel_trace(e["path"])
-        or stems is None
-        or kernelslist.trace_stem(e["path"]) in stems
-    ]
+    wanted = _wanted(entries, stems)
 
     # The run's kernelslist.g goes beside the one the pull writes: with a selection, and where an
     # earlier pull of the run already put it there (its kernelslist.g needed fixing).
@@ -171,6 +168,7 @@ def pull(
 
     # The lists first: what they name says whether the run is whole, before the large files.
     first = [e for e in wanted if e["path"] in lists]
+    _check_room(dest, wanted, local)
     if progress is None or progress is True:
         progress = Progress(len(wanted), sum(e["bytes"] for e in wanted)) if progress else Silent()
     try:
@@ -202,10 +200,21 @@ def pull(
     return result
 
 
+def _wanted(entries: list[dict], stems: set | None) -> list[dict]:
+    """The listed files a pull fetches: every one but the kernel traces a selection leaves out."""
+    return [
+        e
+        for e in entries
+        if not kernelslist.is_kernel_trace(e["path"])
+        or stems is None
+        or kernelslist.trace_stem(e["path"]) in stems
+    ]
+
+
 def _warn_refused(refused: list[dict], result: PullResult) -> None:
     """A warning naming the files the server would not list (their paths could leave the folder)."""
     if refused:
-        names = ", ".join(repr(item.get("key")) for item in refused[:3])
+        names = ", ".join(repr(item.get("key") if isinstance(item, dict) else item) for item in refused[:3])
         result.warnings.append(
             f"the server left out {len(refused)} file{'s' * (len(refused) != 1)} whose paths could leave "
             f"the folder: {names}{', ...' if len(refused) > 3 else ''}"
@@ -365,20 +374,45 @@ def _claim(dest: Path, trace_id: str, server: str, force: bool) -> None:
 
 def _checked(entry: dict) -> dict:
     """A listed file, as the server's word that could be anyone's: a path that stays in the
-    folder on POSIX and Windows alike, and a size."""
+    folder on POSIX and Windows alike, a size a pull takes (answers.FILE_MAX), an http(s) link."""
     problem = path_problem(entry.get("path"))
     if problem is not None:
-        raise CascadeError(
+        raise BadAnswer(
             f"the server listed a file outside the run's folder ({problem}): {entry.get('path')!r}; nothing more pulled"
         )
-    if not isinstance(entry.get("bytes"), int) or isinstance(entry["bytes"], bool) or entry["bytes"] < 0:
-        raise CascadeError(f"the server listed {entry['path']} without a size; nothing more pulled")
+    answers.listed_size(entry, entry["path"])
     etag = entry.get("etag")
     if etag is not None and not (isinstance(etag, str) and all(" " <= char <= "~" for char in etag)):
-        raise CascadeError(
+        raise BadAnswer(
             f"the server listed {entry['path']} with an ETag no bucket sends; nothing more pulled"
         )
+    answers.http_url(entry.get("url"), f"the server listed {entry['path']}")
     return entry
+
+
+def free_bytes(folder: Path) -> int:
+    """Free bytes on the disk that holds `folder` for an unprivileged writer."""
+    return shutil.disk_usage(folder).free
+
+
+def _check_room(dest: Path, entries: list[dict], local) -> None:
+    """The listed bytes still to fetch fit on `dest`'s disk (a file already whole, or a `.part`
+    fetched again, frees its own room): a listing cannot fill the disk before a file fails."""
+    needed = free = 0
+    for entry in entries:
+        path = dest / local(entry["path"])
+        have = path.stat().st_size if path.is_file() else 0
+        if have != entry["bytes"]:
+            needed += entry["bytes"]
+            free += have
+        part = path.with_name(path.name + ".part")
+        free += part.stat().st_size if part.is_file() else 0
+    free += free_bytes(dest)
+    if needed > free:
+        raise DestinationInUse(
+            f"the pull needs {size(needed)} and {dest}'s disk has {size(free)} free; nothing pulled "
+            "(free some space, or pull elsewhere)"
+        )
 
 
 def _group(group: dict, kept: set) -> dict:

@@ -33,6 +33,7 @@ from urllib.parse import quote
 
 import httpx
 
+from cascade_client import answers
 from cascade_client.accel_sim import (
     SimulateError,
     arch_version,
@@ -43,7 +44,6 @@ from cascade_client.accel_sim import (
     prepare,
     run_simulator,
 )
-from cascade_client.api import check
 from cascade_client.errors import CascadeError
 
 SIM_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
@@ -88,28 +88,18 @@ class SimulateResult:
 
 
 def _post(client, path: str, body: dict) -> dict:
-    try:
-        response = client._http.post(path, json=body, headers=client._headers())
-    except httpx.TransportError as error:
-        raise client._unreachable(error) from None
-    if response.status_code == 403:
-        try:
-            detail = response.json().get("detail", "")
-        except ValueError:
-            detail = ""
-        raise CascadeError(f"the server refused the upload (403): {detail or 'the token may not upload'}")
-    check(response, client.url)
-    return response.json()
+    return client._post_json(path, body, refused="the server refused the upload")
 
 
 def upload(client, trace_id: str, name: str, files: dict[str, Path]) -> dict:
     """The files into the trace's simulations/NAME/ through presigned PUTs, simulation.json last,
     then /complete. Returns /complete's answer."""
     base = client._path(trace_id, "simulations", quote(name, safe=""))
-    answer = _post(
-        client, f"{base}/upload", {"files": [{"name": n, "size": p.stat().st_size} for n, p in files.items()]}
-    )
-    ordered = sorted(answer["files"], key=lambda f: f["name"] == "simulation.json")
+    asked = {name: path.stat().st_size for name, path in files.items()}
+    answer = _post(client, f"{base}/upload", {"files": [{"name": n, "size": s} for n, s in asked.items()]})
+    # Only the files asked for, each whole: the answer names what is read from disk and sent.
+    listed = answers.upload_files(answer, asked, f"POST {base}/upload")
+    ordered = sorted(listed, key=lambda f: f["name"] == "simulation.json")
     completed = []
     with httpx.Client(timeout=httpx.Timeout(300.0), transport=client.transport) as http:
         for entry in ordered:
@@ -121,7 +111,12 @@ def upload(client, trace_id: str, name: str, files: dict[str, Path]) -> dict:
                     for part in entry["multipart"]["parts"]:
                         f.seek((part["part_number"] - 1) * part_size)
                         response = _put(http, part["url"], f.read(part_size), {}, entry["name"])
-                        parts.append({"part_number": part["part_number"], "etag": response.headers["ETag"]})
+                        etag = response.headers.get("ETag")
+                        if not etag:
+                            raise CascadeError(
+                                f"{entry['name']}: the bucket's answer to part {part['part_number']} has no ETag"
+                            )
+                        parts.append({"part_number": part["part_number"], "etag": etag})
                 completed.append(
                     {"name": entry["name"], "upload_id": entry["multipart"]["upload_id"], "parts": parts}
                 )
@@ -132,7 +127,8 @@ def upload(client, trace_id: str, name: str, files: dict[str, Path]) -> dict:
 
 def _put(http: httpx.Client, url: str, body: bytes, headers: dict, name: str) -> httpx.Response:
     try:
-        response = http.put(url, content=body, headers=headers)
+        with http.stream("PUT", url, content=body, headers=headers) as response:
+            answers.read_capped(response, answers.ERROR_MAX, f"{name}: the bucket's answer", truncate=True)
     except httpx.TransportError as error:
         raise CascadeError(f"{name}: cannot reach the bucket: {error or type(error).__name__}") from None
     if response.status_code >= 300:
@@ -145,7 +141,7 @@ def wait_for(client, trace_id: str, name: str, *, timeout: float = POLL_SECONDS)
     path = client._path(trace_id, "simulations", quote(name, safe=""))
     deadline, pause = time.monotonic() + timeout, 0.1
     while True:
-        simulation = client._get(path).json()
+        simulation = client._get_json(path)
         if simulation.get("state") in ("ready", "failed"):
             return simulation
         if time.monotonic() > deadline:

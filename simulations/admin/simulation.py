@@ -25,11 +25,12 @@ from django.utils.http import urlencode
 
 from simulations.admin.pages import compare_page, compare_problem, show, simulation_page
 from simulations.models import SimulatedKernel, Simulation
+from traces import audit
 from traces.admin.bucket_records import FromTheBucket
 from traces.admin.display import size_text, state_badge, truncated
 from traces.admin.filters import StorableLookups
 from traces.locks import trace_lock
-from traces.models import TraceState
+from traces.models import AuditAction, TraceState
 
 # A simulation's lock is its folder's path under its run: ingest.simulations.decide_simulation's.
 SIMULATIONS_FOLDER = "simulations/"
@@ -443,6 +444,7 @@ class SimulationAdmin(StorableLookups, SimulationColumns, FromTheBucket):
                     # No model refers to a simulated kernel: Django deletes them in one statement.
                     SimulatedKernel.objects.filter(simulation=simulation).delete()
                     Simulation.objects.filter(pk=simulation.pk).delete()
+                    audit.record(AuditAction.DELETE, request=request, simulation=simulation)
 
 
 def ordered(*simulations: Simulation) -> tuple[Simulation, Simulation]:

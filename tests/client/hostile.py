@@ -1,6 +1,10 @@
 """A Cascade and a bucket that lie, on 127.0.0.1: a real HTTP server (the standard library's),
 for what a MockTransport cannot show: bytes on a socket the client must stop reading, a
-download slow enough to press Ctrl-C in, the headers the client really sends."""
+download slow enough to press Ctrl-C in, the headers the client really sends.
+
+Besides the run's files (`File`), any API route can be made to answer what a hostile server
+would (`Answer`): other JSON, a body that never ends, a redirect; POSTs (an upload's routes)
+answer only what `answers` says, and their bodies are kept in `posted`."""
 
 import json
 import threading
@@ -32,9 +36,30 @@ class File:
         self.headers: dict[str, str] = {}
 
 
+class Answer:
+    """What a route answers instead of the truth: `json` (any value, with `status`), `raw`
+    bytes as the body, an
+    `endless` JSON-looking body (chunked, until the client hangs up or LIMIT), or a `redirect`
+    to `location`. `sent` counts the bytes of the body sent."""
+
+    def __init__(
+        self,
+        *,
+        json=None,
+        raw: bytes | None = None,
+        endless: bool = False,
+        redirect: str | None = None,
+        status: int = 200,
+    ):
+        self.value, self.raw, self.endless, self.redirect, self.status = json, raw, endless, redirect, status
+        self.sent = 0
+
+
 class HostileServer:
-    def __init__(self, trace_id: str, files: dict[str, File]):
+    def __init__(self, trace_id: str, files: dict[str, File], answers: dict[str, Answer] | None = None):
         self.trace_id, self.files = trace_id, files
+        self.answers = answers or {}  # path (no query) -> Answer
+        self.posted: list[tuple[str, object]] = []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -46,7 +71,9 @@ class HostileServer:
             def do_GET(self):
                 path = unquote(self.path.split("?")[0])
                 try:
-                    if path == "/api/traces":
+                    if path in server.answers:
+                        self.answer(server.answers[path])
+                    elif path == "/api/traces":
                         self.json([{"id": server.trace_id, "suggested_sim_config": None}])
                     elif path == f"/api/traces/{server.trace_id}/files":
                         self.json(server.listing())
@@ -56,6 +83,42 @@ class HostileServer:
                         self.json({"detail": "Not found."}, 404)
                 except (BrokenPipeError, ConnectionResetError):
                     pass
+
+            def do_POST(self):
+                path = unquote(self.path.split("?")[0])
+                length = int(self.headers.get("Content-Length") or 0)
+                server.posted.append((path, json.loads(self.rfile.read(length) or b"null")))
+                try:
+                    if path in server.answers:
+                        self.answer(server.answers[path])
+                    else:
+                        self.json({"detail": "Not found."}, 404)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def answer(self, answer: Answer):
+                if answer.redirect is not None:
+                    self.send_response(302)
+                    self.send_header("Location", answer.redirect)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                elif answer.endless:
+                    self.send_response(answer.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    chunk = b'{"files": [' + b'{"path": "x", "bytes": 1}, ' * (CHUNK // 26)
+                    while answer.sent < LIMIT:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                        answer.sent += len(chunk)
+                elif answer.raw is not None:
+                    self.send_response(answer.status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(answer.raw)))
+                    self.end_headers()
+                    self.wfile.write(answer.raw)
+                else:
+                    self.json(answer.value, answer.status)
 
             def json(self, value, status=200):
                 body = json.dumps(value).encode()

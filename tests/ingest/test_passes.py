@@ -848,3 +848,17 @@ def test_nsight_systems_timing_is_matched_to_the_launches(db, upload, vecadd_fil
         error,
     )
     assert list(Kernel.objects.values_list("duration_ns", flat=True)) == [duration]
+
+
+def test_an_operators_reparse_is_in_the_audit_log_and_a_plain_pass_is_not(db, upload, vecadd_files):
+    from traces.models import AuditEntry
+
+    upload("vecadd", vecadd_files)
+    run_command()
+    assert not AuditEntry.objects.exists(), "the poller's routine pass is no operator's action"
+    run_command("--trace", "vecadd", "--reparse")
+    run_command("--reparse-outdated")
+    first, second = AuditEntry.objects.order_by("id")
+    assert (first.action, first.trace_id, first.source) == ("reingest", "vecadd", "command")
+    assert first.detail == {"command": "ingest_traces", "reparse": True, "reparse_outdated": False}
+    assert (second.trace_id, second.detail["reparse_outdated"]) == ("", True)

@@ -332,3 +332,32 @@ def test_completing_with_a_wrong_part_or_nothing_is_a_400(writer, make_trace, s3
     for nothing in ({}, {"multipart": []}, {"multipart": None}):
         answer = post(writer, complete_path(), nothing)
         assert answer.status_code == 400 and "PUT the files /upload answered first" in answer.json()["detail"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_upload_and_complete_are_in_the_audit_log_with_the_token_and_never_its_urls(ready_run, writer):
+    from traces.models import ApiToken, AuditEntry
+
+    token = ApiToken.objects.get(user__username="write-token")
+    bodies = {"sim.log": ready_run, "simulation.json": MARKER}
+    answer, completed = simulate_upload(writer, bodies)
+    assert completed.status_code == 202
+    upload, complete = AuditEntry.objects.order_by("id")
+    for entry in (upload, complete):
+        assert (entry.trace_id, entry.simulation) == (RUN, "accelsim-SM6_TITANX")
+        assert (entry.username, entry.token_prefix, entry.source) == ("write-token", token.prefix, "api")
+        assert entry.address == "127.0.0.1"
+    assert (upload.action, complete.action) == ("upload", "complete")
+    assert upload.detail == {"files": [{"name": name, "size": len(body)} for name, body in bodies.items()]}
+    held = json.dumps([upload.detail, complete.detail])
+    for item in answer["files"]:
+        assert item["url"].split("?")[1] not in held
+    assert "Signature" not in held
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refused_upload_writes_no_audit_entry(ready_run, writer):
+    from traces.models import AuditEntry
+
+    assert post(writer, upload_path(), {"files": [{"name": "../x", "size": 1}]}).status_code == 400
+    assert not AuditEntry.objects.exists()

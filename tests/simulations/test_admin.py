@@ -681,6 +681,20 @@ def test_deleting_selected_simulations_from_the_list(staff_client, two_builds):
     assert not Simulation.objects.exists() and not SimulatedKernel.objects.exists()
 
 
+def test_each_simulation_deleted_is_in_the_audit_log(staff_client, two_builds, admin_user):
+    from traces.models import AuditEntry
+
+    a, b = two_builds
+    staff_client.post(
+        SIMULATIONS, {"action": "delete_selected", "_selected_action": [a.pk, b.pk], "post": "yes"}
+    )
+    deleted = AuditEntry.objects.filter(action="delete")
+    assert sorted((e.trace_id, e.simulation) for e in deleted) == sorted(
+        (sim.trace_id, sim.name) for sim in (a, b)
+    )
+    assert {(e.username, e.source) for e in deleted} == {(admin_user.username, "admin")}
+
+
 # --- in a real browser ------------------------------------------------------------------------
 
 

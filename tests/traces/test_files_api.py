@@ -379,6 +379,10 @@ HOSTILE_KEYS = {
     "traces/./x": "an empty or `.` component",
     "configs/NUL.txt": "a Windows device name",
     "configs/trailing. ": "a component ending in a dot or a space",
+    # Shown as `configs/exe.config`: U+202E reverses what follows it.
+    "configs/\u202egifnoc.exe": "an invisible or bidirectional formatting character (U+202E)",
+    "traces/\u2066kernel-1.traceg.xz": "an invisible or bidirectional formatting character (U+2066)",
+    "traces/kernel\u200b-1.traceg.xz": "an invisible or bidirectional formatting character (U+200B)",
 }
 
 

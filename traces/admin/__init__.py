@@ -5,9 +5,9 @@ re-ingest a trace (the poller's own code path), mark it failed, or delete it. A 
 hold a million kernels: nothing here loads them all, counts them all on every page, or
 lets Django's delete confirmation collect them one by one.
 
-`trace` and `kernel` hold the two ModelAdmins, `tokens` the API tokens'; `display` how values
-look, `filters` the list filters, `paginators` the estimated count, `chart` the trace page's chart
-geometry; `analysis_pages` the kernel mix, steps, calibration and compare pages' reads and rows,
+`trace` and `kernel` hold the two ModelAdmins, `tokens` the API tokens', `audit` the audit
+log's (read-only); `display` how values look, `filters` the list filters, `paginators` the
+estimated count, `chart` the trace page's chart geometry; `analysis_pages` the kernel mix, steps, calibration and compare pages' reads and rows,
 and `analysis_charts` their charts' geometry. The simulations' admin is `simulations.admin`.
 The database reads behind the pages are in `traces.selectors`.
 """
@@ -15,10 +15,11 @@ The database reads behind the pages are in `traces.selectors`.
 from django.contrib import admin
 from django.core.exceptions import ImproperlyConfigured
 
+from traces.admin.audit import AuditEntryAdmin
 from traces.admin.kernel import KernelAdmin
 from traces.admin.tokens import ApiTokenAdmin
 from traces.admin.trace import TraceAdmin
-from traces.models import ApiToken, Kernel, Trace
+from traces.models import ApiToken, AuditEntry, Kernel, Trace
 
 
 def register_listed_only(site: admin.AdminSite, model, admin_class) -> None:
@@ -49,3 +50,4 @@ admin.site.register(Trace, TraceAdmin)
 # Kernel's primary key is composite (trace, context, kernel_id): its only index (docs/decisions/0001).
 register_listed_only(admin.site, Kernel, KernelAdmin)
 admin.site.register(ApiToken, ApiTokenAdmin)
+admin.site.register(AuditEntry, AuditEntryAdmin)

@@ -9,10 +9,12 @@ become a write one later; `create_token NAME --scope write` issues one.
 
 from django import forms
 from django.contrib import admin
+from django.db import transaction
 from django.utils.html import format_html
 
+from traces import audit
 from traces.admin.filters import StorableLookups
-from traces.models import ApiToken
+from traces.models import ApiToken, AuditAction
 from traces.throttling import validate_rate
 
 
@@ -66,10 +68,30 @@ class ApiTokenAdmin(StorableLookups, admin.ModelAdmin):
     @admin.action(description="Revoke selected tokens", permissions=("delete",))
     def revoke(self, request, queryset):
         names = sorted(queryset.values_list("name", flat=True))
-        queryset.delete()
+        self.delete_queryset(request, queryset)
         self.message_user(
             request, f"Revoked {len(names)} token(s): {', '.join(names)}; they stop working at once."
         )
+
+    # Every way the admin revokes or changes a token is in the audit log.
+
+    def delete_queryset(self, request, queryset):
+        with transaction.atomic():
+            tokens = list(queryset.select_related("user"))
+            for token in tokens:
+                audit.record(
+                    AuditAction.TOKEN_REVOKE, request=request, token=token, detail=audit.token_detail(token)
+                )
+            ApiToken.objects.filter(pk__in=[token.pk for token in tokens]).delete()
+
+    def delete_model(self, request, obj):
+        self.delete_queryset(request, ApiToken.objects.filter(pk=obj.pk))
+
+    def save_model(self, request, obj, form, change):
+        with transaction.atomic():
+            super().save_model(request, obj, form, change)
+            detail = {**audit.token_detail(obj), "changed": sorted(form.changed_data)}
+            audit.record(AuditAction.TOKEN_CHANGE, request=request, token=obj, detail=detail)
 
     def get_queryset(self, request):
         return super().get_queryset(request).select_related("user")

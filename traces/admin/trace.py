@@ -14,6 +14,7 @@ import json
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.db.models import CASCADE
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -23,7 +24,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
-from traces import analysis
+from traces import analysis, audit
 from traces.admin.analysis_pages import compare_context, trace_page_reads
 from traces.admin.bucket_records import FromTheBucket
 from traces.admin.chart import instruction_chart
@@ -39,7 +40,7 @@ from traces.admin.display import (
 from traces.admin.filters import ParserVersionFilter, StorableLookups
 from traces.admin.paginators import EstimatedCountPaginator
 from traces.demangle import demangle_all
-from traces.models import CURRENT_PARSER_VERSION, Kernel, Trace, TraceState
+from traces.models import CURRENT_PARSER_VERSION, AuditAction, Kernel, Trace, TraceState
 from traces.services import TraceBusy, trace_delete, trace_mark_failed, traces_mark_sample
 from traces.signals import reingest_requested
 from traces.storable_text import is_storable
@@ -380,6 +381,8 @@ class TraceAdmin(StorableLookups, FromTheBucket):
             self.message_user(request, f"{which}: not re-ingested: {exc}", messages.ERROR)
             return
         said = "; ".join(answer for _, answer in answers if answer)
+        for trace_id in trace_ids:
+            audit.record(AuditAction.REINGEST, request=request, trace_id=trace_id, detail={"answer": said})
         self.message_user(
             request,
             f"{which}: {said or 'not re-ingested: no ingestion is installed'}",
@@ -393,6 +396,7 @@ class TraceAdmin(StorableLookups, FromTheBucket):
         for trace_id in queryset.values_list("pk", flat=True):
             try:
                 trace_mark_failed(trace_id, error)
+                audit.record(AuditAction.MARK_FAILED, request=request, trace_id=trace_id)
                 marked += 1
             except TraceBusy as busy:
                 self.message_user(request, f"Trace {trace_id}: not marked failed: {busy}", messages.WARNING)
@@ -402,13 +406,22 @@ class TraceAdmin(StorableLookups, FromTheBucket):
     @admin.action(description="Mark as samples", permissions=("operate",))
     def mark_sample(self, request, queryset):
         """`sample` is an operator's word (no run's name or file sets it): shown in the API."""
-        marked = traces_mark_sample(queryset.values_list("pk", flat=True), sample=True)
+        marked = self.mark_samples(request, queryset, sample=True)
         self.message_user(request, f"Marked {marked} trace(s) as samples.", messages.SUCCESS)
 
     @admin.action(description="Unmark samples", permissions=("operate",))
     def unmark_sample(self, request, queryset):
-        unmarked = traces_mark_sample(queryset.values_list("pk", flat=True), sample=False)
+        unmarked = self.mark_samples(request, queryset, sample=False)
         self.message_user(request, f"{unmarked} trace(s) are no longer samples.", messages.SUCCESS)
+
+    def mark_samples(self, request, queryset, *, sample: bool) -> int:
+        """Mark or unmark the traces, an audit entry for each one that changed."""
+        action = AuditAction.MARK_SAMPLE if sample else AuditAction.UNMARK_SAMPLE
+        with transaction.atomic():
+            changing = list(queryset.exclude(sample=sample).values_list("pk", flat=True))
+            for trace_id in changing:
+                audit.record(action, request=request, trace_id=trace_id)
+            return traces_mark_sample(changing, sample=sample)
 
     # --- deleting: count the kernels, never collect them -------------------------------
 
@@ -445,5 +458,6 @@ class TraceAdmin(StorableLookups, FromTheBucket):
         for trace_id in queryset.values_list("pk", flat=True):
             try:
                 trace_delete(trace_id, deleted_by=request.user.get_username())
+                audit.record(AuditAction.DELETE, request=request, trace_id=trace_id)
             except TraceBusy as busy:
                 self.message_user(request, f"Trace {trace_id}: not deleted: {busy}", messages.ERROR)

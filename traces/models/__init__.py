@@ -1,7 +1,8 @@
 """The traces app's data, a module a resource: `trace` (Trace, Step, DeletedTrace), `kernel`
-(Kernel and what its rows point into, KernelPurge) and `tokens` (ApiToken). Every name is
-importable from `traces.models`, as Django's migrations and the app's modules name them."""
+(Kernel and what its rows point into, KernelPurge), `tokens` (ApiToken) and `audit` (AuditEntry,
+the audit log). Every name is importable from `traces.models`, as Django's migrations and the app's modules name them."""
 
+from traces.models.audit import AuditAction, AuditEntry, AuditIsAppendOnly, AuditSource
 from traces.models.kernel import (
     KERNEL_COLUMNS,
     KERNEL_ORDER,
@@ -33,6 +34,10 @@ __all__ = [
     "NO_DEVICE",
     "TOKEN_PREFIX",
     "ApiToken",
+    "AuditAction",
+    "AuditEntry",
+    "AuditIsAppendOnly",
+    "AuditSource",
     "DeletedTrace",
     "Kernel",
     "KernelContext",

@@ -16,6 +16,8 @@ from django.db import close_old_connections
 from cascade import metrics
 from cascade.commands import require_migrated_database
 from ingest import bucket, events, passes, storage
+from traces import audit
+from traces.models import AuditAction
 
 
 class Command(BaseCommand):
@@ -71,6 +73,12 @@ class Command(BaseCommand):
                 self.drain_events()
                 return
             interval = interval or settings.CASCADE_POLL_SECONDS_WITH_EVENTS
+        if reparse or reparse_outdated:  # an operator's re-ingest, not the poller's routine
+            audit.record(
+                AuditAction.REINGEST,
+                trace_id=trace,
+                detail={"command": "ingest_traces", "reparse": reparse, "reparse_outdated": reparse_outdated},
+            )
         if not watch:
             if self.run_pass(trace, reparse, outdated=reparse_outdated).errors:
                 raise CommandError("some traces could not be ingested (see above); a new pass retries them")

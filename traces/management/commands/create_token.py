@@ -5,10 +5,12 @@ from datetime import timedelta
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
 from django.utils import timezone
 
 from cascade.commands import require_migrated_database
-from traces.models import ApiToken, TokenScope
+from traces import audit
+from traces.models import ApiToken, AuditAction, TokenScope
 from traces.throttling import validate_rate
 
 
@@ -39,12 +41,14 @@ class Command(BaseCommand):
                 validate_rate(rate)
             except ValueError as problem:
                 raise CommandError(str(problem)) from None
-        user, created = get_user_model().objects.get_or_create(username=name)
-        if created:
-            user.set_unusable_password()
-            user.save(update_fields=["password"])
         expires_at = timezone.now() + timedelta(days=expires_in) if expires_in else None
-        record, token = ApiToken.issue(user, name=name, expires_at=expires_at, rate=rate, scope=scope)
+        with transaction.atomic():
+            user, created = get_user_model().objects.get_or_create(username=name)
+            if created:
+                user.set_unusable_password()
+                user.save(update_fields=["password"])
+            record, token = ApiToken.issue(user, name=name, expires_at=expires_at, rate=rate, scope=scope)
+            audit.record(AuditAction.TOKEN_CREATE, token=record, detail=audit.token_detail(record))
         until = f", expires {expires_at:%Y-%m-%d %H:%M} UTC" if expires_at else ""
         self.stderr.write(
             f"{'Created' if created else 'Found'} API user {name!r}; new {scope} token {record.prefix}…{until}:"
