@@ -169,10 +169,18 @@ class SimulationAdmin(StorableLookups, SimulationColumns, FromTheBucket):
         "ended_column",
         "compared_column",
         "mape_column",
+        "owner",
     )
     list_display_links = None
-    list_filter = ("state", "simulator_build", "config", ("trace", admin.RelatedOnlyFieldListFilter))
-    search_fields = ("name", "trace__id")
+    list_select_related = ("owner",)
+    list_filter = (
+        "state",
+        "simulator_build",
+        "config",
+        ("trace", admin.RelatedOnlyFieldListFilter),
+        ("owner", admin.RelatedOnlyFieldListFilter),
+    )
+    search_fields = ("name", "trace__id", "owner__username")
     ordering = ("-created_at", "name")
     actions = ("compare", "delete_selected")
     fieldsets = (
@@ -182,6 +190,7 @@ class SimulationAdmin(StorableLookups, SimulationColumns, FromTheBucket):
                 "fields": (
                     "name",
                     "trace_link",
+                    "owner",
                     "state_display",
                     "error",
                     "reason",
