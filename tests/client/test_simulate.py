@@ -318,13 +318,18 @@ def test_the_loop_brings_back_rows_equal_to_the_real_log_and_the_uploaded_times(
     assert "pairs: 8 compared of 8 simulated" in done.stdout
     assert f"MAPE {metrics['mape']:.2f} %" in done.stdout
     assert "worst kernels" in done.stdout
-    # The log in the bucket is what the simulator printed, byte for byte, uploaded in parts.
+    # The log in the bucket is what the simulator printed, byte for byte, uploaded in parts into
+    # the folder's staging area, moved into place by /complete: nothing staged is left behind.
     key = f"{PREFIX}gemm/simulations/standin-gemm/sim.log.xz"
     assert (
         lzma.decompress(live.bucket.get_object(Bucket=BUCKET, Key=key)["Body"].read())
         == live.logs["gemm"].read_bytes()
     )
-    assert live.bucket.head_object(Bucket=BUCKET, Key=key)["ETag"].endswith('-1"')  # a multipart upload's
+    folder = live.bucket.list_objects_v2(Bucket=BUCKET, Prefix=f"{PREFIX}gemm/simulations/standin-gemm/")
+    names = {item["Key"].rsplit("/", 1)[1] for item in folder["Contents"]}
+    assert "cascade-owner.json" in names and not any(
+        "/.staging/" in item["Key"] for item in folder["Contents"]
+    )
     # simulation.json as uploaded: the builds read from the log's own lines.
     marker = json.loads((live.tmp / "gemm/simulations/standin-gemm/simulation.json").read_text())
     text = live.logs["gemm"].read_text()
