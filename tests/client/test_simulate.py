@@ -472,3 +472,17 @@ def test_a_list_an_older_pull_wrote_twice_over_is_fixed_before_the_simulator_sta
     assert listing.read_text().splitlines() == lines
     assert "dropped 4 line(s) of kernelslist.g repeated or after its last kernel" in out.getvalue()
     assert "cut MemcpyHtoD lines to 3 fields" in out.getvalue()
+
+
+@pytest.mark.parametrize("name", [".", "..", "CON", "nul.txt", "com1", "a.", "a/b", "ok\n", "x" * 101])
+def test_a_name_the_servers_rule_refuses_is_refused_before_any_request(name, tmp_path):
+    from cascade_client import simulate
+    from cascade_client.accel_sim import SimulateError
+
+    class NoRequests:
+        def __getattr__(self, attribute):
+            raise AssertionError(f"a request was about to be made ({attribute})")
+
+    (tmp_path / "simulation.json").write_text("{}")
+    with pytest.raises(SimulateError, match="--name"):
+        simulate.upload(NoRequests(), "demo", name, {"simulation.json": tmp_path / "simulation.json"})
