@@ -14,7 +14,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import FloatField
+from django.db.models import F, FloatField
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 from django.http import HttpResponseRedirect
@@ -169,10 +169,9 @@ class SimulationAdmin(StorableLookups, SimulationColumns, FromTheBucket):
         "ended_column",
         "compared_column",
         "mape_column",
-        "owner",
+        "owner_column",
     )
     list_display_links = None
-    list_select_related = ("owner",)
     list_filter = (
         "state",
         "simulator_build",
@@ -245,7 +244,15 @@ class SimulationAdmin(StorableLookups, SimulationColumns, FromTheBucket):
         "files_table",
     )
 
+    def get_queryset(self, request):
+        # The owner's name joined, not the user selected: the actions narrow rows with only().
+        return super().get_queryset(request).annotate(owner_name=F("owner__username"))
+
     # --- columns and fields -----------------------------------------------------------
+
+    @admin.display(description="owner", ordering="owner_name", empty_value="-")
+    def owner_column(self, obj: Simulation):
+        return obj.owner_name
 
     @admin.display(description="trace", ordering="trace")
     def trace_link(self, obj: Simulation):
