@@ -152,6 +152,13 @@ def part_sizes(size: int) -> list[int]:
     return sizes
 
 
+def multipart_sized(item: dict) -> bool:
+    """Whether a file goes up as a multipart upload (a log or config that large)."""
+    return (
+        item["size"] >= settings.CASCADE_SIM_MULTIPART_BYTES and item["name"] != simulation_marker.MARKER_NAME
+    )
+
+
 # --- POST /api/traces/{trace_id}/simulations/{name}/upload ------------------------------------
 
 
@@ -171,6 +178,9 @@ def upload_urls(
     nothing."""
     check_name(name)
     check_files(files)
+    for item in files:  # every refusal before the name is claimed
+        if multipart_sized(item):
+            part_sizes(item["size"])
     storage.require_bucket()
     base = folder_key(trace_id, name)
     present, _ = folder_now(base)
@@ -190,7 +200,7 @@ def upload_urls(
     for item in sorted(files, key=lambda item: item["name"] == simulation_marker.MARKER_NAME):
         key, size = staging + item["name"], item["size"]
         manifest["files"].append({"name": item["name"], "size": size})
-        if size >= settings.CASCADE_SIM_MULTIPART_BYTES and item["name"] != simulation_marker.MARKER_NAME:
+        if multipart_sized(item):
             sizes = part_sizes(size)
             upload_id = presigning.multipart_start(key)
             manifest["multipart"][item["name"]] = upload_id
