@@ -25,6 +25,7 @@ from datetime import datetime
 from itertools import islice, repeat
 from pathlib import Path
 
+from boto3.s3.transfer import TransferConfig
 from django.conf import settings
 
 from ingest.storage import bucket_name, client
@@ -164,6 +165,11 @@ def list_run_objects(run_id: str, *, simulations: list[S3Object] | None = None) 
 def list_simulation_objects(run_id: str) -> list[S3Object]:
     """Every object of one run's `simulations/` folder, sorted by key."""
     return _list(run_prefix(run_id) + SIMULATIONS_FOLDER)
+
+
+def list_under(key_prefix: str) -> list[S3Object]:
+    """Every object whose key starts with `key_prefix` (one simulation's folder), sorted by key."""
+    return _list(key_prefix)
 
 
 def _list(key_prefix: str) -> list[S3Object]:
@@ -396,6 +402,17 @@ def iter_object_chunks(key: str, size: int = 64 * 1024, *, etag: str | None = No
         yield from body.iter_chunks(size)
     finally:
         body.close()
+
+
+# CopyObject copies up to 5 GiB; a larger object is copied in UploadPartCopy parts of this size.
+COPY_PART_BYTES = 5 * 1024**3
+
+
+def copy_key(source: str, destination: str) -> None:
+    """`source` copied to `destination` inside the bucket, no byte through Cascade: one
+    CopyObject, or UploadPartCopy parts past 5 GiB (boto3's managed copy chooses)."""
+    config = TransferConfig(multipart_threshold=COPY_PART_BYTES, multipart_chunksize=COPY_PART_BYTES)
+    client().copy({"Bucket": bucket_name(), "Key": source}, bucket_name(), destination, Config=config)
 
 
 def delete_keys(keys: list[str]) -> None:

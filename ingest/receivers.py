@@ -44,10 +44,20 @@ def queue_for_celery(trace_ids: list[str]) -> str:
     return f"{len(trace_ids)} queued for re-ingestion; Celery workers parse them"
 
 
-def upload_completed(sender=None, *, trace_id: str, name: str, multipart: list[dict], **kwargs) -> str:
+def upload_completed(
+    sender=None,
+    *,
+    trace_id: str,
+    name: str,
+    multipart: list[dict],
+    username: str,
+    staff: bool = False,
+    **kwargs,
+) -> str:
     """Receiver of traces.signals.simulation_upload_completed: completes the multipart uploads,
-    registers the folder and starts its read; the simulation's state now."""
-    simulation = uploads.complete(trace_id, name, multipart)
+    moves the checked files into place, registers the folder and starts its read; the
+    simulation's state now."""
+    simulation = uploads.complete(trace_id, name, multipart, username=username, staff=staff)
     read_soon(trace_id)
     return uploads.state_now(simulation)
 

@@ -2,7 +2,11 @@
 their first file lands, read when their trace is ready, and again when either changes.
 
 A simulation folder holds the simulator's stdout (`sim.log`, `sim.log.gz` or `sim.log.xz`),
-maybe the `gpgpusim.config` it ran with, and last `simulation.json`, the completion marker.
+maybe the `gpgpusim.config` it ran with, and last `simulation.json`, the completion marker;
+beside them Cascade's own `cascade-owner.json` (ingest.owners: who uploaded it through the API,
+read into `Simulation.owner` whenever the folder is decided on) and `.staging/`, where an API
+upload's files wait until its `/complete` checks them (ingest.uploads): no simulation's file,
+never registered or read.
 The log is streamed through simulations/simlog.py, then each simulated kernel is paired with the
 trace's launch:
 
@@ -33,9 +37,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 from django.conf import settings
 from django.db.models import F, Q
 
-from ingest import bucket, failures
+from ingest import bucket, failures, owners
 from ingest.bucket import S3Object
 from ingest.listing import inventory
+from ingest.paths import path_problem
 from ingest.simulation_marker import MARKER_NAME, MAX_CLOCK_MHZ, read_marker, run_facts
 from simulations import services
 from simulations.accuracy import simulation_metrics
@@ -54,7 +59,24 @@ FOLDER = "simulations/"
 LOG_NAMES = ("sim.log", "sim.log.gz", "sim.log.xz")
 CONFIG_NAME = "gpgpusim.config"
 NAME = re.compile(rf"[A-Za-z0-9._-]{{1,{SIMULATION_NAME_MAX}}}")
+# An API upload's files until its /complete moves them into the folder (ingest.uploads).
+STAGING = ".staging/"
 DECOMPRESSED_CHUNK = 1024 * 1024
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` cannot name a simulation's folder, in a sentence (None: it can): its
+    characters, then the project's one path rule (`ingest.paths`), as one folder's name: no `.`
+    or `..`, no Windows device name (`CON`, `nul.txt`), no trailing dot or space."""
+    if not NAME.fullmatch(name):
+        return (
+            f"a simulation's name is letters, digits, '.', '_' and '-', at most {SIMULATION_NAME_MAX} "
+            f"characters: {name[:200]!r}"
+        )
+    problem = path_problem(name)
+    if problem is not None:
+        return f"a simulation's name is a folder's name, and {name!r} is {problem}"
+    return None
 
 
 # --- Which runs, and their listings --------------------------------------------------------
@@ -123,12 +145,15 @@ def runs_with_simulation_work() -> set[str]:
 
 def folders(run_id: str, objects: list[S3Object]) -> tuple[dict[str, list[S3Object]], list[str]]:
     """The listing of `<run>/simulations/` by simulation name, and the keys that are in no
-    simulation's folder (a file directly in `simulations/`, or one folder too deep)."""
+    simulation's folder (a file directly in `simulations/`, or one folder too deep). An upload's
+    staged files (`<name>/.staging/`) are neither: no simulation's files until its /complete."""
     base = bucket.run_prefix(run_id) + FOLDER
     by_name: dict[str, list[S3Object]] = {}
     stray = []
     for obj in objects:
         name, slash, rest = obj.key[len(base) :].partition("/")
+        if slash and rest.startswith(STAGING):
+            continue
         if not slash or not rest or "/" in rest:
             stray.append(obj.key)
         else:
@@ -195,14 +220,10 @@ def decide_simulation(trace: Trace, name: str, objects: list[S3Object]):
                 services.simulation_seen(simulation, seen)
             return None
         files = {obj.key.rsplit("/", 1)[1]: obj for obj in objects}
-        if not NAME.fullmatch(name):
-            services.simulation_fail(
-                simulation,
-                f"a simulation's folder name is letters, digits, '.', '_' and '-', at most "
-                f"{SIMULATION_NAME_MAX} characters: {name!r}",
-                fingerprint=fingerprint,
-                trace_seen_at=seen,
-            )
+        owner_of(simulation, files)
+        problem = name_problem(name)
+        if problem is not None:
+            services.simulation_fail(simulation, problem, fingerprint=fingerprint, trace_seen_at=seen)
         elif MARKER_NAME not in files or trace.state in (TraceState.UPLOADING, TraceState.PARSING):
             # Its files are landing (simulation.json comes last), or its trace is not ready yet.
             reason = (
@@ -227,6 +248,17 @@ def decide_simulation(trace: Trace, name: str, objects: list[S3Object]):
                     simulation, error, fingerprint=fingerprint, trace_seen_at=seen
                 )
         return simulation.state, simulation.kernels_compared, simulation.error
+
+
+def owner_of(simulation: Simulation, files: dict[str, S3Object]) -> None:
+    """`Simulation.owner` from the folder's owner record (ingest.owners), read only when the
+    listing holds one: the bucket says who owns it, so a rebuilt database finds the owner again."""
+    username = None
+    if owners.OWNER_NAME in files:
+        username = owners.read_owner(files[owners.OWNER_NAME].key.rsplit("/", 1)[0] + "/")
+    owner = owners.owner_named(username)
+    if simulation.owner_id != (owner.pk if owner is not None else None):
+        services.simulation_owner_set(simulation, owner)
 
 
 # --- Reading it ------------------------------------------------------------------------------

@@ -1,16 +1,28 @@
 """A simulation uploaded through the API (`cascade simulate`): presigned PUT URLs for its files
-into `<run>/simulations/<name>/`, S3 multipart uploads for large logs, and, once the client says
-the upload is complete, the multipart uploads completed and the simulation read at once.
+into `<run>/simulations/<name>/.staging/`, S3 multipart uploads for large logs, and, once the
+client says the upload is complete, the staged files checked and moved into the folder, and the
+simulation read at once.
 
-`traces` asks through its signals (`simulation_upload_requested`, `simulation_upload_completed`),
-as it asks for a run's download URLs: which keys a simulation's files are, what its folder
-accepts and how URLs are signed are this app's knowledge. No byte of a file passes through
-Cascade: the client PUTs to the bucket; S3 checks each PUT's length against the signed one.
+`traces` asks through its signals (`simulation_upload_requested`, `simulation_upload_completed`,
+`simulation_delete_requested`), as it asks for a run's download URLs: which keys a simulation's
+files are, what its folder accepts, who owns it and how URLs are signed are this app's
+knowledge. No byte of a file passes through Cascade: the client PUTs to the bucket; S3 checks
+each PUT's length against the signed one, and copies the files into place itself.
 
-A folder that already holds a simulation of that name is replaced: asking for the URLs deletes
-its old `simulation.json` and every file the new upload does not name, and aborts the folder's
-unfinished multipart uploads, so that the simulation waits (`uploading`) until the new marker
-lands, and is then read as a re-upload is.
+Who may write under a name: the first upload to claim it records its user as the owner
+(ingest.owners, `cascade-owner.json` in the folder), so the bucket keeps it for a rebuilt
+database. Another user's upload or delete is refused (`SimulationForbidden`) unless that user is
+staff; a folder that holds `simulation.json` (a finished upload: ready, failed, or being read)
+is never replaced by an upload (`SimulationExists`): it is deleted first. An unfinished upload
+(no `simulation.json`) is its owner's to continue or replace.
+
+Nothing is deleted at `/upload`: the files land in `.staging/` (which ingestion never reads, see
+ingest.simulations.folders), with the upload's manifest (`upload.json`: who, which files of which
+sizes, which multipart upload ids). `/complete` checks the manifest's uploader, the upload ids
+and every staged file's size, then copies the files into the folder (CopyObject, UploadPartCopy
+past 5 GiB), deletes the folder's files the upload does not name (the owner record stays),
+copies `simulation.json` last and empties `.staging/`. A /complete refused leaves the folder as
+it was.
 
 "At once": the completion registers the folder's listing in the request (one listing; the
 answer's state is the simulation's own, never a stale `ready`), then reads the run's
@@ -19,18 +31,21 @@ Celery is configured, else on the process's one background thread (`queue`; inge
 chooses). A read cut short leaves work that the next poll pass finishes.
 """
 
+import json
 import logging
 
 from botocore.exceptions import ClientError
 from django.conf import settings
 from django.db import connections
 
-from ingest import bucket, presigning, simulation_marker, simulations, storage
+from ingest import bucket, owners, presigning, simulation_marker, simulations, storage
+from ingest.bucket import S3Object
 from ingest.listing import inventory
 from ingest.reingest import ReingestQueue
 from simulations import services
 from simulations.models import SIMULATION_NAME_MAX, Simulation
-from simulations.signals import UploadRefused
+from simulations.signals import SimulationExists, SimulationForbidden, SimulationMissing, UploadRefused
+from traces.locks import trace_lock
 from traces.models import Trace
 from traces.storable_text import unstorable_character
 
@@ -47,10 +62,45 @@ ACCEPTED = (
 )
 CONFIG_MAX_BYTES = 1024**2
 MAX_PARTS = 10_000  # S3's limit on a multipart upload's parts
+# The upload under way, in `.staging/`: who, which files of which sizes, which multipart ids.
+MANIFEST_NAME = "upload.json"
+MAX_MANIFEST_BYTES = 64 * 1024
 
 
 def folder_key(trace_id: str, name: str) -> str:
     return f"{bucket.run_prefix(trace_id)}{simulations.FOLDER}{name}/"
+
+
+def folder_now(base: str) -> tuple[dict[str, S3Object], list[S3Object]]:
+    """The folder's own files by name, and its staged objects (`.staging/`): one listing."""
+    files, staged = {}, []
+    for obj in bucket.list_under(base):
+        rest = obj.key[len(base) :]
+        if rest.startswith(simulations.STAGING):
+            staged.append(obj)
+        elif "/" not in rest:
+            files[rest] = obj
+    return files, staged
+
+
+def owner_now(base: str, files: dict[str, S3Object]) -> str | None:
+    return owners.read_owner(base) if owners.OWNER_NAME in files else None
+
+
+def check_owner(trace_id: str, name: str, owner: str | None, username: str, staff: bool, doing: str) -> None:
+    """Its owner or staff only; another user is refused with the owner's name."""
+    if staff or (owner is not None and owner == username):
+        return
+    whose = (
+        f"belongs to {owner}" if owner else "belongs to no user (its files were put into the bucket directly)"
+    )
+    raise SimulationForbidden(
+        f"simulation {name} of trace {trace_id} {whose}: only its owner or staff may {doing} it"
+    )
+
+
+def exists(trace_id: str, name: str) -> SimulationExists:
+    return SimulationExists(f"simulation {name} of trace {trace_id} exists; delete it or choose another name")
 
 
 def max_bytes(file_name: str) -> int:
@@ -62,11 +112,9 @@ def max_bytes(file_name: str) -> int:
 
 
 def check_name(name: str) -> None:
-    if not simulations.NAME.fullmatch(name):
-        raise UploadRefused(
-            f"a simulation's name is letters, digits, '.', '_' and '-', at most {SIMULATION_NAME_MAX} "
-            f"characters: {name[:200]!r}"
-        )
+    problem = simulations.name_problem(name)
+    if problem is not None:
+        raise UploadRefused(problem)
 
 
 def check_files(files: list[dict]) -> None:
@@ -104,37 +152,58 @@ def part_sizes(size: int) -> list[int]:
     return sizes
 
 
+def multipart_sized(item: dict) -> bool:
+    """Whether a file goes up as a multipart upload (a log or config that large)."""
+    return (
+        item["size"] >= settings.CASCADE_SIM_MULTIPART_BYTES and item["name"] != simulation_marker.MARKER_NAME
+    )
+
+
 # --- POST /api/traces/{trace_id}/simulations/{name}/upload ------------------------------------
 
 
 def upload_urls(
-    sender=None, *, trace_id: str, name: str, files: list[dict], seconds: int, **kwargs
+    sender=None,
+    *,
+    trace_id: str,
+    name: str,
+    files: list[dict],
+    seconds: int,
+    username: str,
+    staff: bool = False,
+    **kwargs,
 ) -> list[dict]:
     """Receiver of traces.signals.simulation_upload_requested: the upload's files with their
-    URLs, simulation.json last. Deletes what the folder held that the new upload replaces."""
+    URLs into `.staging/`, simulation.json last. Claims a new name for `username`; deletes
+    nothing."""
     check_name(name)
     check_files(files)
+    for item in files:  # every refusal before the name is claimed
+        if multipart_sized(item):
+            part_sizes(item["size"])
     storage.require_bucket()
     base = folder_key(trace_id, name)
+    present, _ = folder_now(base)
+    if not present:
+        owners.record_owner(base, username)  # the upload that first claims the name owns it
+    else:
+        check_owner(trace_id, name, owner_now(base, present), username, staff, "replace")
+        if simulation_marker.MARKER_NAME in present:
+            raise exists(trace_id, name)
+    staging = base + simulations.STAGING
+    # The unfinished upload this one replaces: its parts are stored, and billed, until aborted.
     aborted = presigning.multipart_abort_under(base)
     if aborted:
         logger.info("%s: a new upload: unfinished multipart uploads aborted: %s", base, ", ".join(aborted))
-    named = {base + item["name"] for item in files}
-    stale = [
-        obj.key
-        for obj in bucket.list_simulation_objects(trace_id)
-        if obj.key.startswith(base)
-        and (obj.key not in named or obj.key.endswith("/" + simulation_marker.MARKER_NAME))
-    ]
-    if stale:
-        bucket.delete_keys(stale)
-        logger.info("%s: replaced by a new upload: %s deleted", base, ", ".join(stale))
+    manifest = {"uploader": username, "files": [], "multipart": {}}
     answer = []
     for item in sorted(files, key=lambda item: item["name"] == simulation_marker.MARKER_NAME):
-        key, size = base + item["name"], item["size"]
-        if size >= settings.CASCADE_SIM_MULTIPART_BYTES and item["name"] != simulation_marker.MARKER_NAME:
+        key, size = staging + item["name"], item["size"]
+        manifest["files"].append({"name": item["name"], "size": size})
+        if multipart_sized(item):
             sizes = part_sizes(size)
             upload_id = presigning.multipart_start(key)
+            manifest["multipart"][item["name"]] = upload_id
             urls = presigning.presigned_parts(key, upload_id, sizes, seconds)
             parts = [{"part_number": number, "url": url} for number, url in enumerate(urls, 1)]
             multipart = {"upload_id": upload_id, "part_size": settings.CASCADE_SIM_PART_BYTES, "parts": parts}
@@ -144,19 +213,34 @@ def upload_urls(
             answer.append(
                 {"name": item["name"], "size": size, "url": url, "headers": {"Content-Length": str(size)}}
             )
+    bucket.put_object(staging + MANIFEST_NAME, json.dumps(manifest).encode())
     return answer
 
 
 # --- POST /api/traces/{trace_id}/simulations/{name}/complete ----------------------------------
 
 
-def complete(trace_id: str, name: str, multipart: list[dict]) -> Simulation:
+def complete(
+    trace_id: str, name: str, multipart: list[dict], *, username: str, staff: bool = False
+) -> Simulation:
     """A completed upload (traces.signals.simulation_upload_completed, through
-    ingest.receivers): its multipart uploads completed, the folder registered."""
+    ingest.receivers): its multipart uploads completed, its staged files checked against the
+    manifest and moved into the folder, the folder registered."""
     check_name(name)
     base = folder_key(trace_id, name)
+    staging = base + simulations.STAGING
     if len({item["name"] for item in multipart}) != len(multipart):
         raise UploadRefused("each multipart upload is named once")
+    manifest = read_manifest(staging)
+    if manifest is None:
+        raise UploadRefused(
+            f"no upload under way in {base}: ask /upload, then PUT the files /upload answered first"
+        )
+    if manifest["uploader"] != username and not staff:
+        raise SimulationForbidden(
+            f"the upload under way to simulation {name} of trace {trace_id} is {manifest['uploader']}'s: "
+            "only they or staff may complete it"
+        )
     for item in multipart:
         if item["name"] not in ACCEPTED:
             raise UploadRefused(
@@ -165,8 +249,12 @@ def complete(trace_id: str, name: str, multipart: list[dict]) -> Simulation:
         parts = sorted((part["part_number"], part["etag"]) for part in item["parts"])
         if [number for number, _ in parts] != list(range(1, len(parts) + 1)):
             raise UploadRefused(f"{item['name']}: the parts are numbered 1 to {len(parts)}, each once")
+        if manifest["multipart"].get(item["name"]) != item["upload_id"]:
+            raise UploadRefused(
+                f"{item['name']}: {item['upload_id'][:100]!r} is not the upload_id /upload answered for it"
+            )
         try:
-            presigning.multipart_complete(base + item["name"], item["upload_id"], parts)
+            presigning.multipart_complete(staging + item["name"], item["upload_id"], parts)
         except ClientError as error:
             problem = error.response.get("Error", {})
             code = problem.get("Code", "")
@@ -175,7 +263,84 @@ def complete(trace_id: str, name: str, multipart: list[dict]) -> Simulation:
                     f"{item['name']}: S3 refused to complete the upload: {code}: {problem.get('Message', '')}"
                 ) from None
             raise
+    present, staged = folder_now(base)
+    if simulation_marker.MARKER_NAME in present:
+        raise exists(trace_id, name)  # another completion finished first
+    move_into_place(base, manifest, present, staged)
     return register(trace_id, name)
+
+
+def read_manifest(staging: str) -> dict | None:
+    """The upload under way (`upload_urls` wrote it), or None."""
+    key = staging + MANIFEST_NAME
+    if bucket.head_etag(key) is None:
+        return None
+    try:
+        manifest = json.loads(bucket.read_object(key, MAX_MANIFEST_BYTES))
+        files = [(item["name"], item["size"]) for item in manifest["files"]]
+        if not isinstance(manifest["uploader"], str) or not isinstance(manifest["multipart"], dict):
+            raise TypeError
+    except (ValueError, KeyError, TypeError):
+        logger.warning("%s is not an upload manifest Cascade wrote: the upload is asked for again", key)
+        return None
+    return {**manifest, "files": files}
+
+
+def move_into_place(base: str, manifest: dict, present: dict[str, S3Object], staged: list[S3Object]) -> None:
+    """Every staged file the manifest names, of the size it names, copied into the folder; the
+    folder's files it does not name deleted (the owner record kept); simulation.json last, so a
+    pass never reads a mix; `.staging/` emptied."""
+    staging = base + simulations.STAGING
+    landed = {obj.key[len(staging) :]: obj for obj in staged}
+    for file_name, size in manifest["files"]:
+        obj = landed.get(file_name)
+        if obj is None:
+            raise UploadRefused(f"{file_name} has not landed: PUT the files /upload answered first")
+        if obj.size != size:
+            raise UploadRefused(f"{file_name}: {obj.size} bytes landed, not the {size} /upload was asked for")
+    named = [file_name for file_name, _ in manifest["files"]]
+    for file_name in named:
+        if file_name != simulation_marker.MARKER_NAME:
+            bucket.copy_key(staging + file_name, base + file_name)
+    stale = [
+        obj.key
+        for file_name, obj in present.items()
+        if file_name not in named and file_name != owners.OWNER_NAME
+    ]
+    if stale:
+        bucket.delete_keys(stale)
+        logger.info("%s: replaced by its upload: %s deleted", base, ", ".join(stale))
+    bucket.copy_key(staging + simulation_marker.MARKER_NAME, base + simulation_marker.MARKER_NAME)
+    bucket.delete_keys([obj.key for obj in staged] + [staging + MANIFEST_NAME])
+
+
+# --- DELETE /api/traces/{trace_id}/simulations/{name} -----------------------------------------
+
+
+def delete_simulation(sender=None, *, trace_id: str, name: str, username: str, staff: bool = False, **kwargs):
+    """Receiver of simulations.signals.simulation_delete_requested: every object of the folder
+    (its files, its owner record, its staged upload) and its unfinished multipart uploads gone,
+    then its row: no later pass finds anything to register again."""
+    base = folder_key(trace_id, name)
+    objects = bucket.list_under(base)
+    simulation = Simulation.objects.filter(trace_id=trace_id, name=name).select_related("owner").first()
+    if not objects and simulation is None:
+        raise SimulationMissing(f"simulation {name} of trace {trace_id} not found")
+    present = {obj.key[len(base) :]: obj for obj in objects if "/" not in obj.key[len(base) :]}
+    owner = owner_now(base, present)
+    if owner is None and owners.OWNER_NAME not in present and simulation is not None and simulation.owner:
+        owner = simulation.owner.get_username()
+    check_owner(trace_id, name, owner, username, staff, "delete")
+    with trace_lock(f"{trace_id}/{simulations.FOLDER}{name}") as acquired:
+        if not acquired:  # a pass reads it: its pairs would be stored for a row gone
+            raise SimulationExists(
+                f"simulation {name} of trace {trace_id} is being read right now: delete it once it is done"
+            )
+        presigning.multipart_abort_under(base)
+        bucket.delete_keys([obj.key for obj in objects])
+        if simulation is not None:
+            services.simulation_delete(simulation)
+    logger.info("%s: deleted by %s: %d objects", base, username, len(objects))
 
 
 def state_now(simulation: Simulation) -> str:

@@ -58,6 +58,7 @@ SIMULATION_SUMMARY = shaped(
         "kernels_compared": 4,
         "compared": 4,
         "metrics": SIMULATION_METRICS,
+        "owner": "alice",
     },
 )
 UPLOADING_SIMULATION = {

@@ -10,6 +10,8 @@ from traces.encoders import encode_with_kernels, format_timestamp
 _INTERRUPTED_KEYS = shapes.INTERRUPTED_KERNEL.keys
 _SELECTION_KEYS = shapes.SIMULATION_SELECTION.keys
 SIMULATED_KERNEL_KEYS = shapes.SIMULATED_KERNEL.keys
+# A summary's key for each column read, where they differ (`owner` is the user's name, joined).
+_KEY_OF_COLUMN = {field.column: field.name for field in shapes.SIMULATION_SUMMARY.fields if field.column}
 
 
 def _ordered(value: dict | None, keys: tuple[str, ...]) -> dict | None:
@@ -21,9 +23,9 @@ def _ordered(value: dict | None, keys: tuple[str, ...]) -> dict | None:
 def simulation_summary_dict(row: tuple, *, columns: tuple[str, ...] = SIMULATION_SUMMARY_COLUMNS) -> dict:
     """A SimulationSummary from `accuracy.simulation_summary_rows` (or, with `trace_id` first in
     `columns`, a row of `accuracy.simulation_list_rows`)."""
-    stored = dict(zip(columns, row, strict=True))
     summary = {}
-    for key, value in stored.items():
+    for column, value in zip(columns, row, strict=True):
+        key = _KEY_OF_COLUMN.get(column, column)
         summary[key] = value
         if key == "kernels_compared":
             summary["compared"] = value

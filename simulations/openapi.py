@@ -147,17 +147,22 @@ SIMULATION_NAME = OpenApiParameter(
     "name",
     OpenApiTypes.STR,
     OpenApiParameter.PATH,
-    description="The simulation's folder under <run>/simulations/: letters, digits, '.', '_', '-', at most 100.",
+    description=(
+        "The simulation's folder under <run>/simulations/: letters, digits, '.', '_', '-', at most "
+        "100; a folder's name by the path rule: not `.` or `..`, no Windows device name (CON, "
+        "nul.txt), no trailing dot."
+    ),
     examples=[OpenApiExample("accelsim-SM86_RTX3070", value="accelsim-SM86_RTX3070")],
 )
-WRITE_FORBIDDEN = error_response(
-    "The token's scope is read: uploading needs a write token.",
-    "this token's scope is read: uploading a simulation needs a write token "
-    "(manage.py create_token NAME --scope write)",
-)
 UPLOAD_NOT_READY = error_response(
-    "The trace is not ready (its state is said).",
-    "trace demo-arriving is uploading: a simulation is uploaded once its trace is ready",
+    "The trace is not ready (its state is said), or a finished upload (ready, failed, or being "
+    "read) holds the name: delete it first.",
+    "simulation accelsim-SM86_RTX3070 of trace demo exists; delete it or choose another name",
+)
+NOT_THE_OWNER = error_response(
+    "The token's scope is read, or the simulation is another user's (its owner is named): only "
+    "its owner or staff may replace, complete or delete it.",
+    "simulation accelsim-SM86_RTX3070 of trace demo belongs to alice: only its owner or staff may replace it",
 )
 BODY_TOO_LARGE = error_response(
     "The request body is larger than 1 MiB.", "the request body is 2097152 bytes, more than 1048576"
@@ -172,8 +177,12 @@ simulation_upload_schema = extend_schema(
         "length is signed), `simulation.json` last, then POST `.../complete`. A file of "
         "CASCADE_SIM_MULTIPART_BYTES (64 MiB) and up is an S3 multipart upload instead: PUT each "
         "part (`part_size` bytes, the last what remains) to its URL and keep each answer's ETag "
-        "for the completion. A folder that holds a simulation of that name is replaced: its "
-        "simulation.json and every file not named here are deleted now. Needs a write token."
+        "for the completion. The URLs point into the folder's `.staging/`: nothing in the folder "
+        "changes until `/complete`. The first upload to a name makes its token's user the "
+        "simulation's owner; another user's upload to it is a 403 naming the owner (staff may); "
+        "a name whose upload finished (ready, failed, or being read) is a 409 for anyone: DELETE "
+        "it first. The owner's own unfinished upload is replaced by the new one. Needs a write "
+        "token."
     ),
     request=SimulationUploadRequestSerializer,
     parameters=[
@@ -190,7 +199,7 @@ simulation_upload_schema = extend_schema(
             "simulation.json is missing: it is the folder's completion marker, uploaded last",
         ),
         401: UNAUTHORIZED,
-        403: WRITE_FORBIDDEN,
+        403: NOT_THE_OWNER,
         404: NO_SUCH_TRACE,
         409: UPLOAD_NOT_READY,
         413: BODY_TOO_LARGE,
@@ -203,7 +212,10 @@ simulation_complete_schema = extend_schema(
     summary="Complete a simulation's upload: read it at once",
     description=(
         "Completes the multipart uploads listed (none, or no `multipart`, when every file was one "
-        "PUT), registers the simulation's folder and has it read at once, in the background; "
+        "PUT; each `upload_id` the one `/upload` answered), checks that every file named at "
+        "`/upload` landed with its size, then moves them into the folder (the folder's files the "
+        "upload does not name are deleted, `simulation.json` moved last), registers the "
+        "simulation's folder and has it read at once, in the background; "
         "answers the simulation's state now (`uploading` until its read begins) and its URL: poll "
         "that until the state is `ready` or `failed`. Needs a write token."
     ),
@@ -222,10 +234,41 @@ simulation_complete_schema = extend_schema(
             "sim.log.xz: S3 refused to complete the upload: NoSuchUpload: The specified upload does not exist.",
         ),
         401: UNAUTHORIZED,
-        403: WRITE_FORBIDDEN,
+        403: NOT_THE_OWNER,
         404: NO_SUCH_TRACE,
         409: UPLOAD_NOT_READY,
         413: BODY_TOO_LARGE,
+        429: THROTTLED,
+    },
+)
+
+simulation_delete_schema = extend_schema(
+    operation_id="traces_simulations_destroy",
+    summary="Delete a simulation and its files",
+    description=(
+        "Deletes the simulation and every object of its folder in the bucket (its files, its "
+        "owner record, an upload's staged files; its unfinished multipart uploads aborted), so "
+        "that no later poll registers it again. Its owner's write token, or a staff user's. "
+        "Answers 204 with no body."
+    ),
+    parameters=[
+        TRACE_ID,
+        SIMULATION_NAME,
+        CHALLENGE,
+    ],
+    request=None,
+    responses={
+        204: None,
+        401: UNAUTHORIZED,
+        403: error_response(
+            "The token's scope is read, or the simulation is another user's (its owner is named).",
+            "simulation accelsim-SM86_RTX3070 of trace demo belongs to alice: only its owner or "
+            "staff may delete it",
+        ),
+        404: error_response(
+            "No trace has this id, or the trace no simulation of this name.",
+            "simulation nope of trace demo not found",
+        ),
         429: THROTTLED,
     },
 )

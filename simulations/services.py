@@ -219,6 +219,22 @@ def simulation_seen(simulation: Simulation, trace_seen_at) -> None:
     simulation.trace_seen_at = trace_seen_at
 
 
+def simulation_owner_set(simulation: Simulation, owner) -> None:
+    """Its owner (a user, or None) as the folder's owner record names it. Not a decision: its
+    state and `updated_at` stay."""
+    Simulation.objects.filter(pk=simulation.pk).update(owner=owner)
+    simulation.owner = owner
+
+
+def simulation_delete(simulation: Simulation) -> None:
+    """The simulation and its pairs gone in one transaction (its folder already emptied by
+    ingestion, its lock held by the caller)."""
+    with transaction.atomic():
+        # No model refers to a simulated kernel: Django deletes them in one statement.
+        SimulatedKernel.objects.filter(simulation=simulation).delete()
+        Simulation.objects.filter(pk=simulation.pk).delete()
+
+
 def count_attempt(simulation: Simulation) -> int:
     """One more try of the simulation's current files ended in an error of ours: how many now."""
     Simulation.objects.filter(pk=simulation.pk).update(parse_attempts=F("parse_attempts") + 1)

@@ -141,6 +141,14 @@ SIMULATION_SUMMARY = Shape(
         nested(
             "metrics", SIMULATION_METRICS, "Null until the simulation is ready.", null=True, column="metrics"
         ),
+        Field(
+            "owner",
+            STRING,
+            "The username whose write token first uploaded it (recorded beside its files, "
+            "cascade-owner.json); null for one put into the bucket directly.",
+            null=True,
+            column="owner__username",
+        ),
     ),
 )
 SIMULATION_LIST_ITEM = Shape(

@@ -1,15 +1,18 @@
 """The Simulations API: a trace's simulations, `GET /api/traces/{trace_id}/simulations[/{name}]`;
 every trace's, `GET /api/simulations[/accuracy]`; a simulation's upload with a `write` token,
-`POST /api/traces/{trace_id}/simulations/{name}/upload` and `.../complete`.
+`POST /api/traces/{trace_id}/simulations/{name}/upload` and `.../complete`, and its deletion,
+`DELETE /api/traces/{trace_id}/simulations/{name}` (its owner's or staff's).
 
 Each view is thin: the reads are in `accuracy`, the bytes in `encoders`, the upload's URLs and
 completion in `uploads` (answered by ingestion).
 """
 
+from contextlib import contextmanager
+
 from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException, NotFound, ParseError
+from rest_framework.exceptions import APIException, NotFound, ParseError, PermissionDenied
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
@@ -19,18 +22,19 @@ from simulations.models import Simulation
 from simulations.openapi import (
     accuracy_schema,
     simulation_complete_schema,
+    simulation_delete_schema,
     simulation_schema,
     simulation_upload_schema,
     simulations_schema,
     trace_simulations_schema,
 )
 from simulations.serializers import SimulationCompleteRequestSerializer, SimulationUploadRequestSerializer
-from simulations.signals import UploadRefused
-from simulations.uploads import simulation_upload, simulation_upload_complete
+from simulations.signals import SimulationExists, SimulationForbidden, SimulationMissing, UploadRefused
+from simulations.uploads import simulation_delete, simulation_upload, simulation_upload_complete
 from traces import audit, http
 from traces.models import AuditAction, Trace, TraceState
 from traces.params import shown
-from traces.permissions import CanUploadSimulations, CanViewTraces
+from traces.permissions import CanDeleteSimulations, CanUploadSimulations, CanViewTraces
 from traces.storable_text import is_storable
 from traces.views import (
     BROWSABLE_KERNELS_MAX,
@@ -51,6 +55,11 @@ class TraceSimulationsViewSet(OperatorDescribed, viewsets.ViewSet):
     permission_classes = [CanViewTraces]
     lookup_value_regex = TraceViewSet.lookup_value_regex
     lookup_url_kwarg = TraceViewSet.lookup_url_kwarg
+
+    def get_permissions(self):
+        if self.request is not None and self.request.method == "DELETE":
+            return [CanDeleteSimulations()]
+        return super().get_permissions()
 
     def existing_trace(self, trace_id: str) -> None:
         if not is_storable(trace_id) or not Trace.objects.filter(pk=trace_id).exists():
@@ -84,6 +93,17 @@ class TraceSimulationsViewSet(OperatorDescribed, viewsets.ViewSet):
         body = encoders.encode_simulation_detail(head, detail.kernels)
         stream = head["kernels_simulated"] > STREAM_KERNELS_ABOVE
         return http.unversioned_json_response(body, coding, stream=stream)
+
+    @simulation_delete_schema
+    @simulation.mapping.delete
+    def delete_simulation(self, request, trace_id=None, name=None):
+        self.existing_trace(trace_id)
+        if not is_storable(name):
+            raise NotFound(f"simulation {name} of trace {trace_id} not found")
+        with refusals():
+            simulation_delete(trace_id, name, user=request.user)
+        audit.record(AuditAction.DELETE, request=request, trace_id=trace_id, simulation=name)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class SimulationViewSet(OperatorDescribed, viewsets.ViewSet):
@@ -157,6 +177,28 @@ def first_error(errors, where: str = "") -> str:
     return f"{where}: {message}" if where else message
 
 
+class SimulationConflict(APIException):
+    """409: a finished upload holds the name."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "exists"
+
+
+@contextmanager
+def refusals():
+    """What ingestion refuses, as the API's errors: 404, 403 naming the owner, 409, else 400."""
+    try:
+        yield
+    except SimulationMissing as refused:
+        raise NotFound(str(refused)) from None
+    except SimulationForbidden as refused:
+        raise PermissionDenied(str(refused)) from None
+    except SimulationExists as refused:
+        raise SimulationConflict(str(refused)) from None
+    except UploadRefused as refused:
+        raise ParseError(str(refused)) from None
+
+
 class SimulationUploadViewSet(OperatorDescribed, viewsets.ViewSet):
     """A simulation uploaded by a script (`cascade simulate`), with a `write` token: where to PUT
     its files (presigned, into `<run>/simulations/<name>/`; no byte passes through Cascade),
@@ -192,10 +234,8 @@ class SimulationUploadViewSet(OperatorDescribed, viewsets.ViewSet):
     def upload(self, request, trace_id=None, name=None):
         self.ready_trace(trace_id)
         files = [dict(item) for item in validated(SimulationUploadRequestSerializer, request)["files"]]
-        try:
-            answer = simulation_upload(trace_id, name, files)
-        except UploadRefused as refused:
-            raise ParseError(str(refused)) from None
+        with refusals():
+            answer = simulation_upload(trace_id, name, files, user=request.user)
         listed = [{"name": item["name"], "size": item["size"]} for item in files]
         audit.record(
             AuditAction.UPLOAD, request=request, trace_id=trace_id, simulation=name, detail={"files": listed}
@@ -220,10 +260,8 @@ class SimulationUploadViewSet(OperatorDescribed, viewsets.ViewSet):
             }
             for item in body.get("multipart") or []
         ]
-        try:
-            answer = simulation_upload_complete(trace_id, name, multipart)
-        except UploadRefused as refused:
-            raise ParseError(str(refused)) from None
+        with refusals():
+            answer = simulation_upload_complete(trace_id, name, multipart, user=request.user)
         audit.record(
             AuditAction.COMPLETE,
             request=request,

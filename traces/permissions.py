@@ -1,5 +1,6 @@
 """Who may read traces through the API: a Bearer token's holder, or whom the admin lets see traces;
-who may upload a simulation: the holder of a `write` token.
+who may upload or delete a simulation: the holder of a `write` token (whose simulation it is,
+ingestion checks: the owner is recorded in the bucket).
 
 A token is issued by an operator (`create_token`) for a script, so holding one is the
 permission. A password login (the browsable API's form, or the admin's session) is anyone
@@ -33,6 +34,7 @@ class CanViewTraces(BasePermission):
 class CanUploadSimulations(BasePermission):
     """A `write` token. A read token is a 403 that says its scope and how to get a write one."""
 
+    doing = "uploading a simulation"
     message = (
         "uploading a simulation needs a write token (manage.py create_token NAME --scope write); "
         "a login cannot upload"
@@ -47,8 +49,16 @@ class CanUploadSimulations(BasePermission):
             return False
         if token.scope != TokenScope.WRITE:
             self.message = (
-                f"this token's scope is {token.scope}: uploading a simulation needs a write token "
+                f"this token's scope is {token.scope}: {self.doing} needs a write token "
                 "(manage.py create_token NAME --scope write)"
             )
             return False
         return True
+
+
+class CanDeleteSimulations(CanUploadSimulations):
+    doing = "deleting a simulation"
+    message = (
+        "deleting a simulation needs a write token (manage.py create_token NAME --scope write); "
+        "a login cannot delete"
+    )

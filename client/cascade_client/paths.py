@@ -47,3 +47,11 @@ def path_problem(path: str) -> str | None:
     if PurePosixPath(path).parts != tuple(parts) or windows.parts != tuple(parts):
         return "a path read differently on POSIX and Windows"
     return None
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` would not stay one plain folder (or file) name of its own: the path rule, as
+    one component (None: it would). A simulation's name is a folder in the bucket and on disk."""
+    if isinstance(name, str) and "/" in name:
+        return "a `/` (a folder separator)"
+    return path_problem(name)

@@ -45,8 +45,9 @@ from cascade_client.accel_sim import (
     run_simulator,
 )
 from cascade_client.errors import CascadeError
+from cascade_client.paths import name_problem
 
-SIM_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+SIM_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
 POLL_SECONDS = 900.0  # how long Cascade may take to read the log
 
 
@@ -94,6 +95,7 @@ def _post(client, path: str, body: dict) -> dict:
 def upload(client, trace_id: str, name: str, files: dict[str, Path]) -> dict:
     """The files into the trace's simulations/NAME/ through presigned PUTs, simulation.json last,
     then /complete. Returns /complete's answer."""
+    check_name(name)
     base = client._path(trace_id, "simulations", quote(name, safe=""))
     asked = {name: path.stat().st_size for name, path in files.items()}
     answer = _post(client, f"{base}/upload", {"files": [{"name": n, "size": s} for n, s in asked.items()]})
@@ -155,6 +157,16 @@ def wait_for(client, trace_id: str, name: str, *, timeout: float = POLL_SECONDS)
 # --- the command ----------------------------------------------------------------------------
 
 
+def check_name(name: str) -> None:
+    """The server's rule for a simulation's name, before any request: its characters, then the
+    path rule as one folder's name (no `.`, `..`, Windows device name, trailing dot)."""
+    if not SIM_NAME.fullmatch(name):
+        raise SimulateError(f"--name {name!r}: letters, digits, '.', '_' and '-', at most 100 characters")
+    problem = name_problem(name)
+    if problem is not None:
+        raise SimulateError(f"--name {name!r} is not a folder's name: {problem}")
+
+
 def default_name(config: str, select: str | None) -> str:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     what = "" if not select else "_" + re.sub(r"[^A-Za-z0-9._-]", "-", select)
@@ -179,8 +191,7 @@ def simulate(
     out = out or sys.stderr
     root = checked_root(root, config)
     name = name or default_name(config, select)
-    if not SIM_NAME.match(name):
-        raise SimulateError(f"--name {name!r}: letters, digits, '.', '_' and '-', at most 100 characters")
+    check_name(name)
     timing = Timing()
 
     started = time.monotonic()

@@ -14,7 +14,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
-from django.db.models import FloatField
+from django.db.models import F, FloatField
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 from django.http import HttpResponseRedirect
@@ -170,10 +170,17 @@ class SimulationAdmin(StorableLookups, SimulationColumns, FromTheBucket):
         "ended_column",
         "compared_column",
         "mape_column",
+        "owner_column",
     )
     list_display_links = None
-    list_filter = ("state", "simulator_build", "config", ("trace", admin.RelatedOnlyFieldListFilter))
-    search_fields = ("name", "trace__id")
+    list_filter = (
+        "state",
+        "simulator_build",
+        "config",
+        ("trace", admin.RelatedOnlyFieldListFilter),
+        ("owner", admin.RelatedOnlyFieldListFilter),
+    )
+    search_fields = ("name", "trace__id", "owner__username")
     ordering = ("-created_at", "name")
     actions = ("compare", "delete_selected")
     fieldsets = (
@@ -183,6 +190,7 @@ class SimulationAdmin(StorableLookups, SimulationColumns, FromTheBucket):
                 "fields": (
                     "name",
                     "trace_link",
+                    "owner",
                     "state_display",
                     "error",
                     "reason",
@@ -237,7 +245,15 @@ class SimulationAdmin(StorableLookups, SimulationColumns, FromTheBucket):
         "files_table",
     )
 
+    def get_queryset(self, request):
+        # The owner's name joined, not the user selected: the actions narrow rows with only().
+        return super().get_queryset(request).annotate(owner_name=F("owner__username"))
+
     # --- columns and fields -----------------------------------------------------------
+
+    @admin.display(description="owner", ordering="owner_name", empty_value="-")
+    def owner_column(self, obj: Simulation):
+        return obj.owner_name
 
     @admin.display(description="trace", ordering="trace")
     def trace_link(self, obj: Simulation):

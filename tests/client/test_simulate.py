@@ -318,13 +318,18 @@ def test_the_loop_brings_back_rows_equal_to_the_real_log_and_the_uploaded_times(
     assert "pairs: 8 compared of 8 simulated" in done.stdout
     assert f"MAPE {metrics['mape']:.2f} %" in done.stdout
     assert "worst kernels" in done.stdout
-    # The log in the bucket is what the simulator printed, byte for byte, uploaded in parts.
+    # The log in the bucket is what the simulator printed, byte for byte, uploaded in parts into
+    # the folder's staging area, moved into place by /complete: nothing staged is left behind.
     key = f"{PREFIX}gemm/simulations/standin-gemm/sim.log.xz"
     assert (
         lzma.decompress(live.bucket.get_object(Bucket=BUCKET, Key=key)["Body"].read())
         == live.logs["gemm"].read_bytes()
     )
-    assert live.bucket.head_object(Bucket=BUCKET, Key=key)["ETag"].endswith('-1"')  # a multipart upload's
+    folder = live.bucket.list_objects_v2(Bucket=BUCKET, Prefix=f"{PREFIX}gemm/simulations/standin-gemm/")
+    names = {item["Key"].rsplit("/", 1)[1] for item in folder["Contents"]}
+    assert "cascade-owner.json" in names and not any(
+        "/.staging/" in item["Key"] for item in folder["Contents"]
+    )
     # simulation.json as uploaded: the builds read from the log's own lines.
     marker = json.loads((live.tmp / "gemm/simulations/standin-gemm/simulation.json").read_text())
     text = live.logs["gemm"].read_text()
@@ -467,3 +472,17 @@ def test_a_list_an_older_pull_wrote_twice_over_is_fixed_before_the_simulator_sta
     assert listing.read_text().splitlines() == lines
     assert "dropped 4 line(s) of kernelslist.g repeated or after its last kernel" in out.getvalue()
     assert "cut MemcpyHtoD lines to 3 fields" in out.getvalue()
+
+
+@pytest.mark.parametrize("name", [".", "..", "CON", "nul.txt", "com1", "a.", "a/b", "ok\n", "x" * 101])
+def test_a_name_the_servers_rule_refuses_is_refused_before_any_request(name, tmp_path):
+    from cascade_client import simulate
+    from cascade_client.accel_sim import SimulateError
+
+    class NoRequests:
+        def __getattr__(self, attribute):
+            raise AssertionError(f"a request was about to be made ({attribute})")
+
+    (tmp_path / "simulation.json").write_text("{}")
+    with pytest.raises(SimulateError, match="--name"):
+        simulate.upload(NoRequests(), "demo", name, {"simulation.json": tmp_path / "simulation.json"})

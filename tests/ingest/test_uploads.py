@@ -156,7 +156,9 @@ def test_small_files_put_then_complete_read_the_real_log_at_once(ready_run, writ
         SimulatedKernel.objects.filter(simulation=sim).order_by("uid").values_list("sim_cycles", flat=True)
     )
     assert cycles == log_cycles(log) == [5534]
-    assert bucket_keys(s3) == ["gpgpusim.config", "sim.log", "simulation.json"]
+    # The files, and who uploaded them (ingest.owners), nothing staged left behind.
+    assert bucket_keys(s3) == ["cascade-owner.json", "gpgpusim.config", "sim.log", "simulation.json"]
+    assert detail["owner"] == "write-token"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -170,8 +172,9 @@ def test_a_large_log_goes_up_in_parts_completed_by_the_server(ready_run, writer,
     assert large["multipart"]["part_size"] == 5 * 1024**2
     assert [p["part_number"] for p in large["multipart"]["parts"]] == [1, 2]
     assert completed.status_code == 202, completed.content
-    head = s3.head_object(Bucket=TEST_BUCKET, Key=f"{PREFIX}{RUN}/simulations/accelsim-SM6_TITANX/sim.log")
-    assert head["ContentLength"] == len(log) and head["ETag"].endswith('-2"')
+    # Completed in the staging area, then copied into the folder whole.
+    moved = s3.get_object(Bucket=TEST_BUCKET, Key=f"{PREFIX}{RUN}/simulations/accelsim-SM6_TITANX/sim.log")
+    assert moved["Body"].read() == log
     detail = read_done(writer)
     assert detail["state"] == TraceState.READY, detail["error"]
     sim = Simulation.objects.get(trace_id=RUN)
@@ -189,19 +192,25 @@ def test_a_failed_run_is_failed_with_its_reason_at_once(ready_run, writer):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_new_upload_replaces_the_folder(ready_run, writer, s3):
+def test_a_ready_simulation_is_a_409_until_its_owner_deletes_it(ready_run, writer, s3):
     import lzma
 
     simulate_upload(writer, {"sim.log": ready_run, "gpgpusim.config": CONFIG, "simulation.json": MARKER})
     assert read_done(writer)["state"] == TraceState.READY
-    # Again, compressed and without a config: the old log, config and marker go at once.
+    # Again under the same name, compressed and without a config: refused, nothing touched.
     files = [{"name": "sim.log.xz", "size": 10}, {"name": "simulation.json", "size": len(MARKER)}]
-    assert post(writer, upload_path(), {"files": files}).status_code == 200
+    again = post(writer, upload_path(), {"files": files})
+    assert again.status_code == 409
+    assert again.json() == {
+        "detail": f"simulation accelsim-SM6_TITANX of trace {RUN} exists; delete it or choose another name"
+    }
+    assert bucket_keys(s3) == ["cascade-owner.json", "gpgpusim.config", "sim.log", "simulation.json"]
+    assert writer.delete(f"/api/traces/{RUN}/simulations/accelsim-SM6_TITANX").status_code == 204
     assert bucket_keys(s3) == []
     bodies = {"sim.log.xz": lzma.compress(ready_run), "simulation.json": MARKER}
     _, completed = simulate_upload(writer, bodies)
     assert completed.status_code == 202
-    assert bucket_keys(s3) == ["sim.log.xz", "simulation.json"]
+    assert bucket_keys(s3) == ["cascade-owner.json", "sim.log.xz", "simulation.json"]
     detail = read_done(writer)
     assert detail["state"] == TraceState.READY, detail["error"]
 

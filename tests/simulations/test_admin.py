@@ -322,6 +322,21 @@ def test_the_list_filters_by_state_build_config_and_trace(
         assert f"By {title}" in filters, filters
 
 
+def test_the_list_and_the_page_show_the_owner_and_the_list_filters_by_it(staff_client, two_builds):
+    from django.contrib.auth import get_user_model
+
+    a, b = two_builds
+    alice = get_user_model().objects.create(username="alice")
+    Simulation.objects.filter(pk=a.pk).update(owner=alice)
+    page = read(staff_client.get(SIMULATIONS))
+    owners = {row["Name"].text: row["Owner"].text for row in result_rows(page)}
+    assert owners == {"h100-build-a": "alice", "h100-build-b": "-"}
+    assert "By owner" in page.find(id="changelist-filter").text
+    only = read(staff_client.get(SIMULATIONS, {"owner__id__exact": alice.pk}))
+    assert [row["Name"].text for row in result_rows(only)] == ["h100-build-a"]
+    assert "alice" in staff_client.get(simulation_url(a)).content.decode()
+
+
 def test_the_list_sorts_by_mape(staff_client, two_builds):
     page = read(staff_client.get(SIMULATIONS, {"o": "8"}))
     assert [row["Name"].text for row in result_rows(page)] == ["h100-build-b", "h100-build-a"]
