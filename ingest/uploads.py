@@ -21,7 +21,6 @@ chooses). A read cut short leaves work that the next poll pass finishes.
 
 import logging
 
-from botocore.exceptions import ClientError
 from django.conf import settings
 from django.db import connections
 
@@ -46,7 +45,6 @@ ACCEPTED = (
     simulation_marker.MARKER_NAME,
 )
 CONFIG_MAX_BYTES = 1024**2
-MAX_PARTS = 10_000  # S3's limit on a multipart upload's parts
 
 
 def folder_key(trace_id: str, name: str) -> str:
@@ -94,16 +92,6 @@ def check_files(files: list[dict]) -> None:
             raise UploadRefused(f"{item['name']}: {item['size']} bytes, not between {least} and {largest}")
 
 
-def part_sizes(size: int) -> list[int]:
-    part = settings.CASCADE_SIM_PART_BYTES
-    sizes = [part] * (size // part) + ([size % part] if size % part else [])
-    if len(sizes) > MAX_PARTS:
-        raise UploadRefused(
-            f"{size} bytes is more than {MAX_PARTS} parts of {part} bytes (CASCADE_SIM_PART_BYTES)"
-        )
-    return sizes
-
-
 # --- POST /api/traces/{trace_id}/simulations/{name}/upload ------------------------------------
 
 
@@ -132,18 +120,9 @@ def upload_urls(
     answer = []
     for item in sorted(files, key=lambda item: item["name"] == simulation_marker.MARKER_NAME):
         key, size = base + item["name"], item["size"]
-        if size >= settings.CASCADE_SIM_MULTIPART_BYTES and item["name"] != simulation_marker.MARKER_NAME:
-            sizes = part_sizes(size)
-            upload_id = presigning.multipart_start(key)
-            urls = presigning.presigned_parts(key, upload_id, sizes, seconds)
-            parts = [{"part_number": number, "url": url} for number, url in enumerate(urls, 1)]
-            multipart = {"upload_id": upload_id, "part_size": settings.CASCADE_SIM_PART_BYTES, "parts": parts}
-            answer.append({"name": item["name"], "size": size, "multipart": multipart})
-        else:
-            url = presigning.presigned_put(key, size, seconds)
-            answer.append(
-                {"name": item["name"], "size": size, "url": url, "headers": {"Content-Length": str(size)}}
-            )
+        # simulation.json is small, and lands in one PUT: the folder's marker.
+        whole = item["name"] == simulation_marker.MARKER_NAME
+        answer.append(presigning.upload_target(key, item["name"], size, seconds, whole=whole))
     return answer
 
 
@@ -162,19 +141,7 @@ def complete(trace_id: str, name: str, multipart: list[dict]) -> Simulation:
             raise UploadRefused(
                 f"a simulation's folder accepts {', '.join(ACCEPTED)}, not {item['name'][:200]!r}"
             )
-        parts = sorted((part["part_number"], part["etag"]) for part in item["parts"])
-        if [number for number, _ in parts] != list(range(1, len(parts) + 1)):
-            raise UploadRefused(f"{item['name']}: the parts are numbered 1 to {len(parts)}, each once")
-        try:
-            presigning.multipart_complete(base + item["name"], item["upload_id"], parts)
-        except ClientError as error:
-            problem = error.response.get("Error", {})
-            code = problem.get("Code", "")
-            if code in ("NoSuchUpload", "InvalidPart", "InvalidPartOrder", "EntityTooSmall", "MalformedXML"):
-                raise UploadRefused(
-                    f"{item['name']}: S3 refused to complete the upload: {code}: {problem.get('Message', '')}"
-                ) from None
-            raise
+        presigning.multipart_finish(base + item["name"], item["name"], item["upload_id"], item["parts"])
     return register(trace_id, name)
 
 

@@ -9,7 +9,7 @@ completion in `uploads` (answered by ingestion).
 from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException, NotFound, ParseError
+from rest_framework.exceptions import NotFound, ParseError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
@@ -32,6 +32,7 @@ from traces.models import Trace, TraceState
 from traces.params import shown
 from traces.permissions import CanUploadSimulations, CanViewTraces
 from traces.storable_text import is_storable
+from traces.uploads import multipart_items, validated
 from traces.views import (
     BROWSABLE_KERNELS_MAX,
     STREAM_KERNELS_ABOVE,
@@ -119,43 +120,6 @@ class SimulationViewSet(OperatorDescribed, viewsets.ViewSet):
 
 # --- a simulation's upload: presigned PUTs, then its completion --------------------------------
 
-# A request body past this is a 413 before it is read: a dozen files, or a log's few hundred parts.
-UPLOAD_BODY_MAX = 1024**2
-
-
-class BodyTooLarge(APIException):
-    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
-    default_code = "too_large"
-
-
-def validated(serializer_class, request) -> dict:
-    """The body checked by its serializer; the first problem a 400 in the API's one-sentence
-    shape (`files[1].size: ...`), not DRF's field map."""
-    length = request.META.get("CONTENT_LENGTH") or ""
-    if length.isdigit() and int(length) > UPLOAD_BODY_MAX:
-        raise BodyTooLarge(f"the request body is {length} bytes, more than {UPLOAD_BODY_MAX}")
-    serializer = serializer_class(data=request.data)
-    if not serializer.is_valid():
-        raise ParseError(first_error(serializer.errors))
-    return serializer.validated_data
-
-
-def first_error(errors, where: str = "") -> str:
-    if isinstance(errors, dict):
-        key, value = next(iter(errors.items()))
-        if key == "non_field_errors":
-            place = where
-        elif isinstance(key, int) or str(key).isdigit():  # a list's item, as DRF keys them
-            place = f"{where}[{key}]"
-        else:
-            place = f"{where}.{key}" if where else key
-        return first_error(value, place)
-    if isinstance(errors, list) and errors and isinstance(errors[0], (dict, list)):
-        index, value = next((i, e) for i, e in enumerate(errors) if e)
-        return first_error(value, f"{where}[{index}]")
-    message = str(errors[0]) if isinstance(errors, list) else str(errors)
-    return f"{where}: {message}" if where else message
-
 
 class SimulationUploadViewSet(OperatorDescribed, viewsets.ViewSet):
     """A simulation uploaded by a script (`cascade simulate`), with a `write` token: where to PUT
@@ -208,14 +172,7 @@ class SimulationUploadViewSet(OperatorDescribed, viewsets.ViewSet):
     def complete(self, request, trace_id=None, name=None):
         self.ready_trace(trace_id)
         body = validated(SimulationCompleteRequestSerializer, request)
-        multipart = [
-            {
-                "name": item["name"],
-                "upload_id": item["upload_id"],
-                "parts": [dict(part) for part in item["parts"]],
-            }
-            for item in body.get("multipart") or []
-        ]
+        multipart = multipart_items(body)
         try:
             answer = simulation_upload_complete(trace_id, name, multipart)
         except UploadRefused as refused:

@@ -1,5 +1,5 @@
 """Who may read traces through the API: a Bearer token's holder, or whom the admin lets see traces;
-who may upload a simulation: the holder of a `write` token.
+who may upload a simulation or push a run: the holder of a `write` token.
 
 A token is issued by an operator (`create_token`) for a script, so holding one is the
 permission. A password login (the browsable API's form, or the admin's session) is anyone
@@ -33,6 +33,7 @@ class CanViewTraces(BasePermission):
 class CanUploadSimulations(BasePermission):
     """A `write` token. A read token is a 403 that says its scope and how to get a write one."""
 
+    doing = "uploading a simulation"
     message = (
         "uploading a simulation needs a write token (manage.py create_token NAME --scope write); "
         "a login cannot upload"
@@ -47,8 +48,18 @@ class CanUploadSimulations(BasePermission):
             return False
         if token.scope != TokenScope.WRITE:
             self.message = (
-                f"this token's scope is {token.scope}: uploading a simulation needs a write token "
+                f"this token's scope is {token.scope}: {self.doing} needs a write token "
                 "(manage.py create_token NAME --scope write)"
             )
             return False
         return True
+
+
+class CanPushTraces(CanUploadSimulations):
+    """A `write` token, as for a simulation: pushing a run (`cascade push`) is a script's job too.
+    Whose run it is, ingestion checks (the owner record in the bucket)."""
+
+    doing = "pushing a trace"
+    message = (
+        "pushing a trace needs a write token (manage.py create_token NAME --scope write); a login cannot push"
+    )

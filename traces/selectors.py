@@ -43,7 +43,12 @@ TRACE_PUBLISHED_COLUMNS = tuple(field.column for field in shapes.TRACE_PUBLISHED
 # must know (a file cut short, a killed run, a file left out), launches with their trace file.
 TRACE_ADDED_COLUMNS = tuple(field.column for field in shapes.TRACE_ADDED)
 TRACE_SUMMARY_COLUMNS = shapes.TRACE_SUMMARY.columns()
-TRACE_DETAIL_COLUMNS = (*TRACE_SUMMARY_COLUMNS, shapes.TRACE_DETAIL.field("metadata").column)
+# Then metadata.json as stored, and the owner's username (a join: the detail's one query).
+TRACE_DETAIL_COLUMNS = (
+    *TRACE_SUMMARY_COLUMNS,
+    shapes.TRACE_DETAIL.field("metadata").column,
+    "owner__username",
+)
 
 # Rows per round trip of the kernels' server-side cursor.
 KERNEL_FETCH_ROWS = 2000
@@ -281,7 +286,8 @@ def _summaries(first: tuple, rows: Iterator[tuple]) -> Iterator[tuple]:
 
 
 def trace_detail_row(trace_id: str) -> tuple | None:
-    """The trace's TRACE_DETAIL_COLUMNS (metadata.json as stored text last), or None: one query."""
+    """The trace's TRACE_DETAIL_COLUMNS (metadata.json as stored text, then the owner's
+    username, last), or None: one query."""
     return Trace.objects.filter(pk=trace_id).values_list(*TRACE_DETAIL_COLUMNS).first()
 
 
