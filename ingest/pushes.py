@@ -163,8 +163,8 @@ def push_complete(
     check_run_id(trace_id)
     check_files(files)
     storage.require_bucket()
+    check_not_parsed(trace_id)  # whoever asks: nothing is left to complete
     owner_allowed(trace_id, username, staff, claim=False)
-    check_not_parsed(trace_id)
     base = bucket.run_prefix(trace_id)
     sizes = {item["name"]: item["size"] for item in files}
     if len({item["name"] for item in multipart}) != len(multipart):

@@ -23,8 +23,6 @@ from traces.selectors import WAITING_FOR_METADATA
 # those added after the reference's (after the detail's `kernels`), and where its timestamps are.
 SUMMARY_KEYS = shapes.TRACE_SUMMARY.keys
 ADDED_KEYS = tuple(field.name for field in shapes.TRACE_ADDED)
-# The detail's keys after `kernels`: those added to the summary, then the detail's own since.
-DETAIL_TAIL_KEYS = shapes.TRACE_DETAIL.keys[shapes.TRACE_DETAIL.index("kernels") + 1 :]
 _TIMESTAMPS = frozenset(
     index for index, field in enumerate(shapes.TRACE_SUMMARY.fields) if field.kind == shapes.DATETIME
 )
@@ -121,8 +119,8 @@ def trace_detail_head(row: tuple, *, raw_metadata: bool = True) -> dict:
     `metadata` is the stored JSON text wrapped as an orjson Fragment (embedded as is, in
     metadata.json's key order), or parsed when `raw_metadata` is false (the browsable API).
     """
-    head = trace_row_to_dict(row[:-2])
-    metadata_json, owner = row[-2:]
+    head = trace_row_to_dict(row[:-1])
+    metadata_json = row[-1]
     with_added_values(head, row[_STATE], row[_WAITING_FOR], metadata_json is not None)
     added = {name: head.pop(name) for name in ADDED_KEYS}
     if metadata_json is None:
@@ -131,15 +129,14 @@ def trace_detail_head(row: tuple, *, raw_metadata: bool = True) -> dict:
         head["metadata"] = orjson.Fragment(metadata_json) if raw_metadata else json.loads(metadata_json)
     # After the reference's keys (its `kernels` last but these): `detail_head_and_tail` splits them.
     head.update(added)
-    head["owner"] = owner
     return head
 
 
 def detail_head_and_tail(head: dict) -> tuple[dict, dict]:
     """A `trace_detail_head` as the keys before `kernels` and those after it."""
     return (
-        {name: value for name, value in head.items() if name not in DETAIL_TAIL_KEYS},
-        {name: head[name] for name in DETAIL_TAIL_KEYS if name in head},
+        {name: value for name, value in head.items() if name not in ADDED_KEYS},
+        {name: head[name] for name in ADDED_KEYS if name in head},
     )
 
 

@@ -179,6 +179,13 @@ TRACE_ADDED = (
         INT64,
         "Launches whose instruction trace file the run holds (named by a kernel list, and there).",
     ),
+    stored(
+        "owner",
+        STRING,
+        "Who pushed the run through the API (`cascade push`), by username; null for a run put "
+        "into the bucket directly.",
+        null=True,
+    ),
 )
 TRACE_SUMMARY = Shape(
     "TraceSummary",
@@ -228,13 +235,6 @@ TRACE_DETAIL = Shape(
         Field("metadata", OBJECT, "metadata.json, in its own key order.", null=True, column="metadata_json"),
         many("kernels", KERNEL),
         *TRACE_ADDED,
-        Field(
-            "owner",
-            STRING,
-            "Who pushed the run through the API (`cascade push`), by username; null for a run put "
-            "into the bucket directly.",
-            null=True,
-        ),
     ),
 )
 

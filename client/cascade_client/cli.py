@@ -70,18 +70,7 @@ def parser() -> argparse.ArgumentParser:
     simulate.add_argument("--timeout", type=float, metavar="S", help="kill the simulator after S seconds")
     simulate.add_argument("--force", action="store_true", help="simulate despite a SASS or file mismatch")
 
-    push = commands.add_parser(
-        "push",
-        help="upload a tracer's run folder to Cascade (a write token; no bucket credentials)",
-        description="Upload RUN_DIR (metadata.json last) through presigned URLs, resumable: run it "
-        "again after an interruption and only what is missing is sent. The first push to an id "
-        "makes it yours; only you or staff may push to it again, and a ready trace is never replaced.",
-    )
-    push.add_argument("run_dir", metavar="RUN_DIR")
-    push.add_argument(
-        "--id", dest="trace_id", metavar="RUN_ID", help="the trace's id (default: the folder's name)"
-    )
-    push.add_argument("--wait", action="store_true", help="wait until Cascade has ingested it")
+    add_push(commands)
 
     pull = commands.add_parser(
         "pull",
@@ -107,6 +96,21 @@ def parser() -> argparse.ArgumentParser:
         help="pull although the kernel list names trace files the run lacks",
     )
     return top
+
+
+def add_push(commands) -> None:
+    push = commands.add_parser(
+        "push",
+        help="upload a tracer's run folder to Cascade (a write token; no bucket credentials)",
+        description="Upload RUN_DIR (metadata.json last) through presigned URLs, resumable: run it "
+        "again after an interruption and only what is missing is sent. The first push to an id "
+        "makes it yours; only you or staff may push to it again, and a ready trace is never replaced.",
+    )
+    push.add_argument("run_dir", metavar="RUN_DIR")
+    push.add_argument(
+        "--id", dest="trace_id", metavar="RUN_ID", help="the trace's id (default: the folder's name)"
+    )
+    push.add_argument("--wait", action="store_true", help="wait until Cascade has ingested it")
 
 
 def main(argv: list[str] | None = None) -> int:

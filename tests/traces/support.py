@@ -371,7 +371,7 @@ REFERENCE_KEYS = [
 RELEASED_ADDED_KEYS = ["waiting_for", "warnings", "traced_launches"]
 ADDED_KEYS = [field.name for field in shapes.TRACE_ADDED]
 SUMMARY_KEYS = [*REFERENCE_KEYS, *ADDED_KEYS]
-DETAIL_KEYS = [*REFERENCE_KEYS, "metadata", "kernels", *ADDED_KEYS, "owner"]
+DETAIL_KEYS = [*REFERENCE_KEYS, "metadata", "kernels", *ADDED_KEYS]
 KERNEL_KEYS = [
     "ctx",
     "kernel_id",

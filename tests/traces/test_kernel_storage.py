@@ -60,9 +60,9 @@ def expected_detail(old_apps, trace_id: str) -> bytes:
     OldTrace = old_apps.get_model("traces", "Trace")
     old_columns = {field.name for field in OldTrace._meta.get_fields()}
     added = {
-        name: Trace._meta.get_field(name.partition("__")[0]).get_default()
+        name: Trace._meta.get_field(name).get_default()
         for name in selectors.TRACE_DETAIL_COLUMNS
-        if name.partition("__")[0] not in old_columns
+        if name not in old_columns
     }
     columns = [name for name in selectors.TRACE_DETAIL_COLUMNS if name not in added]
     values = dict(zip(columns, OldTrace.objects.filter(pk=trace_id).values_list(*columns).get(), strict=True))
