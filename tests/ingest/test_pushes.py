@@ -9,9 +9,9 @@ import httpx
 import pytest
 from django.contrib.auth import get_user_model
 
-from ingest import bucket, owners
+from ingest import bucket, owners, passes
 from tests.helpers import PREFIX, TEST_BUCKET, bearer, token_client
-from traces.models import ApiToken
+from traces.models import ApiToken, Trace
 
 STATS = b"kernel_name,kernel_id\n"  # bytes are bytes here: no pass reads them
 METADATA = b'{"status": "ok"}'
@@ -39,7 +39,9 @@ def put(target: dict, body: bytes) -> None:
 
 
 @pytest.mark.django_db
-def test_a_push_signs_every_file_but_metadata_json_which_complete_signs_once_the_rest_landed(s3):
+def test_a_push_signs_every_file_but_metadata_json_which_complete_signs_once_the_rest_landed(
+    s3, admin_client
+):
     alice = client_of("alice")
     answer = post(alice, "/api/traces/run-1/upload", {"files": RUN_FILES})
     assert answer.status_code == 200, answer.json()
@@ -58,6 +60,12 @@ def test_a_push_signs_every_file_but_metadata_json_which_complete_signs_once_the
     put(done.json()["metadata"], METADATA)
     assert s3.get_object(Bucket=TEST_BUCKET, Key=f"{PREFIX}run-1/metadata.json")["Body"].read() == METADATA
     assert owners.read_owner(bucket.run_prefix("run-1")) == "alice"
+    # The pass that reads it sets its owner from the record, whatever the parse makes of it
+    # (these stats are no real ones); the admin shows who.
+    passes.poll_bucket()
+    assert Trace.objects.get(pk="run-1").owner.username == "alice"
+    page = admin_client.get("/admin/traces/trace/run-1/change/")
+    assert page.status_code == 200 and b"alice" in page.content
 
 
 @pytest.mark.django_db
