@@ -17,6 +17,9 @@ The answers share their shape, and their signing, with a simulation's (`presigni
 - `metadata.json` last: ingestion starts when it lands, so `/upload` signs no URL for it;
   `/complete` signs it only once every other file named has landed with its size.
 - A ready trace (or one being parsed) is never pushed over: a 409.
+
+Why metadata.json is signed last rather than staged, and why the owner is a record in the
+bucket: docs/decisions/0012-a-push-signs-metadata-json-last.md.
 """
 
 import logging
