@@ -131,12 +131,20 @@ class State:
         self.data["multipart"] = {}
 
     def save(self) -> None:
+        """Written whole or not at all; a folder that cannot take it (read-only) is pushed all
+        the same, only not resumably."""
         scratch = self.path.with_name(STATE + ".tmp")
-        scratch.write_text(json.dumps(self.data))
-        os.replace(scratch, self.path)
+        try:
+            scratch.write_text(json.dumps(self.data))
+            os.replace(scratch, self.path)
+        except OSError:
+            pass
 
     def remove(self) -> None:
-        self.path.unlink(missing_ok=True)
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def push(
