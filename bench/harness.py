@@ -315,6 +315,7 @@ def _json_sql(value) -> str:
 _ANSWERED_OTHERWISE = {
     "metadata": 't."metadata_json"::json',
     "waiting_for": "CASE WHEN t.state = 'uploading' AND t.metadata_json IS NULL THEN 'metadata.json' END",
+    "owner": "(SELECT u.username FROM auth_user u WHERE u.id = t.owner_id)",
 }
 
 

@@ -376,6 +376,29 @@ def put_object(key: str, body: bytes) -> None:
     client().put_object(Bucket=bucket_name(), Key=key, Body=body)
 
 
+def put_object_if_absent(key: str, body: bytes) -> bool:
+    """PUT `key` only if no object has that key (S3's conditional write, `If-None-Match: *`):
+    whether this PUT made it. Of two at once, S3 lets exactly one through (412 to the other)."""
+    s3 = client()
+    try:
+        s3.put_object(Bucket=bucket_name(), Key=key, Body=body, IfNoneMatch="*")
+    except s3.exceptions.ClientError as error:
+        if error.response.get("Error", {}).get("Code") in (
+            "PreconditionFailed",
+            "412",
+            "ConditionalRequestConflict",
+        ):
+            return False
+        raise
+    return True
+
+
+def holds_objects(key_prefix: str) -> bool:
+    """Whether any object's key starts with `key_prefix` (one listing request of one key)."""
+    page = client().list_objects_v2(Bucket=bucket_name(), Prefix=key_prefix, MaxKeys=1)
+    return bool(page.get("Contents"))
+
+
 def upload_file(path: Path, key: str) -> None:
     client().upload_file(str(path), bucket_name(), key)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from ingest import bucket, failures
+from ingest import bucket, failures, owners
 from ingest.bucket import S3Object
 from ingest.failures import TraceInputError
 from ingest.listing import fingerprint, inventory
@@ -59,7 +59,7 @@ def decide(
     current = fingerprint(objects)
     # Files whose path would leave a client's folder: in no listing, never read (listing.inventory).
     warnings = [left_out(obj.name, why) for obj in objects if (why := path_problem(obj.name))]
-    objects = [obj for obj in objects if path_problem(obj.name) is None]
+    objects = [obj for obj in with_owner_read(trace, objects) if path_problem(obj.name) is None]
     by_name = {obj.name: obj for obj in objects}
     if METADATA_NAME not in by_name:
         nested = next(name for name in by_name if name.endswith("/" + METADATA_NAME))
@@ -131,6 +131,20 @@ def decide(
     except TraceInputError as problem:
         fail(trace, str(problem), current, run=run, parsed=True, warnings=warnings)
     # Input the parser let through but the database refuses, and anything else: ingest.failures.
+
+
+def with_owner_read(trace: Trace, objects: list[S3Object]) -> list[S3Object]:
+    """The trace's owner set from the run's owner record (a pushed run's: ingest.owners) where
+    the trace has none yet; the objects without the record, which is Cascade's, not the run's
+    (never read as a run's file, nor counted in its bytes; the fingerprint keeps it)."""
+    record = next((obj for obj in objects if obj.name == owners.OWNER_NAME), None)
+    if record is None:
+        return objects
+    if trace.owner_id is None:
+        owner = owners.owner_named(owners.read_owner(bucket.run_prefix(trace.id)))
+        if owner is not None:
+            services.trace_set_owner(trace, owner)
+    return [obj for obj in objects if obj is not record]
 
 
 def fail(

@@ -15,6 +15,7 @@ import json
 
 from ingest import bucket, presigning
 from ingest.metadata import METADATA_NAME, MetadataError, listed_files, listed_keys
+from ingest.owners import OWNER_NAME
 from ingest.paths import path_problem
 
 
@@ -24,8 +25,9 @@ def run_downloads(*, trace_id: str, files: list[dict], metadata_json: str | None
     the files metadata.json lists and metadata.json itself (a client rebuilds the folder
     Accel-Sim runs, and the list says what the upload is complete with), or every file of the
     listing for a run without a list (or whose list cannot be read), in path order. Never the
-    run's `simulations/` folder; a trace still uploading answers with the listed files that have
-    landed. A key whose path fails `path_problem` is left out of `files` and named in `refused`.
+    run's `simulations/` folder nor its owner record (Cascade's: ingest.owners); a trace still
+    uploading answers with the listed files that have landed. A key whose path fails
+    `path_problem` is left out of `files` and named in `refused`.
 
     Each URL is signed with the listed ETag as `If-Match`: S3 answers only a GET that sends it
     (the header is signed), and answers 412 once the object is replaced, before any byte."""
@@ -35,6 +37,7 @@ def run_downloads(*, trace_id: str, files: list[dict], metadata_json: str | None
         for item in files
         if item["key"].startswith(run_prefix)
         and not item["key"][len(run_prefix) :].startswith(bucket.SIMULATIONS_FOLDER)
+        and item["key"][len(run_prefix) :] != OWNER_NAME  # Cascade's record, not the run's
     ]
     listed = _listed(metadata_json)
     if listed:

@@ -33,6 +33,12 @@ def record_owner(folder: str, username: str) -> None:
     bucket.put_object(owner_key(folder), owner_record(username))
 
 
+def claim_owner(folder: str, username: str) -> bool:
+    """Write `folder`'s owner record unless one is there: whether this call wrote it. Two
+    claims at once: one wins (a conditional PUT, `bucket.put_object_if_absent`)."""
+    return bucket.put_object_if_absent(owner_key(folder), owner_record(username))
+
+
 def read_owner(folder: str) -> str | None:
     """The username `folder`'s owner record names; None where there is none or it is unreadable
     (logged: an owner record is Cascade's own file, so a bad one is an operator's matter)."""

@@ -10,14 +10,24 @@ storage's client config says so): AWS no longer accepts version 2 in most region
 
 GETs are django-storages' `url()`; PUTs, parts and the multipart requests are the storage's
 boto3 client's, django-storages having no call for them.
+
+What an upload through the API answers for each file (`upload_target`: a PUT, or a multipart
+upload's parts) and how its multipart uploads are completed (`multipart_finish`) are one here
+for a simulation's upload (ingest.uploads) and a run's push (ingest.pushes).
 """
 
 from collections.abc import Iterable
 
+from botocore.exceptions import ClientError
 from django.conf import settings
 from storages.utils import clean_name
 
 from ingest.storage import TraceStorage, client, traces
+from traces.signals import UploadRefused
+
+MAX_PARTS = 10_000  # S3's limit on a multipart upload's parts
+# What S3 says of a completion the client got wrong: a 400 naming it, never a 500.
+CLIENT_PART_ERRORS = ("NoSuchUpload", "InvalidPart", "InvalidPartOrder", "EntityTooSmall", "MalformedXML")
 
 
 def signing(*, public: bool = True) -> TraceStorage:
@@ -100,6 +110,66 @@ def multipart_abort_under(key_prefix: str) -> list[str]:
             s3.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
             aborted.append(upload["Key"])
     return aborted
+
+
+def part_sizes(size: int) -> list[int]:
+    part = settings.CASCADE_SIM_PART_BYTES
+    sizes = [part] * (size // part) + ([size % part] if size % part else [])
+    if len(sizes) > MAX_PARTS:
+        raise UploadRefused(
+            f"{size} bytes is more than {MAX_PARTS} parts of {part} bytes (CASCADE_SIM_PART_BYTES)"
+        )
+    return sizes
+
+
+def upload_target(
+    key: str, name: str, size: int, seconds: int, *, upload_id: str | None = None, whole: bool = False
+) -> dict:
+    """One file of an upload through the API, as its answer gives it: a presigned PUT of exactly
+    its size (`url`, `headers`), or from CASCADE_SIM_MULTIPART_BYTES up a multipart upload
+    (`multipart`: its id, the part size, a presigned PUT per part). `upload_id`: a multipart
+    upload of this key already started, continued (its parts already PUT are not asked again)."""
+    if upload_id is None and (whole or size < settings.CASCADE_SIM_MULTIPART_BYTES):
+        url = presigned_put(key, size, seconds)
+        return {"name": name, "size": size, "url": url, "headers": {"Content-Length": str(size)}}
+    sizes = part_sizes(size)
+    if upload_id is None:
+        upload_id = multipart_start(key)
+    elif not multipart_exists(key, upload_id):
+        raise UploadRefused(f"{name}: no multipart upload {upload_id[:200]!r} is in progress for it")
+    urls = presigned_parts(key, upload_id, sizes, seconds)
+    parts = [{"part_number": number, "url": url} for number, url in enumerate(urls, 1)]
+    multipart = {"upload_id": upload_id, "part_size": settings.CASCADE_SIM_PART_BYTES, "parts": parts}
+    return {"name": name, "size": size, "multipart": multipart}
+
+
+def multipart_finish(key: str, name: str, upload_id: str, parts: list[dict]) -> None:
+    """Complete the multipart upload of `key` from the client's parts (`{"part_number", "etag"}`,
+    numbered 1 to n, each once); what S3 refuses in them is an UploadRefused naming the file."""
+    numbered = sorted((part["part_number"], part["etag"]) for part in parts)
+    if [number for number, _ in numbered] != list(range(1, len(numbered) + 1)):
+        raise UploadRefused(f"{name}: the parts are numbered 1 to {len(numbered)}, each once")
+    try:
+        multipart_complete(key, upload_id, numbered)
+    except ClientError as error:
+        problem = error.response.get("Error", {})
+        code = problem.get("Code", "")
+        if code in CLIENT_PART_ERRORS:
+            raise UploadRefused(
+                f"{name}: S3 refused to complete the upload: {code}: {problem.get('Message', '')}"
+            ) from None
+        raise
+
+
+def multipart_exists(key: str, upload_id: str) -> bool:
+    """Whether `upload_id` is a multipart upload of `key` still in progress (one ListParts)."""
+    try:
+        client().list_parts(Bucket=_bucket(), Key=key, UploadId=upload_id, MaxParts=1)
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in ("NoSuchUpload", "404", "InvalidArgument"):
+            return False
+        raise
+    return True
 
 
 def _signer():

@@ -34,7 +34,6 @@ chooses). A read cut short leaves work that the next poll pass finishes.
 import json
 import logging
 
-from botocore.exceptions import ClientError
 from django.conf import settings
 from django.db import connections
 
@@ -61,7 +60,6 @@ ACCEPTED = (
     simulation_marker.MARKER_NAME,
 )
 CONFIG_MAX_BYTES = 1024**2
-MAX_PARTS = 10_000  # S3's limit on a multipart upload's parts
 # The upload under way, in `.staging/`: who, which files of which sizes, which multipart ids.
 MANIFEST_NAME = "upload.json"
 MAX_MANIFEST_BYTES = 64 * 1024
@@ -142,23 +140,6 @@ def check_files(files: list[dict]) -> None:
             raise UploadRefused(f"{item['name']}: {item['size']} bytes, not between {least} and {largest}")
 
 
-def part_sizes(size: int) -> list[int]:
-    part = settings.CASCADE_SIM_PART_BYTES
-    sizes = [part] * (size // part) + ([size % part] if size % part else [])
-    if len(sizes) > MAX_PARTS:
-        raise UploadRefused(
-            f"{size} bytes is more than {MAX_PARTS} parts of {part} bytes (CASCADE_SIM_PART_BYTES)"
-        )
-    return sizes
-
-
-def multipart_sized(item: dict) -> bool:
-    """Whether a file goes up as a multipart upload (a log or config that large)."""
-    return (
-        item["size"] >= settings.CASCADE_SIM_MULTIPART_BYTES and item["name"] != simulation_marker.MARKER_NAME
-    )
-
-
 # --- POST /api/traces/{trace_id}/simulations/{name}/upload ------------------------------------
 
 
@@ -179,8 +160,11 @@ def upload_urls(
     check_name(name)
     check_files(files)
     for item in files:  # every refusal before the name is claimed
-        if multipart_sized(item):
-            part_sizes(item["size"])
+        if (
+            item["size"] >= settings.CASCADE_SIM_MULTIPART_BYTES
+            and item["name"] != simulation_marker.MARKER_NAME
+        ):
+            presigning.part_sizes(item["size"])
     storage.require_bucket()
     base = folder_key(trace_id, name)
     present, _ = folder_now(base)
@@ -200,19 +184,12 @@ def upload_urls(
     for item in sorted(files, key=lambda item: item["name"] == simulation_marker.MARKER_NAME):
         key, size = staging + item["name"], item["size"]
         manifest["files"].append({"name": item["name"], "size": size})
-        if multipart_sized(item):
-            sizes = part_sizes(size)
-            upload_id = presigning.multipart_start(key)
-            manifest["multipart"][item["name"]] = upload_id
-            urls = presigning.presigned_parts(key, upload_id, sizes, seconds)
-            parts = [{"part_number": number, "url": url} for number, url in enumerate(urls, 1)]
-            multipart = {"upload_id": upload_id, "part_size": settings.CASCADE_SIM_PART_BYTES, "parts": parts}
-            answer.append({"name": item["name"], "size": size, "multipart": multipart})
-        else:
-            url = presigning.presigned_put(key, size, seconds)
-            answer.append(
-                {"name": item["name"], "size": size, "url": url, "headers": {"Content-Length": str(size)}}
-            )
+        # simulation.json is small, and lands in one PUT: the folder's marker.
+        whole = item["name"] == simulation_marker.MARKER_NAME
+        target = presigning.upload_target(key, item["name"], size, seconds, whole=whole)
+        if "multipart" in target:
+            manifest["multipart"][item["name"]] = target["multipart"]["upload_id"]
+        answer.append(target)
     bucket.put_object(staging + MANIFEST_NAME, json.dumps(manifest).encode())
     return answer
 
@@ -246,23 +223,11 @@ def complete(
             raise UploadRefused(
                 f"a simulation's folder accepts {', '.join(ACCEPTED)}, not {item['name'][:200]!r}"
             )
-        parts = sorted((part["part_number"], part["etag"]) for part in item["parts"])
-        if [number for number, _ in parts] != list(range(1, len(parts) + 1)):
-            raise UploadRefused(f"{item['name']}: the parts are numbered 1 to {len(parts)}, each once")
         if manifest["multipart"].get(item["name"]) != item["upload_id"]:
             raise UploadRefused(
                 f"{item['name']}: {item['upload_id'][:100]!r} is not the upload_id /upload answered for it"
             )
-        try:
-            presigning.multipart_complete(staging + item["name"], item["upload_id"], parts)
-        except ClientError as error:
-            problem = error.response.get("Error", {})
-            code = problem.get("Code", "")
-            if code in ("NoSuchUpload", "InvalidPart", "InvalidPartOrder", "EntityTooSmall", "MalformedXML"):
-                raise UploadRefused(
-                    f"{item['name']}: S3 refused to complete the upload: {code}: {problem.get('Message', '')}"
-                ) from None
-            raise
+        presigning.multipart_finish(staging + item["name"], item["name"], item["upload_id"], item["parts"])
     present, staged = folder_now(base)
     if simulation_marker.MARKER_NAME in present:
         raise exists(trace_id, name)  # another completion finished first

@@ -7,8 +7,12 @@ from rest_framework import serializers
 
 from simulations import shapes
 from simulations.api_examples import SIMULATION_DETAIL_EXAMPLES
-from simulations.models import SIMULATION_NAME_MAX
-from traces.serializers import documented, serializer_for
+from traces.serializers import (
+    MultipartRequestSerializer,
+    UploadFileRequestSerializer,
+    documented,
+    serializer_for,
+)
 
 SimulationSummarySerializer = serializer_for(shapes.SIMULATION_SUMMARY)
 SimulationListItemSerializer = serializer_for(shapes.SIMULATION_LIST_ITEM)
@@ -16,25 +20,11 @@ SimulationDetailSerializer = documented(shapes.SIMULATION_DETAIL, SIMULATION_DET
 SimulationAccuracySerializer = serializer_for(shapes.SIMULATION_ACCURACY)
 
 
-# --- A simulation's upload: the requests (validated with these), then the answers (declared) ----
+# --- A simulation's upload: the requests (validated with these; a file's and a multipart upload's
+# are traces.serializers', shared with a pushed run's), then the answers (declared) ----------------
 
 # A folder accepts six file names (ingest/uploads.py says which), each once.
 UPLOAD_FILES_MAX = 8
-# S3's limit on a multipart upload's parts.
-UPLOAD_PARTS_MAX = 10_000
-SIZE_MAX = 2**63 - 1
-
-
-class UploadFileRequestSerializer(serializers.Serializer):
-    name = serializers.CharField(
-        max_length=SIMULATION_NAME_MAX,
-        trim_whitespace=False,
-        help_text="sim.log, sim.log.gz or sim.log.xz (one), gpgpusim.config, trace.config, simulation.json.",
-    )
-    size = serializers.IntegerField(min_value=0, max_value=SIZE_MAX, help_text="Bytes.")
-
-    class Meta:
-        ref_name = "SimulationUploadFileRequest"
 
 
 class SimulationUploadRequestSerializer(serializers.Serializer):
@@ -44,25 +34,6 @@ class SimulationUploadRequestSerializer(serializers.Serializer):
 
     class Meta:
         ref_name = "SimulationUploadRequest"
-
-
-class UploadPartRequestSerializer(serializers.Serializer):
-    part_number = serializers.IntegerField(min_value=1, max_value=UPLOAD_PARTS_MAX)
-    etag = serializers.CharField(
-        max_length=200, trim_whitespace=False, help_text="The part's PUT's ETag, quotes included."
-    )
-
-    class Meta:
-        ref_name = "SimulationUploadPartRequest"
-
-
-class MultipartRequestSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=SIMULATION_NAME_MAX, trim_whitespace=False)
-    upload_id = serializers.CharField(max_length=1024, trim_whitespace=False)
-    parts = UploadPartRequestSerializer(many=True, min_length=1, max_length=UPLOAD_PARTS_MAX)
-
-    class Meta:
-        ref_name = "SimulationMultipartRequest"
 
 
 class SimulationCompleteRequestSerializer(serializers.Serializer):

@@ -8,10 +8,12 @@ from traces.shapes import (
     EXPIRES_AT,
     INT64,
     INTEGER,
+    MULTIPART_UPLOAD,
     NUMBER,
-    OBJECT,
     STATES,
     STRING,
+    UPLOAD_PART,
+    UPLOAD_TARGET,
     Field,
     Shape,
     many,
@@ -249,37 +251,11 @@ SIMULATION_ACCURACY = Shape(
 
 
 # --- a simulation's upload: the answers (the dicts are ingest.uploads'; the requests are
-# simulations.serializers' own, which validate them) --------------------------------------------------
+# simulations.serializers' own, which validate them); each file's is traces.shapes' UPLOAD_TARGET,
+# as a pushed run's --------------------------------------------------------------------------------
 
-UPLOAD_PART = Shape(
-    "SimulationUploadPart",
-    "",
-    (
-        Field("part_number", INTEGER),
-        Field("url", STRING, "A presigned UploadPart PUT of exactly this part's bytes."),
-    ),
-)
-MULTIPART_UPLOAD = Shape(
-    "SimulationMultipartUpload",
-    "",
-    (
-        Field("upload_id", STRING),
-        Field("part_size", INTEGER, "Every part's bytes but the last (CASCADE_SIM_PART_BYTES)."),
-        many("parts", UPLOAD_PART),
-    ),
-)
-UPLOAD_TARGET = Shape(
-    "SimulationUploadTarget",
-    "One file: a presigned PUT (`url`, `headers`), or, at CASCADE_SIM_MULTIPART_BYTES and up, "
-    "a multipart upload (`multipart`).",
-    (
-        Field("name", STRING),
-        Field("size", INTEGER),
-        Field("url", STRING, "A presigned PUT, with `headers`.", optional=True),
-        Field("headers", OBJECT, "Send exactly these with the PUT.", items=STRING, optional=True),
-        nested("multipart", MULTIPART_UPLOAD, optional=True),
-    ),
-)
+__all__ = ["MULTIPART_UPLOAD", "UPLOAD_PART", "UPLOAD_TARGET"]  # the simulations' examples read them here
+
 SIMULATION_UPLOAD = Shape(
     "SimulationUpload",
     "Where to PUT each file of the upload, simulation.json last.",
@@ -315,9 +291,6 @@ SHAPES = {
         SIMULATION_DETAIL,
         ACCURACY_LEFT_OUT,
         SIMULATION_ACCURACY,
-        UPLOAD_PART,
-        MULTIPART_UPLOAD,
-        UPLOAD_TARGET,
         SIMULATION_UPLOAD,
         SIMULATION_COMPLETE,
     )

@@ -4,7 +4,6 @@ and its deletion (`simulation_delete`). Each is answered by ingestion (`simulati
 whose concern the bucket is, and names the requester: ownership is recorded in the bucket.
 """
 
-from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
 from django.conf import settings
@@ -14,8 +13,9 @@ from simulations.signals import (
     simulation_upload_completed,
     simulation_upload_requested,
 )
-from traces.files import answer, format_expiry
+from traces.files import answer
 from traces.models import Trace
+from traces.uploads import expiry
 
 
 def requester(user) -> dict:
@@ -28,12 +28,12 @@ def simulation_upload(trace_id: str, name: str, files: list[dict], *, user) -> d
     last. The trace is known to be ready; ingestion refuses (UploadRefused) what its folder
     does not accept."""
     seconds = settings.CASCADE_PRESIGN_SECONDS
-    expires_at = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=seconds)
+    expires_at = expiry(seconds)
     answers = simulation_upload_requested.send(
         sender=Trace, trace_id=trace_id, name=name, files=files, seconds=seconds, **requester(user)
     )
     files = answer(answers, "simulations.signals.simulation_upload_requested")
-    return {"trace_id": trace_id, "name": name, "expires_at": format_expiry(expires_at), "files": files}
+    return {"trace_id": trace_id, "name": name, "expires_at": expires_at, "files": files}
 
 
 def simulation_upload_complete(trace_id: str, name: str, multipart: list[dict], *, user) -> dict:

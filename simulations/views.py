@@ -7,12 +7,10 @@ Each view is thin: the reads are in `accuracy`, the bytes in `encoders`, the upl
 completion in `uploads` (answered by ingestion).
 """
 
-from contextlib import contextmanager
-
 from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException, NotFound, ParseError, PermissionDenied
+from rest_framework.exceptions import NotFound, ParseError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
@@ -29,13 +27,13 @@ from simulations.openapi import (
     trace_simulations_schema,
 )
 from simulations.serializers import SimulationCompleteRequestSerializer, SimulationUploadRequestSerializer
-from simulations.signals import SimulationExists, SimulationForbidden, SimulationMissing, UploadRefused
 from simulations.uploads import simulation_delete, simulation_upload, simulation_upload_complete
 from traces import audit, http
 from traces.models import AuditAction, Trace, TraceState
 from traces.params import shown
 from traces.permissions import CanDeleteSimulations, CanUploadSimulations, CanViewTraces
 from traces.storable_text import is_storable
+from traces.uploads import multipart_items, refusals, validated
 from traces.views import (
     BROWSABLE_KERNELS_MAX,
     STREAM_KERNELS_ABOVE,
@@ -139,65 +137,6 @@ class SimulationViewSet(OperatorDescribed, viewsets.ViewSet):
 
 # --- a simulation's upload: presigned PUTs, then its completion --------------------------------
 
-# A request body past this is a 413 before it is read: a dozen files, or a log's few hundred parts.
-UPLOAD_BODY_MAX = 1024**2
-
-
-class BodyTooLarge(APIException):
-    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
-    default_code = "too_large"
-
-
-def validated(serializer_class, request) -> dict:
-    """The body checked by its serializer; the first problem a 400 in the API's one-sentence
-    shape (`files[1].size: ...`), not DRF's field map."""
-    length = request.META.get("CONTENT_LENGTH") or ""
-    if length.isdigit() and int(length) > UPLOAD_BODY_MAX:
-        raise BodyTooLarge(f"the request body is {length} bytes, more than {UPLOAD_BODY_MAX}")
-    serializer = serializer_class(data=request.data)
-    if not serializer.is_valid():
-        raise ParseError(first_error(serializer.errors))
-    return serializer.validated_data
-
-
-def first_error(errors, where: str = "") -> str:
-    if isinstance(errors, dict):
-        key, value = next(iter(errors.items()))
-        if key == "non_field_errors":
-            place = where
-        elif isinstance(key, int) or str(key).isdigit():  # a list's item, as DRF keys them
-            place = f"{where}[{key}]"
-        else:
-            place = f"{where}.{key}" if where else key
-        return first_error(value, place)
-    if isinstance(errors, list) and errors and isinstance(errors[0], (dict, list)):
-        index, value = next((i, e) for i, e in enumerate(errors) if e)
-        return first_error(value, f"{where}[{index}]")
-    message = str(errors[0]) if isinstance(errors, list) else str(errors)
-    return f"{where}: {message}" if where else message
-
-
-class SimulationConflict(APIException):
-    """409: a finished upload holds the name."""
-
-    status_code = status.HTTP_409_CONFLICT
-    default_code = "exists"
-
-
-@contextmanager
-def refusals():
-    """What ingestion refuses, as the API's errors: 404, 403 naming the owner, 409, else 400."""
-    try:
-        yield
-    except SimulationMissing as refused:
-        raise NotFound(str(refused)) from None
-    except SimulationForbidden as refused:
-        raise PermissionDenied(str(refused)) from None
-    except SimulationExists as refused:
-        raise SimulationConflict(str(refused)) from None
-    except UploadRefused as refused:
-        raise ParseError(str(refused)) from None
-
 
 class SimulationUploadViewSet(OperatorDescribed, viewsets.ViewSet):
     """A simulation uploaded by a script (`cascade simulate`), with a `write` token: where to PUT
@@ -252,14 +191,7 @@ class SimulationUploadViewSet(OperatorDescribed, viewsets.ViewSet):
     def complete(self, request, trace_id=None, name=None):
         self.ready_trace(trace_id)
         body = validated(SimulationCompleteRequestSerializer, request)
-        multipart = [
-            {
-                "name": item["name"],
-                "upload_id": item["upload_id"],
-                "parts": [dict(part) for part in item["parts"]],
-            }
-            for item in body.get("multipart") or []
-        ]
+        multipart = multipart_items(body)
         with refusals():
             answer = simulation_upload_complete(trace_id, name, multipart, user=request.user)
         audit.record(

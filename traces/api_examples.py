@@ -389,6 +389,75 @@ KERNELS_CSV_EXAMPLE = (
 # --- docs/api.md's blocks of the traces' routes (cascade.api_docs writes them) -------------------
 
 # Each block follows a `<!-- example: NAME -->` line in docs/api.md; lists trimmed to stay short.
+# --- a run pushed through the API (`cascade push`) ---------------------------------------------
+
+_PUSH_URL = (
+    "https://s3.example.org/traces/accelsim-traces/lab-b-run-7/{path}?X-Amz-Expires=3600&X-Amz-Signature=..."
+)
+
+
+def _push_put(path: str, size: int) -> dict:
+    return shaped(
+        shapes.UPLOAD_TARGET,
+        {
+            "name": path,
+            "size": size,
+            "url": _PUSH_URL.format(path=path),
+            "headers": {"Content-Length": str(size)},
+        },
+    )
+
+
+PUSH_REQUEST = {
+    "files": [
+        {"name": "traces/stats_ctx_0x5603c1b0", "size": 8388608},
+        {"name": "traces/kernelslist_ctx_0x5603c1b0", "size": 2210},
+        {"name": "timing.csv", "size": 61440},
+        {"name": "metadata.json", "size": 1024},
+    ]
+}
+PUSH_EXAMPLE = shaped(
+    shapes.TRACE_PUSH,
+    {
+        "trace_id": "lab-b-run-7",
+        "owner": "lab-b",
+        "expires_at": "2026-11-09T12:02:03Z",
+        "files": [
+            _push_put("traces/stats_ctx_0x5603c1b0", 8388608),
+            _push_put("traces/kernelslist_ctx_0x5603c1b0", 2210),
+            _push_put("timing.csv", 61440),
+        ],
+    },
+)
+PUSH_COMPLETE_REQUEST = {"files": PUSH_REQUEST["files"], "multipart": []}
+PUSH_COMPLETE_EXAMPLE = shaped(
+    shapes.TRACE_PUSH_COMPLETE,
+    {
+        "trace_id": "lab-b-run-7",
+        "expires_at": "2026-11-09T12:04:41Z",
+        "metadata": _push_put("metadata.json", 1024),
+        "url": "/api/traces/lab-b-run-7",
+    },
+)
+PUSH_EXAMPLES = [
+    OpenApiExample("Files", summary="The run's files to upload", value=PUSH_REQUEST, request_only=True),
+    OpenApiExample(
+        "Push", summary="Where to PUT them, metadata.json aside", value=PUSH_EXAMPLE, response_only=True
+    ),
+]
+PUSH_COMPLETE_EXAMPLES = [
+    OpenApiExample(
+        "Files", summary="The files again, no multipart", value=PUSH_COMPLETE_REQUEST, request_only=True
+    ),
+    OpenApiExample(
+        "Complete",
+        summary="Every file landed: metadata.json's PUT",
+        value=PUSH_COMPLETE_EXAMPLE,
+        response_only=True,
+    ),
+]
+
+
 DOCS_EXAMPLES = {
     "traces": [DEMO_SUMMARY],
     "trace": NULL_TOTALS_DETAIL,
@@ -399,6 +468,9 @@ DOCS_EXAMPLES = {
         "groups": [{**group, "members": group["members"][:2]} for group in SELECTION_EXAMPLE["groups"][:1]],
     },
     "files": {**FILES_EXAMPLE, "files": FILES_EXAMPLE["files"][1:2]},
+    "push-request": PUSH_REQUEST,
+    "push": {**PUSH_EXAMPLE, "files": PUSH_EXAMPLE["files"][:1]},
+    "push-complete": PUSH_COMPLETE_EXAMPLE,
 }
 # Each list of keys follows a `<!-- keys: NAME -->` line in docs/api.md: a line per field, its doc.
 DOCS_KEYS = {"trace-added": shapes.TRACE_ADDED}

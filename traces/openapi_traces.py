@@ -8,7 +8,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 
 from traces import analysis, selection
-from traces.api_examples import KERNELS_CSV_EXAMPLE
+from traces.api_examples import KERNELS_CSV_EXAMPLE, PUSH_COMPLETE_EXAMPLES, PUSH_EXAMPLES
 from traces.filters import LIMIT_MAX, PAGE_ACCEPTS
 from traces.openapi import (
     CACHING_PARAMETERS,
@@ -23,11 +23,15 @@ from traces.openapi import (
     trace_responses,
 )
 from traces.serializers import (
+    PushCompleteRequestSerializer,
+    PushRequestSerializer,
     SelectionSerializer,
     TraceAnalysisSerializer,
     TraceComparisonSerializer,
     TraceDetailSerializer,
     TraceFilesSerializer,
+    TracePushCompleteSerializer,
+    TracePushSerializer,
     TraceSummarySerializer,
 )
 
@@ -289,6 +293,90 @@ kernels_csv_schema = extend_schema(
         401: UNAUTHORIZED,
         400: error_response("`raw` is neither 0 nor 1.", "raw must be 0 or 1, not 'yes'"),
         404: NO_SUCH_TRACE,
+        429: THROTTLED,
+    },
+)
+
+
+# --- a run pushed through the API (`cascade push`) ------------------------------------------------
+
+PUSH_TRACE_ID = trace_parameter(
+    "trace_id",
+    "The run's id: its folder under the bucket's prefix, one plain path component (the path rule "
+    "of a run's files).",
+    "lab-b-run-7",
+)
+PUSH_FORBIDDEN = error_response(
+    "A read token (pushing needs a write token), or the trace is someone else's: its owner's, or "
+    "put into the bucket directly, which only staff may push to.",
+    "trace lab-b-run-7 belongs to lab-b: only its owner or staff may push to it",
+)
+PUSH_CONFLICT = error_response(
+    "The trace is ready (or being parsed): a push never replaces it.",
+    "trace lab-b-run-7 is ready: a push never replaces it; push under another id (cascade push --id) "
+    "or ask an operator to delete it",
+)
+PUSH_BODY_TOO_LARGE = error_response(
+    "The request body is larger than 1 MiB.", "the request body is 2097152 bytes, more than 1048576"
+)
+
+push_schema = extend_schema(
+    operation_id="traces_push_upload",
+    summary="Push a run: where to PUT its files",
+    description=(
+        "A run's folder uploaded without the bucket's credentials (`cascade push`): presigned PUT "
+        "URLs into `<prefix>/{trace_id}/` for every file named but metadata.json, valid until "
+        "`expires_at`. PUT each with exactly its `headers` (the length is signed); a file of "
+        "CASCADE_SIM_MULTIPART_BYTES and up is a multipart upload (PUT each part, keep its ETag). "
+        "A file named with the `upload_id` an earlier answer gave continues that upload. Paths "
+        "follow the path rule of a run's files; stats files and kernel lists are at most "
+        "CASCADE_MAX_STATS_BYTES, metadata.json CASCADE_METADATA_MAX_BYTES. The first push to an "
+        "id nothing in the bucket holds makes the token's user its `owner`; later pushes are the "
+        "owner's or staff's. Then POST `.../complete`. Needs a write token."
+    ),
+    request=PushRequestSerializer,
+    parameters=[PUSH_TRACE_ID, CHALLENGE],
+    examples=PUSH_EXAMPLES,
+    responses={
+        200: TracePushSerializer,
+        400: error_response(
+            "A run id or path the path rule refuses, a size out of bounds, no metadata.json, an "
+            "unknown upload_id, or a body that is not the request's shape.",
+            "metadata.json is missing: ingestion starts when it lands, so it is the push's last file",
+        ),
+        401: UNAUTHORIZED,
+        403: PUSH_FORBIDDEN,
+        409: PUSH_CONFLICT,
+        413: PUSH_BODY_TOO_LARGE,
+        429: THROTTLED,
+    },
+)
+
+push_complete_schema = extend_schema(
+    operation_id="traces_push_complete",
+    summary="Complete a push: metadata.json's PUT",
+    description=(
+        "Completes the multipart uploads listed, checks that every file named (the `/upload` "
+        "request's list again) is in the bucket at its size, and only then answers metadata.json's "
+        "presigned PUT: ingestion starts when metadata.json lands, so it cannot land before the "
+        "rest. PUT it, then poll `url` until the trace is `ready` or `failed`; the next poll of the "
+        "bucket (or its event) reads the run as any upload, and `owner` says who pushed it. Needs a "
+        "write token, the owner's or staff's."
+    ),
+    request=PushCompleteRequestSerializer,
+    parameters=[PUSH_TRACE_ID, CHALLENGE],
+    examples=PUSH_COMPLETE_EXAMPLES,
+    responses={
+        200: TracePushCompleteSerializer,
+        400: error_response(
+            "A file not in the bucket at its size, a part list S3 refuses, or a body that is not "
+            "the request's shape.",
+            "1 file(s) have not landed whole: timing.csv (not there, not 61440); PUT them, then complete again",
+        ),
+        401: UNAUTHORIZED,
+        403: PUSH_FORBIDDEN,
+        409: PUSH_CONFLICT,
+        413: PUSH_BODY_TOO_LARGE,
         429: THROTTLED,
     },
 )

@@ -1,6 +1,6 @@
 """Who may read traces through the API: a Bearer token's holder, or whom the admin lets see traces;
-who may upload or delete a simulation: the holder of a `write` token (whose simulation it is,
-ingestion checks: the owner is recorded in the bucket).
+who may upload or delete a simulation, or push a run: the holder of a `write` token (whose
+simulation or run it is, ingestion checks: the owner is recorded in the bucket).
 
 A token is issued by an operator (`create_token`) for a script, so holding one is the
 permission. A password login (the browsable API's form, or the admin's session) is anyone
@@ -61,4 +61,14 @@ class CanDeleteSimulations(CanUploadSimulations):
     message = (
         "deleting a simulation needs a write token (manage.py create_token NAME --scope write); "
         "a login cannot delete"
+    )
+
+
+class CanPushTraces(CanUploadSimulations):
+    """A `write` token, as for a simulation: pushing a run (`cascade push`) is a script's job too.
+    Whose run it is, ingestion checks (the owner record in the bucket)."""
+
+    doing = "pushing a trace"
+    message = (
+        "pushing a trace needs a write token (manage.py create_token NAME --scope write); a login cannot push"
     )

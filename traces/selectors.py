@@ -16,6 +16,7 @@ from django.db.models import (
     Case,
     CharField,
     Count,
+    F,
     Func,
     Q,
     Sum,
@@ -40,10 +41,14 @@ from traces.snapshots import snapshot, streamed_rows
 # them: a client of the reference reads the keys it knows in their order).
 TRACE_PUBLISHED_COLUMNS = tuple(field.column for field in shapes.TRACE_PUBLISHED)
 # What an uploading trace waits for (null unless it waits: `encoders.waiting_text`), what a reader
-# must know (a file cut short, a killed run, a file left out), launches with their trace file.
+# must know (a file cut short, a killed run, a file left out), launches with their trace file,
+# who pushed it.
 TRACE_ADDED_COLUMNS = tuple(field.column for field in shapes.TRACE_ADDED)
 TRACE_SUMMARY_COLUMNS = shapes.TRACE_SUMMARY.columns()
 TRACE_DETAIL_COLUMNS = (*TRACE_SUMMARY_COLUMNS, shapes.TRACE_DETAIL.field("metadata").column)
+# `owner` is read as its user's username (a join in the same query), not the key it stores.
+OWNER_NAME = F("owner__username")
+DETAIL_ROW_COLUMNS = tuple("owner_name" if name == "owner" else name for name in TRACE_DETAIL_COLUMNS)
 
 # Rows per round trip of the kernels' server-side cursor.
 KERNEL_FETCH_ROWS = 2000
@@ -123,6 +128,7 @@ _LIST_TEXT = {
     "layers": "list_layers",
     "waiting_for": "list_waiting_for",
     "warnings": "list_warnings",
+    "owner": "list_owner",
 }
 LIST_ROW_COLUMNS = tuple(_LIST_TEXT.get(name, name) for name in TRACE_SUMMARY_COLUMNS)
 
@@ -140,6 +146,7 @@ def _list_rows(traces):
             output_field=TextField(),
         ),
         list_warnings=Cast("warnings", TextField()),
+        list_owner=OWNER_NAME,
     )
 
 
@@ -282,7 +289,8 @@ def _summaries(first: tuple, rows: Iterator[tuple]) -> Iterator[tuple]:
 
 def trace_detail_row(trace_id: str) -> tuple | None:
     """The trace's TRACE_DETAIL_COLUMNS (metadata.json as stored text last), or None: one query."""
-    return Trace.objects.filter(pk=trace_id).values_list(*TRACE_DETAIL_COLUMNS).first()
+    traces = Trace.objects.filter(pk=trace_id).annotate(owner_name=OWNER_NAME)
+    return traces.values_list(*DETAIL_ROW_COLUMNS).first()
 
 
 # A trace with more contexts than this (none known: a GPU's processes and devices, a few dozen

@@ -136,3 +136,87 @@ SelectionSerializer = documented(shapes.SELECTION, SELECTION_EXAMPLES)
 # --- a trace's downloads (traces.files) -----------------------------------------------------------
 
 TraceFilesSerializer = documented(shapes.TRACE_FILES, FILES_EXAMPLES)
+
+# --- an upload through presigned URLs: the requests, validated with these (a simulation's upload
+# and a run's push share a file's, a part's and a multipart upload's) -------------------------------
+
+# S3's limit on a multipart upload's parts.
+UPLOAD_PARTS_MAX = 10_000
+SIZE_MAX = 2**63 - 1
+# A file's path in its folder, at most (a run's id is the Trace's, at most 1,024 characters too).
+UPLOAD_PATH_MAX = 1024
+
+
+class UploadFileRequestSerializer(serializers.Serializer):
+    name = serializers.CharField(
+        max_length=UPLOAD_PATH_MAX,
+        trim_whitespace=False,
+        help_text="The file's path in the folder: sim.log.xz, simulation.json; traces/stats_ctx_0x1, metadata.json.",
+    )
+    size = serializers.IntegerField(min_value=0, max_value=SIZE_MAX, help_text="Bytes.")
+
+    class Meta:
+        ref_name = "UploadFileRequest"
+
+
+class UploadPartRequestSerializer(serializers.Serializer):
+    part_number = serializers.IntegerField(min_value=1, max_value=UPLOAD_PARTS_MAX)
+    etag = serializers.CharField(
+        max_length=200, trim_whitespace=False, help_text="The part's PUT's ETag, quotes included."
+    )
+
+    class Meta:
+        ref_name = "UploadPartRequest"
+
+
+class MultipartRequestSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=UPLOAD_PATH_MAX, trim_whitespace=False)
+    upload_id = serializers.CharField(max_length=1024, trim_whitespace=False)
+    parts = UploadPartRequestSerializer(many=True, min_length=1, max_length=UPLOAD_PARTS_MAX)
+
+    class Meta:
+        ref_name = "MultipartRequest"
+
+
+# --- a run pushed through the API (`cascade push`) ---------------------------------------------------
+
+# A run's files in one push, at most: its answer signs a URL each (a part each, for a large one).
+PUSH_FILES_MAX = 10_000
+
+
+class PushFileRequestSerializer(UploadFileRequestSerializer):
+    upload_id = serializers.CharField(
+        max_length=1024,
+        trim_whitespace=False,
+        required=False,
+        help_text="A multipart upload of this file that an earlier answer started: continued, not started again.",
+    )
+
+    class Meta:
+        ref_name = "PushFileRequest"
+
+
+class PushRequestSerializer(serializers.Serializer):
+    """The run's files a client is about to PUT, metadata.json among them."""
+
+    files = PushFileRequestSerializer(many=True, min_length=1, max_length=PUSH_FILES_MAX)
+
+    class Meta:
+        ref_name = "PushRequest"
+
+
+class PushCompleteRequestSerializer(serializers.Serializer):
+    """The run's files again (each checked in the bucket at its size), and the multipart uploads
+    to complete (none, or absent, when nothing was multipart)."""
+
+    files = UploadFileRequestSerializer(many=True, min_length=1, max_length=PUSH_FILES_MAX)
+    multipart = MultipartRequestSerializer(
+        many=True, required=False, allow_null=True, max_length=PUSH_FILES_MAX
+    )
+
+    class Meta:
+        ref_name = "PushCompleteRequest"
+
+
+TracePushSerializer = serializer_for(shapes.TRACE_PUSH)
+TracePushCompleteSerializer = serializer_for(shapes.TRACE_PUSH_COMPLETE)

@@ -42,8 +42,7 @@ logger = logging.getLogger(__name__)
 RECHECK_FIRST = timedelta(minutes=1)
 RECHECK_MAX = timedelta(days=1)
 
-# What a decision writes; `files`, `bytes` and `files_changed_at` belong to registration,
-# which a concurrent scan may update meanwhile.
+# What a decision writes; `files`, `bytes`, `files_changed_at` are registration's (a concurrent scan's).
 DECISION_FIELDS = [
     "state",
     "files_undecided",
@@ -208,6 +207,11 @@ def trace_wait_for_files(
             *run,
         ]
     )
+
+
+def trace_set_owner(trace: Trace, owner) -> None:
+    """Who pushed the run (a user), as its owner record in the bucket says (ingest.owners)."""
+    Trace.objects.filter(pk=trace.pk).update(owner=owner, updated_at=timezone.now())
 
 
 def trace_start_parsing(trace: Trace, *, run: dict) -> None:

@@ -179,6 +179,13 @@ TRACE_ADDED = (
         INT64,
         "Launches whose instruction trace file the run holds (named by a kernel list, and there).",
     ),
+    stored(
+        "owner",
+        STRING,
+        "Who pushed the run through the API (`cascade push`), by username; null for a run put "
+        "into the bucket directly.",
+        null=True,
+    ),
 )
 TRACE_SUMMARY = Shape(
     "TraceSummary",
@@ -440,6 +447,58 @@ TRACE_FILES = Shape(
     ),
 )
 
+# --- an upload through presigned URLs (a simulation's, a pushed run's): each file's answer -------
+
+UPLOAD_PART = Shape(
+    "UploadPart",
+    "",
+    (
+        Field("part_number", INTEGER),
+        Field("url", STRING, "A presigned UploadPart PUT of exactly this part's bytes."),
+    ),
+)
+MULTIPART_UPLOAD = Shape(
+    "MultipartUpload",
+    "",
+    (
+        Field("upload_id", STRING),
+        Field("part_size", INTEGER, "Every part's bytes but the last (CASCADE_SIM_PART_BYTES)."),
+        many("parts", UPLOAD_PART),
+    ),
+)
+UPLOAD_TARGET = Shape(
+    "UploadTarget",
+    "One file: a presigned PUT (`url`, `headers`), or, at CASCADE_SIM_MULTIPART_BYTES and up, "
+    "a multipart upload (`multipart`).",
+    (
+        Field("name", STRING, "Its path in the folder."),
+        Field("size", INT64, min_value=0),
+        Field("url", STRING, "A presigned PUT, with `headers`.", optional=True),
+        Field("headers", OBJECT, "Send exactly these with the PUT.", items=STRING, optional=True),
+        nested("multipart", MULTIPART_UPLOAD, optional=True),
+    ),
+)
+TRACE_PUSH = Shape(
+    "TracePush",
+    "Where to PUT each file of the run but metadata.json, which `/complete` signs once they landed.",
+    (
+        Field("trace_id", STRING),
+        Field("owner", STRING, "Whose the trace is: the pusher's for an id nobody held.", null=True),
+        EXPIRES_AT,
+        many("files", UPLOAD_TARGET),
+    ),
+)
+TRACE_PUSH_COMPLETE = Shape(
+    "TracePushComplete",
+    "Every file landed whole: PUT metadata.json to `metadata`, and ingestion reads the run.",
+    (
+        Field("trace_id", STRING),
+        EXPIRES_AT,
+        nested("metadata", UPLOAD_TARGET, "metadata.json's PUT, the push's last."),
+        Field("url", STRING, "The trace's GET: poll it until ready or failed."),
+    ),
+)
+
 # Every shape declared here, by its component's name.
 SHAPES = {
     shape.name: shape
@@ -448,6 +507,11 @@ SHAPES = {
         TRACE_SUMMARY,
         KERNEL,
         TRACE_DETAIL,
+        UPLOAD_PART,
+        MULTIPART_UPLOAD,
+        UPLOAD_TARGET,
+        TRACE_PUSH,
+        TRACE_PUSH_COMPLETE,
         TRACE_TOTALS,
         STEP_TOTAL,
         KERNEL_MIX,

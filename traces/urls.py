@@ -3,7 +3,7 @@ from drf_spectacular.views import SpectacularSwaggerSplitView
 from rest_framework.routers import SimpleRouter
 
 from traces.openapi import ApiIndexView, CachedSchemaView
-from traces.views import TraceDownloadsViewSet, TraceViewSet
+from traces.views import TraceDownloadsViewSet, TracePushViewSet, TraceViewSet
 
 router = SimpleRouter()
 # Users' scripts call both `/api/traces` and `/api/traces/`.
@@ -11,6 +11,8 @@ router.trailing_slash = "/?"
 router.register("traces", TraceViewSet, basename="trace")
 # /files and /kernels.csv: detail routes of their own viewset under the same prefix.
 router.register("traces", TraceDownloadsViewSet, basename="trace-downloads")
+# A run pushed with a write token: POST .../upload and .../complete (`cascade push`).
+router.register("traces", TracePushViewSet, basename="trace-push")
 
 urlpatterns = [
     # `/api/`: an index of the routes, with links (public, as the schema).

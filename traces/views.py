@@ -1,7 +1,8 @@
 """The Traces API: `GET /api/traces`, `GET /api/traces/{trace_id}`, a trace's analysis:
 `GET /api/traces/{trace_id}/summary`, `GET /api/traces/{a}/compare/{b}` and
 `GET /api/traces/{trace_id}/selection` (representative kernels); a trace's downloads:
-`GET /api/traces/{trace_id}/files` (presigned URLs) and `.../kernels.csv`. A trace's simulations
+`GET /api/traces/{trace_id}/files` (presigned URLs) and `.../kernels.csv`; a run pushed with a
+`write` token: `POST /api/traces/{trace_id}/upload` and `.../complete`. A trace's simulations
 are the simulations app's (`simulations/views.py`).
 
 Each view is thin: the reads are in selectors, analysis and selection, the bytes in encoders.
@@ -19,7 +20,7 @@ from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from traces import analysis, body_cache, encoders, http, selectors
+from traces import analysis, audit, body_cache, encoders, http, selectors
 from traces.browsable import BrowsableAPIRenderer
 from traces.files import trace_files
 from traces.filters import (
@@ -31,17 +32,19 @@ from traces.filters import (
     trace_filters,
     trace_list_page,
 )
-from traces.models import Trace, TraceState
+from traces.models import AuditAction, Trace, TraceState
 from traces.openapi_traces import (
     compare_schema,
     files_schema,
     kernels_csv_schema,
     list_schema,
+    push_complete_schema,
+    push_schema,
     retrieve_schema,
     selection_schema,
     summary_schema,
 )
-from traces.permissions import CanViewTraces
+from traces.permissions import CanPushTraces, CanViewTraces
 from traces.selection import (
     SelectionError,
     encode_selection,
@@ -52,8 +55,10 @@ from traces.selection import (
     parse_members,
     select,
 )
+from traces.serializers import PushCompleteRequestSerializer, PushRequestSerializer
 from traces.snapshots import snapshot
 from traces.storable_text import is_storable
+from traces.uploads import multipart_items, refusals, trace_push, trace_push_complete, validated
 
 # Below this many kernels a detail is sent in one piece, with a Content-Length. Above it, a
 # ready trace's compressed detail is also kept on disk (`body_cache`): at about 400 bytes of
@@ -382,3 +387,36 @@ class TraceDownloadsViewSet(OperatorDescribed, viewsets.ViewSet):
         return http.streaming_csv_response(
             encoders.encode_kernels_csv(rows, raw=raw), digest=digest, coding=coding, filename=filename
         )
+
+
+class TracePushViewSet(OperatorDescribed, viewsets.ViewSet):
+    """A run pushed by a script (`cascade push`) with a `write` token: where to PUT its files
+    (presigned, into the run's folder; no byte passes through Cascade), then the completion,
+    which answers metadata.json's PUT once the rest landed (`traces.uploads`, ingestion's)."""
+
+    operator_description = (
+        "A run's push: presigned PUT URLs for its files, then metadata.json's. Needs a write token "
+        "(manage.py create_token NAME --scope write)."
+    )
+    permission_classes = [CanPushTraces]
+    lookup_value_regex = TraceViewSet.lookup_value_regex
+    lookup_url_kwarg = TraceViewSet.lookup_url_kwarg
+
+    @push_schema
+    @action(detail=True, methods=["post"], url_path="upload", url_name="push-upload")
+    def upload(self, request, trace_id=None):
+        files = [dict(item) for item in validated(PushRequestSerializer, request)["files"]]
+        with refusals():
+            answer = trace_push(trace_id, files, request.user)
+        audit.record(AuditAction.PUSH, request=request, trace_id=trace_id, detail={"files": len(files)})
+        return Response(answer)
+
+    @push_complete_schema
+    @action(detail=True, methods=["post"], url_path="complete", url_name="push-complete")
+    def complete(self, request, trace_id=None):
+        body = validated(PushCompleteRequestSerializer, request)
+        files = [dict(item) for item in body["files"]]
+        with refusals():
+            answer = trace_push_complete(trace_id, files, multipart_items(body), request.user)
+        audit.record(AuditAction.PUSH, request=request, trace_id=trace_id, detail={"completed": len(files)})
+        return Response(answer)

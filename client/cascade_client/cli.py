@@ -27,7 +27,7 @@ small a disk, 11 the server's answer is malformed, too large or hostile."""
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="cascade",
-        description="Find GPU traces in Cascade, read their kernels, pull a run for Accel-Sim.",
+        description="Find GPU traces in Cascade, read their kernels, pull a run for Accel-Sim, push a run.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -71,6 +71,8 @@ def parser() -> argparse.ArgumentParser:
     simulate.add_argument("--timeout", type=float, metavar="S", help="kill the simulator after S seconds")
     simulate.add_argument("--force", action="store_true", help="simulate despite a SASS or file mismatch")
 
+    add_push(commands)
+
     pull = commands.add_parser(
         "pull",
         help="download a run into a folder Accel-Sim simulates",
@@ -97,6 +99,21 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def add_push(commands) -> None:
+    push = commands.add_parser(
+        "push",
+        help="upload a tracer's run folder to Cascade (a write token; no bucket credentials)",
+        description="Upload RUN_DIR (metadata.json last) through presigned URLs, resumable: run it "
+        "again after an interruption and only what is missing is sent. The first push to an id "
+        "makes it yours; only you or staff may push to it again, and a ready trace is never replaced.",
+    )
+    push.add_argument("run_dir", metavar="RUN_DIR")
+    push.add_argument(
+        "--id", dest="trace_id", metavar="RUN_ID", help="the trace's id (default: the folder's name)"
+    )
+    push.add_argument("--wait", action="store_true", help="wait until Cascade has ingested it")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
@@ -108,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(
             "cascade: interrupted"
-            + ("; run the same command again to resume" if args.command == "pull" else ""),
+            + ("; run the same command again to resume" if args.command in ("pull", "push") else ""),
             file=sys.stderr,
         )
         return 130
@@ -309,7 +326,21 @@ def simulate(cascade: Cascade, args) -> int:
     return 0 if result.succeeded else 1
 
 
-COMMANDS = {"traces": traces, "show": show, "kernels": kernels, "pull": pull, "simulate": simulate}
+def push(cascade: Cascade, args) -> None:
+    from cascade_client.push import main_line, push
+
+    result = push(cascade, args.run_dir, args.trace_id, progress=True, wait=args.wait)
+    print(visible(main_line(result)))
+
+
+COMMANDS = {
+    "traces": traces,
+    "show": show,
+    "kernels": kernels,
+    "pull": pull,
+    "push": push,
+    "simulate": simulate,
+}
 
 
 def print_fields(fields: list[tuple[str, str]]) -> None:

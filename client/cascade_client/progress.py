@@ -1,5 +1,5 @@
-"""The pull's progress on stderr: one bar redrawn on a terminal, plain lines otherwise (a log
-or CI reads one line per file, never carriage returns)."""
+"""A pull's or a push's progress on stderr: one bar redrawn on a terminal, plain lines otherwise
+(a log or CI reads one line per file, never carriage returns)."""
 
 import sys
 import threading
@@ -16,8 +16,17 @@ def size(n: float) -> str:
 
 
 class Progress:
-    def __init__(self, files: int, total: int, stream=None, *, bar: bool | None = None):
+    def __init__(
+        self,
+        files: int,
+        total: int,
+        stream=None,
+        *,
+        bar: bool | None = None,
+        verbs: tuple[str, str] = ("downloaded", "already here"),
+    ):
         self.stream = stream or sys.stderr
+        self.verbs = verbs  # what a file's line says of it: done now, or found done
         self.bar = self.stream.isatty() if bar is None else bar
         self.files, self.total = files, total
         self.done_files = self.done = 0
@@ -39,7 +48,7 @@ class Progress:
             if self.bar:
                 self._draw()
             else:
-                what = "already here" if skipped else "downloaded"
+                what = self.verbs[1] if skipped else self.verbs[0]
                 print(f"{what} {path} ({size(n)})", file=self.stream, flush=True)
 
     def close(self) -> None:

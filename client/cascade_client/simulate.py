@@ -31,8 +31,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote
 
-import httpx
-
 from cascade_client import answers
 from cascade_client.accel_sim import (
     SimulateError,
@@ -46,6 +44,7 @@ from cascade_client.accel_sim import (
 )
 from cascade_client.errors import CascadeError
 from cascade_client.paths import name_problem
+from cascade_client.uploads import bucket_client, post_json, send
 
 SIM_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
 POLL_SECONDS = 900.0  # how long Cascade may take to read the log
@@ -88,54 +87,25 @@ class SimulateResult:
 # --- Cascade's upload routes --------------------------------------------------------------
 
 
-def _post(client, path: str, body: dict) -> dict:
-    return client._post_json(path, body, refused="the server refused the upload")
-
-
 def upload(client, trace_id: str, name: str, files: dict[str, Path]) -> dict:
     """The files into the trace's simulations/NAME/ through presigned PUTs, simulation.json last,
     then /complete. Returns /complete's answer."""
     check_name(name)
     base = client._path(trace_id, "simulations", quote(name, safe=""))
     asked = {name: path.stat().st_size for name, path in files.items()}
-    answer = _post(client, f"{base}/upload", {"files": [{"name": n, "size": s} for n, s in asked.items()]})
+    answer = post_json(
+        client, f"{base}/upload", {"files": [{"name": n, "size": s} for n, s in asked.items()]}
+    )
     # Only the files asked for, each whole: the answer names what is read from disk and sent.
     listed = answers.upload_files(answer, asked, f"POST {base}/upload")
     ordered = sorted(listed, key=lambda f: f["name"] == "simulation.json")
     completed = []
-    with httpx.Client(timeout=httpx.Timeout(300.0), transport=client.transport) as http:
+    with bucket_client(client) as http:
         for entry in ordered:
-            path = files[entry["name"]]
-            if "multipart" in entry:
-                parts = []
-                part_size = entry["multipart"]["part_size"]
-                with path.open("rb") as f:
-                    for part in entry["multipart"]["parts"]:
-                        f.seek((part["part_number"] - 1) * part_size)
-                        response = _put(http, part["url"], f.read(part_size), {}, entry["name"])
-                        etag = response.headers.get("ETag")
-                        if not etag:
-                            raise CascadeError(
-                                f"{entry['name']}: the bucket's answer to part {part['part_number']} has no ETag"
-                            )
-                        parts.append({"part_number": part["part_number"], "etag": etag})
-                completed.append(
-                    {"name": entry["name"], "upload_id": entry["multipart"]["upload_id"], "parts": parts}
-                )
-            else:
-                _put(http, entry["url"], path.read_bytes(), entry.get("headers") or {}, entry["name"])
-    return _post(client, f"{base}/complete", {"multipart": completed})
-
-
-def _put(http: httpx.Client, url: str, body: bytes, headers: dict, name: str) -> httpx.Response:
-    try:
-        with http.stream("PUT", url, content=body, headers=headers) as response:
-            answers.read_capped(response, answers.ERROR_MAX, f"{name}: the bucket's answer", truncate=True)
-    except httpx.TransportError as error:
-        raise CascadeError(f"{name}: cannot reach the bucket: {error or type(error).__name__}") from None
-    if response.status_code >= 300:
-        raise CascadeError(f"{name}: the bucket answered {response.status_code} to its upload")
-    return response
+            item = send(http, entry, files[entry["name"]])
+            if item is not None:
+                completed.append(item)
+    return post_json(client, f"{base}/complete", {"multipart": completed})
 
 
 def wait_for(client, trace_id: str, name: str, *, timeout: float = POLL_SECONDS) -> dict:

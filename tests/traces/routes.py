@@ -21,6 +21,8 @@ UNKNOWN = "no-such-trace"
 PATH_VALUES = {"trace_id": TRACE, "other_id": OTHER, "name": SIMULATION}
 # What an upload asks for: a log and simulation.json (ingest/uploads.py).
 UPLOAD_FILES = [{"name": "sim.log", "size": 10}, {"name": "simulation.json", "size": 10}]
+# What a push asks for: a stats file and metadata.json (ingest/pushes.py).
+PUSH_FILES = [{"name": "traces/stats.csv", "size": 10}, {"name": "metadata.json", "size": 10}]
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,25 @@ ROUTES = [
         write=True,
         needs_s3=True,
         body={},
+    ),
+    # A push: an unknown id is a new run, and the battery's trace is ready, which no push replaces.
+    Route(
+        "post",
+        "/api/traces/{trace_id}/upload",
+        ok=409,
+        names_a_trace=False,
+        write=True,
+        needs_s3=True,
+        body={"files": PUSH_FILES},
+    ),
+    Route(
+        "post",
+        "/api/traces/{trace_id}/complete",
+        ok=409,
+        names_a_trace=False,
+        write=True,
+        needs_s3=True,
+        body={"files": PUSH_FILES},
     ),
 ]
 BY_KEY = {route.key: route for route in ROUTES}

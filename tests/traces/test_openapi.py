@@ -95,6 +95,7 @@ def test_every_route_is_described(openapi):
         "/api/traces",
         "/api/traces/{trace_id}",
         "/api/traces/{trace_id}/compare/{other_id}",
+        "/api/traces/{trace_id}/complete",
         "/api/traces/{trace_id}/files",
         "/api/traces/{trace_id}/kernels.csv",
         "/api/traces/{trace_id}/selection",
@@ -103,10 +104,11 @@ def test_every_route_is_described(openapi):
         "/api/traces/{trace_id}/simulations/{name}/complete",
         "/api/traces/{trace_id}/simulations/{name}/upload",
         "/api/traces/{trace_id}/summary",
+        "/api/traces/{trace_id}/upload",
     ]
     methods = {path: list(item) for path, item in openapi["paths"].items()}
     uploads = {path for path in methods if path.endswith(("/upload", "/complete"))}
-    assert [methods[path] for path in uploads] == [["post"]] * 2  # a simulation's upload
+    assert [methods[path] for path in uploads] == [["post"]] * 4  # a simulation's upload, a run's push
     simulation = "/api/traces/{trace_id}/simulations/{name}"
     assert methods[simulation] == ["get", "delete"]  # its owner's or staff's
     others = [methods[path] for path in methods if path not in uploads and path != simulation]

@@ -66,13 +66,14 @@ class TraceAdmin(StorableLookups, FromTheBucket):
     )
     list_filter = (
         "state",
+        ("owner", admin.RelatedOnlyFieldListFilter),
         "sample",
         "trace_gpu_arch",
         "has_real_timing",
         "has_step_timeline",
         ParserVersionFilter,
     )
-    search_fields = ("id", "model", "source_gpu")
+    search_fields = ("id", "model", "source_gpu", "owner__username")
     ordering = ("-created_at", "id")
     # Past 100,000 traces a list is counted from the planner's statistics ("about N traces"),
     # and a filtered or searched one is not counted twice (its total: the unfiltered list's).
@@ -82,7 +83,7 @@ class TraceAdmin(StorableLookups, FromTheBucket):
     # Other apps add theirs (a trace's simulations: simulations.admin).
     inlines = ()
     fieldsets = (
-        (None, {"fields": ("id", "state_display", "error", "created_at", "updated_at")}),
+        (None, {"fields": ("id", "state_display", "error", "owner", "created_at", "updated_at")}),
         (
             "Run",
             {
