@@ -190,6 +190,8 @@ class Child:
     seconds: float
     max_rss: int  # bytes: the child's own peak resident set (VmHWM), from wait4's rusage
     stdout: str
+    cpu_seconds: float = 0.0  # user and system, every thread's, from wait4's rusage: what the
+    # process itself cost, which a busy machine changes far less than its wall time
 
     def s3_requests(self) -> int | None:
         """From the pass summary (`... S3: N requests, ...`) of an ingest_traces pass."""
@@ -246,7 +248,7 @@ def run_child(
         max_rss = int(hwm.read_text()) * 1024
     else:
         max_rss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)  # bytes on macOS, KiB on Linux
-    return Child(args, process.returncode, seconds, max_rss, stdout)
+    return Child(args, process.returncode, seconds, max_rss, stdout, usage.ru_utime + usage.ru_stime)
 
 
 def _kill(pid: int) -> None:
