@@ -190,6 +190,7 @@ class Child:
     seconds: float
     max_rss: int  # bytes: the child's own peak resident set (VmHWM), from wait4's rusage
     stdout: str
+    cpu_seconds: float = 0.0  # user and system, every thread's (wait4's rusage)
 
     def s3_requests(self) -> int | None:
         """From the pass summary (`... S3: N requests, ...`) of an ingest_traces pass."""
@@ -246,7 +247,7 @@ def run_child(
         max_rss = int(hwm.read_text()) * 1024
     else:
         max_rss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)  # bytes on macOS, KiB on Linux
-    return Child(args, process.returncode, seconds, max_rss, stdout)
+    return Child(args, process.returncode, seconds, max_rss, stdout, usage.ru_utime + usage.ru_stime)
 
 
 def _kill(pid: int) -> None:
@@ -276,20 +277,9 @@ def child_env(var_dir: str | Path | None = None, **settings: str) -> dict:
     return env
 
 
-# The Python that runs Cascade's own processes (`manage.py`, gunicorn): a virtualenv of
-# requirements.txt alone where `run.py bench` made one (CASCADE_BENCH_PYTHON), so that they hold
-# what a deployment's hold, not the test tools of this one (moto brings cryptography, which
-# django-storages then imports: 7 MB in every process that reaches S3); else this one.
+# Cascade's processes (`manage.py`, gunicorn) run on requirements.txt alone where `run.py bench`
+# made that virtualenv (CASCADE_BENCH_PYTHON): a deployment's memory, not this one's test tools'.
 CASCADE_PYTHON = os.environ.get("CASCADE_BENCH_PYTHON") or sys.executable
-
-
-def cascade_python() -> str:
-    """Which Python runs Cascade's processes, for a table's heading."""
-    return (
-        "requirements.txt alone (run.py bench's deployed virtualenv)"
-        if CASCADE_PYTHON != sys.executable
-        else "the bench's own virtualenv"
-    )
 
 
 def manage(*args: str, env: dict, timeout: float = 600) -> Child:

@@ -203,7 +203,12 @@ def heading(title: str, sizes: str, machine: dict) -> str:
         f"Machine: {machine['cores']} cores ({machine['cpu']}), {machine['ram_bytes'] / 2**30:.1f} GiB RAM"
         + (f", load average {load[0]:.1f} at the start" if load else "")
         + f"; Python {machine['python']}, PostgreSQL {machine['postgresql']}, Django {machine['django']}, "
-        f"psycopg {machine['psycopg']} (libpq {machine['libpq']}); Cascade's processes on {common.cascade_python()}."
+        f"psycopg {machine['psycopg']} (libpq {machine['libpq']}); Cascade's processes on "
+        + (
+            "requirements.txt alone."
+            if common.CASCADE_PYTHON != sys.executable
+            else "the bench's virtualenv."
+        )
     )
 
 

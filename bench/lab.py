@@ -189,7 +189,8 @@ class Lab:
                 key,
                 f"Ingest {n:,} launches: `manage.py ingest_traces`"
                 + (f", best of {self.repeat}" if self.repeat > 1 else ""),
-                f"{secs(own)} in the pass; the command {secs(command)}",
+                f"{secs(own)} in the pass; the command {secs(command)}, "
+                f"{min(c.cpu_seconds for c in children) * 1e9 / n:,.0f} ns of its CPU a launch",
                 f"`psql \\copy` of the same rows {secs(copy)}",
                 f"{own / copy:.2f}x the pass ({command / copy:.2f}x the command)",
                 "≤ 1.2x",
@@ -200,6 +201,7 @@ class Lab:
                     "copy_seconds": copies,
                     "ratio": own / copy,
                     "command_ratio": command / copy,
+                    "cpu_seconds": [c.cpu_seconds for c in children],
                     "launches": n,
                 },
             )
