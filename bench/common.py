@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -251,10 +251,8 @@ def run_child(
 
 
 def _kill(pid: int) -> None:
-    try:
+    with suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 # One secret for every child of a run: gunicorn's workers and the commands sign alike.
@@ -277,8 +275,7 @@ def child_env(var_dir: str | Path | None = None, **settings: str) -> dict:
     return env
 
 
-# Cascade's processes (`manage.py`, gunicorn) run on requirements.txt alone where `run.py bench`
-# made that virtualenv (CASCADE_BENCH_PYTHON): a deployment's memory, not this one's test tools'.
+# Cascade's processes on requirements.txt alone where `run.py bench` made it (a deployment's).
 CASCADE_PYTHON = os.environ.get("CASCADE_BENCH_PYTHON") or sys.executable
 
 
@@ -327,9 +324,8 @@ def peak_rss() -> int:
 
 def write_hwm(path: str) -> None:
     """The process's own peak RSS (VmHWM, KiB) into `path` as it exits (`python bench/common.py
-    OUT SCRIPT ARGS...`: a path, only the standard library imported before SCRIPT). Not wait4's
-    ru_maxrss: Linux carries into it the RSS of the image exec replaced, and a vfork'd child
-    (subprocess's way) replaces the parent's, so a large parent's child reports its size."""
+    OUT SCRIPT ARGS...`). Not wait4's ru_maxrss: Linux carries into it the RSS of the image exec
+    replaced (a vfork'd child's, its large parent's)."""
     with open(path, "w") as out:
         out.write(str(peak_rss() // 1024))
 
