@@ -143,12 +143,19 @@ def upload_target(
     return {"name": name, "size": size, "multipart": multipart}
 
 
-def multipart_finish(key: str, name: str, upload_id: str, parts: list[dict]) -> None:
-    """Complete the multipart upload of `key` from the client's parts (`{"part_number", "etag"}`,
-    numbered 1 to n, each once); what S3 refuses in them is an UploadRefused naming the file."""
+def numbered_parts(name: str, parts: list[dict]) -> list[tuple[int, str]]:
+    """The client's parts (`{"part_number", "etag"}`) in order, refused unless numbered 1 to n,
+    each once."""
     numbered = sorted((part["part_number"], part["etag"]) for part in parts)
     if [number for number, _ in numbered] != list(range(1, len(numbered) + 1)):
         raise UploadRefused(f"{name}: the parts are numbered 1 to {len(numbered)}, each once")
+    return numbered
+
+
+def multipart_finish(key: str, name: str, upload_id: str, parts: list[dict]) -> None:
+    """Complete the multipart upload of `key` from the client's parts (numbered_parts); what S3
+    refuses in them is an UploadRefused naming the file."""
+    numbered = numbered_parts(name, parts)
     try:
         multipart_complete(key, upload_id, numbered)
     except ClientError as error:

@@ -223,6 +223,7 @@ def complete(
             raise UploadRefused(
                 f"a simulation's folder accepts {', '.join(ACCEPTED)}, not {item['name'][:200]!r}"
             )
+        presigning.numbered_parts(item["name"], item["parts"])
         if manifest["multipart"].get(item["name"]) != item["upload_id"]:
             raise UploadRefused(
                 f"{item['name']}: {item['upload_id'][:100]!r} is not the upload_id /upload answered for it"

@@ -189,11 +189,12 @@ def encode_summary_chunks(rows: Iterable[tuple]) -> Iterator[bytes]:
 
 
 def encode_with_kernels(
-    head: dict, rows: Iterable[tuple], kernel: Callable[[tuple], dict]
+    head: dict, rows: Iterable[tuple], kernel: Callable[[tuple], dict], *, trace: bool = False
 ) -> Iterator[bytes]:
-    """A detail's JSON in pieces: its head, then `kernel(row)` for each row a chunk at a time,
-    then its tail (`detail_head_and_tail`). Memory stays at one chunk whatever the kernel count."""
-    head, tail = detail_head_and_tail(head)
+    """A detail's JSON in pieces: its head, then `kernel(row)` for each row a chunk at a time;
+    a trace's (`trace`), then its tail (`detail_head_and_tail`: the keys added after the
+    reference's `kernels`). Memory stays at one chunk whatever the kernel count."""
+    head, tail = detail_head_and_tail(head) if trace else (head, {})
     head_json = orjson.dumps({**head, "kernels": []})
     yield head_json[: -len(b"[]}")] + b"["
     chunk: list[dict] = []
@@ -215,7 +216,7 @@ def encode_trace_detail(head: dict, rows: Iterable[tuple]) -> Iterator[bytes]:
     Memory stays at one chunk whatever the kernel count; concatenated, the pieces are
     exactly `orjson.dumps({**before, "kernels": [...], **after})` (`detail_head_and_tail`).
     """
-    return encode_with_kernels(head, rows, kernel_row_to_dict)
+    return encode_with_kernels(head, rows, kernel_row_to_dict, trace=True)
 
 
 # --- /summary and /compare (traces.analysis) --------------------------------------------
