@@ -672,7 +672,9 @@ def _ptx_launch(log: SimLog, line: bytes, uid: int, number: int) -> None:
     kernel.stream, kernel.grid, kernel.block = int(match[1]), _dim(match[2]), _dim(match[3])
 
 
-def _split_last(line: bytes, start: bytes, separator: bytes, rest: re.Pattern) -> tuple[bytes, re.Match | None]:
+def _split_last(
+    line: bytes, start: bytes, separator: bytes, rest: re.Pattern
+) -> tuple[bytes, re.Match | None]:
     """`start (.*)REST\\s*$` without backtracking: the name is what lies between `start` and the
     last `separator` (REST, which begins with it, cannot hold it again), REST fullmatched
     against the line's bounded rest, less its trailing whitespace."""
