@@ -53,6 +53,12 @@ MAX_DIGITS = 20
 MAX_UIDS_PER_BLOCK = 100_000
 # Results are kept per uid; a log naming more uids than any run launches is hostile, not a run.
 MAX_UIDS = 80_000  # ~650 bytes each at most: under 100 MB of RSS with the reader's own (measured)
+# Ids (uids, kernel ids, streams) are stored as signed 64-bit integers.
+MAX_ID = 2**63 - 1
+# A block's cycles or instructions past this are not a simulation's (1.15 x 10^12: 19 minutes of
+# a 1 GHz GPU, months of simulating): under it, the nanoseconds of every uid at 10 MHz or more
+# (ingest.simulation_marker.MIN_CLOCK_MHZ) add up within a signed 64-bit integer.
+MAX_COUNT = MAX_ID // (MAX_UIDS * 100)
 
 _INT = rb"(\d{1,20})"  # MAX_DIGITS
 # Every pattern here runs in time linear in its line, whatever the line holds: each repeat is
@@ -498,7 +504,7 @@ class _Reader:
             match = BLOCK_NUMBER.fullmatch(line.rstrip())
             if match is None:
                 raise SimLogError(f"not a count: {_text(line)!r}")
-            setattr(block, match[1].decode()[4:], int(match[2]))
+            setattr(block, match[1].decode()[4:], _number(match[2], match[1].decode(), MAX_COUNT))
             if match[1] == b"gpu_tot_sim_cycle":
                 self.in_stats = True
         elif line.startswith(FOOTER):
@@ -512,7 +518,7 @@ class _Reader:
             match = DESTROY.match(line)
             if match is None:
                 raise SimLogError(f"not a `Destroy streams for kernel U:` line: {_text(line)!r}")
-            self.destroyed = int(match[1])
+            self.destroyed = _number(match[1], "uid", MAX_ID)
             kernel = _kernel(log, self.destroyed, self.number)
             if kernel.finished:
                 raise SimLogError(f"uid {self.destroyed} finished twice (a second `Destroy streams` for it)")
@@ -631,7 +637,7 @@ def _uids(line: bytes) -> list[int]:
     for value in fields:
         if not value.isdigit() or len(value) > MAX_DIGITS or int(value) == 0:
             raise SimLogError(f"not a uid: {_text(value)!r}")
-        uids.append(int(value))
+        uids.append(_number(value, "uid", MAX_ID))
     return uids
 
 
@@ -644,7 +650,8 @@ def _header(log: SimLog, line: bytes, dims: dict[bytes, str], number: int) -> No
         raise SimLogError(f"not a kernel-N[-ctx_0x...].traceg[.xz] trace file: {path!r}")
     log.headers += 1
     kernel = _kernel(log, log.headers, number)
-    kernel.kernel_id, kernel.ctx, kernel.trace_file = int(match[1]), _ctx(match[2]), path
+    kernel_id = _number(match[1], "kernel id", MAX_ID)
+    kernel.kernel_id, kernel.ctx, kernel.trace_file = kernel_id, _ctx(match[2]), path
     # The dims are printed with the header, before it (a window of headers may be loaded before
     # any of their launches).
     kernel.grid, kernel.block = dims.pop(b"grid", None), dims.pop(b"block", None)
@@ -654,14 +661,14 @@ def _trace_launch(log: SimLog, line: bytes, number: int) -> None:
     name, match = _split_last(line, LAUNCH_START, LAUNCH_UID, LAUNCH_REST)
     if match is None:
         raise SimLogError(f"not a `launching kernel name: NAME uid: U` line: {_text(line)!r}")
-    uid = int(match[1])
+    uid = _number(match[1], "uid", MAX_ID)
     if uid == 0:
         raise SimLogError("uid 0 launched: the simulator's uids count from 1")
     if log.headers and uid > log.headers:
         raise SimLogError(f"uid {uid} launched, but only {log.headers} trace headers were loaded")
     kernel = _launched(log, uid, _name(name), number)
     if match[2] is not None:
-        kernel.stream = int(match[2])
+        kernel.stream = _number(match[2], "cuda_stream_id", MAX_ID)
 
 
 def _ptx_launch(log: SimLog, line: bytes, uid: int, number: int) -> None:
@@ -669,7 +676,8 @@ def _ptx_launch(log: SimLog, line: bytes, uid: int, number: int) -> None:
     if match is None:
         raise SimLogError(f"not a `pushing kernel 'NAME' to stream S, gridDim= ...` line: {_text(line)!r}")
     kernel = _launched(log, uid, _name(name), number)
-    kernel.stream, kernel.grid, kernel.block = int(match[1]), _dim(match[2]), _dim(match[3])
+    kernel.stream, kernel.grid = _number(match[1], "stream", MAX_ID), _dim(match[2])
+    kernel.block = _dim(match[3])
 
 
 def _split_last(
@@ -726,6 +734,14 @@ def _kernel(log: SimLog, uid: int, number: int | None = None) -> SimKernel:
             raise SimLogError(f"more than {MAX_UIDS} uids")
         kernel = log.kernels[uid] = SimKernel(uid, line=number)
     return kernel
+
+
+def _number(digits: bytes | str, what: str, most: int) -> int:
+    """The number `digits` spell (at most MAX_DIGITS), or SimLogError past `most`."""
+    value = int(digits)
+    if value > most:
+        raise SimLogError(f"{what} {value} is more than {most}, the most Cascade reads")
+    return value
 
 
 @functools.lru_cache(maxsize=4096)  # one str for a name that recurs: memory grows with the uids
