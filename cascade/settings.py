@@ -394,6 +394,12 @@ REST_FRAMEWORK = {
         "rest_framework.renderers.JSONRenderer",
         "rest_framework.renderers.BrowsableAPIRenderer",
     ],
+    # JSON bodies bounded in size and depth, every parse error a 400 (traces.parsers).
+    "DEFAULT_PARSER_CLASSES": [
+        "traces.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_THROTTLE_CLASSES": [
         "traces.throttling.TokenRateThrottle",
