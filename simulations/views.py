@@ -9,7 +9,7 @@ completion in `uploads` (answered by ingestion).
 from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException, NotFound, ParseError
+from rest_framework.exceptions import NotFound, ParseError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
@@ -30,6 +30,7 @@ from simulations.uploads import simulation_upload, simulation_upload_complete
 from traces import http
 from traces.models import Trace, TraceState
 from traces.params import shown
+from traces.parsers import BodyTooLarge
 from traces.permissions import CanUploadSimulations, CanViewTraces
 from traces.storable_text import is_storable
 from traces.views import (
@@ -121,11 +122,6 @@ class SimulationViewSet(OperatorDescribed, viewsets.ViewSet):
 
 # A request body past this is a 413 before it is read: a dozen files, or a log's few hundred parts.
 UPLOAD_BODY_MAX = 1024**2
-
-
-class BodyTooLarge(APIException):
-    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
-    default_code = "too_large"
 
 
 def validated(serializer_class, request) -> dict:

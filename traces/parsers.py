@@ -1,5 +1,5 @@
-"""Request bodies under /api/, read within bounds: at most DATA_UPLOAD_MAX_MEMORY_SIZE bytes and
-MAX_DEPTH levels deep, every way a body is not JSON a 400 in one sentence.
+"""Request bodies under /api/, read within bounds: at most DATA_UPLOAD_MAX_MEMORY_SIZE bytes (past
+it a 413) and MAX_DEPTH levels deep, every way a body is not JSON a 400 in one sentence.
 
 DRF's JSONParser reads a body of any size and lets a RecursionError (a 2 KB body of 1,000
 nested `[`) escape as a 500; a body here is a request of a few keys (an upload's file list is
@@ -9,10 +9,18 @@ its deepest: three levels).
 import json
 
 from django.conf import settings
-from rest_framework.exceptions import ParseError
+from rest_framework import status
+from rest_framework.exceptions import APIException, ParseError
 from rest_framework.parsers import BaseParser
 
 MAX_DEPTH = 32
+
+
+class BodyTooLarge(APIException):
+    """A body past what a route reads: a 413, as a Content-Length past it is before any read."""
+
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "too_large"
 
 
 class BoundedJSONParser(BaseParser):
@@ -26,7 +34,7 @@ class BoundedJSONParser(BaseParser):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         raw = stream.read(limit + 1) if stream is not None else b""
         if len(raw) > limit:
-            raise ParseError(f"the request body is more than {limit} bytes (DATA_UPLOAD_MAX_MEMORY_SIZE)")
+            raise BodyTooLarge(f"the request body is more than {limit} bytes (DATA_UPLOAD_MAX_MEMORY_SIZE)")
         encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
         try:
             data = json.loads(raw.decode(encoding), parse_constant=_refuse_constant)

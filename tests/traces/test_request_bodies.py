@@ -6,6 +6,8 @@ RecursionError out of DRF's JSON parser); a POST to an /api/ path with no route 
 HTML CSRF page.
 """
 
+import io
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -13,7 +15,7 @@ from hypothesis import strategies as st
 from tests.helpers import token_client
 from tests.ingest.support import PROPERTY
 from traces.models import TraceState
-from traces.parsers import MAX_DEPTH
+from traces.parsers import MAX_DEPTH, BodyTooLarge, BoundedJSONParser
 
 ROUTES = [
     "/api/traces/run/simulations/sim-a/upload",
@@ -52,13 +54,23 @@ def test_a_body_nested_past_the_depth_bound_is_a_400_whatever_its_shape(writer, 
     assert_400(post(writer, path, body), f"the request body is nested more than {MAX_DEPTH} levels deep")
 
 
-def test_a_body_over_the_size_bound_is_a_400_before_it_is_parsed(writer, settings):
+def test_a_body_over_the_size_bound_is_a_413_read_no_further(writer, settings):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
     body = b'{"files": [' + b", ".join([b'{"name": "sim.log", "size": 1}'] * 100) + b"]}"
-    assert_400(
-        post(writer, ROUTES[0], body),
-        "the request body is more than 1000 bytes (DATA_UPLOAD_MAX_MEMORY_SIZE)",
-    )
+    answer = post(writer, ROUTES[0], body)
+    assert answer.status_code == 413, answer.content
+    assert answer.json() == {
+        "detail": "the request body is more than 1000 bytes (DATA_UPLOAD_MAX_MEMORY_SIZE)"
+    }
+
+
+def test_the_parser_reads_one_byte_past_the_bound_at_most(settings):
+    """A chunked body has no Content-Length to refuse it by: the stream is read to the bound."""
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    stream = io.BytesIO(b"[" + b"1," * 10**6 + b"1]")
+    with pytest.raises(BodyTooLarge):
+        BoundedJSONParser().parse(stream)
+    assert stream.tell() == 1001
 
 
 @pytest.mark.parametrize(
