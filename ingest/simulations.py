@@ -267,9 +267,7 @@ def read_simulation(
         raise SimulationInputError(
             f"{problem}: a simulation's folder holds the simulator's stdout as one of {', '.join(LOG_NAMES)}"
         )
-    log = read_sim_log_chunks(
-        within_cpu_budget(log_chunks(logs[0]), settings.CASCADE_SIM_LOG_CPU_SECONDS, clock=cpu_clock)
-    )
+    log = read_log(logs[0])
     read.update(
         simulator_build=log.accelsim_build,
         gpgpusim_build=None
@@ -288,16 +286,7 @@ def read_simulation(
             read=read,
         )
         return
-    clock = marker.get("core_clock_mhz") or log.core_clock_mhz
-    if clock is not None and not is_clock(clock):
-        raise SimulationInputError(
-            f"the log's core clock ({clock} MHz, -gpgpu_clock_domains) is not a clock "
-            f"(from {MIN_CLOCK_MHZ} to {MAX_CLOCK_MHZ} MHz)"
-        )
-    if not clock and any(kernel.sim_cycles is not None for kernel in log.kernels.values()):
-        raise SimulationInputError(
-            "no core clock: the log has no -gpgpu_clock_domains line and simulation.json no core_clock_mhz"
-        )
+    clock = core_clock(marker, log)
     read.update(core_clock_mhz=clock, sim_total_cycles=log.finished_cycles)
     pairing = Pairing(trace, log, clock)
 
@@ -323,6 +312,22 @@ def read_simulation(
     logger.info(
         "%s: ready, %d kernels simulated, %d compared", simulation, count, simulation.kernels_compared
     )
+
+
+def core_clock(marker: dict, log: SimLog) -> float | None:
+    """The marker's core clock, else the log's; SimulationInputError when neither is a clock and
+    the log has cycles to turn into time."""
+    clock = marker.get("core_clock_mhz") or log.core_clock_mhz
+    if clock is not None and not is_clock(clock):
+        raise SimulationInputError(
+            f"the log's core clock ({clock} MHz, -gpgpu_clock_domains) is not a clock "
+            f"(from {MIN_CLOCK_MHZ} to {MAX_CLOCK_MHZ} MHz)"
+        )
+    if not clock and any(kernel.sim_cycles is not None for kernel in log.kernels.values()):
+        raise SimulationInputError(
+            "no core clock: the log has no -gpgpu_clock_domains line and simulation.json no core_clock_mhz"
+        )
+    return clock
 
 
 STOPPED_WHY = {
@@ -357,6 +362,12 @@ def left_out(log: SimLog, interrupted: list[dict]) -> dict:
     if log.fatal is not None:
         why += f" ({fatal_words(log)})"
     return {"kernels": len(interrupted), "why": why}
+
+
+def read_log(obj: S3Object) -> SimLog:
+    """The log streamed, decompressed and read within CASCADE_SIM_LOG_CPU_SECONDS."""
+    chunks = within_cpu_budget(log_chunks(obj), settings.CASCADE_SIM_LOG_CPU_SECONDS, clock=cpu_clock)
+    return read_sim_log_chunks(chunks)
 
 
 # The CPU time of the thread reading a log: its download, decompression and reading, not what
