@@ -17,7 +17,7 @@ import pytest
 from ingest import passes
 from ingest.simulations import within_cpu_budget
 from simulations.errors import SimulationInputError
-from simulations.models import Simulation
+from simulations.models import CURRENT_SIMULATION_READER_VERSION, Simulation
 from simulations.simlog import MAX_COUNT
 from tests.helpers import PREFIX, TEST_BUCKET
 from tests.ingest.support import (
@@ -225,3 +225,19 @@ def test_rows_stored_with_numbers_past_64_bits_do_not_break_the_lists(s3, good_r
         assert summary["run"]["selection"]["cover"] == 1e20
         assert (summary["metrics"]["mape"], summary["metrics"]["sim_total_ns"]) == (1e20, 3.0 * 2**63)
         assert summary["left_out"]["kernels"] is None  # past a float's range
+
+
+@pytest.mark.django_db
+def test_a_simulation_an_older_reader_let_through_is_read_again_and_fails(s3, good_run, monkeypatch):
+    log = GOOD.replace(b"gpu_sim_cycle = 100\n", b"gpu_sim_cycle = 9223372036854775807\n")
+    with monkeypatch.context() as older:  # the reader before counts were bounded
+        older.setattr("simulations.simlog.MAX_COUNT", 10**20)
+        upload_simulation(s3, "run", "huge", log)
+        passes.poll_bucket()
+    assert simulation("run", "huge").state == TraceState.READY
+    # As version 2 left it: its fingerprint covered that version.
+    Simulation.objects.filter(name="huge").update(reader_version=2, parsed_fingerprint="v2")
+    passes.poll_bucket()
+    huge = simulation("run", "huge")
+    assert (huge.state, huge.reader_version) == (TraceState.FAILED, CURRENT_SIMULATION_READER_VERSION)
+    assert huge.error.startswith("line 9: gpu_sim_cycle 9223372036854775807 is more than")
