@@ -9,9 +9,9 @@ process), three at a time, and posts hostile request bodies. Printed: the other 
 and median request time in each phase, and what became of each hostile upload, with the time
 from its `/complete` to its final state.
 
-    python -m bench.hostile [--clients 4] [--seconds 20]
+    python -m bench.hostile [--clients 4] [--seconds 20] [--at-once 3] [--server URL]
 
-Needs PostgreSQL (BENCH_DATABASE_URL's server, default postgres://postgres@127.0.0.1:5432).
+Needs PostgreSQL (`--server`, else BENCH_DATABASE_URL's server, else 127.0.0.1:5432).
 """
 
 import argparse
@@ -168,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=4, help="other clients' threads (default 4)")
     parser.add_argument("--seconds", type=float, default=20, help="the reference phase's length (default 20)")
     parser.add_argument("--at-once", type=int, default=3, help="hostile uploads at a time (default 3)")
+    parser.add_argument("--server", help="postgres://user@host:port (default: BENCH_DATABASE_URL's server)")
     args = parser.parse_args(argv)
 
     folder = fixtures()
@@ -175,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench.hostile: no {folder} (set CASCADE_SHARED_FIXTURES)", file=sys.stderr)
         return 2
     real_log = (folder / LOG_NAME).read_bytes()
-    server = common.server_url(os.environ.get("BENCH_DATABASE_URL", common.DEFAULT_DATABASE_URL))
+    server = args.server or common.server_url(
+        os.environ.get("BENCH_DATABASE_URL", common.DEFAULT_DATABASE_URL)
+    )
     with common.scratch_database(server, "hostile") as url, common.moto_server(own_process=True) as s3:
         env = common.child_env(DATABASE_URL=url, CASCADE_S3_BUCKET=BUCKET, CASCADE_S3_ENDPOINT_URL=s3)
         client = common.s3_client(s3)
