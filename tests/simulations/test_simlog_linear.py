@@ -280,3 +280,25 @@ def test_the_bytes_scanned_grow_with_the_log_not_its_square(lines, in_stats, ver
 @pytest.mark.parametrize("name", NAMES)
 def test_a_real_log_is_scanned_a_few_times_at_most(name):
     assert scanned(LOGS[name]) <= MOST_SCANNED_A_BYTE * len(LOGS[name])
+
+
+# --- The issue's reproductions, as written ------------------------------------------------------
+
+HEADER_64K = b"Header info loaded for kernel command : " + b" " * 64_000 + b"x\n"
+ASSERTIONS_352KB = b"Assertion `" * 32_000 + b"\n"
+
+
+def test_a_header_of_64_000_spaces_and_x_is_one_scan_and_a_simlogerror_naming_its_line():
+    assert scanned(HEADER_64K) <= MOST_SCANNED_A_BYTE * len(HEADER_64K)
+    with pytest.raises(SimLogError) as raised:
+        read_sim_log_chunks([HEADER_64K])
+    assert str(raised.value) == "line 1: not a kernel-N[-ctx_0x...].traceg[.xz] trace file: 'x'"
+
+
+def test_352_kb_of_assertion_backticks_is_one_scan_and_no_fatal_line():
+    assert len(ASSERTIONS_352KB) == 352_001
+    assert scanned(ASSERTIONS_352KB) <= MOST_SCANNED_A_BYTE * len(ASSERTIONS_352KB)
+    log = read_sim_log_chunks([ASSERTIONS_352KB])
+    assert (log.fatal, log.stopped, log.lines) == (None, "killed", 1)
+    failed = ASSERTIONS_352KB[:-1] + b"' failed\n"  # the same line, an assertion that failed
+    assert read_sim_log_chunks([failed]).fatal[0] == 1
