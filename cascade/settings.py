@@ -338,6 +338,13 @@ CASCADE_MAX_STATS_BYTES = env_int("CASCADE_MAX_STATS_BYTES", 2 * 1024**3)
 CASCADE_MAX_STATS_LINE = env_int("CASCADE_MAX_STATS_LINE", 16 * 1024**2)
 # A simulation's log (sim.log, or decompressed sim.log.gz / .xz) past this many bytes fails it.
 CASCADE_MAX_SIM_LOG_BYTES = env_int("CASCADE_MAX_SIM_LOG_BYTES", 8 * 1024**3)
+# A simulation's log whose reading (download, decompression, the reader) costs its thread more
+# CPU seconds than this fails it: no log holds a pass, or a web process's upload thread, longer.
+CASCADE_SIM_LOG_CPU_SECONDS = env_int("CASCADE_SIM_LOG_CPU_SECONDS", 300)
+if CASCADE_SIM_LOG_CPU_SECONDS < 1:
+    raise ImproperlyConfigured(
+        f"CASCADE_SIM_LOG_CPU_SECONDS must be at least 1, got {CASCADE_SIM_LOG_CPU_SECONDS}"
+    )
 # A parse reports progress (ingest_traces prints it) every this many kernels.
 CASCADE_PROGRESS_EVERY = env_int("CASCADE_PROGRESS_EVERY", 100_000)
 if CASCADE_PROGRESS_EVERY < 1:
@@ -390,6 +397,12 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",
         "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
+    # JSON bodies bounded in size and depth, every parse error a 400 (traces.parsers).
+    "DEFAULT_PARSER_CLASSES": [
+        "traces.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
     ],
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_THROTTLE_CLASSES": [

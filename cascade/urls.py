@@ -40,5 +40,6 @@ urlpatterns = [
 ]
 
 # Errors that no view answers: JSON under /api/, Django's pages elsewhere.
+handler400 = "traces.errors.bad_request"
 handler404 = "traces.errors.not_found"
 handler500 = "traces.errors.server_error"

@@ -3,20 +3,23 @@ with `status` required, each text bounded, its dates ISO 8601, its selection one
 What it may hold: docs/simulations.md; ingest/simulations.py reads the folder it completes."""
 
 import json
-import math
 import re
 from datetime import datetime
 
 from ingest import bucket
 from ingest.bucket import S3Object
+from ingest.metadata import bounded_int, finite_float
 from simulations.accuracy import RUN_FACT_KEYS
 from simulations.errors import SimulationInputError
 from traces.storable_text import unstorable_character
 
 MARKER_NAME = "simulation.json"
 MAX_MARKER_BYTES = 64 * 1024
-# A core clock is a few hundred to a few thousand MHz; past this (or 0) it is not one.
-MAX_CLOCK_MHZ = 1e6
+# A core clock is a few hundred to a few thousand MHz; outside these it is not one (and the
+# nanoseconds of a kernel's cycles, cycles x 1000 / MHz, stay within 64 bits:
+# simulations.simlog.MAX_COUNT).
+MIN_CLOCK_MHZ = 10
+MAX_CLOCK_MHZ = 100_000
 MARKER_TEXT_MAX = {
     "simulator": 200,
     "config": 200,
@@ -59,8 +62,14 @@ def read_marker(obj: S3Object) -> dict:
         raise SimulationInputError(f"{MARKER_NAME}: {name} is not a number JSON allows")
 
     try:
-        marker = json.loads(data, parse_constant=refuse_constant)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        # Numbers bounded as they are read: an integer of thousands of digits, or 1e999, is refused
+        # here rather than overflowing a comparison later.
+        marker = json.loads(
+            data, parse_constant=refuse_constant, parse_float=finite_float, parse_int=bounded_int
+        )
+    except RecursionError:
+        raise SimulationInputError(f"{MARKER_NAME} is nested too deeply to be a marker") from None
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, a number refused
         raise SimulationInputError(f"{MARKER_NAME} is not valid JSON: {error}") from None
     if not isinstance(marker, dict):
         raise SimulationInputError(f"{MARKER_NAME} must be a JSON object, not {type(marker).__name__}")
@@ -99,16 +108,22 @@ def read_marker(obj: S3Object) -> dict:
         )
     _check_selection(marker.get("selection"))
     clock = marker.get("core_clock_mhz")
-    if clock is not None and (
-        isinstance(clock, bool)
-        or not isinstance(clock, int | float)
-        or not math.isfinite(clock)
-        or not 0 < clock < MAX_CLOCK_MHZ
-    ):
+    if clock is not None and not is_clock(clock):
         raise SimulationInputError(
-            f'{MARKER_NAME}: "core_clock_mhz" must be a number of MHz above 0, not {clock!r}'
+            f'{MARKER_NAME}: "core_clock_mhz" must be a number of MHz from {MIN_CLOCK_MHZ} to '
+            f"{MAX_CLOCK_MHZ}, not {clock!r}"
         )
     return marker
+
+
+def is_clock(value) -> bool:
+    """A number of MHz a GPU's core runs at (MIN_CLOCK_MHZ to MAX_CLOCK_MHZ); compared without
+    a conversion to float, which an integer of hundreds of digits overflows."""
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and MIN_CLOCK_MHZ <= value <= MAX_CLOCK_MHZ
+    )
 
 
 def parse_datetime_or_none(value: str):
@@ -138,9 +153,11 @@ def _check_selection(selection) -> None:
         raise SimulationInputError(f'{where}: "select" holds {problem}')
     cover = selection.get("cover")
     if cover is not None and (
-        isinstance(cover, bool) or not isinstance(cover, int | float) or not math.isfinite(cover) or cover < 0
+        isinstance(cover, bool) or not isinstance(cover, int | float) or not 0 < cover <= 1
     ):
-        raise SimulationInputError(f'{where}: "cover" must be a number or null, not {cover!r}')
+        raise SimulationInputError(
+            f'{where}: "cover" must be a number above 0 and at most 1, or null, not {cover!r}'
+        )
 
 
 def run_facts(marker: dict) -> dict | None:

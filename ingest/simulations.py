@@ -30,6 +30,7 @@ listing changes. A listing of `<run>/simulations/` each: the cost follows the wo
 import logging
 import lzma
 import re
+import time
 import zlib
 from collections.abc import Iterable, Iterator
 
@@ -41,7 +42,14 @@ from ingest import bucket, failures, owners
 from ingest.bucket import S3Object
 from ingest.listing import inventory
 from ingest.paths import path_problem
-from ingest.simulation_marker import MARKER_NAME, MAX_CLOCK_MHZ, read_marker, run_facts
+from ingest.simulation_marker import (
+    MARKER_NAME,
+    MAX_CLOCK_MHZ,
+    MIN_CLOCK_MHZ,
+    is_clock,
+    read_marker,
+    run_facts,
+)
 from simulations import services
 from simulations.accuracy import simulation_metrics
 from simulations.errors import SimulationInputError
@@ -291,7 +299,7 @@ def read_simulation(
         raise SimulationInputError(
             f"{problem}: a simulation's folder holds the simulator's stdout as one of {', '.join(LOG_NAMES)}"
         )
-    log = read_sim_log_chunks(log_chunks(logs[0]))
+    log = read_log(logs[0])
     read.update(
         simulator_build=log.accelsim_build,
         gpgpusim_build=None
@@ -310,13 +318,7 @@ def read_simulation(
             read=read,
         )
         return
-    clock = marker.get("core_clock_mhz") or log.core_clock_mhz
-    if clock is not None and not 0 < clock < MAX_CLOCK_MHZ:
-        raise SimulationInputError(f"the log's core clock ({clock} MHz, -gpgpu_clock_domains) is not a clock")
-    if not clock and any(kernel.sim_cycles is not None for kernel in log.kernels.values()):
-        raise SimulationInputError(
-            "no core clock: the log has no -gpgpu_clock_domains line and simulation.json no core_clock_mhz"
-        )
+    clock = core_clock(marker, log)
     read.update(core_clock_mhz=clock, sim_total_cycles=log.finished_cycles)
     pairing = Pairing(trace, log, clock)
 
@@ -342,6 +344,22 @@ def read_simulation(
     logger.info(
         "%s: ready, %d kernels simulated, %d compared", simulation, count, simulation.kernels_compared
     )
+
+
+def core_clock(marker: dict, log: SimLog) -> float | None:
+    """The marker's core clock, else the log's; SimulationInputError when neither is a clock and
+    the log has cycles to turn into time."""
+    clock = marker.get("core_clock_mhz") or log.core_clock_mhz
+    if clock is not None and not is_clock(clock):
+        raise SimulationInputError(
+            f"the log's core clock ({clock} MHz, -gpgpu_clock_domains) is not a clock "
+            f"(from {MIN_CLOCK_MHZ} to {MAX_CLOCK_MHZ} MHz)"
+        )
+    if not clock and any(kernel.sim_cycles is not None for kernel in log.kernels.values()):
+        raise SimulationInputError(
+            "no core clock: the log has no -gpgpu_clock_domains line and simulation.json no core_clock_mhz"
+        )
+    return clock
 
 
 STOPPED_WHY = {
@@ -378,11 +396,40 @@ def left_out(log: SimLog, interrupted: list[dict]) -> dict:
     return {"kernels": len(interrupted), "why": why}
 
 
+def read_log(obj: S3Object) -> SimLog:
+    """The log streamed, decompressed and read within CASCADE_SIM_LOG_CPU_SECONDS."""
+    chunks = within_cpu_budget(log_chunks(obj), settings.CASCADE_SIM_LOG_CPU_SECONDS, clock=cpu_clock)
+    return read_sim_log_chunks(chunks)
+
+
+# The CPU time of the thread reading a log: its download, decompression and reading, not what
+# the process's other threads (a web server's requests) spend meanwhile.
+cpu_clock = time.thread_time
+
+
+def within_cpu_budget(chunks: Iterable[bytes], seconds: float, *, clock=cpu_clock) -> Iterator[bytes]:
+    """The log's chunks until reading them has cost more than `seconds` of `clock`'s CPU time
+    (CASCADE_SIM_LOG_CPU_SECONDS), then SimulationInputError: the time to read a chunk is
+    bounded (the reader is linear, a chunk at most a MiB), so a log holds its pass and its
+    thread no longer than the budget and a chunk."""
+    start = clock()
+    read = 0
+    for chunk in chunks:
+        if clock() - start > seconds:
+            raise SimulationInputError(
+                f"the log took more than CASCADE_SIM_LOG_CPU_SECONDS ({seconds:g} s) of CPU time to read, "
+                f"so it was not read past byte {read}"
+            )
+        read += len(chunk)
+        yield chunk
+
+
 def log_chunks(obj: S3Object) -> Iterator[bytes]:
     """The log's text as it streams in, decompressed (gzip, xz) within CASCADE_MAX_SIM_LOG_BYTES.
 
-    A compressed stream that just ends (a job killed while writing it) gives what it holds,
-    as a plain log cut by a kill does: the reader then says the log was killed.
+    A compressed stream that ends before its end marker is a SimulationInputError ("the
+    compressed log is truncated"): a stream cut in the middle says nothing of how the run ended
+    (a killed job leaves its compressor's end unwritten, and so does an upload cut short).
     """
     limit = settings.CASCADE_MAX_SIM_LOG_BYTES
     file_name = obj.key.rsplit("/", 1)[1]
@@ -409,17 +456,20 @@ def log_chunks(obj: S3Object) -> Iterator[bytes]:
 
 def _decompressed(chunks, new, error_class, file_name: str, what: str) -> Iterator[bytes]:
     """Decompressed output DECOMPRESSED_CHUNK bytes at most at a time, so that a small bomb
-    never expands whole; concatenated members (gzip, xz) are read one after another."""
+    never expands whole; concatenated members (gzip, xz) are read one after another, and a
+    member begun and not ended is a truncated log."""
     decompressor = new()
+    begun = False  # the member `decompressor` reads has been given bytes
     try:
         for chunk in chunks:
             data = chunk
             while True:
+                begun = begun or bool(data)
                 out = decompressor.decompress(data, DECOMPRESSED_CHUNK)
                 if out:
                     yield out
                 if decompressor.eof:  # a member ended: another may follow
-                    data, decompressor = decompressor.unused_data, new()
+                    data, decompressor, begun = decompressor.unused_data, new(), False
                     if data:
                         continue
                     break
@@ -432,5 +482,9 @@ def _decompressed(chunks, new, error_class, file_name: str, what: str) -> Iterat
             out = flush()
             if out:
                 yield out
+        if begun and not decompressor.eof:
+            raise SimulationInputError(
+                f"{file_name}: the compressed log is truncated (its {what} stream ends before its end marker)"
+            )
     except error_class as error:
         raise SimulationInputError(f"{file_name} is not a valid {what} file: {error}") from None

@@ -17,7 +17,24 @@ _KEY_OF_COLUMN = {field.column: field.name for field in shapes.SIMULATION_SUMMAR
 def _ordered(value: dict | None, keys: tuple[str, ...]) -> dict | None:
     """A stored JSON object with the documented keys in the documented order (PostgreSQL's
     jsonb keeps no order); a key it lacks is null, one it has beyond them is not served."""
-    return None if value is None else {key: value.get(key) for key in keys}
+    return None if value is None else {key: encodable(value.get(key)) for key in keys}
+
+
+def encodable(value):
+    """A stored JSON value that orjson can write: an integer past 64 bits as the float it was
+    (PostgreSQL's jsonb gives back a float that holds an integer, 1e20 say, as that integer,
+    which orjson refuses), or null past a float's range. One row stored before its numbers were
+    bounded must not fail every list it is in."""
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**64:
+        try:
+            return float(value)
+        except OverflowError:
+            return None
+    if isinstance(value, dict):
+        return {key: encodable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [encodable(item) for item in value]
+    return value
 
 
 def simulation_summary_dict(row: tuple, *, columns: tuple[str, ...] = SIMULATION_SUMMARY_COLUMNS) -> dict:

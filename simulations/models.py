@@ -16,8 +16,9 @@ def _doc(name: str) -> str:
 
 SIMULATION_NAME_MAX = 100
 # The version of the reading of a log and its pairing (simlog.py, pairing.py), recorded on each
-# simulation read (as traces' CURRENT_PARSER_VERSION is on each trace).
-CURRENT_SIMULATION_READER_VERSION = 2
+# simulation read (as traces' CURRENT_PARSER_VERSION is on each trace). 3: counts past
+# simlog.MAX_COUNT, clocks outside 10 to 100,000 MHz and truncated compressed logs fail.
+CURRENT_SIMULATION_READER_VERSION = 3
 
 
 class Simulation(models.Model):

@@ -100,11 +100,17 @@ def simulations_register(trace: Trace, folders: dict[str, list[dict]]) -> list[t
         for name, files in folders.items():
             simulation = existing.pop(name, None)
             if simulation is None:
-                simulation = Simulation.objects.create(
-                    trace=trace, name=name, files=files, files_changed_at=now, created_at=now, updated_at=now
+                # get_or_create: another registration of this trace's listing (a /complete, and
+                # the read of another of its simulations) may insert the name meanwhile.
+                simulation, created = Simulation.objects.get_or_create(
+                    trace=trace,
+                    name=name,
+                    defaults={"files": files, "files_changed_at": now, "created_at": now, "updated_at": now},
                 )
-                outcomes.append((simulation, "created"))
-            elif simulation.files != files:
+                if created:
+                    outcomes.append((simulation, "created"))
+                    continue
+            if simulation.files != files:
                 simulation.files, simulation.files_changed_at = files, now
                 simulation.state, simulation.error, simulation.updated_at = TraceState.UPLOADING, None, now
                 simulation.parse_attempts = 0

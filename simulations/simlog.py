@@ -53,39 +53,56 @@ MAX_DIGITS = 20
 MAX_UIDS_PER_BLOCK = 100_000
 # Results are kept per uid; a log naming more uids than any run launches is hostile, not a run.
 MAX_UIDS = 80_000  # ~650 bytes each at most: under 100 MB of RSS with the reader's own (measured)
+# Ids (uids, kernel ids, streams) are stored as signed 64-bit integers.
+MAX_ID = 2**63 - 1
+# A block's cycles or instructions past this are not a simulation's (1.15 x 10^12: 19 minutes of
+# a 1 GHz GPU, months of simulating): under it, the nanoseconds of every uid at 10 MHz or more
+# (ingest.simulation_marker.MIN_CLOCK_MHZ) add up within a signed 64-bit integer.
+MAX_COUNT = MAX_ID // (MAX_UIDS * 100)
 
 _INT = rb"(\d{1,20})"  # MAX_DIGITS
-ACCELSIM_BUILD = re.compile(rb"Accel-Sim \[build ([^\]]*)\]")
-GPGPUSIM_VERSION = re.compile(rb"\*\*\* GPGPU-Sim Simulator Version (\S+)\s+\[build ([^\]]*)\]")
-CLOCK_DOMAINS = re.compile(rb"-gpgpu_clock_domains\s+(\d{1,9}(?:\.\d{1,9})?)(?::|\s|$)")
-HEADER = re.compile(
-    rb"Header info loaded for kernel command : (.*?)\s*$",
+# Every pattern here runs in time linear in its line, whatever the line holds: each repeat is
+# bounded or possessive (no backtracking into it), and a pattern searched for is a literal (or an
+# alternation of literals) before any repeat. A part of a line that a pattern would reach with
+# `.*` is found with bytes methods (`rfind` of the text after it, `rstrip`) and only the bounded
+# rest is matched. tests/simulations/test_simlog_linear.py checks both against the patterns these
+# replace, and counts the bytes the reader's searches scan.
+ACCELSIM_BUILD = re.compile(rb"Accel-Sim \[build ([^\]]*+)\]")
+VERSION_START = b"*** GPGPU-Sim Simulator Version "
+VERSION_REST = re.compile(rb"(\S++)\s++\[build ([^\]]*+)\]")
+CLOCK_DOMAINS = re.compile(rb"-gpgpu_clock_domains\s++(\d{1,9}(?:\.\d{1,9})?)(?::|\s|$)")
+HEADER_START = b"Header info loaded for kernel command : "
+TRACE_FILE_NAME = re.compile(
+    rf"kernel-(\d{{1,{MAX_DIGITS}}})(?:-ctx_(0x[0-9a-fA-F]{{1,16}}))?\.traceg(?:\.xz)?"
 )
-TRACE_FILE = re.compile(
-    rf"(?:.*/)?kernel-(\d{{1,{MAX_DIGITS}}})(?:-ctx_(0x[0-9a-fA-F]{{1,16}}))?\.traceg(?:\.xz)?"
-)
-DIM = re.compile(rb"-(grid|block) dim = (\(\d{1,10},\d{1,10},\d{1,10}\))\s*$")
-TRACE_LAUNCH = re.compile(
-    rb"launching kernel name: (.*) uid: " + _INT + rb"(?: cuda_stream_id: " + _INT + rb")?\s*$"
-)
-PTX_LAUNCH = re.compile(
-    rb"GPGPU-Sim PTX: pushing kernel '(.*)' to stream " + _INT + rb", "
-    rb"gridDim= (\(\d{1,10},\d{1,10},\d{1,10}\)) blockDim = (\(\d{1,10},\d{1,10},\d{1,10}\))\s*$"
+# Matched against a line less its trailing whitespace (the `\s*$` of a line), so fullmatch.
+DIM = re.compile(rb"-(grid|block) dim = (\(\d{1,10},\d{1,10},\d{1,10}\))")
+LAUNCH_START = b"launching kernel name: "
+LAUNCH_UID = b" uid: "
+LAUNCH_REST = re.compile(rb" uid: " + _INT + rb"(?: cuda_stream_id: " + _INT + rb")?")
+PTX_START = b"GPGPU-Sim PTX: pushing kernel '"
+PTX_STREAM = b"' to stream "
+PTX_REST = re.compile(
+    rb"' to stream " + _INT + rb", "
+    rb"gridDim= (\(\d{1,10},\d{1,10},\d{1,10}\)) blockDim = (\(\d{1,10},\d{1,10},\d{1,10}\))"
 )
 DESTROY = re.compile(rb"Destroy streams for kernel " + _INT + rb": ")
 # The lines with which the simulator (or what it runs) says it cannot go on, as the real logs
 # print them (docs/formats.md#the-simulators-log, how each failure looks): SASS it
 # has no opcode map for, a trace `xz -dc` could not open, a config option it does not know, an
-# assertion, a deadlock. Each holds one of FATAL_NEEDLES, which a chunk is searched for.
+# assertion, a deadlock. Each holds one of FATAL_NEEDLES, which a chunk is searched for. An
+# assertion (`Assertion `...' failed` anywhere in the line) is found with `_is_assertion`.
 FATAL = re.compile(
     rb"(?:unsupported binary version: |xz: |GPGPU-Sim \*\* ERROR|GPGPU-Sim uArch: ERROR"
-    rb"|GPGPU-Sim PTX: ERROR|.*Assertion [`'].*' failed)"
+    rb"|GPGPU-Sim PTX: ERROR)"
 )
+ASSERTIONS = (b"Assertion `", b"Assertion '")
+ASSERTION_FAILED = b"' failed"
 FATAL_NEEDLES = (b"unsupported binary version: ", b"xz: ", b"ERROR", b"Assertion ")
 DEADLOCK = b"GPGPU-Sim uArch: ERROR ** deadlock detected"
 MAX_FATAL_TEXT = 500
 BLOCK_COUNTS = (b"gpu_sim_cycle =", b"gpu_sim_insn =", b"gpu_tot_sim_cycle =")
-BLOCK_NUMBER = re.compile(rb"(gpu_sim_cycle|gpu_sim_insn|gpu_tot_sim_cycle) = " + _INT + rb"\s*$")
+BLOCK_NUMBER = re.compile(rb"(gpu_sim_cycle|gpu_sim_insn|gpu_tot_sim_cycle) = " + _INT)
 
 LINE_STARTS = (
     b"Accel-Sim",
@@ -223,29 +240,59 @@ def _starting(prefixes: tuple[bytes, ...]) -> tuple[re.Pattern, re.Pattern]:
 READ_LINE = _starting(READ_LINES)
 # Each such line after a newline, up to its own newline (which may begin the next match).
 READ_LINE_IN_A_ROW = re.compile(
-    rb"\n(?:" + b"|".join(re.escape(prefix) for prefix in READ_LINES) + rb")[^\n]*"
+    rb"\n(?:" + b"|".join(re.escape(prefix) for prefix in READ_LINES) + rb")[^\n]*+"
 ).finditer
 STATS_LINE = _starting(STATS_LINES)
 
 
-def _next_line(patterns: tuple[re.Pattern, re.Pattern], buffer: bytes, start: int, end: int) -> int:
-    """Where the first line in buffer[start:end] (start: a line's) matching `patterns` starts, or -1."""
+def _next_line(
+    patterns: tuple[re.Pattern, re.Pattern], buffer: bytes, start: int, end: int, finds: "_Finds"
+) -> int:
+    """Where the first line in buffer[start:end] (start: a line's; end: a line's, or the
+    buffer's) matching `patterns` starts, or -1."""
     after_newline, at = patterns
     if start == 0 or buffer[start - 1] != 10:  # 10: b"\n"
         if at.match(buffer, start, end):
             return start
-        match = after_newline.search(buffer, start, end)
+        found = finds.search(after_newline, start)
     else:
-        match = after_newline.search(buffer, start - 1, end)
-    return -1 if match is None else match.start() + 1
+        found = finds.search(after_newline, start - 1)
+    return found + 1 if 0 <= found and found + 1 < end else -1
 
 
-def _next_footer(buffer: bytes, start: int, end: int) -> int:
+class _Finds:
+    """The next place of each of a few needles in buffer[:end], each looked for again only once
+    the scan has passed it: a scan that asks at every line where the next footer (or `'`, or
+    fatal needle) is would otherwise search the rest of the buffer each time, quadratic in a
+    chunk of such lines. With it every byte is searched at most once a needle."""
+
+    __slots__ = ("buffer", "end", "found")
+
+    def __init__(self, buffer: bytes, end: int):
+        self.buffer, self.end, self.found = buffer, end, {}
+
+    def find(self, needle: bytes, start: int) -> int:
+        """buffer.find(needle, start, end), for `start`s that never go back."""
+        where = self.found.get(needle)
+        if where is None or 0 <= where < start:
+            where = self.found[needle] = self.buffer.find(needle, start, self.end)
+        return where
+
+    def search(self, pattern: re.Pattern, start: int) -> int:
+        """Where pattern.search(buffer, start, end) starts, for `start`s that never go back."""
+        where = self.found.get(pattern)
+        if where is None or 0 <= where < start:
+            match = pattern.search(self.buffer, start, self.end)
+            where = self.found[pattern] = -1 if match is None else match.start()
+        return where
+
+
+def _next_footer(buffer: bytes, start: int, end: int, finds: _Finds) -> int:
     """`_next_line` of the footer: bytes.find, faster than a regular expression's search."""
     if (start == 0 or buffer[start - 1] != 10) and buffer.startswith(FOOTER, start, end):
         return start
-    found = buffer.find(NEWLINE_FOOTER, start - 1 if start else 0, end)
-    return found + 1 if found >= 0 else -1
+    found = finds.find(NEWLINE_FOOTER, start - 1 if start else 0)
+    return found + 1 if 0 <= found < end else -1
 
 
 def read_sim_log_chunks(chunks: Iterable[bytes]) -> SimLog:
@@ -353,7 +400,7 @@ class _Reader:
 
     def check_fatal(self, line: bytes) -> None:
         """Line `self.number` (whole), kept if it is the first fatal line."""
-        if self.log.fatal is None and FATAL.match(line):
+        if self.log.fatal is None and (FATAL.match(line) or _is_assertion(line)):
             text = line.decode("utf-8", "replace").strip()[:MAX_FATAL_TEXT]
             self.log.fatal = (self.number, replace_unstorable(text))
 
@@ -361,8 +408,9 @@ class _Reader:
         """`check_fatal` of each line of buffer[start:end] (whole lines, the first one line
         `number + 1`) holding a FATAL_NEEDLE, until one is fatal: C finds, no line split."""
         at = start
+        finds = _Finds(buffer, end)
         while self.log.fatal is None and at < end:
-            found = [buffer.find(needle, at, end) for needle in FATAL_NEEDLES]
+            found = [finds.find(needle, at) for needle in FATAL_NEEDLES]
             found = [where for where in found if where >= 0]
             if not found:
                 return
@@ -387,17 +435,17 @@ class _Reader:
         number = self.number
         if log.fatal is None:
             self.scan_fatal(buffer, start, end, number)
-        version_at = -2  # where VERSION_TEXT is next in the buffer (-1: nowhere), -2: not looked for
+        finds = _Finds(buffer, end)
         at = start
         while at < end:
             if log.exit_detected:  # nothing more is read
                 break
             if self.in_stats:
-                footer = _next_footer(buffer, at, end)
+                footer = _next_footer(buffer, at, end, finds)
                 stats_end = end if footer < 0 else footer
                 line = -1
-                if buffer.find(b"'", at, stats_end) >= 0 or buffer.find(b"*", at, stats_end) >= 0:
-                    line = _next_line(STATS_LINE, buffer, at, stats_end)
+                if 0 <= finds.find(b"'", at) < stats_end or 0 <= finds.find(b"*", at) < stats_end:
+                    line = _next_line(STATS_LINE, buffer, at, stats_end, finds)
                 if line < 0:
                     line = footer
             elif log.gpgpusim_version is not None and at and buffer[at - 1] == 10:  # 10: b"\n"
@@ -413,14 +461,12 @@ class _Reader:
                     break
                 continue
             else:
-                line = _next_line(READ_LINE, buffer, at, end)
+                line = _next_line(READ_LINE, buffer, at, end, finds)
                 if log.gpgpusim_version is None:
-                    if version_at == -2 or 0 <= version_at < at:
-                        version_at = buffer.find(VERSION_TEXT, at, end)
-                    if version_at >= 0:
-                        version_line = buffer.rfind(b"\n", at, version_at) + 1 or at
-                        if line < 0 or version_line < line:
-                            line = version_line
+                    version_at = finds.find(VERSION_TEXT, at)
+                    # Before the next line read, or none: its line's start, looked back for once.
+                    if version_at >= 0 and (line < 0 or version_at < line):
+                        line = buffer.rfind(b"\n", at, version_at) + 1 or at
             if line < 0:
                 break
             line_end = buffer.index(b"\n", line) + 1
@@ -455,10 +501,10 @@ class _Reader:
             block.uids = _uids(line)
         elif block is not None and line.startswith(BLOCK_COUNTS):
             # Only `name = N` exactly: forks add lines such as `gpu_sim_insn calculated by ...`.
-            match = BLOCK_NUMBER.match(line)
+            match = BLOCK_NUMBER.fullmatch(line.rstrip())
             if match is None:
                 raise SimLogError(f"not a count: {_text(line)!r}")
-            setattr(block, match[1].decode()[4:], int(match[2]))
+            setattr(block, match[1].decode()[4:], _number(match[2], match[1].decode(), MAX_COUNT))
             if match[1] == b"gpu_tot_sim_cycle":
                 self.in_stats = True
         elif line.startswith(FOOTER):
@@ -472,7 +518,7 @@ class _Reader:
             match = DESTROY.match(line)
             if match is None:
                 raise SimLogError(f"not a `Destroy streams for kernel U:` line: {_text(line)!r}")
-            self.destroyed = int(match[1])
+            self.destroyed = _number(match[1], "uid", MAX_ID)
             kernel = _kernel(log, self.destroyed, self.number)
             if kernel.finished:
                 raise SimLogError(f"uid {self.destroyed} finished twice (a second `Destroy streams` for it)")
@@ -481,7 +527,7 @@ class _Reader:
             _header(log, line, self.dims, self.number)
             self.since_block_launches = True
         elif line.startswith((b"-grid dim", b"-block dim")):
-            match = DIM.match(line)
+            match = DIM.fullmatch(line.rstrip())
             if match is not None:
                 self.dims[match[1]] = _dim(match[2])
         elif line.startswith(b"launching kernel"):
@@ -511,7 +557,7 @@ class _Reader:
             if match is not None and log.accelsim_build is None:
                 log.accelsim_build = _name(match[1])
         elif log.gpgpusim_version is None and VERSION_TEXT in line:
-            match = GPGPUSIM_VERSION.search(line)
+            match = _gpgpusim_version(line)
             if match is not None:
                 log.gpgpusim_version = _name(match[1])
                 log.gpgpusim_build = _name(match[2])
@@ -591,46 +637,86 @@ def _uids(line: bytes) -> list[int]:
     for value in fields:
         if not value.isdigit() or len(value) > MAX_DIGITS or int(value) == 0:
             raise SimLogError(f"not a uid: {_text(value)!r}")
-        uids.append(int(value))
+        uids.append(_number(value, "uid", MAX_ID))
     return uids
 
 
 def _header(log: SimLog, line: bytes, dims: dict[bytes, str], number: int) -> None:
-    match = HEADER.match(line)
-    if match is None:
+    if not line.startswith(HEADER_START):
         raise SimLogError(f"not a `Header info loaded for kernel command : PATH` line: {_text(line)!r}")
-    path = _name(match[1])
-    match = TRACE_FILE.fullmatch(path)
+    path = _name(line[len(HEADER_START) :].rstrip())
+    match = TRACE_FILE_NAME.fullmatch(path.rpartition("/")[2])
     if match is None:
         raise SimLogError(f"not a kernel-N[-ctx_0x...].traceg[.xz] trace file: {path!r}")
     log.headers += 1
     kernel = _kernel(log, log.headers, number)
-    kernel.kernel_id, kernel.ctx, kernel.trace_file = int(match[1]), _ctx(match[2]), path
+    kernel_id = _number(match[1], "kernel id", MAX_ID)
+    kernel.kernel_id, kernel.ctx, kernel.trace_file = kernel_id, _ctx(match[2]), path
     # The dims are printed with the header, before it (a window of headers may be loaded before
     # any of their launches).
     kernel.grid, kernel.block = dims.pop(b"grid", None), dims.pop(b"block", None)
 
 
 def _trace_launch(log: SimLog, line: bytes, number: int) -> None:
-    match = TRACE_LAUNCH.match(line)
+    name, match = _split_last(line, LAUNCH_START, LAUNCH_UID, LAUNCH_REST)
     if match is None:
         raise SimLogError(f"not a `launching kernel name: NAME uid: U` line: {_text(line)!r}")
-    uid = int(match[2])
+    uid = _number(match[1], "uid", MAX_ID)
     if uid == 0:
         raise SimLogError("uid 0 launched: the simulator's uids count from 1")
     if log.headers and uid > log.headers:
         raise SimLogError(f"uid {uid} launched, but only {log.headers} trace headers were loaded")
-    kernel = _launched(log, uid, _name(match[1]), number)
-    if match[3] is not None:
-        kernel.stream = int(match[3])
+    kernel = _launched(log, uid, _name(name), number)
+    if match[2] is not None:
+        kernel.stream = _number(match[2], "cuda_stream_id", MAX_ID)
 
 
 def _ptx_launch(log: SimLog, line: bytes, uid: int, number: int) -> None:
-    match = PTX_LAUNCH.match(line)
+    name, match = _split_last(line, PTX_START, PTX_STREAM, PTX_REST)
     if match is None:
         raise SimLogError(f"not a `pushing kernel 'NAME' to stream S, gridDim= ...` line: {_text(line)!r}")
-    kernel = _launched(log, uid, _name(match[1]), number)
-    kernel.stream, kernel.grid, kernel.block = int(match[2]), _dim(match[3]), _dim(match[4])
+    kernel = _launched(log, uid, _name(name), number)
+    kernel.stream, kernel.grid = _number(match[1], "stream", MAX_ID), _dim(match[2])
+    kernel.block = _dim(match[3])
+
+
+def _split_last(
+    line: bytes, start: bytes, separator: bytes, rest: re.Pattern
+) -> tuple[bytes, re.Match | None]:
+    """`start (.*)REST\\s*$` without backtracking: the name is what lies between `start` and the
+    last `separator` (REST, which begins with it, cannot hold it again), REST fullmatched
+    against the line's bounded rest, less its trailing whitespace."""
+    if not line.startswith(start):
+        return b"", None
+    line = line.rstrip()
+    at = line.rfind(separator, len(start))
+    if at < 0:
+        return b"", None
+    return line[len(start) : at], rest.fullmatch(line, at)
+
+
+def _gpgpusim_version(line: bytes) -> re.Match | None:
+    """The first `*** GPGPU-Sim Simulator Version V  [build B]` in `line`, as a search of it would
+    find, in time linear in the line: VERSION_REST is tried after each VERSION_START (their runs do
+    not overlap), never past the line's last `]` (which a build needs)."""
+    close = line.rfind(b"]") + 1
+    at = line.find(VERSION_START, 0, close)
+    while at >= 0:
+        match = VERSION_REST.match(line, at + len(VERSION_START), close)
+        if match is not None:
+            return match
+        at = line.find(VERSION_START, at + 1, close)
+    return None
+
+
+def _is_assertion(line: bytes) -> bool:
+    """`.*Assertion [`'].*' failed` matches line's first line, found with finds (that pattern
+    backtracks over every `Assertion ` of a line): the earliest `Assertion ` and a quote, with
+    `' failed` after it, as any later one's `' failed` is after it too."""
+    end = line.find(b"\n")
+    end = len(line) if end < 0 else end
+    found = [at for at in (line.find(text, 0, end) for text in ASSERTIONS) if at >= 0]
+    return bool(found) and line.find(ASSERTION_FAILED, min(found) + len(ASSERTIONS[0]), end) >= 0
 
 
 def _launched(log: SimLog, uid: int, name: str, number: int) -> SimKernel:
@@ -648,6 +734,14 @@ def _kernel(log: SimLog, uid: int, number: int | None = None) -> SimKernel:
             raise SimLogError(f"more than {MAX_UIDS} uids")
         kernel = log.kernels[uid] = SimKernel(uid, line=number)
     return kernel
+
+
+def _number(digits: bytes | str, what: str, most: int) -> int:
+    """The number `digits` spell (at most MAX_DIGITS), or SimLogError past `most`."""
+    value = int(digits)
+    if value > most:
+        raise SimLogError(f"{what} {value} is more than {most}, the most Cascade reads")
+    return value
 
 
 @functools.lru_cache(maxsize=4096)  # one str for a name that recurs: memory grows with the uids

@@ -290,3 +290,21 @@ def test_each_other_bench_parses_its_arguments(module):
     """The benches too large for the suite (or needing a running server) import and parse
     their command line; docs/performance.md gives their smallest runs."""
     assert run_bench(*module.split(), "--help").stdout.startswith("usage:")
+
+
+@pytest.mark.postgres("the bench makes a scratch database on the PostgreSQL server")
+def test_the_hostile_bench_times_both_phases_and_says_what_became_of_each_upload(server):
+    """bench/hostile.py, briefly: every hostile log, marker and body refused or failed, the real
+    log ready (the figures are the bench's to print, not the suite's to judge)."""
+    bench = run_bench("bench.hostile", "--seconds", "2", "--clients", "1", "--server", server, timeout=600)
+    lines = bench.stdout.splitlines()
+    assert sum(line.strip().startswith(("alone:", "during hostile uploads:")) for line in lines) == 2
+    outcomes = {line.split()[0]: line for line in lines if line.startswith("  ") and " s  " in line}
+    assert outcomes.pop("control").endswith("ready")
+    assert all(
+        outcome.split(" s  ")[1].startswith("400: ")
+        for name, outcome in outcomes.items()
+        if name.startswith("body-")
+    )
+    failed = {name for name, outcome in outcomes.items() if outcome.split(" s  ")[1].startswith("failed: ")}
+    assert failed == {name for name in outcomes if not name.startswith("body-")} and len(failed) == 6

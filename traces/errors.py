@@ -8,10 +8,12 @@ otherwise answer with an HTML page that a script cannot read.
 from django.http import HttpResponseServerError, JsonResponse
 from django.utils.html import format_html
 from django.views import defaults
+from django.views.decorators.csrf import csrf_exempt
 
 from cascade.logs import current_request_id
 
 
+@csrf_exempt  # a 404 changes nothing: a POST to no route is told so, not asked for a CSRF token
 def api_not_found(request, path: str = ""):
     """Any /api/ path no route matches: which routes there are (from the OpenAPI schema, so a
     new route is listed without a line here). Under a trace (`traces/ID/steps`, or an id with a
@@ -48,6 +50,14 @@ def server_error(request, *args, **kwargs):
     return HttpResponseServerError(
         format_html("<h1>Server Error (500)</h1><p>Request id: <code>{}</code></p>", request_id)
     )
+
+
+def bad_request(request, exception, *args, **kwargs):
+    """What Django refuses before a view (a body past DATA_UPLOAD_MAX_MEMORY_SIZE read as a form,
+    a bad Host): JSON under /api/."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": f"bad request: {exception}"}, status=400)
+    return defaults.bad_request(request, exception, *args, **kwargs)
 
 
 def not_found(request, exception, *args, **kwargs):

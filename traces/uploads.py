@@ -15,6 +15,7 @@ from rest_framework.exceptions import APIException, NotFound, ParseError, Permis
 
 from traces.files import answer, format_expiry
 from traces.models import Trace
+from traces.parsers import BodyTooLarge
 from traces.signals import (
     UploadConflict,
     UploadForbidden,
@@ -50,11 +51,6 @@ def refusals():
         raise UploadClash(str(refused)) from None
     except UploadRefused as refused:
         raise ParseError(str(refused)) from None
-
-
-class BodyTooLarge(APIException):
-    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
-    default_code = "too_large"
 
 
 def validated(serializer_class, request) -> dict:

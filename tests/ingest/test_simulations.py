@@ -185,16 +185,6 @@ def test_a_compressed_log_reads_as_the_plain_one(s3, upload, hal_log, compress):
     assert pairs(simulation("hal", "packed")) == pairs(simulation("hal", "plain"))
 
 
-@pytest.mark.django_db
-def test_a_gzip_log_cut_mid_stream_reads_as_a_killed_log(s3, upload, hal_log):
-    upload("hal", hal_trace(hal_log), metadata={"status": "ok"})
-    packed = gzip.compress(hal_log)
-    upload_simulation(s3, "hal", "cut", packed[: len(packed) // 2], log_name="sim.log.gz")
-    passes.poll_bucket()
-    sim = simulation("hal", "cut")
-    assert (sim.state, sim.complete, sim.stopped) == (TraceState.READY, False, "killed")
-
-
 # --- Failures, each with a message naming what is wrong -------------------------------------
 
 

@@ -7,7 +7,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulations.simlog import MAX_LINE, STOPPED_KILLED, SimLogError, read_sim_log_chunks
+from simulations.simlog import (
+    MAX_COUNT,
+    MAX_ID,
+    MAX_LINE,
+    MAX_UIDS,
+    STOPPED_KILLED,
+    SimLogError,
+    read_sim_log_chunks,
+)
 from tests.ingest.support import LOGS, NAMES  # the six real logs, read once
 
 
@@ -107,10 +115,46 @@ def test_huge_numbers_are_a_simlogerror_naming_the_line(line):
         read(b"kernel_name = k\n" + second + line + b"\n")
 
 
-def test_the_largest_counts_are_read():
-    biggest = 10**20 - 1  # MAX_DIGITS digits
-    log = read(
-        b"kernel_name = k\nkernel_launch_uid = %d\ngpu_sim_cycle = %d\ngpu_tot_sim_cycle = %d\n"
-        b"gpgpu_simulation_time = 1\nGPGPU-Sim: *** exit detected ***\n" % (biggest, biggest, biggest)
+def block(uid: int, cycles: int, insn: int = 1) -> bytes:
+    return (
+        b"kernel_name = k\nkernel_launch_uid = %d\ngpu_sim_cycle = %d\ngpu_sim_insn = %d\n"
+        b"gpu_tot_sim_cycle = %d\ngpgpu_simulation_time = 1\nGPGPU-Sim: *** exit detected ***\n"
+        % (uid, cycles, insn, cycles)
     )
-    assert log.kernels[biggest].sim_cycles == biggest and log.total_cycles == biggest
+
+
+def test_the_largest_counts_are_read():
+    """Ids within a signed 64-bit integer; counts within what every uid's nanoseconds can add up to
+    in one (80,000 uids at 10 MHz: 1000 / 10 ns a cycle)."""
+    assert MAX_ID == 2**63 - 1
+    assert MAX_UIDS * MAX_COUNT * (1000 // 10) <= 2**63 - 1
+    log = read(block(MAX_ID, MAX_COUNT, MAX_COUNT))
+    kernel = log.kernels[MAX_ID]
+    assert (kernel.sim_cycles, kernel.sim_insn, log.total_cycles) == (MAX_COUNT, MAX_COUNT, MAX_COUNT)
+
+
+@pytest.mark.parametrize(
+    ("log", "error"),
+    [
+        (
+            block(1, 9223372036854775807),
+            f"line 3: gpu_sim_cycle 9223372036854775807 is more than {MAX_COUNT}",
+        ),
+        (block(1, 1, MAX_COUNT + 1), f"line 4: gpu_sim_insn {MAX_COUNT + 1} is more than {MAX_COUNT}"),
+        (block(2**63, 1), f"line 2: uid {2**63} is more than {MAX_ID}"),
+        (
+            b"launching kernel name: k uid: 1 cuda_stream_id: %d\n" % 2**64,
+            f"line 1: cuda_stream_id {2**64} is more",
+        ),
+        (
+            b"Header info loaded for kernel command : /t/kernel-%d.traceg\n" % 2**63,
+            f"line 1: kernel id {2**63} is",
+        ),
+    ],
+    ids=["cycles-2^63-1", "insn", "uid", "stream", "kernel-id"],
+)
+def test_counts_and_ids_past_64_bits_are_a_simlogerror_in_one_sentence(log, error):
+    with pytest.raises(SimLogError) as raised:
+        read(log)
+    assert str(raised.value).startswith(error), raised.value
+    assert str(raised.value).endswith("the most Cascade reads")
