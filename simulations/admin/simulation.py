@@ -28,7 +28,7 @@ from simulations.models import SimulatedKernel, Simulation
 from traces import audit
 from traces.admin.bucket_records import FromTheBucket
 from traces.admin.display import size_text, state_badge, truncated
-from traces.admin.filters import StorableLookups
+from traces.admin.filters import OwnerFilter, StorableLookups
 from traces.locks import trace_lock
 from traces.models import AuditAction, TraceState
 
@@ -178,7 +178,7 @@ class SimulationAdmin(StorableLookups, SimulationColumns, FromTheBucket):
         "simulator_build",
         "config",
         ("trace", admin.RelatedOnlyFieldListFilter),
-        ("owner", admin.RelatedOnlyFieldListFilter),
+        OwnerFilter,
     )
     search_fields = ("name", "trace__id", "owner__username")
     ordering = ("-created_at", "name")

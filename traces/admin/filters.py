@@ -1,4 +1,4 @@
-"""The list filters: outdated traces, a trace's kernels by trace and context; and what a
+"""The list filters: outdated traces, rows by owner, a trace's kernels by trace and context; and what a
 filter or an id that no row can match (a NUL) is answered with."""
 
 from django.contrib import admin
@@ -24,6 +24,27 @@ class ParserVersionFilter(admin.SimpleListFilter):
         if self.value() == "current":
             return queryset.filter(parser_version=CURRENT_PARSER_VERSION)
         return queryset
+
+
+class OwnerFilter(admin.SimpleListFilter):
+    """Rows one user owns (a pushed trace, an uploaded simulation), by the usernames the model's
+    own rows name: read where the model is (the replica), not from the user table's."""
+
+    title = "owner"
+    parameter_name = "owner"
+
+    def lookups(self, request, model_admin):
+        names = (
+            model_admin.model.objects.exclude(owner=None)
+            .values_list("owner__username", flat=True)
+            .distinct()
+            .order_by("owner__username")
+        )
+        return [(name, name) for name in names]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        return queryset.filter(owner__username=value) if value else queryset
 
 
 class TraceIdFilter(admin.SimpleListFilter):

@@ -37,7 +37,7 @@ from traces.admin.display import (
     state_badge,
     upload_notice,
 )
-from traces.admin.filters import ParserVersionFilter, StorableLookups
+from traces.admin.filters import OwnerFilter, ParserVersionFilter, StorableLookups
 from traces.admin.paginators import EstimatedCountPaginator
 from traces.demangle import demangle_all
 from traces.models import CURRENT_PARSER_VERSION, AuditAction, Kernel, Trace, TraceState
@@ -66,7 +66,7 @@ class TraceAdmin(StorableLookups, FromTheBucket):
     )
     list_filter = (
         "state",
-        ("owner", admin.RelatedOnlyFieldListFilter),
+        OwnerFilter,
         "sample",
         "trace_gpu_arch",
         "has_real_timing",
