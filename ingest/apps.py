@@ -7,12 +7,13 @@ class IngestConfig(AppConfig):
 
     def ready(self):
         from ingest.downloads import run_downloads
-        from ingest.receivers import request_reingest, upload_completed
+        from ingest.receivers import request_reingest, upload_completed, write_detail_bodies_soon
         from ingest.uploads import upload_urls
         from simulations.signals import simulation_upload_completed, simulation_upload_requested
-        from traces.signals import files_requested, reingest_requested
+        from traces.signals import files_requested, reingest_requested, trace_parsed
 
         reingest_requested.connect(request_reingest, dispatch_uid="ingest.reingest")
         files_requested.connect(run_downloads, dispatch_uid="ingest.downloads")
         simulation_upload_requested.connect(upload_urls, dispatch_uid="ingest.uploads.urls")
         simulation_upload_completed.connect(upload_completed, dispatch_uid="ingest.uploads.completed")
+        trace_parsed.connect(write_detail_bodies_soon, dispatch_uid="ingest.detail_bodies")

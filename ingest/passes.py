@@ -252,6 +252,9 @@ def parse_share(
         changes, errors = parse_traces(
             run_ids, to_reparse, listings, progress_to_stderr if progress else None
         )
+    from ingest.receivers import wait_for_detail_bodies  # it imports this module
+
+    wait_for_detail_bodies()  # this process ends with the pass: what it queued is written first
     return changes, errors, cost
 
 

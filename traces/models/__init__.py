@@ -1,7 +1,9 @@
 """The traces app's data, a module a resource: `trace` (Trace, Step, DeletedTrace), `kernel`
-(Kernel and what its rows point into, KernelPurge) and `tokens` (ApiToken). Every name is
+(Kernel and what its rows point into, KernelPurge), `tokens` (ApiToken) and `detail_body`
+(DetailBody, DetailBodyChunk: a ready detail's answers, written once). Every name is
 importable from `traces.models`, as Django's migrations and the app's modules name them."""
 
+from traces.models.detail_body import DetailBody, DetailBodyChunk
 from traces.models.kernel import (
     KERNEL_COLUMNS,
     KERNEL_ORDER,
@@ -34,6 +36,8 @@ __all__ = [
     "TOKEN_PREFIX",
     "ApiToken",
     "DeletedTrace",
+    "DetailBody",
+    "DetailBodyChunk",
     "Kernel",
     "KernelContext",
     "KernelName",

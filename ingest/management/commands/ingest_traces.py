@@ -15,6 +15,7 @@ from django.db import close_old_connections
 from cascade import metrics
 from cascade.commands import require_migrated_database
 from ingest import bucket, events, passes, storage
+from ingest.receivers import wait_for_detail_bodies
 
 
 class Command(BaseCommand):
@@ -65,10 +66,13 @@ class Command(BaseCommand):
                 raise CommandError("--events ingests the runs the events name; without --trace")
             if not watch:
                 self.drain_events()
+                wait_for_detail_bodies()
                 return
             interval = interval or settings.CASCADE_POLL_SECONDS_WITH_EVENTS
         if not watch:
-            if self.run_pass(trace, reparse, outdated=reparse_outdated).errors:
+            result = self.run_pass(trace, reparse, outdated=reparse_outdated)
+            wait_for_detail_bodies()  # written in the background: this process ends here
+            if result.errors:
                 raise CommandError("some traces could not be ingested (see above); a new pass retries them")
             return
         try:

@@ -1,0 +1,230 @@
+"""A ready trace's large detail written once in every coding the API sends, and served from then on.
+
+Computing a 1M-launch detail reads a million launches and encodes 400 MB of JSON, seconds of
+CPU for every GET (and more for gzip). So once a parse makes a trace ready (`trace_parsed`,
+which ingest answers with a Celery task or its background thread), its detail is computed once
+more, in the background, and its bytes in identity, gzip and zstd are written to the database,
+which every web node reads (docs/decisions/0012): a GET then streams them, with ranges.
+
+- What: exactly the bytes a GET computes: the same encoder (`encoders.encode_trace_detail`) in
+  the same chunks, compressed by the same functions (`http.compressor`), from one snapshot.
+- Which version: the trace row's `updated_at` it was read at (`DetailBody.updated_at`). A GET
+  serves a body only while the row still has it, so its ETag is the computed answer's, and a
+  changed trace (a re-parse, a sample mark) never gets an old body: it is computed as before
+  until the next write, and a write removes the trace's other versions.
+- Atomic: a body's header and its pieces are written in one transaction; readers see the
+  whole body once it commits, or none. A trace deleted or changed meanwhile makes the write
+  roll back or write a version nobody is served.
+- Bounded by `CASCADE_DETAIL_BODIES_BYTES` in all (0: nothing is written): a coding larger
+  than the bound is not kept, and after a write the oldest-written other traces' bodies go
+  until the total fits.
+- Removed with the trace: the rows cascade from `Trace`.
+"""
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.conf import settings
+from django.db import DatabaseError, IntegrityError, transaction
+from django.db.models import OuterRef, Subquery
+from django.utils import timezone
+
+from traces import encoders, http, selectors
+from traces.models import DetailBody, DetailBodyChunk, Trace, TraceState
+
+logger = logging.getLogger(__name__)
+
+# Below this many kernels a detail is sent in one piece, with a Content-Length, and computed on
+# every GET: at about 400 bytes of JSON a launch, from 2 MB up, encoding costs more than a read
+# of stored bytes; known before any kernel is read, and below it a detail is built in
+# milliseconds. Above it, a ready trace's detail is written once (this module) and its
+# compressed answers are also kept on the web node's disk until then (`body_cache`).
+STREAM_KERNELS_ABOVE = 5000
+# A body's pieces: a range of bytes is a range of pieces, and a GET holds one piece at a time.
+CHUNK_BYTES = 1 << 20
+CODINGS = (http.IDENTITY, http.GZIP, http.ZSTD)
+UPDATED_AT_COLUMN = selectors.TRACE_DETAIL_COLUMNS.index("updated_at")
+
+
+def enabled() -> bool:
+    return settings.CASCADE_DETAIL_BODIES_BYTES > 0
+
+
+def worth_writing(state: str, kernel_count: int | None) -> bool:
+    """A trace whose detail is written once: a ready one whose detail is streamed."""
+    return enabled() and state == TraceState.READY and (kernel_count or 0) > STREAM_KERNELS_ABOVE
+
+
+# --- the write ------------------------------------------------------------------------------
+
+
+class _Coding:
+    """One coding's body as it is written: its pieces inserted as they fill."""
+
+    def __init__(self, trace_id: str, updated_at: datetime, coding: str, limit: int, now: datetime):
+        self.coding, self.limit = coding, limit
+        self.compress, self.finish = (None, None) if coding == http.IDENTITY else http.compressor(coding)
+        self.body = DetailBody.objects.create(
+            trace_id=trace_id, updated_at=updated_at, coding=coding, size=0, written_at=now
+        )
+        self.pending = bytearray()
+        self.size = 0
+        self.seq = 0
+
+    def write(self, chunk: bytes) -> None:
+        if self.body is None:
+            return
+        self.pending += self.compress(chunk) if self.compress else chunk
+        self.flush(whole_pieces_only=True)
+
+    def close(self) -> None:
+        if self.body is None:
+            return
+        if self.finish:
+            self.pending += self.finish()
+        self.flush(whole_pieces_only=False)
+        if self.body is not None:
+            DetailBody.objects.filter(pk=self.body.pk).update(size=self.size)
+
+    def flush(self, *, whole_pieces_only: bool) -> None:
+        while len(self.pending) >= CHUNK_BYTES or (self.pending and not whole_pieces_only):
+            piece = bytes(self.pending[:CHUNK_BYTES])
+            del self.pending[:CHUNK_BYTES]
+            self.size += len(piece)
+            if self.size > self.limit:  # larger than every body together may be: not kept
+                logger.info(
+                    "%s: its %s detail is over CASCADE_DETAIL_BODIES_BYTES, not kept",
+                    self.body.trace_id,
+                    self.coding,
+                )
+                self.body.delete()
+                self.body, self.pending = None, bytearray()
+                return
+            DetailBodyChunk.objects.create(body=self.body, seq=self.seq, data=piece)
+            self.seq += 1
+
+
+def detail_bodies_write(trace_id: str) -> dict[str, int]:
+    """Write the trace's detail in every coding, if it is a ready large trace whose current
+    version is not written yet: {coding: bytes} of what was written, {} when nothing was (or
+    the trace changed or went meanwhile)."""
+    if not enabled():
+        return {}
+    row, rows = selectors.trace_detail_snapshot(trace_id)
+    try:
+        if row is None:
+            return {}
+        head = encoders.trace_detail_head(row)
+        if not worth_writing(head["state"], head["kernel_count"]):
+            return {}
+        updated_at = row[UPDATED_AT_COLUMN]
+        done = set(
+            DetailBody.objects.filter(trace_id=trace_id, updated_at=updated_at).values_list(
+                "coding", flat=True
+            )
+        )
+        if done.issuperset(CODINGS):
+            return {}
+        limit, now = settings.CASCADE_DETAIL_BODIES_BYTES, timezone.now()
+        try:
+            with transaction.atomic():
+                codings = [
+                    _Coding(trace_id, updated_at, coding, limit, now)
+                    for coding in CODINGS
+                    if coding not in done
+                ]
+                for chunk in encoders.encode_trace_detail(head, rows):
+                    for coding in codings:
+                        coding.write(chunk)
+                for coding in codings:
+                    coding.close()
+                written = {coding.coding: coding.size for coding in codings if coding.body is not None}
+                current = Trace.objects.filter(pk=trace_id).values_list("updated_at", flat=True).first()
+                if current != updated_at:  # changed while it was read: this version is never served
+                    transaction.set_rollback(True)
+                    return {}
+                # The trace's other versions: never served again.
+                DetailBody.objects.filter(trace_id=trace_id).exclude(updated_at=updated_at).delete()
+        except IntegrityError:  # deleted meanwhile, or written by another worker first
+            return {}
+    finally:
+        close = getattr(rows, "close", None)  # the held cursor, when one was declared
+        if close is not None:
+            close()
+    bodies_evict(limit, keep=trace_id)
+    return written
+
+
+def bodies_evict(limit: int, *, keep: str) -> int:
+    """The oldest-written bodies of traces other than `keep` removed until all fit in `limit`
+    bytes: the number removed."""
+    bodies = list(DetailBody.objects.order_by("written_at", "pk").values_list("pk", "trace_id", "size"))
+    total = sum(size for _, _, size in bodies)
+    removed = []
+    for pk, trace_id, size in bodies:
+        if total <= limit:
+            break
+        if trace_id != keep:
+            removed.append(pk)
+            total -= size
+    if removed:
+        DetailBody.objects.filter(pk__in=removed).delete()
+    return len(removed)
+
+
+def write_in_background(trace_id: str) -> None:
+    """A background worker's call: never raises (the next parse writes again; until then a GET
+    computes the detail as before)."""
+    try:
+        written = detail_bodies_write(trace_id)
+        if written:
+            logger.info(
+                "%s: detail written once: %s",
+                trace_id,
+                ", ".join(f"{coding} {size:,} bytes" for coding, size in written.items()),
+            )
+    except DatabaseError:
+        logger.exception("%s: cannot write its detail; GETs compute it", trace_id)
+
+
+# --- the read -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Current:
+    """A trace's `updated_at` (its ETag's source) and its written body in one coding, if any."""
+
+    updated_at: datetime
+    body_id: int | None = None
+    size: int | None = None
+
+
+def current_body(trace_id: str, coding: str) -> Current | None:
+    """The trace's `updated_at` and its body of this version in `coding`: one query on the trace
+    table; None when there is no such trace."""
+    if not enabled():
+        updated_at = http.trace_updated_at(trace_id)
+        return None if updated_at is None else Current(updated_at)
+    bodies = DetailBody.objects.filter(trace=OuterRef("pk"), coding=coding, updated_at=OuterRef("updated_at"))
+    row = (
+        Trace.objects.filter(pk=trace_id)
+        .annotate(body_id=Subquery(bodies.values("pk")[:1]), body_size=Subquery(bodies.values("size")[:1]))
+        .values_list("updated_at", "body_id", "body_size")
+        .first()
+    )
+    return None if row is None else Current(*row)
+
+
+def read_body(body_id: int, start: int, stop: int) -> Iterator[bytes]:
+    """Bytes `start` to `stop` of a written body, a piece a query. A body removed meanwhile (its
+    trace deleted or written again) ends the stream early: the Content-Length says so."""
+    for seq in range(start // CHUNK_BYTES, (stop - 1) // CHUNK_BYTES + 1):
+        data = DetailBodyChunk.objects.filter(body_id=body_id, seq=seq).values_list("data", flat=True).first()
+        if data is None:
+            logger.warning("detail body %s: removed while it was sent", body_id)
+            return
+        base = seq * CHUNK_BYTES
+        low, high = max(start - base, 0), min(stop - base, len(data))
+        yield bytes(data) if (low, high) == (0, len(data)) else bytes(data[low:high])
