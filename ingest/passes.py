@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.db import connection
 
-from ingest import bucket, decision, failures, processes, simulations, sweep
+from ingest import bodies, bucket, decision, failures, processes, simulations, sweep
 from ingest.bucket import S3Object
 from ingest.decision import Fetched, decide
 from ingest.listing import Swept, fingerprint, inventory
@@ -252,9 +252,7 @@ def parse_share(
         changes, errors = parse_traces(
             run_ids, to_reparse, listings, progress_to_stderr if progress else None
         )
-    from ingest.receivers import wait_for_detail_bodies  # it imports this module
-
-    wait_for_detail_bodies()  # this process ends with the pass: what it queued is written first
+    bodies.wait_for_detail_bodies()  # this process ends with the pass: what it queued is written first
     return changes, errors, cost
 
 

@@ -1,8 +1,8 @@
 """What ingest does when traces asks through its signals for work that outlives the request (a
 re-ingest, a simulation's files read after their upload, a ready trace's detail written once
-after its parse): a Celery task where Celery is
-configured, else the process's one background thread (ingest.reingest's and ingest.uploads'
-queues, and `bodies` here). The one module that chooses, above both: they never import the tasks.
+after its parse): a Celery task where Celery is configured, else the process's background
+thread (ingest.reingest's, ingest.uploads' and ingest.bodies' queues). The one module that
+chooses, above them: they never import the tasks.
 
 ingest.tasks is imported only when Celery is configured: Celery and its dependencies are
 memory that the web workers without it never use (cascade/__init__.py)."""
@@ -10,14 +10,10 @@ memory that the web workers without it never use (cascade/__init__.py)."""
 import logging
 
 from django.conf import settings
-from django.db import connections
 
-from ingest import reingest, uploads
+from ingest import bodies, reingest, uploads
 
 logger = logging.getLogger(__name__)
-
-# How long a one-shot `ingest_traces` waits for the details its pass queued to be written.
-BODIES_WAIT_SECONDS = 3600
 
 
 def request_reingest(sender=None, *, trace_ids: list[str], **kwargs) -> str:
@@ -79,18 +75,6 @@ def read_soon(trace_id: str) -> None:
         )
 
 
-def write_bodies_in_background(trace_id: str) -> None:
-    from traces import detail_bodies
-
-    try:
-        detail_bodies.write_in_background(trace_id)
-    finally:
-        connections.close_all()
-
-
-bodies = reingest.ReingestQueue(write_bodies_in_background, name="cascade-detail-bodies")
-
-
 def write_detail_bodies_soon(sender=None, *, trace, **kwargs) -> None:
     """Receiver of traces.signals.trace_parsed: a ready large trace's detail written once, by a
     Celery task where Celery is configured, else by the process's background thread (a broker
@@ -108,18 +92,9 @@ def write_detail_bodies_soon(sender=None, *, trace, **kwargs) -> None:
             return
         except Exception:
             logger.exception("%s: cannot queue its detail's write, writing it here", trace.id)
-    if bodies.submit([trace.id], settings.CASCADE_REINGEST_QUEUE).refused:
+    if bodies.bodies.submit([trace.id], settings.CASCADE_REINGEST_QUEUE).refused:
         logger.warning(
             "%s: the background queue is full (CASCADE_REINGEST_QUEUE): its detail is computed on each GET "
             "until its next parse",
             trace.id,
         )
-
-
-def wait_for_detail_bodies(timeout: float = BODIES_WAIT_SECONDS) -> bool:
-    """A process about to exit (a one-shot pass, a parse process) lets the details it queued be
-    written: a write cut short leaves nothing, and nothing would write it again."""
-    done = bodies.wait_idle(timeout)
-    if not done:
-        logger.warning("details still being written after %s s: left to the next parse", timeout)
-    return done

@@ -27,7 +27,7 @@ from django.db import connections
 
 from ingest import bucket, presigning, simulation_marker, simulations, storage
 from ingest.listing import inventory
-from ingest.reingest import ReingestQueue
+from ingest.queues import ReingestQueue
 from simulations import services
 from simulations.models import SIMULATION_NAME_MAX, Simulation
 from simulations.signals import UploadRefused

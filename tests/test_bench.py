@@ -25,6 +25,8 @@ ROWS = [
     "storage",
     "growth",
     "api",
+    "api-gzip",
+    "computed",
     "gzip",
     "zstd",
     "etag",

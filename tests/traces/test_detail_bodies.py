@@ -15,7 +15,7 @@ import orjson
 import pytest
 from django.core.management import call_command
 
-from ingest import passes, receivers
+from ingest import bodies, passes, receivers
 from tests.helpers import content, decompress, ingested, kernel_rows, shared_fixture
 from traces import detail_bodies, services, views
 from traces.models import DetailBody, DetailBodyChunk, Trace, TraceState
@@ -292,7 +292,7 @@ def test_a_pass_writes_the_detail_in_the_background_and_a_reparse_again(
     name = upload_sample(upload, "sample__facebook_opt-125m__a100-e2e")
     out = io.StringIO()
     call_command("ingest_traces", stdout=out, stderr=io.StringIO())  # waits for the write
-    assert receivers.bodies.wait_idle(0)
+    assert bodies.bodies.wait_idle(0)
     first = {body.coding: body.updated_at for body in DetailBody.objects.filter(trace_id=name)}
     assert set(first) == set(CODINGS)
     written = {coding: content(get(api, name, coding)) for coding in CODINGS}

@@ -15,7 +15,7 @@ from django.db import close_old_connections
 from cascade import metrics
 from cascade.commands import require_migrated_database
 from ingest import bucket, events, passes, storage
-from ingest.receivers import wait_for_detail_bodies
+from ingest.bodies import wait_for_detail_bodies
 
 
 class Command(BaseCommand):
