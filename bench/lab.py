@@ -262,6 +262,10 @@ class Lab:
         with common.gunicorn(env) as port:
             http_get(port, "/api/traces", auth)  # each worker's first request pays for its imports
             http_get(port, "/api/traces", auth)
+            # And its first detail request (the trace's row, a database connection): a HEAD,
+            # which sends no byte of the detail, so that the GETs below are the first.
+            for _ in range(4):
+                http_get(port, path, {**auth, "Accept-Encoding": "identity"}, method="HEAD")
             log(f"GET {path}")
             plain = http_get(port, path, {**auth, "Accept-Encoding": "identity"})
             log(f"  {plain.status}, {mb(plain.nbytes)} in {plain.seconds:.1f} s; json_agg of the same JSON")
@@ -281,6 +285,8 @@ class Lab:
             if etag:
                 log(f"GET {path}, If-None-Match: {etag}")
                 again = http_get(port, path, {**auth, "Accept-Encoding": "identity", "If-None-Match": etag})
+            second = http_get(port, path, {**auth, "Accept-Encoding": "identity"})
+            log(f"  GET {path} again: {second.status}, {mb(second.nbytes)} in {second.seconds:.2f} s")
             written = written_bodies(db, run_id)
             log(f"GET {path} computed as before the write: the written bodies removed")
             remove_written_bodies(db)
