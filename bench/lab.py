@@ -287,9 +287,9 @@ class Lab:
                 again = http_get(port, path, {**auth, "Accept-Encoding": "identity", "If-None-Match": etag})
             second = http_get(port, path, {**auth, "Accept-Encoding": "identity"})
             log(f"  GET {path} again: {second.status}, {mb(second.nbytes)} in {second.seconds:.2f} s")
-            written = written_bodies(db, run_id)
+            written = lab_runs.written_bodies(db, run_id)
             log(f"GET {path} computed as before the write: the written bodies removed")
-            remove_written_bodies(db)
+            lab_runs.remove_written_bodies(db)
             computed = http_get(port, path, {**auth, "Accept-Encoding": "identity"})
             frames = None
             if "dataframe" in figures:
@@ -478,26 +478,3 @@ def main(argv: list[str] | None = None) -> int:
     )
     # Unmet targets are figures, not failures (the table says which); a figure not taken is.
     return 1 if step.failures else 0
-
-
-def written_bodies(db: str, run_id: str) -> dict:
-    """When the trace's detail was written after it was ready, and its bytes by coding."""
-    rows = common.query(
-        db,
-        "SELECT b.coding, b.size, EXTRACT(EPOCH FROM (b.written_at - t.updated_at)) FROM traces_detailbody b "
-        "JOIN traces_trace t ON t.id = b.trace_id WHERE b.trace_id = %s",
-        (run_id,),
-    )
-    return {
-        "seconds_after_ready": max((float(row[2]) for row in rows), default=None),
-        "written_bytes": {coding: size for coding, size, _ in rows},
-    }
-
-
-def remove_written_bodies(db: str) -> None:
-    """The trace's written bodies removed (the pieces first: Django's cascade is its own)."""
-    import psycopg
-
-    with psycopg.connect(db, autocommit=True) as conn:
-        conn.execute("DELETE FROM traces_detailbodychunk")
-        conn.execute("DELETE FROM traces_detailbody")
