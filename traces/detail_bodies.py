@@ -22,18 +22,21 @@ which every web node reads (docs/decisions/0012): a GET then streams them, with 
 """
 
 import logging
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
 import psycopg
 from django.conf import settings
-from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from cascade.db_routers import read_connection
 from traces import encoders, http, selectors
+from traces.locks import trace_lock
 from traces.models import DetailBody, DetailBodyChunk, Trace, TraceState
 
 logger = logging.getLogger(__name__)
@@ -47,6 +50,9 @@ STREAM_KERNELS_ABOVE = 5000
 # A body's pieces: a range of bytes is a range of pieces, and a GET holds one piece at a time.
 CHUNK_BYTES = 1 << 20
 CODINGS = (http.IDENTITY, http.GZIP, http.ZSTD)
+# How long a write waits for the trace's lock, and between two tries.
+LOCK_WAIT_SECONDS = 60
+LOCK_RETRY_SECONDS = 0.2
 UPDATED_AT_COLUMN = selectors.TRACE_DETAIL_COLUMNS.index("updated_at")
 
 
@@ -136,12 +142,40 @@ def select_piece(body_id: int, seq: int) -> bytes | None:
     return None if row is None else row[0]
 
 
+@contextmanager
+def trace_lock_waited(trace_id: str) -> Iterator[bool]:
+    """The trace's lock (`traces.locks`), tried again for up to LOCK_WAIT_SECONDS: a write
+    follows the commit of the parse whose pass still holds it for a moment."""
+    deadline = time.monotonic() + LOCK_WAIT_SECONDS
+    while True:
+        with trace_lock(trace_id) as acquired:
+            if acquired or time.monotonic() >= deadline:
+                yield acquired
+                return
+        time.sleep(LOCK_RETRY_SECONDS)
+
+
 def detail_bodies_write(trace_id: str) -> dict[str, int]:
     """Write the trace's detail in every coding, if it is a ready large trace whose current
     version is not written yet: {coding: bytes} of what was written, {} when nothing was (or
-    the trace changed or went meanwhile)."""
+    the trace changed or went meanwhile).
+
+    Under the trace's lock, as a parse or a delete: a delete waits for the write (TraceBusy)
+    rather than fail on the rows the write is adding, and a parse cannot replace the kernels
+    being read. A lock held past LOCK_WAIT_SECONDS means a pass is parsing it again (it asks
+    for a write when it commits) or it is being deleted: nothing is written."""
     if not enabled():
         return {}
+    with trace_lock_waited(trace_id) as acquired:
+        if not acquired:
+            logger.info(
+                "%s: its lock is held (parsed again, or deleted): its detail is not written", trace_id
+            )
+            return {}
+        return _write(trace_id)
+
+
+def _write(trace_id: str) -> dict[str, int]:
     row, rows = selectors.trace_detail_snapshot(trace_id)
     try:
         if row is None:
@@ -181,7 +215,7 @@ def detail_bodies_write(trace_id: str) -> dict[str, int]:
                 DetailBody.objects.filter(trace_id=trace_id, updated_at=updated_at).update(
                     written_at=timezone.now()
                 )
-        except IntegrityError:  # deleted meanwhile, or written by another worker first
+        except (IntegrityError, psycopg.IntegrityError):  # written by another worker first
             return {}
     finally:
         close = getattr(rows, "close", None)  # the held cursor, when one was declared
@@ -219,7 +253,7 @@ def write_in_background(trace_id: str) -> None:
                 trace_id,
                 ", ".join(f"{coding} {size:,} bytes" for coding, size in written.items()),
             )
-    except DatabaseError:
+    except Exception:  # the database away, a bug: the queue's thread must live on
         logger.exception("%s: cannot write its detail; GETs compute it", trace_id)
 
 

@@ -17,7 +17,7 @@ from django.core.management import call_command
 from django.db import connection
 
 from ingest import bodies, passes, receivers
-from tests.helpers import content, decompress, ingested, kernel_rows, shared_fixture
+from tests.helpers import content, decompress, ingested, kernel_rows, lock_held_elsewhere, shared_fixture
 from traces import detail_bodies, services, views
 from traces.models import DetailBody, DetailBodyChunk, Trace, TraceState
 
@@ -232,6 +232,15 @@ def test_only_ready_large_traces_are_written(db, make_trace, make_kernels):
     assert detail_bodies.detail_bodies_write("parsing") == {}
     assert detail_bodies.detail_bodies_write("no-such-trace") == {}
     assert not DetailBody.objects.exists()
+
+
+def test_nothing_is_written_while_another_pass_holds_the_trace(big, monkeypatch):
+    """A pass parsing it again (which asks for a write when it commits), or a delete."""
+    monkeypatch.setattr(detail_bodies, "LOCK_WAIT_SECONDS", 0)
+    with lock_held_elsewhere("big"):
+        assert detail_bodies.detail_bodies_write("big") == {}
+    assert not DetailBody.objects.exists()
+    assert set(detail_bodies.detail_bodies_write("big")) == set(CODINGS)
 
 
 def test_written_once_per_version(big):
