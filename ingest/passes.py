@@ -248,11 +248,11 @@ def parse_share(
 ) -> tuple[list[TraceChange], list[str], PassCost]:
     """Parse `run_ids` in a process of ingest.processes' pool; (changes, errors, cost), as parse_traces."""
     logger.info("parse process %d: %d traces to parse", os.getpid(), len(run_ids))
-    with measured() as cost:
-        changes, errors = parse_traces(
-            run_ids, to_reparse, listings, progress_to_stderr if progress else None
-        )
-    bodies.wait_for_detail_bodies()  # this process ends with the pass: what it queued is written first
+    with bodies.written_at_the_end():  # this process ends with the pass
+        with measured() as cost:
+            changes, errors = parse_traces(
+                run_ids, to_reparse, listings, progress_to_stderr if progress else None
+            )
     return changes, errors, cost
 
 

@@ -92,6 +92,8 @@ def write_detail_bodies_soon(sender=None, *, trace, **kwargs) -> None:
             return
         except Exception:
             logger.exception("%s: cannot queue its detail's write, writing it here", trace.id)
+    if bodies.write_at_the_end(trace.id):  # a process that ends with its pass: at its end
+        return
     if bodies.bodies.submit([trace.id], settings.CASCADE_REINGEST_QUEUE).refused:
         logger.warning(
             "%s: the background queue is full (CASCADE_REINGEST_QUEUE): its detail is computed on each GET "

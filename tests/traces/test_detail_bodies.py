@@ -16,7 +16,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from ingest import bodies, passes, receivers
+from ingest import passes, receivers
 from tests.helpers import content, decompress, ingested, kernel_rows, lock_held_elsewhere, shared_fixture
 from traces import detail_bodies, services, views
 from traces.models import DetailBody, DetailBodyChunk, Trace, TraceState
@@ -300,8 +300,7 @@ def test_a_pass_writes_the_detail_in_the_background_and_a_reparse_again(
 ):
     name = upload_sample(upload, "sample__facebook_opt-125m__a100-e2e")
     out = io.StringIO()
-    call_command("ingest_traces", stdout=out, stderr=io.StringIO())  # waits for the write
-    assert bodies.bodies.wait_idle(0)
+    call_command("ingest_traces", stdout=out, stderr=io.StringIO())  # writes it before it ends
     first = {body.coding: body.updated_at for body in DetailBody.objects.filter(trace_id=name)}
     assert set(first) == set(CODINGS)
     written = {coding: content(get(api, name, coding)) for coding in CODINGS}
@@ -323,6 +322,18 @@ def test_a_pass_writes_the_detail_in_the_background_and_a_reparse_again(
 
     services.trace_delete(name)
     assert not DetailBodyChunk.objects.exists()
+
+
+def test_without_celery_a_web_process_writes_it_on_its_background_thread(transactional_db, small_pieces):
+    """An operator's re-ingest in the web process: its parse's commit asks, the thread writes."""
+    from ingest import bodies
+
+    trace = ingested("big", kernel_rows(LARGE))
+
+    receivers.write_detail_bodies_soon(trace=trace)
+
+    assert bodies.bodies.wait_idle(60)
+    assert set(DetailBody.objects.filter(trace_id="big").values_list("coding", flat=True)) == set(CODINGS)
 
 
 def test_with_celery_the_write_is_a_task(db, settings, monkeypatch, big):

@@ -15,7 +15,7 @@ from django.db import close_old_connections
 from cascade import metrics
 from cascade.commands import require_migrated_database
 from ingest import bucket, events, passes, storage
-from ingest.bodies import wait_for_detail_bodies
+from ingest.bodies import written_at_the_end
 
 
 class Command(BaseCommand):
@@ -65,13 +65,13 @@ class Command(BaseCommand):
             if trace is not None:
                 raise CommandError("--events ingests the runs the events name; without --trace")
             if not watch:
-                self.drain_events()
-                wait_for_detail_bodies()
+                with written_at_the_end():  # the details its parses ask for: before it exits
+                    self.drain_events()
                 return
             interval = interval or settings.CASCADE_POLL_SECONDS_WITH_EVENTS
         if not watch:
-            result = self.run_pass(trace, reparse, outdated=reparse_outdated)
-            wait_for_detail_bodies()  # written in the background: this process ends here
+            with written_at_the_end():  # the details its parses ask for: before it exits
+                result = self.run_pass(trace, reparse, outdated=reparse_outdated)
             if result.errors:
                 raise CommandError("some traces could not be ingested (see above); a new pass retries them")
             return
