@@ -1,7 +1,8 @@
 """The process's background threads without Celery: one worker thread per queue and process,
 the work waiting for it bounded (`ReingestQueue`). ingest.reingest's re-ingests, ingest.uploads'
 simulation reads and ingest.bodies' detail writes each have one. Imports nothing of ingest's,
-so that any module may hold a queue (ingest.passes waits for ingest.bodies')."""
+so that any module may hold a queue without an import circle (ingest.passes imports
+ingest.bodies, which ingest.reingest's import of ingest.passes would close)."""
 
 import os
 import threading

@@ -120,7 +120,9 @@ class _Coding:
 # so a 1 MB piece would travel as 2 MB of hex, built and parsed at both ends (the read at a
 # third of its speed). Elsewhere (SQLite) through the ORM.
 INSERT_PIECE = "INSERT INTO traces_detailbodychunk (body_id, seq, data) VALUES (%s, %s, %s)"
-SELECT_PIECE = "SELECT data FROM traces_detailbodychunk WHERE body_id = %s AND seq = %s"
+SELECT_PIECES = (
+    "SELECT seq, data FROM traces_detailbodychunk WHERE body_id = %s AND seq BETWEEN %s AND %s ORDER BY seq"
+)
 
 
 def insert_piece(body_id: int, seq: int, data: memoryview) -> None:
@@ -132,14 +134,25 @@ def insert_piece(body_id: int, seq: int, data: memoryview) -> None:
         cursor.execute(INSERT_PIECE, (body_id, seq, data))
 
 
-def select_piece(body_id: int, seq: int) -> bytes | None:
+def pieces(body_id: int, first: int, last: int) -> Iterator[tuple[int, bytes]]:
+    """Pieces `first` to `last` of a body, in order, as (number, bytes). On PostgreSQL one query
+    whose rows psycopg streams as the server sends them (`Cursor.stream`): the server reads the
+    next piece while this one is sent, one statement sees the whole body, and a client gone
+    cancels it. Elsewhere a query a piece."""
     if read_connection.vendor != "postgresql":
-        data = DetailBodyChunk.objects.filter(body_id=body_id, seq=seq).values_list("data", flat=True).first()
-        return None if data is None else bytes(data)
+        for seq in range(first, last + 1):
+            data = (
+                DetailBodyChunk.objects.filter(body_id=body_id, seq=seq)
+                .values_list("data", flat=True)
+                .first()
+            )
+            if data is None:
+                return
+            yield seq, bytes(data)
+        return
     read_connection.ensure_connection()
     with psycopg.Cursor(read_connection.connection) as cursor:
-        row = cursor.execute(SELECT_PIECE, (body_id, seq), binary=True).fetchone()
-    return None if row is None else row[0]
+        yield from cursor.stream(SELECT_PIECES, (body_id, first, last), binary=True)
 
 
 @contextmanager
@@ -286,13 +299,17 @@ def current_body(trace_id: str, coding: str) -> Current | None:
 
 
 def read_body(body_id: int, start: int, stop: int) -> Iterator[bytes]:
-    """Bytes `start` to `stop` of a written body, a piece a query. A body removed meanwhile (its
-    trace deleted or written again) ends the stream early: the Content-Length says so."""
-    for seq in range(start // CHUNK_BYTES, (stop - 1) // CHUNK_BYTES + 1):
-        data = select_piece(body_id, seq)
-        if data is None:
-            logger.warning("detail body %s: removed while it was sent", body_id)
-            return
+    """Bytes `start` to `stop` of a written body, a piece at a time. A body removed meanwhile
+    (its trace deleted or written again, between two of SQLite's queries) ends the stream
+    early: the Content-Length says so."""
+    first, last = start // CHUNK_BYTES, (stop - 1) // CHUNK_BYTES
+    expected = first
+    for seq, data in pieces(body_id, first, last):
+        if seq != expected:
+            break
+        expected += 1
         base = seq * CHUNK_BYTES
         low, high = max(start - base, 0), min(stop - base, len(data))
         yield data if (low, high) == (0, len(data)) else data[low:high]
+    if expected != last + 1:
+        logger.warning("detail body %s: removed while it was sent", body_id)

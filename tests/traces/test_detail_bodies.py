@@ -14,12 +14,15 @@ from pathlib import Path
 import orjson
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.core.signals import request_finished
+from django.db import close_old_connections, connection
+from django.test import RequestFactory
 
 from ingest import passes, receivers
 from tests.helpers import content, decompress, ingested, kernel_rows, lock_held_elsewhere, shared_fixture
 from traces import detail_bodies, services, views
 from traces.models import DetailBody, DetailBodyChunk, Trace, TraceState
+from traces.views import TraceViewSet
 
 LARGE = detail_bodies.STREAM_KERNELS_ABOVE + 500
 URL = "/api/traces/{}"
@@ -173,6 +176,25 @@ def test_ranges_of_a_written_body(api, big, coding):
     for header in ("bytes=0-9,20-29", "items=0-9", "bytes=9-0"):
         answer = get(api, "big", coding, HTTP_RANGE=header)
         assert answer.status_code == 200 and content(answer) == whole, header
+
+
+def test_a_client_that_hangs_up_leaves_the_connection_usable(api, api_token, big):
+    detail_bodies.detail_bodies_write("big")
+    whole = content(get(api, "big"))
+    # The view itself (the test client's wrapper would end the test's transaction on close).
+    request = RequestFactory().get(URL.format("big"), HTTP_AUTHORIZATION=f"Bearer {api_token}")
+    cut = TraceViewSet.as_view({"get": "retrieve"})(request, trace_id="big")
+    assert served_as_written(cut)
+    next(iter(cut.streaming_content))
+    # What the server does when the client goes (the pieces' query cancelled), without the end
+    # of request's closing of the database connection.
+    request_finished.disconnect(close_old_connections)
+    try:
+        cut.close()
+    finally:
+        request_finished.connect(close_old_connections)
+
+    assert content(get(api, "big")) == whole
 
 
 def test_if_none_match_and_head_of_a_written_body(api, big, django_assert_num_queries):
