@@ -31,6 +31,17 @@ SAMPLES = Path(__file__).resolve().parents[2] / "samples"
 OK = {"status": "ok", "trace_gpu_arch": "sm_80"}
 
 
+@pytest.fixture(autouse=True)
+def detail_bodies_on(settings):
+    """Written once after a parse, as deployed (tests/conftest.py turns it off elsewhere); no
+    background write left running after a test."""
+    from ingest import bodies
+
+    settings.CASCADE_DETAIL_BODIES_BYTES = 20 * 1024**3
+    yield
+    assert bodies.bodies.wait_idle(60)
+
+
 def get(api, trace_id: str, coding: str = "identity", **headers):
     return api.get(URL.format(trace_id), HTTP_ACCEPT_ENCODING=coding, **headers)
 
