@@ -12,9 +12,9 @@ which every web node reads (docs/decisions/0012): a GET then streams them, with 
   serves a body only while the row still has it, so its ETag is the computed answer's, and a
   changed trace (a re-parse, a sample mark) never gets an old body: it is computed as before
   until the next write, and a write removes the trace's other versions.
-- Atomic: a body's header and its pieces are written in one transaction; readers see the
-  whole body once it commits, or none. A trace deleted or changed meanwhile makes the write
-  roll back or write a version nobody is served.
+- Atomic: a body's header and its pieces are written in one transaction, under the trace's
+  lock; readers see the whole body once it commits, or none. A delete waits for the lock
+  (TraceBusy); a trace changed meanwhile makes the write roll back.
 - Bounded by `CASCADE_DETAIL_BODIES_BYTES` in all (0: nothing is written): a coding larger
   than the bound is not kept, and after a write the oldest-written other traces' bodies go
   until the total fits.
