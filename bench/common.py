@@ -464,12 +464,12 @@ class Answer:
     body: bytes | None = None  # with keep=True
 
 
-def http_get(port: int, path: str, headers: dict, *, timeout: float = 900, keep: bool = False) -> Answer:
-    """A GET to 127.0.0.1:port read to its end, the body counted (kept if asked), not decoded."""
+def http_get(port: int, path: str, headers: dict, *, timeout=900, keep=False, method="GET") -> Answer:
+    """A GET (or `method`) to 127.0.0.1:port read to its end, the body counted (kept if asked), not decoded."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         started = time.perf_counter()
-        conn.request("GET", path, headers=headers)
+        conn.request(method, path, headers=headers)
         response = conn.getresponse()
         nbytes, kept = 0, []
         while chunk := response.read(1 << 20):

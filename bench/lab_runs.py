@@ -2,7 +2,8 @@
 each function here is given, which uploads and ingests the runs): the peak RSS
 of `ingest_traces` on runs whose every launch is traced (`traced`), one pass over many new
 small runs beside a recorded reference pass (`runs`), the idle pass over failed runs (`idle`),
-and the large run's launches into a pandas DataFrame (`dataframe`, `dataframe_seconds`).
+and the large run's launches into a pandas DataFrame (`dataframe`, `dataframe_seconds`); its
+detail's bodies written once, read and removed for `api` (`written_bodies`).
 """
 
 import http.client
@@ -241,3 +242,26 @@ def dataframe_seconds(port: int, trace_id: str, headers: dict, *, repeat: int = 
         "json_rows": best_json[1],
         "ratio": best_csv[0] / best_json[0],
     }
+
+
+def written_bodies(db: str, run_id: str) -> dict:
+    """When the trace's detail was written after it was ready, and its bytes by coding."""
+    rows = common.query(
+        db,
+        "SELECT b.coding, b.size, EXTRACT(EPOCH FROM (b.written_at - t.updated_at)) FROM traces_detailbody b "
+        "JOIN traces_trace t ON t.id = b.trace_id WHERE b.trace_id = %s",
+        (run_id,),
+    )
+    return {
+        "seconds_after_ready": max((float(row[2]) for row in rows), default=None),
+        "written_bytes": {coding: size for coding, size, _ in rows},
+    }
+
+
+def remove_written_bodies(db: str) -> None:
+    """The trace's written bodies removed (the pieces first: Django's cascade is its own)."""
+    import psycopg
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        conn.execute("DELETE FROM traces_detailbodychunk")
+        conn.execute("DELETE FROM traces_detailbody")

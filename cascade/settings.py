@@ -449,6 +449,11 @@ CACHES = {
 # (traces.body_cache), at most this many bytes in all (least recently served first out); 0: off.
 CASCADE_BODY_CACHE_BYTES = env_int("CASCADE_BODY_CACHE_BYTES", 2 * 1024**3)
 
+# A ready large trace's detail, written once in identity, gzip and zstd to the database in the
+# background after its parse (traces.detail_bodies), every web node serving it from there: at
+# most this many bytes in all (the oldest-written traces' first out); 0: none is written.
+CASCADE_DETAIL_BODIES_BYTES = env_int("CASCADE_DETAIL_BODIES_BYTES", 20 * 1024**3)
+
 # Logs: Cascade's loggers and Django's request errors (a 500's traceback) on stderr, each line
 # with the request's id (cascade.logs); CASCADE_LOG_FORMAT=json: one JSON object a line.
 CASCADE_LOG_FORMAT = os.environ.get("CASCADE_LOG_FORMAT", "plain").strip().lower() or "plain"

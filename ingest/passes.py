@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.db import connection
 
-from ingest import bucket, decision, failures, processes, simulations, sweep
+from ingest import bodies, bucket, decision, failures, processes, simulations, sweep
 from ingest.bucket import S3Object
 from ingest.decision import Fetched, decide
 from ingest.listing import Swept, fingerprint, inventory
@@ -248,10 +248,11 @@ def parse_share(
 ) -> tuple[list[TraceChange], list[str], PassCost]:
     """Parse `run_ids` in a process of ingest.processes' pool; (changes, errors, cost), as parse_traces."""
     logger.info("parse process %d: %d traces to parse", os.getpid(), len(run_ids))
-    with measured() as cost:
-        changes, errors = parse_traces(
-            run_ids, to_reparse, listings, progress_to_stderr if progress else None
-        )
+    with bodies.written_at_the_end():  # this process ends with the pass
+        with measured() as cost:
+            changes, errors = parse_traces(
+                run_ids, to_reparse, listings, progress_to_stderr if progress else None
+            )
     return changes, errors, cost
 
 

@@ -1,14 +1,19 @@
 """What ingest does when traces asks through its signals for work that outlives the request (a
-re-ingest, a simulation's files read after their upload): a Celery task where Celery is
-configured, else the process's one background thread (ingest.reingest's and ingest.uploads'
-queues). The one module that chooses, above both: they never import the tasks.
+re-ingest, a simulation's files read after their upload, a ready trace's detail written once
+after its parse): a Celery task where Celery is configured, else the process's background
+thread (ingest.reingest's, ingest.uploads' and ingest.bodies' queues). The one module that
+chooses, above them: they never import the tasks.
 
 ingest.tasks is imported only when Celery is configured: Celery and its dependencies are
 memory that the web workers without it never use (cascade/__init__.py)."""
 
+import logging
+
 from django.conf import settings
 
-from ingest import reingest, uploads
+from ingest import bodies, reingest, uploads
+
+logger = logging.getLogger(__name__)
 
 
 def request_reingest(sender=None, *, trace_ids: list[str], **kwargs) -> str:
@@ -77,4 +82,31 @@ def read_soon(trace_id: str) -> None:
     if queued.refused:
         uploads.logger.warning(
             "%s: the background queue is full (CASCADE_REINGEST_QUEUE): the next pass reads it", trace_id
+        )
+
+
+def write_detail_bodies_soon(sender=None, *, trace, **kwargs) -> None:
+    """Receiver of traces.signals.trace_parsed: a ready large trace's detail written once, by a
+    Celery task where Celery is configured, else by the process's background thread (a broker
+    away is logged and the thread writes it). Until it is written, GETs compute it. The
+    encoders are imported on a ready trace's first parse, not in every process that starts."""
+    from traces import detail_bodies
+
+    if not detail_bodies.worth_writing(trace.state, trace.kernel_count):
+        return
+    if settings.CASCADE_CELERY_CONFIGURED:
+        from ingest.tasks import write_detail_bodies_task
+
+        try:
+            write_detail_bodies_task.delay(trace.id)
+            return
+        except Exception:
+            logger.exception("%s: cannot queue its detail's write, writing it here", trace.id)
+    if bodies.write_at_the_end(trace.id):  # a process that ends with its pass: at its end
+        return
+    if bodies.bodies.submit([trace.id], settings.CASCADE_REINGEST_QUEUE).refused:
+        logger.warning(
+            "%s: the background queue is full (CASCADE_REINGEST_QUEUE): its detail is computed on each GET "
+            "until its next parse",
+            trace.id,
         )

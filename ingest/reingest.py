@@ -1,7 +1,7 @@
 """Re-ingestion asked for by an operator, without Celery: the process's one background worker
-(ingest.receivers queues a Celery task instead where Celery is configured). The worker's queue
-(`ReingestQueue`) also serves ingest/uploads.py, which reads a simulation at once when its
-upload is complete.
+(ingest.receivers queues a Celery task instead where Celery is configured). The worker's queue is
+an `ingest.queues.ReingestQueue`, as are uploads.py's (a simulation read at once when its
+upload is complete) and bodies.py's (a ready trace's detail written once).
 
 Never in the web request: a large trace takes longer to parse than a web server lets a
 request run (gunicorn's timeout would kill the worker mid-COPY). Without Celery, a web
@@ -13,86 +13,15 @@ pass finishes.
 """
 
 import logging
-import os
-import threading
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from django.db import connections
 
 from ingest import failures, passes
+from ingest.queues import Queued, ReingestQueue
+
+__all__ = ["Queued", "ReingestQueue", "queue", "reingest_in_background"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class Queued:
-    """What became of one request: traces started at once, waiting, refused (queue full)."""
-
-    started: int = 0
-    waiting: int = 0
-    refused: int = 0
-
-
-class ReingestQueue:
-    """One worker thread per process, and the traces waiting for it (each at most once);
-    `work(trace_id)` is what the thread does with each, and must not raise."""
-
-    def __init__(self, work: Callable[[str], None], name: str = "cascade-reingest"):
-        self.work, self.name = work, name
-        self._changed = threading.Condition()
-        self.running: str | None = None
-        self.waiting: deque[str] = deque()
-        self._worker: tuple[int, threading.Thread] | None = None  # (pid, thread)
-
-    def submit(self, trace_ids: list[str], capacity: int) -> Queued:
-        """Hand the traces to the worker: the first starts if it is idle, the others wait
-        while fewer than `capacity` do; a trace already waiting is not added again."""
-        queued = Queued()
-        with self._changed:
-            self._start_worker()
-            for trace_id in trace_ids:
-                if trace_id in self.waiting:
-                    queued.waiting += 1
-                elif self.running is None and not self.waiting:
-                    self.running = trace_id
-                    queued.started += 1
-                elif len(self.waiting) < capacity:
-                    self.waiting.append(trace_id)
-                    queued.waiting += 1
-                else:
-                    queued.refused += 1
-            self._changed.notify_all()
-        return queued
-
-    def wait_idle(self, timeout: float) -> bool:
-        """True once nothing runs or waits (tests, a clean shutdown); False after `timeout` s."""
-        with self._changed:
-            return self._changed.wait_for(lambda: self.running is None and not self.waiting, timeout)
-
-    def _start_worker(self) -> None:
-        # After a fork (a server that preloads the app) the child has no thread: it makes its own.
-        if self._worker is None or self._worker[0] != os.getpid() or not self._worker[1].is_alive():
-            thread = threading.Thread(target=self._work, name=self.name, daemon=True)
-            self._worker = (os.getpid(), thread)
-            thread.start()
-
-    def _work(self) -> None:
-        while True:
-            with self._changed:
-                while self.running is None:
-                    if self.waiting:
-                        self.running = self.waiting.popleft()
-                    else:
-                        self._changed.wait()
-                trace_id = self.running
-            try:
-                self.work(trace_id)
-            finally:
-                with self._changed:
-                    self.running = None
-                    self._changed.notify_all()
 
 
 def reingest_in_background(trace_id: str) -> None:

@@ -158,6 +158,16 @@ def read_simulations_task(trace_id: str) -> int:
     return uploads.read_simulations(trace_id)
 
 
+@shared_task(acks_late=False)
+def write_detail_bodies_task(trace_id: str) -> dict[str, int]:
+    """A ready trace's detail written once in every coding, on a worker, after its parse
+    (ingest.receivers); a write that fails is logged and GETs compute the detail until the next
+    parse. {coding: bytes written}."""
+    from traces import detail_bodies
+
+    return detail_bodies.detail_bodies_write(trace_id)
+
+
 @signals.task_failure.connect
 def parse_given_up(sender=None, args=(), kwargs=None, exception=None, **_) -> None:
     """Fail the trace of a parse that will not be tried again, with the reason.

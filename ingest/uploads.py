@@ -40,7 +40,7 @@ from django.db import connections
 from ingest import bucket, owners, presigning, simulation_marker, simulations, storage
 from ingest.bucket import S3Object
 from ingest.listing import inventory
-from ingest.reingest import ReingestQueue
+from ingest.queues import ReingestQueue
 from simulations import services
 from simulations.models import SIMULATION_NAME_MAX, Simulation
 from simulations.signals import SimulationExists, SimulationForbidden, SimulationMissing, UploadRefused

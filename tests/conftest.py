@@ -69,6 +69,14 @@ def one_parse_process(settings):
 
 
 @pytest.fixture(autouse=True)
+def no_detail_bodies(settings):
+    """No detail written once after a parse (traces.detail_bodies): in a test whose commits
+    run, a large trace made ready would have it written by a background thread meanwhile, on
+    its own connection. tests/traces/test_detail_bodies.py turns it on."""
+    settings.CASCADE_DETAIL_BODIES_BYTES = 0
+
+
+@pytest.fixture(autouse=True)
 def body_cache_dir(tmp_path, monkeypatch):
     """Kept detail bodies (traces.body_cache) in the test's own folder, not the checkout's var/:
     a test database hands out the same trace ids again."""

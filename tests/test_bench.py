@@ -26,6 +26,8 @@ ROWS = [
     "storage",
     "growth",
     "api",
+    "api-gzip",
+    "computed",
     "gzip",
     "zstd",
     "etag",

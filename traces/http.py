@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import BinaryIO
 
+import orjson
 import zstandard
 from django.http import FileResponse, HttpResponse, HttpResponseNotModified, StreamingHttpResponse
 from django.utils.cache import patch_vary_headers
@@ -110,28 +111,34 @@ def choose_coding(header: str | None) -> str:
 # --- compression ----------------------------------------------------------------------------
 
 
-def compress_chunks(chunks: Iterable[bytes], coding: str) -> Iterator[bytes]:
-    """`chunks` compressed with `coding`, each flushed as it comes: memory stays at one chunk.
-
-    Closing this generator (a client that hung up) closes `chunks`, and with it the
-    kernels' database cursor.
-    """
+def compressor(coding: str) -> tuple[Callable[[bytes], bytes], Callable[[], bytes]]:
+    """`compress(chunk)` (the chunk's compressed bytes, flushed) and `finish()` (the end of the
+    stream) for `coding`: the one definition of what an answer's compressed bytes are, whether
+    they are sent as computed (`compress_chunks`) or written once (`detail_bodies`)."""
     if coding == GZIP:
         gzip = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)  # wbits 31: a gzip header, mtime 0
 
         def compress(data: bytes) -> bytes:
             return gzip.compress(data) + gzip.flush(zlib.Z_SYNC_FLUSH)
 
-        finish = gzip.flush
-    elif coding == ZSTD:
+        return compress, gzip.flush
+    if coding == ZSTD:
         zstd = zstandard.ZstdCompressor(level=ZSTD_LEVEL).compressobj()
 
         def compress(data: bytes) -> bytes:
             return zstd.compress(data) + zstd.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
 
-        finish = zstd.flush
-    else:
-        raise ValueError(f"not a content coding: {coding!r}")
+        return compress, zstd.flush
+    raise ValueError(f"not a content coding: {coding!r}")
+
+
+def compress_chunks(chunks: Iterable[bytes], coding: str) -> Iterator[bytes]:
+    """`chunks` compressed with `coding`, each flushed as it comes: memory stays at one chunk.
+
+    Closing this generator (a client that hung up) closes `chunks`, and with it the
+    kernels' database cursor.
+    """
+    compress, finish = compressor(coding)
     try:
         for chunk in chunks:
             if compressed := compress(chunk):
@@ -266,6 +273,75 @@ def file_json_response(body: BinaryIO, *, digest: str, coding: str) -> FileRespo
     response = FileResponse(body, content_type="application/json")
     del response["Content-Disposition"]
     return cacheable(response, digest, coding)
+
+
+# --- a body written once (`detail_bodies`): its length known, so ranges too -------------------
+
+WHOLE = None
+UNSATISFIABLE = "unsatisfiable"
+
+
+def byte_range(header: str | None, if_range: str | None, size: int, current: str):
+    """The one range of bytes a Range header asks of a `size`-byte representation whose ETag is
+    `current`: `(start, stop)`, WHOLE (no Range, one that cannot be read, several ranges, or an
+    If-Range that names another representation or a date: RFC 9110 lets a server answer those
+    whole) or UNSATISFIABLE (it starts past the end: a 416)."""
+    if not header or (if_range is not None and if_range.strip() != current):
+        return WHOLE
+    unit, _, spec = header.partition("=")
+    if unit.strip().lower() != "bytes" or "," in spec:
+        return WHOLE
+    first, dash, last = spec.strip().partition("-")
+    if not dash or not (first + last).isascii() or not (first.isdigit() or first == ""):
+        return WHOLE
+    if last and not last.isdigit():
+        return WHOLE
+    if first == "":
+        if not last:
+            return WHOLE
+        suffix = int(last)
+        if suffix == 0 or size == 0:
+            return UNSATISFIABLE
+        return max(0, size - suffix), size
+    start = int(first)
+    if last and int(last) < start:
+        return WHOLE
+    if start >= size:
+        return UNSATISFIABLE
+    return start, min(size, int(last) + 1) if last else size
+
+
+def written_json_response(
+    read: Callable[[int, int], Iterator[bytes]],
+    size: int,
+    *,
+    digest: str,
+    coding: str,
+    range_header: str | None = None,
+    if_range: str | None = None,
+) -> HttpResponse:
+    """An answer written once (`detail_bodies`), streamed by `read(start, stop)`: the headers of
+    the answer it was computed as, plus its Content-Length and Accept-Ranges; a 206 for one
+    satisfiable range, a 416 for one that starts past the end."""
+    wanted = byte_range(range_header, if_range, size, etag(digest, coding))
+    if wanted is UNSATISFIABLE:
+        response = HttpResponse(
+            orjson.dumps({"detail": f"the range starts past the end of the {size:,}-byte answer"}),
+            status=416,
+            content_type="application/json",
+        )
+        response["Content-Range"] = f"bytes */{size}"
+        return response
+    start, stop = (0, size) if wanted is WHOLE else wanted
+    response = cacheable(
+        StreamingHttpResponse(read(start, stop), content_type="application/json"), digest, coding
+    )
+    response["Content-Length"] = str(stop - start)
+    response["Accept-Ranges"] = "bytes"
+    if wanted is not WHOLE:
+        response.status_code = 206
+        response["Content-Range"] = f"bytes {start}-{stop - 1}/{size}"
+    return response
 
 
 CSV_CONTENT_TYPE = "text/csv; charset=utf-8"

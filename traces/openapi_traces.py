@@ -100,7 +100,10 @@ retrieve_schema = extend_schema(
         "stats_ctx_* files. `kernels` stays empty until the trace is ready. Large traces are "
         "streamed (chunked transfer), compressed as they stream when Accept-Encoding allows "
         "(zstd or gzip). A client that keeps a copy sends its ETag in If-None-Match: a 304 "
-        "answers while the trace is unchanged."
+        "answers while the trace is unchanged. Soon after a large trace becomes ready, its "
+        "detail is sent from bytes written once, the same bytes with a Content-Length and "
+        "`Accept-Ranges: bytes`: a Range of one span of them gets a 206 (If-Range with the "
+        "ETag honoured; several spans, the whole answer), a span past the end a 416."
     ),
     parameters=[
         TRACE_ID,

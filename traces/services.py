@@ -26,6 +26,7 @@ from traces.locks import trace_lock
 from traces.models import (
     CURRENT_PARSER_VERSION,
     DeletedTrace,
+    DetailBody,
     Kernel,
     Step,
     Trace,
@@ -470,13 +471,16 @@ def trace_delete(trace_id: str, *, deleted_by: str = "") -> None:
     """Delete a trace and its kernels; it stays deleted until its files in the bucket change.
 
     Raises TraceBusy while a pass is ingesting it (its commit would fail on, or bring back,
-    the deleted row). The trace, its contexts and steps go at once, in one short transaction
-    whatever the trace's size; its launches later, in batches (`models.purge_launches_later`,
+    the deleted row). Its written details go first (`detail_bodies`), then the trace, its
+    contexts and steps at once, in one short transaction whatever the trace's size; its launches later, in batches (`models.purge_launches_later`,
     `kernel_store.kernels_purge`: the poll pass, or `manage.py purge_deleted_kernels`).
     """
     with trace_lock(trace_id) as acquired:
         if not acquired:
             raise TraceBusy(f"trace {trace_id} is being ingested right now; try again when it is done")
+        # Its written details first, in a transaction of their own: hundreds of megabytes of
+        # pieces would lengthen the trace's short one (a body written in between goes with it).
+        DetailBody.objects.filter(trace_id=trace_id).delete()
         with transaction.atomic():
             trace = Trace.objects.select_for_update().filter(pk=trace_id).first()
             if trace is None:

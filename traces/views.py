@@ -20,8 +20,9 @@ from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from traces import analysis, audit, body_cache, encoders, http, selectors
+from traces import analysis, audit, body_cache, detail_bodies, encoders, http, selectors
 from traces.browsable import BrowsableAPIRenderer
+from traces.detail_bodies import STREAM_KERNELS_ABOVE
 from traces.files import trace_files
 from traces.filters import (
     InvalidFilter,
@@ -60,11 +61,6 @@ from traces.snapshots import snapshot
 from traces.storable_text import is_storable
 from traces.uploads import multipart_items, refusals, trace_push, trace_push_complete, validated
 
-# Below this many kernels a detail is sent in one piece, with a Content-Length. Above it, a
-# ready trace's compressed detail is also kept on disk (`body_cache`): at about 400 bytes of
-# JSON a launch, from 2 MB up, where encoding costs more than a file read; known before any
-# kernel is read, and below it a detail is built in milliseconds.
-STREAM_KERNELS_ABOVE = 5000
 # The browsable API renders HTML per kernel: a million would hang the browser.
 BROWSABLE_KERNELS_MAX = 1000
 # A trace's page in the browsable API shows its kernels this many at a time (`?kernels_page=`):
@@ -187,20 +183,30 @@ class TraceViewSet(OperatorDescribed, viewsets.ViewSet):
             return Response(self.browsable_detail(request, head, rows, number))
         coding = http.choose_coding(request.META.get("HTTP_ACCEPT_ENCODING"))
         conditional = request.META.get("HTTP_IF_NONE_MATCH")
-        # A stat: a trace with no kept body (a small one, or not asked for yet) costs no query.
-        kept = coding != http.IDENTITY and body_cache.has_bodies(trace_id)
-        if conditional or request.method == "HEAD" or kept:
-            # One query on the trace table: a 304, a HEAD or a kept body reads no kernel.
-            updated_at = http.trace_updated_at(trace_id)
-            if updated_at is None:
-                body_cache.forget(trace_id)
-                raise NotFound(f"trace {trace_id} not found")
-            digest = http.trace_digest(trace_id, updated_at)
-            if http.if_none_match_hits(conditional, digest):
-                return http.not_modified(digest, coding)
-            if request.method == "HEAD":
-                return http.head_response(digest, coding)
-            if kept and (body := body_cache.open_body(trace_id, digest, coding)):
+        # One query on the trace table: a 304, a HEAD or a written body reads no kernel.
+        current = detail_bodies.current_body(trace_id, coding)
+        if current is None:
+            body_cache.forget(trace_id)
+            raise NotFound(f"trace {trace_id} not found")
+        digest = http.trace_digest(trace_id, current.updated_at)
+        if http.if_none_match_hits(conditional, digest):
+            return http.not_modified(digest, coding)
+        if request.method == "HEAD":
+            return http.head_response(digest, coding)
+        if current.body_id is not None:
+            body_id = current.body_id
+            return http.written_json_response(
+                lambda start, stop: detail_bodies.read_body(body_id, start, stop),
+                current.size,
+                digest=digest,
+                coding=coding,
+                range_header=request.META.get("HTTP_RANGE"),
+                if_range=request.META.get("HTTP_IF_RANGE"),
+            )
+        # Not written yet (or not a large ready trace): a compressed answer kept on this node's
+        # disk, else computed as it is sent (a stat first: no folder, no file).
+        if coding != http.IDENTITY and body_cache.has_bodies(trace_id):
+            if body := body_cache.open_body(trace_id, digest, coding):
                 return http.file_json_response(body, digest=digest, coding=coding)
         row, rows = selectors.trace_detail_snapshot(trace_id)
         if row is None:

@@ -1,8 +1,11 @@
 """The traces app's data, a module a resource: `trace` (Trace, Step, DeletedTrace), `kernel`
-(Kernel and what its rows point into, KernelPurge), `tokens` (ApiToken) and `audit` (AuditEntry,
-the audit log). Every name is importable from `traces.models`, as Django's migrations and the app's modules name them."""
+(Kernel and what its rows point into, KernelPurge), `tokens` (ApiToken), `audit` (AuditEntry,
+the audit log) and `detail_body` (DetailBody, DetailBodyChunk: a ready detail's answers, written
+once). Every name is importable from `traces.models`, as Django's migrations and the app's
+modules name them."""
 
 from traces.models.audit import AuditAction, AuditEntry, AuditIsAppendOnly, AuditSource
+from traces.models.detail_body import DetailBody, DetailBodyChunk
 from traces.models.kernel import (
     KERNEL_COLUMNS,
     KERNEL_ORDER,
@@ -39,6 +42,8 @@ __all__ = [
     "AuditIsAppendOnly",
     "AuditSource",
     "DeletedTrace",
+    "DetailBody",
+    "DetailBodyChunk",
     "Kernel",
     "KernelContext",
     "KernelName",

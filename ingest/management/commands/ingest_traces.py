@@ -16,6 +16,7 @@ from django.db import close_old_connections
 from cascade import metrics
 from cascade.commands import require_migrated_database
 from ingest import bucket, events, passes, storage
+from ingest.bodies import written_at_the_end
 from traces import audit
 from traces.models import AuditAction
 
@@ -70,7 +71,8 @@ class Command(BaseCommand):
             if trace is not None:
                 raise CommandError("--events ingests the runs the events name; without --trace")
             if not watch:
-                self.drain_events()
+                with written_at_the_end():  # the details its parses ask for: before it exits
+                    self.drain_events()
                 return
             interval = interval or settings.CASCADE_POLL_SECONDS_WITH_EVENTS
         if reparse or reparse_outdated:  # an operator's re-ingest, not the poller's routine
@@ -80,7 +82,9 @@ class Command(BaseCommand):
                 detail={"command": "ingest_traces", "reparse": reparse, "reparse_outdated": reparse_outdated},
             )
         if not watch:
-            if self.run_pass(trace, reparse, outdated=reparse_outdated).errors:
+            with written_at_the_end():  # the details its parses ask for: before it exits
+                result = self.run_pass(trace, reparse, outdated=reparse_outdated)
+            if result.errors:
                 raise CommandError("some traces could not be ingested (see above); a new pass retries them")
             return
         try:
