@@ -20,7 +20,8 @@ table, in Markdown, to stdout. The figures (docs/performance.md says how to read
 - storage  what PostgreSQL holds per launch, beside the stats text it came from;
 - api      `GET /api/traces/{id}` of that run through gunicorn beside PostgreSQL's json_agg
            of the same JSON (bench/harness.py): the first identity and the first gzip GET
-           after the detail was written once (`ingest_traces` waits for the write), then the
+           after the detail was written once (`manage.py write_detail_bodies`, the process a
+           one-shot `ingest_traces` starts for it, run and measured here), then the
            identity GET computed as before the write (the written bodies removed), then with
            gzip and zstd accepted: bytes on the wire;
 - etag     the same GET again with If-None-Match;
@@ -109,9 +110,12 @@ class Lab:
             **extra,
         )
 
-    def ingest(self, database_url: str, prefix: str, label: str) -> common.Child:
+    def ingest(self, database_url: str, prefix: str, label: str, *, details: bool = True) -> common.Child:
+        """`manage.py ingest_traces`; without `details`, no writer process of their own started
+        for them (it would still be writing while the next figures run: `api` runs it itself)."""
         log(f"{label}: manage.py ingest_traces")
-        child = common.manage("ingest_traces", env=self.env(database_url, prefix), timeout=self.scale.timeout)
+        env = self.env(database_url, prefix, **({} if details else {"CASCADE_DETAIL_BODIES_BYTES": "0"}))
+        child = common.manage("ingest_traces", env=env, timeout=self.scale.timeout)
         log(f"{label}: {child.seconds:.1f} s, peak RSS {mb(child.max_rss)}; {child.summary_line()}")
         return child
 
@@ -156,7 +160,7 @@ class Lab:
         with common.scratch_database(self.server, "large", template=self.template) as db:
             stats_bytes = self.generate_and_upload(prefix, run_id, n)
             size_before = common.query(db, "SELECT pg_database_size(current_database())")[0][0]
-            child = self.ingest(db, prefix, run_id)
+            child = self.ingest(db, prefix, run_id, details=False)
             common.expect_ready(db, run_id, n)
             self.large_rss = child.max_rss
             if "storage" in figures:
@@ -175,7 +179,7 @@ class Lab:
         for attempt in range(2, self.repeat + 1):
             with common.scratch_database(self.server, "repeat", template=self.template) as again:
                 log(f"{run_id}: ingest {attempt} of {self.repeat}")
-                children.append(self.ingest(again, prefix, run_id))
+                children.append(self.ingest(again, prefix, run_id, details=False))
                 common.expect_ready(again, run_id, n)
         copies = []
         for attempt in range(1, self.repeat + 1):
@@ -272,8 +276,14 @@ class Lab:
     def api(self, db: str, prefix: str, run_id: str, n: int, figures: set[str]) -> None:
         from bench.common import http_get
         from bench.harness import json_agg_seconds
+        from traces.detail_bodies import worth_writing
 
         env = self.env(db, prefix)
+        writer = None
+        if worth_writing("ready", n):  # what a one-shot ingest_traces starts once its pass is done
+            log(f"{run_id}: manage.py write_detail_bodies")
+            writer = common.manage("write_detail_bodies", run_id, env=env, timeout=self.scale.timeout)
+            log(f"  {writer.seconds:.1f} s, peak RSS {mb(writer.max_rss)}")
         token = common.create_token(env, "bench-lab")
         path = f"/api/traces/{run_id}"
         auth = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
@@ -306,7 +316,7 @@ class Lab:
                 again = http_get(port, path, {**auth, "Accept-Encoding": "identity", "If-None-Match": etag})
             second = http_get(port, path, {**auth, "Accept-Encoding": "identity"})
             log(f"  GET {path} again: {second.status}, {mb(second.nbytes)} in {second.seconds:.2f} s")
-            written = lab_runs.written_bodies(db, run_id)
+            written = {**lab_runs.written_bodies(db, run_id), **writer_values(writer)}
             log(f"GET {path} computed as before the write: the written bodies removed")
             lab_runs.remove_written_bodies(db)
             computed = http_get(port, path, {**auth, "Accept-Encoding": "identity"})
@@ -329,8 +339,9 @@ class Lab:
         then one row per encoding's bytes."""
         agg_seconds, agg_bytes, same_json = reference
         after = (
-            f"written {written['seconds_after_ready']:.1f} s after ready"
-            if written.get("seconds_after_ready") is not None
+            f"written in {written['writer_seconds']:.1f} s by `write_detail_bodies`, "
+            f"peak RSS {mb(written['writer_rss'])}"
+            if written.get("writer_seconds") is not None and written.get("written_bytes")
             else "**not written**"
         )
         for key, label, answer in (("api", "identity", plain), ("api-gzip", "gzip", encoded["gzip"])):
@@ -442,7 +453,7 @@ class Lab:
         run_id, prefix = f"lab-{n}", f"lab-large-{n}/"
         with common.scratch_database(self.server, "memory", template=self.template) as db:
             self.generate_and_upload(prefix, run_id, n)
-            child = self.ingest(db, prefix, run_id)
+            child = self.ingest(db, prefix, run_id, details=False)
             common.expect_ready(db, run_id, n)
             if self.ingest_again:
                 self.ingest_row("ingest-more", db, prefix, run_id, n, child)
@@ -461,6 +472,10 @@ class Lab:
                 {"rss": {small: first, n: second}},
             )
         )
+
+
+def writer_values(writer: common.Child | None) -> dict:
+    return {} if writer is None else {"writer_seconds": writer.seconds, "writer_rss": writer.max_rss}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,19 +1,22 @@
 """A ready trace's detail written once, without Celery (ingest.receivers queues a Celery task
 instead where Celery is configured, and chooses): on the process's background thread
-(`bodies`), or, in a process that ends with its pass (a one-shot `ingest_traces`, a parse
-process), on the pass's own thread once the pass is done (`written_at_the_end`).
+(`bodies`), or, for a process that ends with its pass (a one-shot `ingest_traces`, a parse
+process), by a process of its own started once the pass is done (`written_at_the_end`).
 
-Why not the thread there too: the process would have to wait for it anyway (a write cut short
-leaves nothing, and nothing would write it again), and a thread allocates from a heap of its
-own, so the write's memory (a computed GET's) would add to what the parse left on the main
-one; after the pass, on the pass's thread, it reuses it: the process's peak stays the parse's.
+Why a process: the write costs what a computed GET does (a 1M-launch detail: some 15 s and
+13 MB), which would add to the pass's time and peak if this process did it, before or after
+its parse; and a thread would die with the process. `manage.py write_detail_bodies` outlives
+the command that started it, as a Celery task would.
 """
 
 import logging
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from django.conf import settings
 from django.db import connections
 
 from ingest.queues import ReingestQueue
@@ -39,8 +42,8 @@ _at_the_end_lock = threading.Lock()
 
 @contextmanager
 def written_at_the_end() -> Iterator[None]:
-    """The details the parses inside ask for are written here, on this thread, once they are
-    done (not if they raise: the next parse asks again)."""
+    """The details the parses inside ask for are handed, once they are done, to a process of
+    their own (`write_in_a_process`); not if they raise: the next parse asks again."""
     global _at_the_end
     with _at_the_end_lock:
         _at_the_end = []
@@ -49,10 +52,16 @@ def written_at_the_end() -> Iterator[None]:
     finally:
         with _at_the_end_lock:
             held, _at_the_end = _at_the_end, None
-    from traces import detail_bodies
+    if held:
+        write_in_a_process(list(dict.fromkeys(held)))
 
-    for trace_id in dict.fromkeys(held):
-        detail_bodies.write_in_background(trace_id)
+
+def write_in_a_process(trace_ids: list[str]) -> None:
+    """`manage.py write_detail_bodies TRACE_ID...`, started in a session of its own and not
+    waited for: it goes on once this process has exited. Its errors go to this one's stderr."""
+    command = [sys.executable, str(settings.BASE_DIR / "manage.py"), "write_detail_bodies", *trace_ids]
+    subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
+    logger.info("detail of %s: written by a process of its own", ", ".join(trace_ids))
 
 
 def write_at_the_end(trace_id: str) -> bool:

@@ -328,12 +328,42 @@ def test_pieces_are_stored_without_postgresql_compression(db):
 # --- end to end: a pass, the background write, a re-parse, a delete ---------------------------
 
 
+@pytest.fixture
+def writer_process_in_this_one(monkeypatch):
+    """`manage.py write_detail_bodies`, which a one-shot pass starts and does not wait for, run
+    here and waited for: a process of its own would not know the test's database."""
+    from ingest import bodies
+
+    started = []
+
+    def write_in_a_process(trace_ids):
+        started.append(list(trace_ids))
+        call_command("write_detail_bodies", *trace_ids, stdout=io.StringIO())
+
+    monkeypatch.setattr(bodies, "write_in_a_process", write_in_a_process)
+    return started
+
+
+def test_a_one_shot_pass_starts_a_process_of_its_own_for_the_write_and_does_not_wait(monkeypatch, settings):
+    from ingest import bodies
+
+    started = []
+    monkeypatch.setattr(
+        bodies.subprocess, "Popen", lambda command, **options: started.append((command, options))
+    )
+    bodies.write_in_a_process(["a", "b"])
+    ((command, options),) = started
+    assert command[1:] == [str(settings.BASE_DIR / "manage.py"), "write_detail_bodies", "a", "b"]
+    assert options["start_new_session"] is True  # it outlives the command, whatever its terminal does
+
+
 def test_a_pass_writes_the_detail_in_the_background_and_a_reparse_again(
-    transactional_db, api, upload, every_detail_large, small_pieces
+    transactional_db, api, upload, every_detail_large, small_pieces, writer_process_in_this_one
 ):
     name = upload_sample(upload, "sample__facebook_opt-125m__a100-e2e")
     out = io.StringIO()
-    call_command("ingest_traces", stdout=out, stderr=io.StringIO())  # writes it before it ends
+    call_command("ingest_traces", stdout=out, stderr=io.StringIO())
+    assert writer_process_in_this_one == [[name]]  # once its pass is done
     first = {body.coding: body.updated_at for body in DetailBody.objects.filter(trace_id=name)}
     assert set(first) == set(CODINGS)
     written = {coding: content(get(api, name, coding)) for coding in CODINGS}
