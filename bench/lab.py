@@ -110,11 +110,12 @@ class Lab:
             **extra,
         )
 
-    def ingest(self, database_url: str, prefix: str, label: str, *, details: bool = True) -> common.Child:
-        """`manage.py ingest_traces`; without `details`, no writer process of their own started
-        for them (it would still be writing while the next figures run: `api` runs it itself)."""
+    def ingest(self, database_url: str, prefix: str, label: str) -> common.Child:
+        """`manage.py ingest_traces`, without the process of their own a one-shot pass starts for
+        its details' write: it would still be writing while the next figures run (`api` runs
+        that process itself, `write_detail_bodies`, and measures it)."""
         log(f"{label}: manage.py ingest_traces")
-        env = self.env(database_url, prefix, **({} if details else {"CASCADE_DETAIL_BODIES_BYTES": "0"}))
+        env = self.env(database_url, prefix, CASCADE_DETAIL_BODIES_BYTES="0")
         child = common.manage("ingest_traces", env=env, timeout=self.scale.timeout)
         log(f"{label}: {child.seconds:.1f} s, peak RSS {mb(child.max_rss)}; {child.summary_line()}")
         return child
@@ -160,7 +161,7 @@ class Lab:
         with common.scratch_database(self.server, "large", template=self.template) as db:
             stats_bytes = self.generate_and_upload(prefix, run_id, n)
             size_before = common.query(db, "SELECT pg_database_size(current_database())")[0][0]
-            child = self.ingest(db, prefix, run_id, details=False)
+            child = self.ingest(db, prefix, run_id)
             common.expect_ready(db, run_id, n)
             self.large_rss = child.max_rss
             if "storage" in figures:
@@ -179,7 +180,7 @@ class Lab:
         for attempt in range(2, self.repeat + 1):
             with common.scratch_database(self.server, "repeat", template=self.template) as again:
                 log(f"{run_id}: ingest {attempt} of {self.repeat}")
-                children.append(self.ingest(again, prefix, run_id, details=False))
+                children.append(self.ingest(again, prefix, run_id))
                 common.expect_ready(again, run_id, n)
         copies = []
         for attempt in range(1, self.repeat + 1):
@@ -453,7 +454,7 @@ class Lab:
         run_id, prefix = f"lab-{n}", f"lab-large-{n}/"
         with common.scratch_database(self.server, "memory", template=self.template) as db:
             self.generate_and_upload(prefix, run_id, n)
-            child = self.ingest(db, prefix, run_id, details=False)
+            child = self.ingest(db, prefix, run_id)
             common.expect_ready(db, run_id, n)
             if self.ingest_again:
                 self.ingest_row("ingest-more", db, prefix, run_id, n, child)

@@ -35,6 +35,9 @@ def write_in_background(trace_id: str) -> None:
 
 bodies = ReingestQueue(write_in_background, name="cascade-detail-bodies")
 
+# Where `write_in_a_process`'s process logs, in CASCADE_VAR_DIR.
+WRITER_LOG = "write_detail_bodies.log"
+
 # The traces whose details a process ending with its pass writes at its end (None: elsewhere).
 _at_the_end: list[str] | None = None
 _at_the_end_lock = threading.Lock()
@@ -58,10 +61,24 @@ def written_at_the_end() -> Iterator[None]:
 
 def write_in_a_process(trace_ids: list[str]) -> None:
     """`manage.py write_detail_bodies TRACE_ID...`, started in a session of its own and not
-    waited for: it goes on once this process has exited. Its errors go to this one's stderr."""
+    waited for: it goes on once this process has exited. What it logs goes to WRITER_LOG in
+    the var folder, not to this process's output, which a pipe (`ingest_traces | tee`) would
+    otherwise hold open until the write ends."""
     command = [sys.executable, str(settings.BASE_DIR / "manage.py"), "write_detail_bodies", *trace_ids]
-    subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True)
-    logger.info("detail of %s: written by a process of its own", ", ".join(trace_ids))
+    log = settings.VAR_DIR / WRITER_LOG
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        output = log.open("ab")
+    except OSError:
+        output, log = subprocess.DEVNULL, None
+    try:
+        subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=output, stderr=output, start_new_session=True
+        )
+    finally:
+        if log is not None:
+            output.close()
+    logger.info("detail of %s: written by a process of its own (its log: %s)", ", ".join(trace_ids), log)
 
 
 def write_at_the_end(trace_id: str) -> bool:
