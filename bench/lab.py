@@ -167,53 +167,9 @@ class Lab:
             if "storage" in figures:
                 self.storage(db, n, stats_bytes, size_before)
             if "ingest" in figures:
-                self.ingest_row("ingest", db, prefix, run_id, n, child)
+                lab_runs.ingest_row(self, "ingest", db, prefix, run_id, n, child)
             if figures & {"api", "etag", "dataframe"}:
                 self.api(db, prefix, run_id, n, figures)
-
-    def ingest_row(self, key: str, db: str, prefix: str, run_id: str, n: int, child: common.Child) -> None:
-        """`ingest_traces` of the run beside `psql \\copy` of the rows it stored, each the best of
-        --repeat clean runs (more ingests in scratch databases of their own), judged on the pass:
-        listing, metadata.json, parse, COPY and commit. The command's wall time adds the
-        interpreter's and Django's start and exit, a fixed cost shown beside."""
-        children = [child]
-        for attempt in range(2, self.repeat + 1):
-            with common.scratch_database(self.server, "repeat", template=self.template) as again:
-                log(f"{run_id}: ingest {attempt} of {self.repeat}")
-                children.append(self.ingest(again, prefix, run_id))
-                common.expect_ready(again, run_id, n)
-        copies = []
-        for attempt in range(1, self.repeat + 1):
-            log(
-                f"{run_id}: psql \\copy of the same rows into an equivalent table ({attempt} of {self.repeat})"
-            )
-            copies.append(harness.psql_copy_seconds(db, run_id))
-        copy = min(copies)
-        best = min(children, key=lambda c: c.pass_seconds() or c.seconds)
-        own = best.pass_seconds() or best.seconds
-        command = min(c.seconds for c in children)
-        self.add(
-            Row(
-                key,
-                f"Ingest {n:,} launches: `manage.py ingest_traces`"
-                + (f", best of {self.repeat}" if self.repeat > 1 else ""),
-                f"{secs(own)} in the pass; the command {secs(command)}, "
-                f"{min(c.cpu_seconds for c in children) * 1e9 / n:,.0f} ns of its CPU a launch",
-                f"`psql \\copy` of the same rows {secs(copy)}",
-                f"{own / copy:.2f}x the pass ({command / copy:.2f}x the command)",
-                "≤ 1.2x",
-                own / copy <= 1.2,
-                {
-                    "seconds": [c.seconds for c in children],
-                    "pass_seconds": [c.pass_seconds() for c in children],
-                    "copy_seconds": copies,
-                    "ratio": own / copy,
-                    "command_ratio": command / copy,
-                    "cpu_seconds": [c.cpu_seconds for c in children],
-                    "launches": n,
-                },
-            )
-        )
 
     def storage(self, db: str, n: int, stats_bytes: int, size_before: int) -> None:
         from traces.models import Kernel, Trace
@@ -457,7 +413,7 @@ class Lab:
             child = self.ingest(db, prefix, run_id)
             common.expect_ready(db, run_id, n)
             if self.ingest_again:
-                self.ingest_row("ingest-more", db, prefix, run_id, n, child)
+                lab_runs.ingest_row(self, "ingest-more", db, prefix, run_id, n, child)
         first, second = self.large_rss, child.max_rss
         growth = second - first
         small = self.scale.launches

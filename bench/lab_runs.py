@@ -1,5 +1,6 @@
 """The lab bench's figures over whole runs (bench/lab.py holds the large run's and the `Lab`
-each function here is given, which uploads and ingests the runs): the peak RSS
+each function here is given, which uploads and ingests the runs): ingest against `\\copy`, the
+best of --repeat clean runs (`ingest_row`, for the large run and memory's larger one); the peak RSS
 of `ingest_traces` on runs whose every launch is traced (`traced`), one pass over many new
 small runs beside a recorded reference pass (`runs`), the idle pass over failed runs (`idle`),
 and the large run's launches into a pandas DataFrame (`dataframe`, `dataframe_seconds`); its
@@ -12,13 +13,57 @@ import math
 import time
 from pathlib import Path
 
-from bench import common
+from bench import common, harness
+from bench.common import log
 from bench.harness import MB, Row, mb, secs
 
 # The pass over new runs is judged against a recorded pass of 2,000 runs (its reference).
 RECORDED_RUNS_SECONDS, RECORDED_RUNS = 148.8, 2_000
 
 # --- every launch traced, one context ---------------------------------------------------
+
+
+def ingest_row(lab, key: str, db: str, prefix: str, run_id: str, n: int, child: common.Child) -> None:
+    """`ingest_traces` of the run beside `psql \\copy` of the rows it stored, each the best of
+    --repeat clean runs (more ingests in scratch databases of their own), judged on the pass:
+    listing, metadata.json, parse, COPY and commit. The command's wall time adds the
+    interpreter's and Django's start and exit, a fixed cost shown beside."""
+    children = [child]
+    for attempt in range(2, lab.repeat + 1):
+        with common.scratch_database(lab.server, "repeat", template=lab.template) as again:
+            log(f"{run_id}: ingest {attempt} of {lab.repeat}")
+            children.append(lab.ingest(again, prefix, run_id))
+            common.expect_ready(again, run_id, n)
+    copies = []
+    for attempt in range(1, lab.repeat + 1):
+        log(f"{run_id}: psql \\copy of the same rows into an equivalent table ({attempt} of {lab.repeat})")
+        copies.append(harness.psql_copy_seconds(db, run_id))
+    copy = min(copies)
+    best = min(children, key=lambda c: c.pass_seconds() or c.seconds)
+    own = best.pass_seconds() or best.seconds
+    command = min(c.seconds for c in children)
+    lab.add(
+        Row(
+            key,
+            f"Ingest {n:,} launches: `manage.py ingest_traces`"
+            + (f", best of {lab.repeat}" if lab.repeat > 1 else ""),
+            f"{secs(own)} in the pass; the command {secs(command)}, "
+            f"{min(c.cpu_seconds for c in children) * 1e9 / n:,.0f} ns of its CPU a launch",
+            f"`psql \\copy` of the same rows {secs(copy)}",
+            f"{own / copy:.2f}x the pass ({command / copy:.2f}x the command)",
+            "≤ 1.2x",
+            own / copy <= 1.2,
+            {
+                "seconds": [c.seconds for c in children],
+                "pass_seconds": [c.pass_seconds() for c in children],
+                "copy_seconds": copies,
+                "ratio": own / copy,
+                "command_ratio": command / copy,
+                "cpu_seconds": [c.cpu_seconds for c in children],
+                "launches": n,
+            },
+        )
+    )
 
 
 def traced_run(lab, prefix: str, run_id: str, launches: int) -> int:

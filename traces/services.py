@@ -1,12 +1,10 @@
-"""Every change of a trace's state, and what it writes. Ingestion decides; the functions here write.
-
-A trace's launches are stored by traces.kernel_store, which these functions call.
-
-A trace's state changes here and nowhere else: registered (`uploading`), waiting for listed
-files, `parsing`, `ready` with its kernels, `failed`, deleted. Writes that a concurrent
-pass could race take the trace's ingestion lock (traces.locks: mark failed, delete) or run
-inside the pass that holds it (everything ingestion calls); the row itself is locked
-(`select_for_update`) where two writers could meet.
+"""Every change of a trace's state, and what it writes. Ingestion decides; the functions here
+write; a trace's launches are stored by traces.kernel_store, which they call. A trace's state
+changes here and nowhere else: registered (`uploading`), waiting for listed files, `parsing`,
+`ready` with its kernels, `failed`, deleted. Writes that a concurrent pass could race take the
+trace's ingestion lock (traces.locks: mark failed, delete) or run inside the pass that holds it
+(everything ingestion calls); the row itself is locked (`select_for_update`) where two writers
+could meet.
 """
 
 import dataclasses
@@ -471,15 +469,13 @@ def trace_delete(trace_id: str, *, deleted_by: str = "") -> None:
     """Delete a trace and its kernels; it stays deleted until its files in the bucket change.
 
     Raises TraceBusy while a pass is ingesting it (its commit would fail on, or bring back,
-    the deleted row). Its written details go first (`detail_bodies`), then the trace, its
-    contexts and steps at once, in one short transaction whatever the trace's size; its launches later, in batches (`models.purge_launches_later`,
-    `kernel_store.kernels_purge`: the poll pass, or `manage.py purge_deleted_kernels`).
+    the deleted row). Its written details go first, in a transaction of their own (hundreds of
+    megabytes would lengthen the trace's); then the trace, its contexts and steps at once, in one
+    short transaction; its launches later, in batches (`kernel_store.kernels_purge`).
     """
     with trace_lock(trace_id) as acquired:
         if not acquired:
             raise TraceBusy(f"trace {trace_id} is being ingested right now; try again when it is done")
-        # Its written details first, in a transaction of their own: hundreds of megabytes of
-        # pieces would lengthen the trace's short one (a body written in between goes with it).
         DetailBody.objects.filter(trace_id=trace_id).delete()
         with transaction.atomic():
             trace = Trace.objects.select_for_update().filter(pk=trace_id).first()
