@@ -160,3 +160,100 @@ class SimulatedKernel(models.Model):
 
     def __str__(self) -> str:
         return f"uid {self.uid}: {self.kernel_id}"
+
+
+class SweepJobState(models.TextChoices):
+    """A sweep job's life: queued on its config's Celery queue, running on a worker, then one of
+    the ends. `skipped` is decided at creation (the config does not model the trace's GPU
+    generation) or by the worker (its tree runs no such SASS); `cancelled` by the sweep's DELETE."""
+
+    QUEUED = "queued", "queued"
+    RUNNING = "running", "running"
+    READY = "ready", "ready"
+    FAILED = "failed", "failed"
+    SKIPPED = "skipped", "skipped"
+    CANCELLED = "cancelled", "cancelled"
+
+
+SWEEP_JOB_ENDED = (SweepJobState.READY, SweepJobState.FAILED, SweepJobState.SKIPPED, SweepJobState.CANCELLED)
+
+
+class Sweep(models.Model):
+    """Every chosen trace on every chosen config, run by `cascade worker` processes: one
+    `SweepJob` per (trace, config). Its state and counts are its jobs' (simulations.sweeps)."""
+
+    name = models.CharField(max_length=SIMULATION_NAME_MAX)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="owned_sweeps",
+        help_text="The user whose token created it: only they or staff cancel it.",
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    configs = models.JSONField(default=list, help_text="The configs asked for, in the order given.")
+    request = models.JSONField(
+        default=dict, help_text="The traces asked for as given: trace_ids or the list's filters."
+    )
+    select = models.TextField(
+        null=True, blank=True, help_text="`unique` or `step:NAME`: representatives only."
+    )
+    cover = models.FloatField(default=1.0)
+    rerun = models.BooleanField(
+        default=False, help_text="Run a job even where this build already simulated it."
+    )
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"sweep {self.pk}: {self.name}"
+
+
+class SweepJob(models.Model):
+    """One (trace, config) of a sweep: one simulation, run by one worker at a time.
+
+    `attempt` fences workers: each start gives the job a new attempt number and every later
+    report must carry it, so a worker presumed dead (its lease lapsed, the job given to another)
+    cannot change the job again. `heartbeat_at` is the lease: a running job whose worker has
+    not reported for CASCADE_SWEEP_LEASE_SECONDS is queued again (simulations.sweeps)."""
+
+    sweep = models.ForeignKey(Sweep, on_delete=models.CASCADE, related_name="jobs")
+    trace = models.ForeignKey(Trace, on_delete=models.CASCADE, related_name="sweep_jobs")
+    config = models.CharField(max_length=SIMULATION_NAME_MAX)
+    state = models.CharField(max_length=16, choices=SweepJobState.choices, default=SweepJobState.QUEUED)
+    attempts = models.PositiveSmallIntegerField(default=0, help_text="Starts so far.")
+    simulation_name = models.CharField(
+        max_length=SIMULATION_NAME_MAX,
+        null=True,
+        blank=True,
+        help_text="The simulation it writes (or found already written by the same build).",
+    )
+    worker = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The worker of the last start: {host, process, accel_sim_build, gpgpusim_build}.",
+    )
+    progress = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The last report of the running attempt: {kernels_finished, kernels_listed}.",
+    )
+    error = models.TextField(null=True, blank=True)
+    reason = models.TextField(null=True, blank=True, help_text="Why it was skipped or not run again.")
+    queued_at = models.DateTimeField(default=timezone.now, help_text="When its message was last published.")
+    started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["sweep", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["sweep", "trace", "config"], name="sweepjob_unique_pair"),
+        ]
+        indexes = [models.Index(fields=["state", "heartbeat_at"], name="sweepjob_lease")]
+
+    def __str__(self) -> str:
+        return f"sweep {self.sweep_id} job {self.pk}: {self.trace_id} on {self.config}"
