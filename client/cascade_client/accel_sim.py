@@ -135,15 +135,18 @@ def config_generation_in_tree(root: Path, config: str) -> range | None:
     return None if number is None else sass.generation(number)
 
 
-def config_sass(root: Path, config: str) -> set[int]:
-    """The SASS versions of the config's generation that ROOT's simulator runs."""
+def config_sass(root: Path, config: str, runs: set[int] | None = None) -> set[int]:
+    """The SASS versions of the config's generation that ROOT's simulator runs (`runs`: its
+    tree_sass_versions, when already read)."""
     models = config_generation_in_tree(root, config)
-    return set() if models is None else {v for v in tree_sass_versions(root) if v in models}
+    runs = tree_sass_versions(root) if runs is None else runs
+    return set() if models is None else {v for v in runs if v in models}
 
 
 def tree_runs(root: Path) -> dict[str, set[int]]:
     """Each of ROOT's tested configs with the SASS versions it runs there."""
-    return {config: config_sass(root, config) for config in tree_configs(root)}
+    runs = tree_sass_versions(root)
+    return {config: config_sass(root, config, runs) for config in tree_configs(root)}
 
 
 def described(runs: dict[str, set[int]]) -> str:
