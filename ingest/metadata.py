@@ -10,6 +10,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from cascade_client import sass as sass_numbers
+
 from traces.storable_text import unstorable_character
 
 METADATA_NAME = "metadata.json"
@@ -17,31 +19,24 @@ TIMELINE_NAME = "timeline.json"
 TIMING_NAME = "timing.csv"
 METADATA_STRINGS = ("model", "source_gpu", "trace_gpu_arch", "suggested_sim_config")
 
-# Accel-Sim's tested configs (both gpgpusim.config and trace.config exist), with the SASS
-# versions each runs (docs/simulations.md; accel-sim-framework 73f9fac, gpgpu-sim 667834c).
-# There is no Ada (sm_89) or Hopper (sm_90) config, and no SM80_A100: A100 traces run on
-# SM86_RTX3070, the only Ampere config.
-TESTED_SIM_CONFIGS = {
-    "SM3_KEPLER_TITAN": ("sm_35",),
-    "SM6_TITANX": ("sm_60", "sm_61"),
-    "SM7_QV100": ("sm_70",),
-    "SM7_GV100": ("sm_70",),
-    "SM7_TITANV": ("sm_70",),
-    "SM75_RTX2060": ("sm_75",),
-    "SM75_RTX2060_S": ("sm_75",),
-    "SM86_RTX3070": ("sm_80", "sm_86"),
-}
-# The config suggested for a run that names none: only tested configs, so none for sm_89/sm_90.
-SIM_CONFIG_FOR_ARCH = {
-    "sm_35": "SM3_KEPLER_TITAN",
-    "sm_60": "SM6_TITANX",
-    "sm_61": "SM6_TITANX",
-    "sm_70": "SM7_QV100",
-    "sm_75": "SM75_RTX2060",
-    "sm_80": "SM86_RTX3070",
-    "sm_86": "SM86_RTX3070",
-}
-SIM_CONFIG_ARCH = re.compile(r"^SM(\d)(\d?)_", re.IGNORECASE)
+# The GPUs upstream Accel-Sim has a tested config for (docs/formats.md#metadatajson has the
+# sources), by the name CUDA and nvidia-smi give them (`source_gpu`, less "NVIDIA"/"GeForce"/
+# "Tesla", upper case): (name pattern, the config, the GPU's SASS version). This only NAMES the
+# config a run of that GPU suggests, as Accel-Sim's maintainers ask (simulate a trace with the
+# config of the GPU it was traced on); what a simulator tree runs is read from the tree
+# (cascade_client.accel_sim), never from here.
+GPU_CONFIGS = (
+    (re.compile(r"H100(?:[ -].{0,80})?"), "SM90_H100", 90),  # accel-sim-framework 553 (2.0), h100-test
+    (re.compile(r"A100(?:[ -].{0,80})?"), "SM80_A100", 80),  # accel-sim-framework 443, gpgpu-sim 120/129
+    (re.compile(r"RTX 3070"), "SM86_RTX3070", 86),
+    (re.compile(r"RTX 2060 SUPER"), "SM75_RTX2060_S", 75),
+    (re.compile(r"RTX 2060"), "SM75_RTX2060", 75),
+    (re.compile(r"TITAN V"), "SM7_TITANV", 70),
+    (re.compile(r"QUADRO GV100"), "SM7_QV100", 70),
+    (re.compile(r"TITAN X \(PASCAL\)"), "SM6_TITANX", 61),
+    (re.compile(r"GTX TITAN"), "SM3_KEPLER_TITAN", 35),
+)
+GPU_NAME_NOISE = re.compile(r"\b(?:NVIDIA|GEFORCE|TESLA)\b")
 
 
 # Integers are kept as written, of any size up to this many digits (CPython's own limit for
@@ -274,20 +269,35 @@ def encode_metadata(metadata: dict) -> str:
 
 
 def with_derived_arch_and_config(run: dict) -> dict:
-    """`run` with the one of arch and simulator config that metadata.json left out filled in
+    """`run` with its simulator config and arch filled in where metadata.json left them out
     (for a trace that is parsed: a failed run keeps what its metadata.json said)."""
-    arch, config = derive_arch_and_config(run["trace_gpu_arch"], run["suggested_sim_config"])
+    arch, config = derive_arch_and_config(
+        run["trace_gpu_arch"], run["suggested_sim_config"], run.get("source_gpu")
+    )
     return {**run, "trace_gpu_arch": arch, "suggested_sim_config": config}
 
 
-def derive_arch_and_config(arch: str | None, config: str | None) -> tuple[str | None, str | None]:
-    """Fill the one of arch and simulator config that is missing, when the other names it."""
-    if arch and not config:
-        return arch, SIM_CONFIG_FOR_ARCH.get(arch)
-    if config and not arch:
-        match = SIM_CONFIG_ARCH.match(config)
-        if match:
-            arch = f"sm_{match.group(1)}{match.group(2) or '0'}"
-            runs = TESTED_SIM_CONFIGS.get(config.upper(), (arch,))
-            return arch if arch in runs else runs[0], config
+def gpu_config(source_gpu: str | None) -> tuple[str, int] | None:
+    """(config, SASS version) of the GPU a run was traced on, where Accel-Sim has a tested config
+    for it (GPU_CONFIGS); None for another GPU or none."""
+    name = " ".join(GPU_NAME_NOISE.sub(" ", (source_gpu or "").upper()).split())
+    return next(((config, sass) for pattern, config, sass in GPU_CONFIGS if pattern.fullmatch(name)), None)
+
+
+def derive_arch_and_config(
+    arch: str | None, config: str | None, source_gpu: str | None = None
+) -> tuple[str | None, str | None]:
+    """The config metadata.json names, else the config of the GPU the run was traced on
+    (`gpu_config`), else none: never one guessed from the arch alone (an `sm_80` run may be an
+    A30's). An arch left out comes from the config (its GPU's, or its `SMxx_` name's number:
+    cascade_client.sass), else from the GPU."""
+    by_gpu = gpu_config(source_gpu)
+    if not config and by_gpu is not None:
+        config = by_gpu[0]
+    if not arch and config:
+        known = next((sass for _, name, sass in GPU_CONFIGS if name == config.upper()), None)
+        number = known or sass_numbers.config_number(config)
+        arch = None if number is None else f"sm_{number}"
+    if not arch and by_gpu is not None:
+        arch = f"sm_{by_gpu[1]}"
     return arch, config

@@ -17,8 +17,11 @@ def _doc(name: str) -> str:
 SIMULATION_NAME_MAX = 100
 # The version of the reading of a log and its pairing (simlog.py, pairing.py), recorded on each
 # simulation read (as traces' CURRENT_PARSER_VERSION is on each trace). 3: counts past
-# simlog.MAX_COUNT, clocks outside 10 to 100,000 MHz and truncated compressed logs fail.
-CURRENT_SIMULATION_READER_VERSION = 3
+# simlog.MAX_COUNT, clocks outside 10 to 100,000 MHz and truncated compressed logs fail. 4: a log
+# that stops at `Unable to open file: ...` (a kernel list the simulator could not open) is failed
+# with that line quoted, not "ends without the exit line"; a header naming Accel-Sim 2.0's `.tracez`
+# is read as a trace file.
+CURRENT_SIMULATION_READER_VERSION = 4
 
 
 class Simulation(models.Model):

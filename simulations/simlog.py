@@ -72,8 +72,9 @@ VERSION_START = b"*** GPGPU-Sim Simulator Version "
 VERSION_REST = re.compile(rb"(\S++)\s++\[build ([^\]]*+)\]")
 CLOCK_DOMAINS = re.compile(rb"-gpgpu_clock_domains\s++(\d{1,9}(?:\.\d{1,9})?)(?::|\s|$)")
 HEADER_START = b"Header info loaded for kernel command : "
+# A grouped trace, or Accel-Sim 2.0's zstd `.tracez` (its layout unknown: accepted by name).
 TRACE_FILE_NAME = re.compile(
-    rf"kernel-(\d{{1,{MAX_DIGITS}}})(?:-ctx_(0x[0-9a-fA-F]{{1,16}}))?\.traceg(?:\.xz)?"
+    rf"kernel-(\d{{1,{MAX_DIGITS}}})(?:-ctx_(0x[0-9a-fA-F]{{1,16}}))?\.trace(?:g(?:\.xz)?|z)"
 )
 # Matched against a line less its trailing whitespace (the `\s*$` of a line), so fullmatch.
 DIM = re.compile(rb"-(grid|block) dim = (\(\d{1,10},\d{1,10},\d{1,10}\))")
@@ -89,16 +90,18 @@ PTX_REST = re.compile(
 DESTROY = re.compile(rb"Destroy streams for kernel " + _INT + rb": ")
 # The lines with which the simulator (or what it runs) says it cannot go on, as the real logs
 # print them (docs/formats.md#the-simulators-log, how each failure looks): SASS it
-# has no opcode map for, a trace `xz -dc` could not open, a config option it does not know, an
-# assertion, a deadlock. Each holds one of FATAL_NEEDLES, which a chunk is searched for. An
-# assertion (`Assertion `...' failed` anywhere in the line) is found with `_is_assertion`.
+# has no opcode map for, a trace `xz -dc` could not open, a kernel list it could not open (the
+# release build's `Unable to open file: <list>`, then exit 1: accel-sim-framework 73f9fac
+# gpu-simulator/trace-parser/trace_parser.cc, parse_commandlist_file), a config option it does
+# not know, an assertion, a deadlock. Each holds one of FATAL_NEEDLES, which a chunk is searched
+# for. An assertion (`Assertion `...' failed` anywhere in the line) is found with `_is_assertion`.
 FATAL = re.compile(
-    rb"(?:unsupported binary version: |xz: |GPGPU-Sim \*\* ERROR|GPGPU-Sim uArch: ERROR"
-    rb"|GPGPU-Sim PTX: ERROR)"
+    rb"(?:unsupported binary version: |xz: |Unable to open file: |GPGPU-Sim \*\* ERROR"
+    rb"|GPGPU-Sim uArch: ERROR|GPGPU-Sim PTX: ERROR)"
 )
 ASSERTIONS = (b"Assertion `", b"Assertion '")
 ASSERTION_FAILED = b"' failed"
-FATAL_NEEDLES = (b"unsupported binary version: ", b"xz: ", b"ERROR", b"Assertion ")
+FATAL_NEEDLES = (b"unsupported binary version: ", b"xz: ", b"Unable to open file: ", b"ERROR", b"Assertion ")
 DEADLOCK = b"GPGPU-Sim uArch: ERROR ** deadlock detected"
 MAX_FATAL_TEXT = 500
 BLOCK_COUNTS = (b"gpu_sim_cycle =", b"gpu_sim_insn =", b"gpu_tot_sim_cycle =")
@@ -647,7 +650,7 @@ def _header(log: SimLog, line: bytes, dims: dict[bytes, str], number: int) -> No
     path = _name(line[len(HEADER_START) :].rstrip())
     match = TRACE_FILE_NAME.fullmatch(path.rpartition("/")[2])
     if match is None:
-        raise SimLogError(f"not a kernel-N[-ctx_0x...].traceg[.xz] trace file: {path!r}")
+        raise SimLogError(f"not a kernel-N[-ctx_0x...].traceg[.xz] or .tracez trace file: {path!r}")
     log.headers += 1
     kernel = _kernel(log, log.headers, number)
     kernel_id = _number(match[1], "kernel id", MAX_ID)

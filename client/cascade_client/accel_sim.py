@@ -1,5 +1,7 @@
-"""The researcher's accel-sim-framework checkout, as `cascade simulate` uses it: where its parts
-are, which SASS its tested configs run, its post-processor and its simulator run as a real
+"""The researcher's accel-sim-framework checkout, as `cascade simulate` and `cascade worker` use
+it: where its parts are, what it runs (read from the tree itself, never from a list here: its
+tested configs, the SASS versions of its opcode maps that its trace reader selects, the
+generation each config models), its post-processor and its simulator run as a real
 build behaves (docs/simulations.md, "Simulate a trace"; the module `simulate` says what each
 step guards against), and the builds its log names.
 """
@@ -14,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from cascade_client import kernelslist
+from cascade_client import kernelslist, sass
 from cascade_client.errors import CascadeError
 from cascade_client.terminal import visible
 
@@ -22,18 +24,24 @@ SIMULATOR = "gpu-simulator/bin/release/accel-sim.out"
 POSTPROCESSOR = "util/tracer_nvbit/tracer_tool/traces-processing/post-traces-processing"
 GPGPUSIM_CONFIGS = "gpu-simulator/gpgpu-sim/configs/tested-cfgs"  # gpgpusim.config + .icnt, power files
 ACCELSIM_CONFIGS = "gpu-simulator/configs/tested-cfgs"  # trace.config
-# The SASS versions (`-binary version` in a trace header) each tested config runs: the
-# simulator's opcode maps (gpu-simulator/ISA_Def/*_opcode.h) by the GPU each config models.
-CONFIG_SASS = {
-    "SM3_KEPLER_TITAN": {35},
-    "SM6_TITANX": {60, 61},
-    "SM7_QV100": {70},
-    "SM7_GV100": {70},
-    "SM7_TITANV": {70},
-    "SM75_RTX2060": {75},
-    "SM75_RTX2060_S": {75},
-    "SM86_RTX3070": {80, 86},
-}
+ISA_DEFS = "gpu-simulator/ISA_Def"  # the opcode maps, each with the `-binary version`s it is for
+# The trace reader: where a trace's `-binary version` selects an opcode map (73f9fac:
+# trace-driven/trace_driven.cc, trace_kernel_info_t's constructor; else "unsupported binary version").
+TRACE_READER = ("gpu-simulator/trace-driven", "gpu-simulator/trace-parser")
+SOURCE_SUFFIXES = (".cc", ".cpp", ".cxx", ".h", ".hpp", ".hh")
+# `#define AMPERE_A100_BINART_VERSION 80` (Accel-Sim spells it BINART), or a constant of that name.
+VERSION_DEFINE = re.compile(
+    r"^[ \t]*+(?:#[ \t]*+define[ \t]++|(?:static[ \t]++)?(?:constexpr|const)[ \t]++\w++[ \t]++)"
+    r"(\w{0,80}BINAR[TY]_VERSION\w{0,40})[ \t]*+=?[ \t]*+\(?(\d{1,4})\b",
+    re.MULTILINE,
+)
+VERSION_NAME = re.compile(r"\b\w{0,80}BINAR[TY]_VERSION\w{0,40}\b")
+# What a gpgpusim.config says of the GPU it models, for a config whose name has no `SMxx_`.
+CONFIG_CAPABILITY = re.compile(
+    r"^[ \t]*+-(gpgpu_compute_capability_major|gpgpu_compute_capability_minor|gpgpu_occupancy_sm_number"
+    r"|gpgpu_ptx_force_max_capability)[ \t]++(\d{1,4})\b",
+    re.MULTILINE,
+)
 BINARY_VERSION = re.compile(rb"^-binary version = (\d+)")
 BUILD_ACCELSIM = re.compile(r"Accel-Sim \[build ([^\]]*)\]")
 BUILD_GPGPUSIM = re.compile(r"GPGPU-Sim Simulator Version \S+\s+\[build ([^\]]*)\]")
@@ -74,37 +82,153 @@ def check_tree(root: Path, config: str) -> None:
         )
 
 
-def check_sass(config: str, versions: dict[str, int], *, force: bool, said_by: str | None = None) -> None:
-    """Every listed trace's SASS version is one the config runs (the simulator stops at the first
-    one it has no opcode map for, `unsupported binary version`, with exit status 0). `versions`
-    maps each trace file to its header's version; `said_by` names what said it instead (the
-    trace's `trace_gpu_arch`, before anything is pulled)."""
-    runs = CONFIG_SASS.get(config)
-    if runs is None or force:
+def tree_version_defines(root: Path) -> dict[str, int]:
+    """The `*_BINART_VERSION` constants of ROOT's opcode maps (gpu-simulator/ISA_Def/*.h): name
+    -> the `-binary version` it stands for. Read from the sources, never the built binary."""
+    defines: dict[str, int] = {}
+    folder = root / ISA_DEFS
+    for path in sorted(folder.glob("*.h")) if folder.is_dir() else []:
+        for name, value in VERSION_DEFINE.findall(path.read_text(errors="replace")):
+            defines.setdefault(name, int(value))
+    return defines
+
+
+def tree_sass_versions(root: Path) -> set[int]:
+    """The SASS versions (`-binary version` in a trace header) ROOT's simulator runs: those of its
+    opcode maps (`*_BINART_VERSION` in gpu-simulator/ISA_Def/*.h) that its trace reader selects a
+    map for (the names its gpu-simulator/trace-driven and trace-parser sources use; every map's,
+    when those sources name none, as a reader laid out otherwise may). Empty when the tree holds
+    no such sources: then nothing is known of what it runs."""
+    defines = tree_version_defines(root)
+    used: set[str] = set()
+    for folder in (root / part for part in TRACE_READER):
+        for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
+            if path.suffix in SOURCE_SUFFIXES and path.is_file():
+                used.update(VERSION_NAME.findall(path.read_text(errors="replace")))
+    selected = {value for name, value in defines.items() if name in used}
+    return selected or set(defines.values())
+
+
+def config_capability(root: Path, config: str) -> int | None:
+    """The SASS number the config's gpgpusim.config gives the GPU it models: its compute
+    capability (`-gpgpu_compute_capability_major`/`_minor`), else `-gpgpu_occupancy_sm_number`,
+    else `-gpgpu_ptx_force_max_capability`; None without any."""
+    path = root / GPGPUSIM_CONFIGS / config / "gpgpusim.config"
+    if not path.is_file():
+        return None
+    said: dict[str, int] = {}
+    for option, value in CONFIG_CAPABILITY.findall(path.read_text(errors="replace")):
+        said[option] = int(value)  # the last one given wins, as in the simulator's option parser
+    major, minor = said.get("gpgpu_compute_capability_major"), said.get("gpgpu_compute_capability_minor")
+    if major is not None and minor is not None:
+        return major * 10 + minor
+    return said.get("gpgpu_occupancy_sm_number") or said.get("gpgpu_ptx_force_max_capability")
+
+
+def config_generation_in_tree(root: Path, config: str) -> range | None:
+    """The SASS generation `config` models: by its `SMxx_` name (sass.config_generation, the
+    contract's rule), else by what its gpgpusim.config says (a config of the user's own naming)."""
+    by_name = sass.config_generation(config)
+    if by_name is not None:
+        return by_name
+    number = config_capability(root, config)
+    return None if number is None else sass.generation(number)
+
+
+def config_sass(root: Path, config: str, runs: set[int] | None = None) -> set[int]:
+    """The SASS versions of the config's generation that ROOT's simulator runs (`runs`: its
+    tree_sass_versions, when already read)."""
+    models = config_generation_in_tree(root, config)
+    runs = tree_sass_versions(root) if runs is None else runs
+    return set() if models is None else {v for v in runs if v in models}
+
+
+def tree_runs(root: Path) -> dict[str, set[int]]:
+    """Each of ROOT's tested configs with the SASS versions it runs there."""
+    runs = tree_sass_versions(root)
+    return {config: config_sass(root, config, runs) for config in tree_configs(root)}
+
+
+def described(runs: dict[str, set[int]]) -> str:
+    """`SM75_RTX2060 (75), SM90_H100 (none)`: configs with what they run."""
+    return ", ".join(f"{c} ({_versions(s) or 'none'})" for c, s in runs.items()) or "no tested config"
+
+
+def _versions(versions) -> str:
+    return "/".join(map(str, sorted(versions)))
+
+
+def check_sass(
+    root: Path, config: str, versions: dict[str, int], *, force: bool, said_by: str | None = None
+) -> None:
+    """Every listed trace's SASS version is one the config runs in ROOT (the simulator stops at
+    the first one it has no opcode map for, `unsupported binary version`, with exit status 0).
+    `versions` maps each trace file to its header's version; `said_by` names what said it instead
+    (the trace's `trace_gpu_arch`, before anything is pulled). A tree whose sources say nothing
+    of the versions it runs is held to the config's generation only."""
+    if force or not versions:
         return
+    known = bool(tree_sass_versions(root))
+    models = config_generation_in_tree(root, config)
+    if known:
+        runs = config_sass(root, config)
+    elif models is not None:
+        runs = set(models)
+    else:
+        return  # neither the tree nor the config's name says: the simulator will
     wrong = {name: v for name, v in versions.items() if v not in runs}
-    if wrong:
-        found = "/".join(map(str, sorted(set(wrong.values()))))
-        where = said_by or f"{len(wrong)} of {len(versions)} listed trace files, e.g. {next(iter(wrong))}"
-        runnable = ", ".join(f"{c} ({'/'.join(map(str, sorted(s)))})" for c, s in CONFIG_SASS.items())
+    if not wrong:
+        return
+    found = _versions(set(wrong.values()))
+    where = said_by or f"{len(wrong)} of {len(versions)} listed trace files, e.g. {next(iter(wrong))}"
+    if not known:
+        first, last = models[0], models[-1]
+        span = f"{first}" if first == last else f"{first}-{last}"
         raise SimulateError(
-            f"config {config} runs SASS {'/'.join(map(str, sorted(runs)))}, the trace is SASS {found} "
-            f"({where}); Accel-Sim's tested configs run: {runnable}; --force to run anyway"
+            f"config {config} models SASS {span}, the trace is SASS {found} ({where}); "
+            f"{root} has no opcode maps ({ISA_DEFS}/*.h) to say what it runs; --force to run anyway"
         )
+    what = f"runs SASS {_versions(runs)}" if runs else "runs no SASS in this tree"
+    raise SimulateError(
+        f"config {config} {what}, the trace is SASS {found} ({where}); {root}'s tested configs run: "
+        f"{described(tree_runs(root))}; --force to run anyway"
+    )
+
+
+def suggestion_note(root: Path, suggested: str | None) -> str | None:
+    """One line when ROOT lacks the trace's `suggested_sim_config` (the config of the GPU it was
+    traced on), naming the nearest config it has (same generation first, then the nearest SM
+    number); None when it has it or nothing is suggested. For `cascade simulate` and the worker."""
+    if not suggested:
+        return None
+    configs = tree_configs(root)
+    if suggested in configs:
+        return None
+    nearest = sass.nearest_config(suggested, configs)
+    near = f"; its nearest config is {nearest}" if nearest else f"; it has {', '.join(configs) or 'none'}"
+    return f"the trace suggests config {suggested} (the config of its GPU), which {root} lacks{near}"
 
 
 def arch_version(trace_gpu_arch: str | None) -> int | None:
-    """75 for `sm_75`, None when the trace does not say."""
-    match = re.fullmatch(r"sm_?(\d+)[a-z]?", (trace_gpu_arch or "").strip().lower())
-    return int(match.group(1)) if match else None
+    """75 for `sm_75`, None when the trace does not say (sass.arch_version)."""
+    return sass.arch_version(trace_gpu_arch)
 
 
 def open_trace(path: Path):
     return lzma.open(path, "rb") if path.name.endswith(".xz") else path.open("rb")
 
 
+def readable_header(name: str) -> bool:
+    """A trace file whose header Cascade can read: `.trace`/`.traceg`, plain or `.xz`. Another
+    (Accel-Sim 2.0's zstd `.tracez`, whose layout is not known here) is handed over as named."""
+    return name.endswith((".trace", ".traceg", ".trace.xz", ".traceg.xz"))
+
+
 def binary_version(path: Path) -> int | None:
-    """The `-binary version = N` of a trace file's header, None without one."""
+    """The `-binary version = N` of a trace file's header, None without one (or for a file whose
+    layout Cascade cannot read: the trace's `trace_gpu_arch` said it before the pull)."""
+    if not readable_header(path.name):
+        return None
     with open_trace(path) as f:
         for line in f.read(HEADER_BYTES).splitlines():
             match = BINARY_VERSION.match(line)
@@ -193,8 +317,9 @@ def prepare(root: Path, traces: Path, *, config: str, jobs: int, force: bool, ou
     sources, raw = {}, []
     for name in names:
         source = traces / name.replace(".traceg", ".trace")
-        if (traces / name).is_file():
-            sources[name] = traces / name
+        held = traces / name
+        if held.is_file() or (held.exists() and not readable_header(name)):
+            sources[name] = held  # a layout Cascade cannot read (2.0's .tracez) is accepted by name
         elif ".traceg" in name and source.is_file():
             sources[name] = source
             raw.append(source.name)
@@ -207,7 +332,8 @@ def prepare(root: Path, traces: Path, *, config: str, jobs: int, force: bool, ou
         )
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         versions = dict(zip(sources, pool.map(binary_version, sources.values()), strict=True))
-    check_sass(config, {n: v for n, v in versions.items() if v is not None}, force=force)
+    # Files whose headers cannot be read here (.tracez) were checked by the trace's trace_gpu_arch.
+    check_sass(root, config, {n: v for n, v in versions.items() if v is not None}, force=force)
     for name in raw:
         if grouped_under_raw_name(traces / name) and not force:
             raise SimulateError(

@@ -29,10 +29,16 @@ def is_kernel_trace(path: str) -> bool:
     return PurePosixPath(path).parent.name == "traces" and trace_stem(path) is not None
 
 
+def needs_postprocessing(line: str) -> bool:
+    """A kernel line naming a raw trace (`.trace`, `.trace.xz`), which the simulator reads only
+    post-processed. Any other name (a `.traceg`, Accel-Sim 2.0's `.tracez`) is read as named."""
+    return not line.startswith("Memcpy") and line.endswith((".trace", ".trace.xz"))
+
+
 def postprocessed(line: str) -> str:
     """A kernel line as the post-processing step rewrites it: `.trace.xz` → `.traceg.xz`,
-    `.trace` → `.traceg`; memcpy lines unchanged."""
-    if line.startswith("Memcpy"):
+    `.trace` → `.traceg`; memcpy lines and names it does not take unchanged."""
+    if not needs_postprocessing(line):
         return line
     if line.endswith(".xz"):
         return line[:-3] + "g.xz"

@@ -187,8 +187,10 @@ def pull(
     finally:
         progress.close()
 
-    raw = layout == "raw" and (lists or selection is not None)
-    rewritten = selection is not None or (aside and lists)
+    raw_named = layout == "raw" and (lists or selection is not None)
+    # A raw-named list of files the post-processor does not take (.tracez) is written as it is.
+    raw = raw_named and any(kernelslist.needs_postprocessing(line) for line in lines)
+    rewritten = selection is not None or (aside and lists) or (raw_named and not raw)
     own = sources[0] if lists and not raw and not rewritten else None
     result.kernelslist = _write_kernel_list(dest, lines, raw=raw, rewritten=rewritten, own=own, result=result)
     result.configs = [dest / p for p in paths if p in ("configs/gpgpusim.config", "configs/trace.config")]

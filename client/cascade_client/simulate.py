@@ -41,6 +41,7 @@ from cascade_client.accel_sim import (
     config_folder,
     prepare,
     run_simulator,
+    suggestion_note,
 )
 from cascade_client.errors import CascadeError
 from cascade_client.paths import name_problem
@@ -167,7 +168,16 @@ def simulate(
     started = time.monotonic()
     dest = Path(workdir) if workdir else Path(trace_id)
     pull_checked(
-        client, trace_id, dest, config=config, select=select, cover=cover, jobs=jobs, force=force, out=out
+        client,
+        trace_id,
+        dest,
+        root=root,
+        config=config,
+        select=select,
+        cover=cover,
+        jobs=jobs,
+        force=force,
+        out=out,
     )
     timing.pull = time.monotonic() - started
 
@@ -206,14 +216,20 @@ def checked_root(root: str | Path | None, config: str) -> Path:
     return root
 
 
-def pull_checked(client, trace_id: str, dest: Path, *, config, select, cover, jobs, force, out) -> None:
+def pull_checked(
+    client, trace_id: str, dest: Path, *, root: Path, config, select, cover, jobs, force, out
+) -> None:
     """The trace's SASS checked against the config before any byte is pulled (from its
-    `trace_gpu_arch`), then the pull; its warnings printed."""
+    `trace_gpu_arch`), a word when the tree lacks the trace's suggested config, then the pull;
+    its warnings printed."""
     trace = next((t for t in client.traces() if t["id"] == trace_id), None) or client.trace(trace_id)
     arch = arch_version(trace.get("trace_gpu_arch"))
     if arch is not None:
         said_by = f"its trace_gpu_arch is {trace['trace_gpu_arch']}"
-        check_sass(config, {trace_id: arch}, force=force, said_by=said_by)
+        check_sass(root, config, {trace_id: arch}, force=force, said_by=said_by)
+    note = suggestion_note(root, trace.get("suggested_sim_config"))
+    if note:
+        print(f"cascade: note: {note}", file=out, flush=True)
     options = {"select": select, "cover": cover, "jobs": jobs, "progress": True}
     if "allow_missing" in inspect.signature(client.pull).parameters:
         options["allow_missing"] = True  # what is missing is refused below, in one line, unless --force

@@ -696,3 +696,29 @@ def test_the_launcher_names_a_tested_config_without_its_sm_prefix(config, launch
     from cascade_client.pull import launcher_config
 
     assert launcher_config(config) == launcher
+
+
+@pytest.mark.parametrize("listing", ["traces/kernelslist.g", "traces/kernelslist"])
+def test_tracez_files_are_pulled_and_listed_as_named_never_for_post_processing(tmp_path, listing):
+    """Accel-Sim 2.0's per-warp zstd `.tracez` (../shared/docs/accel-sim-simulator.md: layout and
+    list name unknown): under a post-processed or a raw list's name, the simulator's list names
+    them as the run did and nothing is handed to the post-processor."""
+    import httpx
+    from cascade_client import Cascade
+
+    from tests.client.conftest import TOKEN, FakeCascade
+
+    fake = FakeCascade()
+    lines = ["MemcpyHtoD,0x1,8", "kernel-1.tracez", "kernel-2.tracez"]
+    fake.objects = {
+        listing: "".join(line + "\n" for line in lines).encode(),
+        "traces/kernel-1.tracez": b"\x28\xb5\x2f\xfd one",
+        "traces/kernel-2.tracez": b"\x28\xb5\x2f\xfd two",
+    }
+    fake.listed = dict(fake.objects)
+    with Cascade("http://cascade.test", TOKEN, transport=httpx.MockTransport(fake.handler)) as cascade:
+        result = cascade.pull("opt", tmp_path)
+    assert (tmp_path / "traces/kernelslist.g").read_text().splitlines() == lines
+    assert result.postprocess is None and not (tmp_path / "traces/kernelslist.cascade").exists()
+    for name in ("kernel-1.tracez", "kernel-2.tracez"):
+        assert (tmp_path / "traces" / name).read_bytes() == fake.objects[f"traces/{name}"]

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.client.accel_sim_trees import OPCODE_MAPS_73F9FAC, opcode_maps
 from tests.client.conftest import ROOT, deployed_cascade
 from tests.gunicorn_process import gunicorn
 from tests.helpers import shared_fixture
@@ -39,6 +40,7 @@ RAW = "qishao-chalmers+accel-sim-framework__vecadd-raw-sm75"  # raw .trace.xz, 4
 GEMM_LOG = "accel-sim.SM86_RTX3070.log"
 RAW_LOG = "accel-sim.SM75_RTX2060.log"
 RAW_CTX = "0x189ec30"
+A100 = "NVIDIA A100-SXM4-80GB"
 
 # --- the stand-ins ---------------------------------------------------------------------------
 
@@ -161,7 +163,9 @@ sys.exit(0)
 
 def stand_in_tree(root: Path, logs: dict[str, Path]) -> Path:
     """A fake accel-sim-framework checkout laid out as a real built one: tested configs (one
-    without its trace.config, as SM2_GTX480 really is), the simulator and the post-processor."""
+    without its trace.config, as SM2_GTX480 really is), 73f9fac's opcode maps and trace reader
+    (tests/client/accel_sim_trees.py), the simulator and the post-processor."""
+    opcode_maps(root, OPCODE_MAPS_73F9FAC)
     for config in ("SM86_RTX3070", "SM75_RTX2060", "SM2_GTX480"):
         folder = root / "gpu-simulator/gpgpu-sim/configs/tested-cfgs" / config
         folder.mkdir(parents=True)
@@ -210,7 +214,16 @@ def log_kernel_ids(log: Path) -> list[int]:
     ]
 
 
-def upload_run(bucket, run: str, folder: Path, ctx: str, kernel_ids: list[int], *, arch: str | None) -> dict:
+def upload_run(
+    bucket,
+    run: str,
+    folder: Path,
+    ctx: str,
+    kernel_ids: list[int],
+    *,
+    arch: str | None,
+    gpu: str | None = None,
+) -> dict:
     """The real trace folder as it is, a timing.csv of made-up measured times, metadata.json last."""
     keys = []
     for path in sorted((folder / "traces").iterdir()):
@@ -225,6 +238,8 @@ def upload_run(bucket, run: str, folder: Path, ctx: str, kernel_ids: list[int], 
     metadata = {"status": "ok", "files": keys}
     if arch:
         metadata["trace_gpu_arch"] = arch
+    if gpu:
+        metadata["source_gpu"] = gpu
     bucket.put_object(Bucket=BUCKET, Key=f"{PREFIX}{run}/metadata.json", Body=json.dumps(metadata))
     return measured
 
@@ -263,7 +278,10 @@ def live(tmp_path_factory):
     with deployed_cascade(tmp, BUCKET, CASCADE_SIM_MULTIPART_BYTES="4096") as (env, bucket, manage):
         bucket.create_bucket(Bucket=BUCKET)
         measured = {
-            "gemm": upload_run(bucket, "gemm", gemm, "", log_kernel_ids(gemm / GEMM_LOG), arch="sm_80"),
+            # Traced on an A100 (real-simulatable/SOURCES.md; which A100 is not said: one's name).
+            "gemm": upload_run(
+                bucket, "gemm", gemm, "", log_kernel_ids(gemm / GEMM_LOG), arch="sm_80", gpu=A100
+            ),
             "raw": upload_run(bucket, "raw", raw, RAW_CTX, log_kernel_ids(raw / RAW_LOG), arch=None),
         }
         # A run whose kernel list names a trace file the run lacks (the pull cannot have it).
@@ -306,6 +324,11 @@ def expected_rows(live, trace_id) -> dict[int, tuple]:
 def test_the_loop_brings_back_rows_equal_to_the_real_log_and_the_uploaded_times(live):
     done = live.simulate("gemm", "--config", "SM86_RTX3070", "--name", "standin-gemm", log="gemm")
     assert done.returncode == 0, done.stdout + done.stderr
+    # An A100 run suggests SM80_A100, which this 73f9fac-era tree lacks: its nearest is named.
+    assert (
+        f"cascade: note: the trace suggests config SM80_A100 (the config of its GPU), which {Path(live.root).resolve()} "
+        "lacks; its nearest config is SM86_RTX3070"
+    ) in done.stderr.splitlines()
     rows, simulation = accuracy_rows(live, "gemm", "standin-gemm")
     assert rows == expected_rows(live, "gemm")
     assert simulation["kernels_compared"] == 8 and simulation["config"] == "SM86_RTX3070"

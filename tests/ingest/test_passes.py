@@ -90,7 +90,7 @@ def test_real_vecadd_fixture_becomes_ready(db, upload, vecadd_files):
     assert "vecadd: new -> ready, 1 kernels" in output
     assert trace.kernel_count == 1
     assert trace.trace_gpu_arch == "sm_86"
-    assert trace.suggested_sim_config == "SM86_RTX3070"
+    assert trace.suggested_sim_config is None  # its metadata.json names neither a config nor its GPU
     assert trace.metadata == OK
     assert trace.bytes == sum(len(b) for b in vecadd_files.values()) + len(
         b'{"status":"ok","trace_gpu_arch":"sm_86"}'
@@ -101,6 +101,31 @@ def test_real_vecadd_fixture_becomes_ready(db, upload, vecadd_files):
     assert (kernel.grid_x, kernel.grid_y, kernel.grid_z, kernel.blocks) == (98, 1, 1, 98)
     assert (kernel.block_x, kernel.block_y, kernel.block_z, kernel.threads) == (1024, 1, 1, 1024)
     assert (kernel.total_insts, kernel.total_reported_insts, kernel.traced) == (50066, 50066, True)
+
+
+def tracez_run(vecadd_files: dict, *, held: bool) -> dict:
+    """The real vecadd run as Accel-Sim 2.0 would name its instruction trace: per-warp zstd
+    `.tracez` (../shared/docs/accel-sim-simulator.md: its layout is not known; only its name)."""
+    raw, tracez = f"kernel-1-ctx_{VECADD_CTX}.trace.xz", f"kernel-1-ctx_{VECADD_CTX}.tracez"
+    files = {
+        name: body.replace(raw.encode(), tracez.encode()) if isinstance(body, bytes) else body
+        for name, body in vecadd_files.items()
+        if name not in (f"traces/{raw}", "traces/kernelslist.g")
+    }
+    if held:
+        files[f"traces/{tracez}"] = b"\x28\xb5\x2f\xfd not downloaded"
+    return files
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_a_tracez_the_kernel_list_names_and_the_run_holds_is_traced(db, upload, vecadd_files, held):
+    upload("hopper", tracez_run(vecadd_files, held=held), metadata=OK)
+    passes.poll_bucket()
+    trace = Trace.objects.get(pk="hopper")
+    assert trace.state == TraceState.READY, trace.error
+    kernel = Kernel.objects.get(trace=trace)
+    assert kernel.trace_file == f"kernel-1-ctx_{VECADD_CTX}.tracez"
+    assert kernel.traced is held  # named and held (decision 0007), whatever the file's layout
 
 
 def test_ready_trace_through_the_api(db, api, upload, vecadd_files):
@@ -183,20 +208,19 @@ def test_flags_are_false_without_timeline_timing_or_sample_prefix(db, upload, ve
 
 
 @pytest.mark.parametrize(
-    ("arch", "config"),
+    ("arch", "gpu", "config"),
     [
-        ("sm_70", "SM7_QV100"),
-        ("sm_75", "SM75_RTX2060"),
-        # Only tested configs exist to suggest (docs/simulations.md): A100 traces run on
-        # SM86_RTX3070 (there is no SM80_A100), and nothing runs SASS 90 or 89 (no SM90_H100).
-        ("sm_80", "SM86_RTX3070"),
-        ("sm_86", "SM86_RTX3070"),
-        ("sm_90", None),
-        ("sm_89", None),
+        # The config of the GPU the run was traced on, where upstream Accel-Sim has one ...
+        ("sm_80", "NVIDIA A100-SXM4-80GB", "SM80_A100"),
+        ("sm_90", "NVIDIA H100 80GB HBM3", "SM90_H100"),
+        ("sm_75", "NVIDIA GeForce RTX 2060", "SM75_RTX2060"),
+        # ... else none, whatever the arch.
+        ("sm_86", None, None),
+        ("sm_80", "NVIDIA A30", None),
     ],
 )
-def test_config_derived_from_architecture(db, upload, vecadd_files, arch, config):
-    upload("run", vecadd_files, metadata={"status": "ok", "trace_gpu_arch": arch})
+def test_config_derived_from_the_gpu(db, upload, vecadd_files, arch, gpu, config):
+    upload("run", vecadd_files, metadata={"status": "ok", "trace_gpu_arch": arch, "source_gpu": gpu})
     passes.poll_bucket()
     assert Trace.objects.values_list("trace_gpu_arch", "suggested_sim_config").get() == (arch, config)
 

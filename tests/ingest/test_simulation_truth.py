@@ -27,6 +27,9 @@ FATAL_LINES = [
     re.compile(rb"^GPGPU-Sim \*\* ERROR: Unknown Option: '[^']+' *$", re.M),
     re.compile(rb"^GPGPU-Sim uArch: ERROR \*\* deadlock detected: .*$", re.M),
     re.compile(rb"^.*Assertion .* failed\.? *$", re.M),
+    # A kernel list it cannot open (accel-sim-framework 73f9fac, gpu-simulator/trace-parser/
+    # trace_parser.cc:239, parse_commandlist_file: this line, then exit(1)).
+    re.compile(rb"^Unable to open file: .*$", re.M),
 ]
 DEADLOCK = re.compile(rb"^GPGPU-Sim uArch: ERROR \*\* deadlock detected", re.M)
 EXIT = re.compile(rb"^GPGPU-Sim: \*\*\* exit detected \*\*\*$", re.M)
@@ -40,14 +43,39 @@ LAUNCHED = re.compile(rb"^launching kernel name: (\S+) uid: (\d+)", re.M)
 HEADERS = re.compile(rb"^Header info loaded for kernel command : (\S+)$", re.M)
 CLOCK = re.compile(rb"-gpgpu_clock_domains\s+([0-9.]+)")
 
-CASES = ["sm90-unsupported", "missing-trace-file", "unknown-option", "max-cycle", "killed", "deadlock"]
+CASES = [
+    "sm90-unsupported",
+    "missing-trace-file",
+    "unknown-option",
+    "max-cycle",
+    "killed",
+    "deadlock",
+    "unable-to-open",
+]
 NO_TIMES = (
     "the trace has no measured kernel times: upload an Nsight Systems export or a timing file to compare"
 )
 
 
 def real(case: str) -> bytes:
+    if case == UNABLE_TO_OPEN:
+        return unable_to_open()
     return shared_fixture("real-sim-logs", f"accel-sim-73f9fac__{case}.log").read_bytes()
+
+
+UNABLE_TO_OPEN = "unable-to-open"
+
+
+def unable_to_open() -> bytes:
+    """A release build given a kernel list it cannot open: the real sm90-unsupported run up to
+    where the simulator opens its kernel list (after `performance model initialization
+    complete.`, the last line before it reads its first kernel: accel-sim-framework 73f9fac
+    gpu-simulator/accel-sim.cc's constructor initialises the model, then init() opens the list,
+    accel-sim.h:41), then the line trace_parser.cc:239 prints for the `-trace` it was given."""
+    log = shared_fixture("real-sim-logs", "accel-sim-73f9fac__sm90-unsupported.log").read_bytes()
+    ready = b"GPGPU-Sim uArch: performance model initialization complete.\n"
+    listing = re.search(rb"^-trace\s+(\S+)", log, re.M)[1]
+    return log[: log.index(ready) + len(ready)] + b"Unable to open file: " + listing + b"\n"
 
 
 def line_of(log: bytes, at: int) -> int:
@@ -102,6 +130,9 @@ def test_the_expectations_read_the_logs_as_their_sources_say():
     assert expectation(real("sm90-unsupported"))["fatal"][1] == "unsupported binary version: 90"
     assert expectation(real("missing-trace-file"))["fatal"][1].startswith("xz: ")
     assert expectation(real("unknown-option"))["fatal"][0] == 3
+    unable = expectation(real(UNABLE_TO_OPEN))
+    assert unable["fatal"][1].startswith("Unable to open file: /home/researcher/")
+    assert (unable["stopped"], unable["state"]) == ("error", TraceState.FAILED)
     deadlock = expectation(real("deadlock"))
     assert (len(deadlock["finished"]), list(deadlock["unfinished"])) == (28, [29])
     assert sum(deadlock["finished"].values()) == 163571

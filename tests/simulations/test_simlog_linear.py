@@ -24,7 +24,9 @@ from tests.ingest.support import LOGS, NAMES, PROPERTY
 # The patterns of the reader before they were made linear: the reference for what a line says.
 REFERENCE = {
     "header": re.compile(rb"Header info loaded for kernel command : (.*?)\s*$"),
-    "trace_file": re.compile(r"(?:.*/)?kernel-(\d{1,20})(?:-ctx_(0x[0-9a-fA-F]{1,16}))?\.traceg(?:\.xz)?"),
+    "trace_file": re.compile(
+        r"(?:.*/)?kernel-(\d{1,20})(?:-ctx_(0x[0-9a-fA-F]{1,16}))?(?:\.traceg(?:\.xz)?|\.tracez)"
+    ),
     "dim": re.compile(rb"-(grid|block) dim = (\(\d{1,10},\d{1,10},\d{1,10}\))\s*$"),
     "launch": re.compile(rb"launching kernel name: (.*) uid: (\d{1,20})(?: cuda_stream_id: (\d{1,20}))?\s*$"),
     "ptx": re.compile(
@@ -32,8 +34,8 @@ REFERENCE = {
         rb"gridDim= (\(\d{1,10},\d{1,10},\d{1,10}\)) blockDim = (\(\d{1,10},\d{1,10},\d{1,10}\))\s*$"
     ),
     "fatal": re.compile(
-        rb"(?:unsupported binary version: |xz: |GPGPU-Sim \*\* ERROR|GPGPU-Sim uArch: ERROR"
-        rb"|GPGPU-Sim PTX: ERROR|.*Assertion [`'].*' failed)"
+        rb"(?:unsupported binary version: |xz: |Unable to open file: |GPGPU-Sim \*\* ERROR"
+        rb"|GPGPU-Sim uArch: ERROR|GPGPU-Sim PTX: ERROR|.*Assertion [`'].*' failed)"
     ),
     "version": re.compile(rb"\*\*\* GPGPU-Sim Simulator Version (\S+)\s+\[build ([^\]]*)\]"),
     "clock": re.compile(rb"-gpgpu_clock_domains\s+(\d{1,9}(?:\.\d{1,9})?)(?::|\s|$)"),
@@ -54,6 +56,7 @@ STARTS = [
     b"gpu_sim_cycle = ",
     b"gpu_tot_sim_cycle = ",
     b"GPGPU-Sim uArch: ERROR",
+    b"Unable to open file: ",
 ]
 # What the patterns look for, and what makes a backtracking one try again.
 PIECES = [
@@ -74,6 +77,7 @@ PIECES = [
     b"kernel-7",
     b"-ctx_0x1f",
     b".traceg",
+    b".tracez",
     b".xz",
     b" uid: ",
     b" cuda_stream_id: ",
@@ -292,7 +296,7 @@ def test_a_header_of_64_000_spaces_and_x_is_one_scan_and_a_simlogerror_naming_it
     assert scanned(HEADER_64K) <= MOST_SCANNED_A_BYTE * len(HEADER_64K)
     with pytest.raises(SimLogError) as raised:
         read_sim_log_chunks([HEADER_64K])
-    assert str(raised.value) == "line 1: not a kernel-N[-ctx_0x...].traceg[.xz] trace file: 'x'"
+    assert str(raised.value) == "line 1: not a kernel-N[-ctx_0x...].traceg[.xz] or .tracez trace file: 'x'"
 
 
 def test_352_kb_of_assertion_backticks_is_one_scan_and_no_fatal_line():
