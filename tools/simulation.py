@@ -20,11 +20,14 @@ is what a real run of Accel-Sim's dev branch prints (docs/formats.md#the-simulat
   real block are left out (they hold nothing Cascade reads, and would make the samples large);
 - `GPGPU-Sim: *** simulation thread exiting ***` and `GPGPU-Sim: *** exit detected ***`.
 
-A kernel's cycles are its measured time (the duration `timing.csv` holds for it) at the config's
-core clock, times a deterministic error: per build a bias for prefill kernels, another for decode
-kernels, and a per-kernel spread drawn from `Random(build, config, ctx, kernel id)`. The builds
-below are real Accel-Sim and GPGPU-Sim commits; their errors here are made up, chosen so that one
-is about 10-20% MAPE and the other 25-40%.
+Every number in it is SYNTHETIC: no simulator ran. A kernel's cycles are its measured time (the
+duration `timing.csv` holds for it, itself synthetic: `tools.timing_files.kernel_duration`) at the
+config's core clock, times a deterministic error: per build a bias for prefill kernels, another for
+decode kernels, and a per-kernel spread drawn from `Random(build, config, ctx, kernel id)`. The
+builds below are named after Accel-Sim and GPGPU-Sim dev commits from before Accel-Sim 2.0, whose
+tested configs stop at Ampere (SM75_RTX2060, SM86_RTX3070; no SASS 90): their errors here are made
+up, chosen so that one is about 10-20% MAPE and the other 25-40%. The shipped samples use them on
+those configs only (tools/samples.py); a log of an SM90_* config is for tests of the format.
 
 Variants, for tests and hostile cases: a run stopped at `-gpgpu_max_cycle` (Accel-Sim dev prints a
 block for the interrupted kernel, then the break line, then the exit lines), a killed run (the log
@@ -65,8 +68,8 @@ BUILDS: dict[str, SimBuild] = {
         decode_bias=0.15,
         spread=0.07,
     ),
-    # accel-sim-framework 618c2ef8 (SM90_H100's trace.config) with gpgpu-sim 0874995e: about
-    # 25-40% MAPE here, prefill far too fast and decode far too slow.
+    # accel-sim-framework 618c2ef8 with gpgpu-sim 0874995e (dev, before Accel-Sim 2.0: no SASS 90):
+    # about 25-40% MAPE here, prefill far too fast and decode far too slow.
     "dev-618c2ef": SimBuild(
         accelsim="accelsim-commit-618c2ef869fa6e4698ac7547bc9f967f8213cd45_modified_0.0",
         gpgpusim="gpgpu-sim_git-commit-0874995e8de6f60bb08d646b05020aa722a8562b_modified_0.0",
