@@ -90,7 +90,11 @@ def test_each_samples_measured_times_follow_its_traced_kernels_work(folder):
     assert len(set(times)) > len(times) // 2, f"measured times barely vary: {sorted(set(times))}"
     spearman = statistics.correlation(ranks(work), ranks(times))
     pearson = statistics.correlation(work, times)
-    assert spearman > MIN_SPEARMAN and pearson > MIN_PEARSON, (spearman, pearson, list(zip(work, times)))
+    assert spearman > MIN_SPEARMAN and pearson > MIN_PEARSON, (
+        spearman,
+        pearson,
+        list(zip(work, times, strict=True)),
+    )
 
 
 @pytest.mark.parametrize("folder", timed_samples(), ids=lambda folder: folder.name)
