@@ -20,12 +20,15 @@ from django.core.management import CommandError, call_command
 from ingest import bucket
 from simulations.simlog import read_sim_log_chunks
 from tools.generator import RunSpec, write_run
-from tools.samples import SIMULATIONS
+from tools.samples import SAMPLES, SIMULATIONS
 from tools.simulation import SimSpec, write_simulation
 from tools.upload import upload_run_folder
 
 REPO = Path(__file__).resolve().parents[2]
-SHOWCASE = "sample__facebook_opt-125m__h100-e2e"
+# Each sample simulation: (run, its spec). The core clock domains of their configs as GPGPU-Sim's
+# tested-cfgs/<config>/gpgpusim.config sets them (dev 667834c).
+SAMPLE_SIMULATIONS = [(run_id, sim) for run_id, sims in SIMULATIONS.items() for sim in sims]
+CLOCK_DOMAINS = {"SM75_RTX2060": "1365:1365:1365:3500.5", "SM86_RTX3070": "1132:1132:1132:3500.5"}
 # A run with one context; its kernelslist names 6 launches: those of at most 256 warps (the
 # generator traces only kernels small enough to hold whole) of the first decoder block and the
 # eager tail of the prefill step, and of the eager tail of a decode step.
@@ -92,15 +95,16 @@ def simulate(run: Path, **options) -> tuple[object, bytes, object]:
 # --- The shipped samples ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("sim", SIMULATIONS[SHOWCASE], ids=lambda sim: sim.name)
-def test_each_uid_of_a_sample_simulation_is_the_kth_kernelslist_entry(sim):
-    run = REPO / "samples" / SHOWCASE
+@pytest.mark.parametrize(("run_id", "sim"), SAMPLE_SIMULATIONS, ids=lambda value: getattr(value, "name", ""))
+def test_each_uid_of_a_sample_simulation_is_the_kth_kernelslist_entry(run_id, sim):
+    run = REPO / "samples" / run_id
     folder = run / "simulations" / sim.name
-    # No gpgpusim.config: no simulator has a Hopper config, and a file of ours must not pose as one.
+    # No gpgpusim.config: a file of ours must not pose as one of the simulator's tested configs.
     assert [p.name for p in sorted(folder.iterdir())] == ["sim.log.gz", "simulation.json"]
     log, data = read_log(folder)
     order = kernelslist_order(run)
-    assert len(order) == 20 and log.headers == len(log.kernels) == log.blocks == 20
+    assert len(order) == SAMPLES[run_id].max_traced
+    assert log.headers == len(log.kernels) == log.blocks == len(order)
     assert (log.stopped, log.complete, log.interrupted) == (None, True, [])
     for uid, (ctx, kernel_id) in enumerate(order, start=1):
         kernel = log.kernels[uid]
@@ -116,11 +120,14 @@ def test_each_uid_of_a_sample_simulation_is_the_kth_kernelslist_entry(sim):
     assert marker == {
         "status": "ok",
         "simulator": "accel-sim",
-        "config": "SM90_H100",
+        "config": sim.config,
         "core_clock_mhz": log.core_clock_mhz,
         "notes": sim.notes,
     }
-    assert log.core_clock_mhz == 1755.0 and re.search(rb"\n-gpgpu_clock_domains +1755:1755:1755:2619 ", data)
+    assert sim.config == json.loads((run / "metadata.json").read_text())["suggested_sim_config"]
+    domains = CLOCK_DOMAINS[sim.config]
+    assert log.core_clock_mhz == float(domains.split(":")[0])
+    assert re.search(rb"\n-gpgpu_clock_domains +" + re.escape(domains.encode()) + rb" ", data)
     assert re.fullmatch(r"accelsim-commit-[0-9a-f]{40}_modified_0\.0", log.accelsim_build)
     assert log.gpgpusim_version == "4.2.0"
     assert re.fullmatch(r"gpgpu-sim_git-commit-[0-9a-f]{40}_modified_0\.0", log.gpgpusim_build)
@@ -140,11 +147,13 @@ def errors(folder: Path, run: Path) -> dict[str, list[float]]:
     return by_phase
 
 
-def test_the_two_sample_builds_err_plausibly_differently_and_prefill_unlike_decode():
-    run = REPO / "samples" / SHOWCASE
-    closer, further = (errors(run / "simulations" / sim.name, run) for sim in SIMULATIONS[SHOWCASE])
+@pytest.mark.parametrize("run_id", sorted(SIMULATIONS))
+def test_the_two_sample_builds_err_plausibly_differently_and_prefill_unlike_decode(run_id):
+    run = REPO / "samples" / run_id
+    closer, further = (errors(run / "simulations" / sim.name, run) for sim in SIMULATIONS[run_id])
+    traced = len(kernelslist_order(run))
     for by_phase, low, high in ((closer, 10, 20), (further, 25, 40)):
-        assert len(by_phase["prefill"]) == 5 and len(by_phase["decode"]) == 15
+        assert len(by_phase["prefill"]) == 5 and len(by_phase["decode"]) == traced - 5
         mape = statistics.mean(abs(e) for e in by_phase["prefill"] + by_phase["decode"])
         assert low <= mape <= high
         # Prefill kernels run fast in the simulator and decode kernels slow, each build its own way.
@@ -152,20 +161,23 @@ def test_the_two_sample_builds_err_plausibly_differently_and_prefill_unlike_deco
     assert closer != further
 
 
-def test_load_samples_uploads_each_simulation_after_its_trace_and_its_marker_last(s3, db, monkeypatch):
+@pytest.mark.parametrize("run_id", sorted(SIMULATIONS))
+def test_load_samples_uploads_each_simulation_after_its_trace_and_its_marker_last(
+    s3, db, monkeypatch, run_id
+):
     order = []
     monkeypatch.setattr(bucket, "put_object", lambda key, body: order.append(key))
     monkeypatch.setattr(bucket, "upload_file", lambda path, key: order.append(key))
     call_command("load_samples")
-    prefix = f"accelsim-traces/{SHOWCASE}/"
-    showcase = [key.removeprefix(prefix) for key in order if key.startswith(prefix)]
-    for sim in SIMULATIONS[SHOWCASE]:
-        ours = [i for i, key in enumerate(showcase) if key.startswith(f"simulations/{sim.name}/")]
-        assert [showcase[i] for i in ours] == [
+    prefix = f"accelsim-traces/{run_id}/"
+    sample = [key.removeprefix(prefix) for key in order if key.startswith(prefix)]
+    for sim in SIMULATIONS[run_id]:
+        ours = [i for i, key in enumerate(sample) if key.startswith(f"simulations/{sim.name}/")]
+        assert [sample[i] for i in ours] == [
             f"simulations/{sim.name}/sim.log.gz",
             f"simulations/{sim.name}/simulation.json",
         ]
-        assert showcase.index("metadata.json") < ours[0]
+        assert sample.index("metadata.json") < ours[0]
 
 
 # --- Variants ----------------------------------------------------------------------------------
