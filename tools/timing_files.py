@@ -76,7 +76,7 @@ def kernel_duration(launch: Launch, platform: Platform) -> int:
     instruction trace: blocks x warps per block x its warp program), `kind` is gemm, attention or
     memory (`kernel_kind`), and the noise is drawn from `Random("<ctx>:<kernel id>:<name>")`, so
     the same launch always takes the same time. Measured times therefore correlate with the
-    kernels' traced work, and a simulator's cycles can be correlated with them (docs/formats.md).
+    kernels' traced work, and a simulator's cycles can be correlated with them (docs/operating.md).
     """
     work_ns = launch.total_insts / H100_WARP_INSTS_PER_NS * platform.slowdown[kernel_kind(launch.name)]
     jitter = random.Random(f"{launch.ctx}:{launch.kernel_id}:{launch.name}").gauss(0, DURATION_NOISE)
