@@ -83,7 +83,8 @@ UPLOADING_SIMULATION = {
 }
 SIMULATIONS_EXAMPLE = [UPLOADING_SIMULATION, SIMULATION_SUMMARY]
 # Each beside a sample whose SASS its config runs (SM86_RTX3070: 80-86; SM75_RTX2060: 75).
-SAMPLE_TRACES = ("sample__facebook_opt-125m__a100-e2e", "sample__facebook_opt-125m__rtx2060-e2e")
+SAMPLE_TRACE = "sample__facebook_opt-125m__rtx2060-e2e"  # the ready one's
+SAMPLE_TRACES = ("sample__facebook_opt-125m__a100-e2e", SAMPLE_TRACE)
 SIMULATION_LIST_EXAMPLE = [
     {"trace_id": trace_id, **simulation}
     for trace_id, simulation in zip(SAMPLE_TRACES, SIMULATIONS_EXAMPLE, strict=True)

@@ -32,7 +32,15 @@ CLOCK_DOMAINS = {"SM75_RTX2060": "1365:1365:1365:3500.5", "SM86_RTX3070": "1132:
 # A run with one context; its kernelslist names 6 launches: those of at most 256 warps (the
 # generator traces only kernels small enough to hold whole) of the first decoder block and the
 # eager tail of the prefill step, and of the eager tail of a decode step.
-SMALL = RunSpec(kernels=360, contexts=1, seed=3, layers=("step 0 (prefill)", "step 2 (decode)"))
+# Traced on an RTX 2060, so that its simulations' builds (Accel-Sim dev before 2.0) have its config,
+# SM75_RTX2060: no build tools/simulation.py names runs SASS 90.
+TURING = {
+    "source_gpu": "NVIDIA GeForce RTX 2060",
+    "trace_gpu_arch": "sm_75",
+    "suggested_sim_config": "SM75_RTX2060",
+}
+TURING_OPTIONS = ["--source-gpu", TURING["source_gpu"], "--arch", "sm_75", "--sim-config", "SM75_RTX2060"]
+SMALL = RunSpec(kernels=360, contexts=1, seed=3, layers=("step 0 (prefill)", "step 2 (decode)"), **TURING)
 
 
 def read_log(folder: Path):
@@ -187,7 +195,7 @@ def test_a_small_run_pairs_and_reads_back_every_cycle(small_run):
     log, data, written = simulate(small_run)
     order = kernelslist_order(small_run)
     assert [(k.ctx, k.kernel_id) for k in log.in_uid_order()] == order
-    assert [k.kernel_id for k in log.in_uid_order()] == [138, 143, 148, 322, 327, 332]
+    assert [k.kernel_id for k in log.in_uid_order()] == [138, 143, 148, 298, 303, 308]
     assert [(k.uid, k.sim_cycles, k.sim_insn) for k in log.in_uid_order()] == [
         (k.uid, k.sim_cycles, k.sim_insn) for k in written.launches
     ]
@@ -256,7 +264,7 @@ def test_two_concurrent_kernels_share_one_block(small_run):
 
 
 def test_a_legacy_run_names_kernel_n_traceg_without_a_context(tmp_path):
-    spec = RunSpec(kernels=120, format="legacy", seed=2)
+    spec = RunSpec(kernels=120, format="legacy", seed=2, **TURING)
     write_run(tmp_path / "legacy", spec)
     written = write_simulation(tmp_path / "legacy", spec, SimSpec())
     log, _ = read_log(written.folder)
@@ -267,6 +275,27 @@ def test_a_legacy_run_names_kernel_n_traceg_without_a_context(tmp_path):
     ]
     assert [(k.ctx, k.kernel_id) for k in log.in_uid_order()] == [(None, n) for n in listed]
     assert all(k.trace_file.endswith(f"/kernel-{k.kernel_id}.traceg") for k in log.in_uid_order())
+
+
+def test_no_build_here_writes_a_simulation_it_could_not_have_run(tmp_path):
+    """Accel-Sim before 2.0 (every build tools/simulation.py names) has no Hopper config and no
+    opcode map for SASS 90 (its simulator stops: `unsupported binary version: 90`)."""
+    h100 = RunSpec(kernels=120, seed=2)  # the default run: an H100's, SASS 90, SM90_H100 suggested
+    assert (h100.trace_gpu_arch, h100.suggested_sim_config) == ("sm_90", "SM90_H100")
+    write_run(tmp_path / "h100", h100)
+    write_run(tmp_path / "turing", SMALL)
+    for run, spec, config in ((tmp_path / "h100", h100, None), (tmp_path / "turing", SMALL, "SM90_H100")):
+        for build in ("dev-e5653f0", "dev-618c2ef"):
+            with pytest.raises(
+                ValueError, match=f"build {build} is Accel-Sim before 2.0, which runs no SASS 90"
+            ):
+                write_simulation(run, spec, SimSpec(build=build, config=config))
+        assert not (run / "simulations").exists()
+    with pytest.raises(CommandError, match="could not have simulated this sm_90 trace on SM90_H100"):
+        call_command(
+            "generate_trace", "--out", str(tmp_path / "cli"), "--kernels", "120", "--simulation", "s"
+        )
+    assert not (tmp_path / "cli").exists()
 
 
 def test_a_simulation_name_must_be_a_folder_name():
@@ -280,7 +309,15 @@ def test_a_simulation_name_must_be_a_folder_name():
 
 def test_generate_trace_writes_a_simulation_and_adds_another_to_the_same_run(tmp_path, capsys):
     run = tmp_path / "cli-run"
-    options = ["--out", str(run), "--kernels", "360", "--layers", "step 0 (prefill),step 2 (decode)"]
+    options = [
+        "--out",
+        str(run),
+        "--kernels",
+        "360",
+        "--layers",
+        "step 0 (prefill),step 2 (decode)",
+        *TURING_OPTIONS,
+    ]
     call_command("generate_trace", *options, "--simulation", "a", "--simulation-gzip")
     call_command("generate_trace", *options, "--simulation", "b", "--simulation-build", "dev-618c2ef")
     assert sorted(p.name for p in (run / "simulations" / "a").iterdir()) == [
@@ -301,7 +338,7 @@ def test_generate_trace_writes_a_simulation_and_adds_another_to_the_same_run(tmp
 
 
 def test_generate_trace_simulation_variants_from_the_command_line(tmp_path):
-    base = ["--kernels", "360", "--layers", "step 0 (prefill),step 2 (decode)"]
+    base = ["--kernels", "360", "--layers", "step 0 (prefill),step 2 (decode)", *TURING_OPTIONS]
     call_command(
         "generate_trace",
         "--out",
