@@ -7,30 +7,31 @@ from drf_spectacular.utils import OpenApiExample
 from simulations import shapes
 from traces.api_examples import GEMM_EXAMPLE, shaped
 
-# One simulation of the sample trace's first five launches at 1755 MHz: four compared, the fifth
-# overlapped (concurrent kernels share one stat block).
+# One simulation of the Turing sample's first five launches on SM75_RTX2060 (1365 MHz), by a
+# release build that has that config: four compared, the fifth overlapped (concurrent kernels
+# share one stat block).
 SIMULATION_METRICS = shaped(
     shapes.SIMULATION_METRICS,
     {
-        "mape": 10.0587,
+        "mape": 10.0543,
         "aggregate_error": 11.2253,
         "pearson_r": 0.9918,
-        "rpd": 9.8826,
+        "rpd": 9.8784,
         "nrmse": 0.1433,
         "within_10_percent": 2,
         "kernels_compared": 4,
-        "sim_total_ns": 10317.3789,
+        "sim_total_ns": 10317.2161,
         "measured_total_ns": 10480,
-        "total_error": -1.5517,
-        "run_sim_ns": 10883.1909,
+        "total_error": -1.5533,
+        "run_sim_ns": 10882.7839,
         "run_measured_ns": 11120,
-        "run_error": -2.1296,
+        "run_error": -2.1332,
     },
 )
 SIMULATION_SUMMARY = shaped(
     shapes.SIMULATION_SUMMARY,
     {
-        "name": "accelsim-2260456e-SM90_H100",
+        "name": "accelsim-2260456e-SM75_RTX2060",
         "state": "ready",
         "error": None,
         "created_at": "2026-11-09T10:12:40.114205Z",
@@ -38,8 +39,8 @@ SIMULATION_SUMMARY = shaped(
         "simulator": "accel-sim",
         "simulator_build": "accelsim-commit-2260456ea5e6a1420f5734f145a4b7d8ab1d4737_modified_1.0",
         "gpgpusim_build": "4.2.0 [build gpgpu-sim_git-commit-13c67115070dc2f0876254a790d0238073ca364a_modified_2.0]",
-        "config": "SM90_H100",
-        "core_clock_mhz": 1755.0,
+        "config": "SM75_RTX2060",
+        "core_clock_mhz": 1365.0,
         "complete": True,
         "stopped": None,
         "reason": None,
@@ -63,7 +64,7 @@ SIMULATION_SUMMARY = shaped(
 )
 UPLOADING_SIMULATION = {
     **SIMULATION_SUMMARY,
-    "name": "accelsim-dev-SM90_H100",
+    "name": "accelsim-dev-SM86_RTX3070",
     "state": "uploading",
     "created_at": "2026-11-09T11:02:03.000412Z",
     "updated_at": "2026-11-09T11:02:03.000412Z",
@@ -81,8 +82,13 @@ UPLOADING_SIMULATION = {
     "metrics": None,
 }
 SIMULATIONS_EXAMPLE = [UPLOADING_SIMULATION, SIMULATION_SUMMARY]
-SAMPLE_TRACE = "sample__facebook_opt-125m__h100-e2e"
-SIMULATION_LIST_EXAMPLE = [{"trace_id": SAMPLE_TRACE, **simulation} for simulation in SIMULATIONS_EXAMPLE]
+# Each beside a sample whose SASS its config runs (SM86_RTX3070: 80-86; SM75_RTX2060: 75).
+SAMPLE_TRACE = "sample__facebook_opt-125m__rtx2060-e2e"  # the ready one's
+SAMPLE_TRACES = ("sample__facebook_opt-125m__a100-e2e", SAMPLE_TRACE)
+SIMULATION_LIST_EXAMPLE = [
+    {"trace_id": trace_id, **simulation}
+    for trace_id, simulation in zip(SAMPLE_TRACES, SIMULATIONS_EXAMPLE, strict=True)
+]
 
 
 def example_simulated_kernel(
@@ -96,7 +102,7 @@ def example_simulated_kernel(
         "uid": kernel_id,
         "sim_cycles": cycles,
         "sim_insn": None if cycles is None else cycles * 41,
-        "sim_ns": None if cycles is None else round(cycles * 1000 / 1755.0, 4),
+        "sim_ns": None if cycles is None else round(cycles * 1000 / 1365.0, 4),
         "measured_ns": measured_ns,
         "error": error,
         "overlapped": cycles is None,
@@ -110,25 +116,25 @@ SIMULATION_DETAIL_EXAMPLE = shaped(
         **SIMULATION_SUMMARY,
         "interrupted": [],
         "steps": [
-            {"step": "step 0 (prefill)", "sim_ns": 6835.3276, "measured_ns": 7220, "error": -5.3279},
+            {"step": "step 0 (prefill)", "sim_ns": 6835.1648, "measured_ns": 7220, "error": -5.3301},
             {"step": "step 1 (decode)", "sim_ns": 3482.0513, "measured_ns": 3260, "error": 6.8114},
         ],
         "families": [
-            {"family": "vecAdd", "count": 2, "mape": 10.1197, "aggregate_error": 11.0371},
-            {"family": GEMM_EXAMPLE, "count": 2, "mape": 9.9977, "aggregate_error": 11.7465},
+            {"family": "vecAdd", "count": 2, "mape": 10.1258, "aggregate_error": 11.0413},
+            {"family": GEMM_EXAMPLE, "count": 2, "mape": 9.9828, "aggregate_error": 11.7348},
         ],
         "kernels": [
-            example_simulated_kernel(1, GEMM_EXAMPLE, "step 0 (prefill)", 3694, 1820, 15.6507),
-            example_simulated_kernel(2, "_Z6vecAddPdS_S_i", "step 0 (prefill)", 8302, 5400, -12.3984),
-            example_simulated_kernel(3, GEMM_EXAMPLE, "step 1 (decode)", 1758, 960, 4.3447),
-            example_simulated_kernel(4, "_Z6vecAddPdS_S_i", "step 1 (decode)", 4353, 2300, 7.841),
+            example_simulated_kernel(1, GEMM_EXAMPLE, "step 0 (prefill)", 2873, 1820, 15.6463),
+            example_simulated_kernel(2, "_Z6vecAddPdS_S_i", "step 0 (prefill)", 6457, 5400, -12.3999),
+            example_simulated_kernel(3, GEMM_EXAMPLE, "step 1 (decode)", 1367, 960, 4.3193),
+            example_simulated_kernel(4, "_Z6vecAddPdS_S_i", "step 1 (decode)", 3386, 2300, 7.8516),
             example_simulated_kernel(5, "_Z6vecAddPdS_S_i", "step 1 (decode)", None, 640, None),
         ],
     },
 )
 STOPPED_DETAIL_EXAMPLE = {
     **SIMULATION_DETAIL_EXAMPLE,
-    "name": "accelsim-2260456e-SM90_H100-short",
+    "name": "accelsim-2260456e-SM75_RTX2060-short",
     "complete": False,
     "stopped": "max_cycles",
     "kernels_simulated": 4,
@@ -144,9 +150,9 @@ STOPPED_DETAIL_EXAMPLE = {
     ],
     "metrics": {
         **SIMULATION_METRICS,
-        "run_sim_ns": 10317.3789,
+        "run_sim_ns": 10317.2161,
         "run_measured_ns": 10480,
-        "run_error": -1.5517,
+        "run_error": -1.5533,
     },
     "kernels": SIMULATION_DETAIL_EXAMPLE["kernels"][:4],
 }
@@ -189,7 +195,7 @@ NO_TIMES_DETAIL_EXAMPLE = {
         **dict.fromkeys(SIMULATION_METRICS),
         "within_10_percent": 0,
         "kernels_compared": 0,
-        "run_sim_ns": 10317.3789,
+        "run_sim_ns": 10317.2161,
         "run_measured_ns": None,
         "run_error": None,
     },
@@ -207,7 +213,7 @@ ACCURACY_EXAMPLE = [
             "simulations": 12,
             "traces": 6,
             "kernels_compared": 48211,
-            "mape": 10.0587,
+            "mape": 10.0543,
             "aggregate_error": 11.2253,
             "pearson_r": 0.9918,
             "left_out": shaped(shapes.ACCURACY_LEFT_OUT, {"simulations": 0, "why": None}),

@@ -363,6 +363,7 @@ class Demo:
     def report(self, traces: list[dict], curl: str, uploaded: dict, checks: SampleChecks) -> int:
         """`--check`'s verdict, and its last line on stdout: the JSON report the test reads."""
         detail, problems = checks.showcase(uploaded)
+        simulations, wrong = checks.sample_simulations()
         report = {
             "url": self.url,
             "token": self.token,
@@ -373,11 +374,12 @@ class Demo:
             "traces": traces,
             "detail": detail,
             "simulation_upload": uploaded,
-            "problems": problems,
+            "sample_simulations": simulations,
+            "problems": problems + wrong,
         }
-        self.say("check: " + ("passed" if not problems else "; ".join(problems)))
+        self.say("check: " + ("passed" if not report["problems"] else "; ".join(report["problems"])))
         print(json.dumps(report), flush=True)
-        return 1 if problems else 0
+        return 1 if report["problems"] else 0
 
 
 def main(argv: list[str]) -> int:

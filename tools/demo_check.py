@@ -1,7 +1,8 @@
 """What `run.py demo` waits for and `--check` checks, read through the API as a client reads it:
 the samples ready or failed as their metadata.json says, their simulations as their
-simulation.json says, the showcase's launches as its timeline.json counts them, and a simulation
-uploaded once the samples are ready read within SIMULATION_BOUND seconds.
+simulation.json says (each build ranked by /api/simulations/accuracy), the showcase's launches as
+its timeline.json counts them, and a simulation uploaded once the samples are ready read within
+SIMULATION_BOUND seconds.
 """
 
 import json
@@ -200,21 +201,35 @@ class SampleChecks:
                 f"{SHOWCASE}: {detail['kernel_count']} kernels, {without_totals} without totals; "
                 f"its timeline.json says {expected[0]} launches, {expected[1]} captured into CUDA graphs"
             )
-        simulations = self.api(f"/api/traces/{SHOWCASE}/simulations")
-        expected_names = sorted(name for run_id, name in expected_simulations() if run_id == SHOWCASE)
-        ready = [sim for sim in simulations if sim["state"] == "ready" and sim["metrics"] is not None]
-        if sorted(sim["name"] for sim in ready) != expected_names:
-            problems.append(f"{SHOWCASE}: simulations {[(s['name'], s['state']) for s in simulations]}")
-        ranked = self.api(f"/api/simulations/accuracy?by=simulator_build&trace={SHOWCASE}")
-        if len(ranked) != len(expected_names):
-            problems.append(f"{SHOWCASE}: /api/simulations/accuracy ranks {len(ranked)} builds")
-        if self.api(f"/api/traces/{SHOWCASE}")["updated_at"] != detail["updated_at"]:
-            problems.append(f"{SHOWCASE}: its simulations changed the trace")
-        detail["simulations"] = [
-            {key: sim[key] for key in ("name", "state", "metrics")} for sim in simulations
-        ]
-        detail["accuracy"] = ranked
         detail["kernels_received"] = len(kernels)
         detail["kernels_without_totals"] = without_totals
         detail["first_kernel"] = kernels[0] if kernels else None
         return detail, problems
+
+    def sample_simulations(self) -> tuple[dict[str, dict], list[str]]:
+        """Per sample that ships simulations: its simulations (name, state, metrics), ready and
+        scored as their simulation.json says, and /api/simulations/accuracy's rows for it (one per
+        build, ranked by MAPE); and what is wrong with them. Reading them changes no trace."""
+        expected = expected_simulations()
+        found, problems = {}, []
+        for run_id in sorted({run_id for run_id, _ in expected}):
+            before = self.api(f"/api/traces/{run_id}")["updated_at"]
+            names = sorted(name for sample, name in expected if sample == run_id)
+            simulations = [
+                sim for sim in self.api(f"/api/traces/{run_id}/simulations") if sim["name"] in names
+            ]
+            ready = [sim for sim in simulations if sim["state"] == "ready" and sim["metrics"] is not None]
+            if sorted(sim["name"] for sim in ready) != names:
+                problems.append(f"{run_id}: simulations {[(s['name'], s['state']) for s in simulations]}")
+            ranked = self.api(f"/api/simulations/accuracy?by=simulator_build&trace={run_id}")
+            if len(ranked) != len(names):
+                problems.append(f"{run_id}: /api/simulations/accuracy ranks {len(ranked)} builds")
+            if self.api(f"/api/traces/{run_id}")["updated_at"] != before:
+                problems.append(f"{run_id}: its simulations changed the trace")
+            found[run_id] = {
+                "simulations": [
+                    {key: sim[key] for key in ("name", "state", "metrics")} for sim in simulations
+                ],
+                "accuracy": ranked,
+            }
+        return found, problems

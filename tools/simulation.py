@@ -20,11 +20,15 @@ is what a real run of Accel-Sim's dev branch prints (docs/formats.md#the-simulat
   real block are left out (they hold nothing Cascade reads, and would make the samples large);
 - `GPGPU-Sim: *** simulation thread exiting ***` and `GPGPU-Sim: *** exit detected ***`.
 
-A kernel's cycles are its measured time (the duration `timing.csv` holds for it) at the config's
-core clock, times a deterministic error: per build a bias for prefill kernels, another for decode
-kernels, and a per-kernel spread drawn from `Random(build, config, ctx, kernel id)`. The builds
-below are real Accel-Sim and GPGPU-Sim commits; their errors here are made up, chosen so that one
-is about 10-20% MAPE and the other 25-40%.
+Every number in it is SYNTHETIC: no simulator ran. A kernel's cycles are its measured time (the
+duration `timing.csv` holds for it, itself synthetic: `tools.timing_files.kernel_duration`) at the
+config's core clock, times a deterministic error: per build a bias for prefill kernels, another for
+decode kernels, and a per-kernel spread drawn from `Random(build, config, ctx, kernel id)`. The
+builds below are named after Accel-Sim and GPGPU-Sim dev commits from before Accel-Sim 2.0, whose
+tested configs stop at Ampere (SM75_RTX2060, SM86_RTX3070; no SASS 90): their errors here are made
+up, chosen so that one is about 10-20% MAPE and the other 25-40%. So `write_simulation` refuses a
+SASS 89/90 trace or an SM9x config (`HOPPER_BUILDS` is empty): no log here claims what its build
+could not have run.
 
 Variants, for tests and hostile cases: a run stopped at `-gpgpu_max_cycle` (Accel-Sim dev prints a
 block for the interrupted kernel, then the break line, then the exit lines), a killed run (the log
@@ -65,8 +69,8 @@ BUILDS: dict[str, SimBuild] = {
         decode_bias=0.15,
         spread=0.07,
     ),
-    # accel-sim-framework 618c2ef8 (SM90_H100's trace.config) with gpgpu-sim 0874995e: about
-    # 25-40% MAPE here, prefill far too fast and decode far too slow.
+    # accel-sim-framework 618c2ef8 with gpgpu-sim 0874995e (dev, before Accel-Sim 2.0: no SASS 90):
+    # about 25-40% MAPE here, prefill far too fast and decode far too slow.
     "dev-618c2ef": SimBuild(
         accelsim="accelsim-commit-618c2ef869fa6e4698ac7547bc9f967f8213cd45_modified_0.0",
         gpgpusim="gpgpu-sim_git-commit-0874995e8de6f60bb08d646b05020aa722a8562b_modified_0.0",
@@ -76,6 +80,9 @@ BUILDS: dict[str, SimBuild] = {
     ),
 }
 DEFAULT_BUILD = "dev-e5653f0"
+# Builds of Accel-Sim 2.0 or later (2026-08: Hopper, SM90_H100, SASS 90): none of BUILDS is one, so
+# no simulation of a SASS 89/90 trace or on an SM9x config is written (what no build could print).
+HOPPER_BUILDS: frozenset[str] = frozenset()
 
 
 CONFIGS: dict[str, SimConfig] = {
@@ -190,6 +197,19 @@ def config_for(run: RunSpec, sim: SimSpec) -> SimConfig:
     return CONFIGS["SM75_RTX2060"] if sass == 75 else CONFIGS["SM90_H100"]
 
 
+def possible_config(run: RunSpec, sim: SimSpec) -> SimConfig:
+    """The config `sim` runs `run` on, if its build could have: ValueError for a SASS 89/90 trace
+    or an SM9x config on a build before Accel-Sim 2.0."""
+    config = config_for(run, sim)
+    sass = max(ARCH_SASS.get(run.trace_gpu_arch, 90), config.capability)
+    if sass >= 89 and sim.build not in HOPPER_BUILDS:
+        raise ValueError(
+            f"build {sim.build} is Accel-Sim before 2.0, which runs no SASS {sass}: it could not have "
+            f"simulated this {run.trace_gpu_arch} trace on {config.name}"
+        )
+    return config
+
+
 def simulated_launches(run: RunSpec) -> list[Launch]:
     """The launches the kernelslists name (the traced ones), in launch order: uid k is the k-th."""
     return [launch for launch in launches(run) if launch.traced]
@@ -215,7 +235,7 @@ def write_simulation(
     """
     run_dir = Path(run_dir)
     run_id = run_id or run_dir.name
-    config = config_for(run, sim)
+    config = possible_config(run, sim)
     log, launched, total, stopped = simulation_log(run_dir, run, sim, config, run_id=run_id)
     folder = run_dir / "simulations" / sim.name
     folder.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ format, or Nsight Systems' `cuda_gpu_trace` export) and `timeline.json`, the ste
 """
 
 import json
+import math
 import random
 from dataclasses import dataclass
 
@@ -57,10 +58,29 @@ class MemoryOp:
     dst_kind: str  # "" for a memset
 
 
+# The synthetic clock's constants: warp instructions an H100 retires per nanosecond in these
+# kernels (well below its peak of ~900: they are small and memory-bound), and the spread of one
+# kernel's time around the model (a log-normal factor, 2%: run-to-run jitter).
+H100_WARP_INSTS_PER_NS = 40
+DURATION_NOISE = 0.02
+
+
 def kernel_duration(launch: Launch, platform: Platform) -> int:
-    """Nanoseconds on the GPU: instructions at an H100's rate, slowed by kind on other GPUs."""
-    scaled = launch.total_insts / 40 * platform.slowdown[kernel_kind(launch.name)]
-    return max(platform.min_duration_ns, int(scaled))
+    """Nanoseconds on the GPU, SYNTHETIC: no GPU ran these kernels. A real GPU's time grows with
+    a kernel's work, and so does this one:
+
+        (platform.launch_ns + total_insts / H100_WARP_INSTS_PER_NS * platform.slowdown[kind])
+        * exp(gauss(0, DURATION_NOISE))
+
+    `total_insts` is the launch's warp instructions (for a traced launch exactly the lines of its
+    instruction trace: blocks x warps per block x its warp program), `kind` is gemm, attention or
+    memory (`kernel_kind`), and the noise is drawn from `Random("<ctx>:<kernel id>:<name>")`, so
+    the same launch always takes the same time. Measured times therefore correlate with the
+    kernels' traced work, and a simulator's cycles can be correlated with them (docs/operating.md).
+    """
+    work_ns = launch.total_insts / H100_WARP_INSTS_PER_NS * platform.slowdown[kernel_kind(launch.name)]
+    jitter = random.Random(f"{launch.ctx}:{launch.kernel_id}:{launch.name}").gauss(0, DURATION_NOISE)
+    return max(1, round((platform.launch_ns + work_ns) * math.exp(jitter)))
 
 
 def step_host_copies(launch: Launch) -> list[tuple[str, int, str, str]]:

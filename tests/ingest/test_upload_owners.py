@@ -3,8 +3,8 @@ its files (`cascade-owner.json`), so that no other write token can replace, comp
 it, and a database rebuilt from the bucket knows it again. Uploads delete nothing: their files
 wait in the folder's `.staging/` until their own `/complete` has checked them.
 
-The simulations are real: the sample run `sample__facebook_opt-125m__h100-e2e` as `samples/`
-ships it (two simulations put into the bucket directly, owned by no one), and the real Accel-Sim
+The simulations are real files: the sample run `sample__facebook_opt-125m__rtx2060-e2e` as `samples/`
+ships it (two synthetic simulations put into the bucket directly, owned by no one), and the real Accel-Sim
 run of vectoradd from the shared fixtures uploaded through the API as `cascade simulate` does.
 """
 
@@ -23,8 +23,8 @@ from tests.helpers import PREFIX, TEST_BUCKET, bearer
 from tests.ingest.test_uploads import MARKER, RUN, complete_path, post, put_all, real_run, upload_path
 from traces.models import ApiToken, TraceState
 
-SAMPLE = "sample__facebook_opt-125m__h100-e2e"
-SAMPLE_SIM = "accelsim-618c2ef_SM90_H100"
+SAMPLE = "sample__facebook_opt-125m__rtx2060-e2e"
+SAMPLE_SIM = "accelsim-618c2ef_SM75_RTX2060"
 NAME = "accelsim-SM6_TITANX"
 
 

@@ -785,8 +785,9 @@ def test_simulation_and_compare_pages_in_a_browser_under_the_policy(live_server,
 
 @pytest.mark.slow
 def test_the_samples_simulations_show_their_scatter_and_compare(s3, db, staff_client):
-    """The issue's "done when": the showcase's two simulations, uploaded and read as the demo
-    does, are ready with metrics shown on their pages and compared."""
+    """The issue's "done when": each sample's two simulations (two builds, on the Turing and on
+    the Ampere sample), uploaded and read as the demo does, are ready with metrics shown on their
+    pages and compared."""
     from django.core.management import call_command
 
     from ingest import passes
@@ -799,19 +800,26 @@ def test_the_samples_simulations_show_their_scatter_and_compare(s3, db, staff_cl
     by_trace: dict[str, list[Simulation]] = {}
     for sim in simulations:
         by_trace.setdefault(sim.trace_id, []).append(sim)
-    [(trace_id, pair)] = [(trace_id, sims) for trace_id, sims in by_trace.items() if len(sims) == 2]
-    for sim in pair:
-        page = read(staff_client.get(simulation_url(sim)))
-        scatter = page.find(id="simulation-scatter")
-        assert len(scatter.find_all("circle")) == min(sim.kernels_compared, simulation_pages.SCATTER_POINTS)
-        legend = " ".join(item.text for item in scatter.find_all("li"))
-        assert "prefill" in legend and "decode" in legend
-        assert len(table_rows(page.find(id="simulation-worst-table"))) == 20
-    response = run_action(staff_client, "compare", pair)
-    page = read(response)
-    metrics = {row["metric"].text: row for row in table_rows(page.find(id="compare-metrics"))}
-    assert metrics["MAPE (Accel-Sim's Err)"]["a"].text.endswith("%")
-    assert table_rows(page.find(id="compare-improved")) and table_rows(page.find(id="compare-worsened"))
+    assert sorted(by_trace) == [
+        "sample__facebook_opt-125m__a100-e2e",
+        "sample__facebook_opt-125m__rtx2060-e2e",
+    ]
+    for pair in by_trace.values():
+        assert len(pair) == 2 and len({sim.simulator_build for sim in pair}) == 2
+        for sim in pair:
+            page = read(staff_client.get(simulation_url(sim)))
+            scatter = page.find(id="simulation-scatter")
+            assert len(scatter.find_all("circle")) == min(
+                sim.kernels_compared, simulation_pages.SCATTER_POINTS
+            )
+            legend = " ".join(item.text for item in scatter.find_all("li"))
+            assert "prefill" in legend and "decode" in legend
+            worst = table_rows(page.find(id="simulation-worst-table"))
+            assert len(worst) == min(sim.kernels_compared, simulation_pages.WORST_KERNELS) > 0
+        page = read(run_action(staff_client, "compare", pair))
+        metrics = {row["metric"].text: row for row in table_rows(page.find(id="compare-metrics"))}
+        assert metrics["MAPE (Accel-Sim's Err)"]["a"].text.endswith("%")
+        assert table_rows(page.find(id="compare-improved")) and table_rows(page.find(id="compare-worsened"))
 
 
 @pytest.mark.parametrize(

@@ -20,16 +20,27 @@ from django.core.management import CommandError, call_command
 from ingest import bucket
 from simulations.simlog import read_sim_log_chunks
 from tools.generator import RunSpec, write_run
-from tools.samples import SIMULATIONS
+from tools.samples import SAMPLES, SIMULATIONS
 from tools.simulation import SimSpec, write_simulation
 from tools.upload import upload_run_folder
 
 REPO = Path(__file__).resolve().parents[2]
-SHOWCASE = "sample__facebook_opt-125m__h100-e2e"
+# Each sample simulation: (run, its spec). The core clock domains of their configs as GPGPU-Sim's
+# tested-cfgs/<config>/gpgpusim.config sets them (dev 667834c).
+SAMPLE_SIMULATIONS = [(run_id, sim) for run_id, sims in SIMULATIONS.items() for sim in sims]
+CLOCK_DOMAINS = {"SM75_RTX2060": "1365:1365:1365:3500.5", "SM86_RTX3070": "1132:1132:1132:3500.5"}
 # A run with one context; its kernelslist names 6 launches: those of at most 256 warps (the
 # generator traces only kernels small enough to hold whole) of the first decoder block and the
 # eager tail of the prefill step, and of the eager tail of a decode step.
-SMALL = RunSpec(kernels=360, contexts=1, seed=3, layers=("step 0 (prefill)", "step 2 (decode)"))
+# Traced on an RTX 2060, so that its simulations' builds (Accel-Sim dev before 2.0) have its config,
+# SM75_RTX2060: no build tools/simulation.py names runs SASS 90.
+TURING = {
+    "source_gpu": "NVIDIA GeForce RTX 2060",
+    "trace_gpu_arch": "sm_75",
+    "suggested_sim_config": "SM75_RTX2060",
+}
+TURING_OPTIONS = ["--source-gpu", TURING["source_gpu"], "--arch", "sm_75", "--sim-config", "SM75_RTX2060"]
+SMALL = RunSpec(kernels=360, contexts=1, seed=3, layers=("step 0 (prefill)", "step 2 (decode)"), **TURING)
 
 
 def read_log(folder: Path):
@@ -92,15 +103,16 @@ def simulate(run: Path, **options) -> tuple[object, bytes, object]:
 # --- The shipped samples ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("sim", SIMULATIONS[SHOWCASE], ids=lambda sim: sim.name)
-def test_each_uid_of_a_sample_simulation_is_the_kth_kernelslist_entry(sim):
-    run = REPO / "samples" / SHOWCASE
+@pytest.mark.parametrize(("run_id", "sim"), SAMPLE_SIMULATIONS, ids=lambda value: getattr(value, "name", ""))
+def test_each_uid_of_a_sample_simulation_is_the_kth_kernelslist_entry(run_id, sim):
+    run = REPO / "samples" / run_id
     folder = run / "simulations" / sim.name
-    # No gpgpusim.config: no simulator has a Hopper config, and a file of ours must not pose as one.
+    # No gpgpusim.config: a file of ours must not pose as one of the simulator's tested configs.
     assert [p.name for p in sorted(folder.iterdir())] == ["sim.log.gz", "simulation.json"]
     log, data = read_log(folder)
     order = kernelslist_order(run)
-    assert len(order) == 20 and log.headers == len(log.kernels) == log.blocks == 20
+    assert len(order) == SAMPLES[run_id].max_traced
+    assert log.headers == len(log.kernels) == log.blocks == len(order)
     assert (log.stopped, log.complete, log.interrupted) == (None, True, [])
     for uid, (ctx, kernel_id) in enumerate(order, start=1):
         kernel = log.kernels[uid]
@@ -116,11 +128,14 @@ def test_each_uid_of_a_sample_simulation_is_the_kth_kernelslist_entry(sim):
     assert marker == {
         "status": "ok",
         "simulator": "accel-sim",
-        "config": "SM90_H100",
+        "config": sim.config,
         "core_clock_mhz": log.core_clock_mhz,
         "notes": sim.notes,
     }
-    assert log.core_clock_mhz == 1755.0 and re.search(rb"\n-gpgpu_clock_domains +1755:1755:1755:2619 ", data)
+    assert sim.config == json.loads((run / "metadata.json").read_text())["suggested_sim_config"]
+    domains = CLOCK_DOMAINS[sim.config]
+    assert log.core_clock_mhz == float(domains.split(":")[0])
+    assert re.search(rb"\n-gpgpu_clock_domains +" + re.escape(domains.encode()) + rb" ", data)
     assert re.fullmatch(r"accelsim-commit-[0-9a-f]{40}_modified_0\.0", log.accelsim_build)
     assert log.gpgpusim_version == "4.2.0"
     assert re.fullmatch(r"gpgpu-sim_git-commit-[0-9a-f]{40}_modified_0\.0", log.gpgpusim_build)
@@ -140,11 +155,13 @@ def errors(folder: Path, run: Path) -> dict[str, list[float]]:
     return by_phase
 
 
-def test_the_two_sample_builds_err_plausibly_differently_and_prefill_unlike_decode():
-    run = REPO / "samples" / SHOWCASE
-    closer, further = (errors(run / "simulations" / sim.name, run) for sim in SIMULATIONS[SHOWCASE])
+@pytest.mark.parametrize("run_id", sorted(SIMULATIONS))
+def test_the_two_sample_builds_err_plausibly_differently_and_prefill_unlike_decode(run_id):
+    run = REPO / "samples" / run_id
+    closer, further = (errors(run / "simulations" / sim.name, run) for sim in SIMULATIONS[run_id])
+    traced = len(kernelslist_order(run))
     for by_phase, low, high in ((closer, 10, 20), (further, 25, 40)):
-        assert len(by_phase["prefill"]) == 5 and len(by_phase["decode"]) == 15
+        assert len(by_phase["prefill"]) == 5 and len(by_phase["decode"]) == traced - 5
         mape = statistics.mean(abs(e) for e in by_phase["prefill"] + by_phase["decode"])
         assert low <= mape <= high
         # Prefill kernels run fast in the simulator and decode kernels slow, each build its own way.
@@ -152,20 +169,23 @@ def test_the_two_sample_builds_err_plausibly_differently_and_prefill_unlike_deco
     assert closer != further
 
 
-def test_load_samples_uploads_each_simulation_after_its_trace_and_its_marker_last(s3, db, monkeypatch):
+@pytest.mark.parametrize("run_id", sorted(SIMULATIONS))
+def test_load_samples_uploads_each_simulation_after_its_trace_and_its_marker_last(
+    s3, db, monkeypatch, run_id
+):
     order = []
     monkeypatch.setattr(bucket, "put_object", lambda key, body: order.append(key))
     monkeypatch.setattr(bucket, "upload_file", lambda path, key: order.append(key))
     call_command("load_samples")
-    prefix = f"accelsim-traces/{SHOWCASE}/"
-    showcase = [key.removeprefix(prefix) for key in order if key.startswith(prefix)]
-    for sim in SIMULATIONS[SHOWCASE]:
-        ours = [i for i, key in enumerate(showcase) if key.startswith(f"simulations/{sim.name}/")]
-        assert [showcase[i] for i in ours] == [
+    prefix = f"accelsim-traces/{run_id}/"
+    sample = [key.removeprefix(prefix) for key in order if key.startswith(prefix)]
+    for sim in SIMULATIONS[run_id]:
+        ours = [i for i, key in enumerate(sample) if key.startswith(f"simulations/{sim.name}/")]
+        assert [sample[i] for i in ours] == [
             f"simulations/{sim.name}/sim.log.gz",
             f"simulations/{sim.name}/simulation.json",
         ]
-        assert showcase.index("metadata.json") < ours[0]
+        assert sample.index("metadata.json") < ours[0]
 
 
 # --- Variants ----------------------------------------------------------------------------------
@@ -175,7 +195,7 @@ def test_a_small_run_pairs_and_reads_back_every_cycle(small_run):
     log, data, written = simulate(small_run)
     order = kernelslist_order(small_run)
     assert [(k.ctx, k.kernel_id) for k in log.in_uid_order()] == order
-    assert [k.kernel_id for k in log.in_uid_order()] == [138, 143, 148, 322, 327, 332]
+    assert [k.kernel_id for k in log.in_uid_order()] == [138, 143, 148, 298, 303, 308]
     assert [(k.uid, k.sim_cycles, k.sim_insn) for k in log.in_uid_order()] == [
         (k.uid, k.sim_cycles, k.sim_insn) for k in written.launches
     ]
@@ -244,7 +264,7 @@ def test_two_concurrent_kernels_share_one_block(small_run):
 
 
 def test_a_legacy_run_names_kernel_n_traceg_without_a_context(tmp_path):
-    spec = RunSpec(kernels=120, format="legacy", seed=2)
+    spec = RunSpec(kernels=120, format="legacy", seed=2, **TURING)
     write_run(tmp_path / "legacy", spec)
     written = write_simulation(tmp_path / "legacy", spec, SimSpec())
     log, _ = read_log(written.folder)
@@ -255,6 +275,27 @@ def test_a_legacy_run_names_kernel_n_traceg_without_a_context(tmp_path):
     ]
     assert [(k.ctx, k.kernel_id) for k in log.in_uid_order()] == [(None, n) for n in listed]
     assert all(k.trace_file.endswith(f"/kernel-{k.kernel_id}.traceg") for k in log.in_uid_order())
+
+
+def test_no_build_here_writes_a_simulation_it_could_not_have_run(tmp_path):
+    """Accel-Sim before 2.0 (every build tools/simulation.py names) has no Hopper config and no
+    opcode map for SASS 90 (its simulator stops: `unsupported binary version: 90`)."""
+    h100 = RunSpec(kernels=120, seed=2)  # the default run: an H100's, SASS 90, SM90_H100 suggested
+    assert (h100.trace_gpu_arch, h100.suggested_sim_config) == ("sm_90", "SM90_H100")
+    write_run(tmp_path / "h100", h100)
+    write_run(tmp_path / "turing", SMALL)
+    for run, spec, config in ((tmp_path / "h100", h100, None), (tmp_path / "turing", SMALL, "SM90_H100")):
+        for build in ("dev-e5653f0", "dev-618c2ef"):
+            with pytest.raises(
+                ValueError, match=f"build {build} is Accel-Sim before 2.0, which runs no SASS 90"
+            ):
+                write_simulation(run, spec, SimSpec(build=build, config=config))
+        assert not (run / "simulations").exists()
+    with pytest.raises(CommandError, match="could not have simulated this sm_90 trace on SM90_H100"):
+        call_command(
+            "generate_trace", "--out", str(tmp_path / "cli"), "--kernels", "120", "--simulation", "s"
+        )
+    assert not (tmp_path / "cli").exists()
 
 
 def test_a_simulation_name_must_be_a_folder_name():
@@ -268,7 +309,15 @@ def test_a_simulation_name_must_be_a_folder_name():
 
 def test_generate_trace_writes_a_simulation_and_adds_another_to_the_same_run(tmp_path, capsys):
     run = tmp_path / "cli-run"
-    options = ["--out", str(run), "--kernels", "360", "--layers", "step 0 (prefill),step 2 (decode)"]
+    options = [
+        "--out",
+        str(run),
+        "--kernels",
+        "360",
+        "--layers",
+        "step 0 (prefill),step 2 (decode)",
+        *TURING_OPTIONS,
+    ]
     call_command("generate_trace", *options, "--simulation", "a", "--simulation-gzip")
     call_command("generate_trace", *options, "--simulation", "b", "--simulation-build", "dev-618c2ef")
     assert sorted(p.name for p in (run / "simulations" / "a").iterdir()) == [
@@ -289,7 +338,7 @@ def test_generate_trace_writes_a_simulation_and_adds_another_to_the_same_run(tmp
 
 
 def test_generate_trace_simulation_variants_from_the_command_line(tmp_path):
-    base = ["--kernels", "360", "--layers", "step 0 (prefill),step 2 (decode)"]
+    base = ["--kernels", "360", "--layers", "step 0 (prefill),step 2 (decode)", *TURING_OPTIONS]
     call_command(
         "generate_trace",
         "--out",

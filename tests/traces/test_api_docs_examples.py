@@ -176,7 +176,14 @@ def seeded(make_trace, s3):
             for key in ("simulator_build", "gpgpusim_build", "config", "core_clock_mhz", "run")
         },
     )
-    simulate(trace, "accelsim-dev-SM90_H100", [], minutes=5, state=TraceState.UPLOADING, run=None)
+    simulate(
+        trace,
+        simulation_examples.UPLOADING_SIMULATION["name"],
+        [],
+        minutes=5,
+        state=TraceState.UPLOADING,
+        run=None,
+    )
     return trace
 
 

@@ -53,6 +53,8 @@ class Command(BaseCommand):
                 layers=tuple(layer.strip() for layer in options["layers"].split(",") if layer.strip()),
             )
             sim = self.simulation_spec(options)
+            if sim is not None:
+                simulation.possible_config(spec, sim)  # before any file is written
         except ValueError as problem:
             raise CommandError(str(problem)) from None
         if out is None:

@@ -2,9 +2,10 @@
 samples (`sample: true`): an operator's choice, never a run's name.
 
 For the demo and for real deployments alike: a new installation shows a ready trace and a
-failed one as soon as the poller has run, and the showcase's simulations (`<run>/simulations/<name>/`,
-each uploaded after its trace with simulation.json last). Idempotent: objects already in the bucket with the
-same size and ETag are not uploaded again, so the traces are not re-parsed. The folders on
+failed one as soon as the poller has run, and the Turing and Ampere samples' synthetic
+simulations (`<run>/simulations/<name>/`, each uploaded after its trace with simulation.json
+last). Idempotent: objects already in the bucket with the same size and ETag are not uploaded
+again, so the traces are not re-parsed. The folders on
 disk are the samples (`tools/samples.py` is only how they were made), so this needs no generator.
 """
 
