@@ -19,6 +19,8 @@ the cases apart by the status (docs/client.md lists them):
    11  the server's answer is malformed or hostile: not the API's shape, larger than the client
        reads (answers.py states the bounds), a redirect, a file listed past the size a pull
        takes, a path that would leave the folder, an upload answer for a file not asked for
+   12  a sweep waited for (`cascade sweep --wait`) ended with a job failed or cancelled, or
+       with no job ready (skipped pairs are neither)
 """
 
 
@@ -60,3 +62,7 @@ class DestinationInUse(CascadeError):
 
 class BadAnswer(CascadeError):
     exit_code = 11
+
+
+class SweepFailed(CascadeError):
+    exit_code = 12

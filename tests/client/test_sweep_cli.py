@@ -1,0 +1,365 @@
+"""`cascade sweep`: what a person reads, the exit statuses, and answers refused.
+
+The first part reads answers written out here from the contract (docs/api.md, "Sweeps") through
+a fake transport: the table's formatting, the shapes refused (status 11). The second part runs
+the command against Cascade's real routes (Django's live server): sweeps made by the command,
+their jobs driven by the test through the worker routes, the numbers printed against the API's
+and against the errors worked out here by hand from the launches the test stored.
+"""
+
+import functools
+import json
+
+import httpx
+import pytest
+
+from tests.client.conftest import TOKEN
+
+# --- answers as the contract writes them --------------------------------------------------
+
+
+def job(job_id, trace_id, config, state, **fields):
+    return {
+        "id": job_id,
+        "trace_id": trace_id,
+        "config": config,
+        "state": state,
+        "attempts": 0,
+        "worker": None,
+        "simulation": None,
+        "error": None,
+        "started_at": None,
+        "ended_at": None,
+        "reason": None,
+        "progress": None,
+        **fields,
+    }
+
+
+def detail(jobs, sweep_id=7, name="turing-vs-ampere"):
+    counts = dict.fromkeys(("queued", "running", "ready", "failed", "skipped", "cancelled"), 0)
+    for j in jobs:
+        counts[j["state"]] += 1
+    ended = counts["queued"] + counts["running"] == 0
+    state = "running" if not ended else "failed" if counts["failed"] else "ready"
+    return {
+        "id": sweep_id,
+        "name": name,
+        "owner": "alice",
+        "state": state,
+        "created_at": "2026-12-05T17:40:00Z",
+        "configs": ["SM75_RTX2060", "SM86_RTX3070"],
+        "select": None,
+        "cover": 1.0,
+        "rerun": False,
+        "counts": counts,
+        "jobs": jobs,
+    }
+
+
+SKIP = "SM86_RTX3070 models SASS 80-87; the trace's is 75 (sm_75)"
+CREATED = detail(
+    [
+        job(1, "turing", "SM75_RTX2060", "queued", simulation="sweep7_SM75_RTX2060"),
+        job(2, "turing", "SM86_RTX3070", "skipped", reason=SKIP),
+        job(3, "ampere", "SM75_RTX2060", "skipped", reason="SM75_RTX2060 models SASS 75; the trace's is 86"),
+        job(4, "ampere", "SM86_RTX3070", "queued", simulation="sweep7_SM86_RTX3070"),
+    ]
+)
+WORKER = {"host": "farm-1", "process": 4242}
+RUNNING = detail(
+    [
+        job(1, "turing", "SM75_RTX2060", "running", attempts=1, worker=WORKER,
+            progress={"kernels_finished": 3, "kernels_listed": 4}),
+        CREATED["jobs"][1],
+        CREATED["jobs"][2],
+        CREATED["jobs"][3],
+    ]
+)  # fmt: skip
+ENDED = detail(
+    [
+        job(1, "turing", "SM75_RTX2060", "ready", attempts=1, worker=WORKER, simulation="sweep7_SM75_RTX2060"),
+        CREATED["jobs"][1],
+        CREATED["jobs"][2],
+        job(4, "ampere", "SM86_RTX3070", "failed", attempts=3, worker=WORKER, simulation="sweep7_SM86_RTX3070",
+            error="the simulator stopped: Unable to open file: ./traces/kernel-1.traceg\nand more"),
+    ]
+)  # fmt: skip
+ACCURACY = {
+    "by_config": [
+        {
+            "config": "SM75_RTX2060",
+            "simulator_build": "accelsim-commit-73f9fac_modified_0.0",
+            "simulations": 1,
+            "traces": 1,
+            "kernels_compared": 2,
+            "mape": 17.5,
+            "pearson_r": 1.0,
+            "aggregate_error": -13.3333,
+            "worst": [{"trace_id": "turing", "kernel_id": 2, "name": "_Z6vecAddPdS_S_i", "error": -25.0}],
+        }
+    ],
+    "cells": [
+        {
+            "trace_id": "turing",
+            "config": "SM75_RTX2060",
+            "simulation": "sweep7_SM75_RTX2060",
+            "state": "ready",
+            "kernels_compared": 2,
+            "mape": 17.5,
+        },
+        {
+            "trace_id": "ampere",
+            "config": "SM86_RTX3070",
+            "simulation": "sweep7_SM86_RTX3070",
+            "state": "failed",
+            "kernels_compared": None,
+            "mape": None,
+        },
+    ],
+}
+
+
+class Fake:
+    """GET and POST /api/sweeps... answered from `routes` (path: JSON, or a list of them served
+    in turn, the last again); every request kept."""
+
+    def __init__(self, routes):
+        self.routes, self.requests = routes, []
+
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        if request.headers.get("authorization") != f"Bearer {TOKEN}":
+            return httpx.Response(401, json={"detail": "Invalid token."})
+        answers = self.routes.get(f"{request.method} {request.url.path}")
+        if answers is None:
+            return httpx.Response(404, json={"detail": "Not found."})
+        if isinstance(answers, list):
+            answer = answers.pop(0) if len(answers) > 1 else answers[0]
+        else:
+            answer = answers
+        if isinstance(answer, httpx.Response):
+            return answer
+        return httpx.Response(201 if request.method == "POST" else 200, json=answer)
+
+
+@pytest.fixture
+def cli_on(monkeypatch, capsys):
+    """`cli_on(fake)(ARGS...)`: `cascade ARGS...` against the fake: (status, stdout, stderr)."""
+    from cascade_client import Cascade, cli, sweep
+
+    monkeypatch.setenv("CASCADE_URL", "http://cascade.test")
+    monkeypatch.setenv("CASCADE_TOKEN", TOKEN)
+    monkeypatch.setattr(sweep.time, "sleep", lambda seconds: None)
+
+    def on(fake):
+        monkeypatch.setattr(
+            cli, "Cascade", functools.partial(Cascade, transport=httpx.MockTransport(fake.handler))
+        )
+
+        def run(*args):
+            status = cli.main(list(args))
+            out, err = capsys.readouterr()
+            return status, out, err
+
+        return run
+
+    return on
+
+
+def columns(out: str, first: str) -> list[list[str]]:
+    """The rows of the table whose header starts with `first`, split on runs of 2+ spaces."""
+    import re
+
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(first))
+    rows = []
+    for line in lines[start + 1 :]:
+        if not line.strip() or not line.startswith(" ") and len(re.split(r"\s{2,}", line)) < 3:
+            break
+        rows.append(re.split(r"\s{2,}", line.strip()))
+    return rows
+
+
+def test_create_sends_the_contract_s_body_and_lists_queued_and_skipped_jobs(cli_on):
+    fake = Fake({"POST /api/sweeps": CREATED})
+    status, out, _ = cli_on(fake)(
+        "sweep", "--sample", "--arch", "sm_75", "--config", "SM75_RTX2060", "--config", "SM86_RTX3070"
+    )
+    assert status == 0
+    body = json.loads(fake.requests[0].content)
+    name = body.pop("name")
+    assert body == {"configs": ["SM75_RTX2060", "SM86_RTX3070"], "trace_gpu_arch": "sm_75", "sample": True}
+    assert name.startswith("sweep_SM75_RTX2060+SM86_RTX3070_") and name.endswith("Z") and len(name) <= 100
+    assert out.splitlines()[0] == "sweep 7 turing-vs-ampere: running, 4 jobs: 2 queued, 2 skipped"
+    rows = columns(out, "JOB")
+    assert [row[:4] for row in rows] == [
+        ["1", "turing", "SM75_RTX2060", "queued"],
+        ["2", "turing", "SM86_RTX3070", "skipped"],
+        ["3", "ampere", "SM75_RTX2060", "skipped"],
+        ["4", "ampere", "SM86_RTX3070", "queued"],
+    ]
+    assert rows[1][-1] == SKIP
+
+
+def test_create_with_traces_select_cover_rerun_and_a_name(cli_on):
+    fake = Fake({"POST /api/sweeps": CREATED})
+    run = cli_on(fake)
+    status, _, _ = run(
+        "sweep", "--trace", "a", "--trace", "b", "--config", "SM75_RTX2060", "--select", "step:decode",
+        "--cover", "0.9", "--rerun", "--name", "mine",
+    )  # fmt: skip
+    assert status == 0
+    assert json.loads(fake.requests[0].content) == {
+        "name": "mine",
+        "configs": ["SM75_RTX2060"],
+        "trace_ids": ["a", "b"],
+        "select": "step:decode",
+        "cover": 0.9,
+        "rerun": True,
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["sweep", "--sample"], "a sweep needs at least one --config NAME"),
+        (["sweep", "--config", "SM75_RTX2060"], "say which traces"),
+        (["sweep", "show"], "the following arguments are required: ID"),
+    ],
+)
+def test_a_sweep_without_configs_or_traces_is_wrong_arguments(cli_on, args, message):
+    run = cli_on(Fake({}))
+    with pytest.raises(SystemExit) as exited:
+        run(*args)
+    assert exited.value.code == 2
+
+
+def test_help_of_sweep_and_of_show_say_what_they_do(capsys):
+    from cascade_client import cli
+
+    for args in (["sweep", "--help"], ["sweep", "show", "--help"]):
+        with pytest.raises(SystemExit) as exited:
+            cli.main(args)
+        assert exited.value.code == 0
+    out = capsys.readouterr().out
+    assert "skipped pairs are listed, not failures" in " ".join(out.split())
+    assert "--against ID" in out and "kernel by kernel" in out
+
+
+def test_wait_draws_progress_then_prints_the_table_and_exits_12_on_a_failed_job(cli_on):
+    fake = Fake(
+        {
+            "POST /api/sweeps": CREATED,
+            "GET /api/sweeps/7": [CREATED, RUNNING, ENDED],
+            "GET /api/sweeps/7/accuracy": ACCURACY,
+        }
+    )
+    status, out, err = cli_on(fake)("sweep", "--trace", "turing", "--config", "SM75_RTX2060", "--wait")
+    assert status == 12
+    # Not a terminal: a line each time the jobs ended change.
+    assert err.splitlines()[:3] == [
+        "2/4 jobs ended   (2 queued, 2 skipped)",
+        "4/4 jobs ended   (1 ready, 1 failed, 2 skipped)",
+        "cascade: sweep 7: 1 job(s) failed, 0 cancelled (`cascade sweep show 7` lists them)",
+    ]
+    table = columns(out, "CONFIG")
+    assert table == [
+        ["SM75_RTX2060", "accelsim-commit-73f9fac_modified_0.0", "1", "1", "2", "17.50", "1.0000", "-13.33"]
+    ]
+    assert "     -25.0 %  turing 2  _Z6vecAddPdS_S_i" in out
+    assert columns(out, "TRACE")[1] == ["ampere", "SM86_RTX3070", "failed", "-", "-", "sweep7_SM86_RTX3070"]
+    failed = out.split("jobs that failed or were cancelled")[1]
+    assert "the simulator stopped: Unable to open file: ./traces/kernel-1.traceg" in failed
+    assert "and more" not in failed  # an error's first line
+
+
+def test_wait_exits_0_when_every_job_ended_ready_or_skipped(cli_on):
+    ready = detail([ENDED["jobs"][0], CREATED["jobs"][1]])
+    fake = Fake(
+        {"POST /api/sweeps": CREATED, "GET /api/sweeps/7": ready, "GET /api/sweeps/7/accuracy": ACCURACY}
+    )
+    status, out, err = cli_on(fake)("sweep", "--sample", "--config", "SM75_RTX2060", "--wait")
+    assert (status, err) == (0, "2/2 jobs ended   (1 ready, 1 skipped)\n")
+    assert "sweep 7 turing-vs-ampere: ready, 2 jobs: 1 ready, 1 skipped" in out
+
+
+def test_wait_exits_12_when_every_job_was_skipped(cli_on):
+    skipped = detail([CREATED["jobs"][1]])
+    fake = Fake(
+        {"POST /api/sweeps": skipped, "GET /api/sweeps/7": skipped, "GET /api/sweeps/7/accuracy": ACCURACY}
+    )
+    status, _, err = cli_on(fake)("sweep", "--sample", "--config", "SM86_RTX3070", "--wait")
+    assert status == 12 and err.endswith("cascade: sweep 7: no job ended ready (1 skipped)\n")
+
+
+def test_the_bar_on_a_terminal_counts_a_running_job_s_kernels():
+    import io
+
+    from cascade_client.sweep import Bar
+
+    stream = io.StringIO()
+    bar = Bar(stream, redraw=True)
+    bar(RUNNING)
+    bar.close()
+    # 2 skipped + 3/4 of the running job, of 4 jobs: 69 %.
+    assert stream.getvalue() == (
+        "\r[####################..........]  69%  2/4 jobs ended  3/4 kernels  (1 queued, 1 running, 2 skipped)"
+        "\x1b[K\n"
+    )
+
+
+def test_show_prints_the_table_against_another_sweep_and_the_jobs(cli_on):
+    against = dict(ACCURACY, against={"sweep": 6, "better": [], "worse": []})
+    fake = Fake({"GET /api/sweeps/7": ENDED, "GET /api/sweeps/7/accuracy": against})
+    status, out, _ = cli_on(fake)("sweep", "show", "7", "--against", "6")
+    assert status == 0
+    assert dict(fake.requests[-1].url.params) == {"against": "6"}
+    assert "against sweep 6" in out
+    assert [row[:4] for row in columns(out, "JOB")][-1] == ["4", "ampere", "SM86_RTX3070", "failed"]
+
+
+def test_what_the_server_wrote_reaches_the_terminal_escaped(cli_on):
+    hostile = json.loads(json.dumps(CREATED))
+    hostile["name"] = "x\x1b]0;owned\x07"
+    hostile["jobs"][1]["reason"] = "\u202eevil"
+    status, out, _ = cli_on(Fake({"POST /api/sweeps": hostile}))(
+        "sweep", "--sample", "--config", "SM75_RTX2060"
+    )
+    assert status == 0
+    assert "\x1b" not in out and "\u202e" not in out
+    assert "x\\x1b]0;owned\\x07" in out and "\\u202eevil" in out
+
+
+@pytest.mark.parametrize(
+    ("route", "answer", "what"),
+    [
+        ("POST /api/sweeps", [[]], "the answer is a list, where the API sends an object"),
+        ("POST /api/sweeps", dict(CREATED, jobs={}), "`jobs` is an object"),
+        ("POST /api/sweeps", dict(CREATED, counts={"queued": "2"}), "`counts.queued` is a string"),
+        ("POST /api/sweeps", dict(CREATED, jobs=[{"id": 1}]), "a job's `trace_id` is null"),
+        ("GET /api/sweeps/7/accuracy", {"by_config": {}}, "`by_config` is an object"),
+        ("GET /api/sweeps/7/accuracy", dict(ACCURACY, cells=[{"trace_id": 1}]), "`cells` row's `trace_id`"),
+        ("GET /api/sweeps/7/accuracy", dict(ACCURACY, by_config=[dict(ACCURACY["by_config"][0], mape="17")]),
+         "`mape` is a string"),
+        ("GET /api/sweeps/7", httpx.Response(200, text="<html>"), "the answer is not JSON"),
+    ],
+)  # fmt: skip
+def test_a_malformed_answer_is_one_line_and_status_11(cli_on, route, answer, what):
+    routes = {"POST /api/sweeps": CREATED, "GET /api/sweeps/7": ENDED, "GET /api/sweeps/7/accuracy": ACCURACY}
+    fake = Fake(routes | {route: answer})
+    args = ["sweep", "show", "7"] if route.startswith("GET") else ["sweep", "--sample", "--config", "X"]
+    status, _, err = cli_on(fake)(*args)
+    assert status == 11
+    assert err.count("\n") == 1 and err.startswith("cascade: ") and what in err, err
+
+
+def test_list_shows_each_sweep_newest_first(cli_on):
+    row = {k: v for k, v in ENDED.items() if k != "jobs"}
+    fake = Fake({"GET /api/sweeps": [[row, dict(row, id=6, name="older", state="ready")]]})
+    status, out, _ = cli_on(fake)("sweep", "list")
+    assert status == 0
+    assert [r[:3] for r in columns(out, "ID")] == [
+        ["7", "turing-vs-ampere", "failed"],
+        ["6", "older", "ready"],
+    ]
