@@ -259,8 +259,8 @@ def test_wait_draws_progress_then_prints_the_table_and_exits_12_on_a_failed_job(
     assert status == 12
     # Not a terminal: a line each time the jobs ended change.
     assert err.splitlines()[:3] == [
-        "2/4 jobs ended   (2 queued, 2 skipped)",
-        "4/4 jobs ended   (1 ready, 1 failed, 2 skipped)",
+        "2/4 jobs ended  (2 queued, 2 skipped)",
+        "4/4 jobs ended  (1 ready, 1 failed, 2 skipped)",
         "cascade: sweep 7: 1 job(s) failed, 0 cancelled (`cascade sweep show 7` lists them)",
     ]
     table = columns(out, "CONFIG")
@@ -280,7 +280,7 @@ def test_wait_exits_0_when_every_job_ended_ready_or_skipped(cli_on):
         {"POST /api/sweeps": CREATED, "GET /api/sweeps/7": ready, "GET /api/sweeps/7/accuracy": ACCURACY}
     )
     status, out, err = cli_on(fake)("sweep", "--sample", "--config", "SM75_RTX2060", "--wait")
-    assert (status, err) == (0, "2/2 jobs ended   (1 ready, 1 skipped)\n")
+    assert (status, err) == (0, "2/2 jobs ended  (1 ready, 1 skipped)\n")
     assert "sweep 7 turing-vs-ampere: ready, 2 jobs: 1 ready, 1 skipped" in out
 
 
