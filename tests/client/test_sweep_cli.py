@@ -150,7 +150,7 @@ def cli_on(monkeypatch, capsys):
 
     monkeypatch.setenv("CASCADE_URL", "http://cascade.test")
     monkeypatch.setenv("CASCADE_TOKEN", TOKEN)
-    monkeypatch.setattr(sweep.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(sweep, "sleep", lambda seconds: None)
 
     def on(fake):
         monkeypatch.setattr(
@@ -363,3 +363,250 @@ def test_list_shows_each_sweep_newest_first(cli_on):
         ["7", "turing-vs-ampere", "failed"],
         ["6", "older", "ready"],
     ]
+
+
+# --- against Cascade's routes (Django's live server) -----------------------------------------
+
+# Redis database 12: these tests' own; the server's messages land there, flushed, never consumed.
+BROKER = "redis://127.0.0.1:6379/12"
+BUILD = "accelsim-commit-73f9fac6_modified_0.0"
+# Launches of a simulation at 1000 MHz (a cycle is a ns): (ctx, kernel_id, name, step, measured
+# ns, simulated cycles). Worked out here (docs/formats.md's definitions): errors +10 %, -25 %,
+# +10 %: MAPE (10 + 25 + 10) / 3 = 15.00; aggregate (100 + 500 + 400) / 7000 = 14.29 %.
+LAUNCHES = [
+    ("0x1", 1, "_Z6vecAddPdS_S_i", None, 1000, 1100),
+    ("0x1", 2, "_Z6vecAddPdS_S_i", None, 2000, 1500),
+    ("0x1", 3, "_Z4gemmPfS_S_", None, 4000, 4400),
+]
+
+
+@pytest.fixture
+def live(live_server, settings, monkeypatch, capsys):
+    """`cascade` against the live server with alice's write token; `live.worker` a worker's
+    client of the job routes (another user's write token); `live.api(path)` the API's JSON."""
+    import redis
+    from cascade_client import cli
+    from django.contrib.auth import get_user_model
+
+    from traces.models import ApiToken
+
+    client = redis.Redis.from_url(BROKER)
+    try:
+        client.flushdb()
+    except redis.ConnectionError:
+        pytest.skip("needs Redis on 127.0.0.1:6379 as the sweeps' broker")
+    settings.CELERY_BROKER_URL = BROKER
+    users = get_user_model().objects
+    _, token = ApiToken.issue(users.create(username="alice"), scope="write")
+    _, farm = ApiToken.issue(users.create(username="farm"), scope="write")
+    monkeypatch.setenv("CASCADE_URL", live_server.url)
+    monkeypatch.setenv("CASCADE_TOKEN", token)
+
+    class Live:
+        url = live_server.url
+
+        @staticmethod
+        def run(*args):
+            status = cli.main(list(args))
+            out, err = capsys.readouterr()
+            return status, out, err
+
+        @staticmethod
+        def api(path, **params):
+            answer = httpx.get(
+                live_server.url + path, params=params, headers={"Authorization": f"Bearer {token}"}
+            )
+            assert answer.status_code == 200, answer.text
+            return answer.json()
+
+        worker = httpx.Client(
+            base_url=live_server.url, headers={"Authorization": f"Bearer {farm}"}, timeout=30
+        )
+
+    yield Live()
+    Live.worker.close()
+    client.flushdb()
+
+
+def start(live, sweep_id, job_id) -> dict:
+    body = {
+        "host": "farm-1",
+        "process": 4242,
+        "accel_sim_build": BUILD,
+        "gpgpusim_build": "4.2.0 [build gpgpu-sim_git-commit-667834c_modified_0.0]",
+        "configs": ["SM75_RTX2060", "SM86_RTX3070"],
+        "sass_versions": [75, 86],
+    }
+    answer = live.worker.post(f"/api/sweeps/{sweep_id}/jobs/{job_id}/start", json=body)
+    assert answer.status_code == 200 and answer.json()["run"], answer.text
+    return answer.json()
+
+
+def report(live, sweep_id, job_id, route, body) -> dict:
+    answer = live.worker.post(f"/api/sweeps/{sweep_id}/jobs/{job_id}/{route}", json=body)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def turing_and_ampere():
+    from tests.simulations.sweep_support import ready_trace
+
+    ready_trace("turing", "sm_75", sample=True)
+    ready_trace("ampere", "sm_86", sample=True)
+    ready_trace("hopper", "sm_90")
+
+
+def test_live_create_with_traces_lists_the_server_s_jobs_and_skip_reasons(live):
+    turing_and_ampere()
+    status, out, _ = live.run(
+        "sweep", "--trace", "turing", "--trace", "ampere", "--config", "SM75_RTX2060", "--config", "SM86_RTX3070",
+        "--name", "mine",
+    )  # fmt: skip
+    assert status == 0
+    sweep_id = int(out.split()[1])
+    api = live.api(f"/api/sweeps/{sweep_id}")
+    assert out.splitlines()[0] == f"sweep {sweep_id} mine: queued, 4 jobs: 2 queued, 2 skipped"
+    printed = {(row[1], row[2]): row for row in columns(out, "JOB")}
+    assert len(printed) == 4
+    for job in api["jobs"]:
+        row = printed[job["trace_id"], job["config"]]
+        assert row[3] == job["state"]
+        if job["state"] == "skipped":
+            assert row[-1] == job["reason"] and job["reason"]
+    assert {(j["trace_id"], j["config"]) for j in api["jobs"] if j["state"] == "queued"} == {
+        ("turing", "SM75_RTX2060"),
+        ("ampere", "SM86_RTX3070"),
+    }
+
+
+def test_live_create_with_sample_and_arch_asks_the_list_s_filters(live):
+    turing_and_ampere()
+    status, out, _ = live.run("sweep", "--sample", "--arch", "sm_75", "--config", "SM75_RTX2060")
+    assert status == 0
+    assert [row[1:4] for row in columns(out, "JOB")] == [["turing", "SM75_RTX2060", "queued"]]
+    assert out.split()[2].startswith("sweep_SM75_RTX2060_")
+    # The samples only: hopper is none.
+    status, out, _ = live.run("sweep", "--sample", "--config", "SM75_RTX2060", "--config", "SM86_RTX3070")
+    assert status == 0
+    assert sorted(row[1] + " " + row[2] for row in columns(out, "JOB")) == [
+        "ampere SM75_RTX2060",
+        "ampere SM86_RTX3070",
+        "turing SM75_RTX2060",
+        "turing SM86_RTX3070",
+    ]
+
+
+def drive(live, monkeypatch, *steps):
+    """--wait's pauses each run the next of `steps(sweep detail)`, as a worker would between two polls."""
+    from cascade_client import sweep
+
+    pending = list(steps)
+
+    def step(seconds):
+        assert pending, "the command waited on after every step was done"
+        newest = live.api("/api/sweeps")[0]
+        pending.pop(0)(live.api(f"/api/sweeps/{newest['id']}"))
+
+    monkeypatch.setattr(sweep, "sleep", step)
+    return pending
+
+
+def queued(detail) -> dict[str, dict]:
+    return {j["trace_id"]: j for j in detail["jobs"] if j["state"] in ("queued", "running")}
+
+
+def run_to_ready(live, detail, trace_id, *, launches=LAUNCHES, build=BUILD):
+    """A worker's job done: started, its simulation ready (stored as ingestion stores one), finished."""
+    from tests.simulations.support import simulate
+    from traces.models import Trace
+
+    job = queued(detail)[trace_id]
+    started = start(live, detail["id"], job["id"])
+    simulate(
+        Trace.objects.get(pk=trace_id),
+        started["simulation"],
+        launches,
+        config=job["config"],
+        simulator_build=build,
+    )
+    report(live, detail["id"], job["id"], "finish", {"attempt": started["attempt"], "state": "ready"})
+
+
+def test_live_wait_shows_progress_then_the_api_s_accuracy_and_exits_0(live, monkeypatch):
+    turing_and_ampere()
+
+    def first(detail):
+        for job in queued(detail).values():
+            started = start(live, detail["id"], job["id"])
+            body = {"attempt": started["attempt"], "kernels_finished": 1, "kernels_listed": 3}
+            assert report(live, detail["id"], job["id"], "progress", body) == {"continue": True}
+
+    pending = drive(
+        live,
+        monkeypatch,
+        first,
+        lambda detail: run_to_ready(live, detail, "turing"),
+        lambda detail: run_to_ready(live, detail, "ampere"),
+    )
+    status, out, err = live.run(
+        "sweep", "--sample", "--config", "SM75_RTX2060", "--config", "SM86_RTX3070", "--wait"
+    )
+    assert (status, pending) == (0, []), err
+    assert (
+        err.splitlines()
+        == [
+            "2/4 jobs ended  (2 queued, 2 skipped)",
+            "2/4 jobs ended  2/6 kernels  (2 running, 2 skipped)",
+            "3/4 jobs ended  1/3 kernels  (1 running, 1 ready, 2 skipped)",
+        ][:1]
+        + err.splitlines()[1:]
+        and len(err.splitlines()) == 3
+    )
+    sweep_id = int(out.split()[1])
+    api = live.api(f"/api/sweeps/{sweep_id}/accuracy")
+    printed = {row[0]: row for row in columns(out, "CONFIG")}
+    assert len(printed) == len(api["by_config"]) == 2
+    for row in api["by_config"]:
+        assert printed[row["config"]][2:] == [
+            str(row["simulations"]), str(row["traces"]), str(row["kernels_compared"]),
+            f"{row['mape']:.2f}", f"{row['pearson_r']:.4f}", f"{row['aggregate_error']:.2f}",
+        ]  # fmt: skip
+        # ... and the numbers are the ones worked out above from the launches.
+        assert printed[row["config"]][5:8:2] == ["15.00", "14.29"]
+    cells = {(row[0], row[1]): row for row in columns(out, "TRACE")}
+    assert cells["turing", "SM75_RTX2060"][2:5] == ["ready", "3", "15.00"]
+
+
+def test_live_wait_exits_12_when_a_job_failed_every_attempt(live, monkeypatch, settings):
+    turing_and_ampere()
+    error = "the simulator stopped: Unable to open file: ./traces/kernel-1.traceg"
+
+    def fail(detail):
+        job = queued(detail)["ampere"]
+        started = start(live, detail["id"], job["id"])
+        report(
+            live,
+            detail["id"],
+            job["id"],
+            "finish",
+            {"attempt": started["attempt"], "state": "failed", "error": error},
+        )
+
+    attempts = 3  # CASCADE_SWEEP_ATTEMPTS's default: queued again twice, then failed
+    pending = drive(
+        live, monkeypatch, lambda detail: run_to_ready(live, detail, "turing"), *[fail] * attempts
+    )
+    status, out, err = live.run(
+        "sweep", "--sample", "--config", "SM75_RTX2060", "--config", "SM86_RTX3070", "--wait"
+    )
+    assert (status, pending) == (12, [])
+    sweep_id = int(out.split()[1])
+    assert err.splitlines()[-1] == (
+        f"cascade: sweep {sweep_id}: 1 job(s) failed, 0 cancelled (`cascade sweep show {sweep_id}` lists them)"
+    )
+    failed = columns(out.split("jobs that failed or were cancelled")[1], "JOB")
+    assert [row[1:] for row in failed] == [
+        ["ampere", "SM86_RTX3070", "failed", str(attempts), "farm-1", f"sweep{sweep_id}_SM86_RTX3070", error]
+    ]
+    # The table still holds what ended ready.
+    assert columns(out, "CONFIG")[0][:1] + columns(out, "CONFIG")[0][5:6] == ["SM75_RTX2060", "15.00"]
