@@ -5,7 +5,7 @@ config), and lists the pairs the server skipped with its reason; `GET /api/sweep
 how far they are; `GET /api/sweeps/{id}/accuracy[?against=OTHER]` is the answer, per config
 and per (trace, config), and with `against` kernel by kernel. Every answer is checked for the
 shape the API publishes before anything prints it (a `BadAnswer`, exit status 11, otherwise);
-the lines made here hold what the server wrote, so the command prints them through `visible`.
+sweep_tables.py makes the lines a person reads.
 """
 
 import re
@@ -16,11 +16,17 @@ from datetime import UTC, datetime
 
 from cascade_client import answers
 from cascade_client.errors import BadAnswer, CascadeError, SweepFailed
-from cascade_client.progress import bar
-from cascade_client.terminal import table_lines
+from cascade_client.sweep_tables import (
+    STATES,
+    Bar,
+    accuracy_lines,
+    against_lines,
+    head_lines,
+    job_lines,
+    list_lines,
+    summary,
+)
 
-STATES = ("queued", "running", "ready", "failed", "skipped", "cancelled")
-ENDED = ("ready", "failed", "skipped", "cancelled")
 NAME_MAX = 100  # a sweep's name, as a simulation's
 POLL_FIRST, POLL_MAX = 0.5, 10.0  # --wait's pauses between polls, growing by half each time
 
@@ -182,307 +188,78 @@ def check_select(select: str | None) -> None:
 
 
 # --- the answers' shapes --------------------------------------------------------------------
+# What the command reads of each answer (docs/api.md publishes the rest): a type, a tuple of
+# them, `NUMBER` (an int or a finite float), a dict of fields (a field absent reads as null), a
+# list of one spec (each item), or `Maybe(spec)` (null, or the spec).
+
+NUMBER, NULL = "number", type(None)
+
+
+class Maybe:
+    def __init__(self, spec):
+        self.spec = spec
+
+
+PROGRESS = {"kernels_finished": (int, NULL), "kernels_listed": (int, NULL)}
+JOB = {
+    **{"id": int, "trace_id": str, "config": str, "state": str, "attempts": int},
+    **{"worker": Maybe({"host": (str, NULL)}), "simulation": (str, NULL), "error": (str, NULL)},
+    **{"reason": (str, NULL), "progress": Maybe(PROGRESS)},
+}
+SWEEP = {"id": int, "name": str, "state": str, "counts": dict.fromkeys(STATES, int)}
+KERNEL = {"trace_id": (str, NULL), "ctx": (str, NULL), "kernel_id": int, "name": (str, NULL)}
+WORST = {**KERNEL, "error": NUMBER}
+CHANGE = {**KERNEL, "error": NUMBER, "against_error": NUMBER, "change": NUMBER}
+ROW = {
+    **{"config": (str, NULL), "simulator_build": (str, NULL), "simulations": int, "traces": int},
+    **{"kernels_compared": int, "mape": Maybe(NUMBER), "pearson_r": Maybe(NUMBER)},
+    **{"aggregate_error": Maybe(NUMBER), "worst": Maybe([WORST])},
+}
+CELL = {
+    **{"trace_id": str, "config": str, "simulation": (str, NULL), "state": (str, NULL)},
+    **{"kernels_compared": (int, NULL), "mape": Maybe(NUMBER)},
+}
+COUNTED = {"compared": int, "better": int, "worse": int, "unchanged": int}
+PAIR = {
+    **{"trace_id": str, "config": str, "against_config": str, "simulation": str},
+    **{"against_simulation": str, "mape": Maybe(NUMBER), "against_mape": Maybe(NUMBER), **COUNTED},
+    **{"mean_change": Maybe(NUMBER), "better_kernels": [CHANGE], "worse_kernels": [CHANGE]},
+}
+AGAINST = {"id": int, "name": str, "paired_by": str, **COUNTED, "pairs": [PAIR]}
+ACCURACY = {"by_config": [ROW], "cells": [CELL], "against": Maybe(AGAINST)}
 
 
 def checked_sweep(value, what: str, *, jobs: bool = True) -> dict:
-    """A sweep as the API sends it: `id`, `name`, `state`, `counts` of every state, and with
-    `jobs`, a list of jobs, each with the fields the command prints."""
-    _fields(value, what, "a sweep", {"id": int, "name": str, "state": str, "counts": dict})
-    counts = value["counts"]
-    for state in STATES:
-        if not _number(counts.get(state), whole=True):
-            raise BadAnswer(f"{what}: `counts.{state}` is {answers.kind(counts.get(state))}, not a count")
-    if jobs:
-        if not isinstance(value.get("jobs"), list):
-            raise BadAnswer(
-                f"{what}: `jobs` is {answers.kind(value.get('jobs'))}, where the API sends a list"
-            )
-        for job in value["jobs"]:
-            _job(job, what)
-    return value
-
-
-def _job(job, what: str) -> None:
-    _fields(
-        job,
-        what,
-        "a job",
-        {
-            "id": int,
-            "trace_id": str,
-            "config": str,
-            "state": str,
-            "attempts": int,
-            "worker": (dict, type(None)),
-            "simulation": (str, type(None)),
-            "error": (str, type(None)),
-            "reason": (str, type(None)),
-            "progress": (dict, type(None)),
-        },
-    )
-    if job["progress"] is not None:
-        for key in ("kernels_finished", "kernels_listed"):
-            if not _number(job["progress"].get(key), whole=True, none=True):
-                raise BadAnswer(
-                    f"{what}: a job's `progress.{key}` is {answers.kind(job['progress'].get(key))}"
-                )
-
-
-ROW = {
-    "config": (str, type(None)),
-    "simulator_build": (str, type(None)),
-    "simulations": int,
-    "traces": int,
-    "kernels_compared": int,
-}
-CELL = {
-    "trace_id": str,
-    "config": str,
-    "simulation": (str, type(None)),
-    "state": (str, type(None)),
-    "kernels_compared": (int, type(None)),
-}
+    """A sweep as the API sends it; with `jobs`, its jobs too."""
+    return checked(value, {**SWEEP, "jobs": [JOB]} if jobs else SWEEP, what)
 
 
 def checked_accuracy(value, what: str) -> dict:
-    """`by_config` rows and `cells`, their numbers numbers (or null), `against` an object."""
-    for key, fields, metrics in (
-        ("by_config", ROW, ("mape", "pearson_r", "aggregate_error")),
-        ("cells", CELL, ("mape",)),
-    ):
-        rows = value.get(key) if isinstance(value, dict) else None
-        if not isinstance(rows, list):
-            raise BadAnswer(f"{what}: `{key}` is {answers.kind(rows)}, where the API sends a list")
-        for row in rows:
-            _fields(row, what, f"a `{key}` row", fields)
-            for metric in metrics:
-                if not _number(row.get(metric), none=True):
-                    raise BadAnswer(f"{what}: a `{key}` row's `{metric}` is {answers.kind(row.get(metric))}")
-        if key == "by_config":
-            for row in rows:
-                if not isinstance(row.get("worst", []), list | type(None)):
-                    raise BadAnswer(f"{what}: a row's `worst` is {answers.kind(row['worst'])}")
-    if not isinstance(value.get("against"), dict | type(None)):
-        raise BadAnswer(
-            f"{what}: `against` is {answers.kind(value['against'])}, where the API sends an object"
-        )
-    return value
+    return checked(value, ACCURACY, what)
 
 
-def _fields(value, what: str, thing: str, fields: dict) -> None:
-    if not isinstance(value, dict):
-        raise BadAnswer(f"{what}: {thing} is {answers.kind(value)}, where the API sends an object")
-    for key, types in fields.items():
-        field = value.get(key)
-        if not isinstance(field, types) or (types is int and isinstance(field, bool)):
-            raise BadAnswer(f"{what}: {thing}'s `{key}` is {answers.kind(field)}")
-
-
-def _number(value, *, whole: bool = False, none: bool = False) -> bool:
-    if value is None:
-        return none
-    if isinstance(value, bool) or not isinstance(value, int if whole else int | float):
-        return False
-    return whole or value == value  # not NaN
-
-
-# --- what a person reads ----------------------------------------------------------------------
-
-
-def summary(counts: dict) -> str:
-    """`4 queued, 2 skipped`: the states that have jobs, in their order."""
-    return ", ".join(f"{counts[state]} {state}" for state in STATES if counts[state]) or "no jobs"
-
-
-def head_lines(detail: dict) -> list[str]:
-    total = sum(detail["counts"][state] for state in STATES)
-    return [
-        f"sweep {detail['id']} {detail['name']}: {detail['state']}, {total} job{'s' * (total != 1)}: "
-        f"{summary(detail['counts'])}"
-    ]
-
-
-def list_lines(rows: list[dict]) -> list[str]:
-    table = [
-        [
-            str(row["id"]),
-            row["name"],
-            row["state"],
-            summary(row["counts"]),
-            ", ".join(str(c) for c in row.get("configs") or []) or "-",
-            str(row.get("owner") or "-"),
-            str(row.get("created_at") or "")[:16].replace("T", " "),
-        ]
-        for row in rows
-    ]
-    if not table:
-        return ["no sweeps"]
-    return table_lines(["ID", "NAME", "STATE", "JOBS", "CONFIGS", "OWNER", "CREATED (UTC)"], table, right={0})
-
-
-def job_lines(detail: dict) -> list[str]:
-    """The jobs: trace, config, state, attempts, worker, simulation, and why (a skip's reason,
-    a failure's error, a running job's kernels)."""
-    rows = []
-    for job in detail["jobs"]:
-        worker = job["worker"] or {}
-        why = job["error"] or job["reason"] or ""
-        if job["state"] == "running" and job["progress"]:
-            why = f"{_kernels(job['progress'])} kernels"
-        rows.append(
-            [
-                str(job["id"]),
-                job["trace_id"],
-                job["config"],
-                job["state"],
-                str(job["attempts"]),
-                str(worker.get("host") or "-"),
-                job["simulation"] or "-",
-                shorten(why.splitlines()[0] if why else "", 100),
-            ]
-        )
-    if not rows:
-        return ["no jobs"]
-    header = ["JOB", "TRACE", "CONFIG", "STATE", "ATTEMPTS", "WORKER", "SIMULATION", "WHY"]
-    return table_lines(header, rows, right={0, 4})
-
-
-def accuracy_lines(answer: dict) -> list[str]:
-    """Per config and simulator build (`by_config`), then per (trace, config) (`cells`)."""
-    rows = [
-        [
-            row["config"] or "-",
-            shorten(row["simulator_build"] or "-", 60),
-            str(row["simulations"]),
-            str(row["traces"]),
-            f"{row['kernels_compared']:,}",
-            _pct(row.get("mape")),
-            _num(row.get("pearson_r")),
-            _pct(row.get("aggregate_error")),
-        ]
-        for row in answer["by_config"]
-    ]
-    lines = ["accuracy by config (pooled over every kernel compared; errors are simulated vs measured)"]
-    if rows:
-        header = [
-            "CONFIG",
-            "SIMULATOR BUILD",
-            "SIMS",
-            "TRACES",
-            "KERNELS",
-            "MAPE %",
-            "PEARSON R",
-            "AGGREGATE %",
-        ]
-        lines += table_lines(header, rows, right={2, 3, 4, 5, 6, 7})
+def checked(value, spec, what: str, where: str = "the answer"):
+    """`value` if it matches `spec`, else a `BadAnswer` naming the first field that does not."""
+    if isinstance(spec, Maybe):
+        return value if value is None else checked(value, spec.spec, what, where)
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            raise BadAnswer(f"{what}: {where} is {answers.kind(value)}, where the API sends an object")
+        for key, inner in spec.items():
+            checked(
+                value.get(key), inner, what, f"`{key}`" if where == "the answer" else f"{where[:-1]}.{key}`"
+            )
+        return value
+    if isinstance(spec, list):
+        if not isinstance(value, list):
+            raise BadAnswer(f"{what}: {where} is {answers.kind(value)}, where the API sends a list")
+        for n, item in enumerate(value):
+            checked(item, spec[0], what, f"{where[:-1]}[{n}]`")
+        return value
+    if spec == NUMBER:
+        good = isinstance(value, int | float) and not isinstance(value, bool) and value == value
     else:
-        lines.append("  none yet: no simulation of the sweep is ready")
-    for row in answer["by_config"]:
-        worst = [k for k in row.get("worst") or [] if isinstance(k, dict)][:5]
-        if worst:
-            lines.append(f"worst kernels of {row['config']} ({shorten(row['simulator_build'] or '-', 40)}):")
-            lines += [f"  {kernel_line(kernel)}" for kernel in worst]
-    cells = [
-        [
-            cell["trace_id"],
-            cell["config"],
-            cell["state"] or "-",
-            "-" if cell["kernels_compared"] is None else f"{cell['kernels_compared']:,}",
-            _pct(cell.get("mape")),
-            cell["simulation"] or "-",
-        ]
-        for cell in answer["cells"]
-    ]
-    if cells:
-        lines += ["", "by trace and config"]
-        lines += table_lines(
-            ["TRACE", "CONFIG", "STATE", "KERNELS", "MAPE %", "SIMULATION"], cells, right={3, 4}
-        )
-    return lines
-
-
-def kernel_line(kernel: dict) -> str:
-    """One kernel of a `worst` list: its error, where it ran, its name."""
-    error = kernel.get("error")
-    error = f"{error:+9.1f} %" if _number(error) else "        - %"
-    where = " ".join(
-        str(kernel[key]) for key in ("trace_id", "context", "kernel_id") if kernel.get(key) not in (None, "")
-    )
-    name = kernel.get("demangled") or kernel.get("name") or kernel.get("kernel_name") or ""
-    return f"{error}  {where}  {shorten(str(name), 70)}".rstrip()
-
-
-def against_lines(answer: dict) -> list[str]:
-    """Two sweeps kernel by kernel (`?against=`): how many kernels got better and worse, and
-    the ones that changed most."""
-    against = answer.get("against")
-    if not against:
-        return []
-    lines = ["", f"against sweep {against.get('sweep', '?')}: kernel by kernel"]
-    for key, value in against.items():
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            lines.append(f"  {key.replace('_', ' ')}: {value:,}")
-    for key in ("better", "worse"):
-        kernels = against.get(key)
-        if isinstance(kernels, list) and kernels:
-            lines.append(f"  {key}:")
-            lines += [f"    {kernel_line(k)}" for k in kernels if isinstance(k, dict)]
-    return lines
-
-
-def shorten(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _kernels(progress: dict) -> str:
-    finished, listed = progress.get("kernels_finished"), progress.get("kernels_listed")
-    return f"{finished or 0:,}/{'?' if listed is None else f'{listed:,}'}"
-
-
-def _pct(value) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
-def _num(value) -> str:
-    return "-" if value is None else f"{value:.4f}"
-
-
-# --- --wait's bar ----------------------------------------------------------------------------
-
-
-class Bar:
-    """A sweep's progress on stderr: jobs ended of all, kernels finished of listed (the running
-    jobs' reports); one bar redrawn on a terminal, otherwise a line each time a job ends."""
-
-    def __init__(self, stream, *, redraw: bool | None = None):
-        self.stream = stream
-        self.redraw = stream.isatty() if redraw is None else redraw
-        self.said = None
-
-    def __call__(self, detail: dict) -> None:
-        counts = detail["counts"]
-        total = sum(counts[state] for state in STATES)
-        ended = sum(counts[state] for state in ENDED)
-        finished = listed = 0
-        share = float(ended)
-        for job in detail["jobs"]:
-            progress = job["progress"] or {}
-            done, of = progress.get("kernels_finished") or 0, progress.get("kernels_listed") or 0
-            if job["state"] == "ready":
-                done = of  # its last report may predate its last kernel
-            finished, listed = finished + done, listed + of
-            if job["state"] == "running" and of:
-                share += min(done / of, 1.0)  # a running job's part of its own share
-        share = share / total if total else 1.0
-        kernels = f"  {finished:,}/{listed:,} kernels" if listed else ""
-        text = f"{ended}/{total} jobs ended{kernels}  ({summary(counts)})"
-        if self.redraw:
-            self.stream.write(f"\r{bar(share)} {share:4.0%}  {text}\x1b[K")
-            self.stream.flush()
-        elif ended != self.said:
-            self.said = ended
-            print(text, file=self.stream, flush=True)
-
-    def close(self) -> None:
-        if self.redraw:
-            print(file=self.stream, flush=True)
+        good = isinstance(value, spec) and not isinstance(value, bool)  # the API sends no boolean here
+    if not good:
+        raise BadAnswer(f"{what}: {where} is {answers.kind(value)}")
+    return value

@@ -96,7 +96,18 @@ ACCURACY = {
             "mape": 17.5,
             "pearson_r": 1.0,
             "aggregate_error": -13.3333,
-            "worst": [{"trace_id": "turing", "kernel_id": 2, "name": "_Z6vecAddPdS_S_i", "error": -25.0}],
+            "worst": [
+                {
+                    "trace_id": "turing",
+                    "simulation": "sweep7_SM75_RTX2060",
+                    "ctx": "0x1",
+                    "kernel_id": 2,
+                    "name": "_Z6vecAddPdS_S_i",
+                    "measured_ns": 2000,
+                    "sim_ns": 1500.0,
+                    "error": -25.0,
+                }
+            ],
         }
     ],
     "cells": [
@@ -167,12 +178,13 @@ def cli_on(monkeypatch, capsys):
     return on
 
 
-def columns(out: str, first: str) -> list[list[str]]:
-    """The rows of the table whose header starts with `first`, split on runs of 2+ spaces."""
+def columns(out: str, *first: str) -> list[list[str]]:
+    """The rows of the first table whose header starts with the words `first`, split on runs of
+    2+ spaces."""
     import re
 
     lines = out.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(first))
+    start = next(i for i, line in enumerate(lines) if line.split()[: len(first)] == list(first))
     rows = []
     for line in lines[start + 1 :]:
         if not line.strip() or not line.startswith(" ") and len(re.split(r"\s{2,}", line)) < 3:
@@ -267,7 +279,7 @@ def test_wait_draws_progress_then_prints_the_table_and_exits_12_on_a_failed_job(
     assert table == [
         ["SM75_RTX2060", "accelsim-commit-73f9fac_modified_0.0", "1", "1", "2", "17.50", "1.0000", "-13.33"]
     ]
-    assert "     -25.0 %  turing 2  _Z6vecAddPdS_S_i" in out
+    assert "    -25.0 %  1.5 us vs 2.0 us  turing 0x1 kernel 2  _Z6vecAddPdS_S_i" in out
     assert columns(out, "TRACE")[1] == ["ampere", "SM86_RTX3070", "failed", "-", "-", "sweep7_SM86_RTX3070"]
     failed = out.split("jobs that failed or were cancelled")[1]
     assert "the simulator stopped: Unable to open file: ./traces/kernel-1.traceg" in failed
@@ -309,13 +321,68 @@ def test_the_bar_on_a_terminal_counts_a_running_job_s_kernels():
     )
 
 
+def change(kernel_id, measured, was, now):
+    """A launch of two sweeps as the contract writes it: its errors and the change of |error|."""
+    against_error, error = (was - measured) / measured * 100, (now - measured) / measured * 100
+    return {
+        "ctx": "0x1",
+        "kernel_id": kernel_id,
+        "name": "_Z6vecAddPdS_S_i",
+        "measured_ns": measured,
+        "against_sim_ns": was,
+        "sim_ns": now,
+        "against_error": against_error,
+        "error": error,
+        "change": abs(error) - abs(against_error),
+    }
+
+
+AGAINST = {
+    "id": 6,
+    "name": "before",
+    "paired_by": "config",
+    "compared": 3,
+    "better": 1,
+    "worse": 1,
+    "unchanged": 1,
+    "pairs": [
+        {
+            "trace_id": "turing",
+            "config": "SM75_RTX2060",
+            "against_config": "SM75_RTX2060",
+            "simulation": "sweep7_SM75_RTX2060",
+            "against_simulation": "sweep6_SM75_RTX2060",
+            "mape": 15.0,
+            "against_mape": 20.0,
+            "compared": 3,
+            "better": 1,
+            "worse": 1,
+            "unchanged": 1,
+            "mean_change": -5.0,
+            "better_kernels": [change(2, 2000, 1000, 1500)],
+            "worse_kernels": [change(3, 4000, 4000, 4400)],
+        }
+    ],
+}
+
+
 def test_show_prints_the_table_against_another_sweep_and_the_jobs(cli_on):
-    against = dict(ACCURACY, against={"sweep": 6, "better": [], "worse": []})
-    fake = Fake({"GET /api/sweeps/7": ENDED, "GET /api/sweeps/7/accuracy": against})
+    fake = Fake({"GET /api/sweeps/7": ENDED, "GET /api/sweeps/7/accuracy": dict(ACCURACY, against=AGAINST)})
     status, out, _ = cli_on(fake)("sweep", "show", "7", "--against", "6")
     assert status == 0
     assert dict(fake.requests[-1].url.params) == {"against": "6"}
-    assert "against sweep 6" in out
+    assert (
+        "against sweep 6 before (paired by config): 3 kernels compared in both, 1 better, 1 worse, 1 unchanged"
+        in out
+    )
+    assert columns(out, "TRACE", "CONFIG", "KERNELS", "BETTER") == [
+        ["turing", "SM75_RTX2060", "3", "1", "1", "15.00 (was 20.00)", "-5.00"]
+    ]
+    # Kernel 2: -50 % before, -25 % now: 25 points closer; kernel 3: 0 %, then +10 %.
+    closer = out.split("turing on SM75_RTX2060, closer to measured (change of |error|):\n")[1]
+    assert closer.splitlines()[0] == "     -25.0 pp  -25.0 % (was -50.0 %)  0x1 kernel 2  _Z6vecAddPdS_S_i"
+    further = out.split("turing on SM75_RTX2060, further from it (change of |error|):\n")[1]
+    assert further.splitlines()[0] == "     +10.0 pp  +10.0 % (was +0.0 %)  0x1 kernel 3  _Z6vecAddPdS_S_i"
     assert [row[:4] for row in columns(out, "JOB")][-1] == ["4", "ampere", "SM86_RTX3070", "failed"]
 
 
@@ -335,14 +402,16 @@ def test_what_the_server_wrote_reaches_the_terminal_escaped(cli_on):
     ("route", "answer", "what"),
     [
         ("POST /api/sweeps", [[]], "the answer is a list, where the API sends an object"),
-        ("POST /api/sweeps", dict(CREATED, jobs={}), "`jobs` is an object"),
+        ("POST /api/sweeps", dict(CREATED, jobs={}), "`jobs` is an object, where the API sends a list"),
         ("POST /api/sweeps", dict(CREATED, counts={"queued": "2"}), "`counts.queued` is a string"),
-        ("POST /api/sweeps", dict(CREATED, jobs=[{"id": 1}]), "a job's `trace_id` is null"),
+        ("POST /api/sweeps", dict(CREATED, jobs=[{"id": 1}]), "`jobs[0].trace_id` is null"),
         ("GET /api/sweeps/7/accuracy", {"by_config": {}}, "`by_config` is an object"),
-        ("GET /api/sweeps/7/accuracy", dict(ACCURACY, cells=[{"trace_id": 1}]), "`cells` row's `trace_id`"),
+        ("GET /api/sweeps/7/accuracy", dict(ACCURACY, cells=[{"trace_id": 1}]), "`cells[0].trace_id` is a number"),
         ("GET /api/sweeps/7/accuracy", dict(ACCURACY, by_config=[dict(ACCURACY["by_config"][0], mape="17")]),
-         "`mape` is a string"),
+         "`by_config[0].mape` is a string"),
         ("GET /api/sweeps/7", httpx.Response(200, text="<html>"), "the answer is not JSON"),
+        ("GET /api/sweeps/7/accuracy", dict(ACCURACY, against=dict(AGAINST, pairs=[{}])),
+         "`against.pairs[0].trace_id` is null"),
     ],
 )  # fmt: skip
 def test_a_malformed_answer_is_one_line_and_status_11(cli_on, route, answer, what):
