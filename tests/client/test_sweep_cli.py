@@ -443,9 +443,9 @@ BUILD = "accelsim-commit-73f9fac6_modified_0.0"
 # ns, simulated cycles). Worked out here (docs/formats.md's definitions): errors +10 %, -25 %,
 # +10 %: MAPE (10 + 25 + 10) / 3 = 15.00; aggregate (100 + 500 + 400) / 7000 = 14.29 %.
 LAUNCHES = [
-    ("0x1", 1, "_Z6vecAddPdS_S_i", None, 1000, 1100),
-    ("0x1", 2, "_Z6vecAddPdS_S_i", None, 2000, 1500),
-    ("0x1", 3, "_Z4gemmPfS_S_", None, 4000, 4400),
+    (1, 1, "_Z6vecAddPdS_S_i", None, 1000, 1100),
+    (1, 2, "_Z6vecAddPdS_S_i", None, 2000, 1500),
+    (1, 3, "_Z4gemmPfS_S_", None, 4000, 4400),
 ]
 
 
@@ -590,7 +590,109 @@ def run_to_ready(live, detail, trace_id, *, launches=LAUNCHES, build=BUILD):
     from traces.models import Trace
 
     job = queued(detail)[trace_id]
-    started = start(live, detail["id"], job["id"])
+    if job["state"] == "running":  # started by an earlier step: its attempt holds
+        started = {"attempt": job["attempts"], "simulation": job["simulation"]}
+    else:
+        started = start(live, detail["id"], job["id"])
+    simulate(
+        Trace.objects.get(pk=trace_id),
+        started["simulation"],
+        launches,
+        config=job["config"],
+        simulator_build=build,
+    )
+    report(live, detail["id"], job["id"], "finish", {"attempt": started["attempt"], "state": "ready"})
+
+
+def test_live_wait_shows_progress_then_the_api_s_accuracy_and_exits_0(live, monkeypatch):
+    turing_and_ampere()
+
+    def first(detail):
+        for job in queued(detail).values():
+            started = start(live, detail["id"], job["id"])
+            body = {"attempt": started["attempt"], "kernels_finished": 1, "kernels_listed": 3}
+            assert report(live, detail["id"], job["id"], "progress", body) == {"continue": True}
+
+    pending = drive(
+        live,
+        monkeypatch,
+        first,
+        lambda detail: run_to_ready(live, detail, "turing"),
+        lambda detail: run_to_ready(live, detail, "ampere"),
+    )
+    status, out, err = live.run(
+        "sweep", "--sample", "--config", "SM75_RTX2060", "--config", "SM86_RTX3070", "--wait"
+    )
+    assert (status, pending) == (0, []), err
+    # Not a terminal: a line each time a job ends, with the kernels the jobs reported (a ready
+    # job's all of its listed ones).
+    assert [line for line in err.splitlines() if " jobs ended" in line] == [
+        "2/4 jobs ended  (2 queued, 2 skipped)",
+        "3/4 jobs ended  4/6 kernels  (1 running, 1 ready, 2 skipped)",
+        "4/4 jobs ended  6/6 kernels  (2 ready, 2 skipped)",
+    ]
+    sweep_id = int(out.split()[1])
+    api = live.api(f"/api/sweeps/{sweep_id}")
+    assert out.splitlines()[0] == f"sweep {sweep_id} mine: queued, 4 jobs: 2 queued, 2 skipped"
+    printed = {(row[1], row[2]): row for row in columns(out, "JOB")}
+    assert len(printed) == 4
+    for job in api["jobs"]:
+        row = printed[job["trace_id"], job["config"]]
+        assert row[3] == job["state"]
+        if job["state"] == "skipped":
+            assert row[-1] == job["reason"] and job["reason"]
+    assert {(j["trace_id"], j["config"]) for j in api["jobs"] if j["state"] == "queued"} == {
+        ("turing", "SM75_RTX2060"),
+        ("ampere", "SM86_RTX3070"),
+    }
+
+
+def test_live_create_with_sample_and_arch_asks_the_list_s_filters(live):
+    turing_and_ampere()
+    status, out, _ = live.run("sweep", "--sample", "--arch", "sm_75", "--config", "SM75_RTX2060")
+    assert status == 0
+    assert [row[1:4] for row in columns(out, "JOB")] == [["turing", "SM75_RTX2060", "queued"]]
+    assert out.split()[2].startswith("sweep_SM75_RTX2060_")
+    # The samples only: hopper is none.
+    status, out, _ = live.run("sweep", "--sample", "--config", "SM75_RTX2060", "--config", "SM86_RTX3070")
+    assert status == 0
+    assert sorted(row[1] + " " + row[2] for row in columns(out, "JOB")) == [
+        "ampere SM75_RTX2060",
+        "ampere SM86_RTX3070",
+        "turing SM75_RTX2060",
+        "turing SM86_RTX3070",
+    ]
+
+
+def drive(live, monkeypatch, *steps):
+    """--wait's pauses each run the next of `steps(sweep detail)`, as a worker would between two polls."""
+    from cascade_client import sweep
+
+    pending = list(steps)
+
+    def step(seconds):
+        assert pending, "the command waited on after every step was done"
+        newest = live.api("/api/sweeps")[0]
+        pending.pop(0)(live.api(f"/api/sweeps/{newest['id']}"))
+
+    monkeypatch.setattr(sweep, "sleep", step)
+    return pending
+
+
+def queued(detail) -> dict[str, dict]:
+    return {j["trace_id"]: j for j in detail["jobs"] if j["state"] in ("queued", "running")}
+
+
+def run_to_ready(live, detail, trace_id, *, launches=LAUNCHES, build=BUILD):
+    """A worker's job done: started, its simulation ready (stored as ingestion stores one), finished."""
+    from tests.simulations.support import simulate
+    from traces.models import Trace
+
+    job = queued(detail)[trace_id]
+    if job["state"] == "running":  # started by an earlier step: its attempt holds
+        started = {"attempt": job["attempts"], "simulation": job["simulation"]}
+    else:
+        started = start(live, detail["id"], job["id"])
     simulate(
         Trace.objects.get(pk=trace_id),
         started["simulation"],
