@@ -497,11 +497,11 @@ def live(live_server, settings, monkeypatch, capsys):
     client.flushdb()
 
 
-def start(live, sweep_id, job_id) -> dict:
+def start(live, sweep_id, job_id, build=BUILD) -> dict:
     body = {
         "host": "farm-1",
         "process": 4242,
-        "accel_sim_build": BUILD,
+        "accel_sim_build": build,
         "gpgpusim_build": "4.2.0 [build gpgpu-sim_git-commit-667834c_modified_0.0]",
         "configs": ["SM75_RTX2060", "SM86_RTX3070"],
         "sass_versions": [75, 86],
@@ -593,7 +593,7 @@ def run_to_ready(live, detail, trace_id, *, launches=LAUNCHES, build=BUILD):
     if job["state"] == "running":  # started by an earlier step: its attempt holds
         started = {"attempt": job["attempts"], "simulation": job["simulation"]}
     else:
-        started = start(live, detail["id"], job["id"])
+        started = start(live, detail["id"], job["id"], build)
     simulate(
         Trace.objects.get(pk=trace_id),
         started["simulation"],
@@ -679,3 +679,74 @@ def test_live_wait_exits_12_when_a_job_failed_every_attempt(live, monkeypatch, s
     ]
     # The table still holds what ended ready.
     assert columns(out, "CONFIG")[0][:1] + columns(out, "CONFIG")[0][5:6] == ["SM75_RTX2060", "15.00"]
+
+
+def test_live_show_against_names_the_kernels_that_got_better_and_worse(live):
+    from tests.simulations.sweep_support import ready_trace
+
+    ready_trace("turing", "sm_75")
+    # The build before: kernel 1 exact, kernel 2 -50 %, kernel 3 +10 %. LAUNCHES, after: +10 %,
+    # -25 %, +10 %: kernel 1 10 points further, kernel 2 25 points closer, kernel 3 unchanged.
+    before = [(1, 1, "_Z6vecAddPdS_S_i", None, 1000, 1000), (1, 2, "_Z6vecAddPdS_S_i", None, 2000, 1000)]
+    before.append((1, 3, "_Z4gemmPfS_S_", None, 4000, 4400))
+    ids = []
+    for name, launches, build in (("before", before, "accelsim-before"), ("after", LAUNCHES, BUILD)):
+        status, out, _ = live.run("sweep", "--trace", "turing", "--config", "SM75_RTX2060", "--name", name)
+        assert status == 0
+        ids.append(int(out.split()[1]))
+        run_to_ready(live, live.api(f"/api/sweeps/{ids[-1]}"), "turing", launches=launches, build=build)
+    status, out, _ = live.run("sweep", "show", str(ids[1]), "--against", str(ids[0]))
+    assert status == 0
+    api = live.api(f"/api/sweeps/{ids[1]}/accuracy", against=ids[0])["against"]
+    assert (api["better"], api["worse"], api["unchanged"]) == (1, 1, 1)
+    assert (
+        f"against sweep {ids[0]} before (paired by {api['paired_by']}): 3 kernels compared in both, 1 better, "
+        "1 worse, 1 unchanged"
+    ) in out
+    pair = api["pairs"][0]
+    assert columns(out, "TRACE", "CONFIG", "KERNELS", "BETTER") == [
+        [
+            "turing",
+            "SM75_RTX2060",
+            "3",
+            "1",
+            "1",
+            f"15.00 (was {pair['against_mape']:.2f})",
+            f"{pair['mean_change']:+.2f}",
+        ]
+    ]
+    assert pair["against_mape"] == pytest.approx((0 + 50 + 10) / 3)
+    closer = out.split("turing on SM75_RTX2060, closer to measured (change of |error|):\n")[1].splitlines()[0]
+    assert closer.split() == [
+        "-25.0",
+        "pp",
+        "-25.0",
+        "%",
+        "(was",
+        "-50.0",
+        "%)",
+        "1",
+        "kernel",
+        "2",
+        "_Z6vecAddPdS_S_i",
+    ]
+    further = out.split("turing on SM75_RTX2060, further from it (change of |error|):\n")[1].splitlines()[0]
+    assert further.split() == [
+        "+10.0",
+        "pp",
+        "+10.0",
+        "%",
+        "(was",
+        "+0.0",
+        "%)",
+        "1",
+        "kernel",
+        "1",
+        "_Z6vecAddPdS_S_i",
+    ]
+    # And the list has both, newest first.
+    status, out, _ = live.run("sweep", "list")
+    assert [row[:3] for row in columns(out, "ID")] == [
+        [str(ids[1]), "after", "ready"],
+        [str(ids[0]), "before", "ready"],
+    ]
