@@ -750,3 +750,13 @@ def test_live_show_against_names_the_kernels_that_got_better_and_worse(live):
         [str(ids[1]), "after", "ready"],
         [str(ids[0]), "before", "ready"],
     ]
+
+
+def test_live_a_sweep_the_server_refuses_is_one_line_in_its_words(live):
+    turing_and_ampere()
+    status, out, err = live.run("sweep", "--trace", "turing", "--sample", "--config", "SM75_RTX2060")
+    lines = [line for line in err.splitlines() if line.startswith("cascade: ")]
+    assert (status, out) == (1, "") and len(lines) == 1
+    assert "trace_ids or filters, not both (got sample)" in lines[0]
+    status, _, err = live.run("sweep", "show", "999")
+    assert status == 5 and "cascade: sweep 999 not found" in err
