@@ -15,11 +15,12 @@ from cascade_client.api import Cascade
 from cascade_client.errors import BadAnswer, CascadeError
 from cascade_client.progress import size
 from cascade_client.pull import POSTPROCESS
+from cascade_client.sweep import add_sweep
 from cascade_client.terminal import table_lines, visible
 
 EPILOG = """environment: CASCADE_URL (default http://127.0.0.1:8000), CASCADE_TOKEN (required).
 exit status: 0 done, 1 other error, 2 wrong arguments, 3 no token, 4 token refused,
-5 no such trace, 6 server unreachable, 7 file changed in the bucket, 8 trace not ready,
+5 no such trace or sweep, 6 server unreachable, 7 file changed in the bucket, 8 trace not ready,
 9 trace files missing from the run, 10 destination is a file, another trace's folder or too
 small a disk, 11 the server's answer is malformed, too large or hostile, 12 a sweep waited for
 ended with a job failed or cancelled, or none ready."""
@@ -114,67 +115,6 @@ def add_push(commands) -> None:
         "--id", dest="trace_id", metavar="RUN_ID", help="the trace's id (default: the folder's name)"
     )
     push.add_argument("--wait", action="store_true", help="wait until Cascade has ingested it")
-
-
-SWEEP = """Make a sweep: one job per chosen trace and config, run by `cascade worker` processes
-(docs/client.md). The traces: --trace IDs, or the list's filters (--model, --arch, --sample). A
-pair whose config does not model the trace's GPU is skipped, with the reason; so is one the
-worker's Accel-Sim cannot run. Prints the sweep's id and its jobs; with --wait, a progress bar,
-then the accuracy per config and per trace.
-
-exit status with --wait: 0 when no job ended failed or cancelled and at least one ended ready
-(skipped pairs are listed, not failures); 12 when a job failed or was cancelled, or none ended
-ready. Also: `cascade sweep show ID [--against ID]`, `cascade sweep list`."""
-
-
-def add_sweep(commands) -> None:
-    sweep = commands.add_parser(
-        "sweep",
-        help="run traces on configs across cascade workers; show a sweep's accuracy",
-        description=SWEEP,
-        usage="cascade sweep [--trace ID ...] [--model M] [--arch sm_NN] [--sample] --config NAME "
-        "[--config NAME ...]\n                     [--select unique|step:NAME] [--cover C] [--rerun] "
-        "[--name N] [--wait]\n       cascade sweep show ID [--against ID]\n       cascade sweep list",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sweep.set_defaults(usage=sweep.error)
-    sweep.add_argument("--trace", dest="trace_ids", action="append", metavar="ID", help="a trace (repeat)")
-    sweep.add_argument("--model", metavar="M", help="every trace of this model, e.g. facebook/opt-125m")
-    sweep.add_argument(
-        "--arch", metavar="sm_NN", help="every trace traced for this SASS architecture, e.g. sm_75"
-    )
-    sweep.add_argument("--sample", action="store_true", help="every sample trace (the demo's)")
-    sweep.add_argument(
-        "--config",
-        dest="configs",
-        action="append",
-        metavar="NAME",
-        help="a tested config (repeat; one needed)",
-    )
-    sweep.add_argument("--select", metavar="unique|step:NAME", help="simulate representatives only")
-    sweep.add_argument("--cover", type=float, metavar="C", help="share the groups cover (default 1.0)")
-    sweep.add_argument("--rerun", action="store_true", help="run again where this build already simulated")
-    sweep.add_argument("--name", metavar="N", help="the sweep's name (default sweep_CONFIGS_TIME)")
-    sweep.add_argument(
-        "--wait", action="store_true", help="show progress until every job ended, then the table"
-    )
-    actions = sweep.add_subparsers(dest="action", title="or", metavar="show ID | list")
-    show = actions.add_parser(
-        "show",
-        prog="cascade sweep show",
-        help="a sweep's accuracy table and jobs",
-        description="A sweep's accuracy per config and per (trace, config), then its jobs. With "
-        "--against OTHER: the two sweeps kernel by kernel, which kernels got better or worse and by "
-        "how much. Exit status 0 whatever the jobs' states.",
-    )
-    show.add_argument("sweep_id", metavar="ID", type=int)
-    show.add_argument("--against", metavar="ID", type=int, help="another sweep of the same traces")
-    actions.add_parser(
-        "list",
-        prog="cascade sweep list",
-        help="every sweep, newest first",
-        description="Every sweep, newest first.",
-    )
 
 
 def main(argv: list[str] | None = None) -> int:

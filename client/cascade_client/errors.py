@@ -8,7 +8,7 @@ the cases apart by the status (docs/client.md lists them):
     2  wrong arguments (argparse)
     3  no token: CASCADE_TOKEN is not set
     4  the server refused the token (401)
-    5  no such trace (404)
+    5  no such trace or sweep (404)
     6  the server could not be reached
     7  a file changed in the bucket since the listing (size or MD5 differs, or the bucket
        answered 403/404 for its link): run the pull again

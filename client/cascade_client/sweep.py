@@ -5,9 +5,11 @@ config), and lists the pairs the server skipped with its reason; `GET /api/sweep
 how far they are; `GET /api/sweeps/{id}/accuracy[?against=OTHER]` is the answer, per config
 and per (trace, config), and with `against` kernel by kernel. Every answer is checked for the
 shape the API publishes before anything prints it (a `BadAnswer`, exit status 11, otherwise);
-sweep_tables.py makes the lines a person reads.
+sweep_tables.py makes the lines a person reads; `add_sweep` is the command line's part (cli.py
+calls it).
 """
 
+import argparse
 import re
 import sys
 import time
@@ -29,6 +31,69 @@ from cascade_client.sweep_tables import (
 
 NAME_MAX = 100  # a sweep's name, as a simulation's
 POLL_FIRST, POLL_MAX = 0.5, 10.0  # --wait's pauses between polls, growing by half each time
+
+
+# --- the command line -----------------------------------------------------------------------
+
+SWEEP_HELP = """Make a sweep: one job per chosen trace and config, run by `cascade worker` processes
+(docs/client.md). The traces: --trace IDs, or the list's filters (--model, --arch, --sample). A
+pair whose config does not model the trace's GPU is skipped, with the reason; so is one the
+worker's Accel-Sim cannot run. Prints the sweep's id and its jobs; with --wait, a progress bar,
+then the accuracy per config and per trace.
+
+exit status with --wait: 0 when no job ended failed or cancelled and at least one ended ready
+(skipped pairs are listed, not failures); 12 when a job failed or was cancelled, or none ended
+ready. Also: `cascade sweep show ID [--against ID]`, `cascade sweep list`."""
+
+
+def add_sweep(commands) -> None:
+    sweep = commands.add_parser(
+        "sweep",
+        help="run traces on configs across cascade workers; show a sweep's accuracy",
+        description=SWEEP_HELP,
+        usage="cascade sweep [--trace ID ...] [--model M] [--arch sm_NN] [--sample] --config NAME "
+        "[--config NAME ...]\n                     [--select unique|step:NAME] [--cover C] [--rerun] "
+        "[--name N] [--wait]\n       cascade sweep show ID [--against ID]\n       cascade sweep list",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sweep.set_defaults(usage=sweep.error)
+    sweep.add_argument("--trace", dest="trace_ids", action="append", metavar="ID", help="a trace (repeat)")
+    sweep.add_argument("--model", metavar="M", help="every trace of this model, e.g. facebook/opt-125m")
+    sweep.add_argument(
+        "--arch", metavar="sm_NN", help="every trace traced for this SASS architecture, e.g. sm_75"
+    )
+    sweep.add_argument("--sample", action="store_true", help="every sample trace (the demo's)")
+    sweep.add_argument(
+        "--config",
+        dest="configs",
+        action="append",
+        metavar="NAME",
+        help="a tested config (repeat; one needed)",
+    )
+    sweep.add_argument("--select", metavar="unique|step:NAME", help="simulate representatives only")
+    sweep.add_argument("--cover", type=float, metavar="C", help="share the groups cover (default 1.0)")
+    sweep.add_argument("--rerun", action="store_true", help="run again where this build already simulated")
+    sweep.add_argument("--name", metavar="N", help="the sweep's name (default sweep_CONFIGS_TIME)")
+    sweep.add_argument(
+        "--wait", action="store_true", help="show progress until every job ended, then the table"
+    )
+    actions = sweep.add_subparsers(dest="action", title="or", metavar="show ID | list")
+    show = actions.add_parser(
+        "show",
+        prog="cascade sweep show",
+        help="a sweep's accuracy table and jobs",
+        description="A sweep's accuracy per config and per (trace, config), then its jobs. With "
+        "--against OTHER: the two sweeps kernel by kernel, which kernels got better or worse and by "
+        "how much. Exit status 0 whatever the jobs' states.",
+    )
+    show.add_argument("sweep_id", metavar="ID", type=int)
+    show.add_argument("--against", metavar="ID", type=int, help="another sweep of the same traces")
+    actions.add_parser(
+        "list",
+        prog="cascade sweep list",
+        help="every sweep, newest first",
+        description="Every sweep, newest first.",
+    )
 
 
 # --- the routes -------------------------------------------------------------------------------
