@@ -425,6 +425,13 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "AUTHENTICATION_WHITELIST": ["traces.authentication.BearerTokenAuthentication"],
     "PREPROCESSING_HOOKS": ["traces.openapi.paths_without_slash"],
+    # A trace's (and a simulation's) states and the sweeps': each set its own component.
+    "ENUM_NAME_OVERRIDES": {
+        "StateEnum": "traces.shapes.STATES",
+        "SweepStateEnum": "simulations.sweep_shapes.SWEEP_STATES",
+        "SweepJobStateEnum": "simulations.sweep_shapes.JOB_STATES",
+        "SweepJobEndEnum": "simulations.sweep_shapes.FINISH_STATES",
+    },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "traces.openapi.finish_schema",

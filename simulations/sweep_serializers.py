@@ -6,7 +6,8 @@ whose fields are taken from its FilterSet, never listed twice."""
 import django_filters
 from rest_framework import serializers
 
-from simulations.models import SIMULATION_NAME_MAX, SweepJobState
+from simulations.models import SIMULATION_NAME_MAX
+from simulations.sweep_shapes import FINISH_STATES
 from simulations.sweeps import FILTER_KEYS, SWEEP_CONFIGS_MAX, SWEEP_TRACE_IDS_MAX
 from traces.filters import TraceFilter
 
@@ -118,9 +119,7 @@ class SweepJobFinishRequestSerializer(serializers.Serializer):
     """The attempt's end."""
 
     attempt = serializers.IntegerField(min_value=1, max_value=32767)
-    state = serializers.ChoiceField(
-        choices=[SweepJobState.READY, SweepJobState.FAILED, SweepJobState.SKIPPED]
-    )
+    state = serializers.ChoiceField(choices=FINISH_STATES)
     error = serializers.CharField(required=False, allow_null=True, max_length=TEXT_MAX)
     reason = serializers.CharField(required=False, allow_null=True, max_length=TEXT_MAX)
 

@@ -6,6 +6,7 @@ from traces.shapes import BOOLEAN, DATETIME, INT64, INTEGER, NUMBER, STRING, Fie
 
 JOB_STATES = ("queued", "running", "ready", "failed", "skipped", "cancelled")
 SWEEP_STATES = ("queued", "running", "ready", "failed", "cancelled")
+FINISH_STATES = ("ready", "failed", "skipped")  # how a worker ends an attempt
 
 SWEEP_COUNTS = Shape(
     "SweepCounts", "Its jobs by state.", tuple(Field(state, INTEGER) for state in JOB_STATES)
