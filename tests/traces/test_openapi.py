@@ -92,6 +92,7 @@ def test_every_route_is_described(openapi):
     assert sorted(openapi["paths"]) == [
         "/api/simulations",
         "/api/simulations/accuracy",
+        "/api/sweeps/{id}/accuracy",
         "/api/traces",
         "/api/traces/{trace_id}",
         "/api/traces/{trace_id}/compare/{other_id}",
@@ -112,7 +113,7 @@ def test_every_route_is_described(openapi):
     simulation = "/api/traces/{trace_id}/simulations/{name}"
     assert methods[simulation] == ["get", "delete"]  # its owner's or staff's
     others = [methods[path] for path in methods if path not in uploads and path != simulation]
-    assert others == [["get"]] * 10
+    assert others == [["get"]] * 11
 
 
 def test_bearer_auth_is_the_only_scheme(openapi):
