@@ -94,6 +94,7 @@ def test_every_route_is_described(openapi):
         "/api/simulations/accuracy",
         "/api/sweeps",
         "/api/sweeps/{id}",
+        "/api/sweeps/{id}/accuracy",
         "/api/sweeps/{id}/jobs/{job_id}/finish",
         "/api/sweeps/{id}/jobs/{job_id}/progress",
         "/api/sweeps/{id}/jobs/{job_id}/start",
@@ -122,7 +123,7 @@ def test_every_route_is_described(openapi):
     assert [methods[path] for path in jobs] == [["post"]] * 3
     sweeps = {"/api/sweeps", "/api/sweeps/{id}", *jobs}
     others = [methods[p] for p in methods if p not in uploads | sweeps and p != simulation]
-    assert others == [["get"]] * 10
+    assert others == [["get"]] * 11
 
 
 def test_bearer_auth_is_the_only_scheme(openapi):
