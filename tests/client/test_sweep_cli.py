@@ -504,7 +504,7 @@ def start(live, sweep_id, job_id, build=BUILD) -> dict:
         "accel_sim_build": build,
         "gpgpusim_build": "4.2.0 [build gpgpu-sim_git-commit-667834c_modified_0.0]",
         "configs": ["SM75_RTX2060", "SM86_RTX3070"],
-        "sass_versions": [75, 86],
+        "sass_versions": [70, 75, 80, 86],
     }
     answer = live.worker.post(f"/api/sweeps/{sweep_id}/jobs/{job_id}/start", json=body)
     assert answer.status_code == 200 and answer.json()["run"], answer.text
@@ -587,20 +587,18 @@ def queued(detail) -> dict[str, dict]:
 def run_to_ready(live, detail, trace_id, *, launches=LAUNCHES, build=BUILD):
     """A worker's job done: started, its simulation ready (stored as ingestion stores one), finished."""
     from tests.simulations.support import simulate
-    from traces.models import Trace
+    from traces.models import Kernel, Trace
 
     job = queued(detail)[trace_id]
     if job["state"] == "running":  # started by an earlier step: its attempt holds
         started = {"attempt": job["attempts"], "simulation": job["simulation"]}
     else:
         started = start(live, detail["id"], job["id"], build)
-    simulate(
-        Trace.objects.get(pk=trace_id),
-        started["simulation"],
-        launches,
-        config=job["config"],
-        simulator_build=build,
-    )
+    trace = Trace.objects.get(pk=trace_id)
+    # The launches in the trace's own context (its launches' ctx), as ingestion pairs them.
+    context = Kernel.objects.filter(trace=trace).values_list("context", flat=True).first()
+    launches = [(context, *launch[1:]) for launch in launches]
+    simulate(trace, started["simulation"], launches, config=job["config"], simulator_build=build)
     report(live, detail["id"], job["id"], "finish", {"attempt": started["attempt"], "state": "ready"})
 
 
@@ -642,6 +640,13 @@ def test_live_wait_shows_progress_then_the_api_s_accuracy_and_exits_0(live, monk
         ]  # fmt: skip
         # ... and the numbers are the ones worked out above from the launches.
         assert printed[row["config"]][5:8:2] == ["15.00", "14.29"]
+    # Each row's worst launches, as the API ranks them: kernel 2 (-25 %) first.
+    worst = next(row for row in api["by_config"] if row["config"] == "SM75_RTX2060")["worst"]
+    lines = out.split("worst kernels of SM75_RTX2060")[1].splitlines()[1 : 1 + len(worst)]
+    assert [(line.split()[0], line.split()[-2]) for line in lines] == [
+        (f"{k['error']:+.1f}", str(k["kernel_id"])) for k in worst
+    ]
+    assert [line.split()[0] for line in lines] == ["-25.0", "+10.0", "+10.0"]
     cells = {(row[0], row[1]): row for row in columns(out, "TRACE")}
     assert cells["turing", "SM75_RTX2060"][2:5] == ["ready", "3", "15.00"]
 
