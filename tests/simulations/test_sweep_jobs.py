@@ -29,6 +29,15 @@ from traces.models import Trace, TraceState
 
 pytestmark = pytest.mark.django_db
 broker, rabbit = sweep_support.broker, sweep_support.rabbit  # the fixtures
+
+
+@pytest.fixture(autouse=True)
+def own_broker(broker):
+    """Every message these tests publish goes to the tests' own Redis database, never the
+    machine's default one (where a real worker could take it)."""
+    return broker
+
+
 WORKER = {
     "host": "farm-1",
     "process": 4242,
