@@ -65,12 +65,25 @@ def broker(settings):
 
     client = redis.Redis.from_url(SWEEP_BROKER_URL)
     try:
-        client.flushdb()
+        client.ping()
     except redis.ConnectionError:
         pytest.skip("needs Redis on 127.0.0.1:6379 as the sweeps' broker")
-    settings.CELERY_BROKER_URL = SWEEP_BROKER_URL
-    yield Broker(SWEEP_BROKER_URL)
-    client.flushdb()
+    # One test at a time across pytest-xdist's workers: each reads and empties the same queues.
+    with client.lock(LOCK, timeout=300, blocking_timeout=300):
+        emptied(client)
+        settings.CELERY_BROKER_URL = SWEEP_BROKER_URL
+        yield Broker(SWEEP_BROKER_URL)
+        emptied(client)
+
+
+LOCK = "sweeps-tests-broker"
+
+
+def emptied(client) -> None:
+    """The database's keys deleted (queues, bindings), the lock's aside."""
+    for key in client.scan_iter():
+        if key != LOCK.encode():
+            client.delete(key)
 
 
 # RabbitMQ's queues are the machine's: the tests' config is named for them alone.
