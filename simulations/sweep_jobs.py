@@ -143,9 +143,10 @@ def _refusal(job: SweepJob, worker: Worker, now) -> dict | None:
     """Why this worker does not run the job: its tree lacks the config (the job is published
     again for another), runs no such SASS (skipped), or the same build's simulation is ready."""
     if worker.configs and job.config not in worker.configs:
-        if _changed(job, state=SweepJobState.QUEUED, queued_at=now):
-            publish_on_commit(job.sweep_id, [(job.pk, job.config)])
-        return not_run(job, f"this worker's Accel-Sim has no config {job.config}; the job is queued again.")
+        # Not published again at once (a worker misconfigured to take the queue would loop): the
+        # watcher publishes it once its queue is empty a lease after its last message.
+        _changed(job, state=SweepJobState.QUEUED)
+        return not_run(job, f"this worker's Accel-Sim has no config {job.config}; the job stays queued.")
     version = arch_version(job.trace.trace_gpu_arch)
     if version is not None and worker.sass_versions and version not in worker.sass_versions:
         runs = "/".join(map(str, sorted(worker.sass_versions)))

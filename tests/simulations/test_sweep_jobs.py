@@ -404,3 +404,9 @@ def test_the_beat_task_is_the_watcher(sweep, worker):
     post(worker, sweep, "start", WORKER)
     lapse(sweep[1])
     assert watch_sweeps_task().startswith("sweeps: 1 jobs queued again")
+
+
+def test_a_worker_without_the_config_leaves_the_job_queued(sweep, worker):
+    answer = post(worker, sweep, "start", {**WORKER, "configs": ["SM86_RTX3070"]}).json()
+    assert (answer["run"], answer["state"]) == (False, "queued")
+    assert SweepJob.objects.get(pk=sweep[1]).attempts == 0
