@@ -22,7 +22,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from simulations.models import SweepJob, SweepJobState
-from simulations.sweep_jobs import lease, locked_job, requeue_or_fail
+from simulations.sweep_jobs import lapsed_error, lease, locked_job, requeue_or_fail
 from simulations.sweeps import celery_app, publish
 
 logger = logging.getLogger(__name__)
@@ -69,12 +69,7 @@ def _lease_lapsed(sweep_id: int, job_id: int, result: WatchResult) -> None:
         now = timezone.now()
         if job.state != SweepJobState.RUNNING or job.heartbeat_at is None or now - job.heartbeat_at < lease():
             return  # it reported, or ended, since the query
-        worker = job.worker or {}
-        seconds = int((now - job.heartbeat_at).total_seconds())
-        error = (
-            f"its worker ({worker.get('host')}, process {worker.get('process')}) stopped reporting "
-            f"during attempt {job.attempts} (no report for {seconds} s)"
-        )
+        error = lapsed_error(job, now)
         if requeue_or_fail(job, error, now):
             result.requeued += 1
         elif job.state == SweepJobState.FAILED:
