@@ -14,6 +14,9 @@ import httpx
 import pytest
 
 from tests.client.conftest import TOKEN
+from tests.simulations import sweep_support
+
+broker = sweep_support.broker  # the fixture: the server publishes to the sweeps' tests' Redis
 
 # --- answers as the contract writes them --------------------------------------------------
 
@@ -436,8 +439,6 @@ def test_list_shows_each_sweep_newest_first(cli_on):
 
 # --- against Cascade's routes (Django's live server) -----------------------------------------
 
-# Redis database 12: these tests' own; the server's messages land there, flushed, never consumed.
-BROKER = "redis://127.0.0.1:6379/12"
 BUILD = "accelsim-commit-73f9fac6_modified_0.0"
 # Launches of a simulation at 1000 MHz (a cycle is a ns): (ctx, kernel_id, name, step, measured
 # ns, simulated cycles). Worked out here (docs/formats.md's definitions): errors +10 %, -25 %,
@@ -450,21 +451,15 @@ LAUNCHES = [
 
 
 @pytest.fixture
-def live(live_server, settings, monkeypatch, capsys):
+def live(live_server, broker, monkeypatch, capsys):
     """`cascade` against the live server with alice's write token; `live.worker` a worker's
-    client of the job routes (another user's write token); `live.api(path)` the API's JSON."""
-    import redis
+    client of the job routes (another user's write token); `live.api(path)` the API's JSON. The
+    server publishes the jobs' messages to the sweeps' tests' own Redis database (`broker`)."""
     from cascade_client import cli
     from django.contrib.auth import get_user_model
 
     from traces.models import ApiToken
 
-    client = redis.Redis.from_url(BROKER)
-    try:
-        client.flushdb()
-    except redis.ConnectionError:
-        pytest.skip("needs Redis on 127.0.0.1:6379 as the sweeps' broker")
-    settings.CELERY_BROKER_URL = BROKER
     users = get_user_model().objects
     _, token = ApiToken.issue(users.create(username="alice"), scope="write")
     _, farm = ApiToken.issue(users.create(username="farm"), scope="write")
@@ -494,7 +489,6 @@ def live(live_server, settings, monkeypatch, capsys):
 
     yield Live()
     Live.worker.close()
-    client.flushdb()
 
 
 def start(live, sweep_id, job_id, build=BUILD) -> dict:
@@ -518,11 +512,9 @@ def report(live, sweep_id, job_id, route, body) -> dict:
 
 
 def turing_and_ampere():
-    from tests.simulations.sweep_support import ready_trace
-
-    ready_trace("turing", "sm_75", sample=True)
-    ready_trace("ampere", "sm_86", sample=True)
-    ready_trace("hopper", "sm_90")
+    sweep_support.ready_trace("turing", "sm_75", sample=True)
+    sweep_support.ready_trace("ampere", "sm_86", sample=True)
+    sweep_support.ready_trace("hopper", "sm_90")
 
 
 def test_live_create_with_traces_lists_the_server_s_jobs_and_skip_reasons(live):
@@ -687,9 +679,7 @@ def test_live_wait_exits_12_when_a_job_failed_every_attempt(live, monkeypatch, s
 
 
 def test_live_show_against_names_the_kernels_that_got_better_and_worse(live):
-    from tests.simulations.sweep_support import ready_trace
-
-    ready_trace("turing", "sm_75")
+    sweep_support.ready_trace("turing", "sm_75")
     # The build before: kernel 1 exact, kernel 2 -50 %, kernel 3 +10 %. LAUNCHES, after: +10 %,
     # -25 %, +10 %: kernel 1 10 points further, kernel 2 25 points closer, kernel 3 unchanged.
     before = [(1, 1, "_Z6vecAddPdS_S_i", None, 1000, 1000), (1, 2, "_Z6vecAddPdS_S_i", None, 2000, 1000)]
