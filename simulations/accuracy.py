@@ -8,7 +8,8 @@ simulations API's reads (one snapshot, launches streamed). Two simulations compa
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from django.db.models import Count, Exists, OuterRef, QuerySet, Sum
+from django.db.models import Count, Exists, F, OuterRef, QuerySet, Sum, Window
+from django.db.models.functions import RowNumber
 
 from simulations import shapes
 from simulations.metrics import (
@@ -33,6 +34,9 @@ from traces.snapshots import snapshot
 # Rows per round trip when a simulation's launches are streamed.
 FETCH_ROWS = 2000
 ACCURACY_BY = ("simulator_build", "config")
+# The launches of largest |error| each accuracy row names (`worst`), and their keys.
+WORST_IN_ROW = 3
+WORST_KEYS = ("trace_id", "simulation", "ctx", "kernel_id", "name", "measured_ns", "sim_ns", "error")
 # --- one simulation ------------------------------------------------------------------------
 
 
@@ -263,49 +267,103 @@ def simulation_families(simulation: Simulation) -> list[FamilyAccuracy]:
 
 def accuracy_by(by: str, simulations: QuerySet[Simulation]) -> list[dict]:
     """One row per simulator build (or config) over the ready simulations among
-    `simulations` that compared at least one kernel: how many simulations and traces, and the
-    metrics pooled over every launch they compared (a build's MAPE is over its kernels, not a
-    mean of its simulations'), and `left_out`: how many ready simulations of that build compared
-    nothing, and why (a build whose simulations all did has a row of 0 simulations). The most
-    accurate (lowest MAPE) first, those with nothing compared last: three queries."""
+    `simulations`: `accuracy_rows` grouped by one of ACCURACY_BY."""
     if by not in ACCURACY_BY:
         raise ValueError(f"by must be one of {', '.join(ACCURACY_BY)}, not {by!r}")
+    return accuracy_rows((by,), simulations)
+
+
+def accuracy_rows(keys: tuple[str, ...], simulations: QuerySet[Simulation]) -> list[dict]:
+    """One row per value of `keys` (of ACCURACY_BY, in that order: a sweep's rows are per
+    config and build) over the ready simulations among `simulations` that compared at least
+    one kernel: how many simulations and traces, and the metrics pooled over every launch they
+    compared (a build's MAPE is over its kernels, not a mean of its simulations'), its
+    `worst` launches, and `left_out`: how many ready simulations of that build compared
+    nothing, and why (a build whose simulations all did has a row of 0 simulations). The most
+    accurate (lowest MAPE) first, those with nothing compared last: four queries."""
+    keys = tuple(key for key in ACCURACY_BY if key in keys)
     ready = simulations.filter(state=TraceState.READY).order_by()
     compared_any = Exists(SimulatedKernel.objects.filter(COMPARED, simulation=OuterRef("pk")))
     counted = ready.filter(compared_any)
+
+    def group(row: dict, prefix: str = "") -> tuple:
+        return tuple(row[f"{prefix}{key}"] for key in keys)
+
     counts = {
-        row[by]: row
-        for row in counted.values(by).annotate(simulations=Count("id"), traces=Count("trace", distinct=True))
+        group(row): row
+        for row in counted.values(*keys).annotate(
+            simulations=Count("id"), traces=Count("trace", distinct=True)
+        )
     }
-    left_out = dict(ready.filter(~compared_any).values(by).annotate(n=Count("id")).values_list(by, "n"))
+    left_out = {
+        group(row): row["n"] for row in ready.filter(~compared_any).values(*keys).annotate(n=Count("id"))
+    }
+    launches = SimulatedKernel.objects.filter(COMPARED, simulation__in=counted.values("id")).order_by()
+    by_simulation = [f"simulation__{key}" for key in keys]
     sums = {
-        row[f"simulation__{by}"]: clean_sums(row)
-        for row in SimulatedKernel.objects.filter(COMPARED, simulation__in=counted.values("id"))
-        .order_by()
-        .values(f"simulation__{by}")
-        .annotate(**SUMS)
+        group(row, "simulation__"): clean_sums(row)
+        for row in launches.values(*by_simulation).annotate(**SUMS)
     }
+    worst = worst_launches(launches, by_simulation)
     rows = []
     for value in dict.fromkeys([*counts, *left_out]):
         count = counts.get(value, {"simulations": 0, "traces": 0})
         metrics = values_from_sums(sums.get(value, empty_sums()))
         rows.append(
             {
-                by: value,
+                **dict(zip(keys, value, strict=True)),
                 "simulations": count["simulations"],
                 "traces": count["traces"],
                 "kernels_compared": metrics["kernels_compared"],
                 "mape": metrics["mape"],
                 "aggregate_error": metrics["aggregate_error"],
                 "pearson_r": metrics["pearson_r"],
+                "worst": worst.get(value, []),
                 "left_out": {
                     "simulations": left_out.get(value, 0),
                     "why": NOTHING_COMPARED if left_out.get(value) else None,
                 },
             }
         )
-    rows.sort(key=lambda row: (row["mape"] is None, row["mape"] or 0, row[by] is None, row[by] or ""))
+    rows.sort(
+        key=lambda row: (
+            row["mape"] is None,
+            row["mape"] or 0,
+            *((row[key] is None, row[key] or "") for key in keys),
+        )
+    )
     return rows
+
+
+def worst_launches(launches: QuerySet[SimulatedKernel], by: list[str]) -> dict[tuple, list[dict]]:
+    """The WORST_IN_ROW launches with the largest |error| of each group of `by` (largest
+    first; ties by simulation, then the trace's order), as WORST_KEYS dicts: one query, a
+    window over the launches measured above 0 (a launch of x = 0 has no error to rank)."""
+    ranked = launches.filter(measured_ns__gt=0).annotate(
+        rank=Window(
+            RowNumber(),
+            partition_by=[F(field) for field in by],
+            order_by=[(ABS_ERROR / MEASURED).desc(), F("simulation_id"), F("context"), F("kernel_id")],
+        )
+    )
+    rows = ranked.filter(rank__lte=WORST_IN_ROW).order_by(*by, "rank").values_list(*by, *_WORST_COLUMNS)
+    worst: dict[tuple, list[dict]] = {}
+    for row in rows:
+        trace_id, name, ctx, kernel_id, kernel, measured, sim = row[len(by) :]
+        launch = (trace_id, name, ctx, kernel_id, kernel, measured, sim, signed_error(sim, measured))
+        worst.setdefault(tuple(row[: len(by)]), []).append(dict(zip(WORST_KEYS, launch, strict=True)))
+    return worst
+
+
+_WORST_COLUMNS = (
+    "simulation__trace_id",
+    "simulation__name",
+    "launch_context__ctx",
+    "kernel_id",
+    "kernel_name__name",
+    "measured_ns",
+    "sim_ns",
+)
 
 
 # --- the API's reads ---------------------------------------------------------------------------

@@ -216,6 +216,21 @@ ACCURACY_EXAMPLE = [
             "mape": 10.0543,
             "aggregate_error": 11.2253,
             "pearson_r": 0.9918,
+            "worst": [
+                shaped(
+                    shapes.ACCURACY_WORST,
+                    {
+                        "trace_id": SAMPLE_TRACE,
+                        "simulation": "accelsim-2260456e-SM75_RTX2060",
+                        "ctx": "0x6165bdd7ec90",
+                        "kernel_id": 31,
+                        "name": "_Z6vecAddPdS_S_i",
+                        "measured_ns": 2848,
+                        "sim_ns": 5121.0,
+                        "error": 79.8104,
+                    },
+                )
+            ],
             "left_out": shaped(shapes.ACCURACY_LEFT_OUT, {"simulations": 0, "why": None}),
         },
     ),

@@ -24,6 +24,7 @@ from simulations.serializers import (
     SimulationSummarySerializer,
     SimulationUploadRequestSerializer,
     SimulationUploadSerializer,
+    SweepAccuracySerializer,
 )
 from traces.openapi import (
     CHALLENGE,
@@ -136,6 +137,35 @@ accuracy_schema = extend_schema(
             "by must be one of simulator_build, config, not 'x'",
         ),
         401: UNAUTHORIZED,
+        429: THROTTLED,
+    },
+)
+
+
+# --- a sweep's accuracy -----------------------------------------------------------------------
+
+NO_SUCH_SWEEP = error_response("No sweep has this id (nor `against`'s).", "sweep 99 not found")
+
+sweep_accuracy_schema = extend_schema(
+    operation_id="sweeps_accuracy",
+    summary="A sweep's accuracy",
+    description=(
+        "`by_config`: a row per (config, simulator build) over the sweep's ready simulations, "
+        "as /api/simulations/accuracy computes its rows. `cells`: each job. `against`: another "
+        "sweep's simulations of the same traces, launch by launch."
+    ),
+    parameters=[
+        OpenApiParameter("id", OpenApiTypes.INT, OpenApiParameter.PATH, description="The sweep's id."),
+        OpenApiParameter("against", OpenApiTypes.INT, description="Another sweep's id."),
+        CHALLENGE,
+    ],
+    responses={
+        200: SweepAccuracySerializer,
+        400: error_response(
+            "`against` is not an integer.", "against must be a sweep's id (an integer), not 'x'"
+        ),
+        401: UNAUTHORIZED,
+        404: NO_SUCH_SWEEP,
         429: THROTTLED,
     },
 )

@@ -18,6 +18,7 @@ SimulationSummarySerializer = serializer_for(shapes.SIMULATION_SUMMARY)
 SimulationListItemSerializer = serializer_for(shapes.SIMULATION_LIST_ITEM)
 SimulationDetailSerializer = documented(shapes.SIMULATION_DETAIL, SIMULATION_DETAIL_EXAMPLES)
 SimulationAccuracySerializer = serializer_for(shapes.SIMULATION_ACCURACY)
+SweepAccuracySerializer = serializer_for(shapes.SWEEP_ACCURACY)
 
 
 # --- A simulation's upload: the requests (validated with these; a file's and a multipart upload's

@@ -2,6 +2,7 @@
 (`traces.shapes`, whose machinery and kinds these use): the selectors' columns, the encoders'
 keys, the schema's components and the examples' keys come from here."""
 
+from simulations import sweep_shapes
 from traces.shapes import (
     BOOLEAN,
     DATETIME,
@@ -228,10 +229,24 @@ ACCURACY_LEFT_OUT = Shape(
     "",
     (Field("simulations", INTEGER), Field("why", STRING, null=True)),
 )
+ACCURACY_WORST = Shape(
+    "AccuracyWorstKernel",
+    "A compared launch of the row, among those of largest |error| (x > 0).",
+    (
+        Field("trace_id", STRING),
+        Field("simulation", STRING, "The simulation's name."),
+        Field("ctx", STRING, null=True),
+        Field("kernel_id", INTEGER),
+        Field("name", STRING),
+        Field("measured_ns", INTEGER),
+        Field("sim_ns", NUMBER),
+        Field("error", NUMBER, "(sim_ns - measured_ns) / measured_ns, in %, signed."),
+    ),
+)
 SIMULATION_ACCURACY = Shape(
     "SimulationAccuracy",
     "One simulator build (or config) over its ready simulations, pooled over every compared "
-    "launch; the key is `simulator_build` or `config`, as `by` asks.",
+    "launch; the key is `simulator_build` or `config`, as `by` asks (a sweep's rows: both).",
     (
         Field("simulator_build", STRING, null=True, optional=True),
         Field("config", STRING, null=True, optional=True),
@@ -241,11 +256,91 @@ SIMULATION_ACCURACY = Shape(
         Field("mape", NUMBER, null=True),
         Field("aggregate_error", NUMBER, null=True),
         Field("pearson_r", NUMBER, null=True),
+        many("worst", ACCURACY_WORST, "The 3 launches of largest |error|, largest first."),
         nested(
             "left_out",
             ACCURACY_LEFT_OUT,
             "Its ready simulations that compared no kernel: not counted in the row.",
         ),
+    ),
+)
+
+
+# --- a sweep's accuracy (simulations.sweep_accuracy) ----------------------------------------------
+
+SWEEP_JOB_STATES = ("queued", "running", "ready", "failed", "skipped", "cancelled")
+SWEEP_CELL = Shape(
+    "SweepCell",
+    "A job of the sweep: one (trace, config); the figures are its simulation's, once ready.",
+    (
+        Field("trace_id", STRING),
+        Field("config", STRING),
+        Field("simulation", STRING, "The simulation's name.", null=True),
+        Field("state", STRING, "The job's state: " + ", ".join(SWEEP_JOB_STATES) + "."),
+        Field("kernels_compared", INTEGER, null=True),
+        Field("mape", NUMBER, null=True),
+    ),
+)
+SWEEP_KERNEL_CHANGE = Shape(
+    "SweepKernelChange",
+    "A launch both simulations compared: its error in each; `change` is the change of |error| "
+    "in percentage points (negative: closer to the measured time in this sweep).",
+    (
+        Field("ctx", STRING, null=True),
+        Field("kernel_id", INTEGER),
+        Field("name", STRING),
+        Field("measured_ns", INTEGER),
+        Field("against_sim_ns", NUMBER),
+        Field("sim_ns", NUMBER),
+        Field("against_error", NUMBER),
+        Field("error", NUMBER),
+        Field("change", NUMBER),
+    ),
+)
+SWEEP_PAIR = Shape(
+    "SweepPair",
+    "A trace both sweeps simulated: this sweep's simulation against the other's, launch by launch.",
+    (
+        Field("trace_id", STRING),
+        Field("config", STRING),
+        Field("against_config", STRING),
+        Field("simulation", STRING),
+        Field("against_simulation", STRING),
+        Field("mape", NUMBER, null=True),
+        Field("against_mape", NUMBER, null=True),
+        Field("compared", INTEGER, "Launches both compared."),
+        Field("better", INTEGER),
+        Field("worse", INTEGER),
+        Field("unchanged", INTEGER),
+        Field("mean_change", NUMBER, null=True),
+        many("better_kernels", SWEEP_KERNEL_CHANGE, "The 20 most improved, most first."),
+        many("worse_kernels", SWEEP_KERNEL_CHANGE, "The 20 most worsened, most first."),
+    ),
+)
+SWEEP_AGAINST = Shape(
+    "SweepAgainst",
+    "This sweep against another on the cells they share: by (trace, config) when they share a "
+    "config, else by trace.",
+    (
+        Field("id", INTEGER),
+        Field("name", STRING),
+        Field("paired_by", STRING, enum=("config", "trace")),
+        Field("compared", INTEGER),
+        Field("better", INTEGER),
+        Field("worse", INTEGER),
+        Field("unchanged", INTEGER),
+        many("pairs", SWEEP_PAIR),
+    ),
+)
+SWEEP_ACCURACY = Shape(
+    "SweepAccuracy",
+    "How well the sweep's ready simulations predict the measured runs, per config and build.",
+    (
+        Field("id", INTEGER),
+        Field("name", STRING),
+        many("by_config", SIMULATION_ACCURACY),
+        many("cells", SWEEP_CELL),
+        nested("against", SWEEP_AGAINST, optional=True),
     ),
 )
 
@@ -290,8 +385,15 @@ SHAPES = {
         SIMULATED_KERNEL,
         SIMULATION_DETAIL,
         ACCURACY_LEFT_OUT,
+        ACCURACY_WORST,
         SIMULATION_ACCURACY,
+        SWEEP_CELL,
+        SWEEP_KERNEL_CHANGE,
+        SWEEP_PAIR,
+        SWEEP_AGAINST,
+        SWEEP_ACCURACY,
         SIMULATION_UPLOAD,
         SIMULATION_COMPLETE,
     )
 }
+SHAPES.update(sweep_shapes.SHAPES)  # the sweeps' answers (simulations.sweep_shapes)

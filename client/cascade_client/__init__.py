@@ -10,6 +10,7 @@ from cascade_client.errors import (
     NotFound,
     NoToken,
     NotReady,
+    SweepFailed,
     Unreachable,
 )
 
@@ -35,5 +36,6 @@ __all__ = [
     "NoToken",
     "NotFound",
     "NotReady",
+    "SweepFailed",
     "Unreachable",
 ]

@@ -15,13 +15,15 @@ from cascade_client.api import Cascade
 from cascade_client.errors import BadAnswer, CascadeError
 from cascade_client.progress import size
 from cascade_client.pull import POSTPROCESS
-from cascade_client.terminal import visible
+from cascade_client.sweep import add_sweep
+from cascade_client.terminal import table_lines, visible
 
 EPILOG = """environment: CASCADE_URL (default http://127.0.0.1:8000), CASCADE_TOKEN (required).
 exit status: 0 done, 1 other error, 2 wrong arguments, 3 no token, 4 token refused,
-5 no such trace, 6 server unreachable, 7 file changed in the bucket, 8 trace not ready,
+5 no such trace or sweep, 6 server unreachable, 7 file changed in the bucket, 8 trace not ready,
 9 trace files missing from the run, 10 destination is a file, another trace's folder or too
-small a disk, 11 the server's answer is malformed, too large or hostile."""
+small a disk, 11 the server's answer is malformed, too large or hostile, 12 a sweep waited for
+ended with a job failed or cancelled, or none ready."""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -72,6 +74,7 @@ def parser() -> argparse.ArgumentParser:
     simulate.add_argument("--force", action="store_true", help="simulate despite a SASS or file mismatch")
 
     add_push(commands)
+    add_sweep(commands)
 
     pull = commands.add_parser(
         "pull",
@@ -125,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(
             "cascade: interrupted"
-            + ("; run the same command again to resume" if args.command in ("pull", "push") else ""),
+            + ("; run the same command again to resume" if args.command in ("pull", "push") else "")
+            + ("; the sweep goes on: `cascade sweep show ID` shows it" if args.command == "sweep" else ""),
             file=sys.stderr,
         )
         return 130
@@ -326,6 +330,14 @@ def simulate(cascade: Cascade, args) -> int:
     return 0 if result.succeeded else 1
 
 
+def sweep(cascade: Cascade, args) -> int:
+    from cascade_client.sweep import command
+
+    for line in command(cascade, args):
+        print(visible(line), flush=True)  # names, reasons and errors are the server's and the uploaders'
+    return 0
+
+
 def push(cascade: Cascade, args) -> None:
     from cascade_client.push import main_line, push
 
@@ -340,6 +352,7 @@ COMMANDS = {
     "pull": pull,
     "push": push,
     "simulate": simulate,
+    "sweep": sweep,
 }
 
 
@@ -350,14 +363,8 @@ def print_fields(fields: list[tuple[str, str]]) -> None:
 
 
 def print_table(header: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> None:
-    rows = [[visible(cell) for cell in row] for row in rows]
-    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=False)]
-    for row in [header, *rows]:
-        cells = [
-            str(cell).rjust(width) if i in right else str(cell).ljust(width)
-            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
-        ]
-        print("  ".join(cells).rstrip())
+    for line in table_lines(header, rows, right):
+        print(line)
 
 
 def percent(share: float | None) -> str:

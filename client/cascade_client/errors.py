@@ -8,7 +8,7 @@ the cases apart by the status (docs/client.md lists them):
     2  wrong arguments (argparse)
     3  no token: CASCADE_TOKEN is not set
     4  the server refused the token (401)
-    5  no such trace (404)
+    5  no such trace or sweep (404)
     6  the server could not be reached
     7  a file changed in the bucket since the listing (size or MD5 differs, or the bucket
        answered 403/404 for its link): run the pull again
@@ -19,6 +19,8 @@ the cases apart by the status (docs/client.md lists them):
    11  the server's answer is malformed or hostile: not the API's shape, larger than the client
        reads (answers.py states the bounds), a redirect, a file listed past the size a pull
        takes, a path that would leave the folder, an upload answer for a file not asked for
+   12  a sweep waited for (`cascade sweep --wait`) ended with a job failed or cancelled, or
+       with no job ready (skipped pairs are neither)
 """
 
 
@@ -60,3 +62,7 @@ class DestinationInUse(CascadeError):
 
 class BadAnswer(CascadeError):
     exit_code = 11
+
+
+class SweepFailed(CascadeError):
+    exit_code = 12

@@ -1,4 +1,4 @@
-"""A pull's or a push's progress on stderr: one bar redrawn on a terminal, plain lines otherwise
+"""A pull's or a push's progress on stderr (a sweep's: sweep.Bar, with the same `bar`): one bar redrawn on a terminal, plain lines otherwise
 (a log or CI reads one line per file, never carriage returns)."""
 
 import sys
@@ -13,6 +13,12 @@ def size(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GiB"
+
+
+def bar(share: float, width: int = 30) -> str:
+    """`[#########.....................]`: `share` (0 to 1) of `width` filled."""
+    filled = int(width * min(max(share, 0.0), 1.0))
+    return f"[{'#' * filled}{'.' * (width - filled)}]"
 
 
 class Progress:
@@ -60,11 +66,9 @@ class Progress:
     def _draw(self) -> None:
         self._drawn = time.monotonic()
         share = self.done / self.total if self.total else 1.0
-        width = 30
-        filled = int(width * share)
         rate = self.done / max(self._drawn - self.started, 1e-6)
         line = (
-            f"\r[{'#' * filled}{'.' * (width - filled)}] {share:4.0%}  "
+            f"\r{bar(share)} {share:4.0%}  "
             f"{self.done_files}/{self.files} files  {size(self.done)}/{size(self.total)}  {size(rate)}/s"
         )
         self.stream.write(line)

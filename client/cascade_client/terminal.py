@@ -24,3 +24,17 @@ def _control(char: str) -> bool:
 def _escaped(char: str) -> str:
     code = ord(char)
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def table_lines(header: list[str], rows: list[list[str]], right=frozenset()) -> list[str]:
+    """Columns padded to their widest cell, two spaces apart (those in `right` right-aligned),
+    each cell `visible`."""
+    rows = [[visible(cell) for cell in row] for row in rows]
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *rows, strict=False)]
+    return [
+        "  ".join(
+            str(cell).rjust(width) if i in right else str(cell).ljust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in [header, *rows]
+    ]

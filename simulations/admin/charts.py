@@ -44,11 +44,12 @@ def phase_colours(phases: Sequence[str | None]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class ScatterInput:
-    """One kernel to draw: its measured and simulated ns, its step's phase, its tooltip."""
+    """One kernel to draw: its measured and simulated ns, the group it is coloured by (a
+    simulation's: its step's phase; a sweep's: its config), its tooltip."""
 
     measured_ns: float
     sim_ns: float
-    phase: str | None
+    group: str | None
     title: str
 
 
@@ -98,10 +99,11 @@ class AccuracyScatter:
         return self.height - 6
 
 
-def accuracy_scatter(rows: Sequence[ScatterInput]) -> AccuracyScatter:
+def accuracy_scatter(rows: Sequence[ScatterInput], colours: dict[str, str] | None = None) -> AccuracyScatter:
     """A point per row at (measured, simulated) on one log scale for both axes, so that
     y = x is the square's diagonal and a kernel simulated 10% too slow or fast sits on the
-    band's edge. Points are drawn phase by phase, the most numerous first (underneath)."""
+    band's edge. Points are drawn group by group, the most numerous first (underneath); a
+    group's colour is `colours`' (by default its phase's, `phase_colours`; None is NO_PHASE)."""
     chart = AccuracyScatter()
     placed = [row for row in rows if row.measured_ns > 0 and row.sim_ns > 0]
     chart.skipped = len(rows) - len(placed)
@@ -118,18 +120,21 @@ def accuracy_scatter(rows: Sequence[ScatterInput]) -> AccuracyScatter:
     def place_y(log_value: float) -> float:
         return round(chart.plot_bottom - chart.plot * (log_value - low) / span, 2)
 
-    colours = phase_colours([row.phase for row in placed])
+    if colours is None:
+        colours = phase_colours([row.group for row in placed])
+    present = {row.group or NO_PHASE for row in placed}
+    colours = {label: colour for label, colour in colours.items() if label in present}
     counts: dict[str, int] = {}
     for row in placed:
-        label = row.phase or NO_PHASE
+        label = row.group or NO_PHASE
         counts[label] = counts.get(label, 0) + 1
     order = sorted(colours, key=lambda label: -counts[label])
-    points = sorted(placed, key=lambda row: order.index(row.phase or NO_PHASE))
+    points = sorted(placed, key=lambda row: order.index(row.group or NO_PHASE))
     chart.points = [
         ScatterPoint(
             x=place_x(math.log10(row.measured_ns)),
             y=place_y(math.log10(row.sim_ns)),
-            colour=colours[row.phase or NO_PHASE],
+            colour=colours[row.group or NO_PHASE],
             title=row.title,
         )
         for row in points

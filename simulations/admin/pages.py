@@ -8,7 +8,7 @@ a hundred simulated launches or a million.
 
 from dataclasses import dataclass
 
-from django.db.models import BigIntegerField, ExpressionWrapper, F, Value
+from django.db.models import BigIntegerField, ExpressionWrapper, F, QuerySet, Value
 from django.template.loader import render_to_string
 
 from simulations import accuracy, compare, metrics
@@ -22,6 +22,7 @@ from traces.models import Step, TraceState
 SCATTER_POINTS = 2000
 _HASH_MULTIPLIER = 2654435761  # Knuth's multiplicative hash: uids in order spread evenly
 _HASH_RANGE = 2**32
+_HASH_KEY_RANGE = 2**31
 WORST_KERNELS = 20
 COMPARE_KERNELS = 20
 
@@ -90,6 +91,27 @@ def metric_rows(metrics: dict | None) -> list[tuple[str, str, str]]:
 # --- one simulation ------------------------------------------------------------------------
 
 
+def hashed_sample(rows: QuerySet, limit: int, key) -> tuple[QuerySet, int]:
+    """At most `limit` of `rows` and how many there are (one count): past `limit`, those
+    whose hashed `key` (an integer expression: a launch's uid) falls lowest, chosen in the
+    database in one scan, the same on every visit."""
+    total = rows.count()
+    if total > limit:
+        # Below 2**31 before Knuth's multiplier: the product stays within a signed 64-bit integer.
+        spread = ExpressionWrapper(
+            ((key % Value(_HASH_KEY_RANGE)) * Value(_HASH_MULTIPLIER)) % Value(_HASH_RANGE),
+            output_field=BigIntegerField(),
+        )
+        # A hash spread over [0, 2**32): about `limit` rows fall below the threshold; the
+        # ordered cut keeps the bound (and the same rows) when more do.
+        rows = (
+            rows.annotate(spread=spread)
+            .filter(spread__lt=_HASH_RANGE * limit // total)
+            .order_by("spread", "simulation_id", "uid")[:limit]
+        )
+    return rows, total
+
+
 def scatter_sample(simulation: Simulation, *, limit: int | None = None) -> tuple[list[ScatterInput], int]:
     """Up to `limit` (SCATTER_POINTS) compared launches with both times above zero, as
     ScatterInputs, and how many such launches there are: three queries (the count, the
@@ -98,18 +120,7 @@ def scatter_sample(simulation: Simulation, *, limit: int | None = None) -> tuple
     rows = SimulatedKernel.objects.filter(
         metrics.COMPARED, simulation=simulation, measured_ns__gt=0, sim_ns__gt=0
     ).order_by()
-    total = rows.count()
-    if total > limit:
-        spread = ExpressionWrapper(
-            (F("uid") * Value(_HASH_MULTIPLIER)) % Value(_HASH_RANGE), output_field=BigIntegerField()
-        )
-        # A hash spread over [0, 2**32): about `limit` rows fall below the threshold; the
-        # ordered cut keeps the bound (and the same rows) when more do.
-        rows = (
-            rows.annotate(spread=spread)
-            .filter(spread__lt=_HASH_RANGE * limit // total)
-            .order_by("spread", "uid")[:limit]
-        )
+    rows, total = hashed_sample(rows, limit, F("uid"))
     steps = {
         index: (name, phase)
         for index, name, phase in Step.objects.filter(trace_id=simulation.trace_id).values_list(
@@ -126,7 +137,7 @@ def scatter_sample(simulation: Simulation, *, limit: int | None = None) -> tuple
             ScatterInput(
                 measured_ns=measured,
                 sim_ns=sim,
-                phase=phase,
+                group=phase,
                 title=f"{ctx or 'no context'} kernel {kernel_id} {short_name(name)}{where}: measured "
                 f"{duration(measured)}, simulated {duration(sim)} "
                 f"({signed(metrics.signed_error(sim, measured))})",

@@ -568,6 +568,12 @@ def test_accuracy_by_build_pools_every_kernel_and_ranks_the_most_accurate_first(
             "mape": pytest.approx(old["mape"]),
             "aggregate_error": pytest.approx(old["aggregate_error"]),
             "pearson_r": None,  # x is constant
+            # The largest |error| first: old-1's +50 %, then old-2's +10 % in the trace's order.
+            "worst": [
+                worst("run-a", "old-1", 1, 100, 150.0),
+                worst("run-b", "old-2", 1, 100, 110.0),
+                worst("run-b", "old-2", 2, 100, 110.0),
+            ],
             "left_out": {"simulations": 0, "why": None},
         },
         {
@@ -578,6 +584,7 @@ def test_accuracy_by_build_pools_every_kernel_and_ranks_the_most_accurate_first(
             "mape": pytest.approx(25.0),
             "aggregate_error": pytest.approx(25.0),
             "pearson_r": None,
+            "worst": [worst("run-a", "new-1", 1, 100, 125.0)],
             "left_out": {"simulations": 0, "why": None},
         },
         {
@@ -589,6 +596,7 @@ def test_accuracy_by_build_pools_every_kernel_and_ranks_the_most_accurate_first(
             "mape": None,
             "aggregate_error": None,
             "pearson_r": None,
+            "worst": [],
             "left_out": {"simulations": 1, "why": accuracy.NOTHING_COMPARED},
         },
     ]
@@ -598,6 +606,20 @@ def test_accuracy_by_build_pools_every_kernel_and_ranks_the_most_accurate_first(
         ("SM90", 1, 1),
     ]
     assert by_config[0]["left_out"]["simulations"] == 1  # "empty"
+
+
+def worst(trace_id: str, simulation: str, kernel_id: int, measured: int, sim: float) -> dict:
+    """A row's `worst` launch: context 0 (CTX), add_kernels' name."""
+    return {
+        "trace_id": trace_id,
+        "simulation": simulation,
+        "ctx": CTX,
+        "kernel_id": kernel_id,
+        "name": "_Z6kernelPfi",
+        "measured_ns": measured,
+        "sim_ns": sim,
+        "error": pytest.approx((sim - measured) / measured * 100),
+    }
 
 
 def test_accuracy_by_is_a_build_or_a_config():

@@ -335,6 +335,7 @@ def test_accuracy_ranks_the_builds_most_accurate_first(api, builds):
             "mape",
             "aggregate_error",
             "pearson_r",
+            "worst",
             "left_out",
         ]
     ] * 2
