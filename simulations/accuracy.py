@@ -8,8 +8,7 @@ simulations API's reads (one snapshot, launches streamed). Two simulations compa
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from django.db.models import Count, Exists, F, OuterRef, QuerySet, Sum, Window
-from django.db.models.functions import RowNumber
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Sum
 
 from simulations import shapes
 from simulations.metrics import (
@@ -280,7 +279,7 @@ def accuracy_rows(keys: tuple[str, ...], simulations: QuerySet[Simulation]) -> l
     compared (a build's MAPE is over its kernels, not a mean of its simulations'), its
     `worst` launches, and `left_out`: how many ready simulations of that build compared
     nothing, and why (a build whose simulations all did has a row of 0 simulations). The most
-    accurate (lowest MAPE) first, those with nothing compared last: four queries."""
+    accurate (lowest MAPE) first, those with nothing compared last: three queries and two a row."""
     keys = tuple(key for key in ACCURACY_BY if key in keys)
     ready = simulations.filter(state=TraceState.READY).order_by()
     compared_any = Exists(SimulatedKernel.objects.filter(COMPARED, simulation=OuterRef("pk")))
@@ -304,7 +303,7 @@ def accuracy_rows(keys: tuple[str, ...], simulations: QuerySet[Simulation]) -> l
         group(row, "simulation__"): clean_sums(row)
         for row in launches.values(*by_simulation).annotate(**SUMS)
     }
-    worst = worst_launches(launches, by_simulation)
+    worst = worst_launches(counted, keys, sums)
     rows = []
     for value in dict.fromkeys([*counts, *left_out]):
         count = counts.get(value, {"simulations": 0, "traces": 0})
@@ -335,23 +334,33 @@ def accuracy_rows(keys: tuple[str, ...], simulations: QuerySet[Simulation]) -> l
     return rows
 
 
-def worst_launches(launches: QuerySet[SimulatedKernel], by: list[str]) -> dict[tuple, list[dict]]:
-    """The WORST_IN_ROW launches with the largest |error| of each group of `by` (largest
-    first; ties by simulation, then the trace's order), as WORST_KEYS dicts: one query, a
-    window over the launches measured above 0 (a launch of x = 0 has no error to rank)."""
-    ranked = launches.filter(measured_ns__gt=0).annotate(
-        rank=Window(
-            RowNumber(),
-            partition_by=[F(field) for field in by],
-            order_by=[(ABS_ERROR / MEASURED).desc(), F("simulation_id"), F("context"), F("kernel_id")],
+def worst_launches(counted: QuerySet[Simulation], keys: tuple[str, ...], groups) -> dict[tuple, list[dict]]:
+    """The WORST_IN_ROW launches with the largest |error| of each of `groups` (values of
+    `keys`) among the `counted` simulations (largest first; ties by simulation, then the
+    trace's order), as WORST_KEYS dicts: two queries a group, a top-N scan of its launches (no
+    sort of them all), then the few it keeps joined to their names. Launches measured at 0
+    have no error to rank."""
+    worst = {}
+    for value in groups:
+        group = Q()
+        for key, part in zip(keys, value, strict=True):
+            group &= Q(**{f"{key}__isnull": True}) if part is None else Q(**{key: part})
+        simulations = counted.filter(group).values("id")
+        # The ranking reads one table; the few launches it keeps are joined to their names after.
+        top = list(
+            SimulatedKernel.objects.filter(COMPARED, simulation__in=simulations, measured_ns__gt=0)
+            .annotate(relative_error=ABS_ERROR / MEASURED)
+            .order_by("-relative_error", "simulation_id", "context", "kernel_id")
+            .values_list("pk", flat=True)[:WORST_IN_ROW]
         )
-    )
-    rows = ranked.filter(rank__lte=WORST_IN_ROW).order_by(*by, "rank").values_list(*by, *_WORST_COLUMNS)
-    worst: dict[tuple, list[dict]] = {}
-    for row in rows:
-        trace_id, name, ctx, kernel_id, kernel, measured, sim = row[len(by) :]
-        launch = (trace_id, name, ctx, kernel_id, kernel, measured, sim, signed_error(sim, measured))
-        worst.setdefault(tuple(row[: len(by)]), []).append(dict(zip(WORST_KEYS, launch, strict=True)))
+        found = {
+            row[0]: row[1:]
+            for row in SimulatedKernel.objects.filter(pk__in=top).values_list("pk", *_WORST_COLUMNS)
+        }
+        worst[value] = [
+            dict(zip(WORST_KEYS, (*found[pk], signed_error(found[pk][-1], found[pk][-2])), strict=True))
+            for pk in top
+        ]
     return worst
 
 

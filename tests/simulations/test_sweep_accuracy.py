@@ -17,6 +17,7 @@ import json
 
 import pytest
 
+from simulations import shapes
 from simulations.models import Sweep, SweepJob, SweepJobState
 from tests.helpers import content
 from tests.simulations.support import simulate
@@ -299,6 +300,15 @@ def test_an_unknown_sweep_or_against_is_a_404_and_a_bad_against_a_400(api, sweep
     assert get_json(api, "/api/sweeps/99999999999999999999999/accuracy", status=404)
     # The route answers with and without the trailing slash, as every route of the API.
     assert get_json(api, f"/api/sweeps/{sweep.pk}/accuracy/")["id"] == sweep.pk
+
+
+def test_a_cells_states_are_the_jobs(api, traces):
+    """Each state a job can be in is a state a cell says (the schema lists them)."""
+    assert shapes.SWEEP_JOB_STATES == tuple(SweepJobState.values)
+    a = traces["run-a"]
+    sweep = sweep_of("every state", [(a, f"SM90_{state}", state, None) for state in SweepJobState.values])
+    cells = get_json(api, f"/api/sweeps/{sweep.pk}/accuracy")["cells"]
+    assert [cell["state"] for cell in cells] == list(SweepJobState.values)
 
 
 def test_a_token_is_needed(client_anon, sweep):
