@@ -16,6 +16,7 @@ from pathlib import Path
 
 import dj_database_url
 from botocore.config import Config as BotoConfig
+from cascade_client.broker import celery_broker
 from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
@@ -516,10 +517,18 @@ CASCADE_METRICS_TOKEN = os.environ.get("CASCADE_METRICS_TOKEN", "")
 # --- Celery ---------------------------------------------------------------------------------------
 # `celery -A cascade beat` sends a poll every CASCADE_POLL_SECONDS; `celery -A cascade worker` runs
 # polls and parses, one trace per task. docs/production.md explains how to run and scale them.
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
+# One URL for the server and `cascade worker` (cascade_client.broker): RabbitMQ or Redis as Celery
+# takes them, or the demo's file broker, `filesystem:///FOLDER`, which becomes Celery's
+# `filesystem://` and folders in the transport options below.
+CASCADE_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
+try:
+    CELERY_BROKER_URL, _BROKER_FOLDERS = celery_broker(CASCADE_BROKER_URL)
+except ValueError as _error:
+    raise ImproperlyConfigured(f"CELERY_BROKER_URL: {_error}") from None
 # A deployment with Celery sets the broker: the admin's Re-ingest then queues a task instead
-# of starting a background thread in the web process.
-CASCADE_CELERY_CONFIGURED = bool(os.environ.get("CELERY_BROKER_URL"))
+# of starting a background thread in the web process. The file broker carries the demo's sweep
+# jobs only: the demo runs no `celery -A cascade worker`, so its re-ingests stay in-process.
+CASCADE_CELERY_CONFIGURED = bool(os.environ.get("CELERY_BROKER_URL")) and not _BROKER_FOLDERS
 # Without Celery, each web process re-ingests one trace at a time in a background thread; at
 # most this many more wait their turn, and the admin refuses the rest (ingest/reingest.py).
 CASCADE_REINGEST_QUEUE = env_int("CASCADE_REINGEST_QUEUE", 20)
@@ -544,6 +553,7 @@ CASCADE_PARSE_SECONDS = env_int("CASCADE_PARSE_SECONDS", 3600)
 CELERY_TASK_SOFT_TIME_LIMIT = CASCADE_PARSE_SECONDS
 CELERY_TASK_TIME_LIMIT = CASCADE_PARSE_SECONDS + 60
 CELERY_BROKER_TRANSPORT_OPTIONS = {
+    **_BROKER_FOLDERS,
     "visibility_timeout": env_int("CASCADE_VISIBILITY_TIMEOUT", CELERY_TASK_TIME_LIMIT + 600),
 }
 if CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] <= CELERY_TASK_TIME_LIMIT:

@@ -78,3 +78,45 @@ def test_a_replica_url_adds_the_replica_its_router_and_middleware(monkeypatch):
     finally:
         monkeypatch.undo()
         importlib.reload(cascade.settings)
+
+
+def test_the_broker_url_names_the_demos_file_broker_as_cascade_worker_takes_it(monkeypatch, tmp_path):
+    """CELERY_BROKER_URL=filesystem:///FOLDER (cascade_client.broker): kombu's file transport with
+    its folders (kombu's option names) beside the visibility timeout; other URLs pass through."""
+    import importlib
+
+    import pytest
+    from django.core.exceptions import ImproperlyConfigured
+
+    import cascade.settings
+
+    folder = tmp_path / "broker"
+    try:
+        monkeypatch.setenv("CASCADE_VISIBILITY_TIMEOUT", "86400")
+        monkeypatch.setenv("CELERY_BROKER_URL", f"filesystem://{folder}")
+        demo = importlib.reload(cascade.settings)
+        assert demo.CELERY_BROKER_URL == "filesystem://"
+        assert demo.CASCADE_BROKER_URL == f"filesystem://{folder}"
+        assert demo.CELERY_BROKER_TRANSPORT_OPTIONS == {
+            "data_folder_in": str(folder / "queue"),
+            "data_folder_out": str(folder / "queue"),
+            "control_folder": str(folder / "control"),
+            "store_processed": False,
+            "visibility_timeout": 86400,
+        }
+        assert (folder / "queue").is_dir() and (folder / "control").is_dir()
+        # The demo runs no `celery -A cascade worker`: its re-ingests stay in the web process.
+        assert not demo.CASCADE_CELERY_CONFIGURED
+
+        monkeypatch.setenv("CELERY_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
+        rabbit = importlib.reload(cascade.settings)
+        assert rabbit.CELERY_BROKER_URL == "amqp://guest:guest@127.0.0.1:5672//"
+        assert rabbit.CELERY_BROKER_TRANSPORT_OPTIONS == {"visibility_timeout": 86400}
+        assert rabbit.CASCADE_CELERY_CONFIGURED
+
+        monkeypatch.setenv("CELERY_BROKER_URL", "filesystem://var/broker")
+        with pytest.raises(ImproperlyConfigured, match="CELERY_BROKER_URL: .*ABSOLUTE"):
+            importlib.reload(cascade.settings)
+    finally:
+        monkeypatch.undo()
+        importlib.reload(cascade.settings)

@@ -6,6 +6,10 @@ on 127.0.0.1, unless CASCADE_S3_BUCKET or CASCADE_S3_ENDPOINT_URL point elsewher
 DATABASE_URL is set, all on the demo's settings (cascade.settings_demo: the tools app too). It uploads the sample traces, waits until the poller has made them
 ready *through the API*, and prints how to use it. Ctrl-C stops everything it started.
 
+Sweeps created in the demo publish their jobs on an embedded broker, kombu's file transport in
+var/demo/broker (`filesystem:///...`, cascade_client.broker), unless CELERY_BROKER_URL names
+RabbitMQ or Redis; the banner prints the `cascade worker` command that consumes them there.
+
 `--check` does the same without a human: start, wait for the samples, query the API, stop
 everything, and exit 0 only if the samples came out as expected (the showcase with every launch
 its timeline.json lists, those captured into CUDA graphs without totals), and a simulation uploaded
@@ -26,6 +30,7 @@ import os
 import re
 import secrets
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -92,6 +97,7 @@ class Demo:
         self.log_dir = self.var_dir / "logs"
         self.embedded_s3 = not (self.env.get("CASCADE_S3_BUCKET") or self.env.get("CASCADE_S3_ENDPOINT_URL"))
         self.embedded_db = not self.env.get("DATABASE_URL")
+        self.embedded_broker = not self.env.get("CELERY_BROKER_URL")
         self.s3_port = int(self.env.get("CASCADE_DEMO_S3_PORT") or free_port()) if self.embedded_s3 else None
         self.web_port = web_port or int(self.env.get("CASCADE_DEMO_PORT") or self.default_port())
         self.url = f"http://127.0.0.1:{self.web_port}"
@@ -127,6 +133,9 @@ class Demo:
             env.setdefault("AWS_SECRET_ACCESS_KEY", "demo")
             env.setdefault("AWS_DEFAULT_REGION", "us-east-1")
         env.setdefault("CASCADE_S3_BUCKET", "cascade-demo")
+        if self.embedded_broker:
+            # Every process the demo starts, and the workers its banner tells of, on one folder.
+            env["CELERY_BROKER_URL"] = f"filesystem://{(self.var_dir / 'broker').resolve()}"
         if self.embedded_s3 and self.embedded_db:
             self.fresh_database()
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -154,6 +163,8 @@ class Demo:
             "cascade.sqlite3-shm",
         ):
             (self.var_dir / name).unlink(missing_ok=True)
+        if self.embedded_broker:  # the jobs of the sweeps of the database just cleared
+            shutil.rmtree(self.var_dir / "broker", ignore_errors=True)
 
     def start(self, name: str, argv: list[str], *, echo: bool = False) -> subprocess.Popen:
         """A child in its own process group: the terminal's Ctrl-C reaches only this process,
@@ -224,6 +235,10 @@ class Demo:
         else:
             self.say(
                 f"S3 bucket {bucket.bucket_name()} at {self.env.get('CASCADE_S3_ENDPOINT_URL') or 'AWS'}"
+            )
+        if self.embedded_broker:
+            self.say(
+                f"embedded broker (kombu's file transport) for sweep jobs: {self.env['CELERY_BROKER_URL']}"
             )
         call_command("migrate", verbosity=0, interactive=False)
         call_command("collectstatic", verbosity=0, interactive=False)
@@ -333,6 +348,10 @@ class Demo:
             f"  export CASCADE_URL={self.url}\n"
             f"  export CASCADE_TOKEN={self.token}\n"
             f"  cascade traces\n\n"
+            f"Simulation workers for sweeps (docs/simulations.md), with the two exports above, on "
+            f"{'this machine' if self.embedded_broker else 'any host that reaches the broker'}\n"
+            f"where Accel-Sim is built (ROOT: its accel-sim-framework checkout):\n"
+            f"  {self.worker_command()}\n\n"
             f"Try:\n  {curl}\n\n"
             f"manage.py against this demo, from another terminal in {ROOT}:\n"
             f"  {self.manage_env()}\n"
@@ -346,6 +365,10 @@ class Demo:
             self.ensure_running()
             time.sleep(0.5)
 
+    def worker_command(self) -> str:
+        """The `cascade worker` command that consumes this demo's sweep jobs."""
+        return f"cascade worker --accel-sim ROOT --broker {shlex.quote(self.env['CELERY_BROKER_URL'])}"
+
     def manage_env(self) -> str:
         """The `export` line that points manage.py at this demo's settings, database and bucket."""
         names = [
@@ -354,6 +377,7 @@ class Demo:
             "DATABASE_URL",
             "CASCADE_S3_BUCKET",
             "CASCADE_S3_ENDPOINT_URL",
+            "CELERY_BROKER_URL",
         ]
         if self.embedded_s3:
             names += ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"]
@@ -369,6 +393,7 @@ class Demo:
             "token": self.token,
             "curl": curl,
             "pids": {name: p.pid for name, p in self.processes.items()},
+            "worker": self.worker_command(),
             "events": self.events,
             "ready_before_first_poll": self.ready_before_first_pass,
             "traces": traces,

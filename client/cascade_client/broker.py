@@ -26,9 +26,17 @@ def celery_broker(url: str) -> tuple[str, dict]:
     if parts.scheme != "filesystem":
         return url, {}
     folder = Path(parts.path)
-    if not parts.path or not folder.is_absolute():
+    if parts.netloc or not parts.path or not folder.is_absolute():  # filesystem://var/x: host "var"
         raise ValueError(f"{url}: a file broker is filesystem:///ABSOLUTE/FOLDER")
-    queue = folder / "queue"
-    queue.mkdir(parents=True, exist_ok=True)
-    options = {"data_folder_in": str(queue), "data_folder_out": str(queue), "store_processed": False}
+    queue, control = folder / "queue", folder / "control"
+    for made in (queue, control):
+        made.mkdir(parents=True, exist_ok=True)
+    # The exchanges' bindings (kombu's default: `control` in the process's working folder) beside
+    # the messages, so that every process given the URL routes alike, wherever it was started.
+    options = {
+        "data_folder_in": str(queue),
+        "data_folder_out": str(queue),
+        "control_folder": str(control),
+        "store_processed": False,
+    }
     return "filesystem://", options

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -102,6 +103,10 @@ def test_check_mode_ingests_the_samples_through_the_api_and_stops_everything(dem
         )
         mapes = [row["mape"] for row in found["accuracy"]]
         assert len(mapes) == 2 and mapes == sorted(mapes)
+    # Sweep jobs on the embedded broker: kombu's file transport in the demo's folder.
+    broker = Path(demo_env["CASCADE_VAR_DIR"]).resolve() / "broker"
+    assert report["worker"] == f"cascade worker --accel-sim ROOT --broker filesystem://{broker}"
+    assert (broker / "queue").is_dir()
     assert set(report["pids"]) == {"s3", "poller", "web"}
     assert all(gone(pid) for pid in report["pids"].values()), report["pids"]
     assert not listening(report["url"])
@@ -142,6 +147,17 @@ def test_interactive_demo_prints_a_working_curl_command_and_ctrl_c_stops_everyth
             or line.strip().startswith("export CASCADE_TOKEN=")
         )
         assert exports == {"CASCADE_URL": url, "CASCADE_TOKEN": token}
+        # The simulation worker's command, on the demo's embedded broker (a folder of its own).
+        worker = next(line.strip() for line in output if line.strip().startswith("cascade worker "))
+        broker = Path(demo_env["CASCADE_VAR_DIR"]).resolve() / "broker"
+        assert shlex.split(worker) == [
+            "cascade",
+            "worker",
+            "--accel-sim",
+            "ROOT",
+            "--broker",
+            f"filesystem://{broker}",
+        ]
     finally:
         demo.send_signal(signal.SIGINT)
         returncode = demo.wait(timeout=60)
