@@ -94,9 +94,6 @@ def start_job(sweep_id: int, job_id: int, worker: Worker) -> dict:
         if job.sweep.cancelled_at is not None:  # its run's lease lapsed: it does not run again
             _changed(job, state=SweepJobState.CANCELLED, ended_at=now, reason="the sweep was cancelled")
             return not_run(job, "the sweep was cancelled.")
-        if job.state == SweepJobState.RUNNING and job.attempts >= settings.CASCADE_SWEEP_ATTEMPTS:
-            _changed(job, state=SweepJobState.FAILED, error=lapsed_error(job, now), ended_at=now)
-            return not_run(job, f"its last attempt's worker stopped reporting: {job.error}.")
         refused = _refusal(job, worker, now)
         if refused is not None:
             return refused
@@ -140,8 +137,18 @@ def lapsed_error(job: SweepJob, now) -> str:
 
 
 def _refusal(job: SweepJob, worker: Worker, now) -> dict | None:
-    """Why this worker does not run the job: its tree lacks the config (the job is published
-    again for another), runs no such SASS (skipped), or the same build's simulation is ready."""
+    """Why this worker does not run the job: an earlier attempt's simulation is ready, a lapsed
+    last attempt (failed), its tree lacks the config (left queued), runs no such SASS (skipped),
+    or the same build's simulation is ready."""
+    own = simulation_name(job.sweep_id, job.config, job.sweep.select)
+    if Simulation.objects.filter(trace_id=job.trace_id, name=own, state=TraceState.READY).exists():
+        # An earlier attempt uploaded it, and its worker was lost before it said so.
+        reason = f"simulation {own}, an earlier attempt's, is ready."
+        _changed(job, state=SweepJobState.READY, simulation_name=own, reason=reason, ended_at=now)
+        return not_run(job, reason)
+    if job.state == SweepJobState.RUNNING and job.attempts >= settings.CASCADE_SWEEP_ATTEMPTS:
+        _changed(job, state=SweepJobState.FAILED, error=lapsed_error(job, now), ended_at=now)
+        return not_run(job, f"its last attempt's worker stopped reporting: {job.error}.")
     if worker.configs and job.config not in worker.configs:
         # Not published again at once (a worker misconfigured to take the queue would loop): the
         # watcher publishes it once its queue is empty a lease after its last message.

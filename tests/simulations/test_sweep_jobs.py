@@ -410,3 +410,27 @@ def test_a_worker_without_the_config_leaves_the_job_queued(sweep, worker):
     answer = post(worker, sweep, "start", {**WORKER, "configs": ["SM86_RTX3070"]}).json()
     assert (answer["run"], answer["state"]) == (False, "queued")
     assert SweepJob.objects.get(pk=sweep[1]).attempts == 0
+
+
+def test_an_earlier_attempts_ready_simulation_ends_the_job_even_with_rerun(
+    broker, worker, django_capture_on_commit_callbacks
+):
+    ready_trace("turing", "sm_75")
+    with django_capture_on_commit_callbacks(execute=True):
+        body = (
+            writer("alice")
+            .post(
+                "/api/sweeps",
+                {"name": "s", "trace_ids": ["turing"], "configs": ["SM75_RTX2060"], "rerun": True},
+                format="json",
+            )
+            .json()
+        )
+    job = (body["id"], body["jobs"][0]["id"])
+    post(worker, job, "start", WORKER)
+    # The worker uploaded its simulation, then was lost before finishing: the lease lapses.
+    simulate(Trace.objects.get(pk="turing"), f"sweep{job[0]}_SM75_RTX2060", [], config="SM75_RTX2060")
+    lapse(job[1])
+    answer = post(worker, job, "start", WORKER).json()
+    assert (answer["run"], answer["state"]) == (False, "ready")
+    assert SweepJob.objects.get(pk=job[1]).simulation_name == f"sweep{job[0]}_SM75_RTX2060"

@@ -200,6 +200,11 @@ def test_the_list_and_the_detail_conform_to_the_schema(api, openapi, django_capt
     assert list(detail) == [*SWEEP_KEYS, "jobs"]
     assert list(detail["jobs"][0]) == JOB_KEYS
     assert api.get("/api/sweeps/999999").status_code == 404
+    refused = api.get("/api/sweeps", {"state": "ready"})  # the list has no filters
+    assert (refused.status_code, refused.json()["detail"]) == (
+        400,
+        "unknown parameter 'state'; this route accepts format.",
+    )
 
 
 def test_cancel_by_the_owner_cancels_what_has_not_started(django_capture_on_commit_callbacks):
