@@ -268,7 +268,6 @@ SIMULATION_ACCURACY = Shape(
 
 # --- a sweep's accuracy (simulations.sweep_accuracy) ----------------------------------------------
 
-SWEEP_JOB_STATES = ("queued", "running", "ready", "failed", "skipped", "cancelled")
 SWEEP_CELL = Shape(
     "SweepCell",
     "A job of the sweep: one (trace, config); the figures are its simulation's, once ready.",
@@ -276,7 +275,7 @@ SWEEP_CELL = Shape(
         Field("trace_id", STRING),
         Field("config", STRING),
         Field("simulation", STRING, "The simulation's name.", null=True),
-        Field("state", STRING, "The job's state: " + ", ".join(SWEEP_JOB_STATES) + "."),
+        Field("state", STRING, "The job's state.", enum=sweep_shapes.JOB_STATES),
         Field("kernels_compared", INTEGER, null=True),
         Field("mape", NUMBER, null=True),
     ),

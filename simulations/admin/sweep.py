@@ -7,7 +7,7 @@ correlation plots draw it (`charts.accuracy_scatter`).
 
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
-from django.db.models import Count, F, Q, Value
+from django.db.models import F, Value
 from django.template.loader import render_to_string
 from django.utils.html import format_html
 
@@ -15,8 +15,9 @@ from simulations import metrics
 from simulations.admin.charts import ScatterInput, accuracy_scatter
 from simulations.admin.pages import hashed_sample, show, signed
 from simulations.admin.simulation import simulation_url, trace_url
-from simulations.models import SimulatedKernel, Sweep, SweepJob, SweepJobState
+from simulations.models import SimulatedKernel, Sweep, SweepJob
 from simulations.sweep_accuracy import by_config, cells, sweep_simulations
+from simulations.sweeps import counts, sweep_state, with_counts
 from traces.admin.analysis_charts import PALETTE, duration, short_name
 from traces.admin.display import state_badge, truncated
 from traces.models import TraceState
@@ -29,36 +30,6 @@ _SIMULATION_STRIDE = 65537
 # The jobs the page lists (a sweep can have thousands): the first ones, in the sweep's order.
 JOBS_SHOWN = 500
 NO_CONFIG = "no config"
-
-
-# --- a sweep's counts and state (the contract's rule) ----------------------------------------------
-# TODO(lead): simulations.sweeps (branch sweeps-server) has with_counts / counts / sweep_state with
-# these names and this rule; use those once merged and delete these three.
-
-
-def with_counts(queryset):
-    """Sweeps with their jobs counted by state (`n_<state>`) and started (`n_started`): one GROUP BY."""
-    counted = {f"n_{state}": Count("jobs", filter=Q(jobs__state=state)) for state in SweepJobState.values}
-    return queryset.select_related("owner").annotate(
-        **counted, n_started=Count("jobs", filter=Q(jobs__started_at__isnull=False))
-    )
-
-
-def counts(sweep: Sweep) -> dict:
-    return {state: getattr(sweep, f"n_{state}") for state in SweepJobState.values}
-
-
-def sweep_state(sweep: Sweep) -> str:
-    """cancelled; queued while no job has started; running while a job is queued or running;
-    then ready when every job ended ready or skipped, else failed."""
-    if sweep.cancelled_at is not None:
-        return "cancelled"
-    by_state = counts(sweep)
-    if by_state[SweepJobState.QUEUED] or by_state[SweepJobState.RUNNING]:
-        waiting = by_state[SweepJobState.QUEUED] + by_state[SweepJobState.SKIPPED]
-        untouched = sweep.n_started == 0 and waiting == sum(by_state.values())
-        return "queued" if untouched else "running"
-    return "failed" if by_state[SweepJobState.FAILED] or by_state[SweepJobState.CANCELLED] else "ready"
 
 
 # --- the page's parts ----------------------------------------------------------------------

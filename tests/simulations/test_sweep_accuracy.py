@@ -17,7 +17,7 @@ import json
 
 import pytest
 
-from simulations import shapes
+from simulations import sweep_shapes
 from simulations.models import Sweep, SweepJob, SweepJobState
 from tests.helpers import content
 from tests.simulations.support import simulate
@@ -304,7 +304,7 @@ def test_an_unknown_sweep_or_against_is_a_404_and_a_bad_against_a_400(api, sweep
 
 def test_a_cells_states_are_the_jobs(api, traces):
     """Each state a job can be in is a state a cell says (the schema lists them)."""
-    assert shapes.SWEEP_JOB_STATES == tuple(SweepJobState.values)
+    assert sweep_shapes.JOB_STATES == tuple(SweepJobState.values)
     a = traces["run-a"]
     sweep = sweep_of("every state", [(a, f"SM90_{state}", state, None) for state in SweepJobState.values])
     cells = get_json(api, f"/api/sweeps/{sweep.pk}/accuracy")["cells"]
