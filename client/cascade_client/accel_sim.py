@@ -47,6 +47,10 @@ class SimulateError(CascadeError):
     """Refused before the simulator started, or Cascade's answer was not a comparison."""
 
 
+class WrongSass(SimulateError):
+    """The trace's SASS version is not one the config runs (a sweep's worker skips the job)."""
+
+
 def tree_configs(root: Path) -> list[str]:
     """The tested configs ROOT has whole: GPGPU-Sim's gpgpusim.config and Accel-Sim's trace.config."""
     gpgpusim = root / GPGPUSIM_CONFIGS
@@ -87,7 +91,7 @@ def check_sass(config: str, versions: dict[str, int], *, force: bool, said_by: s
         found = "/".join(map(str, sorted(set(wrong.values()))))
         where = said_by or f"{len(wrong)} of {len(versions)} listed trace files, e.g. {next(iter(wrong))}"
         runnable = ", ".join(f"{c} ({'/'.join(map(str, sorted(s)))})" for c, s in CONFIG_SASS.items())
-        raise SimulateError(
+        raise WrongSass(
             f"config {config} runs SASS {'/'.join(map(str, sorted(runs)))}, the trace is SASS {found} "
             f"({where}); Accel-Sim's tested configs run: {runnable}; --force to run anyway"
         )
@@ -253,9 +257,14 @@ def simulator_env(root: Path) -> dict[str, str]:
     return env
 
 
-def run_simulator(root: Path, run: Path, listing: Path, *, timeout: float | None, out) -> int | None:
+def run_simulator(
+    root: Path, run: Path, listing: Path, *, timeout: float | None, out, progress=None
+) -> int | None:
     """accel-sim.out, its stdout and stderr into run/sim.log as one stream, progress from its
-    own stat blocks. The exit status (128 + signal when killed or aborted) is reported, not judged."""
+    own stat blocks. The exit status (128 + signal when killed or aborted) is reported, not judged.
+    `progress(finished, listed, process)`, when given, is called once the simulator has started,
+    after each kernel it finishes and once it has ended (what it raises stops the simulator and
+    propagates)."""
     listed = len(listed_kernels(kernelslist.lines_of(listing.read_text())))
     command = [str(root / SIMULATOR), "-trace", str(listing.resolve()), "-config", "./gpgpusim.config"]
     command += ["-config", "./trace.config"]
@@ -275,6 +284,8 @@ def run_simulator(root: Path, run: Path, listing: Path, *, timeout: float | None
             killer.daemon = True
             killer.start()
         try:
+            if progress:
+                progress(finished, listed, process)
             for line in process.stdout:
                 sink.write(line)
                 match = KERNEL_DONE.match(line.decode(errors="replace"))
@@ -285,7 +296,11 @@ def run_simulator(root: Path, run: Path, listing: Path, *, timeout: float | None
                         file=out,
                         flush=True,
                     )
+                    if progress:
+                        progress(finished, listed, process)
             status = process.wait()
+            if progress:
+                progress(finished, listed, process)
         finally:
             if killer:
                 killer.cancel()

@@ -16,6 +16,7 @@ from cascade_client.errors import BadAnswer, CascadeError
 from cascade_client.progress import size
 from cascade_client.pull import POSTPROCESS
 from cascade_client.terminal import visible
+from cascade_client.worker import add_worker
 
 EPILOG = """environment: CASCADE_URL (default http://127.0.0.1:8000), CASCADE_TOKEN (required).
 exit status: 0 done, 1 other error, 2 wrong arguments, 3 no token, 4 token refused,
@@ -72,6 +73,7 @@ def parser() -> argparse.ArgumentParser:
     simulate.add_argument("--force", action="store_true", help="simulate despite a SASS or file mismatch")
 
     add_push(commands)
+    add_worker(commands)
 
     pull = commands.add_parser(
         "pull",
@@ -326,6 +328,12 @@ def simulate(cascade: Cascade, args) -> int:
     return 0 if result.succeeded else 1
 
 
+def worker(cascade: Cascade, args) -> int:
+    from cascade_client.worker import command
+
+    return command(cascade, args)
+
+
 def push(cascade: Cascade, args) -> None:
     from cascade_client.push import main_line, push
 
@@ -340,6 +348,7 @@ COMMANDS = {
     "pull": pull,
     "push": push,
     "simulate": simulate,
+    "worker": worker,
 }
 
 
