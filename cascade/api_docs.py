@@ -11,11 +11,16 @@ import textwrap
 from pathlib import Path
 
 from simulations import api_examples as simulation_examples
+from simulations import sweep_shapes
 from traces import api_examples as trace_examples
 from traces import shapes
 
 DOCS_EXAMPLES = {**trace_examples.DOCS_EXAMPLES, **simulation_examples.DOCS_EXAMPLES}
-DOCS_KEYS = trace_examples.DOCS_KEYS
+DOCS_KEYS = {
+    **trace_examples.DOCS_KEYS,
+    "sweep": sweep_shapes.SWEEP_DETAIL.fields,
+    "sweep-job": sweep_shapes.SWEEP_JOB.fields,
+}
 DOCS_BLOCK = re.compile(r"(<!-- example: (?P<name>[a-z-]+) -->\n```json\n)(?P<body>.*?)(\n```)", re.DOTALL)
 DOCS_WIDTH = 100
 

@@ -425,6 +425,13 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "AUTHENTICATION_WHITELIST": ["traces.authentication.BearerTokenAuthentication"],
     "PREPROCESSING_HOOKS": ["traces.openapi.paths_without_slash"],
+    # A trace's (and a simulation's) states and the sweeps': each set its own component.
+    "ENUM_NAME_OVERRIDES": {
+        "StateEnum": "traces.shapes.STATES",
+        "SweepStateEnum": "simulations.sweep_shapes.SWEEP_STATES",
+        "SweepJobStateEnum": "simulations.sweep_shapes.JOB_STATES",
+        "SweepJobEndEnum": "simulations.sweep_shapes.FINISH_STATES",
+    },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "traces.openapi.finish_schema",
@@ -544,6 +551,12 @@ if CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] <= CELERY_TASK_TIME_LIM
         "CASCADE_VISIBILITY_TIMEOUT must be longer than CASCADE_PARSE_SECONDS + 60, or Redis would "
         "hand a parse that is still running to a second worker"
     )
+# Sweeps (simulations.sweeps): a running job whose worker has not reported for the lease is
+# queued again (published again) by the watcher, which beat runs every CASCADE_SWEEP_WATCH_SECONDS
+# and `ingest_traces --watch` on each pass; a job that failed this many times stays failed.
+CASCADE_SWEEP_LEASE_SECONDS = env_int("CASCADE_SWEEP_LEASE_SECONDS", 120)
+CASCADE_SWEEP_ATTEMPTS = env_int("CASCADE_SWEEP_ATTEMPTS", 3)
+CASCADE_SWEEP_WATCH_SECONDS = env_int("CASCADE_SWEEP_WATCH_SECONDS", 30)
 # With events on, the poll reconciles (a lost or unconfigured notification) at a longer interval.
 _POLL_EVERY = CASCADE_POLL_SECONDS_WITH_EVENTS if CASCADE_SQS_QUEUE_URL else CASCADE_POLL_SECONDS
 CELERY_BEAT_SCHEDULE = {
@@ -553,6 +566,11 @@ CELERY_BEAT_SCHEDULE = {
         # After an outage the backlog holds one poll, not one per missed interval.
         "options": {"expires": _POLL_EVERY},
     },
+}
+CELERY_BEAT_SCHEDULE["sweep-watch"] = {
+    "task": "simulations.tasks.watch_sweeps_task",
+    "schedule": CASCADE_SWEEP_WATCH_SECONDS,
+    "options": {"expires": CASCADE_SWEEP_WATCH_SECONDS},
 }
 # A batch of events every few seconds; one at a time (a lock): the others return at once.
 CASCADE_EVENTS_TASK_SECONDS = 5

@@ -2,6 +2,7 @@
 (`traces.shapes`, whose machinery and kinds these use): the selectors' columns, the encoders'
 keys, the schema's components and the examples' keys come from here."""
 
+from simulations import sweep_shapes
 from traces.shapes import (
     BOOLEAN,
     DATETIME,
@@ -295,3 +296,4 @@ SHAPES = {
         SIMULATION_COMPLETE,
     )
 }
+SHAPES.update(sweep_shapes.SHAPES)  # the sweeps' answers (simulations.sweep_shapes)

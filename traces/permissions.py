@@ -72,3 +72,14 @@ class CanPushTraces(CanUploadSimulations):
     message = (
         "pushing a trace needs a write token (manage.py create_token NAME --scope write); a login cannot push"
     )
+
+
+class CanWriteSweeps(CanUploadSimulations):
+    """A `write` token: creating or cancelling a sweep (its owner or staff, the sweeps' own
+    check), and a worker's reports of the jobs it runs (any write token)."""
+
+    doing = "a sweep's writes"
+    message = (
+        "creating or cancelling a sweep, or reporting a job, needs a write token "
+        "(manage.py create_token NAME --scope write); a login cannot"
+    )

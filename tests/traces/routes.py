@@ -18,7 +18,9 @@ TRACE = "battery"
 OTHER = "battery-other"
 SIMULATION = "sim-a"
 UNKNOWN = "no-such-trace"
-PATH_VALUES = {"trace_id": TRACE, "other_id": OTHER, "name": SIMULATION}
+# The sweep and its job the fixture makes (ids far past any the tests' sequences reach).
+SWEEP, JOB = 900_001, 900_002
+PATH_VALUES = {"trace_id": TRACE, "other_id": OTHER, "name": SIMULATION, "id": str(SWEEP), "job_id": str(JOB)}
 # What an upload asks for: a log and simulation.json (ingest/uploads.py).
 UPLOAD_FILES = [{"name": "sim.log", "size": 10}, {"name": "simulation.json", "size": 10}]
 # What a push asks for: a stats file and metadata.json (ingest/pushes.py).
@@ -31,6 +33,7 @@ class Route:
     path: str  # the schema's template
     ok: int = 200  # what a good request answers
     names_a_trace: bool = True  # an unknown {trace_id} is a 404 "trace ... not found"
+    names_a_sweep: bool = False  # an unknown {id} is a 404 "sweep ... not found" (or its job's)
     cacheable: bool = False  # an ETag, then If-None-Match is a 304 (the schema lists a 304)
     compressible: bool = False  # gzip and zstd decode to the plain body
     write: bool = False  # needs a token issued with --scope write
@@ -91,6 +94,30 @@ ROUTES = [
         write=True,
         needs_s3=True,
         body={"files": PUSH_FILES},
+    ),
+]
+# Sweeps: a write token creates one, and a worker's reports; the job of the fixture's sweep is
+# queued, so its progress and its finish are a stale attempt's 409.
+SWEEP_BODY = {"name": "battery", "trace_ids": [TRACE], "configs": ["SM75_RTX2060"]}
+ROUTES += [
+    Route("get", "/api/sweeps", names_a_trace=False),
+    Route("post", "/api/sweeps", ok=201, names_a_trace=False, write=True, body=SWEEP_BODY),
+    Route("get", "/api/sweeps/{id}", names_a_trace=False, names_a_sweep=True),
+    *(
+        Route(
+            "post",
+            f"/api/sweeps/{{id}}/jobs/{{job_id}}/{step}",
+            ok=ok,
+            names_a_trace=False,
+            names_a_sweep=True,
+            write=True,
+            body=body,
+        )
+        for step, ok, body in (
+            ("start", 200, {"host": "battery", "process": 1}),
+            ("progress", 409, {"attempt": 1, "kernels_finished": 0, "kernels_listed": 1}),
+            ("finish", 409, {"attempt": 1, "state": "ready"}),
+        )
     ),
 ]
 BY_KEY = {route.key: route for route in ROUTES}

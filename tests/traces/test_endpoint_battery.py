@@ -12,9 +12,10 @@ import json
 import pytest
 from rest_framework.test import APIClient
 
+from simulations.models import Sweep, SweepJob
 from tests.helpers import content, decompress, ingested, kernel_rows, token_client
 from tests.simulations.support import simulate
-from tests.traces.routes import BY_KEY, PATH_VALUES, ROUTES, SIMULATION, TRACE, UNKNOWN, Route
+from tests.traces.routes import BY_KEY, JOB, PATH_VALUES, ROUTES, SIMULATION, SWEEP, TRACE, UNKNOWN, Route
 from traces.openapi import api_paths, api_schema
 
 KEYS = [route.key for route in ROUTES]
@@ -58,6 +59,8 @@ def world(db, request, settings):
     for other in (PATH_VALUES["other_id"], "battery-c", "battery-d"):
         ingested(other, kernel_rows(40))
     simulate(trace, SIMULATION, [(0, n, "_Z6vecAddPdS_S_i", None, 100 + n, 120 + n) for n in range(1, 41)])
+    sweep = Sweep.objects.create(pk=SWEEP, name="battery", configs=["SM75_RTX2060"])
+    SweepJob.objects.create(pk=JOB, sweep=sweep, trace=trace, config="SM75_RTX2060")
     route = BY_KEY.get(request.node.callspec.params.get("key"))
     if route is not None and route.needs_s3:
         request.getfixturevalue("s3")
@@ -82,7 +85,7 @@ def test_the_table_says_what_the_schema_says(key):
     route, described = BY_KEY[key], operation(BY_KEY[key])
     responses = described["responses"]
     assert "401" in responses and "429" in responses
-    assert ("404" in responses) == route.names_a_trace
+    assert ("404" in responses) == (route.names_a_trace or route.names_a_sweep)
     assert ("304" in responses) == route.cacheable
 
 
@@ -132,6 +135,16 @@ def test_an_unknown_trace_is_a_404_with_its_body(world, key):
     )
     assert (starred.status_code, starred.json()) == (404, response.json())
     assert not starred.has_header("Content-Encoding")
+
+
+@pytest.mark.parametrize("key", [route.key for route in ROUTES if route.names_a_sweep])
+def test_an_unknown_sweep_is_a_404_with_its_body(world, key):
+    route = BY_KEY[key]
+    response = call(route_client(route), route, address(route, id="999999"))
+    assert response.status_code == 404
+    assert response.json()["detail"].endswith(
+        "of sweep 999999 not found" if "job_id" in route.path else "sweep 999999 not found"
+    )
 
 
 @pytest.mark.parametrize("key", [route.key for route in ROUTES if route.cacheable])

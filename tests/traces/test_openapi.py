@@ -92,6 +92,11 @@ def test_every_route_is_described(openapi):
     assert sorted(openapi["paths"]) == [
         "/api/simulations",
         "/api/simulations/accuracy",
+        "/api/sweeps",
+        "/api/sweeps/{id}",
+        "/api/sweeps/{id}/jobs/{job_id}/finish",
+        "/api/sweeps/{id}/jobs/{job_id}/progress",
+        "/api/sweeps/{id}/jobs/{job_id}/start",
         "/api/traces",
         "/api/traces/{trace_id}",
         "/api/traces/{trace_id}/compare/{other_id}",
@@ -111,7 +116,12 @@ def test_every_route_is_described(openapi):
     assert [methods[path] for path in uploads] == [["post"]] * 4  # a simulation's upload, a run's push
     simulation = "/api/traces/{trace_id}/simulations/{name}"
     assert methods[simulation] == ["get", "delete"]  # its owner's or staff's
-    others = [methods[path] for path in methods if path not in uploads and path != simulation]
+    assert methods["/api/sweeps"] == ["get", "post"]
+    assert methods["/api/sweeps/{id}"] == ["get", "delete"]  # a cancel, its owner's or staff's
+    jobs = {path for path in methods if "/jobs/" in path}  # a worker's reports
+    assert [methods[path] for path in jobs] == [["post"]] * 3
+    sweeps = {"/api/sweeps", "/api/sweeps/{id}", *jobs}
+    others = [methods[p] for p in methods if p not in uploads | sweeps and p != simulation]
     assert others == [["get"]] * 10
 
 

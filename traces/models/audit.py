@@ -32,6 +32,8 @@ class AuditAction(models.TextChoices):
     MARK_FAILED = "mark_failed", "marked failed"
     MARK_SAMPLE = "mark_sample", "marked a sample"
     UNMARK_SAMPLE = "unmark_sample", "unmarked a sample"
+    SWEEP_CREATE = "sweep_create", "sweep created"
+    SWEEP_CANCEL = "sweep_cancel", "sweep cancelled"
 
 
 class AuditSource(models.TextChoices):

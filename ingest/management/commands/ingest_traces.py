@@ -17,6 +17,7 @@ from cascade import metrics
 from cascade.commands import require_migrated_database
 from ingest import bucket, events, passes, storage
 from ingest.bodies import written_at_the_end
+from simulations import sweep_watcher
 from traces import audit
 from traces.models import AuditAction
 
@@ -110,6 +111,7 @@ class Command(BaseCommand):
                     raise
                 except Exception as error:  # S3 or the database away: keep watching
                     self.stderr.write(f"pass failed, retrying: {type(error).__name__}: {error}")
+                self.watch_sweeps()
                 if events:
                     self.events_until(time.monotonic() + interval)
                 else:
@@ -146,6 +148,18 @@ class Command(BaseCommand):
         self.stdout.write(f"pass: {result.summary()} in {seconds:.{1 if seconds >= 10 else 2}f} s")
         self.stdout.flush()
         return result
+
+    def watch_sweeps(self):
+        """The sweeps' watcher (simulations.sweep_watcher): lapsed leases, lost messages."""
+        try:
+            result = sweep_watcher.watch_sweeps()
+        except KeyboardInterrupt:
+            raise
+        except Exception as error:  # the database or the broker away: the next pass tries
+            self.stderr.write(f"sweep watcher failed, retrying: {type(error).__name__}: {error}")
+            return
+        if result.requeued or result.failed or result.republished:
+            self.stdout.write(result.summary())
 
     def drain_events(self):
         """Batches until a receive finds the queue empty."""
