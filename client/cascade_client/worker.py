@@ -27,12 +27,13 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 from cascade_client import accel_sim
 from cascade_client.accel_sim import SIMULATOR, WrongSass
-from cascade_client.api import Cascade
+from cascade_client.api import Cascade, check
 from cascade_client.broker import JOB_TASK, celery_broker, config_queue
-from cascade_client.errors import CascadeError, NotReady, Unreachable
+from cascade_client.errors import CascadeError, NotFound, NotReady, Unreachable
 
 HEARTBEAT_SECONDS = 20.0  # well inside the server's lease (CASCADE_SWEEP_LEASE_SECONDS, 120 s)
 REPORT_GAP_SECONDS = 2.0  # kernels finished are reported at most this often
@@ -314,6 +315,8 @@ def run_job(tree: dict, sweep_id: int, job_id: int) -> str | None:
         with Reporter(base, attempt) as reporter:
             try:
                 verdict = skip_reason(tree, config, start.get("sass_version"))
+                if verdict is None and earlier_attempt_ready(client, start["trace_id"], start["simulation"]):
+                    verdict = {"state": "ready"}
                 if verdict is None:
                     from cascade_client.simulate import simulate
 
@@ -365,6 +368,22 @@ def run_job(tree: dict, sweep_id: int, job_id: int) -> str | None:
                 time.sleep(pause)
         log(finished_line(base, start, verdict, time.monotonic() - started, timing))
         return verdict["state"]
+
+
+def earlier_attempt_ready(client, trace_id: str, name: str) -> bool:
+    """An earlier attempt's simulation of the job's name: ready, it is the job's (its finish was
+    lost); else deleted, so that this attempt's upload may take the name (a folder once
+    complete is never replaced)."""
+    path = client._path(trace_id, "simulations", quote(name, safe=""))
+    try:
+        if client._get_json(path).get("state") == "ready":
+            return True
+    except NotFound:
+        return False
+    response, content = client._send("DELETE", path)
+    if response.status_code != 404:
+        check(response, client.url, content)
+    return False
 
 
 def skip_reason(tree: dict, config: str, sass_version: int | None) -> dict | None:
