@@ -85,7 +85,6 @@ def add_worker(commands) -> None:
 
 
 def command(cascade: Cascade, args) -> int:
-    cascade._headers()  # no token, or a malformed one: one line now, not at the first job
     root = Path(args.accel_sim or os.environ.get("ACCEL_SIM_ROOT") or "")
     if not str(root) or str(root) == ".":
         raise WrongArguments("no Accel-Sim: give --accel-sim ROOT or set ACCEL_SIM_ROOT")
@@ -107,6 +106,8 @@ def command(cascade: Cascade, args) -> int:
     concurrency = args.concurrency or os.cpu_count() or 1
     if concurrency < 1:
         raise WrongArguments(f"--concurrency {concurrency}: at least 1")
+    response, content = cascade._send("GET", "/api/sweeps")  # no token, a wrong one, no server:
+    check(response, cascade.url, content)  # one line now, not at the first job
     try:
         app = make_app(broker, root, configs)
     except ValueError as error:
@@ -290,7 +291,6 @@ def run_job(tree: dict, sweep_id: int, job_id: int) -> str | None:
     """Start, run and finish one job; the state it was finished with (None when not run or
     dropped). Every error ends as a `failed` finish, so that Cascade queues the job again."""
     base = f"/api/sweeps/{sweep_id}/jobs/{job_id}"
-    root = Path(tree["root"])
     with Cascade() as client:
         start = client._post_json(
             f"{base}/start",
@@ -307,67 +307,80 @@ def run_job(tree: dict, sweep_id: int, job_id: int) -> str | None:
         if not start.get("run"):
             log(f"{base}: not run ({start.get('state')}): {start.get('why')}")
             return None
-        attempt, config = start["attempt"], start["config"]
+        attempt = start["attempt"]
         started = time.monotonic()
-        verdict: dict = {"state": "failed"}
         work = Path(tempfile.mkdtemp(prefix=f"sweep{sweep_id}-job{job_id}-", dir=tree["tmp"]))
-        timing = None
         with Reporter(base, attempt) as reporter:
             try:
-                verdict = skip_reason(tree, config, start.get("sass_version"))
-                if verdict is None and earlier_attempt_ready(client, start["trace_id"], start["simulation"]):
-                    verdict = {"state": "ready"}
-                if verdict is None:
-                    from cascade_client.simulate import simulate
-
-                    result = simulate(
-                        client,
-                        start["trace_id"],
-                        config=config,
-                        root=root,
-                        name=start["simulation"],
-                        select=start.get("select"),
-                        cover=float(start.get("cover") or 1.0),
-                        workdir=work,
-                        out=sys.stderr,
-                        progress=reporter.progress,
-                    )
-                    timing = result.timing
-                    simulation = result.simulation
-                    if simulation.get("state") == "ready":
-                        verdict = {"state": "ready"}
-                    else:
-                        error = simulation.get("error") or f"the simulation is {simulation.get('state')}"
-                        verdict = {"state": "failed", "error": error}
+                verdict, timing = attempt_verdict(client, tree, start, work, reporter)
             except Dropped:
-                pass
-            except WrongSass as error:
-                verdict = {"state": "skipped", "reason": str(error)}
-            except CascadeError as error:  # SimulateError: refused in one sentence
-                verdict = {"state": "failed", "error": str(error)}
-            except Exception as error:  # noqa: BLE001 (an error of ours still ends the attempt)
-                verdict = {"state": "failed", "error": f"{type(error).__name__}: {error}"[:2000]}
+                verdict, timing = {}, None
             finally:
                 shutil.rmtree(work, ignore_errors=True)
         if reporter.dropped:
             log(f"{base}: attempt {attempt} dropped")
             return None
-        for pause in [2**n for n in range(FINISH_TRIES - 1)] + [None]:
-            try:
-                client._post_json(
-                    f"{base}/finish", {"attempt": attempt, **verdict}, refused="the server refused the finish"
-                )
-                break
-            except NotReady as error:
-                log(f"{base}: attempt {attempt} is stale: {error}")
-                return None
-            except Unreachable as error:  # the lease lapses meanwhile: the job runs again
-                if pause is None:
-                    log(f"{base}: attempt {attempt} not finished: {error}")
-                    return None
-                time.sleep(pause)
+        if not finish(client, base, attempt, verdict):
+            return None
         log(finished_line(base, start, verdict, time.monotonic() - started, timing))
         return verdict["state"]
+
+
+def attempt_verdict(client, tree: dict, start: dict, work: Path, reporter: "Reporter") -> tuple[dict, object]:
+    """What the attempt ends with (the finish's body but its attempt), and simulate()'s timing.
+    Raises Dropped only."""
+    try:
+        verdict = skip_reason(tree, start["config"], start.get("sass_version"))
+        if verdict is None and earlier_attempt_ready(client, start["trace_id"], start["simulation"]):
+            verdict = {"state": "ready"}
+        if verdict is not None:
+            return verdict, None
+        from cascade_client.simulate import simulate
+
+        result = simulate(
+            client,
+            start["trace_id"],
+            config=start["config"],
+            root=Path(tree["root"]),
+            name=start["simulation"],
+            select=start.get("select"),
+            cover=float(start.get("cover") or 1.0),
+            workdir=work,
+            out=sys.stderr,
+            progress=reporter.progress,
+        )
+        simulation = result.simulation
+        if simulation.get("state") == "ready":
+            return {"state": "ready"}, result.timing
+        error = simulation.get("error") or f"the simulation is {simulation.get('state')}"
+        return {"state": "failed", "error": error}, result.timing
+    except Dropped:
+        raise
+    except WrongSass as error:
+        return {"state": "skipped", "reason": str(error)}, None
+    except CascadeError as error:  # SimulateError: refused in one sentence
+        return {"state": "failed", "error": str(error)}, None
+    except Exception as error:  # noqa: BLE001 (an error of ours still ends the attempt)
+        return {"state": "failed", "error": f"{type(error).__name__}: {error}"[:2000]}, None
+
+
+def finish(client, base: str, attempt: int, verdict: dict) -> bool:
+    """POST finish, Cascade unreachable tried again a few times; False when it never took it."""
+    for pause in [2**n for n in range(FINISH_TRIES - 1)] + [None]:
+        try:
+            client._post_json(
+                f"{base}/finish", {"attempt": attempt, **verdict}, refused="the server refused the finish"
+            )
+            return True
+        except NotReady as error:
+            log(f"{base}: attempt {attempt} is stale: {error}")
+            return False
+        except Unreachable as error:  # the lease lapses meanwhile: the job runs again
+            if pause is None:
+                log(f"{base}: attempt {attempt} not finished: {error}")
+                return False
+            time.sleep(pause)
+    return False
 
 
 def earlier_attempt_ready(client, trace_id: str, name: str) -> bool:
