@@ -409,7 +409,8 @@ def skip_reason(tree: dict, config: str, sass_version: int | None) -> dict | Non
             "reason": f"config {config} is not in this worker's Accel-Sim ({', '.join(configs)})"
             + (f"; nearest: {close}" if close else ""),
         }
-    if sass_version is not None and sass_version not in tree["sass_versions"]:
+    known = tree["sass_versions"]  # empty: the tree does not say (simulate() checks the generation)
+    if sass_version is not None and known and sass_version not in known:
         close = nearest(configs, sass_version)
         return {
             "state": "skipped",
