@@ -13,7 +13,7 @@ print), not the simulator.
 
 What else the simulator stand-in is told, by environment: STAND_IN_LOG (which recorded log;
 default the one of its config), STAND_IN_STALL_AFTER_LINES (never end after that many lines),
-STAND_IN_INVOCATIONS (a file it appends its kernel list's path to, once per run),
+STAND_IN_INVOCATIONS (a file it appends its kernel list's path and its pid to, once per run),
 STAND_IN_BURN_SECONDS (CPU burnt before it prints, as a real simulator's time).
 """
 
@@ -79,7 +79,7 @@ if len(set(listed)) != len(listed):
     die("a line listed twice: the real one would run it twice, its recorded log has each once", 1)
 if os.environ.get("STAND_IN_INVOCATIONS"):  # one line per run, in one write
     with open(os.environ["STAND_IN_INVOCATIONS"], "a") as runs:
-        runs.write(str(listing.resolve()) + "\\n")
+        runs.write("%s %d\\n" % (listing.resolve(), os.getpid()))
 # Which recorded log to print is the one thing it is told of the trace (STAND_IN_LOG), else
 # the log of its config (the first line of the stand-in gpgpusim.config names it).
 config = Path("gpgpusim.config").read_text().splitlines()[0].split()[-1]

@@ -30,7 +30,8 @@ from tests.client.conftest import ROOT, deployed_cascade
 from tests.gunicorn_process import gunicorn
 from tests.helpers import shared_fixture
 
-BUCKET = "cascade-client-worker"
+# A bucket per broker: moto's servers in one process share their buckets.
+BUCKET = "cascade-client-worker-{}"
 GEMM = "MrTang-Yuhan+Accel-Sim-Flashinfer__flashinfer-gemm-sm80"  # 8 kernels, SASS 80
 RAW = "qishao-chalmers+accel-sim-framework__vecadd-raw-sm75"  # raw traces, SASS 75 (headers only)
 RAW_CTX = "0x189ec30"
@@ -48,6 +49,7 @@ TRACES = {
     "gemm-shared-3": "gemm",
     "gemm-killed": "gemm",
     "gemm-fails": "gemm",
+    "gemm-dropped": "gemm",
     "raw": "raw",
 }
 
@@ -61,7 +63,7 @@ class Farm:
         self.processes: list[subprocess.Popen] = []
         self.outputs: list[Path] = []
 
-    def worker(self, name: str, **stand_in) -> subprocess.Popen:
+    def worker(self, name: str, heartbeat: float = 1, **stand_in) -> subprocess.Popen:
         """`cascade worker` with one pool process, in a session of its own, once it is ready."""
         env = {
             **{f"STAND_IN_{key.upper()}": str(value) for key, value in stand_in.items()},
@@ -70,7 +72,7 @@ class Farm:
             "CASCADE_URL": self.url,
             "CASCADE_TOKEN": self.token,
             "CASCADE_QUEUE_PREFIX": self.prefix,
-            "CASCADE_WORKER_HEARTBEAT_SECONDS": "1",
+            "CASCADE_WORKER_HEARTBEAT_SECONDS": str(heartbeat),
             "STAND_IN_INVOCATIONS": str(self.invocations),
         }
         output = self.tmp / f"worker-{name}-{uuid.uuid4().hex[:6]}.log"
@@ -138,8 +140,11 @@ class Farm:
 
     def runs(self, sweep_id: int, job_id: int) -> int:
         """How many times the stand-in simulator ran for the job (its work folder's name)."""
-        folder = re.compile(rf"/sweep{sweep_id}-job{job_id}-[^/]*/")
-        return sum(1 for line in self.invocations.read_text().splitlines() if folder.search(line))
+        return len(self.simulator_pids(sweep_id, job_id))
+
+    def simulator_pids(self, sweep_id: int, job_id: int) -> list[int]:
+        folder = re.compile(rf"/sweep{sweep_id}-job{job_id}-[^/]*/\S* (\d+)$")
+        return [int(m.group(1)) for m in map(folder.search, self.invocations.read_text().splitlines()) if m]
 
     def expected_rows(self, trace_id: str) -> dict[int, tuple]:
         """kernel id -> (cycles of the real log, the measured time uploaded)."""
@@ -212,13 +217,14 @@ def farm(request, tmp_path_factory):
         "PYTHONUNBUFFERED": "1",
     }
     try:
-        with deployed_cascade(tmp, BUCKET, **settings) as (env, bucket, manage):
-            bucket.create_bucket(Bucket=BUCKET)
+        name = BUCKET.format(request.param)
+        with deployed_cascade(tmp, name, **settings) as (env, bucket, manage):
+            bucket.create_bucket(Bucket=name)
             measured = {}
             for trace_id, run in TRACES.items():
                 folder, ctx, arch = (gemm, "", "sm_80") if run == "gemm" else (raw, RAW_CTX, None)
                 ids = log_kernel_ids(logs[run])
-                measured[trace_id] = upload_run(bucket, BUCKET, trace_id, folder, ctx, ids, arch=arch)
+                measured[trace_id] = upload_run(bucket, name, trace_id, folder, ctx, ids, arch=arch)
             manage("ingest_traces")
             token = manage("create_token", "worker-tests", "--scope", "write").splitlines()[-1]
             root = stand_in_tree(
@@ -356,6 +362,33 @@ def test_a_worker_killed_mid_job_has_its_job_run_once_more_elsewhere(workers):
     while Path(f"/proc/{pool}").exists() and parent_of(pool) == doomed.pid:
         assert time.monotonic() < deadline, f"pool process {pool} outlived its worker"
         time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_a_worker_whose_attempt_went_to_another_stops_its_simulator_and_drops_the_job(workers):
+    farm = workers
+    text = farm.logs["gemm"].read_text(errors="replace").splitlines(keepends=True)
+    stall = [i for i, line in enumerate(text) if line.startswith("Header info loaded")][3]
+    # Its reports come further apart than the lease: Cascade presumes it dead meanwhile.
+    late = farm.worker("late", heartbeat=LEASE_SECONDS * 3, stall_after_lines=stall)
+    sweep = farm.sweep(["gemm-dropped"], ["SM86_RTX3070"])
+    job_id = farm.wait(sweep["id"], lambda d: d["jobs"][0]["state"] == "running")["jobs"][0]["id"]
+    deadline = time.monotonic() + 60
+    while not farm.simulator_pids(sweep["id"], job_id):
+        assert time.monotonic() < deadline, farm.said()
+        time.sleep(0.2)
+    (stalled,) = farm.simulator_pids(sweep["id"], job_id)
+    other = farm.worker("other")  # ready before the late one's next report
+    (job,) = farm.ended(sweep["id"])["jobs"]
+    assert job["state"] == "ready" and job["attempts"] == 2, job
+    assert parent_of(job["worker"]["process"]) == other.pid
+    # Its next report is a 409: it kills its simulator and finishes nothing.
+    deadline = time.monotonic() + 60
+    while Path(f"/proc/{stalled}").exists() or "attempt 1 dropped" not in farm.said():
+        assert time.monotonic() < deadline, f"stand-in {stalled} still runs\n{farm.said()}"
+        time.sleep(0.2)
+    assert late.poll() is None  # the worker itself goes on
+    assert farm.get(f"/api/sweeps/{sweep['id']}")["jobs"][0] == job
 
 
 @pytest.mark.slow
