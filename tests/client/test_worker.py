@@ -11,6 +11,7 @@ real log, the measured times the test uploads, the simulator runs counted by the
 real log of a simulator that stopped on SASS it has no map for.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -198,6 +199,26 @@ def parent_of(pid: int) -> int | None:
         return None
 
 
+@contextlib.contextmanager
+def farm_database(tmp: Path):
+    """SQLite in `tmp`; on PostgreSQL when the test run is (DATABASE_URL), a scratch database of
+    that server, dropped after: workers hitting the start route at once, as deployed."""
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith(("postgres://", "postgresql://")):
+        yield f"sqlite:///{tmp / 'db.sqlite3'}"
+        return
+    import psycopg
+
+    server, name = url.rsplit("/", 1)[0], f"cascade_farm_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{server}/{name}"
+    finally:
+        with psycopg.connect(f"{server}/postgres", autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture(scope="module", params=sorted(BROKERS))
 def farm(request, tmp_path_factory):
     url = BROKERS[request.param]
@@ -218,7 +239,10 @@ def farm(request, tmp_path_factory):
     }
     try:
         name = BUCKET.format(request.param)
-        with deployed_cascade(tmp, name, **settings) as (env, bucket, manage):
+        with (
+            farm_database(tmp) as database,
+            deployed_cascade(tmp, name, DATABASE_URL=database, **settings) as (env, bucket, manage),
+        ):
             bucket.create_bucket(Bucket=name)
             measured = {}
             for trace_id, run in TRACES.items():
