@@ -253,7 +253,11 @@ class SweepJob(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["sweep", "trace", "config"], name="sweepjob_unique_pair"),
         ]
-        indexes = [models.Index(fields=["state", "heartbeat_at"], name="sweepjob_lease")]
+        indexes = [
+            models.Index(fields=["state", "heartbeat_at"], name="sweepjob_lease"),
+            # The watcher's other half: queued jobs whose message went out more than a lease ago.
+            models.Index(fields=["state", "queued_at"], name="sweepjob_queued"),
+        ]
 
     def __str__(self) -> str:
         return f"sweep {self.sweep_id} job {self.pk}: {self.trace_id} on {self.config}"

@@ -91,6 +91,9 @@ def start_job(sweep_id: int, job_id: int, worker: Worker) -> dict:
                 f"attempt {job.attempts} runs on {running.get('host')} (process {running.get('process')}), "
                 "whose lease is fresh.",
             )
+        if job.sweep.cancelled_at is not None:  # its run's lease lapsed: it does not run again
+            _changed(job, state=SweepJobState.CANCELLED, ended_at=now, reason="the sweep was cancelled")
+            return not_run(job, "the sweep was cancelled.")
         refused = _refusal(job, worker, now)
         if refused is not None:
             return refused
@@ -123,13 +126,34 @@ def start_job(sweep_id: int, job_id: int, worker: Worker) -> dict:
     }
 
 
+def lapsed_error(job: SweepJob, now) -> str:
+    """What a running job whose lease lapsed says of its worker."""
+    worker = job.worker or {}
+    seconds = int((now - job.heartbeat_at).total_seconds()) if job.heartbeat_at else 0
+    return (
+        f"its worker ({worker.get('host')}, process {worker.get('process')}) stopped reporting "
+        f"during attempt {job.attempts} (no report for {seconds} s)"
+    )
+
+
 def _refusal(job: SweepJob, worker: Worker, now) -> dict | None:
-    """Why this worker does not run the job: its tree lacks the config (the job is published
-    again for another), runs no such SASS (skipped), or the same build's simulation is ready."""
+    """Why this worker does not run the job: an earlier attempt's simulation is ready, a lapsed
+    last attempt (failed), its tree lacks the config (left queued), runs no such SASS (skipped),
+    or the same build's simulation is ready."""
+    own = simulation_name(job.sweep_id, job.config, job.sweep.select)
+    if Simulation.objects.filter(trace_id=job.trace_id, name=own, state=TraceState.READY).exists():
+        # An earlier attempt uploaded it, and its worker was lost before it said so.
+        reason = f"simulation {own}, an earlier attempt's, is ready."
+        _changed(job, state=SweepJobState.READY, simulation_name=own, reason=reason, ended_at=now)
+        return not_run(job, reason)
+    if job.state == SweepJobState.RUNNING and job.attempts >= settings.CASCADE_SWEEP_ATTEMPTS:
+        _changed(job, state=SweepJobState.FAILED, error=lapsed_error(job, now), ended_at=now)
+        return not_run(job, f"its last attempt's worker stopped reporting: {job.error}.")
     if worker.configs and job.config not in worker.configs:
-        if _changed(job, state=SweepJobState.QUEUED, queued_at=now):
-            publish_on_commit(job.sweep_id, [(job.pk, job.config)])
-        return not_run(job, f"this worker's Accel-Sim has no config {job.config}; the job is queued again.")
+        # Not published again at once (a worker misconfigured to take the queue would loop): the
+        # watcher publishes it once its queue is empty a lease after its last message.
+        _changed(job, state=SweepJobState.QUEUED)
+        return not_run(job, f"this worker's Accel-Sim has no config {job.config}; the job stays queued.")
     version = arch_version(job.trace.trace_gpu_arch)
     if version is not None and worker.sass_versions and version not in worker.sass_versions:
         runs = "/".join(map(str, sorted(worker.sass_versions)))

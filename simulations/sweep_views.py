@@ -28,6 +28,7 @@ from simulations.sweep_serializers import (
 )
 from traces import audit
 from traces.models import AuditAction
+from traces.params import check_known
 from traces.permissions import CanViewTraces, CanWriteSweeps
 from traces.uploads import UploadClash, validated
 from traces.views import OperatorDescribed, json_or_browsable
@@ -67,6 +68,7 @@ class SweepViewSet(OperatorDescribed, viewsets.ViewSet):
 
     @sweep_list_schema
     def list(self, request):
+        check_known(request.query_params, [])  # a filter the list does not have is no filter
         return json_or_browsable(request, sweeps.sweep_list())
 
     @sweep_create_schema
@@ -98,6 +100,7 @@ class SweepViewSet(OperatorDescribed, viewsets.ViewSet):
 
     @sweep_schema
     def retrieve(self, request, pk=None):
+        check_known(request.query_params, [])
         with sweep_refusals():
             return json_or_browsable(request, sweeps.sweep_detail(int(pk)))
 

@@ -8,8 +8,9 @@ that failed): it is published again. The fencing of `simulations.sweep_jobs` mak
 sent twice harmless.
 
 It runs as a Celery beat task (`simulations.tasks.watch_sweeps_task`) and on each pass of
-`manage.py ingest_traces --watch`. With nothing overdue it costs one query on the
-`sweepjob_lease` index (state, heartbeat_at) and no broker round trip.
+`manage.py ingest_traces --watch`. With nothing overdue it costs one query on the indexes
+`sweepjob_lease` (state, heartbeat_at) and `sweepjob_queued` (state, queued_at), and no broker
+round trip; with jobs waiting in their queues, one more round trip per config to count them.
 """
 
 import logging
@@ -22,7 +23,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from simulations.models import SweepJob, SweepJobState
-from simulations.sweep_jobs import lease, locked_job, requeue_or_fail
+from simulations.sweep_jobs import lapsed_error, lease, locked_job, requeue_or_fail
 from simulations.sweeps import celery_app, publish
 
 logger = logging.getLogger(__name__)
@@ -42,24 +43,26 @@ class WatchResult:
 
 
 def watch_sweeps() -> WatchResult:
-    """One pass: the overdue jobs, in one query; then each one's fate."""
-    now = timezone.now()
-    cutoff = now - lease()
-    overdue = list(
+    """One pass: the overdue jobs counted by state and config (one query on the indexes); then
+    each lapsed lease's fate, and the queued jobs of each config whose queue is empty."""
+    cutoff = timezone.now() - lease()
+    overdue = (
         SweepJob.objects.filter(
             Q(state=SweepJobState.RUNNING, heartbeat_at__lt=cutoff)
             | Q(state=SweepJobState.QUEUED, queued_at__lt=cutoff)
-        ).values_list("pk", "sweep_id", "state", "config")
+        )
+        .order_by()
+        .values_list("state", "config")
+        .distinct()
     )
-    result = WatchResult()
-    lost = defaultdict(list)  # config -> [(sweep_id, job_id)]
-    for job_id, sweep_id, state, config in overdue:
-        if state == SweepJobState.RUNNING:
+    rows, result = list(overdue), WatchResult()
+    if any(state == SweepJobState.RUNNING for state, _ in rows):
+        lapsed = SweepJob.objects.filter(state=SweepJobState.RUNNING, heartbeat_at__lt=cutoff)
+        for job_id, sweep_id in lapsed.order_by("id").values_list("pk", "sweep_id"):
             _lease_lapsed(sweep_id, job_id, result)
-        else:
-            lost[config].append((sweep_id, job_id))
-    if lost:
-        _republish(lost, result)
+    queued_configs = {config for state, config in rows if state == SweepJobState.QUEUED}
+    if queued_configs:
+        _republish(queued_configs, result)
     return result
 
 
@@ -69,12 +72,7 @@ def _lease_lapsed(sweep_id: int, job_id: int, result: WatchResult) -> None:
         now = timezone.now()
         if job.state != SweepJobState.RUNNING or job.heartbeat_at is None or now - job.heartbeat_at < lease():
             return  # it reported, or ended, since the query
-        worker = job.worker or {}
-        seconds = int((now - job.heartbeat_at).total_seconds())
-        error = (
-            f"its worker ({worker.get('host')}, process {worker.get('process')}) stopped reporting "
-            f"during attempt {job.attempts} (no report for {seconds} s)"
-        )
+        error = lapsed_error(job, now)
         if requeue_or_fail(job, error, now):
             result.requeued += 1
         elif job.state == SweepJobState.FAILED:
@@ -96,23 +94,24 @@ def queue_size(connection, queue: str) -> int | None:
             pass
 
 
-def _republish(lost: dict[str, list[tuple[int, int]]], result: WatchResult) -> None:
-    """Publish again the queued jobs of each config whose queue is empty."""
+def _republish(configs: set[str], result: WatchResult) -> None:
+    """Publish again the overdue queued jobs of each config whose queue is empty."""
     app = celery_app()
     try:
         with app.connection_for_write() as connection:
-            empty = {config for config in lost if queue_size(connection, config_queue(config)) == 0}
+            empty = {config for config in configs if queue_size(connection, config_queue(config)) == 0}
     except Exception:  # the broker away: nothing can be published now; the next pass tries
         logger.exception("sweeps: the broker cannot be reached to count the queues")
         return
-    cutoff = timezone.now() - lease()
     for config in sorted(empty):
+        now = timezone.now()
+        lost = SweepJob.objects.filter(state=SweepJobState.QUEUED, config=config, queued_at__lt=now - lease())
+        jobs = list(lost.order_by("id").values_list("pk", "sweep_id"))
+        # Stamped, then sent: a job started meanwhile gets a message too, which its fencing makes
+        # harmless (its lease is fresh).
+        lost.update(queued_at=now)
         by_sweep = defaultdict(list)
-        for sweep_id, job_id in lost[config]:
-            # Only those still queued and overdue: a start or a cancel may have come meanwhile.
-            if SweepJob.objects.filter(pk=job_id, state=SweepJobState.QUEUED, queued_at__lt=cutoff).update(
-                queued_at=timezone.now()
-            ):
-                by_sweep[sweep_id].append((job_id, config))
-        for sweep_id, jobs in by_sweep.items():
-            result.republished += publish(sweep_id, jobs)
+        for job_id, sweep_id in jobs:
+            by_sweep[sweep_id].append((job_id, config))
+        for sweep_id, sweep_jobs in by_sweep.items():
+            result.republished += publish(sweep_id, sweep_jobs)

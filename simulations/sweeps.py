@@ -72,9 +72,10 @@ def skip_reason(trace: Trace, config: str) -> str | None:
 
 
 def simulation_name(sweep_id: int, config: str, select: str | None) -> str:
-    """The job's simulation: `sweep<ID>_<CONFIG>`, `_<select>` sanitised after it."""
+    """The job's simulation: `sweep<ID>_<CONFIG>`, `_<select>` sanitised after it, cut to a
+    simulation's name (no trailing dot: a folder's name on every system)."""
     what = "" if not select else "_" + re.sub(r"[^A-Za-z0-9._-]", "-", select)
-    return f"sweep{sweep_id}_{config}{what}"[:SIMULATION_NAME_MAX]
+    return f"sweep{sweep_id}_{config}{what}"[:SIMULATION_NAME_MAX].rstrip(".")
 
 
 # --- creation --------------------------------------------------------------------------------
@@ -94,10 +95,14 @@ class SweepRequest:
     rerun: bool = False
 
 
+# What pairing reads of a trace (its files and metadata stay unread).
+TRACE_FIELDS = ("id", "state", "trace_gpu_arch", "created_at")
+
+
 def chosen_traces(request: SweepRequest) -> list[Trace]:
     """The ready traces the request names (in its order), or that its filters find (oldest first)."""
     if request.trace_ids is not None:
-        found = Trace.objects.in_bulk(request.trace_ids)
+        found = Trace.objects.only(*TRACE_FIELDS).in_bulk(request.trace_ids)
         missing = [trace_id for trace_id in request.trace_ids if trace_id not in found]
         if missing:
             raise SweepRefused(
@@ -111,7 +116,7 @@ def chosen_traces(request: SweepRequest) -> list[Trace]:
     for key, value in (request.filters or {}).items():
         params[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
     filters = trace_filters(params)
-    queryset = filters.filter_queryset(Trace.objects.filter(state=TraceState.READY))
+    queryset = filters.filter_queryset(Trace.objects.only(*TRACE_FIELDS).filter(state=TraceState.READY))
     traces = list(queryset.order_by("created_at", "id")[: SWEEP_JOBS_MAX + 1])
     if not traces:
         raise SweepRefused("no ready trace matches the filters")

@@ -384,8 +384,13 @@ def test_beat_polls_less_often_and_sends_events_batches_with_a_queue():
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout.strip().splitlines()[-1])
 
-    assert schedule(CASCADE_POLL_SECONDS="30") == {"poll-bucket": ["ingest.tasks.poll_bucket_task", 30]}
+    watch = {"sweep-watch": ["simulations.tasks.watch_sweeps_task", 30]}  # the sweeps' lease
+    assert schedule(CASCADE_POLL_SECONDS="30") == {
+        "poll-bucket": ["ingest.tasks.poll_bucket_task", 30],
+        **watch,
+    }
     assert schedule(CASCADE_POLL_SECONDS="30", CASCADE_SQS_QUEUE_URL="http://sqs.invalid/1/q") == {
         "poll-bucket": ["ingest.tasks.poll_bucket_task", 600],
+        **watch,
         "s3-events": ["ingest.tasks.s3_events_task", 5],
     }

@@ -28,7 +28,16 @@ from tests.simulations.sweep_support import ready_trace, writer
 from traces.models import Trace, TraceState
 
 pytestmark = pytest.mark.django_db
-broker = sweep_support.broker  # the fixture
+broker, rabbit = sweep_support.broker, sweep_support.rabbit  # the fixtures
+
+
+@pytest.fixture(autouse=True)
+def own_broker(broker):
+    """Every message these tests publish goes to the tests' own Redis database, never the
+    machine's default one (where a real worker could take it)."""
+    return broker
+
+
 WORKER = {
     "host": "farm-1",
     "process": 4242,
@@ -331,3 +340,97 @@ def waiting_on_the_lock(thread, seconds: float = 30) -> None:
             if cursor.fetchone()[0]:
                 return
             time.sleep(0.05)
+
+
+def test_on_rabbitmq_the_watcher_counts_the_queue_and_publishes_what_was_lost(
+    rabbit, worker, django_capture_on_commit_callbacks
+):
+    ready_trace("turing", "sm_75")
+    config = sweep_support.RABBIT_CONFIG
+    with django_capture_on_commit_callbacks(execute=True):
+        body = (
+            writer("alice")
+            .post("/api/sweeps", {"name": "s", "trace_ids": ["turing"], "configs": [config]}, format="json")
+            .json()
+        )
+    job = (body["id"], body["jobs"][0]["id"])
+    SweepJob.objects.filter(pk=job[1]).update(queued_at=timezone.now() - timedelta(seconds=121))
+    assert watch_sweeps().republished == 0  # its message waits in the queue
+    assert rabbit.messages(config) == [("cascade.sweep_job", list(job))]
+    assert watch_sweeps().republished == 1  # the queue is empty: the message was lost
+    assert rabbit.messages(config) == [("cascade.sweep_job", list(job))]
+    assert post(worker, job, "start", {**WORKER, "configs": [config]}).json()["run"] is True
+    lapse(job[1])
+    with django_capture_on_commit_callbacks(execute=True):
+        assert watch_sweeps().requeued == 1
+    assert rabbit.messages(config) == [("cascade.sweep_job", list(job))]
+
+
+def test_a_cancelled_sweeps_running_job_finishes_and_is_not_run_again(
+    sweep, worker, django_capture_on_commit_callbacks
+):
+    post(worker, sweep, "start", WORKER)
+    writer("alice").delete(f"/api/sweeps/{sweep[0]}")
+    again = post(worker, sweep, "start", WORKER).json()  # a duplicate message: its lease is fresh
+    assert (again["run"], again["state"]) == (False, "running")
+    finished = post(worker, sweep, "finish", {"attempt": 1, "state": "failed", "error": "boom"}).json()
+    assert (finished["state"], finished["error"]) == ("cancelled", "boom")
+
+
+def test_a_cancelled_sweeps_job_whose_lease_lapsed_is_not_started_again(sweep, worker):
+    post(worker, sweep, "start", WORKER)
+    writer("alice").delete(f"/api/sweeps/{sweep[0]}")
+    lapse(sweep[1])
+    assert post(worker, sweep, "start", WORKER).json() == {
+        "run": False,
+        "state": "cancelled",
+        "why": "the sweep was cancelled.",
+    }
+
+
+def test_a_job_whose_last_attempt_lapsed_fails_at_the_next_start(settings, sweep, worker):
+    settings.CASCADE_SWEEP_ATTEMPTS = 1
+    post(worker, sweep, "start", WORKER)
+    lapse(sweep[1])
+    answer = post(worker, sweep, "start", WORKER).json()
+    assert (answer["run"], answer["state"]) == (False, "failed")
+    assert "stopped reporting" in SweepJob.objects.get(pk=sweep[1]).error
+
+
+def test_the_beat_task_is_the_watcher(sweep, worker):
+    from simulations.tasks import watch_sweeps_task
+
+    assert watch_sweeps_task.name == "simulations.tasks.watch_sweeps_task"
+    post(worker, sweep, "start", WORKER)
+    lapse(sweep[1])
+    assert watch_sweeps_task().startswith("sweeps: 1 jobs queued again")
+
+
+def test_a_worker_without_the_config_leaves_the_job_queued(sweep, worker):
+    answer = post(worker, sweep, "start", {**WORKER, "configs": ["SM86_RTX3070"]}).json()
+    assert (answer["run"], answer["state"]) == (False, "queued")
+    assert SweepJob.objects.get(pk=sweep[1]).attempts == 0
+
+
+def test_an_earlier_attempts_ready_simulation_ends_the_job_even_with_rerun(
+    broker, worker, django_capture_on_commit_callbacks
+):
+    ready_trace("turing", "sm_75")
+    with django_capture_on_commit_callbacks(execute=True):
+        body = (
+            writer("alice")
+            .post(
+                "/api/sweeps",
+                {"name": "s", "trace_ids": ["turing"], "configs": ["SM75_RTX2060"], "rerun": True},
+                format="json",
+            )
+            .json()
+        )
+    job = (body["id"], body["jobs"][0]["id"])
+    post(worker, job, "start", WORKER)
+    # The worker uploaded its simulation, then was lost before finishing: the lease lapses.
+    simulate(Trace.objects.get(pk="turing"), f"sweep{job[0]}_SM75_RTX2060", [], config="SM75_RTX2060")
+    lapse(job[1])
+    answer = post(worker, job, "start", WORKER).json()
+    assert (answer["run"], answer["state"]) == (False, "ready")
+    assert SweepJob.objects.get(pk=job[1]).simulation_name == f"sweep{job[0]}_SM75_RTX2060"

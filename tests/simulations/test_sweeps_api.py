@@ -23,6 +23,14 @@ from traces.models import AuditEntry, TraceState
 pytestmark = pytest.mark.django_db
 broker = sweep_support.broker  # the fixture
 
+
+@pytest.fixture(autouse=True)
+def own_broker(broker):
+    """Every message these tests publish goes to the tests' own Redis database, never the
+    machine's default one (where a real worker could take it)."""
+    return broker
+
+
 CONFIGS = ["SM6_TITANX", "SM7_QV100", "SM75_RTX2060", "SM86_RTX3070", "SM89_RTX4090", "SM90_H100"]
 # The issue's rule, written out: which of CONFIGS runs a trace of each architecture.
 RUNS = {
@@ -192,6 +200,11 @@ def test_the_list_and_the_detail_conform_to_the_schema(api, openapi, django_capt
     assert list(detail) == [*SWEEP_KEYS, "jobs"]
     assert list(detail["jobs"][0]) == JOB_KEYS
     assert api.get("/api/sweeps/999999").status_code == 404
+    refused = api.get("/api/sweeps", {"state": "ready"})  # the list has no filters
+    assert (refused.status_code, refused.json()["detail"]) == (
+        400,
+        "unknown parameter 'state'; this route accepts format.",
+    )
 
 
 def test_cancel_by_the_owner_cancels_what_has_not_started(django_capture_on_commit_callbacks):
@@ -267,3 +280,20 @@ def test_a_sweep_is_running_then_ready_or_failed(settings, django_capture_on_com
     detail = worker.get(base).json()
     assert detail["state"] == "failed"
     assert detail["counts"]["ready"] == 1 and detail["counts"]["failed"] == 1
+
+
+def test_a_jobs_simulation_is_named_for_the_sweep_config_and_selection(django_capture_on_commit_callbacks):
+    ready_trace("turing", "sm_75")
+    body = {
+        "name": "steps",
+        "trace_ids": ["turing"],
+        "configs": ["SM75_RTX2060"],
+        "select": "step:decode 1/2",
+    }
+    sweep = create(writer("alice"), body, django_capture_on_commit_callbacks).json()
+    job = sweep["jobs"][0]
+    start = writer("worker").post(
+        f"/api/sweeps/{sweep['id']}/jobs/{job['id']}/start", {"host": "h", "process": 1}, format="json"
+    )
+    assert start.json()["simulation"] == f"sweep{sweep['id']}_SM75_RTX2060_step-decode-1-2"
+    assert start.json()["select"] == "step:decode 1/2"

@@ -50,7 +50,7 @@ HOSTILE_IN_PATH = {name: HOSTILE[name] for name in ("10,000 digits", "NUL", "100
 NOT_IN_SCHEMA = {"/api/schema", "/api/docs", "/api/", "/api"}
 
 TRACE = "hostile"
-PATH_VALUES = {"trace_id": TRACE, "other_id": TRACE, "name": "sim"}
+PATH_VALUES = {"trace_id": TRACE, "other_id": TRACE, "name": "sim", "id": "1", "job_id": "1"}
 
 
 @pytest.fixture
