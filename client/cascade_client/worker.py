@@ -43,8 +43,8 @@ FINISH_TRIES = 6  # Cascade unreachable at a job's end: tried again after 1, 2, 
 # (a lost worker's job comes back sooner through Cascade's lease; a duplicate is dropped by it).
 VISIBILITY_SECONDS = 48 * 3600
 BUILD_STRINGS = {
-    "accel_sim_build": re.compile(rb"accelsim-commit-[\x21-\x5c\x5e-\x7e]*"),
-    "gpgpusim_build": re.compile(rb"gpgpu-sim_git-commit-[\x21-\x5c\x5e-\x7e]*"),
+    "accel_sim_build": re.compile(rb"accelsim-commit-[\x21-\x5c\x5e-\x7e]+"),
+    "gpgpusim_build": re.compile(rb"gpgpu-sim_git-commit-[\x21-\x5c\x5e-\x7e]+"),
 }
 LIBCUDART = (
     "gpu-simulator/gpgpu-sim/lib/*/*/release/libcudart.so*",
@@ -198,9 +198,9 @@ def tree_builds(root: Path) -> dict[str, str | None]:
         except OSError:
             continue
         for key, pattern in BUILD_STRINGS.items():
-            match = found[key] is None and pattern.search(data)
-            if match:
-                found[key] = match.group().decode("ascii")
+            if found[key] is None:  # a whole string, not a format it is printed with
+                whole = (m.group() for m in pattern.finditer(data) if b"%" not in m.group())
+                found[key] = next((w.decode("ascii") for w in whole), None)
     return found
 
 

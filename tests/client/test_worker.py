@@ -440,3 +440,21 @@ def test_a_config_the_tree_lacks_is_one_line_and_exit_2(tmp_path):
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert "config SM90_H100 is not in" in line and line.endswith("it has: SM75_RTX2060, SM86_RTX3070")
+
+
+def test_the_builds_are_read_from_the_built_simulator_and_library(tmp_path):
+    """The strings the real log's header prints, found in the bytes of accel-sim.out and of
+    GPGPU-Sim's libcudart.so as a build lays them out; a format string is not a build."""
+    from cascade_client.worker import tree_builds
+
+    log = shared_fixture("real-simulatable", GEMM, "accel-sim.SM86_RTX3070.log")
+    accel = build_of(log, r"Accel-Sim \[build ([^\]]*)\]")
+    gpgpu = build_of(log, r"GPGPU-Sim Simulator Version \S+\s+\[build ([^\]]*)\]")
+    simulator = tmp_path / "gpu-simulator/bin/release/accel-sim.out"
+    simulator.parent.mkdir(parents=True)
+    assert tree_builds(tmp_path) == {"accel_sim_build": None, "gpgpusim_build": None}
+    simulator.write_bytes(b"\x7fELF\0accelsim-commit-%s_modified_%s\0" + accel.encode() + b"\0\x01\x02")
+    library = tmp_path / "gpu-simulator/gpgpu-sim/lib/gcc-11.4.0/cuda-11080/release/libcudart.so.11.0"
+    library.parent.mkdir(parents=True)
+    library.write_bytes(b"\x7fELF\0\0" + gpgpu.encode() + b"\0GPGPU-Sim PTX: %s\n\0")
+    assert tree_builds(tmp_path) == {"accel_sim_build": accel, "gpgpusim_build": gpgpu}
