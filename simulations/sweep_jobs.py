@@ -11,7 +11,7 @@ job at once (a redelivered message) never both run it, on PostgreSQL or SQLite.
 from dataclasses import dataclass
 from datetime import timedelta
 
-from cascade_client.accel_sim import arch_version
+from cascade_client.sass import arch_version
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone

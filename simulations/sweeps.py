@@ -12,7 +12,7 @@ import logging
 import re
 from dataclasses import dataclass
 
-from cascade_client.accel_sim import arch_version
+from cascade_client import sass
 from cascade_client.broker import JOB_TASK, config_queue
 from django.db import transaction
 from django.db.models import Count, Q
@@ -35,38 +35,19 @@ SWEEP_JOBS_MAX = 100_000
 REQUEST_KEYS = ("name", "trace_ids", "configs", "select", "cover", "rerun")
 FILTER_KEYS = tuple(TraceFilter.base_filters)
 CONFIG_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
-CONFIG_GENERATION = re.compile(r"SM(\d+)_")
 SWEEP_STATES = ("queued", "running", "ready", "failed", "cancelled")
 
 
-# --- pairing: which SASS versions a config models -------------------------------------------------
-
-
-def modeled_sass(config: str) -> tuple[int, int] | None:
-    """The SASS versions (lowest, highest) the config's GPU generation covers, by its `SMxx_`
-    name: SM6_* 60-69, SM7_* 70-72, SM75_* 75, SM8x_* 80-87, SM89_* 89, SM90_* 90-99, SM10x_*
-    100-109 (each hundred-and-more generation its ten). None: the name does not say."""
-    match = CONFIG_GENERATION.match(config)
-    if match is None:
-        return None
-    number = int(match.group(1))
-    if number < 10:  # SM6_TITANX, SM7_QV100: the generation's first digit
-        number *= 10
-    family = number // 10 * 10
-    if family == 70:
-        return (75, 75) if number >= 75 else (70, 72)
-    if family == 80:
-        return (89, 89) if number == 89 else (80, 87)
-    return family, family + 9
+# --- pairing: which SASS versions a config models (cascade_client.sass) ------------------------
 
 
 def skip_reason(trace: Trace, config: str) -> str | None:
     """Why the pair is skipped at creation (the config models another GPU generation), or None:
     it is queued (a trace without a known SASS version too: the worker reads its headers)."""
-    version, modeled = arch_version(trace.trace_gpu_arch), modeled_sass(config)
-    if version is None or modeled is None or modeled[0] <= version <= modeled[1]:
+    version, modeled = sass.arch_version(trace.trace_gpu_arch), sass.config_generation(config)
+    if version is None or modeled is None or version in modeled:
         return None
-    low, high = modeled
+    low, high = modeled[0], modeled[-1]
     models = f"SASS {low}" if low == high else f"SASS {low}-{high}"
     return f"{config} models {models}, and the trace is {trace.trace_gpu_arch} (SASS {version})."
 

@@ -55,6 +55,10 @@ class SimulateError(CascadeError):
     """Refused before the simulator started, or Cascade's answer was not a comparison."""
 
 
+class WrongSass(SimulateError):
+    """The trace's SASS version is not one the config runs (a sweep's worker skips the job)."""
+
+
 def tree_configs(root: Path) -> list[str]:
     """The tested configs ROOT has whole: GPGPU-Sim's gpgpusim.config and Accel-Sim's trace.config."""
     gpgpusim = root / GPGPUSIM_CONFIGS
@@ -184,12 +188,12 @@ def check_sass(
     if not known:
         first, last = models[0], models[-1]
         span = f"{first}" if first == last else f"{first}-{last}"
-        raise SimulateError(
+        raise WrongSass(
             f"config {config} models SASS {span}, the trace is SASS {found} ({where}); "
             f"{root} has no opcode maps ({ISA_DEFS}/*.h) to say what it runs; --force to run anyway"
         )
     what = f"runs SASS {_versions(runs)}" if runs else "runs no SASS in this tree"
-    raise SimulateError(
+    raise WrongSass(
         f"config {config} {what}, the trace is SASS {found} ({where}); {root}'s tested configs run: "
         f"{described(tree_runs(root))}; --force to run anyway"
     )
@@ -379,9 +383,14 @@ def simulator_env(root: Path) -> dict[str, str]:
     return env
 
 
-def run_simulator(root: Path, run: Path, listing: Path, *, timeout: float | None, out) -> int | None:
+def run_simulator(
+    root: Path, run: Path, listing: Path, *, timeout: float | None, out, progress=None
+) -> int | None:
     """accel-sim.out, its stdout and stderr into run/sim.log as one stream, progress from its
-    own stat blocks. The exit status (128 + signal when killed or aborted) is reported, not judged."""
+    own stat blocks. The exit status (128 + signal when killed or aborted) is reported, not judged.
+    `progress(finished, listed, process)`, when given, is called once the simulator has started,
+    after each kernel it finishes and once it has ended (what it raises stops the simulator and
+    propagates)."""
     listed = len(listed_kernels(kernelslist.lines_of(listing.read_text())))
     command = [str(root / SIMULATOR), "-trace", str(listing.resolve()), "-config", "./gpgpusim.config"]
     command += ["-config", "./trace.config"]
@@ -401,6 +410,8 @@ def run_simulator(root: Path, run: Path, listing: Path, *, timeout: float | None
             killer.daemon = True
             killer.start()
         try:
+            if progress:
+                progress(finished, listed, process)
             for line in process.stdout:
                 sink.write(line)
                 match = KERNEL_DONE.match(line.decode(errors="replace"))
@@ -411,7 +422,11 @@ def run_simulator(root: Path, run: Path, listing: Path, *, timeout: float | None
                         file=out,
                         flush=True,
                     )
+                    if progress:
+                        progress(finished, listed, process)
             status = process.wait()
+            if progress:
+                progress(finished, listed, process)
         finally:
             if killer:
                 killer.cancel()

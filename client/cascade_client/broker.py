@@ -7,6 +7,7 @@ URL; `filesystem:///ABS/FOLDER` names it here: messages are files in FOLDER/queu
 written by every process given the same URL (one machine only).
 """
 
+import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -17,7 +18,9 @@ JOB_TASK = "cascade.sweep_job"
 
 
 def config_queue(config: str) -> str:
-    return QUEUE_PREFIX + config
+    """`cascade.sim.<CONFIG>`, after CASCADE_QUEUE_PREFIX when set: deployments (or test runs)
+    sharing one broker keep apart by it, the server and its workers given the same."""
+    return os.environ.get("CASCADE_QUEUE_PREFIX", "") + QUEUE_PREFIX + config
 
 
 def celery_broker(url: str) -> tuple[str, dict]:

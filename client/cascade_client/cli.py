@@ -17,6 +17,7 @@ from cascade_client.progress import size
 from cascade_client.pull import POSTPROCESS
 from cascade_client.sweep import add_sweep
 from cascade_client.terminal import table_lines, visible
+from cascade_client.worker import add_worker
 
 EPILOG = """environment: CASCADE_URL (default http://127.0.0.1:8000), CASCADE_TOKEN (required).
 exit status: 0 done, 1 other error, 2 wrong arguments, 3 no token, 4 token refused,
@@ -75,6 +76,7 @@ def parser() -> argparse.ArgumentParser:
 
     add_push(commands)
     add_sweep(commands)
+    add_worker(commands)
 
     pull = commands.add_parser(
         "pull",
@@ -338,6 +340,12 @@ def sweep(cascade: Cascade, args) -> int:
     return 0
 
 
+def worker(cascade: Cascade, args) -> int:
+    from cascade_client.worker import command
+
+    return command(cascade, args)
+
+
 def push(cascade: Cascade, args) -> None:
     from cascade_client.push import main_line, push
 
@@ -353,6 +361,7 @@ COMMANDS = {
     "push": push,
     "simulate": simulate,
     "sweep": sweep,
+    "worker": worker,
 }
 
 

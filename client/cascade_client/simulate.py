@@ -158,7 +158,10 @@ def simulate(
     timeout: float | None = None,
     force: bool = False,
     out=None,
+    progress=None,
 ) -> SimulateResult:
+    """`progress(finished, listed, process)`: the simulator's kernels as it finishes them
+    (accel_sim.run_simulator); `cascade worker` reports them and stops a dropped job with it."""
     out = out or sys.stderr
     root = checked_root(root, config)
     name = name or default_name(config, select)
@@ -189,7 +192,7 @@ def simulate(
 
     started_at = now()
     started = time.monotonic()
-    exit_status = run_simulator(root, run, listing, timeout=timeout, out=out)
+    exit_status = run_simulator(root, run, listing, timeout=timeout, out=out, progress=progress)
     timing.simulator = time.monotonic() - started
     ran = {"started_at": started_at, "ended_at": now(), "exit_status": exit_status}
 

@@ -42,13 +42,15 @@ def deployed_cascade(tmp: Path, bucket_name: str, **settings: str):
         host, port = moto.get_host_and_port()
         endpoint = f"http://{host}:{port}"
         env = clean_environ(
-            CASCADE_VAR_DIR=str(tmp),
-            DATABASE_URL=f"sqlite:///{tmp / 'db.sqlite3'}",
-            CASCADE_S3_BUCKET=bucket_name,
-            CASCADE_S3_ENDPOINT_URL=endpoint,
-            CASCADE_PARSE_PROCESSES="1",
-            **S3_CREDENTIALS,
-            **settings,
+            **{
+                "CASCADE_VAR_DIR": str(tmp),
+                "DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}",  # unless `settings` names one
+                "CASCADE_S3_BUCKET": bucket_name,
+                "CASCADE_S3_ENDPOINT_URL": endpoint,
+                "CASCADE_PARSE_PROCESSES": "1",
+                **S3_CREDENTIALS,
+                **settings,
+            }
         )
 
         def manage(*args: str) -> str:

@@ -1,5 +1,6 @@
-"""`pip install ./client` on a new virtualenv: the client installs on its own (httpx, and pandas
-with the extra), and `cascade` runs. pip reaches the package index as a user's would."""
+"""`pip install ./client` on a new virtualenv: the client installs on its own (httpx, Celery for
+`cascade worker`, and pandas with the extra), and `cascade` runs. pip reaches the package index
+as a user's would."""
 
 import shutil
 import subprocess
@@ -40,7 +41,7 @@ def test_pip_install_client_on_a_fresh_virtualenv(tmp_path):
 
     help = subprocess.run([str(venv / "bin/cascade"), "--help"], capture_output=True, text=True, env={})
     assert help.returncode == 0 and help.stdout.startswith("usage: cascade")
-    for command in ("traces", "show", "kernels", "pull"):
+    for command in ("traces", "show", "kernels", "pull", "worker"):
         assert command in help.stdout
     no_token = subprocess.run([str(venv / "bin/cascade"), "traces"], capture_output=True, text=True, env={})
     assert (no_token.returncode, no_token.stderr.split(":")[:2]) == (3, ["cascade", " no token"])
@@ -51,6 +52,7 @@ def test_pip_install_client_on_a_fresh_virtualenv(tmp_path):
         import importlib.util, httpx
         from cascade_client import Cascade
         assert importlib.util.find_spec("django") is None
+        import celery, redis  # `cascade worker` on RabbitMQ or Redis
         csv = b"ctx,kernel_id,name,total_insts,duration_ns\\n0x1,1,k,10,\\n0x1,2,k,,5\\n"
         def answer(request):
             assert request.url.path == "/api/traces/t/kernels.csv", request.url
