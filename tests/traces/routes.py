@@ -103,6 +103,7 @@ ROUTES += [
     Route("get", "/api/sweeps", names_a_trace=False),
     Route("post", "/api/sweeps", ok=201, names_a_trace=False, write=True, body=SWEEP_BODY),
     Route("get", "/api/sweeps/{id}", names_a_trace=False, names_a_sweep=True),
+    Route("get", "/api/sweeps/{id}/accuracy", names_a_trace=False, names_a_sweep=True),
     *(
         Route(
             "post",
