@@ -194,7 +194,7 @@ def push(
 
                 item = send(http, entry, files[name], done_parts=done, on_part=landed)
                 sent += 1
-                bar.file_done(name, 0)
+                bar.file_done(name, files[name].stat().st_size)
                 if item is not None:
                     completed.append(item)
             finish = post_json(client, f"{base}/complete", {"files": listed, "multipart": completed})
@@ -204,7 +204,7 @@ def push(
             )
             send(http, metadata, files[METADATA])
             bar.advance(files[METADATA].stat().st_size)
-            bar.file_done(METADATA, 0)
+            bar.file_done(METADATA, files[METADATA].stat().st_size)
     finally:
         bar.close()
     state.remove()

@@ -17,6 +17,7 @@ simulator left running for nobody.
 """
 
 import ctypes
+import logging
 import os
 import re
 import shutil
@@ -139,6 +140,8 @@ def make_app(broker: str, root: Path, configs: list[str]):
     url, options = celery_broker(broker)
     if url.startswith(("redis://", "rediss://", "redis+socket://")):
         options = {**options, "visibility_timeout": VISIBILITY_SECONDS}
+    # httpx logs each request at INFO, presigned URLs and their signatures included: not in a log.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     app = Celery("cascade_worker", set_as_current=False)
     app.conf.update(
         broker_url=url,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from cascade_client.progress import size
 
 from tests.client.conftest import ROOT, deployed_cascade
 from tests.gunicorn_process import gunicorn
@@ -96,6 +97,12 @@ def test_a_pushed_run_becomes_ready_owned_by_its_pusher_with_the_kernels_of_a_di
     done = live.push("alice", run, "--id", "pushed")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "pushed pushed: 3 files" in done.stdout and "owned by alice" in done.stdout
+    # Off a terminal, a line per file with its size on disk (it once said 0 B for every file).
+    sizes = {path.name: path.stat().st_size for path in run.rglob("*") if path.is_file()}
+    uploaded = [line for line in done.stderr.splitlines() if line.startswith("uploaded ")]
+    assert uploaded and all(
+        line.endswith(f"({size(sizes[line.split()[1].rsplit('/', 1)[-1]])})") for line in uploaded
+    )
     pushed = live.ingested("pushed")
     assert pushed["state"] == "ready" and pushed["owner"] == "alice", pushed
     # The same folder put into the bucket directly, with the bucket's credentials.
