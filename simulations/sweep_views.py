@@ -2,11 +2,8 @@
 owner's or staff's), and the worker's `POST /api/sweeps/{id}/jobs/{job_id}/start|progress|finish`.
 Each view is thin: the logic is `simulations.sweeps` and `simulations.sweep_jobs`."""
 
-from contextlib import contextmanager
-
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound, ParseError, PermissionDenied
 from rest_framework.response import Response
 
 from simulations import sweep_jobs, sweeps
@@ -30,25 +27,15 @@ from traces import audit
 from traces.models import AuditAction
 from traces.params import check_known
 from traces.permissions import CanViewTraces, CanWriteSweeps
-from traces.uploads import UploadClash, validated
+from traces.uploads import refused_as, validated
 from traces.views import OperatorDescribed, json_or_browsable
 
 JOB = r"jobs/(?P<job_id>[0-9]{1,18})"
 
 
-@contextmanager
 def sweep_refusals():
     """The sweeps' refusals as the API's one-sentence errors: 404, 403 naming the owner, 409, 400."""
-    try:
-        yield
-    except SweepMissing as refused:
-        raise NotFound(str(refused)) from None
-    except SweepForbidden as refused:
-        raise PermissionDenied(str(refused)) from None
-    except SweepConflict as refused:
-        raise UploadClash(str(refused)) from None
-    except SweepRefused as refused:
-        raise ParseError(str(refused)) from None
+    return refused_as(SweepMissing, SweepForbidden, SweepConflict, SweepRefused)
 
 
 class SweepViewSet(OperatorDescribed, viewsets.ViewSet):

@@ -38,19 +38,27 @@ class UploadClash(APIException):
 
 
 @contextmanager
-def refusals():
-    """What ingestion refuses in an upload, as the API's errors: 404, 403 naming the owner, 409,
-    else 400; each in ingestion's one sentence."""
+def refused_as(
+    missing=UploadMissing, forbidden=UploadForbidden, conflict=UploadConflict, refused=UploadRefused
+):
+    """A refusal as the API's errors: `missing` 404, `forbidden` 403 naming the owner, `conflict`
+    409, else `refused` 400; each in the refuser's one sentence. By default, what ingestion
+    refuses in an upload; the sweeps pass their own four."""
     try:
         yield
-    except UploadMissing as refused:
-        raise NotFound(str(refused)) from None
-    except UploadForbidden as refused:
-        raise PermissionDenied(str(refused)) from None
-    except UploadConflict as refused:
-        raise UploadClash(str(refused)) from None
-    except UploadRefused as refused:
-        raise ParseError(str(refused)) from None
+    except missing as error:
+        raise NotFound(str(error)) from None
+    except forbidden as error:
+        raise PermissionDenied(str(error)) from None
+    except conflict as error:
+        raise UploadClash(str(error)) from None
+    except refused as error:
+        raise ParseError(str(error)) from None
+
+
+def refusals():
+    """What ingestion refuses in an upload, as the API's errors (`refused_as`)."""
+    return refused_as()
 
 
 def validated(serializer_class, request) -> dict:
