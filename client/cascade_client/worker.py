@@ -340,6 +340,7 @@ def attempt_verdict(client, tree: dict, start: dict, work: Path, reporter: "Repo
     except CascadeError as error:  # SimulateError: refused in one sentence
         return {"state": "failed", "error": str(error)}, None
     except Exception as error:  # noqa: BLE001 (an error of ours still ends the attempt)
+        logging.getLogger(__name__).exception("cascade worker: job %s ended by an error of Cascade's", start)
         return {"state": "failed", "error": f"{type(error).__name__}: {error}"[:2000]}, None
 
 
