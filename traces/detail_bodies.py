@@ -24,7 +24,7 @@ which every web node reads (docs/decisions/0012): a GET then streams them, with 
 import logging
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -138,7 +138,8 @@ def pieces(body_id: int, first: int, last: int) -> Iterator[tuple[int, bytes]]:
     """Pieces `first` to `last` of a body, in order, as (number, bytes). On PostgreSQL one query
     whose rows psycopg streams as the server sends them (`Cursor.stream`): the server reads the
     next piece while this one is sent, one statement sees the whole body, and a client gone
-    cancels it. Elsewhere a query a piece."""
+    cancels it. Inside a transaction the query runs in a savepoint, which that cancel rolls
+    back to, so the transaction goes on. Elsewhere a query a piece."""
     if read_connection.vendor != "postgresql":
         for seq in range(first, last + 1):
             data = (
@@ -151,8 +152,11 @@ def pieces(body_id: int, first: int, last: int) -> Iterator[tuple[int, bytes]]:
             yield seq, bytes(data)
         return
     read_connection.ensure_connection()
-    with psycopg.Cursor(read_connection.connection) as cursor:
-        yield from cursor.stream(SELECT_PIECES, (body_id, first, last), binary=True)
+    pg = read_connection.connection
+    # psycopg's own savepoint, beside the query it guards (neither goes through Django's cursor).
+    with pg.transaction() if read_connection.in_atomic_block else nullcontext():
+        with psycopg.Cursor(pg) as cursor:
+            yield from cursor.stream(SELECT_PIECES, (body_id, first, last), binary=True)
 
 
 @contextmanager

@@ -189,21 +189,33 @@ def test_ranges_of_a_written_body(api, big, coding):
         assert answer.status_code == 200 and content(answer) == whole, header
 
 
-def test_a_client_that_hangs_up_leaves_the_connection_usable(api, api_token, big):
+# The pieces' query made slow (a few ms a piece), so that a client hanging up always finds it
+# still running on PostgreSQL and it is cancelled inside the test's transaction.
+SLOW_PIECES = (
+    "SELECT seq, data FROM (SELECT seq, data FROM traces_detailbodychunk"
+    " WHERE body_id = %s AND seq BETWEEN %s AND %s ORDER BY seq) AS piece"
+    " WHERE pg_sleep(0.005) IS NOT NULL"
+)
+
+
+def test_a_client_that_hangs_up_leaves_the_connection_usable(api, api_token, big, monkeypatch):
     detail_bodies.detail_bodies_write("big")
     whole = content(get(api, "big"))
-    # The view itself (the test client's wrapper would end the test's transaction on close).
-    request = RequestFactory().get(URL.format("big"), HTTP_AUTHORIZATION=f"Bearer {api_token}")
-    cut = TraceViewSet.as_view({"get": "retrieve"})(request, trace_id="big")
-    assert served_as_written(cut)
-    next(iter(cut.streaming_content))
-    # What the server does when the client goes (the pieces' query cancelled), without the end
-    # of request's closing of the database connection.
-    request_finished.disconnect(close_old_connections)
-    try:
-        cut.close()
-    finally:
-        request_finished.connect(close_old_connections)
+    with monkeypatch.context() as slow:
+        if connection.vendor == "postgresql":
+            slow.setattr(detail_bodies, "SELECT_PIECES", SLOW_PIECES)
+        # The view itself (the test client's wrapper would end the test's transaction on close).
+        request = RequestFactory().get(URL.format("big"), HTTP_AUTHORIZATION=f"Bearer {api_token}")
+        cut = TraceViewSet.as_view({"get": "retrieve"})(request, trace_id="big")
+        assert served_as_written(cut)
+        next(iter(cut.streaming_content))
+        # What the server does when the client goes (the pieces' query cancelled), without the
+        # end of request's closing of the database connection.
+        request_finished.disconnect(close_old_connections)
+        try:
+            cut.close()
+        finally:
+            request_finished.connect(close_old_connections)
 
     assert content(get(api, "big")) == whole
 
