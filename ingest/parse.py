@@ -215,16 +215,22 @@ def header_extra_columns(sources: list[StatsSource], files: ReadAhead) -> int:
     """The run's extra stats columns, from the one file that has the header.
 
     The tracer writes the header into the first context's file only, so files of later
-    contexts take its width. Reads only the first line of each file (ReadAhead.first_line:
-    the first one read from S3 is kept streaming for the parse).
+    contexts take its width. Reads the first file's first line (ReadAhead.first_line: its
+    stream kept for the parse when it comes from S3), and only where that has no header, the
+    others' first bytes, together.
     """
     if len(sources) == 1:
         return 0  # the file's own header, if any, is read while parsing
-    for source in sources:
-        if source.stats.size == 0:
-            continue  # a context without launches; and S3 refuses a ranged GET of 0 bytes
-        first_line = files.first_line(source.stats, HEADER_PEEK_BYTES).split(b"\n", 1)[0]
-        extra = stats.first_line_extra_columns(first_line)
+    # A context without launches has no header; and S3 refuses a ranged GET of 0 bytes.
+    first, *others = [source.stats for source in sources if source.stats.size] or [None]
+    if first is None:
+        return 0
+    extra = stats.first_line_extra_columns(files.first_line(first, HEADER_PEEK_BYTES).split(b"\n", 1)[0])
+    if extra is not None:
+        return extra
+    # Not where the tracer writes it: the other files' starts, read together on the S3 threads.
+    for _, head in bucket.overlapped(lambda obj: files.head(obj, HEADER_PEEK_BYTES), others):
+        extra = stats.first_line_extra_columns(head.result().split(b"\n", 1)[0])
         if extra is not None:
             return extra
     return 0

@@ -82,17 +82,21 @@ class ReadAhead:
             return bucket.iter_object_lines(obj.key, etag=obj.etag, blank_runs=blank_runs)
         return bucket.iter_lines(data, blank_runs=blank_runs)
 
+    def head(self, obj: S3Object, peek_bytes: int) -> bytes:
+        """The first `peek_bytes` of `obj`: of the body read ahead, else a ranged GET (on any thread)."""
+        data = self.body(obj)
+        if data is not None:
+            return data[:peek_bytes]
+        return bucket.read_head(obj.key, peek_bytes, etag=obj.etag)
+
     def first_line(self, obj: S3Object, peek_bytes: int) -> bytes:
         """The start of a stats file `obj`, its first line in it unless that is longer than `peek_bytes`.
 
         The first file read from S3 so is opened for the parse and its stream kept (read_lines
         goes on with it); others are ranged GETs of `peek_bytes`.
         """
-        data = self.body(obj)
-        if data is not None:
-            return data[:peek_bytes]
-        if self.opened:
-            return bucket.read_head(obj.key, peek_bytes, etag=obj.etag)
+        if self.opened or self.body(obj) is not None:
+            return self.head(obj, peek_bytes)
         lines = bucket.iter_object_lines(obj.key, etag=obj.etag, blank_runs=True)
         try:
             head = next(lines, b"")
