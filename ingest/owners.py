@@ -28,11 +28,6 @@ def owner_record(username: str) -> bytes:
     return json.dumps({"owner": username}).encode()
 
 
-def record_owner(folder: str, username: str) -> None:
-    """Write (or replace) `folder`'s owner record."""
-    bucket.put_object(owner_key(folder), owner_record(username))
-
-
 def claim_owner(folder: str, username: str) -> bool:
     """Write `folder`'s owner record unless one is there: whether this call wrote it. Two
     claims at once: one wins (a conditional PUT, `bucket.put_object_if_absent`)."""

@@ -168,9 +168,11 @@ def upload_urls(
     storage.require_bucket()
     base = folder_key(trace_id, name)
     present, _ = folder_now(base)
-    if not present:
-        owners.record_owner(base, username)  # the upload that first claims the name owns it
-    else:
+    # The upload that first claims a new name owns it: of several at once, the conditional PUT
+    # lets one through, and the others are checked against the owner it recorded.
+    if present or not owners.claim_owner(base, username):
+        if not present:
+            present, _ = folder_now(base)
         check_owner(trace_id, name, owner_now(base, present), username, staff, "replace")
         if simulation_marker.MARKER_NAME in present:
             raise exists(trace_id, name)

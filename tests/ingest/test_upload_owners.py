@@ -9,6 +9,7 @@ run of vectoradd from the shared fixtures uploaded through the API as `cascade s
 """
 
 import json
+import threading
 from pathlib import Path
 
 import httpx
@@ -17,8 +18,9 @@ from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
-from ingest import passes, uploads
+from ingest import owners, passes, uploads
 from simulations.models import Simulation
+from simulations.signals import SimulationForbidden
 from tests.helpers import PREFIX, TEST_BUCKET, bearer
 from tests.ingest.test_uploads import MARKER, RUN, complete_path, post, put_all, real_run, upload_path
 from traces.models import ApiToken, TraceState
@@ -329,3 +331,32 @@ def test_dot_dot_escaped_in_the_url_is_refused_too(make_trace, s3):
     assert answer.status_code in (400, 404), answer.content
     assert answer["Content-Type"].startswith("application/json")
     assert not s3.list_objects_v2(Bucket=TEST_BUCKET, Prefix=PREFIX).get("Contents")
+
+
+@pytest.mark.django_db
+def test_uploads_claiming_one_new_name_at_once_make_one_owner(s3):
+    """Of users whose /upload claims the same new name at the same moment, exactly one owns it
+    (S3's conditional PUT, as pushes claim a run); the others are refused, naming that owner,
+    whatever the interleaving."""
+    files = [{"name": "sim.log", "size": 10}, {"name": "simulation.json", "size": 10}]
+    for attempt in range(5):
+        name, start, answers = f"race-{attempt}", threading.Barrier(4), {}
+
+        def claim(user: str, name=name, start=start, answers=answers) -> None:
+            start.wait()
+            try:
+                uploads.upload_urls(trace_id=RUN, name=name, files=files, seconds=60, username=user)
+                answers[user] = None
+            except SimulationForbidden as error:
+                answers[user] = str(error)
+
+        threads = [threading.Thread(target=claim, args=(f"user{n}",)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        [owner] = [user for user, refusal in answers.items() if refusal is None]
+        assert owners.read_owner(uploads.folder_key(RUN, name)) == owner
+        assert {refusal for user, refusal in answers.items() if user != owner} == {
+            f"simulation {name} of trace {RUN} belongs to {owner}: only its owner or staff may replace it"
+        }
