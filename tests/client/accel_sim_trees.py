@@ -44,6 +44,19 @@ OPCODE_MAPS_73F9FAC = {
 }
 HOPPER_MAP = {"hopper_opcode.h": {"HOPPER_BINART_VERSION": 90}}
 
+# ../shared/docs/accel-sim-simulator.md's table, not these trees: config -> the `-binary version`s
+# it runs, seen in a real run of 73f9fac (what the tests expect Cascade to read from a tree).
+DOCUMENTED_73F9FAC = {
+    "SM3_KEPLER_TITAN": {35},
+    "SM6_TITANX": {60, 61},
+    "SM7_QV100": {70},
+    "SM7_GV100": {70},
+    "SM7_TITANV": {70},
+    "SM75_RTX2060": {75},
+    "SM75_RTX2060_S": {75},
+    "SM86_RTX3070": {80, 86},
+}
+
 # config -> (ptx_force_max_capability, compute capability major, minor, occupancy_sm_number),
 # as gpgpu-sim 667834c's (and h100-test fa235ebc's SM90_H100) gpgpusim.config give them.
 GPU_NUMBERS = {

@@ -22,6 +22,7 @@ from cascade_client.accel_sim import (
 )
 
 from tests.client.accel_sim_trees import (
+    DOCUMENTED_73F9FAC,
     GPGPUSIM_CONFIGS,
     OPCODE_MAPS_73F9FAC,
     add_config,
@@ -31,18 +32,6 @@ from tests.client.accel_sim_trees import (
     tree_a100,
     tree_h100_test,
 )
-
-# accel-sim-simulator.md's table: config -> the `-binary version`s it runs, seen in a real run.
-DOCUMENTED_73F9FAC = {
-    "SM3_KEPLER_TITAN": {35},
-    "SM6_TITANX": {60, 61},
-    "SM7_QV100": {70},
-    "SM7_GV100": {70},
-    "SM7_TITANV": {70},
-    "SM75_RTX2060": {75},
-    "SM75_RTX2060_S": {75},
-    "SM86_RTX3070": {80, 86},
-}
 
 
 def test_the_73f9fac_tree_runs_what_the_real_build_ran(tmp_path):

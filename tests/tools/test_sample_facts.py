@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.client.accel_sim_trees import DOCUMENTED_73F9FAC
+
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "samples"
 TRACE_FILE = re.compile(r"kernel-(?P<kernel_id>\d+)-ctx_(?P<ctx>0x[0-9a-f]+)\.trace\.xz")
@@ -30,16 +32,7 @@ MIN_PEARSON = 0.9
 # (accel-sim-framework pull request 553, merged into dev on 2026-08-25) the tested configs with a
 # trace.config and the SASS versions (`-binary version`) each runs are these; nothing runs SASS 89
 # or 90. SM90_* configs (Hopper) need Accel-Sim 2.0, and no 2.0 build's commit is known here.
-TESTED_BEFORE_2_0 = {
-    "SM3_KEPLER_TITAN": {35},
-    "SM6_TITANX": {60, 61},
-    "SM7_QV100": {70},
-    "SM7_GV100": {70},
-    "SM7_TITANV": {70},
-    "SM75_RTX2060": {75},
-    "SM75_RTX2060_S": {75},
-    "SM86_RTX3070": {80, 86},
-}
+TESTED_BEFORE_2_0 = DOCUMENTED_73F9FAC
 KNOWN_2_0_BUILDS: set[str] = set()  # accel-sim-framework commits of 2.0 or later: none known here
 BUILD_LINE = re.compile(rb"^Accel-Sim \[build accelsim-commit-(?P<commit>[0-9a-f]+)", re.MULTILINE)
 
